@@ -1,0 +1,57 @@
+// The narrow compute interface the forward pass runs on. The CPU backend
+// (engine/cpu/) is always built and is the reference every other backend
+// (CUDA later) is tested against. A backend is engine-thread only: it may use
+// its own compute pool inside a call, but calls do not overlap.
+// Buffers passed in are host f32 row-major unless stated otherwise.
+#ifndef TANDEM_ENGINE_BACKEND_H_
+#define TANDEM_ENGINE_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "engine/tensor_type.h"
+
+namespace tandem::engine {
+
+// A 2-D weight as GGUF stores it: `rows` rows (output features) of `cols`
+// contiguous elements (input features) of `type`. Not owned.
+struct WeightMatrix {
+  GgmlType type = GgmlType::kF32;
+  const void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  virtual int threads() const = 0;
+
+  // y[t, r] = sum_c x[t, c] * w[r, c] for t < n_tokens.
+  // x: [n_tokens, w.cols], y: [n_tokens, w.rows]; y does not alias x.
+  virtual void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens,
+                      float* y) = 0;
+
+  // y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight[:]
+  // x, y: [n_tokens, dim]; y may alias x.
+  virtual void RmsNorm(const float* x, const float* weight, int64_t n_tokens,
+                       int64_t dim, float eps, float* y) = 0;
+
+  // out[i] = silu(gate[i]) * up[i] for i < n; out may alias gate.
+  virtual void SwiGlu(const float* gate, const float* up, int64_t n, float* out) = 0;
+
+  // x[i] += y[i] for i < n.
+  virtual void Add(float* x, const float* y, int64_t n) = 0;
+};
+
+struct CpuBackendOptions {
+  int threads = 2;  // size of the compute pool (OpenMP); 0 = all cores
+};
+
+std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options);
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_BACKEND_H_

@@ -1,0 +1,80 @@
+// Token selection from one row of logits, and the log-probabilities reported
+// with each token. A Sampler belongs to one sequence (it owns that sequence's
+// RNG) and is thread-compatible. Logits are read during the call and never
+// retained: what survives a step is O(k) per sequence.
+#ifndef TANDEM_ENGINE_SAMPLER_H_
+#define TANDEM_ENGINE_SAMPLER_H_
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace tandem::engine {
+
+inline constexpr int kMaxTopLogprobs = 20;
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0 = greedy (argmax)
+  float top_p = 1.0f;        // (0, 1]; 1 = off
+  int32_t top_k = 0;         // 0 = off
+  float min_p = 0.0f;        // [0, 1]; 0 = off
+  uint64_t seed = 0;
+};
+
+// InvalidArgument naming the field ("temperature", "top_p", ...) when a value
+// is out of range or not finite.
+absl::Status ValidateSamplingParams(const SamplingParams& params);
+
+struct TokenLogprob {
+  int32_t id = -1;
+  float logprob = 0.0f;
+};
+
+struct SampledToken {
+  int32_t id = -1;
+  // log softmax of the raw logits (before temperature / truncation) at `id`.
+  float logprob = 0.0f;
+  // The `top_logprobs` most likely tokens under the same distribution, most
+  // likely first (ties by lower id first). Empty when top_logprobs == 0.
+  std::vector<TokenLogprob> top;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+
+  // Picks the next token from `logits` (one row, n_vocab values) and reports
+  // logprobs. `top_logprobs` must be in [0, kMaxTopLogprobs].
+  // Deterministic for a given seed and sequence of calls.
+  SampledToken Sample(std::span<const float> logits, int top_logprobs);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  // Scratch reused across calls; holds at most the candidates that survive
+  // top-k (or the vocabulary when sampling without top-k), never logits of
+  // past steps.
+  std::vector<TokenLogprob> candidates_;
+};
+
+// Log-softmax statistics of one logits row: max and log(sum(exp(l - max))),
+// so that logprob(i) = logits[i] - max - log_sum.
+struct LogSoftmaxStats {
+  float max = 0.0f;
+  float log_sum = 0.0f;
+};
+LogSoftmaxStats ComputeLogSoftmaxStats(std::span<const float> logits);
+
+// The k largest logits' ids and logprobs (k <= kMaxTopLogprobs), most likely
+// first, ties broken by lower id. O(n_vocab) time, O(k) memory.
+std::vector<TokenLogprob> TopLogprobs(std::span<const float> logits,
+                                      const LogSoftmaxStats& stats, int k);
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_SAMPLER_H_
