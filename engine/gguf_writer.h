@@ -19,6 +19,8 @@ class GgufWriter {
  public:
   explicit GgufWriter(uint64_t alignment = 32) : alignment_(alignment) {}
 
+  // Setting a key again replaces its value, keeping its first position. No
+  // setter or AddTensor validates anything: tests craft hostile files here.
   void SetString(std::string key, std::string_view value);
   void SetUint32(std::string key, uint32_t value);
   void SetInt32(std::string key, int32_t value);

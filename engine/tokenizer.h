@@ -84,7 +84,15 @@ class Tokenizer {
   int32_t eos_id_ = -1;
   bool add_bos_ = false;
   bool add_eos_ = false;
+  // Decode drops one leading space of the first token after an optional
+  // leading BOS (SPM vocabularies with add_space_prefix).
+  bool remove_leading_space_ = false;
 };
+
+// Opens `gguf_path` without requiring tensor data (vocab-only files work)
+// and builds its tokenizer. The tokenizer keeps its own copies, so the file
+// is closed on return.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& gguf_path);
 
 // Turns a stream of token bytes into valid UTF-8 text: a multi-byte character
 // split across tokens is emitted with the token that completes it.

@@ -1,0 +1,96 @@
+// The CPU Backend: MatMul through MatMulRunner (engine/cpu/matmul.h), the
+// element-wise ops straight from the kernel table, split over the OpenMP
+// pool only when the work outweighs the fork. Engine-thread only.
+#include "engine/cpu/cpu_backend.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "common/strings.h"
+#include "engine/cpu/matmul.h"
+
+namespace tandem::engine {
+namespace cpu {
+namespace {
+
+// Element-wise ops below this many elements run on the calling thread.
+constexpr int64_t kMinParallelElements = 1 << 15;
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const KernelTable& kernels, int threads)
+      : kernels_(kernels),
+        threads_(threads),
+        matmul_(kernels, threads),
+        name_(absl::StrCat("cpu-", ToAbsl(IsaName(kernels.isa)))) {}
+
+  std::string_view name() const override { return name_; }
+  int threads() const override { return threads_; }
+
+  void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) override {
+    matmul_.Run(w, x, n_tokens, y);
+  }
+
+  void RmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim, float eps,
+               float* y) override {
+    if (n_tokens < 2 * threads_ || n_tokens * dim < kMinParallelElements) {
+      kernels_.rms_norm(x, weight, n_tokens, dim, eps, y);
+      return;
+    }
+#pragma omp parallel for num_threads(threads_) schedule(static)
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      kernels_.rms_norm(x + t * dim, weight, 1, dim, eps, y + t * dim);
+    }
+  }
+
+  void SwiGlu(const float* gate, const float* up, int64_t n, float* out) override {
+    if (n < kMinParallelElements) {
+      kernels_.swiglu(gate, up, n, out);
+      return;
+    }
+    const int64_t chunk = ChunkFor(n);
+#pragma omp parallel for num_threads(threads_) schedule(static)
+    for (int64_t i = 0; i < n; i += chunk) {
+      kernels_.swiglu(gate + i, up + i, std::min(chunk, n - i), out + i);
+    }
+  }
+
+  void Add(float* x, const float* y, int64_t n) override {
+    if (n < kMinParallelElements) {
+      kernels_.add(x, y, n);
+      return;
+    }
+    const int64_t chunk = ChunkFor(n);
+#pragma omp parallel for num_threads(threads_) schedule(static)
+    for (int64_t i = 0; i < n; i += chunk) kernels_.add(x + i, y + i, std::min(chunk, n - i));
+  }
+
+ private:
+  // One contiguous, 16-float aligned chunk per thread.
+  int64_t ChunkFor(int64_t n) const { return (n / threads_ + 16) / 16 * 16; }
+
+  const KernelTable& kernels_;
+  const int threads_;
+  MatMulRunner matmul_;
+  const std::string name_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeCpuBackendWithIsa(const CpuBackendOptions& options, Isa isa) {
+  TANDEM_CHECK(options.threads >= 0, "thread count is 0 (all cores) or positive");
+  const int threads = options.threads == 0 ? omp_get_num_procs() : options.threads;
+  return std::make_unique<CpuBackend>(Kernels(isa), threads);
+}
+
+}  // namespace cpu
+
+std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options) {
+  return cpu::MakeCpuBackendWithIsa(options, cpu::DetectIsa());
+}
+
+}  // namespace tandem::engine

@@ -1,0 +1,267 @@
+// Micro-benchmarks of the CPU kernels: single matmuls per weight type and
+// shape (GFLOP/s, weight GB/s), whole-model matmul sets for decode and
+// prefill of a 25.7M-parameter Llama and of stories260K (tokens/s), and the
+// element-wise ops. Reports only; never fails on speed.
+//
+//   tandem-kernels-bench [--threads=2] [--isa=avx512|portable]
+//                        [--benchmark_filter=...] [--benchmark_out=results.json]
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/backend.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/kernels.h"
+#include "engine/cpu/matmul.h"
+#include "engine/tensor_type.h"
+
+namespace tandem::engine::cpu {
+namespace {
+
+struct BenchConfig {
+  int threads = 2;
+  Isa isa = DetectIsa();
+};
+BenchConfig& Config() {
+  static BenchConfig config;
+  return config;
+}
+
+// A weight matrix with realistic values (finite scales, no denormals).
+struct OwnedWeights {
+  std::vector<uint8_t> bytes;
+  WeightMatrix matrix;
+};
+
+OwnedWeights MakeWeights(GgmlType type, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 0.05f);
+  const int64_t row_bytes = GgmlRowBytes(type, cols);
+  OwnedWeights w;
+  // 32-byte aligned starts like GGUF tensors; rows themselves are not.
+  w.bytes.resize(rows * row_bytes + 64);
+  uint8_t* base = w.bytes.data() + (32 - reinterpret_cast<uintptr_t>(w.bytes.data()) % 32) % 32;
+  std::vector<float> row(cols);
+  std::vector<BlockQ8_0> blocks(cols / kQ8_0BlockSize);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& f : row) f = dist(rng);
+    uint8_t* dst = base + r * row_bytes;
+    switch (type) {
+      case GgmlType::kF32:
+        std::memcpy(dst, row.data(), row_bytes);
+        break;
+      case GgmlType::kF16:
+      case GgmlType::kBF16:
+        for (int64_t c = 0; c < cols; ++c) {
+          const uint16_t h = type == GgmlType::kF16 ? Fp32ToFp16(row[c]) : Fp32ToBf16(row[c]);
+          std::memcpy(dst + 2 * c, &h, 2);
+        }
+        break;
+      case GgmlType::kQ8_0:
+        QuantizeRowQ8_0(row.data(), blocks.data(), cols);
+        std::memcpy(dst, blocks.data(), row_bytes);
+        break;
+    }
+  }
+  w.matrix = {type, base, rows, cols};
+  return w;
+}
+
+std::vector<float> MakeActivations(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& f : x) f = dist(rng);
+  return x;
+}
+
+void SetCounters(benchmark::State& state, double flops, double weight_bytes, double tokens) {
+  const auto rate = benchmark::Counter::kIsIterationInvariantRate;
+  state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, rate);
+  state.counters["GB/s"] = benchmark::Counter(weight_bytes / 1e9, rate);
+  state.counters["tok/s"] = benchmark::Counter(tokens, rate);
+}
+
+// One matmul of a rows x cols weight over n tokens.
+void BM_MatMul(benchmark::State& state, GgmlType type, int64_t rows, int64_t cols, int64_t n,
+               MatMulPath path) {
+  const OwnedWeights w = MakeWeights(type, rows, cols, 1);
+  const std::vector<float> x = MakeActivations(n * cols, 2);
+  std::vector<float> y(n * rows);
+  MatMulRunner runner(Kernels(Config().isa), Config().threads);
+  for (auto _ : state) {
+    runner.Run(w.matrix, x.data(), n, y.data(), path);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state, 2.0 * rows * cols * n, GgmlRowBytes(type, cols) * rows, n);
+}
+
+// The matmuls of a whole Llama forward pass (attention and norms excluded),
+// with every layer's weights distinct so decode streams them from memory as
+// the real model does.
+struct ModelShape {
+  const char* name;
+  int64_t embd, ff, kv, layers, vocab;
+};
+constexpr ModelShape kLlama25M = {"llama25M", 512, 1536, 256, 8, 512};
+constexpr ModelShape kStories260K = {"stories260K", 64, 172, 32, 5, 512};
+
+void BM_Model(benchmark::State& state, ModelShape shape, GgmlType type, int64_t n) {
+  std::vector<OwnedWeights> weights;
+  uint32_t seed = 10;
+  const bool q8_ok = type != GgmlType::kQ8_0 || (shape.ff % 32 == 0 && shape.embd % 32 == 0);
+  if (!q8_ok) {
+    state.SkipWithError("shape not a multiple of the Q8_0 block");
+    return;
+  }
+  for (int64_t l = 0; l < shape.layers; ++l) {
+    for (const auto& [rows, cols] : {std::pair{shape.embd, shape.embd}, {shape.kv, shape.embd},
+                                     {shape.kv, shape.embd}, {shape.embd, shape.embd},
+                                     {shape.ff, shape.embd}, {shape.ff, shape.embd},
+                                     {shape.embd, shape.ff}}) {
+      weights.push_back(MakeWeights(type, rows, cols, seed++));
+    }
+  }
+  weights.push_back(MakeWeights(type, shape.vocab, shape.embd, seed++));
+  const std::vector<float> x = MakeActivations(n * shape.ff, 3);
+  std::vector<float> y(n * std::max(shape.ff, shape.vocab));
+  auto backend = MakeCpuBackendWithIsa({.threads = Config().threads}, Config().isa);
+  double flops = 0.0, bytes = 0.0;
+  for (const OwnedWeights& w : weights) {
+    flops += 2.0 * w.matrix.rows * w.matrix.cols * n;
+    bytes += GgmlRowBytes(type, w.matrix.cols) * w.matrix.rows;
+  }
+  for (auto _ : state) {
+    for (const OwnedWeights& w : weights) backend->MatMul(w.matrix, x.data(), n, y.data());
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state, flops, bytes, n);
+}
+
+void BM_RmsNorm(benchmark::State& state, int64_t n, int64_t dim) {
+  const std::vector<float> x = MakeActivations(n * dim, 4), weight = MakeActivations(dim, 5);
+  std::vector<float> y(n * dim);
+  auto backend = MakeCpuBackendWithIsa({.threads = Config().threads}, Config().isa);
+  for (auto _ : state) {
+    backend->RmsNorm(x.data(), weight.data(), n, dim, 1e-5f, y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(
+      2.0 * n * dim * sizeof(float) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_SwiGlu(benchmark::State& state, int64_t n) {
+  const std::vector<float> gate = MakeActivations(n, 6), up = MakeActivations(n, 7);
+  std::vector<float> out(n);
+  auto backend = MakeCpuBackendWithIsa({.threads = Config().threads}, Config().isa);
+  for (auto _ : state) {
+    backend->SwiGlu(gate.data(), up.data(), n, out.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["Gelem/s"] =
+      benchmark::Counter(n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+std::string PathName(MatMulPath path) {
+  switch (path) {
+    case MatMulPath::kAuto: return "auto";
+    case MatMulPath::kGemv: return "gemv";
+    case MatMulPath::kGemm: return "gemm";
+  }
+  return "?";
+}
+
+void RegisterAll() {
+  const GgmlType kTypes[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0};
+  struct Shape {
+    int64_t rows, cols;
+  };
+  const Shape kShapes[] = {{512, 512}, {256, 512}, {1536, 512}, {512, 1536}, {4096, 4096}};
+  for (GgmlType type : kTypes) {
+    const std::string t(GgmlTypeName(type));
+    for (const Shape& s : kShapes) {
+      for (int64_t n : {1, 4, 16, 32, 512}) {
+        if (s.rows == 4096 && n > 16) continue;
+        for (MatMulPath path : {MatMulPath::kGemv, MatMulPath::kGemm}) {
+          if ((n == 1 && path == MatMulPath::kGemm) || (n == 512 && path == MatMulPath::kGemv)) {
+            continue;
+          }
+          const std::string name = "MatMul/" + t + "/" + std::to_string(s.rows) + "x" +
+                                   std::to_string(s.cols) + "/n:" + std::to_string(n) + "/" +
+                                   PathName(path);
+          benchmark::RegisterBenchmark(name.c_str(), BM_MatMul, type, s.rows, s.cols, n, path)
+              ->UseRealTime();
+        }
+      }
+    }
+    for (const ModelShape& m : {kLlama25M, kStories260K}) {
+      for (int64_t n : {1, 8, 32, 512}) {
+        if (m.ff % 32 != 0 && type == GgmlType::kQ8_0) continue;
+        const std::string name = std::string("Model/") + m.name + "/" + t + "/n:" +
+                                 std::to_string(n);
+        benchmark::RegisterBenchmark(name.c_str(), BM_Model, m, type, n)->UseRealTime();
+      }
+    }
+  }
+  for (const auto& [n, dim] : {std::pair<int64_t, int64_t>{1, 512}, {512, 512}}) {
+    const std::string name = "RmsNorm/n:" + std::to_string(n) + "/dim:" + std::to_string(dim);
+    benchmark::RegisterBenchmark(name.c_str(), BM_RmsNorm, n, dim)->UseRealTime();
+  }
+  for (int64_t n : {1536, 512 * 1536}) {
+    benchmark::RegisterBenchmark(("SwiGlu/n:" + std::to_string(n)).c_str(), BM_SwiGlu, n)
+        ->UseRealTime();
+  }
+}
+
+// Takes --threads=N and --isa=NAME out of argv before Google Benchmark sees it.
+bool ParseOwnFlags(int* argc, char** argv) {
+  int out = 1;
+  for (int i = 1; i < *argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--threads=", 0) == 0) {
+      Config().threads = std::atoi(arg.c_str() + 10);
+      if (Config().threads < 1) return false;
+    } else if (arg.rfind("--isa=", 0) == 0) {
+      const std::string isa = arg.substr(6);
+      if (isa == "portable") {
+        Config().isa = Isa::kPortable;
+      } else if (isa == "avx512" && IsaSupported(Isa::kAvx512)) {
+        Config().isa = Isa::kAvx512;
+      } else {
+        return false;
+      }
+    } else {
+      argv[out++] = argv[i];
+    }
+  }
+  *argc = out;
+  return true;
+}
+
+}  // namespace
+}  // namespace tandem::engine::cpu
+
+int main(int argc, char** argv) {
+  using tandem::engine::cpu::Config;
+  if (!tandem::engine::cpu::ParseOwnFlags(&argc, argv)) {
+    std::fprintf(stderr, "usage: %s [--threads=N>=1] [--isa=avx512|portable] [benchmark flags]\n",
+                 argv[0]);
+    return 2;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  benchmark::AddCustomContext("threads", std::to_string(Config().threads));
+  benchmark::AddCustomContext("isa", std::string(tandem::engine::cpu::IsaName(Config().isa)));
+  tandem::engine::cpu::RegisterAll();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,49 @@
+// Command-line flags for one subcommand: `--name value`, `--name=value` and
+// boolean `--name`. Every flag is declared with a default and a help line;
+// unknown flags and malformed values are errors that name the flag.
+// Thread-compatible.
+#ifndef TANDEM_CLI_ARGS_H_
+#define TANDEM_CLI_ARGS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+
+namespace tandem::cli {
+
+struct FlagSpec {
+  std::string name = "";      // without leading dashes
+  std::string default_value = "";  // ignored when required
+  std::string help = "";
+  bool is_bool = false;
+  bool required = false;
+};
+
+class Args {
+ public:
+  static absl::StatusOr<Args> Parse(const std::vector<std::string>& argv,
+                                    const std::vector<FlagSpec>& specs);
+
+  // Usage text listing every flag with its default.
+  static std::string Usage(const std::string& command, const std::vector<FlagSpec>& specs);
+
+  const std::string& String(const std::string& name) const;
+  absl::StatusOr<int64_t> Int(const std::string& name) const;
+  absl::StatusOr<double> Double(const std::string& name) const;
+  absl::StatusOr<uint64_t> Uint64(const std::string& name) const;
+  bool Bool(const std::string& name) const;
+  bool IsSet(const std::string& name) const { return set_.contains(name); }
+  bool help() const { return help_; }
+
+ private:
+  absl::flat_hash_map<std::string, std::string> values_;
+  absl::flat_hash_map<std::string, bool> set_;
+  bool help_ = false;
+};
+
+}  // namespace tandem::cli
+
+#endif  // TANDEM_CLI_ARGS_H_

@@ -1,0 +1,77 @@
+// `tandem make-model`: writes a synthetic Llama GGUF (see
+// engine/synthetic_model.h) with a chosen shape and weight type.
+#include <string>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "common/status_macros.h"
+#include "engine/synthetic_model.h"
+
+namespace tandem::cli {
+namespace {
+
+absl::StatusOr<engine::SyntheticModelOptions> OptionsFromArgs(const Args& args) {
+  engine::SyntheticModelOptions o;
+  o.arch = args.String("arch");
+  auto int_flag = [&](const std::string& name, int32_t& field) -> absl::Status {
+    ASSIGN_OR_RETURN(int64_t v, args.Int(name));
+    if (v < 1 || v > (1 << 24)) {
+      return absl::InvalidArgumentError("--" + name + ": out of range");
+    }
+    field = static_cast<int32_t>(v);
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(int_flag("n-vocab", o.n_vocab));
+  RETURN_IF_ERROR(int_flag("n-embd", o.n_embd));
+  RETURN_IF_ERROR(int_flag("n-layer", o.n_layer));
+  RETURN_IF_ERROR(int_flag("n-head", o.n_head));
+  RETURN_IF_ERROR(int_flag("n-head-kv", o.n_head_kv));
+  RETURN_IF_ERROR(int_flag("n-ff", o.n_ff));
+  RETURN_IF_ERROR(int_flag("context-length", o.context_length));
+  ASSIGN_OR_RETURN(o.type, engine::GgmlTypeFromName(args.String("type")));
+  o.tied_output = args.Bool("tied-output");
+  ASSIGN_OR_RETURN(o.seed, args.Uint64("seed"));
+  RETURN_IF_ERROR(engine::ValidateSyntheticModelOptions(o));
+  return o;
+}
+
+}  // namespace
+
+int RunMakeModel(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
+  const engine::SyntheticModelOptions d;
+  const std::vector<FlagSpec> specs = {
+      {.name = "out", .help = "path of the GGUF file to write", .required = true},
+      {.name = "arch", .default_value = d.arch, .help = "llama or qwen2"},
+      {.name = "n-vocab", .default_value = std::to_string(d.n_vocab), .help = "vocabulary size"},
+      {.name = "n-embd", .default_value = std::to_string(d.n_embd), .help = "embedding width"},
+      {.name = "n-layer", .default_value = std::to_string(d.n_layer), .help = "layers"},
+      {.name = "n-head", .default_value = std::to_string(d.n_head), .help = "query heads"},
+      {.name = "n-head-kv", .default_value = std::to_string(d.n_head_kv), .help = "KV heads"},
+      {.name = "n-ff", .default_value = std::to_string(d.n_ff), .help = "feed-forward width"},
+      {.name = "context-length", .default_value = std::to_string(d.context_length),
+       .help = "trained context length"},
+      {.name = "type", .default_value = "f32", .help = "weight type: f32, f16, bf16, q8_0"},
+      {.name = "tied-output", .default_value = "false",
+       .help = "share token_embd as the output matrix", .is_bool = true},
+      {.name = "seed", .default_value = "1", .help = "weight RNG seed"},
+  };
+  absl::StatusOr<Args> args = Args::Parse(argv, specs);
+  if (!args.ok() || args->help()) {
+    if (!args.ok()) err << "tandem make-model: " << args.status().message() << "\n";
+    err << Args::Usage("make-model", specs);
+    return args.ok() ? 0 : 2;
+  }
+  absl::StatusOr<engine::SyntheticModelOptions> options = OptionsFromArgs(*args);
+  if (!options.ok()) {
+    err << "tandem make-model: " << options.status().message() << "\n";
+    return 2;
+  }
+  if (absl::Status s = engine::WriteSyntheticModel(*options, args->String("out")); !s.ok()) {
+    err << "tandem make-model: " << s.message() << "\n";
+    return 1;
+  }
+  out << args->String("out") << "\n";
+  return 0;
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,458 @@
+// AVX-512 kernels (F, BW, VL, DQ, VNNI). Only the functions here are compiled
+// for AVX-512, through a per-function target attribute, so the rest of the
+// binary still runs on any x86-64; kernels.cc picks this table at run time.
+//
+// Matrix-vector products keep a tile of R weight rows x T tokens of 16-lane
+// accumulators in registers, so each weight vector is loaded (and converted)
+// once per T tokens and each activation vector once per R rows; decode (T = 1)
+// is bound by streaming the weights, which each call reads exactly once.
+// Q8_0 multiplies int8 weights by int8-quantized activations with VNNI: the
+// weights enter the unsigned operand as w + 128 and the activations carry the
+// matching -128 * sum(x) correction (see Q8Activations).
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/cpu/kernels.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+// GCC 12's intrinsics build "undefined" vectors as `__m512 __Y = __Y;`, which
+// -W(maybe-)uninitialized reports once inlined here (a known false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#define TANDEM_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2")))
+
+namespace tandem::engine::cpu {
+namespace {
+
+// Tokens per register tile; a tile holds up to kRows x kTokens accumulators.
+constexpr int kTokens = 4;
+constexpr int kRows = 4;
+
+enum class WKind { kF32, kF16, kBF16 };
+
+// fp16 -> fp32 for Q8_0 block scales: one broadcast load instead of a
+// conversion chain per block.
+struct Fp16Table {
+  float v[1 << 16];
+  Fp16Table() {
+    for (uint32_t h = 0; h < (1u << 16); ++h) v[h] = Fp16ToFp32(static_cast<uint16_t>(h));
+  }
+};
+const float* Fp16ToFp32Table() {
+  static const Fp16Table* table = new Fp16Table();
+  return table->v;
+}
+
+inline uint16_t LoadU16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline __mmask16 TailMask(int64_t remaining) {
+  return static_cast<__mmask16>((1u << remaining) - 1);
+}
+
+constexpr int64_t ElemBytes(WKind k) { return k == WKind::kF32 ? 4 : 2; }
+
+// Software prefetch of the weight stream, `PrefetchDistance` bytes ahead of
+// the loads (0 = none). Tuned by env for experiments.
+inline int64_t PrefetchDistance(int rows, int64_t row_bytes) {
+  static const int mode = [] {
+    const char* e = std::getenv("TANDEM_PF");
+    return e ? std::atoi(e) : 0;
+  }();
+  if (mode == 0) return 0;
+  if (mode == 1) return rows * row_bytes;
+  return mode;
+}
+TANDEM_AVX512 inline void Prefetch(const uint8_t* p) {
+  static const int hint = [] {
+    const char* e = std::getenv("TANDEM_PF_HINT");
+    return e ? std::atoi(e) : 0;
+  }();
+  if (hint == 0) {
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+  } else {
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T2);
+  }
+}
+
+// 16 weights starting at element k of a row, as f32.
+template <WKind K>
+TANDEM_AVX512 inline __m512 LoadW(const uint8_t* row, int64_t k) {
+  if constexpr (K == WKind::kF32) {
+    return _mm512_loadu_ps(row + 4 * k);
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k));
+    if constexpr (K == WKind::kF16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+// Like LoadW for the lanes in `m`; the other lanes are zero and not read.
+template <WKind K>
+TANDEM_AVX512 inline __m512 LoadWMasked(const uint8_t* row, int64_t k, __mmask16 m) {
+  if constexpr (K == WKind::kF32) {
+    return _mm512_maskz_loadu_ps(m, row + 4 * k);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, row + 2 * k);
+    if constexpr (K == WKind::kF16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+// Lane sums of a, b, c, d.
+TANDEM_AVX512 inline __m128 Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m256 a1 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+  const __m256 b1 = _mm256_add_ps(_mm512_castps512_ps256(b), _mm512_extractf32x8_ps(b, 1));
+  const __m256 c1 = _mm256_add_ps(_mm512_castps512_ps256(c), _mm512_extractf32x8_ps(c, 1));
+  const __m256 d1 = _mm256_add_ps(_mm512_castps512_ps256(d), _mm512_extractf32x8_ps(d, 1));
+  const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a1, b1), _mm256_hadd_ps(c1, d1));
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+// y[t * ldy + r] = lane sum of acc[r][t].
+template <int R, int T>
+TANDEM_AVX512 inline void StoreSums(const __m512 (&acc)[R][T], float* y, int64_t ldy) {
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) {
+    if constexpr (R == 4) {
+      _mm_storeu_ps(y + t * ldy, Reduce4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
+    } else {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+    }
+  }
+}
+
+// One R x T register tile: rows at w + r * row_bytes, tokens at x + t * ldx.
+template <WKind K, int R, int T>
+TANDEM_AVX512 void GemvTile(const uint8_t* w, int64_t row_bytes, int64_t cols,
+                            const float* x, int64_t ldx, float* y, int64_t ldy) {
+  __m512 acc[R][T];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
+  int64_t k = 0;
+  const int64_t ahead = PrefetchDistance(R, row_bytes);
+  for (; k + 16 <= cols; k += 16) {
+    __m512 wv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      if (ahead > 0) Prefetch(w + r * row_bytes + ElemBytes(K) * k + ahead);
+      wv[r] = LoadW<K>(w + r * row_bytes, k);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const __m512 xv = _mm512_loadu_ps(x + t * ldx + k);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+    }
+  }
+  if (k < cols) {
+    const __mmask16 m = TailMask(cols - k);
+    __m512 wv[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) wv[r] = LoadWMasked<K>(w + r * row_bytes, k, m);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + t * ldx + k);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+    }
+  }
+  StoreSums<R, T>(acc, y, ldy);
+}
+
+// R rows starting at row `r` (pointer w) against all tokens.
+template <WKind K, int R>
+TANDEM_AVX512 void GemvRowBlock(const uint8_t* w, int64_t row_bytes, const GemvArgs& a,
+                                int64_t r) {
+  const float* x = a.x;
+  float* y = a.y + r;
+  int64_t t = 0;
+  for (; t + kTokens <= a.n; t += kTokens) {
+    GemvTile<K, R, kTokens>(w, row_bytes, a.cols, x + t * a.cols, a.cols, y + t * a.ldy, a.ldy);
+  }
+  switch (a.n - t) {
+    case 3: GemvTile<K, R, 3>(w, row_bytes, a.cols, x + t * a.cols, a.cols, y + t * a.ldy, a.ldy); break;
+    case 2: GemvTile<K, R, 2>(w, row_bytes, a.cols, x + t * a.cols, a.cols, y + t * a.ldy, a.ldy); break;
+    case 1: GemvTile<K, R, 1>(w, row_bytes, a.cols, x + t * a.cols, a.cols, y + t * a.ldy, a.ldy); break;
+    default: break;
+  }
+}
+
+// Converts `rows` rows of a 16-bit float type to f32 at dst: [rows][cols].
+template <WKind K>
+TANDEM_AVX512 void ConvertRows(const uint8_t* src, int64_t row_bytes, int64_t rows, int64_t cols,
+                               float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* row = src + r * row_bytes;
+    float* out = dst + r * cols;
+    int64_t k = 0;
+    for (; k + 16 <= cols; k += 16) _mm512_storeu_ps(out + k, LoadW<K>(row, k));
+    if (k < cols) {
+      const __mmask16 m = TailMask(cols - k);
+      _mm512_mask_storeu_ps(out + k, m, LoadWMasked<K>(row, k, m));
+    }
+  }
+}
+
+template <WKind K>
+TANDEM_AVX512 void GemvFloatRows(const GemvArgs& a, int64_t row_begin, int64_t row_end) {
+  // With several token tiles a 16-bit row block is converted once into the
+  // scratch (L1-resident) rather than once per tile.
+  const bool stage = K != WKind::kF32 && a.n > kTokens;
+  int64_t r = row_begin;
+  for (; r + kRows <= row_end; r += kRows) {
+    const uint8_t* w = a.w + r * a.row_bytes;
+    if (stage) {
+      ConvertRows<K>(w, a.row_bytes, kRows, a.cols, a.scratch);
+      GemvRowBlock<WKind::kF32, kRows>(reinterpret_cast<const uint8_t*>(a.scratch),
+                                       a.cols * 4, a, r);
+    } else {
+      GemvRowBlock<K, kRows>(w, a.row_bytes, a, r);
+    }
+  }
+  for (; r < row_end; ++r) GemvRowBlock<K, 1>(a.w + r * a.row_bytes, a.row_bytes, a, r);
+}
+
+// Q8_0: one R x T tile over all blocks of R rows.
+template <int R, int T>
+TANDEM_AVX512 void GemvQ8Tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks,
+                              const Q8Activations& xq, int64_t t0, float* y, int64_t ldy) {
+  const float* f16 = Fp16ToFp32Table();
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const int8_t* xqs = xq.qs + t0 * xq.pairs * 64;
+  const int32_t* xbias = xq.bias + t0 * xq.pairs * 16;
+  const float* xscale = xq.scale + t0 * xq.pairs * 16;
+  __m512 acc[R][T];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
+  const int64_t pairs = xq.pairs;
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512i wq[R];
+    __m512 dw[R];
+    const bool whole = 2 * p + 1 < nblocks;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* b = w + r * row_bytes + p * 2 * sizeof(BlockQ8_0);
+      const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+      // A missing second block reads as 0 (+128 after the flip) and meets
+      // zero activations, bias and scale.
+      const __m256i q1 = whole ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 36))
+                               : _mm256_setzero_si256();
+      wq[r] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1), flip);
+      const __m512 d0 = _mm512_set1_ps(f16[LoadU16(b)]);
+      dw[r] = whole ? _mm512_mask_blend_ps(0xff00, d0, _mm512_set1_ps(f16[LoadU16(b + 34)])) : d0;
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const __m512i xv = _mm512_load_si512(xqs + t * pairs * 64 + p * 64);
+      const __m512i bias = _mm512_load_si512(xbias + t * pairs * 16 + p * 16);
+      const __m512 sc = _mm512_load_ps(xscale + t * pairs * 16 + p * 16);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512i dot = _mm512_dpbusd_epi32(bias, wq[r], xv);
+        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw[r], sc), acc[r][t]);
+      }
+    }
+  }
+  StoreSums<R, T>(acc, y, ldy);
+}
+
+template <int R>
+TANDEM_AVX512 void GemvQ8RowBlock(const uint8_t* w, const GemvArgs& a, int64_t r) {
+  const int64_t nblocks = a.cols / kQ8_0BlockSize;
+  float* y = a.y + r;
+  int64_t t = 0;
+  for (; t + kTokens <= a.n; t += kTokens) {
+    GemvQ8Tile<R, kTokens>(w, a.row_bytes, nblocks, *a.xq, t, y + t * a.ldy, a.ldy);
+  }
+  switch (a.n - t) {
+    case 3: GemvQ8Tile<R, 3>(w, a.row_bytes, nblocks, *a.xq, t, y + t * a.ldy, a.ldy); break;
+    case 2: GemvQ8Tile<R, 2>(w, a.row_bytes, nblocks, *a.xq, t, y + t * a.ldy, a.ldy); break;
+    case 1: GemvQ8Tile<R, 1>(w, a.row_bytes, nblocks, *a.xq, t, y + t * a.ldy, a.ldy); break;
+    default: break;
+  }
+}
+
+TANDEM_AVX512 void GemvQ8Rows(const GemvArgs& a, int64_t row_begin, int64_t row_end) {
+  int64_t r = row_begin;
+  for (; r + kRows <= row_end; r += kRows) GemvQ8RowBlock<kRows>(a.w + r * a.row_bytes, a, r);
+  for (; r < row_end; ++r) GemvQ8RowBlock<1>(a.w + r * a.row_bytes, a, r);
+}
+
+TANDEM_AVX512 void GemvAvx512(const GemvArgs& a, int64_t row_begin, int64_t row_end) {
+  switch (a.type) {
+    case GgmlType::kF32: GemvFloatRows<WKind::kF32>(a, row_begin, row_end); return;
+    case GgmlType::kF16: GemvFloatRows<WKind::kF16>(a, row_begin, row_end); return;
+    case GgmlType::kBF16: GemvFloatRows<WKind::kBF16>(a, row_begin, row_end); return;
+    case GgmlType::kQ8_0: GemvQ8Rows(a, row_begin, row_end); return;
+  }
+}
+
+TANDEM_AVX512 void QuantizeQ8Avx512(const float* x, int64_t n, int64_t cols,
+                                    const Q8Activations& out) {
+  const int64_t nblocks = cols / kQ8_0BlockSize;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xt = x + t * cols;
+    int8_t* qs = out.qs + t * out.pairs * 64;
+    int32_t* bias = out.bias + t * out.pairs * 16;
+    float* scale = out.scale + t * out.pairs * 16;
+    for (int64_t b = 0; b < 2 * out.pairs; ++b) {
+      int8_t* q = qs + b * kQ8_0BlockSize;
+      if (b >= nblocks) {  // padding block of an odd count
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm256_setzero_si256());
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias + b * 8), _mm256_setzero_si256());
+        _mm256_storeu_ps(scale + b * 8, _mm256_setzero_ps());
+        continue;
+      }
+      const __m512 v0 = _mm512_loadu_ps(xt + b * kQ8_0BlockSize);
+      const __m512 v1 = _mm512_loadu_ps(xt + b * kQ8_0BlockSize + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+      // Same IEEE operations as the portable quantizer; cvtps rounds to
+      // nearest even like nearbyint in the default mode.
+      const float d = amax / 127.0f;
+      const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
+      const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(q0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(q1));
+      const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias + b * 8), _mm256_set1_epi32(-16 * sum));
+      _mm256_storeu_ps(scale + b * 8, _mm256_set1_ps(d));
+    }
+  }
+}
+
+TANDEM_AVX512 void DequantizeRowsAvx512(GgmlType type, const uint8_t* src, int64_t row_bytes,
+                                        int64_t rows, int64_t cols, float* dst) {
+  switch (type) {
+    case GgmlType::kF32:
+      for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(dst + r * cols, src + r * row_bytes, cols * sizeof(float));
+      }
+      return;
+    case GgmlType::kF16: ConvertRows<WKind::kF16>(src, row_bytes, rows, cols, dst); return;
+    case GgmlType::kBF16: ConvertRows<WKind::kBF16>(src, row_bytes, rows, cols, dst); return;
+    case GgmlType::kQ8_0: break;
+  }
+  const float* f16 = Fp16ToFp32Table();
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* row = src + r * row_bytes;
+    float* out = dst + r * cols;
+    for (int64_t b = 0; b < cols / kQ8_0BlockSize; ++b) {
+      const uint8_t* block = row + b * sizeof(BlockQ8_0);
+      const __m512 d = _mm512_set1_ps(f16[LoadU16(block)]);
+      const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+      const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 18));
+      _mm512_storeu_ps(out + 32 * b, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d));
+      _mm512_storeu_ps(out + 32 * b + 16,
+                       _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d));
+    }
+  }
+}
+
+TANDEM_AVX512 void RmsNormAvx512(const float* x, const float* weight, int64_t n_tokens,
+                                 int64_t dim, float eps, float* y) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* xt = x + t * dim;
+    float* yt = y + t * dim;
+    __m512 acc0 = _mm512_setzero_ps();
+    __m512 acc1 = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 32 <= dim; k += 32) {
+      const __m512 v0 = _mm512_loadu_ps(xt + k);
+      const __m512 v1 = _mm512_loadu_ps(xt + k + 16);
+      acc0 = _mm512_fmadd_ps(v0, v0, acc0);
+      acc1 = _mm512_fmadd_ps(v1, v1, acc1);
+    }
+    for (; k < dim; k += 16) {
+      const __m512 v = _mm512_maskz_loadu_ps(TailMask(dim - k < 16 ? dim - k : 16), xt + k);
+      acc0 = _mm512_fmadd_ps(v, v, acc0);
+    }
+    const float ss = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    const __m512 scale = _mm512_set1_ps(1.0f / __builtin_sqrtf(ss / static_cast<float>(dim) + eps));
+    for (k = 0; k < dim; k += 16) {
+      const __mmask16 m = TailMask(dim - k < 16 ? dim - k : 16);
+      const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xt + k), scale);
+      _mm512_mask_storeu_ps(yt + k, m, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, weight + k)));
+    }
+  }
+}
+
+// e^x with a degree-7 Taylor polynomial on |r| <= ln2/2 (relative error
+// ~1e-8 before rounding) and scalef for the power of two, which saturates to
+// 0 / inf outside the float range. NaN propagates.
+TANDEM_AVX512 inline __m512 Exp(__m512 x) {
+  x = _mm512_min_ps(_mm512_set1_ps(100.0f), _mm512_max_ps(_mm512_set1_ps(-100.0f), x));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+TANDEM_AVX512 void SwiGluAvx512(const float* gate, const float* up, int64_t n, float* out) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i < 16 ? n - i : 16);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    const __m512 e = Exp(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(m, up + i)));
+  }
+}
+
+TANDEM_AVX512 void AddAvx512(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i < 16 ? n - i : 16);
+    const __m512 s = _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
+    _mm512_mask_storeu_ps(x + i, m, s);
+  }
+}
+
+}  // namespace
+
+const KernelTable& Avx512Kernels() {
+  Fp16ToFp32Table();  // build it before any kernel runs on worker threads
+  static const KernelTable table = {
+      .isa = Isa::kAvx512,
+      .gemv = GemvAvx512,
+      .quantize_q8 = QuantizeQ8Avx512,
+      .dequantize_rows = DequantizeRowsAvx512,
+      .rms_norm = RmsNormAvx512,
+      .swiglu = SwiGluAvx512,
+      .add = AddAvx512,
+  };
+  return table;
+}
+
+}  // namespace tandem::engine::cpu
+
+#else  // not x86-64: no AVX-512 kernels; IsaSupported(kAvx512) is false.
+
+namespace tandem::engine::cpu {
+const KernelTable& Avx512Kernels() { return PortableKernels(); }
+}  // namespace tandem::engine::cpu
+
+#endif

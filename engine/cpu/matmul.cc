@@ -1,0 +1,147 @@
+#include "engine/cpu/matmul.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/check.h"
+#include "oneapi/dnnl/dnnl.h"
+
+namespace tandem::engine::cpu {
+namespace {
+
+// Dequantized weight tile per thread on the gemm path (floats): big enough
+// that sgemm's per-call packing of x is amortized, small enough for L2.
+constexpr int64_t kGemmTileFloats = 1 << 17;
+
+// First row of part `i` of `parts` over `rows`, on 16-row (64-byte y)
+// boundaries so threads never share a cache line of the output.
+int64_t RowSplit(int64_t rows, int i, int parts) {
+  const int64_t r = (rows * i / parts + 15) / 16 * 16;
+  return std::min(rows, r);
+}
+
+void Sgemm(int64_t n, int64_t rows, int64_t cols, const float* x, const float* w, float* y,
+           int64_t ldy) {
+  // Row-major y[n, rows] = x[n, cols] * w[rows, cols]^T.
+  const dnnl_status_t status =
+      dnnl_sgemm('N', 'T', n, rows, cols, 1.0f, x, cols, w, cols, 0.0f, y, ldy);
+  TANDEM_CHECK(status == dnnl_success, "dnnl_sgemm rejected valid shapes") << status;
+}
+
+}  // namespace
+
+void* ScratchBuffer::Get(size_t bytes) {
+  if (bytes > size_) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    data_.reset(std::aligned_alloc(64, rounded));
+    TANDEM_CHECK(data_ != nullptr, "out of memory for kernel scratch") << rounded << " bytes";
+    size_ = rounded;
+  }
+  return data_.get();
+}
+
+MatMulRunner::MatMulRunner(const KernelTable& kernels, int threads)
+    : kernels_(kernels), threads_(threads), per_thread_(threads) {
+  TANDEM_CHECK(threads >= 1, "matmul needs at least one thread");
+}
+
+int MatMulRunner::ThreadsFor(int64_t macs) const {
+  return macs < kMinParallelMacs ? 1 : threads_;
+}
+
+void MatMulRunner::Run(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
+                       MatMulPath path) {
+  TANDEM_DCHECK(w.type != GgmlType::kQ8_0 || w.cols % kQ8_0BlockSize == 0,
+                "Q8_0 rows are whole blocks");
+  if (n_tokens <= 0 || w.rows <= 0) return;
+  if (path == MatMulPath::kAuto) {
+    path = n_tokens >= kGemmMinTokens ? MatMulPath::kGemm : MatMulPath::kGemv;
+  }
+  if (path == MatMulPath::kGemm) {
+    RunGemm(w, x, n_tokens, y);
+  } else {
+    RunGemv(w, x, n_tokens, y);
+  }
+}
+
+void MatMulRunner::RunGemv(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
+  GemvArgs args;
+  args.type = w.type;
+  args.w = static_cast<const uint8_t*>(w.data);
+  args.row_bytes = GgmlRowBytes(w.type, w.cols);
+  args.cols = w.cols;
+  args.n = n_tokens;
+  args.x = x;
+  args.y = y;
+  args.ldy = w.rows;
+
+  Q8Activations xq;
+  if (w.type == GgmlType::kQ8_0) {
+    xq.pairs = (w.cols / kQ8_0BlockSize + 1) / 2;
+    const int64_t lanes = n_tokens * xq.pairs * 16;  // int32/float lanes per array
+    auto* base = static_cast<uint8_t*>(activations_.Get(3 * lanes * 4));
+    xq.qs = reinterpret_cast<int8_t*>(base);
+    xq.bias = reinterpret_cast<int32_t*>(base + lanes * 4);
+    xq.scale = reinterpret_cast<float*>(base + 2 * lanes * 4);
+    kernels_.quantize_q8(x, n_tokens, w.cols, xq);
+    args.xq = &xq;
+  }
+
+  const int nth = ThreadsFor(w.rows * w.cols * n_tokens);
+  const size_t scratch_bytes = GemvScratchFloats(w.cols) * sizeof(float);
+  if (nth == 1) {
+    args.scratch = static_cast<float*>(per_thread_[0].Get(scratch_bytes));
+    kernels_.gemv(args, 0, w.rows);
+    return;
+  }
+  for (int i = 0; i < nth; ++i) per_thread_[i].Get(scratch_bytes);
+#pragma omp parallel num_threads(nth)
+  {
+    const int tid = omp_get_thread_num();
+    const int parts = omp_get_num_threads();
+    GemvArgs local = args;
+    local.scratch = static_cast<float*>(per_thread_[tid].Get(scratch_bytes));
+    const int64_t begin = RowSplit(w.rows, tid, parts);
+    const int64_t end = RowSplit(w.rows, tid + 1, parts);
+    if (begin < end) kernels_.gemv(local, begin, end);
+  }
+}
+
+void MatMulRunner::RunGemm(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  const int64_t row_bytes = GgmlRowBytes(w.type, w.cols);
+  // f32 weights go to sgemm in place; anything else (or a misaligned f32
+  // matrix) is dequantized tile by tile into per-thread scratch.
+  const bool in_place =
+      w.type == GgmlType::kF32 && reinterpret_cast<uintptr_t>(data) % alignof(float) == 0;
+  const int64_t tile_rows = std::max<int64_t>(16, kGemmTileFloats / w.cols / 16 * 16);
+  const int nth = ThreadsFor(w.rows * w.cols * n_tokens);
+  if (!in_place) {
+    const size_t tile_bytes = std::min(tile_rows, w.rows) * w.cols * sizeof(float);
+    for (int i = 0; i < nth; ++i) per_thread_[i].Get(tile_bytes);
+  }
+  // Each thread runs a single-threaded sgemm on its own rows (oneDNN does not
+  // nest inside an OpenMP parallel region), so no tile is shared or waited on.
+#pragma omp parallel num_threads(nth)
+  {
+    const int tid = omp_get_thread_num();
+    const int parts = omp_get_num_threads();
+    const int64_t begin = RowSplit(w.rows, tid, parts);
+    const int64_t end = RowSplit(w.rows, tid + 1, parts);
+    if (in_place && begin < end) {
+      Sgemm(n_tokens, end - begin, w.cols, x,
+            reinterpret_cast<const float*>(data + begin * row_bytes), y + begin, w.rows);
+    } else if (begin < end) {
+      auto* tile = static_cast<float*>(per_thread_[tid].Get(0));
+      for (int64_t r = begin; r < end; r += tile_rows) {
+        const int64_t m = std::min(tile_rows, end - r);
+        kernels_.dequantize_rows(w.type, data + r * row_bytes, row_bytes, m, w.cols, tile);
+        Sgemm(n_tokens, m, w.cols, x, tile, y + r, w.rows);
+      }
+    }
+  }
+}
+
+}  // namespace tandem::engine::cpu

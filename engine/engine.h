@@ -1,0 +1,135 @@
+// The inference engine: admits generation requests, schedules each step's
+// batch (decode tokens of running sequences first, then prefill chunks of
+// new ones, under a token budget), runs the forward pass over the paged KV
+// cache, samples, and reports one TokenEvent per sequence per step.
+// Engine-thread only: exactly one thread calls every method; others post to
+// that thread (see the decode worker). No locks inside.
+#ifndef TANDEM_ENGINE_ENGINE_H_
+#define TANDEM_ENGINE_ENGINE_H_
+
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "engine/backend.h"
+#include "engine/forward.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "engine/rope.h"
+#include "engine/sampler.h"
+
+namespace tandem::engine {
+
+enum class FinishReason {
+  kNone,       // still running
+  kLength,     // max_tokens reached, or the sequence filled max_context
+  kStop,       // an end-of-generation token was sampled
+  kCancelled,  // Cancel() was called
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;  // token ids, BOS included when wanted
+  SamplingParams sampling;
+  int32_t max_tokens = 16;      // >= 1
+  int32_t top_logprobs = 0;     // [0, kMaxTopLogprobs]
+  bool ignore_eos = false;
+};
+
+struct TokenEvent {
+  int64_t seq_id = 0;
+  SampledToken token;
+  FinishReason finish = FinishReason::kNone;
+};
+
+struct EngineOptions {
+  KvCacheOptions kv;
+  int32_t max_context = 4096;       // cap on each sequence's KV and RoPE table
+  int32_t max_batch_tokens = 512;   // tokens per forward step (prefill chunking)
+  int32_t max_running = 64;         // sequences in the running batch
+  int32_t max_waiting = 1024;       // queued sequences before Add refuses
+};
+
+struct EngineStats {
+  int32_t running = 0;
+  int32_t waiting = 0;
+  int32_t blocks_used = 0;
+  int32_t blocks_free = 0;
+  int32_t blocks_total = 0;
+  int64_t preemptions = 0;
+};
+
+class Engine {
+ public:
+  // The model must outlive the engine.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const Model& model,
+                                                        std::unique_ptr<Backend> backend,
+                                                        const EngineOptions& options);
+
+  // Queues a request; returns its sequence id. InvalidArgument naming the
+  // field for bad requests; ResourceExhausted when the waiting queue is full
+  // or the prompt can never fit in the KV budget.
+  absl::StatusOr<int64_t> Add(GenerationRequest request);
+
+  // Drops the sequence and frees its blocks; its next event is kCancelled
+  // (reported by the next Step). Unknown ids are ignored.
+  void Cancel(int64_t seq_id);
+
+  // One engine step: Schedule -> Forward -> Update. Returns the tokens
+  // produced (one per sequence that finished its prompt or decoded), and
+  // cancellation events.
+  absl::StatusOr<std::vector<TokenEvent>> Step();
+
+  bool HasWork() const { return !running_.empty() || !waiting_.empty() || !cancelled_.empty(); }
+  EngineStats stats() const;
+  const Model& model() const { return model_; }
+  int32_t max_context() const { return options_.max_context; }
+
+ private:
+  struct Sequence {
+    int64_t id = 0;
+    GenerationRequest request;
+    std::vector<int32_t> tokens;  // prompt, then generated tokens
+    int32_t n_computed = 0;       // positions whose KV is in `blocks`
+    int32_t n_generated = 0;
+    std::optional<BlockList> blocks;
+    Sampler sampler;
+  };
+  // What one step runs: per sequence, the tokens [start, start + count).
+  struct PlanItem {
+    Sequence* seq;
+    int32_t start;
+    int32_t count;
+  };
+
+  Engine(const Model& model, std::unique_ptr<Backend> backend, const EngineOptions& options,
+         std::unique_ptr<KvCache> kv);
+
+  std::vector<PlanItem> Schedule();
+  bool EnsureBlocks(Sequence& seq, int32_t n_positions);
+  void Preempt(Sequence& seq);
+  void Update(const std::vector<PlanItem>& plan, const ForwardResult& result,
+              std::vector<TokenEvent>& events);
+
+  const Model& model_;
+  EngineOptions options_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<KvCache> kv_;
+  RopeTable rope_;
+  ForwardPass forward_;
+  int64_t next_id_ = 1;
+  int64_t preemptions_ = 0;
+  // Sequences own their state; running_ keeps admission order (the newest is
+  // preempted first when blocks run out).
+  std::list<std::unique_ptr<Sequence>> running_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<int64_t> cancelled_;
+};
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_ENGINE_H_

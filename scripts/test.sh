@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds, and runs every test (ctest). CI runs this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install_deps.sh
+bash scripts/build.sh
+cd build
+ctest --output-on-failure -j "${TANDEM_TEST_JOBS:-2}" --timeout 900

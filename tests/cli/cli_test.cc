@@ -1,0 +1,110 @@
+// The `tandem` binary end to end: make-model, generate (plain and --jsonl),
+// tokenize, and clear errors for bad flags.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_split.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Result {
+  int exit_code;
+  std::string out;
+};
+
+// Runs a shell command, capturing stdout (and stderr when merged by the caller).
+Result Shell(const std::string& cmd) {
+  Result r{-1, ""};
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string Tandem() { return std::string(TANDEM_BIN_DIR) + "/tandem"; }
+std::string Stories() { return std::string(TANDEM_SHARED_MODELS_DIR) + "/stories260K.gguf"; }
+
+TEST(CliTest, GenerateStoriesGreedy) {
+  const Result r = Shell(Tandem() + " generate --model " + Stories() +
+                       " --prompt 'Once upon a time' --max-tokens 64 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out,
+            ", there was a little girl named Lily. She loved to play outside in the park. One "
+            "day, she saw a big, red ball. She wanted to play with it, but it was too high.\n"
+            "Lily's mom said\n");
+}
+
+TEST(CliTest, GenerateJsonlCarriesLogprobs) {
+  const Result r = Shell(Tandem() + " generate --model " + Stories() +
+                       " --prompt 'Once upon a time' --max-tokens 5 --top-logprobs 3 --jsonl "
+                       "2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0);
+  std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_THAT(lines[0], HasSubstr("\"text\": \",\""));
+  for (const std::string& l : lines) {
+    EXPECT_THAT(l, HasSubstr("\"logprob\": "));
+    EXPECT_THAT(l, HasSubstr("\"top_logprobs\": [{\"id\": "));
+  }
+}
+
+TEST(CliTest, TokenizeWithAndWithoutSpecials) {
+  Result r = Shell(Tandem() + " tokenize --model " + Stories() + " --text 'Once upon a time'");
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out.rfind("[1, ", 0), 0u) << r.out;
+  Result plain =
+      Shell(Tandem() + " tokenize --model " + Stories() + " --text 'Once upon a time' --no-special");
+  ASSERT_EQ(plain.exit_code, 0);
+  EXPECT_EQ("[1, " + plain.out.substr(1), r.out);
+}
+
+TEST(CliTest, MakeModelThenGenerate) {
+  const std::string path = ::testing::TempDir() + "/cli_synth.gguf";
+  Result made = Shell(Tandem() + " make-model --out " + path +
+                    " --n-embd 64 --n-layer 2 --n-head 4 --n-head-kv 2 --n-ff 128 --n-vocab 300"
+                    " --type q8_0 --seed 3");
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  Result gen = Shell(Tandem() + " generate --model " + path +
+                   " --prompt 'the little girl' --max-tokens 8 --ignore-eos --temperature 0.9"
+                   " --seed 5 --jsonl 2>/dev/null");
+  ASSERT_EQ(gen.exit_code, 0);
+  std::vector<std::string> lines = absl::StrSplit(gen.out, '\n', absl::SkipEmpty());
+  EXPECT_EQ(lines.size(), 8u);
+  Result again = Shell(Tandem() + " generate --model " + path +
+                     " --prompt 'the little girl' --max-tokens 8 --ignore-eos --temperature 0.9"
+                     " --seed 5 --jsonl 2>/dev/null");
+  EXPECT_EQ(again.out, gen.out);
+}
+
+TEST(CliTest, BadFlagsNameTheFlag) {
+  Result r = Shell(Tandem() + " generate --model " + Stories() +
+                 " --prompt hi --max-tokens abc 2>&1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr("--max-tokens"));
+  r = Shell(Tandem() + " generate --model " + Stories() + " --prompt hi --top-logprobs 21 2>&1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr("top_logprobs"));
+  r = Shell(Tandem() + " generate --model /nonexistent.gguf --prompt hi 2>&1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.out, HasSubstr("/nonexistent.gguf"));
+  r = Shell(Tandem() + " generate --bogus 1 2>&1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr("--bogus"));
+  r = Shell(Tandem() + " make-model --out /tmp/x.gguf --n-head 3 2>&1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr("n_head"));
+}
+
+}  // namespace
