@@ -1,6 +1,7 @@
 #include "engine/kv_cache.h"
 
 #include <cstring>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 
@@ -26,12 +27,18 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const ModelConfig& conf
   if (num_blocks > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError("kv_budget_bytes allows more than 2^30 blocks");
   }
-  return std::unique_ptr<KvCache>(
-      new KvCache(config, options, static_cast<int32_t>(num_blocks)));
+  std::unique_ptr<uint8_t[]> memory(new (std::nothrow) uint8_t[block_bytes * num_blocks]);
+  if (memory == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "kv_budget_bytes: cannot allocate ", block_bytes * num_blocks, " bytes"));
+  }
+  return std::unique_ptr<KvCache>(new KvCache(config, options,
+                                              static_cast<int32_t>(num_blocks),
+                                              std::move(memory)));
 }
 
 KvCache::KvCache(const ModelConfig& config, const KvCacheOptions& options,
-                 int32_t num_blocks)
+                 int32_t num_blocks, std::unique_ptr<uint8_t[]> memory)
     : block_size_(options.block_size),
       kv_dim_(config.kv_dim()),
       n_layer_(config.n_layer),
@@ -39,14 +46,14 @@ KvCache::KvCache(const ModelConfig& config, const KvCacheOptions& options,
       elem_bytes_(GgmlBlockBytes(options.dtype)),
       layer_bytes_(int64_t{2} * options.block_size * config.kv_dim() * elem_bytes_),
       block_bytes_(layer_bytes_ * config.n_layer),
-      memory_(static_cast<size_t>(block_bytes_) * num_blocks),
+      memory_(std::move(memory)),
       pool_(num_blocks) {}
 
 PagedKvView KvCache::LayerView(int32_t layer) {
   const int64_t k_offset = layer * layer_bytes_;
   return PagedKvView{
       .dtype = dtype_,
-      .base = memory_.data(),
+      .base = memory_.get(),
       .block_bytes = block_bytes_,
       .k_offset = k_offset,
       .v_offset = k_offset + layer_bytes_ / 2,

@@ -56,10 +56,11 @@ class KvCache {
   void Store(int32_t layer, BlockId block, int32_t slot, const float* k, const float* v);
 
   // The raw bytes of one block (all layers), e.g. for shipping it elsewhere.
-  uint8_t* BlockData(BlockId block) { return memory_.data() + block * block_bytes_; }
+  uint8_t* BlockData(BlockId block) { return memory_.get() + block * block_bytes_; }
 
  private:
-  KvCache(const ModelConfig& config, const KvCacheOptions& options, int32_t num_blocks);
+  KvCache(const ModelConfig& config, const KvCacheOptions& options, int32_t num_blocks,
+          std::unique_ptr<uint8_t[]> memory);
 
   int32_t block_size_;
   int32_t kv_dim_;
@@ -68,7 +69,9 @@ class KvCache {
   int64_t elem_bytes_;
   int64_t layer_bytes_;  // keys and values of one layer within a block
   int64_t block_bytes_;
-  std::vector<uint8_t> memory_;
+  // Default-initialized, so pages are committed by the OS only once a block
+  // is first written: RSS follows use, the budget bounds it.
+  std::unique_ptr<uint8_t[]> memory_;
   BlockPool pool_;
 };
 

@@ -34,15 +34,17 @@ bool IsDigitSym(uint32_t s) { return InRange(s, '0', '9'); }
 bool IsWordSym(uint32_t s) {
   return IsDigitSym(s) || InRange(s, 'a', 'z') || InRange(s, 'A', 'Z') || s == '_';
 }
-// llama.cpp's ASCII stand-ins for the categories (k_ucat_map); note that
-// '~' is in neither \p{P} nor \p{S} there.
+// llama.cpp's ASCII stand-ins for the categories (k_ucat_map). Older
+// llama.cpp releases left '~' out of \p{S}; current ones (checked against a
+// prebuilt llama.cpp) include it, as Unicode does.
 bool IsAsciiPunct(uint32_t s) {
   return InRange(s, 0x21, 0x23) || InRange(s, 0x25, 0x2A) || InRange(s, 0x2C, 0x2F) ||
          InRange(s, 0x3A, 0x3B) || InRange(s, 0x3F, 0x40) || InRange(s, 0x5B, 0x5D) ||
          s == 0x5F || s == 0x7B || s == 0x7D;
 }
 bool IsAsciiSymbol(uint32_t s) {
-  return s == '$' || s == '+' || InRange(s, '<', '>') || s == '^' || s == '`' || s == '|';
+  return s == '$' || s == '+' || InRange(s, '<', '>') || s == '^' || s == '`' || s == '|' ||
+         s == '~';
 }
 
 struct ClassItem {
@@ -467,6 +469,17 @@ class Regex::Matcher {
   }
 
   bool MatchRepeat(const Node* n, int count, size_t pos, Cont k) const {
+    // Each iteration of a group repeat nests a few stack frames; give up on
+    // a match rather than overflow the stack on pathological words (only
+    // nested-group patterns such as exaone-moe's can get here).
+    if (depth_ >= kMaxRepeatDepth) return false;
+    ++depth_;
+    const bool matched = MatchRepeatBody(n, count, pos, k);
+    --depth_;
+    return matched;
+  }
+
+  bool MatchRepeatBody(const Node* n, int count, size_t pos, Cont k) const {
     if (n->max < 0 || count < n->max) {
       auto again = [&](size_t p) {
         if (p == pos) return false;  // an empty iteration ends the loop
@@ -477,9 +490,12 @@ class Regex::Matcher {
     return count >= n->min && k(pos);
   }
 
+  static constexpr int kMaxRepeatDepth = 4096;
+
   const uint32_t* sym_;
   size_t begin_;
   size_t end_;
+  mutable int depth_ = 0;
 };
 
 Regex::~Regex() = default;

@@ -468,10 +468,13 @@ SampledToken Sampler::Sample(std::span<const float> logits, int top_logprobs) {
   SampledToken out;
   out.top = TopLogprobs(logits, stats, top_logprobs);
 
-  const bool greedy = params_.temperature == 0.0f;
-  // Exactly one draw per call whenever sampling is random, whatever survives
+  // Exactly one draw per call whenever temperature > 0, whatever survives
   // truncation, so token t depends only on the seed and the rows up to t.
-  const double u = greedy ? 0.0 : ToUnitInterval(rng_());
+  const double u =
+      params_.temperature > 0.0f ? ToUnitInterval(rng_()) : 0.0;
+  // A subnormal temperature overflows 1/T; its distribution is the argmax.
+  const float inv_temperature = 1.0f / params_.temperature;
+  const bool greedy = std::isinf(inv_temperature);
   const bool no_token_possible = std::isinf(stats.log_sum);
 
   if (greedy || no_token_possible) {
@@ -479,13 +482,12 @@ SampledToken Sampler::Sample(std::span<const float> logits, int top_logprobs) {
       out.id = out.top.front().id;
     } else {
       // The first position of the max; the max is exact, so == finds it.
-      const float max = RowMax(logits);
+      const float max = no_token_possible ? kNegInf : stats.max;
       out.id = 0;
       while (Sanitize(logits[out.id]) != max) ++out.id;
     }
   } else {
-    const Weigher weight{.max = stats.max,
-                         .inv_temperature = 1.0f / params_.temperature};
+    const Weigher weight{.max = stats.max, .inv_temperature = inv_temperature};
     const bool use_top_k = params_.top_k > 0 && params_.top_k < n;
     const bool use_top_p = params_.top_p < 1.0f;
     if (use_top_k) {
