@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -34,7 +35,7 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
       rope_(model.config(), model.weights().rope_freq_factors, options.max_context),
       forward_(model, *backend_, *kv_, rope_) {}
 
-absl::StatusOr<int64_t> Engine::Add(GenerationRequest request) {
+absl::Status Engine::ValidateRequest(const GenerationRequest& request) const {
   const Tokenizer& tok = model_.tokenizer();
   if (request.prompt.empty()) {
     return absl::InvalidArgumentError("prompt: must hold at least one token");
@@ -60,16 +61,62 @@ absl::StatusOr<int64_t> Engine::Add(GenerationRequest request) {
     return absl::InvalidArgumentError(absl::StrCat(
         "prompt: ", n, " tokens exceed max_context ", options_.max_context));
   }
-  const int64_t blocks_needed = (n + kv_->block_size() - 1) / kv_->block_size();
-  if (blocks_needed > kv_->num_blocks()) {
+  if (n >= MaxSequenceLength()) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "prompt: ", n, " tokens need ", blocks_needed, " KV blocks; the pool holds ",
-        kv_->num_blocks()));
+        "prompt: ", n, " tokens leave no room in the KV pool (", kv_->num_blocks(),
+        " blocks of ", kv_->block_size(), " tokens)"));
   }
   if (static_cast<int64_t>(waiting_.size()) >= options_.max_waiting) {
     return absl::ResourceExhaustedError(
         absl::StrCat("waiting queue is full (max_waiting ", options_.max_waiting, ")"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::ValidateSnapshot(const GenerationRequest& request,
+                                      const KvSnapshot& kv) const {
+  const ModelConfig& c = model_.config();
+  auto mismatch = [](const char* field, int64_t got, int64_t want) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "kv.", field, " is ", got, " but this worker uses ", want));
+  };
+  if (kv.model_fingerprint != model_.fingerprint()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "kv.model_fingerprint ", kv.model_fingerprint, " differs from this worker's model (",
+        model_.fingerprint(), ")"));
+  }
+  if (kv.block_size != kv_->block_size()) return mismatch("block_size", kv.block_size, kv_->block_size());
+  if (kv.n_layer != c.n_layer) return mismatch("n_layer", kv.n_layer, c.n_layer);
+  if (kv.kv_dim != c.kv_dim()) return mismatch("kv_dim", kv.kv_dim, c.kv_dim());
+  if (kv.dtype != kv_->dtype()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "kv.dtype is ", std::string(GgmlTypeName(kv.dtype)), " but this worker uses ",
+        std::string(GgmlTypeName(kv_->dtype()))));
+  }
+  if (kv.n_tokens != static_cast<int32_t>(request.prompt.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv.n_tokens ", kv.n_tokens, " differs from the prompt's ", request.prompt.size(),
+        " tokens"));
+  }
+  const size_t want_blocks = (kv.n_tokens + kv.block_size - 1) / kv.block_size;
+  if (kv.blocks.size() != want_blocks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv.blocks has ", kv.blocks.size(), " blocks; ", kv.n_tokens, " tokens need ",
+        want_blocks));
+  }
+  for (size_t i = 0; i < kv.blocks.size(); ++i) {
+    if (static_cast<int64_t>(kv.blocks[i].size()) != kv_->block_bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat("kv.blocks[", i, "] has ",
+                                                     kv.blocks[i].size(), " bytes, expected ",
+                                                     kv_->block_bytes()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Engine::Enqueue(GenerationRequest request,
+                                        std::shared_ptr<const KvSnapshot> import,
+                                        const SampledToken* first) {
   const SamplingParams sampling = request.sampling;
   auto seq = std::make_unique<Sequence>(Sequence{
       .id = next_id_++,
@@ -79,11 +126,43 @@ absl::StatusOr<int64_t> Engine::Add(GenerationRequest request) {
       .n_generated = 0,
       .blocks = std::nullopt,
       .sampler = Sampler(sampling),
+      .import = std::move(import),
   });
   seq->tokens = seq->request.prompt;
+  if (first != nullptr) {
+    seq->tokens.push_back(first->id);
+    seq->n_generated = 1;
+    seq->sampler.Skip(1);  // the draw the prefill side made for `first`
+  }
   const int64_t id = seq->id;
   waiting_.push_back(std::move(seq));
   return id;
+}
+
+absl::StatusOr<int64_t> Engine::Add(GenerationRequest request) {
+  RETURN_IF_ERROR(ValidateRequest(request));
+  return Enqueue(std::move(request), nullptr, nullptr);
+}
+
+absl::StatusOr<int64_t> Engine::AddWithKv(GenerationRequest request, const SampledToken& first,
+                                          std::shared_ptr<const KvSnapshot> kv) {
+  RETURN_IF_ERROR(ValidateRequest(request));
+  if (kv == nullptr) return absl::InvalidArgumentError("kv: missing");
+  RETURN_IF_ERROR(ValidateSnapshot(request, *kv));
+  if (!model_.tokenizer().IsValidId(first.id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("first_token.id ", first.id, " is out of range"));
+  }
+  if (request.max_tokens < 2) {
+    return absl::InvalidArgumentError(
+        "max_tokens: must be at least 2 when the first token came with the KV");
+  }
+  if (static_cast<int64_t>(request.prompt.size()) + 1 > options_.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt: ", request.prompt.size(), " tokens leave no room under max_context ",
+        options_.max_context));
+  }
+  return Enqueue(std::move(request), std::move(kv), &first);
 }
 
 void Engine::Cancel(int64_t seq_id) {
@@ -110,6 +189,38 @@ bool Engine::EnsureBlocks(Sequence& seq, int32_t n_positions) {
   }
   const int32_t have = static_cast<int32_t>(seq.blocks->size());
   return have >= need || kv_->pool().Extend(*seq.blocks, need - have);
+}
+
+// Copies imported KV into freshly allocated blocks, after which the sequence
+// is an ordinary one whose prompt is computed.
+bool Engine::Admit(Sequence& seq, int32_t n_positions) {
+  if (!EnsureBlocks(seq, n_positions)) return false;
+  const KvSnapshot& kv = *seq.import;
+  for (size_t i = 0; i < kv.blocks.size(); ++i) {
+    std::memcpy(kv_->BlockData((*seq.blocks)[static_cast<int32_t>(i)]), kv.blocks[i].data(),
+                kv.blocks[i].size());
+  }
+  seq.n_computed = kv.n_tokens;
+  seq.import.reset();
+  return true;
+}
+
+std::shared_ptr<const KvSnapshot> Engine::Export(const Sequence& seq) {
+  auto kv = std::make_shared<KvSnapshot>();
+  const ModelConfig& c = model_.config();
+  kv->model_fingerprint = model_.fingerprint();
+  kv->n_tokens = seq.n_computed;
+  kv->block_size = kv_->block_size();
+  kv->n_layer = c.n_layer;
+  kv->kv_dim = c.kv_dim();
+  kv->dtype = kv_->dtype();
+  const int32_t n_blocks = (seq.n_computed + kv->block_size - 1) / kv->block_size;
+  kv->blocks.reserve(n_blocks);
+  for (int32_t i = 0; i < n_blocks; ++i) {
+    const uint8_t* data = kv_->BlockData((*seq.blocks)[i]);
+    kv->blocks.emplace_back(data, data + kv_->block_bytes());
+  }
+  return kv;
 }
 
 // Frees the sequence's KV; it re-enters the queue at the front and later
@@ -150,6 +261,7 @@ std::vector<Engine::PlanItem> Engine::Schedule() {
   while (budget > 0 && !waiting_.empty() &&
          static_cast<int32_t>(running_.size()) < options_.max_running) {
     Sequence& seq = *waiting_.front();
+    if (seq.import != nullptr && !Admit(seq, seq.import->n_tokens + 1)) break;
     const int32_t pending = static_cast<int32_t>(seq.tokens.size()) - seq.n_computed;
     const int32_t count = std::min(pending, budget);
     if (!EnsureBlocks(seq, seq.n_computed + count)) break;
@@ -200,10 +312,12 @@ void Engine::Update(const std::vector<PlanItem>& plan, const ForwardResult& resu
     if (!seq.request.ignore_eos && tok.IsEog(ev.token.id)) {
       ev.finish = FinishReason::kStop;
     } else if (seq.n_generated >= seq.request.max_tokens ||
-               static_cast<int32_t>(seq.tokens.size()) > options_.max_context) {
-      // The next token would need a position past max_context.
+               static_cast<int64_t>(seq.tokens.size()) > MaxSequenceLength()) {
+      // The next token would need a position past max_context, or more KV
+      // than the whole pool holds (the sequence could never run alone).
       ev.finish = FinishReason::kLength;
     }
+    if (ev.finish != FinishReason::kNone && seq.request.export_kv) ev.kv = Export(seq);
     events.push_back(std::move(ev));
     if (events.back().finish != FinishReason::kNone) {
       running_.remove_if([&seq](const std::unique_ptr<Sequence>& s) { return s.get() == &seq; });

@@ -19,6 +19,7 @@
 #include "engine/backend.h"
 #include "engine/forward.h"
 #include "engine/kv_cache.h"
+#include "engine/kv_snapshot.h"
 #include "engine/model.h"
 #include "engine/rope.h"
 #include "engine/sampler.h"
@@ -38,12 +39,18 @@ struct GenerationRequest {
   int32_t max_tokens = 16;      // >= 1
   int32_t top_logprobs = 0;     // [0, kMaxTopLogprobs]
   bool ignore_eos = false;
+  // On finish, copy the sequence's KV (its computed positions) into the
+  // finishing TokenEvent's `kv` before the blocks are freed (prefill side
+  // of a disaggregated request).
+  bool export_kv = false;
 };
 
 struct TokenEvent {
   int64_t seq_id = 0;
   SampledToken token;
   FinishReason finish = FinishReason::kNone;
+  // Set on the finishing event of a sequence added with export_kv.
+  std::shared_ptr<const KvSnapshot> kv = nullptr;
 };
 
 struct EngineOptions {
@@ -75,6 +82,15 @@ class Engine {
   // or the prompt can never fit in the KV budget.
   absl::StatusOr<int64_t> Add(GenerationRequest request);
 
+  // Queues a sequence whose prompt KV was computed elsewhere: `kv` holds the
+  // prompt's positions and `first` is the token sampled after them, which the
+  // sequence feeds next (decode side of a disaggregated request). The
+  // sampler continues as if it had drawn `first` itself. FailedPrecondition
+  // naming the field when `kv` comes from another model, dtype or layout;
+  // InvalidArgument when its shape does not match the prompt.
+  absl::StatusOr<int64_t> AddWithKv(GenerationRequest request, const SampledToken& first,
+                                    std::shared_ptr<const KvSnapshot> kv);
+
   // Drops the sequence and frees its blocks; its next event is kCancelled
   // (reported by the next Step). Unknown ids are ignored.
   void Cancel(int64_t seq_id);
@@ -98,6 +114,8 @@ class Engine {
     int32_t n_generated = 0;
     std::optional<BlockList> blocks;
     Sampler sampler;
+    // Prompt KV computed elsewhere, copied into blocks at admission.
+    std::shared_ptr<const KvSnapshot> import;
   };
   // What one step runs: per sequence, the tokens [start, start + count).
   struct PlanItem {
@@ -110,8 +128,21 @@ class Engine {
          std::unique_ptr<KvCache> kv);
 
   std::vector<PlanItem> Schedule();
+  absl::Status ValidateRequest(const GenerationRequest& request) const;
+  absl::Status ValidateSnapshot(const GenerationRequest& request, const KvSnapshot& kv) const;
+  absl::StatusOr<int64_t> Enqueue(GenerationRequest request,
+                                  std::shared_ptr<const KvSnapshot> import,
+                                  const SampledToken* first);
   bool EnsureBlocks(Sequence& seq, int32_t n_positions);
+  bool Admit(Sequence& seq, int32_t n_positions);
+  std::shared_ptr<const KvSnapshot> Export(const Sequence& seq);
   void Preempt(Sequence& seq);
+  // Longest a sequence may grow: max_context, and what the whole KV pool
+  // holds (so a sequence alone always fits and preemption cannot livelock).
+  int64_t MaxSequenceLength() const {
+    return std::min<int64_t>(options_.max_context,
+                             int64_t{kv_->num_blocks()} * kv_->block_size());
+  }
   void Update(const std::vector<PlanItem>& plan, const ForwardResult& result,
               std::vector<TokenEvent>& events);
 

@@ -459,6 +459,12 @@ Sampler::Sampler(const SamplingParams& params)
                "SamplingParams must pass ValidateSamplingParams first");
 }
 
+void Sampler::Skip(int calls) {
+  // Sample draws exactly one value per call when temperature > 0, none when
+  // greedy.
+  if (params_.temperature > 0.0f && calls > 0) rng_.discard(static_cast<uint64_t>(calls));
+}
+
 SampledToken Sampler::Sample(std::span<const float> logits, int top_logprobs) {
   TANDEM_CHECK(top_logprobs >= 0 && top_logprobs <= kMaxTopLogprobs,
                "top_logprobs outside [0, kMaxTopLogprobs]");

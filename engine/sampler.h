@@ -51,6 +51,11 @@ class Sampler {
   // Deterministic for a given seed and sequence of calls.
   SampledToken Sample(std::span<const float> logits, int top_logprobs);
 
+  // Advances the RNG past `calls` Sample calls made elsewhere (the prefill
+  // worker samples a request's first token), so a sequence continued in
+  // another process draws exactly what it would have drawn in one.
+  void Skip(int calls);
+
   const SamplingParams& params() const { return params_; }
 
  private:

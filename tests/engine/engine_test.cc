@@ -183,5 +183,78 @@ TEST(EngineTest, StopsAtEndOfGeneration) {
   EXPECT_EQ(all.back().token.id, model->tokenizer().eos_id());
 }
 
+TEST(EngineTest, ExportedKvContinuesInAnotherEngine) {
+  auto model = LoadSynthetic(TinyOptions());
+  for (float temperature : {0.0f, 0.9f}) {
+    // Reference: one engine does everything.
+    auto solo = MakeEngine(*model);
+    const int64_t solo_id = *solo->Add(Request(Prompt(37, 9), 10, 77, temperature));
+    const std::vector<int32_t> expected = RunAll(*solo)[solo_id];
+
+    // Prefill side: one token, KV exported on finish.
+    EngineOptions prefill_options;
+    prefill_options.kv.block_size = 16;
+    auto prefill = MakeEngine(*model, prefill_options);
+    GenerationRequest first_req = Request(Prompt(37, 9), 1, 77, temperature);
+    first_req.export_kv = true;
+    ASSERT_TRUE(prefill->Add(first_req).ok());
+    auto events = prefill->Step();
+    ASSERT_TRUE(events.ok());
+    ASSERT_EQ(events->size(), 1u);
+    const TokenEvent& first = events->front();
+    ASSERT_NE(first.kv, nullptr);
+    EXPECT_EQ(first.kv->n_tokens, 37);
+    EXPECT_EQ(first.kv->blocks.size(), 3u);
+    EXPECT_EQ(prefill->stats().blocks_used, 0);  // the snapshot is a copy
+
+    // Decode side continues from the snapshot.
+    auto decode = MakeEngine(*model);
+    const int64_t id =
+        *decode->AddWithKv(Request(Prompt(37, 9), 10, 77, temperature), first.token, first.kv);
+    std::vector<int32_t> got = {first.token.id};
+    auto decoded = RunAll(*decode);
+    for (int32_t t : decoded[id]) got.push_back(t);
+    EXPECT_EQ(got, expected) << "temperature " << temperature;
+    EXPECT_EQ(decode->stats().blocks_used, 0);
+  }
+}
+
+TEST(EngineTest, ImportRefusesMismatchedKv) {
+  auto model = LoadSynthetic(TinyOptions());
+  auto prefill = MakeEngine(*model);
+  GenerationRequest r = Request(Prompt(20, 1), 1);
+  r.export_kv = true;
+  ASSERT_TRUE(prefill->Add(r).ok());
+  auto events = prefill->Step();
+  ASSERT_TRUE(events.ok());
+  const TokenEvent first = events->front();
+  EngineOptions f16;
+  f16.kv.dtype = GgmlType::kF16;
+  auto other_dtype = MakeEngine(*model, f16);
+  auto s = other_dtype->AddWithKv(Request(Prompt(20, 1), 5), first.token, first.kv);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("kv.dtype"));
+  auto decode = MakeEngine(*model);
+  s = decode->AddWithKv(Request(Prompt(21, 1), 5), first.token, first.kv);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("kv.n_tokens"));
+  auto tampered = std::make_shared<KvSnapshot>(*first.kv);
+  tampered->model_fingerprint ^= 1;
+  s = decode->AddWithKv(Request(Prompt(20, 1), 5), first.token, tampered);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("kv.model_fingerprint"));
+}
+
+TEST(EngineTest, SequenceLongerThanThePoolFinishesInsteadOfLooping) {
+  auto model = LoadSynthetic(TinyOptions());
+  EngineOptions o;
+  o.kv.block_size = 4;
+  o.kv.budget_bytes = 5 * 2 * 2 * 4 * 32 * 4;  // 5 blocks = 20 positions
+  auto e = MakeEngine(*model, o);
+  const int64_t id = *e->Add(Request(Prompt(10, 2), 100));
+  auto out = RunAll(*e);
+  EXPECT_EQ(out[id].size(), 11u);  // grows to 21 tokens, the last never fed
+}
+
 }  // namespace
 }  // namespace tandem::engine
