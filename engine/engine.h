@@ -104,6 +104,8 @@ class Engine {
   EngineStats stats() const;
   const Model& model() const { return model_; }
   int32_t max_context() const { return options_.max_context; }
+  int32_t kv_block_size() const { return kv_->block_size(); }
+  GgmlType kv_dtype() const { return kv_->dtype(); }
 
  private:
   struct Sequence {

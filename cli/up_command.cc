@@ -1,0 +1,380 @@
+// `tandem up`: runs the whole service on one machine. Starts one prefill and
+// one decode worker on loopback ephemeral ports, then the gateway pointed at
+// them, prints the gateway's READY line on stdout (so scripts and tests can
+// run `tandem up` as a child like any other server), and supervises the
+// three processes until SIGINT/SIGTERM or until one of them exits.
+//
+// Signals: SIGINT, SIGTERM and SIGCHLD are blocked first thing (before any
+// thread exists) and the main thread takes them with sigwaitinfo, so a
+// child's death is noticed the moment it happens, without polling. The
+// children get an empty signal mask from Subprocess::Start.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/default_model.h"
+#include "common/status_macros.h"
+#include "server/bootstrap.h"
+#include "server/ready_line.h"
+#include "server/subprocess.h"
+
+namespace tandem::cli {
+namespace {
+
+constexpr char kLoopback[] = "127.0.0.1";
+
+struct UpConfig {
+  std::string model;  // empty: the synthetic default model
+  std::string host;
+  int port = 0;
+  int metrics_port_base = 0;  // 0: every metrics port ephemeral
+  int prefill_threads = 1;
+  int decode_threads = 1;
+  int max_context = 4096;
+  int kv_budget_mb = 512;
+  absl::Duration ready_timeout;
+  absl::Duration stop_grace;
+};
+
+std::vector<FlagSpec> UpFlagSpecs() {
+  return {
+      {.name = "model",
+       .help = "GGUF model file; unset: a synthetic Llama generated once into "
+               "($XDG_CACHE_HOME or ~/.cache)/tandem/synthetic-llama-f32.gguf"},
+      {.name = "host", .default_value = kLoopback,
+       .help = "gateway listen host (bracket IPv6: [::1]); workers always use 127.0.0.1"},
+      {.name = "port", .default_value = "50051", .help = "gateway gRPC port; 0 = ephemeral"},
+      {.name = "metrics-port-base", .default_value = "0",
+       .help = "metrics HTTP ports: gateway BASE, prefill BASE+1, decode BASE+2; "
+               "0 = ephemeral"},
+      {.name = "prefill-threads", .default_value = "1", .help = "prefill worker compute threads"},
+      {.name = "decode-threads", .default_value = "1", .help = "decode worker compute threads"},
+      {.name = "max-context", .default_value = "4096",
+       .help = "cap on each sequence's tokens (workers and gateway)"},
+      {.name = "kv-budget-mb", .default_value = "512", .help = "KV cache memory per worker, MiB"},
+      {.name = "ready-timeout-s", .default_value = "300",
+       .help = "seconds each process may take to print READY"},
+      {.name = "stop-grace-s", .default_value = "10",
+       .help = "seconds each process may take to exit after SIGTERM before SIGKILL"},
+  };
+}
+
+absl::StatusOr<int> IntFlag(const Args& args, const std::string& name, int64_t lo, int64_t hi) {
+  ASSIGN_OR_RETURN(int64_t v, args.Int(name));
+  if (v < lo || v > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, ": ", v, " is out of range [", lo, ", ", hi, "]"));
+  }
+  return static_cast<int>(v);
+}
+
+absl::StatusOr<UpConfig> ConfigFromArgs(const Args& args) {
+  UpConfig c;
+  c.model = args.String("model");
+  if (args.IsSet("model") && c.model.empty()) {
+    return absl::InvalidArgumentError("--model: empty path");
+  }
+  c.host = args.String("host");
+  if (c.host.empty()) return absl::InvalidArgumentError("--host: empty");
+  ASSIGN_OR_RETURN(c.port, IntFlag(args, "port", 0, 65535));
+  ASSIGN_OR_RETURN(c.metrics_port_base, IntFlag(args, "metrics-port-base", 0, 65533));
+  ASSIGN_OR_RETURN(c.prefill_threads, IntFlag(args, "prefill-threads", 1, 256));
+  ASSIGN_OR_RETURN(c.decode_threads, IntFlag(args, "decode-threads", 1, 256));
+  ASSIGN_OR_RETURN(c.max_context, IntFlag(args, "max-context", 1, 1 << 24));
+  ASSIGN_OR_RETURN(c.kv_budget_mb, IntFlag(args, "kv-budget-mb", 1, 1 << 20));
+  ASSIGN_OR_RETURN(int ready_s, IntFlag(args, "ready-timeout-s", 1, 86400));
+  ASSIGN_OR_RETURN(int grace_s, IntFlag(args, "stop-grace-s", 0, 3600));
+  c.ready_timeout = absl::Seconds(ready_s);
+  c.stop_grace = absl::Seconds(grace_s);
+  return c;
+}
+
+std::string HostPort(const std::string& host, int port) {
+  const bool bare_ipv6 = absl::StrContains(host, ":") && !absl::StartsWith(host, "[");
+  return bare_ipv6 ? absl::StrCat("[", host, "]:", port) : absl::StrCat(host, ":", port);
+}
+
+// Lines to `err` from the main thread and from the children's stdout reader
+// threads; one lock keeps lines whole. Thread-safe.
+class LineSink {
+ public:
+  explicit LineSink(std::ostream& err) : err_(err) {}
+  void Line(const std::string& text) {
+    absl::MutexLock lock(&mu_);
+    err_ << text << "\n";
+    err_.flush();
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::ostream& err_ ABSL_GUARDED_BY(mu_);
+};
+
+struct Child {
+  std::string name;  // binary name, e.g. "tandem-decode"
+  std::unique_ptr<server::Subprocess> process;
+  server::ReadyInfo ready;
+};
+
+sigset_t SupervisedSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGCHLD);
+  return set;
+}
+
+// Must run before any thread exists, so every later thread inherits the mask
+// and only the main thread's sigwaitinfo sees these signals. SIGCHLD goes
+// back to SIG_DFL: a parent that set it to SIG_IGN would make the kernel
+// reap our children (and discard the signal) behind Subprocess's back.
+void BlockSupervisedSignals() {
+  server::BlockShutdownSignals();
+  ::signal(SIGCHLD, SIG_DFL);
+  const sigset_t set = SupervisedSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+// The pending SIGINT/SIGTERM, consumed, or 0 when there is none.
+int TakePendingShutdownSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  const timespec zero = {0, 0};
+  const int sig = sigtimedwait(&set, nullptr, &zero);
+  return sig > 0 ? sig : 0;
+}
+
+// True once `child` has exited, even if its Subprocess reaper thread has
+// not reaped it yet: a zombie already counts (waitid with WNOWAIT leaves
+// the reaping to Subprocess).
+bool HasExited(const Child& child) {
+  if (!child.process->Running()) return true;
+  siginfo_t info = {};
+  const int rc = ::waitid(P_PID, static_cast<id_t>(child.process->pid()), &info,
+                          WEXITED | WNOHANG | WNOWAIT);
+  return rc == 0 && info.si_pid == child.process->pid();
+}
+
+std::string DescribeExit(int code) {
+  if (code > 128) return absl::StrCat("was killed by signal ", code - 128);
+  return absl::StrCat("exited with code ", code);
+}
+
+// Starts and supervises the three processes. Main thread only.
+class Up {
+ public:
+  Up(UpConfig config, std::ostream& out, std::ostream& err)
+      : config_(std::move(config)), out_(out), sink_(err) {}
+
+  // Returns the exit code of `tandem up`.
+  int Run() {
+    absl::Status s = StartAll();
+    if (!s.ok()) {
+      sink_.Line(absl::StrCat("tandem up: ", s.message()));
+      StopAll();
+      return 1;
+    }
+    AnnounceReady();
+    const std::string exited = Supervise();
+    const bool clean = StopAll();
+    if (!exited.empty()) return 1;
+    return clean ? 0 : 1;
+  }
+
+ private:
+  absl::Status StartAll() {
+    std::string model = config_.model;
+    if (model.empty()) {
+      ASSIGN_OR_RETURN(std::string path, DefaultSyntheticModelPath());
+      sink_.Line(absl::StrCat("tandem up: default synthetic model ", path));
+      ASSIGN_OR_RETURN(model, EnsureSyntheticModel(path));
+    }
+    const int base = config_.metrics_port_base;
+    ASSIGN_OR_RETURN(Child * prefill,
+                     Start("tandem-prefill",
+                           WorkerArgs(model, config_.prefill_threads, base == 0 ? 0 : base + 1)));
+    ASSIGN_OR_RETURN(Child * decode,
+                     Start("tandem-decode",
+                           WorkerArgs(model, config_.decode_threads, base == 0 ? 0 : base + 2)));
+    // Both workers load the model concurrently; wait for each in turn.
+    RETURN_IF_ERROR(AwaitReady(*prefill));
+    RETURN_IF_ERROR(AwaitReady(*decode));
+    ASSIGN_OR_RETURN(Child * gateway,
+                     Start("tandem-gateway",
+                           {"--listen", HostPort(config_.host, config_.port), "--metrics-listen",
+                            HostPort(config_.host, base), "--model", model, "--prefill",
+                            prefill->ready.grpc_address, "--decode", decode->ready.grpc_address,
+                            "--max-context", absl::StrCat(config_.max_context)}));
+    return AwaitReady(*gateway);
+  }
+
+  std::vector<std::string> WorkerArgs(const std::string& model, int threads, int metrics_port) {
+    return {"--listen",       HostPort(kLoopback, 0),
+            "--metrics-listen", HostPort(kLoopback, metrics_port),
+            "--model",        model,
+            "--threads",      absl::StrCat(threads),
+            "--max-context",  absl::StrCat(config_.max_context),
+            "--kv-budget-mb", absl::StrCat(config_.kv_budget_mb)};
+  }
+
+  absl::StatusOr<Child*> Start(const std::string& name, const std::vector<std::string>& flags) {
+    std::vector<std::string> argv = {server::SiblingBinary(name)};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    server::SubprocessOptions options;
+    options.terminate_grace = config_.stop_grace;
+    // Our stdout carries only our own READY line; anything else a child
+    // prints goes to stderr, tagged with its name.
+    options.on_stdout_line = [this, name](const std::string& line) {
+      sink_.Line(absl::StrCat("[", name, "] ", line));
+    };
+    absl::StatusOr<std::unique_ptr<server::Subprocess>> process =
+        server::Subprocess::Start(argv, options);
+    if (!process.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot start ", name, " (expected next to this binary, at ", argv[0],
+          "): ", process.status().message()));
+    }
+    children_.push_back(Child{.name = name, .process = *std::move(process), .ready = {}});
+    return &children_.back();
+  }
+
+  // WaitReady in short slices so a SIGINT/SIGTERM during a slow model load
+  // stops the start-up instead of waiting for it.
+  absl::Status AwaitReady(Child& child) {
+    const absl::Time deadline = absl::Now() + config_.ready_timeout;
+    while (true) {
+      const absl::Duration slice =
+          std::min(absl::Milliseconds(100), std::max(deadline - absl::Now(), absl::ZeroDuration()));
+      absl::StatusOr<server::ReadyInfo> ready = child.process->WaitReady(slice);
+      if (ready.ok()) {
+        child.ready = *std::move(ready);
+        return absl::OkStatus();
+      }
+      if (ready.status().code() != absl::StatusCode::kDeadlineExceeded) return ready.status();
+      if (const int sig = TakePendingShutdownSignal(); sig != 0) {
+        return absl::CancelledError(absl::StrCat("interrupted by ", ::strsignal(sig),
+                                                 " while waiting for ", child.name));
+      }
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat(child.name, " printed no READY line within ",
+                         absl::FormatDuration(config_.ready_timeout), " (--ready-timeout-s)"));
+      }
+    }
+  }
+
+  void AnnounceReady() {
+    const Child& gateway = children_.back();
+    out_ << server::FormatReadyLine(gateway.ready) << "\n";
+    out_.flush();
+    for (const Child& c : children_) {
+      sink_.Line(absl::StrFormat("tandem up: %-15s pid %-7d grpc=%s metrics=%s", c.name,
+                                 c.process->pid(), c.ready.grpc_address,
+                                 c.ready.metrics_address));
+    }
+    sink_.Line(absl::StrCat("tandem up: serving on ", gateway.ready.grpc_address,
+                            "; try `tandem chat --addr ", gateway.ready.grpc_address,
+                            "`; Ctrl-C stops"));
+  }
+
+  // Blocks until SIGINT/SIGTERM (returns "") or until a child exits (reports
+  // it and returns its name).
+  std::string Supervise() {
+    const sigset_t set = SupervisedSignals();
+    while (true) {
+      // SIGCHLD may have come before we started waiting; check first.
+      for (const Child& c : children_) {
+        if (HasExited(c)) {
+          sink_.Line(absl::StrCat("tandem up: ", c.name, " (pid ", c.process->pid(), ") ",
+                                  DescribeExit(c.process->Wait()),
+                                  "; stopping the other processes"));
+          return c.name;
+        }
+      }
+      siginfo_t info;
+      const int sig = sigwaitinfo(&set, &info);
+      if (sig == SIGINT || sig == SIGTERM) {
+        sink_.Line(absl::StrCat("tandem up: ", ::strsignal(sig), ", stopping"));
+        return "";
+      }
+      // SIGCHLD (or EINTR): loop and look at the children again.
+    }
+  }
+
+  // Gateway first so no new request reaches a stopping worker, then the
+  // workers together. True when every child that was running exited 0.
+  bool StopAll() {
+    bool clean = true;
+    auto report = [&](const Child& c, bool was_running) {
+      const int code = c.process->Wait();
+      if (was_running && code != 0) {
+        clean = false;
+        sink_.Line(absl::StrCat("tandem up: ", c.name, " (pid ", c.process->pid(), ") ",
+                                DescribeExit(code), " while stopping"));
+      }
+    };
+    std::vector<bool> was_running;
+    for (const Child& c : children_) was_running.push_back(c.process->Running());
+    const bool has_gateway = children_.size() == 3;
+    if (has_gateway) {
+      children_[2].process->Terminate();
+      report(children_[2], was_running[2]);
+    }
+    const size_t n_workers = std::min<size_t>(children_.size(), 2);
+    for (size_t i = 0; i < n_workers; ++i) children_[i].process->Signal(SIGTERM);
+    for (size_t i = 0; i < n_workers; ++i) {
+      children_[i].process->Terminate();
+      report(children_[i], was_running[i]);
+    }
+    return clean;
+  }
+
+  const UpConfig config_;
+  std::ostream& out_;
+  LineSink sink_;
+  // prefill, decode, gateway, in start order; a deque keeps the Child*
+  // handed out by Start valid.
+  std::deque<Child> children_;
+};
+
+}  // namespace
+
+int RunUp(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
+  BlockSupervisedSignals();
+  const std::vector<FlagSpec> specs = UpFlagSpecs();
+  absl::StatusOr<Args> args = Args::Parse(argv, specs);
+  if (!args.ok() || args->help()) {
+    if (!args.ok()) err << "tandem up: " << args.status().message() << "\n";
+    err << Args::Usage("up", specs);
+    return args.ok() ? 0 : 2;
+  }
+  absl::StatusOr<UpConfig> config = ConfigFromArgs(*args);
+  if (!config.ok()) {
+    err << "tandem up: " << config.status().message() << "\n";
+    return 2;
+  }
+  Up up(*std::move(config), out, err);
+  return up.Run();
+}
+
+}  // namespace tandem::cli

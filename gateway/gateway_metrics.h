@@ -1,0 +1,28 @@
+// The gateway's Prometheus metrics, registered once per process and shared
+// by every request. Thread-safe (prometheus-cpp metrics are).
+#ifndef TANDEM_GATEWAY_GATEWAY_METRICS_H_
+#define TANDEM_GATEWAY_GATEWAY_METRICS_H_
+
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace tandem::gateway {
+
+struct GatewayMetrics {
+  explicit GatewayMetrics(prometheus::Registry& registry);
+
+  prometheus::Family<prometheus::Counter>& requests;  // by method and code
+  prometheus::Counter& prompt_tokens;
+  prometheus::Counter& generated_tokens;
+  prometheus::Counter& prefill_retries;
+  prometheus::Histogram& time_to_first_token;
+  prometheus::Histogram& inter_token_latency;
+  prometheus::Histogram& e2e_latency;
+  prometheus::Histogram& queue_time;
+};
+
+}  // namespace tandem::gateway
+
+#endif  // TANDEM_GATEWAY_GATEWAY_METRICS_H_

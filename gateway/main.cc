@@ -1,0 +1,92 @@
+// tandem-gateway: the public entry point. Parses flags, loads the model's
+// tokenizer (not its weights), wires the Generation service to the workers
+// and serves.
+#include <filesystem>
+#include <iostream>
+
+#include "absl/strings/str_split.h"
+#include "cli/args.h"
+#include "engine/gguf.h"
+#include "engine/tokenizer.h"
+#include "gateway/generation_service.h"
+#include "server/bootstrap.h"
+#include "server/metrics.h"
+#include "server/worker_main.h"
+
+namespace {
+
+std::vector<std::string> SplitAddresses(const std::string& list) {
+  return absl::StrSplit(list, ',', absl::SkipWhitespace());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tandem::server::BlockShutdownSignals();
+  const std::vector<tandem::cli::FlagSpec> specs = {
+      {.name = "listen", .default_value = "127.0.0.1:0",
+       .help = "gRPC listen address host:port (port 0 = ephemeral)"},
+      {.name = "metrics-listen", .default_value = "127.0.0.1:0",
+       .help = "Prometheus /metrics address host:port; empty = off"},
+      {.name = "model", .help = "GGUF model file (only its tokenizer is read)", .required = true},
+      {.name = "model-name", .default_value = "",
+       .help = "name clients use in GenerateRequest.model (default: the file's stem)"},
+      {.name = "prefill", .help = "prefill worker addresses, comma-separated", .required = true},
+      {.name = "decode", .help = "decode worker addresses, comma-separated", .required = true},
+      {.name = "max-context", .default_value = "4096",
+       .help = "longest prompt + completion accepted, in tokens (match the workers')"},
+      {.name = "max-stop-strings", .default_value = "16", .help = "stop strings per request"},
+      {.name = "request-timeout-ms", .default_value = "600000",
+       .help = "deadline for Generate calls that set none"},
+  };
+  int exit_code = 0;
+  std::optional<tandem::cli::Args> args =
+      tandem::server::ParseFlagsOrExit("tandem-gateway", argc, argv, specs, &exit_code);
+  if (!args.has_value()) return exit_code;
+
+  tandem::gateway::GatewayOptions options;
+  const std::string model_path = args->String("model");
+  options.model_name = args->String("model-name").empty()
+                           ? std::filesystem::path(model_path).stem().string()
+                           : args->String("model-name");
+  options.prefill_workers = SplitAddresses(args->String("prefill"));
+  options.decode_workers = SplitAddresses(args->String("decode"));
+  absl::StatusOr<int64_t> max_context = args->Int("max-context");
+  absl::StatusOr<int64_t> max_stops = args->Int("max-stop-strings");
+  absl::StatusOr<int64_t> timeout_ms = args->Int("request-timeout-ms");
+  if (!max_context.ok() || *max_context < 2 || *max_context > (1 << 24) || !max_stops.ok() ||
+      *max_stops < 0 || *max_stops > 1024 || !timeout_ms.ok() || *timeout_ms < 1) {
+    std::cerr << "tandem-gateway: --max-context, --max-stop-strings or --request-timeout-ms "
+                 "is out of range\n";
+    return 2;
+  }
+  if (options.prefill_workers.empty() || options.decode_workers.empty()) {
+    std::cerr << "tandem-gateway: --prefill and --decode need at least one address each\n";
+    return 2;
+  }
+  options.limits.max_context = static_cast<int32_t>(*max_context);
+  options.limits.max_stop_strings = static_cast<int32_t>(*max_stops);
+  options.request_timeout = absl::Milliseconds(*timeout_ms);
+
+  absl::StatusOr<std::unique_ptr<tandem::engine::GgufFile>> file =
+      tandem::engine::GgufFile::Open(model_path, {.require_tensor_data = false});
+  absl::StatusOr<std::unique_ptr<tandem::engine::Tokenizer>> tokenizer =
+      file.ok() ? tandem::engine::Tokenizer::FromGguf(**file) : file.status();
+  if (!tokenizer.ok()) {
+    std::cerr << "tandem-gateway: " << tokenizer.status().message() << "\n";
+    return 1;
+  }
+  absl::StatusOr<std::string_view> arch = (*file)->GetString("general.architecture");
+  options.architecture = arch.ok() ? std::string(*arch) : "";
+  file->reset();
+
+  absl::StatusOr<std::unique_ptr<tandem::server::MetricsServer>> metrics =
+      tandem::server::MetricsServer::Start(args->String("metrics-listen"));
+  if (!metrics.ok()) {
+    std::cerr << "tandem-gateway: " << metrics.status().message() << "\n";
+    return 1;
+  }
+  tandem::gateway::GenerationService service(std::move(*tokenizer), options,
+                                             (*metrics)->registry());
+  return tandem::server::ServeUntilSignal("tandem-gateway", *args, {&service}, **metrics);
+}

@@ -1,0 +1,154 @@
+#include "gateway/validated_request.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/json.h"
+#include "common/status_macros.h"
+
+namespace tandem::gateway {
+namespace {
+
+absl::Status FieldError(const std::string& field, const std::string& message) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
+}
+
+absl::Status ValidateModel(const std::string& requested, const std::string& served) {
+  if (requested.empty() || requested == served) return absl::OkStatus();
+  // INVALID_ARGUMENT rather than NOT_FOUND: the request names something this
+  // gateway never serves, which retrying will not change.
+  return FieldError("model", absl::StrCat("unknown model \"", SanitizeUtf8(requested),
+                                          "\"; this gateway serves \"", served, "\""));
+}
+
+// The proto's ranges are checked here, field by field, so that each message
+// names the proto field; engine::ValidateSamplingParams then runs as well so
+// that a rule added to the engine can never be bypassed by the gateway.
+absl::StatusOr<engine::SamplingParams> ParseSampling(const tandem::v1::SamplingParams& proto) {
+  // Each test is written as !(in range) so that NaN fails it.
+  if (!(std::isfinite(proto.temperature()) && proto.temperature() >= 0.0f)) {
+    return FieldError("sampling.temperature",
+                      absl::StrCat("must be finite and >= 0, got ", proto.temperature()));
+  }
+  if (!(proto.top_p() >= 0.0f && proto.top_p() <= 1.0f)) {
+    return FieldError("sampling.top_p",
+                      absl::StrCat("must be in [0, 1] (0 = unset), got ", proto.top_p()));
+  }
+  if (proto.top_k() < 0) {
+    return FieldError("sampling.top_k", absl::StrCat("must be >= 0 (0 = off), got ", proto.top_k()));
+  }
+  if (!(proto.min_p() >= 0.0f && proto.min_p() <= 1.0f)) {
+    return FieldError("sampling.min_p", absl::StrCat("must be in [0, 1], got ", proto.min_p()));
+  }
+  engine::SamplingParams params;
+  params.temperature = proto.temperature();
+  params.top_p = proto.top_p() == 0.0f ? 1.0f : proto.top_p();
+  params.top_k = proto.top_k();
+  params.min_p = proto.min_p();
+  params.seed = proto.seed();
+  if (absl::Status status = engine::ValidateSamplingParams(params); !status.ok()) {
+    // The engine's messages start with the bare field name ("top_p must ...").
+    return absl::InvalidArgumentError(absl::StrCat("sampling.", status.message()));
+  }
+  return params;
+}
+
+absl::Status ValidateTopLogprobs(int32_t top_logprobs) {
+  if (top_logprobs < 0 || top_logprobs > engine::kMaxTopLogprobs) {
+    return FieldError("top_logprobs", absl::StrCat(top_logprobs, " is out of range [0, ",
+                                                   engine::kMaxTopLogprobs, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> ParseStop(
+    const google::protobuf::RepeatedPtrField<std::string>& stop, const GatewayLimits& limits) {
+  if (stop.size() > limits.max_stop_strings) {
+    return FieldError("stop", absl::StrCat("more than ", limits.max_stop_strings,
+                                           " stop strings (got ", stop.size(), ")"));
+  }
+  std::vector<std::string> out;
+  out.reserve(stop.size());
+  for (int i = 0; i < stop.size(); ++i) {
+    const std::string& s = stop[i];
+    const std::string field = absl::StrCat("stop[", i, "]");
+    if (s.empty()) return FieldError(field, "empty string");
+    if (s.size() > static_cast<size_t>(limits.max_stop_bytes)) {
+      return FieldError(field, absl::StrCat(s.size(), " bytes is more than the limit of ",
+                                            limits.max_stop_bytes));
+    }
+    // Stop strings are matched against the decoded text, which is always
+    // valid UTF-8, so an invalid one could never match.
+    if (SanitizeUtf8(s) != s) return FieldError(field, "not valid UTF-8");
+    out.push_back(s);
+  }
+  return out;
+}
+
+struct ParsedPrompt {
+  std::vector<int32_t> ids;
+  // The request field the ids came from, for later messages.
+  const char* field;
+};
+
+absl::StatusOr<ParsedPrompt> ParsePrompt(const tandem::v1::GenerateRequest& request,
+                                         const engine::Tokenizer& tokenizer,
+                                         const GatewayLimits& limits) {
+  if (!request.prompt_token_ids().empty()) {
+    const auto& ids = request.prompt_token_ids();
+    for (int i = 0; i < ids.size(); ++i) {
+      if (!tokenizer.IsValidId(ids[i])) {
+        return FieldError(absl::StrCat("prompt_token_ids[", i, "]"),
+                          absl::StrCat(ids[i], " is out of range [0, ", tokenizer.n_vocab(), ")"));
+      }
+    }
+    return ParsedPrompt{.ids = {ids.begin(), ids.end()}, .field = "prompt_token_ids"};
+  }
+  const std::string& prompt = request.prompt();
+  if (prompt.empty()) return FieldError("prompt", "empty prompt and no prompt_token_ids");
+  if (prompt.size() > static_cast<size_t>(limits.max_prompt_bytes)) {
+    return FieldError("prompt", absl::StrCat(prompt.size(), " bytes is more than the limit of ",
+                                             limits.max_prompt_bytes));
+  }
+  std::vector<int32_t> ids =
+      tokenizer.Encode(prompt, {.add_special = true, .parse_special = true});
+  if (ids.empty()) return FieldError("prompt", "tokenizes to no tokens");
+  return ParsedPrompt{.ids = std::move(ids), .field = "prompt"};
+}
+
+}  // namespace
+
+absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(
+    const tandem::v1::GenerateRequest& request, const engine::Tokenizer& tokenizer,
+    const std::string& model_name, const GatewayLimits& limits) {
+  // Cheap checks first; tokenizing the prompt comes last.
+  RETURN_IF_ERROR(ValidateModel(request.model(), model_name));
+  if (request.max_tokens() < 1) {
+    return FieldError("max_tokens", absl::StrCat("must be >= 1, got ", request.max_tokens()));
+  }
+  ValidatedRequest out;
+  ASSIGN_OR_RETURN(out.sampling, ParseSampling(request.sampling()));
+  RETURN_IF_ERROR(ValidateTopLogprobs(request.top_logprobs()));
+  out.top_logprobs = request.top_logprobs();
+  ASSIGN_OR_RETURN(out.stop, ParseStop(request.stop(), limits));
+  out.ignore_eos = request.ignore_eos();
+
+  ASSIGN_OR_RETURN(ParsedPrompt prompt, ParsePrompt(request, tokenizer, limits));
+  const int64_t prompt_tokens = static_cast<int64_t>(prompt.ids.size());
+  if (prompt_tokens >= limits.max_context) {
+    return FieldError(prompt.field,
+                      absl::StrCat(prompt_tokens, " tokens leave no room to generate within "
+                                   "max_context ", limits.max_context));
+  }
+  const int64_t room = limits.max_context - prompt_tokens;
+  out.max_tokens = static_cast<int32_t>(std::min<int64_t>(request.max_tokens(), room));
+  out.prompt_ids = std::move(prompt.ids);
+  return out;
+}
+
+}  // namespace tandem::gateway

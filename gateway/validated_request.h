@@ -1,0 +1,61 @@
+// Turns a public GenerateRequest into a ValidatedRequest once, at the edge of
+// the gateway ("parse, don't validate"): everything after takes the validated
+// type and never re-checks the proto. Called by the Generation service for
+// each Generate call. Pure functions; thread-safe.
+#ifndef TANDEM_GATEWAY_VALIDATED_REQUEST_H_
+#define TANDEM_GATEWAY_VALIDATED_REQUEST_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+#include "tandem/v1/generation.pb.h"
+
+namespace tandem::gateway {
+
+// What one gateway accepts; set from flags.
+struct GatewayLimits {
+  // Longest sequence (prompt + completion) in tokens.
+  int32_t max_context = 4096;
+  // Entries of GenerateRequest.stop, and bytes of each entry.
+  int32_t max_stop_strings = 16;
+  int32_t max_stop_bytes = 256;
+  // Bytes of GenerateRequest.prompt, checked before tokenizing it.
+  int32_t max_prompt_bytes = 1 << 20;
+};
+
+struct ValidatedRequest {
+  // Never empty; every id is valid for the tokenizer. Either the request's
+  // prompt_token_ids as given, or its prompt tokenized the way llama.cpp's
+  // server does (BOS added where the tokenizer adds it, special-token text
+  // read as those tokens). size() < max_context.
+  std::vector<int32_t> prompt_ids;
+  // >= 1 and <= max_context - prompt_ids.size(): a request that asks for more
+  // than fits is clamped to what fits (as llama.cpp does) rather than refused
+  // (as vLLM does); only a prompt that leaves no room at all is refused.
+  int32_t max_tokens = 0;
+  // Passes engine::ValidateSamplingParams; the proto's top_p 0 (unset) is 1.
+  engine::SamplingParams sampling;
+  // In [0, engine::kMaxTopLogprobs].
+  int32_t top_logprobs = 0;
+  // Each non-empty, valid UTF-8 and within GatewayLimits.
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+};
+
+// InvalidArgument whose message starts with the offending field, e.g.
+// "max_tokens: must be >= 1, got 0", "sampling.top_p: ...",
+// "prompt_token_ids[3]: 999 is out of range [0, 512)",
+// "model: unknown model \"x\"; this gateway serves \"y\"".
+// `model_name` is the one model this gateway serves; an empty
+// request.model selects it.
+absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(
+    const tandem::v1::GenerateRequest& request, const engine::Tokenizer& tokenizer,
+    const std::string& model_name, const GatewayLimits& limits);
+
+}  // namespace tandem::gateway
+
+#endif  // TANDEM_GATEWAY_VALIDATED_REQUEST_H_

@@ -1,0 +1,202 @@
+#include "kvtransfer/block_codec.h"
+
+#include <xxhash.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "kvtransfer/little_endian.h"
+
+namespace tandem::kvtransfer {
+namespace {
+
+using internal::AppendLe16;
+using internal::AppendLe32;
+using internal::AppendLe64;
+using internal::LoadLe16;
+using internal::LoadLe32;
+using internal::LoadLe64;
+
+// Byte offsets of the header fields; the table in block_codec.h is the spec.
+constexpr size_t kVersionOffset = 4;
+constexpr size_t kLayoutOffset = 6;
+constexpr size_t kFingerprintOffset = 8;
+constexpr size_t kBlockHashOffset = 16;
+constexpr size_t kParentHashOffset = 24;
+constexpr size_t kBlockIndexOffset = 32;
+constexpr size_t kTokenCountOffset = 36;
+constexpr size_t kBlockSizeOffset = 40;
+constexpr size_t kLayerCountOffset = 44;
+constexpr size_t kKvDimOffset = 48;
+constexpr size_t kDtypeOffset = 52;
+constexpr size_t kPayloadBytesOffset = 56;
+static_assert(kPayloadBytesOffset + 8 == kBlockHeaderBytes, "header table and size disagree");
+
+bool IsKvDtype(engine::GgmlType dtype) {
+  return dtype == engine::GgmlType::kF32 || dtype == engine::GgmlType::kF16;
+}
+
+// Bytes of one block: keys and values of every slot of every layer.
+uint64_t BlockPayloadBytes(uint64_t layer_count, uint64_t block_size, uint64_t kv_dim,
+                           engine::GgmlType dtype) {
+  return 2 * layer_count * block_size * kv_dim *
+         static_cast<uint64_t>(engine::GgmlBlockBytes(dtype));
+}
+
+std::string Hex64(uint64_t v) { return absl::StrCat("0x", absl::Hex(v, absl::kZeroPad16)); }
+
+std::string DtypeLabel(uint32_t id) {
+  absl::StatusOr<engine::GgmlType> type = engine::GgmlTypeFromId(id);
+  const std::string_view name = type.ok() ? engine::GgmlTypeName(*type) : "unknown";
+  return absl::StrCat(id, " (", ToAbsl(name), ")");
+}
+
+absl::Status Mismatch(std::string_view field, std::string_view got, std::string_view expected) {
+  return absl::FailedPreconditionError(absl::StrCat("KV block ", ToAbsl(field), ": got ",
+                                                    ToAbsl(got), ", expected ",
+                                                    ToAbsl(expected)));
+}
+
+absl::Status CheckU32(std::string_view field, uint32_t got, uint32_t expected) {
+  if (got == expected) return absl::OkStatus();
+  return Mismatch(field, absl::StrCat(got), absl::StrCat(expected));
+}
+
+// Refuses an intact block that this receiver cannot use.
+absl::Status CheckCompatible(std::string_view bytes, const BlockExpectation& expect) {
+  const char* p = bytes.data();
+  if (uint16_t version = LoadLe16(p + kVersionOffset); version != kBlockFormatVersion) {
+    return Mismatch("format version", absl::StrCat(version), absl::StrCat(kBlockFormatVersion));
+  }
+  if (uint16_t layout = LoadLe16(p + kLayoutOffset); layout != kBlockLayoutLayerKvSlotDim) {
+    return Mismatch("layout", absl::StrCat(layout), absl::StrCat(kBlockLayoutLayerKvSlotDim));
+  }
+  if (uint64_t fp = LoadLe64(p + kFingerprintOffset); fp != expect.model_fingerprint) {
+    return Mismatch("model_fingerprint", Hex64(fp), Hex64(expect.model_fingerprint));
+  }
+  const uint32_t expected_dtype = static_cast<uint32_t>(expect.dtype);
+  if (uint32_t dtype = LoadLe32(p + kDtypeOffset); dtype != expected_dtype) {
+    return Mismatch("dtype", DtypeLabel(dtype), DtypeLabel(expected_dtype));
+  }
+  RETURN_IF_ERROR(CheckU32("block_size", LoadLe32(p + kBlockSizeOffset), expect.block_size));
+  RETURN_IF_ERROR(CheckU32("layer_count", LoadLe32(p + kLayerCountOffset), expect.layer_count));
+  RETURN_IF_ERROR(CheckU32("kv_dim", LoadLe32(p + kKvDimOffset), expect.kv_dim));
+  const uint64_t payload_bytes = LoadLe64(p + kPayloadBytesOffset);
+  if (expect.payload_bytes < 0 || payload_bytes != static_cast<uint64_t>(expect.payload_bytes)) {
+    return Mismatch("payload_bytes", absl::StrCat(payload_bytes),
+                    absl::StrCat(expect.payload_bytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string EncodeBlock(const BlockHeader& header, std::span<const uint8_t> payload) {
+  TANDEM_CHECK(IsKvDtype(header.dtype), "KV blocks are f32 or f16")
+      << "dtype=" << static_cast<uint32_t>(header.dtype);
+  TANDEM_CHECK(header.token_count >= 1 && header.token_count <= header.block_size,
+               "a block holds 1..block_size tokens")
+      << "token_count=" << header.token_count << " block_size=" << header.block_size;
+  TANDEM_CHECK(payload.size() == BlockPayloadBytes(header.layer_count, header.block_size,
+                                                   header.kv_dim, header.dtype),
+               "payload is not one block of the header's shape")
+      << "payload bytes=" << payload.size();
+
+  std::string out;
+  out.reserve(kBlockHeaderBytes + payload.size() + kBlockChecksumBytes);
+  out.append(kBlockMagic.data(), kBlockMagic.size());
+  AppendLe16(out, kBlockFormatVersion);
+  AppendLe16(out, kBlockLayoutLayerKvSlotDim);
+  AppendLe64(out, header.model_fingerprint);
+  AppendLe64(out, header.block_hash);
+  AppendLe64(out, header.parent_hash);
+  AppendLe32(out, header.block_index);
+  AppendLe32(out, header.token_count);
+  AppendLe32(out, header.block_size);
+  AppendLe32(out, header.layer_count);
+  AppendLe32(out, header.kv_dim);
+  AppendLe32(out, static_cast<uint32_t>(header.dtype));
+  AppendLe64(out, payload.size());
+  TANDEM_DCHECK(out.size() == kBlockHeaderBytes, "header table and encoder disagree");
+  out.append(reinterpret_cast<const char*>(payload.data()), payload.size());
+  AppendLe64(out, XXH3_64bits(out.data(), out.size()));
+  return out;
+}
+
+BlockExpectation ExpectationFor(const engine::ModelConfig& config, uint64_t fingerprint,
+                                int32_t block_size, engine::GgmlType dtype) {
+  TANDEM_CHECK(IsKvDtype(dtype), "KV blocks are f32 or f16 (KvCache::Create refuses others)");
+  TANDEM_CHECK(block_size > 0 && config.n_layer > 0 && config.kv_dim() > 0,
+               "KV shape must be positive")
+      << "block_size=" << block_size << " n_layer=" << config.n_layer
+      << " kv_dim=" << config.kv_dim();
+  return BlockExpectation{
+      .model_fingerprint = fingerprint,
+      .block_size = static_cast<uint32_t>(block_size),
+      .layer_count = static_cast<uint32_t>(config.n_layer),
+      .kv_dim = static_cast<uint32_t>(config.kv_dim()),
+      .dtype = dtype,
+      .payload_bytes = static_cast<int64_t>(
+          BlockPayloadBytes(config.n_layer, block_size, config.kv_dim(), dtype)),
+  };
+}
+
+absl::StatusOr<DecodedBlock> DecodeBlock(std::string_view bytes, const BlockExpectation& expect) {
+  constexpr size_t kFramingBytes = kBlockHeaderBytes + kBlockChecksumBytes;
+  if (bytes.size() < kFramingBytes) {
+    return absl::DataLossError(absl::StrCat("KV block truncated: ", bytes.size(),
+                                            " bytes, header and checksum alone need ",
+                                            kFramingBytes));
+  }
+  if (const std::string_view magic = bytes.substr(0, kBlockMagic.size()); magic != kBlockMagic) {
+    return absl::DataLossError(absl::StrCat("KV block magic: got \"",
+                                            absl::CHexEscape(ToAbsl(magic)), "\", expected \"",
+                                            ToAbsl(kBlockMagic), "\""));
+  }
+  // Framing before checksum: the payload size says where the checksum is.
+  const char* p = bytes.data();
+  const uint64_t payload_bytes = LoadLe64(p + kPayloadBytesOffset);
+  const uint64_t held = bytes.size() - kFramingBytes;
+  if (payload_bytes != held) {
+    return absl::DataLossError(absl::StrCat(
+        "KV block payload_bytes: header says ", payload_bytes, ", the ", bytes.size(),
+        "-byte block holds ", held, " (truncated, trailing bytes or corrupt header)"));
+  }
+  const size_t checked = kBlockHeaderBytes + payload_bytes;
+  const uint64_t stored = LoadLe64(p + checked);
+  if (const uint64_t computed = XXH3_64bits(p, checked); computed != stored) {
+    return absl::DataLossError(absl::StrCat("KV block checksum: stored ", Hex64(stored),
+                                            ", computed ", Hex64(computed)));
+  }
+  RETURN_IF_ERROR(CheckCompatible(bytes, expect));
+
+  DecodedBlock block;
+  BlockHeader& h = block.header;
+  h.model_fingerprint = LoadLe64(p + kFingerprintOffset);
+  h.block_hash = LoadLe64(p + kBlockHashOffset);
+  h.parent_hash = LoadLe64(p + kParentHashOffset);
+  h.block_index = LoadLe32(p + kBlockIndexOffset);
+  h.token_count = LoadLe32(p + kTokenCountOffset);
+  h.block_size = LoadLe32(p + kBlockSizeOffset);
+  h.layer_count = LoadLe32(p + kLayerCountOffset);
+  h.kv_dim = LoadLe32(p + kKvDimOffset);
+  h.dtype = expect.dtype;  // equal to the wire id, checked above
+  if (h.token_count < 1 || h.token_count > h.block_size) {
+    // Intact but impossible: the sender is broken, so treat it as corrupt.
+    return absl::DataLossError(absl::StrCat("KV block token_count: got ", h.token_count,
+                                            ", expected 1..", h.block_size, " (block_size)"));
+  }
+  block.payload = bytes.substr(kBlockHeaderBytes, payload_bytes);
+  return block;
+}
+
+}  // namespace tandem::kvtransfer

@@ -1,0 +1,93 @@
+// The KV block wire format: one block of one sequence (keys and values of
+// block_size positions for every layer) with a self-describing header and a
+// checksum, as shipped between workers and written to the cold tier. Called
+// by kv_snapshot_codec, transports and cache tiers. Pure; thread-safe.
+#ifndef TANDEM_KVTRANSFER_BLOCK_CODEC_H_
+#define TANDEM_KVTRANSFER_BLOCK_CODEC_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "engine/model_config.h"
+#include "engine/tensor_type.h"
+
+namespace tandem::kvtransfer {
+
+// Wire layout, all integers little-endian, written byte by byte:
+//   offset  size  field
+//        0     4  magic "TKVB"
+//        4     2  format version (kBlockFormatVersion)
+//        6     2  payload layout (kBlockLayoutLayerKvSlotDim)
+//        8     8  model fingerprint
+//       16     8  block hash
+//       24     8  parent hash
+//       32     4  block index (position of the block in its sequence)
+//       36     4  token count (valid slots, 1..block size)
+//       40     4  block size
+//       44     4  layer count
+//       48     4  kv_dim
+//       52     4  dtype (engine::GgmlType id: 0 f32, 1 f16)
+//       56     8  payload bytes
+//       64     n  payload
+//   64 + n     8  checksum: XXH3_64bits over bytes [0, 64 + n)
+inline constexpr std::string_view kBlockMagic = "TKVB";
+inline constexpr uint16_t kBlockFormatVersion = 1;
+// Payload is [layer][k|v][slot][kv_dim] of dtype: the engine's block layout.
+inline constexpr uint16_t kBlockLayoutLayerKvSlotDim = 1;
+inline constexpr size_t kBlockHeaderBytes = 64;
+inline constexpr size_t kBlockChecksumBytes = 8;
+
+struct BlockHeader {
+  uint64_t model_fingerprint = 0;
+  uint64_t block_hash = 0;
+  uint64_t parent_hash = 0;
+  uint32_t block_index = 0;
+  uint32_t token_count = 0;  // 1..block_size; < block_size only for a last, partial block
+  uint32_t block_size = 0;
+  uint32_t layer_count = 0;
+  uint32_t kv_dim = 0;
+  engine::GgmlType dtype = engine::GgmlType::kF32;
+};
+
+// Encodes one block. `payload` must be exactly one block of the header's
+// shape (2 * layer_count * block_size * kv_dim elements of dtype) and
+// token_count in [1, block_size]; both are checked (a violation is a bug in
+// the caller, not bad input).
+std::string EncodeBlock(const BlockHeader& header, std::span<const uint8_t> payload);
+
+struct DecodedBlock {
+  BlockHeader header;
+  std::string_view payload;  // views into DecodeBlock's input
+};
+
+// What the receiver accepts: its own model and KV shape.
+struct BlockExpectation {
+  uint64_t model_fingerprint = 0;
+  uint32_t block_size = 0;
+  uint32_t layer_count = 0;
+  uint32_t kv_dim = 0;
+  engine::GgmlType dtype = engine::GgmlType::kF32;
+  int64_t payload_bytes = 0;
+};
+
+// The expectation of a receiver running `config` with the given KV block
+// size and dtype: payload_bytes = 2 * n_layer * block_size * kv_dim * element
+// bytes.
+BlockExpectation ExpectationFor(const engine::ModelConfig& config, uint64_t fingerprint,
+                                int32_t block_size, engine::GgmlType dtype);
+
+// Decodes and verifies one encoded block, which is untrusted input.
+// DataLoss: bad magic, truncated or trailing bytes, checksum mismatch, or a
+// checksummed header that is internally inconsistent (token count outside
+// [1, block size]): the block is corrupt; drop it and recompute.
+// FailedPrecondition: an intact block this receiver cannot use (another
+// format version, layout, model fingerprint, dtype, block size, layer count,
+// kv_dim or payload size). Every message names the field and both values.
+absl::StatusOr<DecodedBlock> DecodeBlock(std::string_view bytes, const BlockExpectation& expect);
+
+}  // namespace tandem::kvtransfer
+
+#endif  // TANDEM_KVTRANSFER_BLOCK_CODEC_H_

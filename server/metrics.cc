@@ -1,0 +1,117 @@
+#include "server/metrics.h"
+
+#include <exception>
+#include <sstream>
+
+#include <prometheus/text_serializer.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "common/status_macros.h"
+#include "server/host_port.h"
+
+namespace tandem::server {
+
+absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
+    const std::string& listen) {
+  std::unique_ptr<MetricsServer> server(new MetricsServer());
+  server->registry_ = std::make_shared<prometheus::Registry>();
+  if (listen.empty()) return server;
+
+  ASSIGN_OR_RETURN(const HostPort hp, SplitHostPort(listen));
+  // prometheus-cpp (civetweb) reports a failed bind by throwing; this is the
+  // boundary where that becomes a Status.
+  try {
+    server->exposer_ = std::make_unique<prometheus::Exposer>(listen);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics: cannot listen on ", listen, ": ", e.what()));
+  }
+  const std::vector<int> ports = server->exposer_->GetListeningPorts();
+  if (ports.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics: no listening port for ", listen));
+  }
+  server->exposer_->RegisterCollectable(server->registry_);
+  server->address_ = JoinHostPort(hp.host, ports.front());
+  return server;
+}
+
+MetricsServer::~MetricsServer() {
+  // Stop serving (civetweb joins its threads) before the registry goes.
+  exposer_.reset();
+}
+
+namespace {
+
+void CheckName(const std::string& name) {
+  TANDEM_CHECK(absl::StartsWith(name, "tandem_"),
+               "Tandem metric names start with tandem_")
+      << "name=" << name;
+}
+
+}  // namespace
+
+std::vector<double> LatencyBuckets() {
+  std::vector<double> buckets;
+  double bound = 0.001;
+  for (int i = 0; i < 17; ++i) {  // 1 ms .. 65.536 s
+    buckets.push_back(bound);
+    bound *= 2;
+  }
+  return buckets;
+}
+
+prometheus::Family<prometheus::Histogram>& LatencyHistogramFamily(
+    prometheus::Registry& registry, const std::string& name,
+    const std::string& help) {
+  CheckName(name);
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(registry);
+}
+
+prometheus::Histogram& LatencyHistogram(prometheus::Registry& registry,
+                                        const std::string& name,
+                                        const std::string& help,
+                                        const prometheus::Labels& labels) {
+  return LatencyHistogramFamily(registry, name, help)
+      .Add(labels, LatencyBuckets());
+}
+
+prometheus::Family<prometheus::Counter>& CounterFamily(
+    prometheus::Registry& registry, const std::string& name,
+    const std::string& help) {
+  CheckName(name);
+  return prometheus::BuildCounter().Name(name).Help(help).Register(registry);
+}
+
+prometheus::Counter& CounterMetric(prometheus::Registry& registry,
+                                   const std::string& name,
+                                   const std::string& help,
+                                   const prometheus::Labels& labels) {
+  return CounterFamily(registry, name, help).Add(labels);
+}
+
+prometheus::Family<prometheus::Gauge>& GaugeFamily(
+    prometheus::Registry& registry, const std::string& name,
+    const std::string& help) {
+  CheckName(name);
+  return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+}
+
+prometheus::Gauge& GaugeMetric(prometheus::Registry& registry,
+                               const std::string& name,
+                               const std::string& help,
+                               const prometheus::Labels& labels) {
+  return GaugeFamily(registry, name, help).Add(labels);
+}
+
+std::string ScrapeText(prometheus::Registry& registry) {
+  const prometheus::TextSerializer serializer;
+  std::ostringstream out;
+  serializer.Serialize(out, registry.Collect());
+  return out.str();
+}
+
+}  // namespace tandem::server

@@ -1,0 +1,234 @@
+#include "kvtransfer/kv_snapshot_codec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/kv_snapshot.h"
+#include "engine/tensor_type.h"
+#include "kvtransfer/block_codec.h"
+#include "kvtransfer/block_hash.h"
+
+namespace tandem::kvtransfer {
+namespace {
+
+using engine::GgmlType;
+using engine::KvSnapshot;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr uint64_t kFingerprint = 0x00c0ffee12345678ull;
+constexpr int32_t kBlockSize = 4;
+constexpr int32_t kLayers = 2;
+constexpr int32_t kKvDim = 8;
+
+int64_t ElemBytes(GgmlType dtype) { return dtype == GgmlType::kF16 ? 2 : 4; }
+
+BlockExpectation Expect(GgmlType dtype) {
+  return BlockExpectation{
+      .model_fingerprint = kFingerprint,
+      .block_size = kBlockSize,
+      .layer_count = kLayers,
+      .kv_dim = kKvDim,
+      .dtype = dtype,
+      .payload_bytes = 2 * kLayers * kBlockSize * kKvDim * ElemBytes(dtype),
+  };
+}
+
+// A snapshot of `n_tokens` positions whose bytes (unused slots included) are
+// random, as an engine block with stale contents would be.
+KvSnapshot MakeSnapshot(int32_t n_tokens, GgmlType dtype, uint32_t seed) {
+  std::mt19937 rng(seed);
+  KvSnapshot s;
+  s.model_fingerprint = kFingerprint;
+  s.n_tokens = n_tokens;
+  s.block_size = kBlockSize;
+  s.n_layer = kLayers;
+  s.kv_dim = kKvDim;
+  s.dtype = dtype;
+  const int32_t n_blocks = (n_tokens + kBlockSize - 1) / kBlockSize;
+  for (int32_t b = 0; b < n_blocks; ++b) {
+    std::vector<uint8_t> block(Expect(dtype).payload_bytes);
+    for (uint8_t& x : block) x = static_cast<uint8_t>(rng());
+    s.blocks.push_back(std::move(block));
+  }
+  return s;
+}
+
+std::vector<int32_t> Tokens(int32_t n, int32_t first = 100) {
+  std::vector<int32_t> t(n);
+  for (int32_t i = 0; i < n; ++i) t[i] = first + 3 * i;
+  return t;
+}
+
+// True when `slot` of block `block` is among the snapshot's positions.
+bool SlotUsed(int32_t n_tokens, size_t block, int32_t slot) {
+  return static_cast<int64_t>(block) * kBlockSize + slot < n_tokens;
+}
+
+TEST(KvSnapshotCodecTest, RoundTripsEveryLength) {
+  for (const GgmlType dtype : {GgmlType::kF32, GgmlType::kF16}) {
+    for (int32_t n = 0; n <= 3 * kBlockSize + 1; ++n) {
+      const KvSnapshot in = MakeSnapshot(n, dtype, static_cast<uint32_t>(n));
+      const std::vector<int32_t> tokens = Tokens(n);
+      const std::vector<std::string> wire = EncodeSnapshot(in, tokens);
+      ASSERT_EQ(wire.size(), in.blocks.size());
+
+      absl::StatusOr<KvSnapshot> out = DecodeSnapshot(wire, Expect(dtype), tokens);
+      ASSERT_TRUE(out.ok()) << "n=" << n << ": " << out.status();
+      EXPECT_EQ(out->model_fingerprint, kFingerprint);
+      EXPECT_EQ(out->n_tokens, n);
+      EXPECT_EQ(out->block_size, kBlockSize);
+      EXPECT_EQ(out->n_layer, kLayers);
+      EXPECT_EQ(out->kv_dim, kKvDim);
+      EXPECT_EQ(out->dtype, dtype);
+      ASSERT_EQ(out->blocks.size(), in.blocks.size());
+      // Used slots arrive intact; unused slots of a partial block as zeros.
+      const size_t row = kKvDim * ElemBytes(dtype);
+      for (size_t b = 0; b < in.blocks.size(); ++b) {
+        ASSERT_EQ(out->blocks[b].size(), in.blocks[b].size());
+        for (size_t i = 0; i < in.blocks[b].size(); ++i) {
+          const int32_t slot = static_cast<int32_t>((i / row) % kBlockSize);
+          const uint8_t want = SlotUsed(n, b, slot) ? in.blocks[b][i] : 0;
+          ASSERT_EQ(out->blocks[b][i], want) << "n=" << n << " block " << b << " byte " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(KvSnapshotCodecTest, HeadersCarryIndexCountsAndTheHashChain) {
+  const int32_t n = 2 * kBlockSize + 3;
+  const std::vector<int32_t> tokens = Tokens(n);
+  const std::vector<std::string> wire =
+      EncodeSnapshot(MakeSnapshot(n, GgmlType::kF32, 1), tokens, /*tenant_salt=*/9);
+  const std::vector<uint64_t> full = PrefixBlockHashes(tokens, kBlockSize, kFingerprint, 9);
+  ASSERT_EQ(full.size(), 2u);
+  ASSERT_EQ(wire.size(), 3u);
+  uint64_t parent = kRootParentHash;
+  for (size_t i = 0; i < wire.size(); ++i) {
+    absl::StatusOr<DecodedBlock> d = DecodeBlock(wire[i], Expect(GgmlType::kF32));
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(d->header.block_index, i);
+    EXPECT_EQ(d->header.parent_hash, parent);
+    if (i < full.size()) {
+      EXPECT_EQ(d->header.token_count, static_cast<uint32_t>(kBlockSize));
+      EXPECT_EQ(d->header.block_hash, full[i]);  // what the gateway computes
+    } else {
+      EXPECT_EQ(d->header.token_count, 3u);
+      EXPECT_EQ(d->header.block_hash,
+                BlockHash(parent, std::span(tokens).subspan(8, 3), kFingerprint, 9));
+    }
+    parent = d->header.block_hash;
+  }
+}
+
+class ChainMismatchTest : public ::testing::Test {
+ protected:
+  static constexpr int32_t kTokens = 3 * kBlockSize + 2;  // blocks 0..3, last partial
+
+  void ExpectRefused(const std::vector<std::string>& wire, const std::vector<int32_t>& tokens,
+                     const std::string& block, const std::string& field,
+                     uint64_t salt = 0) {
+    const absl::Status s = DecodeSnapshot(wire, Expect(GgmlType::kF16), tokens, salt).status();
+    EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+    EXPECT_THAT(s.message(), AllOf(HasSubstr(block), HasSubstr(field)));
+  }
+
+  std::vector<int32_t> tokens_ = Tokens(kTokens);
+  std::vector<std::string> wire_ =
+      EncodeSnapshot(MakeSnapshot(kTokens, GgmlType::kF16, 2), tokens_);
+};
+
+TEST_F(ChainMismatchTest, ReorderedBlocksAreRefused) {
+  std::vector<std::string> wire = wire_;
+  std::swap(wire[1], wire[2]);
+  ExpectRefused(wire, tokens_, "snapshot block 1", "block_index");
+}
+
+TEST_F(ChainMismatchTest, MissingOrExtraBlocksAreRefused) {
+  std::vector<std::string> missing_middle = wire_;
+  missing_middle.erase(missing_middle.begin() + 1);
+  ExpectRefused(missing_middle, tokens_, "snapshot block 1", "block_index");
+
+  std::vector<std::string> missing_last = wire_;
+  missing_last.pop_back();
+  ExpectRefused(missing_last, tokens_, "snapshot", "token counts");
+
+  std::vector<std::string> extra = wire_;
+  extra.push_back(wire_.back());
+  ExpectRefused(extra, tokens_, "snapshot block 4", "block_index");
+}
+
+TEST_F(ChainMismatchTest, WrongTokenIdsNameTheFirstMismatchedBlock) {
+  for (int32_t pos = 0; pos < kTokens; ++pos) {
+    std::vector<int32_t> tokens = tokens_;
+    tokens[pos] += 1;
+    ExpectRefused(wire_, tokens, "snapshot block " + std::to_string(pos / kBlockSize),
+                  "block_hash");
+  }
+}
+
+TEST_F(ChainMismatchTest, TokenCountMismatchIsRefused) {
+  std::vector<int32_t> fewer = tokens_;
+  fewer.pop_back();
+  ExpectRefused(wire_, fewer, "snapshot block 3", "token_count");
+
+  std::vector<int32_t> more = tokens_;
+  more.push_back(7);
+  ExpectRefused(wire_, more, "snapshot block 3", "token_count");
+
+  std::vector<int32_t> two_more_blocks = tokens_;
+  two_more_blocks.resize(tokens_.size() + 2 * kBlockSize, 7);
+  ExpectRefused(wire_, two_more_blocks, "snapshot block 3", "token_count");
+
+  ExpectRefused(wire_, {}, "snapshot block 0", "token_count");
+}
+
+TEST_F(ChainMismatchTest, BlockFromAnotherSequenceBreaksTheChain) {
+  // Same block 2 tokens, different history: index and count fit, the parent
+  // does not.
+  std::vector<int32_t> other_tokens = tokens_;
+  other_tokens[0] += 1;
+  const std::vector<std::string> other =
+      EncodeSnapshot(MakeSnapshot(kTokens, GgmlType::kF16, 3), other_tokens);
+  std::vector<std::string> spliced = wire_;
+  spliced[2] = other[2];
+  ExpectRefused(spliced, tokens_, "snapshot block 2", "parent_hash");
+}
+
+TEST_F(ChainMismatchTest, SaltIsPartOfTheChain) {
+  const std::vector<std::string> salted =
+      EncodeSnapshot(MakeSnapshot(kTokens, GgmlType::kF16, 2), tokens_, 5);
+  EXPECT_TRUE(DecodeSnapshot(salted, Expect(GgmlType::kF16), tokens_, 5).ok());
+  ExpectRefused(salted, tokens_, "snapshot block 0", "block_hash", /*salt=*/0);
+}
+
+TEST_F(ChainMismatchTest, CorruptBlockIsDataLossNamingItsIndex) {
+  std::vector<std::string> wire = wire_;
+  wire[2][kBlockHeaderBytes + 3] ^= 0x01;
+  const absl::Status s = DecodeSnapshot(wire, Expect(GgmlType::kF16), tokens_).status();
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("snapshot block 2"), HasSubstr("checksum")));
+}
+
+TEST_F(ChainMismatchTest, WrongModelOrDtypeIsRefusedNamingTheField) {
+  BlockExpectation other_model = Expect(GgmlType::kF16);
+  other_model.model_fingerprint ^= 1;
+  absl::Status s = DecodeSnapshot(wire_, other_model, tokens_).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("snapshot block 0"), HasSubstr("model_fingerprint")));
+
+  s = DecodeSnapshot(wire_, Expect(GgmlType::kF32), tokens_).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("dtype"));
+}
+
+}  // namespace
+}  // namespace tandem::kvtransfer

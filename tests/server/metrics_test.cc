@@ -1,0 +1,127 @@
+#include "server/metrics.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+
+namespace tandem::server {
+namespace {
+
+TEST(MetricsServerTest, ServesCountersOverHttpOnAnEphemeralPort) {
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server =
+      MetricsServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = (*server)->address();
+  ASSERT_TRUE(absl::StartsWith(address, "127.0.0.1:")) << address;
+  EXPECT_NE(address, "127.0.0.1:0");
+
+  CounterMetric((*server)->registry(), "tandem_test_requests_total",
+                "Requests seen by the test.", {{"code", "OK"}})
+      .Increment(3);
+  absl::StatusOr<std::string> body = HttpGet(address, "/metrics");
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_TRUE(absl::StrContains(*body, "# TYPE tandem_test_requests_total counter"))
+      << *body;
+  EXPECT_TRUE(absl::StrContains(*body, "tandem_test_requests_total{code=\"OK\"} 3"))
+      << *body;
+}
+
+TEST(MetricsServerTest, NoListenAddressMeansNoExposerButARegistry) {
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server = MetricsServer::Start("");
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ((*server)->address(), "");
+  GaugeMetric((*server)->registry(), "tandem_test_blocks", "Blocks.").Set(7);
+  EXPECT_TRUE(absl::StrContains(ScrapeText((*server)->registry()),
+                                "tandem_test_blocks 7"));
+}
+
+TEST(MetricsServerTest, MalformedAddressIsInvalidArgument) {
+  EXPECT_EQ(MetricsServer::Start("no-port").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MetricsServer::Start("127.0.0.1:99999").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(MetricsHelpersTest, LatencyHistogramUsesSecondBuckets) {
+  prometheus::Registry registry;
+  prometheus::Histogram& h = LatencyHistogram(
+      registry, "tandem_test_latency_seconds", "Latency.", {{"stage", "ttft"}});
+  h.Observe(0.003);
+  h.Observe(2.0);
+  // Same name and labels: the same series, not a second one.
+  EXPECT_EQ(&LatencyHistogram(registry, "tandem_test_latency_seconds",
+                              "Latency.", {{"stage", "ttft"}}),
+            &h);
+  const std::string text = ScrapeText(registry);
+  EXPECT_TRUE(absl::StrContains(
+      text, "tandem_test_latency_seconds_bucket{stage=\"ttft\",le=\"0.004\"} 1"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(
+      text, "tandem_test_latency_seconds_bucket{stage=\"ttft\",le=\"+Inf\"} 2"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(text, "tandem_test_latency_seconds_count{stage=\"ttft\"} 2"))
+      << text;
+
+  const std::vector<double> buckets = LatencyBuckets();
+  ASSERT_FALSE(buckets.empty());
+  EXPECT_DOUBLE_EQ(buckets.front(), 0.001);
+  EXPECT_GE(buckets.back(), 60.0);
+  for (size_t i = 1; i < buckets.size(); ++i) EXPECT_GT(buckets[i], buckets[i - 1]);
+}
+
+TEST(MetricsHelpersDeathTest, NamesMustStartWithTandem) {
+  prometheus::Registry registry;
+  EXPECT_DEATH(CounterMetric(registry, "requests_total", "No prefix."),
+               "tandem_");
+}
+
+TEST(HttpGetTest, NonOkStatusAndRefusedConnectionAreErrors) {
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server =
+      MetricsServer::Start("127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<std::string> missing = HttpGet((*server)->address(), "/nope");
+  EXPECT_FALSE(missing.ok());
+
+  // A port that was just free: bind, note it, close, then connect.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  ::close(fd);
+  absl::StatusOr<std::string> refused =
+      HttpGet("127.0.0.1:" + std::to_string(port), "/metrics");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable)
+      << refused.status();
+}
+
+TEST(HttpGetTest, TimesOutOnASilentServer) {
+  // A listening socket that never accepts: the kernel completes the
+  // handshake, nobody ever answers.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  absl::StatusOr<std::string> body =
+      HttpGet("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), "/metrics",
+              absl::Milliseconds(200));
+  EXPECT_EQ(body.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << body.status();
+  ::close(fd);
+}
+
+}  // namespace
+}  // namespace tandem::server
