@@ -176,7 +176,9 @@ bool HasExited(const Child& child) {
 }
 
 std::string DescribeExit(int code) {
-  if (code > 128) return absl::StrCat("was killed by signal ", code - 128);
+  if (code > 128) {
+    return absl::StrCat("was killed by signal ", code - 128, " (", ::strsignal(code - 128), ")");
+  }
   return absl::StrCat("exited with code ", code);
 }
 

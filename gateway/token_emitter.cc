@@ -45,7 +45,13 @@ bool TokenEmitter::Push(const tandem::v1::SampledTokenProto& sampled,
     finish_reason_ = tandem::v1::FINISH_REASON_STOP;
     return true;
   }
-  ReleaseBefore(FindPartialStop(), out);
+  if (options_.stop.empty()) {
+    // Nothing can be cut later, so even a token whose character is still
+    // incomplete goes out now (with empty text).
+    ReleaseAll(out);
+  } else {
+    ReleaseBefore(FindPartialStop(), out);
+  }
   return false;
 }
 

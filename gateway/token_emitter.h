@@ -40,7 +40,8 @@ struct EmitterOptions {
 //   then the generated text up to, not including, the match. The token in
 //   which the match starts is sent with its text cut there (raw untouched);
 //   tokens entirely after the match start are dropped. Text that could still
-//   become a stop string is held back, with its tokens, until it cannot.
+//   become a stop string is held back, with its tokens, until it cannot
+//   (without stop strings nothing is held back).
 // - At the end the UTF-8 decoder is flushed into the last token's text (an
 //   incomplete trailing character becomes U+FFFD).
 // Ids outside the vocabulary (a worker bug) render as empty bytes rather

@@ -1,13 +1,19 @@
 #include "server/metrics.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <exception>
 #include <sstream>
+#include <thread>
 
 #include <prometheus/text_serializer.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/check.h"
 #include "common/status_macros.h"
 #include "server/host_port.h"
@@ -39,9 +45,48 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   return server;
 }
 
+namespace {
+
+// Opens and drops one TCP connection to `address`, without waiting for it.
+void PokeListener(const std::string& address) {
+  absl::StatusOr<HostPort> hp = SplitHostPort(address);
+  if (!hp.ok()) return;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  const std::string host = StripBrackets(hp->host);
+  const std::string port = std::to_string(hp->port);
+  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &list) != 0) return;
+  for (addrinfo* ai = list; ai != nullptr; ai = ai->ai_next) {
+    const int fd = ::socket(ai->ai_family,
+                            ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                            ai->ai_protocol);
+    if (fd < 0) continue;
+    [[maybe_unused]] int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    ::close(fd);
+  }
+  ::freeaddrinfo(list);
+}
+
+}  // namespace
+
 MetricsServer::~MetricsServer() {
+  if (exposer_ == nullptr) return;
   // Stop serving (civetweb joins its threads) before the registry goes.
+  // civetweb's accept thread only notices the stop flag when its poll()
+  // returns, which without traffic takes its fixed 2 s quantum, so every
+  // process exit would stall 2 s. A connection wakes it; poking until the
+  // join finishes covers a poke that lands just before the flag is set.
+  // (Rejected: closing the listening socket, which prometheus-cpp hides.)
+  absl::Notification stopped;
+  std::thread poker([this, &stopped] {
+    do {
+      PokeListener(address_);
+    } while (!stopped.WaitForNotificationWithTimeout(absl::Milliseconds(20)));
+  });
   exposer_.reset();
+  stopped.Notify();
+  poker.join();
 }
 
 namespace {

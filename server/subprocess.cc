@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -161,6 +162,12 @@ void Subprocess::ReadStdout() {
   std::string pending;
   char buf[4096];
   bool open = true;
+  // Once stopped, output the child wrote before it died is still in the
+  // pipe; read what is there (bounded, in case a stray grandchild keeps
+  // writing) so no line is lost, then quit.
+  bool stopping = false;
+  int reads_after_stop = 0;
+  constexpr int kMaxReadsAfterStop = 1024;  // 4 MiB
   while (open) {
     pollfd fds[2] = {{stdout_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
     const int n = ::poll(fds, 2, -1);
@@ -168,8 +175,12 @@ void Subprocess::ReadStdout() {
       if (errno == EINTR) continue;
       break;
     }
-    if (fds[1].revents != 0) break;
-    if (fds[0].revents == 0) continue;
+    if (fds[1].revents != 0) stopping = true;
+    if (fds[0].revents == 0) {
+      if (stopping) break;
+      continue;
+    }
+    if (stopping && ++reads_after_stop > kMaxReadsAfterStop) break;
     const ssize_t got = ::read(stdout_fd_, buf, sizeof(buf));
     if (got < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;

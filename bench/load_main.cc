@@ -1,0 +1,155 @@
+// tandem-load: a load generator for a running gateway (`tandem up` prints its
+// address). Sends --requests streaming Generate calls, --concurrency at a
+// time, of seeded random token-id prompts that share their first
+// --shared-prefix-tokens ids; prints TTFT and inter-token latency p50/p99,
+// output tokens/s and errors as a table, then one JSON line (appended to
+// --out). It reports; it never fails on speed. Flags and wiring only; the
+// work is in bench/load_runner.cc and bench/load_stats.cc.
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "bench/load_runner.h"
+#include "bench/load_stats.h"
+#include "cli/args.h"
+#include "common/status_macros.h"
+
+namespace tandem::bench {
+namespace {
+
+struct LoadConfig {
+  LoadShape shape;
+  std::string out;
+  absl::Duration request_timeout;
+  absl::Duration connect_timeout;
+};
+
+std::vector<cli::FlagSpec> LoadFlagSpecs() {
+  return {
+      {.name = "addr", .help = "gateway address HOST:PORT", .required = true},
+      {.name = "concurrency", .default_value = "8", .help = "requests in flight at once"},
+      {.name = "requests", .default_value = "64", .help = "requests in all"},
+      {.name = "prompt-tokens", .default_value = "256", .help = "prompt length, token ids"},
+      {.name = "shared-prefix-tokens", .default_value = "0",
+       .help = "leading prompt ids shared by every request (<= --prompt-tokens)"},
+      {.name = "max-tokens", .default_value = "64",
+       .help = "tokens generated per request (greedy, EOS ignored)"},
+      {.name = "model", .help = "model name from ListModels; empty = the first listed"},
+      {.name = "seed", .default_value = "1", .help = "seed of the random prompt ids"},
+      {.name = "out", .help = "file to append the JSON line to"},
+      {.name = "timeout-s", .default_value = "600", .help = "deadline of each request, seconds"},
+      {.name = "connect-timeout-s", .default_value = "10",
+       .help = "deadline of the first call (ListModels), seconds"},
+  };
+}
+
+absl::StatusOr<int32_t> IntFlag(const cli::Args& args, const std::string& name, int64_t lo,
+                                int64_t hi) {
+  ASSIGN_OR_RETURN(int64_t v, args.Int(name));
+  if (v < lo || v > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, ": ", v, " is out of range [", lo, ", ", hi, "]"));
+  }
+  return static_cast<int32_t>(v);
+}
+
+absl::StatusOr<LoadConfig> ConfigFromArgs(const cli::Args& args) {
+  LoadConfig c;
+  LoadShape& s = c.shape;
+  s.addr = args.String("addr");
+  if (s.addr.empty()) return absl::InvalidArgumentError("--addr: empty");
+  s.model = args.String("model");
+  ASSIGN_OR_RETURN(s.concurrency, IntFlag(args, "concurrency", 1, 4096));
+  ASSIGN_OR_RETURN(s.requests, IntFlag(args, "requests", 1, 1 << 24));
+  ASSIGN_OR_RETURN(s.prompt_tokens, IntFlag(args, "prompt-tokens", 1, 1 << 24));
+  ASSIGN_OR_RETURN(s.shared_prefix_tokens,
+                   IntFlag(args, "shared-prefix-tokens", 0, s.prompt_tokens));
+  ASSIGN_OR_RETURN(s.max_tokens, IntFlag(args, "max-tokens", 1, 1 << 24));
+  ASSIGN_OR_RETURN(s.seed, args.Uint64("seed"));
+  ASSIGN_OR_RETURN(int32_t timeout_s, IntFlag(args, "timeout-s", 1, 86400));
+  ASSIGN_OR_RETURN(int32_t connect_s, IntFlag(args, "connect-timeout-s", 1, 3600));
+  c.request_timeout = absl::Seconds(timeout_s);
+  c.connect_timeout = absl::Seconds(connect_s);
+  c.out = args.String("out");
+  return c;
+}
+
+int Run(LoadConfig config) {
+  // One channel: every slot's stream is multiplexed on one HTTP/2
+  // connection, as a gateway client library would do.
+  std::unique_ptr<v1::Generation::Stub> stub = v1::Generation::NewStub(
+      grpc::CreateChannel(config.shape.addr, grpc::InsecureChannelCredentials()));
+
+  absl::StatusOr<v1::ModelInfo> model = FindModel(*stub, config.shape.model,
+                                                  config.connect_timeout);
+  if (!model.ok()) {
+    std::cerr << "tandem-load: " << config.shape.addr << ": " << model.status().ToString()
+              << "\n";
+    return model.status().code() == absl::StatusCode::kNotFound ? 2 : 1;
+  }
+  if (model->vocab_size() <= kFirstPromptId) {
+    std::cerr << "tandem-load: model " << model->id() << " reports vocab_size "
+              << model->vocab_size() << ", too small for random prompts\n";
+    return 1;
+  }
+  const int64_t needed = int64_t{config.shape.prompt_tokens} + config.shape.max_tokens;
+  if (model->max_context() > 0 && needed > model->max_context()) {
+    std::cerr << "tandem-load: --prompt-tokens + --max-tokens = " << needed
+              << " exceeds the model's max_context " << model->max_context() << "\n";
+    return 2;
+  }
+  config.shape.model = model->id();
+
+  const std::vector<std::vector<int32_t>> prompts = MakePrompts({
+      .requests = config.shape.requests,
+      .prompt_tokens = config.shape.prompt_tokens,
+      .shared_prefix_tokens = config.shape.shared_prefix_tokens,
+      .vocab_size = model->vocab_size(),
+      .seed = config.shape.seed,
+  });
+  const RunResult run = RunLoad(*stub, prompts,
+                                {.model = config.shape.model,
+                                 .concurrency = config.shape.concurrency,
+                                 .max_tokens = config.shape.max_tokens,
+                                 .request_timeout = config.request_timeout});
+  const LoadSummary summary = Summarize(config.shape, run.requests, run.wall_s);
+  const std::string json = FormatJson(summary);
+  std::cout << FormatTable(summary) << json << "\n" << std::flush;
+  if (!config.out.empty()) {
+    std::ofstream file(config.out, std::ios::app);
+    file << json << "\n";
+    if (!file) {
+      std::cerr << "tandem-load: --out: cannot append to " << config.out << "\n";
+      return 1;
+    }
+  }
+  // Errors are reported above; only a run where nothing succeeded fails.
+  return summary.ok > 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace tandem::bench
+
+int main(int argc, char** argv) {
+  const std::vector<tandem::cli::FlagSpec> specs = tandem::bench::LoadFlagSpecs();
+  absl::StatusOr<tandem::cli::Args> args =
+      tandem::cli::Args::Parse(std::vector<std::string>(argv + 1, argv + argc), specs);
+  if (!args.ok() || args->help()) {
+    if (!args.ok()) std::cerr << "tandem-load: " << args.status().message() << "\n";
+    // Args::Usage names `tandem load`; this binary is tandem-load.
+    const std::string usage = tandem::cli::Args::Usage("load", specs);
+    std::cerr << "usage: tandem-load [flags]; drives a gateway with streaming Generate calls"
+              << usage.substr(usage.find('\n'));
+    return args.ok() ? 0 : 2;
+  }
+  absl::StatusOr<tandem::bench::LoadConfig> config = tandem::bench::ConfigFromArgs(*args);
+  if (!config.ok()) {
+    std::cerr << "tandem-load: " << config.status().message() << "\n";
+    return 2;
+  }
+  return tandem::bench::Run(*std::move(config));
+}

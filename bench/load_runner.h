@@ -1,0 +1,58 @@
+// Drives a gateway with streaming Generate requests for tandem-load: builds
+// the seeded prompts, runs them `concurrency` at a time (one thread per slot,
+// each with the blocking stub, all on one channel) and times every token.
+// Called from bench/load_main.cc. RunLoad is thread-safe to call once at a
+// time; the stub must be thread-safe (generated stubs are).
+#ifndef TANDEM_BENCH_LOAD_RUNNER_H_
+#define TANDEM_BENCH_LOAD_RUNNER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "bench/load_stats.h"
+#include "tandem/v1/generation.grpc.pb.h"
+
+namespace tandem::bench {
+
+struct PromptOptions {
+  int32_t requests = 1;
+  int32_t prompt_tokens = 1;
+  int32_t shared_prefix_tokens = 0;  // <= prompt_tokens
+  int32_t vocab_size = 0;            // ids are drawn from [kFirstPromptId, vocab_size)
+  uint64_t seed = 1;
+};
+
+// Ids below this are special in the models Tandem serves (unk, BOS, EOS).
+inline constexpr int32_t kFirstPromptId = 3;
+
+// `requests` prompts; the first shared_prefix_tokens ids are the same in all
+// of them, the rest differ. Same options, same prompts.
+std::vector<std::vector<int32_t>> MakePrompts(const PromptOptions& options);
+
+// The ModelInfo named `model` (the first listed when empty). NotFound when
+// the gateway does not serve it; the RPC's own error when it fails.
+absl::StatusOr<v1::ModelInfo> FindModel(v1::Generation::StubInterface& stub,
+                                        const std::string& model, absl::Duration timeout);
+
+struct RunOptions {
+  std::string model;
+  int32_t concurrency = 1;
+  int32_t max_tokens = 1;
+  absl::Duration request_timeout = absl::Minutes(10);
+};
+
+struct RunResult {
+  std::vector<RequestResult> requests;  // in prompt order
+  double wall_s = 0;                    // first send -> last stream end
+};
+
+// Sends one greedy, ignore_eos request per prompt and waits for all of them.
+RunResult RunLoad(v1::Generation::StubInterface& stub,
+                  const std::vector<std::vector<int32_t>>& prompts, const RunOptions& options);
+
+}  // namespace tandem::bench
+
+#endif  // TANDEM_BENCH_LOAD_RUNNER_H_

@@ -1,0 +1,103 @@
+#include "bench/load_stats.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/json.h"
+
+namespace tandem::bench {
+
+double Percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const double rank = std::ceil(p / 100.0 * static_cast<double>(values.size()));
+  const size_t index = static_cast<size_t>(
+      std::clamp(rank - 1, 0.0, static_cast<double>(values.size() - 1)));
+  return values[index];
+}
+
+LoadSummary Summarize(const LoadShape& shape, const std::vector<RequestResult>& results,
+                      double wall_s) {
+  LoadSummary s;
+  s.shape = shape;
+  s.wall_s = wall_s;
+  std::vector<double> ttft;
+  std::vector<double> itl;
+  int64_t messages = 0;
+  for (const RequestResult& r : results) {
+    if (r.code == absl::StatusCode::kOk) {
+      ++s.ok;
+    } else {
+      ++s.errors[absl::StatusCodeToString(r.code)];
+    }
+    if (r.ttft_s >= 0) ttft.push_back(r.ttft_s);
+    itl.insert(itl.end(), r.itl_s.begin(), r.itl_s.end());
+    s.output_tokens += r.output_tokens;
+    messages += r.messages;
+    s.prompt_tokens += r.prompt_tokens;
+    s.cached_prompt_tokens += r.cached_prompt_tokens;
+  }
+  s.output_tokens_per_s = wall_s > 0 ? static_cast<double>(s.output_tokens) / wall_s : 0;
+  s.tokens_per_message =
+      messages > 0 ? static_cast<double>(s.output_tokens) / static_cast<double>(messages) : 0;
+  s.ttft_p50_s = Percentile(ttft, 50);
+  s.ttft_p99_s = Percentile(ttft, 99);
+  s.itl_p50_s = Percentile(itl, 50);
+  s.itl_p99_s = Percentile(itl, 99);
+  return s;
+}
+
+std::string FormatTable(const LoadSummary& s) {
+  const LoadShape& sh = s.shape;
+  std::string errors;
+  for (const auto& [code, n] : s.errors) absl::StrAppend(&errors, errors.empty() ? "" : ", ",
+                                                          code, "=", n);
+  if (errors.empty()) errors = "none";
+  std::string out = absl::StrFormat(
+      "tandem-load %s: %d requests, concurrency %d, prompt %d tokens (%d shared), "
+      "max_tokens %d\n",
+      sh.addr, sh.requests, sh.concurrency, sh.prompt_tokens, sh.shared_prefix_tokens,
+      sh.max_tokens);
+  absl::StrAppend(&out, absl::StrFormat("  %-22s %12s %12s\n", "", "p50", "p99"));
+  absl::StrAppend(&out, absl::StrFormat("  %-22s %9.2f ms %9.2f ms\n", "TTFT",
+                                        s.ttft_p50_s * 1e3, s.ttft_p99_s * 1e3));
+  absl::StrAppend(&out, absl::StrFormat("  %-22s %9.2f ms %9.2f ms\n", "inter-token latency",
+                                        s.itl_p50_s * 1e3, s.itl_p99_s * 1e3));
+  absl::StrAppend(&out, absl::StrFormat("  %-22s %12.1f  (%d tokens in %.2f s)\n",
+                                        "output tokens/s", s.output_tokens_per_s,
+                                        s.output_tokens, s.wall_s));
+  absl::StrAppend(&out, absl::StrFormat("  %-22s %12.2f\n", "tokens per message",
+                                        s.tokens_per_message));
+  absl::StrAppend(&out, absl::StrFormat("  %-22s %d of %d prompt tokens\n",
+                                        "cached prompt tokens", s.cached_prompt_tokens,
+                                        s.prompt_tokens));
+  absl::StrAppend(&out, absl::StrFormat("  %-22s %d ok; errors: %s\n", "requests", s.ok,
+                                        errors));
+  return out;
+}
+
+std::string FormatJson(const LoadSummary& s) {
+  const LoadShape& sh = s.shape;
+  std::string errors = "{";
+  for (const auto& [code, n] : s.errors) {
+    absl::StrAppend(&errors, errors.size() > 1 ? ", " : "", JsonQuote(code), ": ", n);
+  }
+  errors += "}";
+  return absl::StrCat(
+      "{\"bench\": \"load\", \"addr\": ", JsonQuote(sh.addr), ", \"model\": ",
+      JsonQuote(sh.model), ", \"concurrency\": ", sh.concurrency, ", \"requests\": ",
+      sh.requests, ", \"prompt_tokens\": ", sh.prompt_tokens, ", \"shared_prefix_tokens\": ",
+      sh.shared_prefix_tokens, ", \"max_tokens\": ", sh.max_tokens, ", \"seed\": ", sh.seed,
+      ", \"ok\": ", s.ok, ", \"errors\": ", errors, ", \"wall_s\": ", JsonNumber(s.wall_s),
+      ", \"output_tokens\": ", s.output_tokens, ", \"output_tokens_per_s\": ",
+      JsonNumber(s.output_tokens_per_s), ", \"tokens_per_message\": ",
+      JsonNumber(s.tokens_per_message), ", \"ttft_p50_s\": ", JsonNumber(s.ttft_p50_s),
+      ", \"ttft_p99_s\": ", JsonNumber(s.ttft_p99_s), ", \"itl_p50_s\": ",
+      JsonNumber(s.itl_p50_s), ", \"itl_p99_s\": ", JsonNumber(s.itl_p99_s),
+      ", \"prompt_tokens_total\": ", s.prompt_tokens, ", \"cached_prompt_tokens\": ",
+      s.cached_prompt_tokens, "}");
+}
+
+}  // namespace tandem::bench

@@ -1,0 +1,102 @@
+// tandem-load's arithmetic: percentiles, the summary, the JSON line, and the
+// seeded prompts with their shared prefix (bench/load_stats.h,
+// bench/load_runner.h).
+#include "bench/load_stats.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "bench/load_runner.h"
+
+namespace tandem::bench {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(PercentileTest, NearestRank) {
+  EXPECT_EQ(Percentile({}, 50), 0);
+  EXPECT_EQ(Percentile({7}, 99), 7);
+  std::vector<double> v;
+  for (int i = 100; i >= 1; --i) v.push_back(i);  // unsorted on purpose
+  EXPECT_EQ(Percentile(v, 50), 50);
+  EXPECT_EQ(Percentile(v, 99), 99);
+  EXPECT_EQ(Percentile(v, 100), 100);
+  EXPECT_EQ(Percentile(v, 0), 1);
+  EXPECT_EQ(Percentile({1, 2, 3}, 50), 2);
+}
+
+RequestResult Result(absl::StatusCode code, double ttft_s, std::vector<double> itl_s,
+                     int64_t output_tokens) {
+  RequestResult r;
+  r.code = code;
+  r.ttft_s = ttft_s;
+  r.itl_s = std::move(itl_s);
+  r.output_tokens = output_tokens;
+  return r;
+}
+
+TEST(SummarizeTest, CountsTokensErrorsAndLatencies) {
+  RequestResult a = Result(absl::StatusCode::kOk, 0.1, {0.01, 0.0, 0.03}, 4);
+  a.prompt_tokens = 10;
+  a.cached_prompt_tokens = 8;
+  RequestResult b = Result(absl::StatusCode::kOk, 0.3, {0.02}, 2);
+  b.prompt_tokens = 10;
+  const RequestResult failed = Result(absl::StatusCode::kResourceExhausted, -1, {}, 0);
+  const RequestResult cut = Result(absl::StatusCode::kUnavailable, 0.2, {}, 1);
+  LoadShape shape;
+  shape.addr = "x:1";
+  shape.requests = 4;
+  const LoadSummary s = Summarize(shape, {a, b, failed, cut}, 2.0);
+  EXPECT_EQ(s.ok, 2);
+  EXPECT_EQ(s.errors.at("RESOURCE_EXHAUSTED"), 1);
+  EXPECT_EQ(s.errors.at("UNAVAILABLE"), 1);
+  EXPECT_EQ(s.output_tokens, 7);
+  EXPECT_DOUBLE_EQ(s.output_tokens_per_s, 3.5);
+  EXPECT_EQ(s.cached_prompt_tokens, 8);
+  EXPECT_EQ(s.prompt_tokens, 20);
+  EXPECT_DOUBLE_EQ(s.ttft_p50_s, 0.2);
+  EXPECT_DOUBLE_EQ(s.ttft_p99_s, 0.3);
+  EXPECT_DOUBLE_EQ(s.itl_p50_s, 0.01);
+  EXPECT_DOUBLE_EQ(s.itl_p99_s, 0.03);
+
+  const std::string json = FormatJson(s);
+  EXPECT_EQ(json.front(), '{');
+  EXPECT_EQ(json.back(), '}');
+  EXPECT_EQ(json.find('\n'), std::string::npos);
+  EXPECT_THAT(json, HasSubstr("\"errors\": {\"RESOURCE_EXHAUSTED\": 1, \"UNAVAILABLE\": 1}"));
+  EXPECT_THAT(json, HasSubstr("\"output_tokens_per_s\": 3.5"));
+  EXPECT_THAT(json, HasSubstr("\"ttft_p99_s\": 0.3"));
+  const std::string table = FormatTable(s);
+  EXPECT_THAT(table, HasSubstr("TTFT"));
+  EXPECT_THAT(table, HasSubstr("errors: RESOURCE_EXHAUSTED=1, UNAVAILABLE=1"));
+}
+
+TEST(SummarizeTest, NoErrorsReadsNone) {
+  const LoadSummary s =
+      Summarize(LoadShape(), {Result(absl::StatusCode::kOk, 0.1, {}, 1)}, 1.0);
+  EXPECT_THAT(FormatJson(s), HasSubstr("\"errors\": {}"));
+  EXPECT_THAT(FormatTable(s), HasSubstr("errors: none"));
+}
+
+TEST(MakePromptsTest, SharedPrefixThenSeededRandomIdsInRange) {
+  const PromptOptions o{.requests = 5, .prompt_tokens = 40, .shared_prefix_tokens = 16,
+                        .vocab_size = 50, .seed = 7};
+  const auto prompts = MakePrompts(o);
+  ASSERT_EQ(prompts.size(), 5u);
+  for (const auto& p : prompts) {
+    ASSERT_EQ(p.size(), 40u);
+    EXPECT_TRUE(std::equal(p.begin(), p.begin() + 16, prompts[0].begin()));
+    for (int32_t id : p) {
+      EXPECT_GE(id, kFirstPromptId);
+      EXPECT_LT(id, 50);
+    }
+  }
+  EXPECT_FALSE(std::equal(prompts[0].begin() + 16, prompts[0].end(), prompts[1].begin() + 16));
+  EXPECT_EQ(MakePrompts(o), prompts);
+  PromptOptions other = o;
+  other.seed = 8;
+  EXPECT_NE(MakePrompts(other), prompts);
+}
+
+}  // namespace
+}  // namespace tandem::bench

@@ -1,0 +1,218 @@
+// `tandem up` supervising fake children: a copy of the real `tandem` binary
+// sits in a temp directory next to shell scripts named tandem-prefill,
+// tandem-decode and tandem-gateway that record their flags, print a READY
+// line and wait for SIGTERM (or fail on cue). Checks the READY line, the
+// flags each child gets, the stop order's outcome, and the exit codes.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "server/subprocess.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+// Plays one Tandem server. Ports are fixed per role (nothing binds them).
+// FAKE_FAIL_ROLE names the role that misbehaves; FAKE_FAIL_WHEN=before exits
+// 5 before READY, =after exits 3 once a line can be read from ./trigger.
+constexpr char kFakeScript[] = R"sh(#!/bin/sh
+dir=$(dirname "$0")
+role=$(basename "$0")
+role=${role#tandem-}
+echo "$@" > "$dir/$role.args"
+echo $$ > "$dir/$role.pid"
+case $role in prefill) port=1001 ;; decode) port=1002 ;; *) port=1003 ;; esac
+echo "log line from $role"
+if [ "$FAKE_FAIL_ROLE" = "$role" ] && [ "$FAKE_FAIL_WHEN" = before ]; then exit 5; fi
+echo "READY grpc=127.0.0.1:$port metrics=127.0.0.1:$((port + 100))"
+if [ "$FAKE_FAIL_ROLE" = "$role" ] && [ "$FAKE_FAIL_WHEN" = after ]; then
+  read line < "$dir/trigger"
+  exit 3
+fi
+trap 'exit 0' TERM
+while :; do sleep 3600 & wait $!; done
+)sh";
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class UpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/tandem_up_test_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    // A copy, not a link: SiblingBinary resolves /proc/self/exe, which
+    // follows links back to build/bin.
+    fs::copy_file(fs::path(TANDEM_BIN_DIR) / "tandem", dir_ / "tandem");
+    fs::permissions(dir_ / "tandem", fs::perms::owner_all);
+    for (const char* role : {"prefill", "decode", "gateway"}) WriteFake(role);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void WriteFake(const std::string& role) {
+    const fs::path path = dir_ / ("tandem-" + role);
+    std::ofstream(path) << kFakeScript;
+    fs::permissions(path, fs::perms::owner_all);
+  }
+
+  std::unique_ptr<tandem::server::Subprocess> StartUp(std::vector<std::string> flags,
+                                                      std::vector<std::string> env = {}) {
+    std::vector<std::string> argv = {(dir_ / "tandem").string(), "up"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    tandem::server::SubprocessOptions options;
+    options.stderr_path = (dir_ / "up.err").string();
+    options.extra_env = std::move(env);
+    auto up = tandem::server::Subprocess::Start(argv, options);
+    EXPECT_TRUE(up.ok()) << up.status();
+    return up.ok() ? *std::move(up) : nullptr;
+  }
+
+  std::string Args(const std::string& role) { return ReadFile(dir_ / (role + ".args")); }
+  std::string Stderr() { return ReadFile(dir_ / "up.err"); }
+  // True while the fake `role` recorded a pid that still exists.
+  bool Alive(const std::string& role) {
+    const int pid = std::atoi(ReadFile(dir_ / (role + ".pid")).c_str());
+    return pid > 0 && ::kill(pid, 0) == 0;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(UpTest, PrintsGatewayReadyLineAndStopsCleanlyOnSigterm) {
+  auto up = StartUp({"--model", "/models/m.gguf", "--port", "0", "--prefill-threads", "3",
+                     "--decode-threads", "2", "--max-context", "1024", "--kv-budget-mb", "64"});
+  ASSERT_NE(up, nullptr);
+  absl::StatusOr<tandem::server::ReadyInfo> ready = up->WaitReady(absl::Seconds(60));
+  ASSERT_TRUE(ready.ok()) << ready.status() << "\n" << Stderr();
+  EXPECT_EQ(ready->grpc_address, "127.0.0.1:1003");
+  EXPECT_EQ(ready->metrics_address, "127.0.0.1:1103");
+
+  EXPECT_EQ(Args("prefill"),
+            "--listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --model /models/m.gguf "
+            "--threads 3 --max-context 1024 --kv-budget-mb 64\n");
+  EXPECT_EQ(Args("decode"),
+            "--listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --model /models/m.gguf "
+            "--threads 2 --max-context 1024 --kv-budget-mb 64\n");
+  EXPECT_EQ(Args("gateway"),
+            "--listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --model /models/m.gguf "
+            "--prefill 127.0.0.1:1001 --decode 127.0.0.1:1002 --max-context 1024\n");
+
+  up->Signal(SIGTERM);
+  absl::StatusOr<int> code = up->WaitFor(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << Stderr();
+  for (const char* role : {"prefill", "decode", "gateway"}) EXPECT_FALSE(Alive(role)) << role;
+  const std::string err = Stderr();
+  EXPECT_THAT(err, HasSubstr("[tandem-decode] log line from decode"));
+  EXPECT_THAT(err, HasSubstr("tandem-prefill  pid"));
+  EXPECT_THAT(err, HasSubstr("grpc=127.0.0.1:1001 metrics=127.0.0.1:1101"));
+}
+
+TEST_F(UpTest, MetricsPortBaseAndHostReachTheChildren) {
+  auto up = StartUp({"--model", "m.gguf", "--host", "localhost", "--port", "6000",
+                     "--metrics-port-base", "7000"});
+  ASSERT_NE(up, nullptr);
+  ASSERT_TRUE(up->WaitReady(absl::Seconds(60)).ok()) << Stderr();
+  EXPECT_THAT(Args("prefill"), HasSubstr("--metrics-listen 127.0.0.1:7001 "));
+  EXPECT_THAT(Args("decode"), HasSubstr("--metrics-listen 127.0.0.1:7002 "));
+  EXPECT_THAT(Args("gateway"),
+              HasSubstr("--listen localhost:6000 --metrics-listen localhost:7000 "));
+  up->Signal(SIGINT);
+  EXPECT_EQ(up->Wait(), 0) << Stderr();
+}
+
+TEST_F(UpTest, ChildExitStopsTheOthersAndFails) {
+  ASSERT_EQ(::mkfifo((dir_ / "trigger").c_str(), 0600), 0);
+  auto up = StartUp({"--model", "m.gguf", "--port", "0"},
+                    {"FAKE_FAIL_ROLE=decode", "FAKE_FAIL_WHEN=after"});
+  ASSERT_NE(up, nullptr);
+  ASSERT_TRUE(up->WaitReady(absl::Seconds(60)).ok()) << Stderr();
+  std::ofstream(dir_ / "trigger") << "go\n";  // the fake decode worker exits 3
+  absl::StatusOr<int> code = up->WaitFor(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 1);
+  EXPECT_THAT(Stderr(), HasSubstr("tandem-decode (pid"));
+  EXPECT_THAT(Stderr(), HasSubstr("exited with code 3"));
+  EXPECT_FALSE(Alive("prefill"));
+  EXPECT_FALSE(Alive("gateway"));
+}
+
+TEST_F(UpTest, WorkerFailingBeforeReadyIsReported) {
+  auto up = StartUp({"--model", "m.gguf"}, {"FAKE_FAIL_ROLE=prefill", "FAKE_FAIL_WHEN=before"});
+  ASSERT_NE(up, nullptr);
+  EXPECT_FALSE(up->WaitReady(absl::Seconds(60)).ok());
+  EXPECT_EQ(up->Wait(), 1);
+  EXPECT_THAT(Stderr(), HasSubstr("exited with code 5 before READY"));
+  EXPECT_THAT(Stderr(), HasSubstr("log line from prefill"));
+  EXPECT_FALSE(Alive("decode"));
+  EXPECT_FALSE(fs::exists(dir_ / "gateway.args"));
+}
+
+TEST_F(UpTest, MissingGatewayBinaryIsReported) {
+  fs::remove(dir_ / "tandem-gateway");
+  auto up = StartUp({"--model", "m.gguf"});
+  ASSERT_NE(up, nullptr);
+  EXPECT_FALSE(up->WaitReady(absl::Seconds(60)).ok());
+  EXPECT_EQ(up->Wait(), 1);
+  EXPECT_THAT(Stderr(), HasSubstr("cannot start tandem-gateway"));
+  EXPECT_FALSE(Alive("prefill"));
+  EXPECT_FALSE(Alive("decode"));
+}
+
+TEST_F(UpTest, BadFlagsExitTwoNamingTheFlag) {
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--port", "70000"}, {"--prefill-threads", "0"}, {"--max-context", "x"},
+           {"--no-such-flag", "1"}}) {
+    auto up = StartUp({flag, value});
+    ASSERT_NE(up, nullptr);
+    EXPECT_EQ(up->Wait(), 2) << flag;
+    EXPECT_THAT(Stderr(), HasSubstr(flag));
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "prefill.args"));
+}
+
+TEST_F(UpTest, WithoutModelGeneratesTheSyntheticDefaultOnce) {
+  const fs::path cache = dir_ / "cache";
+  const std::string model = (cache / "tandem" / "synthetic-llama-f32.gguf").string();
+  for (int run = 0; run < 2; ++run) {
+    auto up = StartUp({"--port", "0"}, {absl::StrCat("XDG_CACHE_HOME=", cache.string())});
+    ASSERT_NE(up, nullptr);
+    ASSERT_TRUE(up->WaitReady(absl::Seconds(120)).ok()) << Stderr();
+    EXPECT_THAT(Args("gateway"), HasSubstr(absl::StrCat("--model ", model, " ")));
+    up->Signal(SIGTERM);
+    EXPECT_EQ(up->Wait(), 0) << Stderr();
+    ASSERT_TRUE(fs::is_regular_file(model));
+    if (run == 0) {
+      // Mark the file: the second run must reuse it, not rewrite it.
+      fs::last_write_time(model, fs::file_time_type::clock::now() - std::chrono::hours(1));
+    }
+  }
+  EXPECT_LT(fs::last_write_time(model), fs::file_time_type::clock::now() - std::chrono::minutes(30));
+  std::vector<std::string> leftovers;
+  for (const auto& e : fs::directory_iterator(cache / "tandem")) {
+    leftovers.push_back(e.path().filename().string());
+  }
+  EXPECT_THAT(leftovers, ::testing::ElementsAre("synthetic-llama-f32.gguf"));
+}
+
+}  // namespace
