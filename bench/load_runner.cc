@@ -37,26 +37,11 @@ RequestResult RunOne(v1::Generation::StubInterface& stub, const std::vector<int3
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(options.request_timeout));
   const Clock::time_point sent = Clock::now();
-  Clock::time_point last;
   std::unique_ptr<grpc::ClientReaderInterface<v1::GenerateResponse>> reader =
       stub.Generate(&ctx, request);
   v1::GenerateResponse response;
   while (reader->Read(&response)) {
-    const Clock::time_point now = Clock::now();
-    const int k = response.tokens_size();
-    if (k > 0) {
-      if (result.output_tokens == 0) {
-        result.ttft_s = Seconds(sent, now);
-        result.itl_s.insert(result.itl_s.end(), k - 1, 0.0);
-      } else {
-        // The message's gap is shared by the k tokens it brought (see
-        // load_stats.h).
-        result.itl_s.insert(result.itl_s.end(), k, Seconds(last, now) / k);
-      }
-      result.output_tokens += k;
-      ++result.messages;
-      last = now;
-    }
+    RecordMessage(Seconds(sent, Clock::now()), response.tokens_size(), result);
     if (response.has_usage()) {
       result.prompt_tokens = response.usage().prompt_tokens();
       result.cached_prompt_tokens = response.usage().cached_prompt_tokens();

@@ -9,6 +9,19 @@
 
 namespace tandem::bench {
 
+void RecordMessage(double at_s, int k, RequestResult& r) {
+  if (k <= 0) return;
+  if (r.output_tokens == 0) {
+    r.ttft_s = at_s;
+    r.itl_s.insert(r.itl_s.end(), k - 1, 0.0);
+  } else {
+    r.itl_s.insert(r.itl_s.end(), k, (at_s - r.last_token_s) / k);
+  }
+  r.output_tokens += k;
+  ++r.messages;
+  r.last_token_s = at_s;
+}
+
 double Percentile(std::vector<double> values, double p) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());

@@ -29,9 +29,15 @@ struct RequestResult {
   std::vector<double> itl_s;   // one entry per token after the first
   int64_t output_tokens = 0;   // tokens received, failed requests included
   int64_t messages = 0;        // response messages that carried tokens
+  double last_token_s = -1;    // send -> latest token; -1 when none arrived
   int64_t prompt_tokens = 0;   // from the final usage; 0 when none came
   int64_t cached_prompt_tokens = 0;
 };
+
+// Accounts one response message of `r` that arrived `at_s` seconds after the
+// request was sent and carried `k` tokens (0 for a message without any):
+// TTFT, the ITL samples described above, token and message counts.
+void RecordMessage(double at_s, int k, RequestResult& r);
 
 // Nearest-rank percentile (p in [0, 100]) of `values`; 0 when empty.
 double Percentile(std::vector<double> values, double p);

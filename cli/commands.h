@@ -14,7 +14,7 @@ int RunGenerate(const std::vector<std::string>& argv, std::ostream& out, std::os
 int RunTokenize(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 int RunMakeModel(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 // Starts prefill, decode and gateway processes and supervises them; blocks
-// SIGINT/SIGTERM/SIGCHLD first, so call it before any thread exists.
+// SIGINT/SIGTERM/SIGHUP/SIGCHLD first, so call it before any thread exists.
 int RunUp(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 // Interactive client of a gateway; reads turns from std::cin.
 int RunChat(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);

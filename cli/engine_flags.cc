@@ -8,8 +8,9 @@ namespace tandem::cli {
 std::vector<FlagSpec> EngineFlagSpecs() {
   return {
       {.name = "threads", .default_value = "2", .help = "compute threads"},
-      {.name = "max-context", .default_value = "4096",
-       .help = "cap on each sequence's tokens (KV and RoPE tables)"},
+      {.name = "max-context", .default_value = "0",
+       .help = "cap on each sequence's tokens (KV and RoPE tables); 0 = the model's "
+               "trained context length"},
       {.name = "kv-budget-mb", .default_value = "512", .help = "KV cache memory, MiB"},
       {.name = "block-size", .default_value = "16", .help = "tokens per KV block"},
       {.name = "kv-type", .default_value = "f32", .help = "KV cache element type: f32 or f16"},
@@ -36,7 +37,7 @@ absl::StatusOr<int32_t> IntInRange(const Args& args, const std::string& name, in
 absl::StatusOr<EngineSetup> EngineSetupFromArgs(const Args& args) {
   EngineSetup s;
   ASSIGN_OR_RETURN(s.backend.threads, IntInRange(args, "threads", 1, 256));
-  ASSIGN_OR_RETURN(s.engine.max_context, IntInRange(args, "max-context", 1, 1 << 24));
+  ASSIGN_OR_RETURN(s.engine.max_context, IntInRange(args, "max-context", 0, 1 << 24));
   ASSIGN_OR_RETURN(int32_t mb, IntInRange(args, "kv-budget-mb", 1, 1 << 20));
   s.engine.kv.budget_bytes = int64_t{mb} << 20;
   ASSIGN_OR_RETURN(s.engine.kv.block_size, IntInRange(args, "block-size", 1, 1024));

@@ -4,10 +4,12 @@
 // run `tandem up` as a child like any other server), and supervises the
 // three processes until SIGINT/SIGTERM or until one of them exits.
 //
-// Signals: SIGINT, SIGTERM and SIGCHLD are blocked first thing (before any
-// thread exists) and the main thread takes them with sigwaitinfo, so a
-// child's death is noticed the moment it happens, without polling. The
-// children get an empty signal mask from Subprocess::Start.
+// Signals: SIGINT, SIGTERM, SIGHUP and SIGCHLD are blocked first thing
+// (before any thread exists) and the main thread takes them with
+// sigwaitinfo, so a child's death is noticed the moment it happens, without
+// polling. The children get an empty signal mask from Subprocess::Start and
+// live in their own process groups, so a terminal's Ctrl-C reaches only us
+// and we stop them in order.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -47,7 +49,7 @@ struct UpConfig {
   int metrics_port_base = 0;  // 0: every metrics port ephemeral
   int prefill_threads = 1;
   int decode_threads = 1;
-  int max_context = 4096;
+  int max_context = 0;
   int kv_budget_mb = 512;
   absl::Duration ready_timeout;
   absl::Duration stop_grace;
@@ -66,8 +68,9 @@ std::vector<FlagSpec> UpFlagSpecs() {
                "0 = ephemeral"},
       {.name = "prefill-threads", .default_value = "1", .help = "prefill worker compute threads"},
       {.name = "decode-threads", .default_value = "1", .help = "decode worker compute threads"},
-      {.name = "max-context", .default_value = "4096",
-       .help = "cap on each sequence's tokens (workers and gateway)"},
+      {.name = "max-context", .default_value = "0",
+       .help = "cap on each sequence's tokens (workers and gateway); 0 = the model's "
+               "trained context length"},
       {.name = "kv-budget-mb", .default_value = "512", .help = "KV cache memory per worker, MiB"},
       {.name = "ready-timeout-s", .default_value = "300",
        .help = "seconds each process may take to print READY"},
@@ -97,7 +100,7 @@ absl::StatusOr<UpConfig> ConfigFromArgs(const Args& args) {
   ASSIGN_OR_RETURN(c.metrics_port_base, IntFlag(args, "metrics-port-base", 0, 65533));
   ASSIGN_OR_RETURN(c.prefill_threads, IntFlag(args, "prefill-threads", 1, 256));
   ASSIGN_OR_RETURN(c.decode_threads, IntFlag(args, "decode-threads", 1, 256));
-  ASSIGN_OR_RETURN(c.max_context, IntFlag(args, "max-context", 1, 1 << 24));
+  ASSIGN_OR_RETURN(c.max_context, IntFlag(args, "max-context", 0, 1 << 24));
   ASSIGN_OR_RETURN(c.kv_budget_mb, IntFlag(args, "kv-budget-mb", 1, 1 << 20));
   ASSIGN_OR_RETURN(int ready_s, IntFlag(args, "ready-timeout-s", 1, 86400));
   ASSIGN_OR_RETURN(int grace_s, IntFlag(args, "stop-grace-s", 0, 3600));
@@ -133,11 +136,19 @@ struct Child {
   server::ReadyInfo ready;
 };
 
-sigset_t SupervisedSignals() {
+// SIGHUP (the terminal went away) stops the service like SIGTERM; the
+// children would not get it themselves, being in other process groups.
+sigset_t ShutdownSignals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+
+sigset_t SupervisedSignals() {
+  sigset_t set = ShutdownSignals();
   sigaddset(&set, SIGCHLD);
   return set;
 }
@@ -153,12 +164,9 @@ void BlockSupervisedSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-// The pending SIGINT/SIGTERM, consumed, or 0 when there is none.
+// The pending shutdown signal, consumed, or 0 when there is none.
 int TakePendingShutdownSignal() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
+  const sigset_t set = ShutdownSignals();
   const timespec zero = {0, 0};
   const int sig = sigtimedwait(&set, nullptr, &zero);
   return sig > 0 ? sig : 0;
@@ -299,7 +307,7 @@ class Up {
                             "`; Ctrl-C stops"));
   }
 
-  // Blocks until SIGINT/SIGTERM (returns "") or until a child exits (reports
+  // Blocks until SIGINT/SIGTERM/SIGHUP (returns "") or until a child exits (reports
   // it and returns its name).
   std::string Supervise() {
     const sigset_t set = SupervisedSignals();
@@ -315,7 +323,7 @@ class Up {
       }
       siginfo_t info;
       const int sig = sigwaitinfo(&set, &info);
-      if (sig == SIGINT || sig == SIGTERM) {
+      if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
         sink_.Line(absl::StrCat("tandem up: ", ::strsignal(sig), ", stopping"));
         return "";
       }

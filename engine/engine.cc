@@ -11,9 +11,9 @@ namespace tandem::engine {
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
                                                        std::unique_ptr<Backend> backend,
                                                        const EngineOptions& options) {
-  if (options.max_context < 1) {
+  if (options.max_context < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("max_context ", options.max_context, " must be at least 1"));
+        absl::StrCat("max_context ", options.max_context, " must be >= 0"));
   }
   if (options.max_batch_tokens < 1) {
     return absl::InvalidArgumentError(
@@ -23,7 +23,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
     return absl::InvalidArgumentError("max_running must be >= 1 and max_waiting >= 0");
   }
   ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, KvCache::Create(model.config(), options.kv));
-  return std::unique_ptr<Engine>(new Engine(model, std::move(backend), options, std::move(kv)));
+  EngineOptions resolved = options;
+  if (resolved.max_context == 0) resolved.max_context = model.config().n_ctx_train;
+  return std::unique_ptr<Engine>(new Engine(model, std::move(backend), resolved, std::move(kv)));
 }
 
 Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,

@@ -55,7 +55,9 @@ struct TokenEvent {
 
 struct EngineOptions {
   KvCacheOptions kv;
-  int32_t max_context = 4096;       // cap on each sequence's KV and RoPE table
+  // Cap on each sequence's KV and RoPE table; 0 = the model's trained context
+  // length (n_ctx_train).
+  int32_t max_context = 0;
   int32_t max_batch_tokens = 512;   // tokens per forward step (prefill chunking)
   int32_t max_running = 64;         // sequences in the running batch
   int32_t max_waiting = 1024;       // queued sequences before Add refuses

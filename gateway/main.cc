@@ -33,8 +33,9 @@ int main(int argc, char** argv) {
        .help = "name clients use in GenerateRequest.model (default: the file's stem)"},
       {.name = "prefill", .help = "prefill worker addresses, comma-separated", .required = true},
       {.name = "decode", .help = "decode worker addresses, comma-separated", .required = true},
-      {.name = "max-context", .default_value = "4096",
-       .help = "longest prompt + completion accepted, in tokens (match the workers')"},
+      {.name = "max-context", .default_value = "0",
+       .help = "longest prompt + completion accepted, in tokens (match the workers'); "
+               "0 = the model's trained context length"},
       {.name = "max-stop-strings", .default_value = "16", .help = "stop strings per request"},
       {.name = "request-timeout-ms", .default_value = "600000",
        .help = "deadline for Generate calls that set none"},
@@ -54,7 +55,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<int64_t> max_context = args->Int("max-context");
   absl::StatusOr<int64_t> max_stops = args->Int("max-stop-strings");
   absl::StatusOr<int64_t> timeout_ms = args->Int("request-timeout-ms");
-  if (!max_context.ok() || *max_context < 2 || *max_context > (1 << 24) || !max_stops.ok() ||
+  if (!max_context.ok() || *max_context < 0 || *max_context > (1 << 24) || !max_stops.ok() ||
       *max_stops < 0 || *max_stops > 1024 || !timeout_ms.ok() || *timeout_ms < 1) {
     std::cerr << "tandem-gateway: --max-context, --max-stop-strings or --request-timeout-ms "
                  "is out of range\n";
@@ -78,6 +79,17 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<std::string_view> arch = (*file)->GetString("general.architecture");
   options.architecture = arch.ok() ? std::string(*arch) : "";
+  if (options.limits.max_context == 0) {
+    // As the workers: the model's trained context length.
+    absl::StatusOr<int64_t> trained =
+        (*file)->GetInt(options.architecture + ".context_length");
+    if (!trained.ok() || *trained < 2 || *trained > (1 << 24)) {
+      std::cerr << "tandem-gateway: the model states no usable " << options.architecture
+                << ".context_length; pass --max-context\n";
+      return 2;
+    }
+    options.limits.max_context = static_cast<int32_t>(*trained);
+  }
   file->reset();
 
   absl::StatusOr<std::unique_ptr<tandem::server::MetricsServer>> metrics =

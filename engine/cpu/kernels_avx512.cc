@@ -240,6 +240,7 @@ TANDEM_AVX512 void GemvQ8Tile(const uint8_t* w, int64_t row_bytes, int64_t nbloc
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   }
   const int64_t pairs = xq.pairs;
+  const int64_t ahead = PrefetchDistance(R, row_bytes);
   for (int64_t p = 0; p < pairs; ++p) {
     __m512i wq[R];
     __m512 dw[R];
@@ -247,6 +248,7 @@ TANDEM_AVX512 void GemvQ8Tile(const uint8_t* w, int64_t row_bytes, int64_t nbloc
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const uint8_t* b = w + r * row_bytes + p * 2 * sizeof(BlockQ8_0);
+      if (ahead > 0) Prefetch(b + ahead);
       const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
       // A missing second block reads as 0 (+128 after the flip) and meets
       // zero activations, bias and scale.

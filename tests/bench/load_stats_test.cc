@@ -35,11 +35,33 @@ RequestResult Result(absl::StatusCode code, double ttft_s, std::vector<double> i
   return r;
 }
 
+TEST(RecordMessageTest, SharesEachGapAmongTheMessagesTokens) {
+  RequestResult r;
+  RecordMessage(0.5, 0, r);  // no tokens: ignored
+  EXPECT_EQ(r.ttft_s, -1);
+  RecordMessage(1.0, 2, r);  // first token at 1.0 s, and one more with it
+  RecordMessage(1.3, 3, r);  // 0.3 s later, three tokens
+  RecordMessage(1.5, 1, r);
+  EXPECT_DOUBLE_EQ(r.ttft_s, 1.0);
+  EXPECT_EQ(r.output_tokens, 6);
+  EXPECT_EQ(r.messages, 3);
+  ASSERT_EQ(r.itl_s.size(), 5u);  // one per token after the first
+  EXPECT_EQ(r.itl_s[0], 0.0);
+  EXPECT_NEAR(r.itl_s[1], 0.1, 1e-12);
+  EXPECT_NEAR(r.itl_s[3], 0.1, 1e-12);
+  EXPECT_NEAR(r.itl_s[4], 0.2, 1e-12);
+  double sum = 0;
+  for (double v : r.itl_s) sum += v;
+  EXPECT_NEAR(sum, 1.5 - 1.0, 1e-12);  // last token - first token
+}
+
 TEST(SummarizeTest, CountsTokensErrorsAndLatencies) {
   RequestResult a = Result(absl::StatusCode::kOk, 0.1, {0.01, 0.0, 0.03}, 4);
+  a.messages = 2;
   a.prompt_tokens = 10;
   a.cached_prompt_tokens = 8;
   RequestResult b = Result(absl::StatusCode::kOk, 0.3, {0.02}, 2);
+  b.messages = 2;
   b.prompt_tokens = 10;
   const RequestResult failed = Result(absl::StatusCode::kResourceExhausted, -1, {}, 0);
   const RequestResult cut = Result(absl::StatusCode::kUnavailable, 0.2, {}, 1);
@@ -52,6 +74,7 @@ TEST(SummarizeTest, CountsTokensErrorsAndLatencies) {
   EXPECT_EQ(s.errors.at("UNAVAILABLE"), 1);
   EXPECT_EQ(s.output_tokens, 7);
   EXPECT_DOUBLE_EQ(s.output_tokens_per_s, 3.5);
+  EXPECT_DOUBLE_EQ(s.tokens_per_message, 7.0 / 4);
   EXPECT_EQ(s.cached_prompt_tokens, 8);
   EXPECT_EQ(s.prompt_tokens, 20);
   EXPECT_DOUBLE_EQ(s.ttft_p50_s, 0.2);

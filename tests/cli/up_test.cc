@@ -29,7 +29,8 @@ using ::testing::HasSubstr;
 
 // Plays one Tandem server. Ports are fixed per role (nothing binds them).
 // FAKE_FAIL_ROLE names the role that misbehaves; FAKE_FAIL_WHEN=before exits
-// 5 before READY, =after exits 3 once a line can be read from ./trigger.
+// 5 before READY, =after exits 3 once a line can be read from ./trigger,
+// =hang writes a line to ./trigger and never prints READY.
 constexpr char kFakeScript[] = R"sh(#!/bin/sh
 dir=$(dirname "$0")
 role=$(basename "$0")
@@ -38,13 +39,17 @@ echo "$@" > "$dir/$role.args"
 echo $$ > "$dir/$role.pid"
 case $role in prefill) port=1001 ;; decode) port=1002 ;; *) port=1003 ;; esac
 echo "log line from $role"
+trap 'exit 0' TERM
 if [ "$FAKE_FAIL_ROLE" = "$role" ] && [ "$FAKE_FAIL_WHEN" = before ]; then exit 5; fi
+if [ "$FAKE_FAIL_ROLE" = "$role" ] && [ "$FAKE_FAIL_WHEN" = hang ]; then
+  echo started > "$dir/trigger"
+  while :; do sleep 3600 & wait $!; done
+fi
 echo "READY grpc=127.0.0.1:$port metrics=127.0.0.1:$((port + 100))"
 if [ "$FAKE_FAIL_ROLE" = "$role" ] && [ "$FAKE_FAIL_WHEN" = after ]; then
   read line < "$dir/trigger"
   exit 3
 fi
-trap 'exit 0' TERM
 while :; do sleep 3600 & wait $!; done
 )sh";
 
@@ -137,8 +142,25 @@ TEST_F(UpTest, MetricsPortBaseAndHostReachTheChildren) {
   EXPECT_THAT(Args("decode"), HasSubstr("--metrics-listen 127.0.0.1:7002 "));
   EXPECT_THAT(Args("gateway"),
               HasSubstr("--listen localhost:6000 --metrics-listen localhost:7000 "));
-  up->Signal(SIGINT);
+  up->Signal(SIGHUP);
   EXPECT_EQ(up->Wait(), 0) << Stderr();
+}
+
+TEST_F(UpTest, InterruptDuringStartUpStopsTheChildren) {
+  ASSERT_EQ(::mkfifo((dir_ / "trigger").c_str(), 0600), 0);
+  auto up = StartUp({"--model", "m.gguf"}, {"FAKE_FAIL_ROLE=decode", "FAKE_FAIL_WHEN=hang"});
+  ASSERT_NE(up, nullptr);
+  std::string started;
+  std::getline(std::ifstream(dir_ / "trigger"), started);  // the decode fake is loading
+  ASSERT_EQ(started, "started");
+  up->Signal(SIGINT);
+  absl::StatusOr<int> code = up->WaitFor(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 1);
+  EXPECT_THAT(Stderr(), HasSubstr("interrupted by Interrupt while waiting for tandem-"));
+  EXPECT_FALSE(Alive("prefill"));
+  EXPECT_FALSE(Alive("decode"));
+  EXPECT_FALSE(fs::exists(dir_ / "gateway.args"));
 }
 
 TEST_F(UpTest, ChildExitStopsTheOthersAndFails) {
