@@ -168,11 +168,7 @@ absl::StatusOr<Config> ConfigFromArgs(const cli::Args& args) {
                              {"gen-tokens", &c.gen_tokens},
                              {"batch", &c.batch},
                              {"repeats", &c.repeats}}) {
-    ASSIGN_OR_RETURN(int64_t v, args.Int(name));
-    if (v < 1 || v > (1 << 20)) {
-      return absl::InvalidArgumentError(absl::StrFormat("--%s: %d is out of range", name, v));
-    }
-    *field = static_cast<int32_t>(v);
+    ASSIGN_OR_RETURN(*field, args.IntInRange(name, 1, 1 << 20));
   }
   return c;
 }

@@ -47,31 +47,21 @@ std::vector<cli::FlagSpec> LoadFlagSpecs() {
   };
 }
 
-absl::StatusOr<int32_t> IntFlag(const cli::Args& args, const std::string& name, int64_t lo,
-                                int64_t hi) {
-  ASSIGN_OR_RETURN(int64_t v, args.Int(name));
-  if (v < lo || v > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", name, ": ", v, " is out of range [", lo, ", ", hi, "]"));
-  }
-  return static_cast<int32_t>(v);
-}
-
 absl::StatusOr<LoadConfig> ConfigFromArgs(const cli::Args& args) {
   LoadConfig c;
   LoadShape& s = c.shape;
   s.addr = args.String("addr");
   if (s.addr.empty()) return absl::InvalidArgumentError("--addr: empty");
   s.model = args.String("model");
-  ASSIGN_OR_RETURN(s.concurrency, IntFlag(args, "concurrency", 1, 4096));
-  ASSIGN_OR_RETURN(s.requests, IntFlag(args, "requests", 1, 1 << 24));
-  ASSIGN_OR_RETURN(s.prompt_tokens, IntFlag(args, "prompt-tokens", 1, 1 << 24));
+  ASSIGN_OR_RETURN(s.concurrency, args.IntInRange("concurrency", 1, 4096));
+  ASSIGN_OR_RETURN(s.requests, args.IntInRange("requests", 1, 1 << 24));
+  ASSIGN_OR_RETURN(s.prompt_tokens, args.IntInRange("prompt-tokens", 1, 1 << 24));
   ASSIGN_OR_RETURN(s.shared_prefix_tokens,
-                   IntFlag(args, "shared-prefix-tokens", 0, s.prompt_tokens));
-  ASSIGN_OR_RETURN(s.max_tokens, IntFlag(args, "max-tokens", 1, 1 << 24));
+                   args.IntInRange("shared-prefix-tokens", 0, s.prompt_tokens));
+  ASSIGN_OR_RETURN(s.max_tokens, args.IntInRange("max-tokens", 1, 1 << 24));
   ASSIGN_OR_RETURN(s.seed, args.Uint64("seed"));
-  ASSIGN_OR_RETURN(int32_t timeout_s, IntFlag(args, "timeout-s", 1, 86400));
-  ASSIGN_OR_RETURN(int32_t connect_s, IntFlag(args, "connect-timeout-s", 1, 3600));
+  ASSIGN_OR_RETURN(int32_t timeout_s, args.IntInRange("timeout-s", 1, 86400));
+  ASSIGN_OR_RETURN(int32_t connect_s, args.IntInRange("connect-timeout-s", 1, 3600));
   c.request_timeout = absl::Seconds(timeout_s);
   c.connect_timeout = absl::Seconds(connect_s);
   c.out = args.String("out");

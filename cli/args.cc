@@ -84,6 +84,17 @@ absl::StatusOr<int64_t> Args::Int(const std::string& name) const {
   return v;
 }
 
+absl::StatusOr<int32_t> Args::IntInRange(const std::string& name, int32_t lo,
+                                         int32_t hi) const {
+  absl::StatusOr<int64_t> v = Int(name);
+  if (!v.ok()) return v.status();
+  if (*v < lo || *v > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, ": ", *v, " is out of range [", lo, ", ", hi, "]"));
+  }
+  return static_cast<int32_t>(*v);
+}
+
 absl::StatusOr<uint64_t> Args::Uint64(const std::string& name) const {
   uint64_t v;
   if (!absl::SimpleAtoi(values_.at(name), &v)) {

@@ -32,6 +32,8 @@ class Args {
 
   const std::string& String(const std::string& name) const;
   absl::StatusOr<int64_t> Int(const std::string& name) const;
+  // Int, and InvalidArgument naming the flag unless lo <= value <= hi.
+  absl::StatusOr<int32_t> IntInRange(const std::string& name, int32_t lo, int32_t hi) const;
   absl::StatusOr<double> Double(const std::string& name) const;
   absl::StatusOr<uint64_t> Uint64(const std::string& name) const;
   bool Bool(const std::string& name) const;

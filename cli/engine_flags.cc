@@ -20,27 +20,13 @@ std::vector<FlagSpec> EngineFlagSpecs() {
   };
 }
 
-namespace {
-
-absl::StatusOr<int32_t> IntInRange(const Args& args, const std::string& name, int64_t lo,
-                                   int64_t hi) {
-  ASSIGN_OR_RETURN(int64_t v, args.Int(name));
-  if (v < lo || v > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", name, ": ", v, " is out of range [", lo, ", ", hi, "]"));
-  }
-  return static_cast<int32_t>(v);
-}
-
-}  // namespace
-
 absl::StatusOr<EngineSetup> EngineSetupFromArgs(const Args& args) {
   EngineSetup s;
-  ASSIGN_OR_RETURN(s.backend.threads, IntInRange(args, "threads", 1, 256));
-  ASSIGN_OR_RETURN(s.engine.max_context, IntInRange(args, "max-context", 0, 1 << 24));
-  ASSIGN_OR_RETURN(int32_t mb, IntInRange(args, "kv-budget-mb", 1, 1 << 20));
+  ASSIGN_OR_RETURN(s.backend.threads, args.IntInRange("threads", 1, 256));
+  ASSIGN_OR_RETURN(s.engine.max_context, args.IntInRange("max-context", 0, 1 << 24));
+  ASSIGN_OR_RETURN(int32_t mb, args.IntInRange("kv-budget-mb", 1, 1 << 20));
   s.engine.kv.budget_bytes = int64_t{mb} << 20;
-  ASSIGN_OR_RETURN(s.engine.kv.block_size, IntInRange(args, "block-size", 1, 1024));
+  ASSIGN_OR_RETURN(s.engine.kv.block_size, args.IntInRange("block-size", 1, 1024));
   const std::string& kv_type = args.String("kv-type");
   if (kv_type == "f32") {
     s.engine.kv.dtype = engine::GgmlType::kF32;
@@ -50,8 +36,8 @@ absl::StatusOr<EngineSetup> EngineSetupFromArgs(const Args& args) {
     return absl::InvalidArgumentError(
         absl::StrCat("--kv-type: \"", kv_type, "\" is not f32 or f16"));
   }
-  ASSIGN_OR_RETURN(s.engine.max_batch_tokens, IntInRange(args, "max-batch-tokens", 1, 1 << 20));
-  ASSIGN_OR_RETURN(s.engine.max_running, IntInRange(args, "max-running", 1, 1 << 16));
+  ASSIGN_OR_RETURN(s.engine.max_batch_tokens, args.IntInRange("max-batch-tokens", 1, 1 << 20));
+  ASSIGN_OR_RETURN(s.engine.max_running, args.IntInRange("max-running", 1, 1 << 16));
   return s;
 }
 

@@ -13,21 +13,14 @@ namespace {
 absl::StatusOr<engine::SyntheticModelOptions> OptionsFromArgs(const Args& args) {
   engine::SyntheticModelOptions o;
   o.arch = args.String("arch");
-  auto int_flag = [&](const std::string& name, int32_t& field) -> absl::Status {
-    ASSIGN_OR_RETURN(int64_t v, args.Int(name));
-    if (v < 1 || v > (1 << 24)) {
-      return absl::InvalidArgumentError("--" + name + ": out of range");
-    }
-    field = static_cast<int32_t>(v);
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(int_flag("n-vocab", o.n_vocab));
-  RETURN_IF_ERROR(int_flag("n-embd", o.n_embd));
-  RETURN_IF_ERROR(int_flag("n-layer", o.n_layer));
-  RETURN_IF_ERROR(int_flag("n-head", o.n_head));
-  RETURN_IF_ERROR(int_flag("n-head-kv", o.n_head_kv));
-  RETURN_IF_ERROR(int_flag("n-ff", o.n_ff));
-  RETURN_IF_ERROR(int_flag("context-length", o.context_length));
+  constexpr int32_t kMax = 1 << 24;
+  ASSIGN_OR_RETURN(o.n_vocab, args.IntInRange("n-vocab", 1, kMax));
+  ASSIGN_OR_RETURN(o.n_embd, args.IntInRange("n-embd", 1, kMax));
+  ASSIGN_OR_RETURN(o.n_layer, args.IntInRange("n-layer", 1, kMax));
+  ASSIGN_OR_RETURN(o.n_head, args.IntInRange("n-head", 1, kMax));
+  ASSIGN_OR_RETURN(o.n_head_kv, args.IntInRange("n-head-kv", 1, kMax));
+  ASSIGN_OR_RETURN(o.n_ff, args.IntInRange("n-ff", 1, kMax));
+  ASSIGN_OR_RETURN(o.context_length, args.IntInRange("context-length", 1, kMax));
   ASSIGN_OR_RETURN(o.type, engine::GgmlTypeFromName(args.String("type")));
   o.tied_output = args.Bool("tied-output");
   ASSIGN_OR_RETURN(o.seed, args.Uint64("seed"));

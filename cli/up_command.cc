@@ -79,15 +79,6 @@ std::vector<FlagSpec> UpFlagSpecs() {
   };
 }
 
-absl::StatusOr<int> IntFlag(const Args& args, const std::string& name, int64_t lo, int64_t hi) {
-  ASSIGN_OR_RETURN(int64_t v, args.Int(name));
-  if (v < lo || v > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", name, ": ", v, " is out of range [", lo, ", ", hi, "]"));
-  }
-  return static_cast<int>(v);
-}
-
 absl::StatusOr<UpConfig> ConfigFromArgs(const Args& args) {
   UpConfig c;
   c.model = args.String("model");
@@ -96,14 +87,14 @@ absl::StatusOr<UpConfig> ConfigFromArgs(const Args& args) {
   }
   c.host = args.String("host");
   if (c.host.empty()) return absl::InvalidArgumentError("--host: empty");
-  ASSIGN_OR_RETURN(c.port, IntFlag(args, "port", 0, 65535));
-  ASSIGN_OR_RETURN(c.metrics_port_base, IntFlag(args, "metrics-port-base", 0, 65533));
-  ASSIGN_OR_RETURN(c.prefill_threads, IntFlag(args, "prefill-threads", 1, 256));
-  ASSIGN_OR_RETURN(c.decode_threads, IntFlag(args, "decode-threads", 1, 256));
-  ASSIGN_OR_RETURN(c.max_context, IntFlag(args, "max-context", 0, 1 << 24));
-  ASSIGN_OR_RETURN(c.kv_budget_mb, IntFlag(args, "kv-budget-mb", 1, 1 << 20));
-  ASSIGN_OR_RETURN(int ready_s, IntFlag(args, "ready-timeout-s", 1, 86400));
-  ASSIGN_OR_RETURN(int grace_s, IntFlag(args, "stop-grace-s", 0, 3600));
+  ASSIGN_OR_RETURN(c.port, args.IntInRange("port", 0, 65535));
+  ASSIGN_OR_RETURN(c.metrics_port_base, args.IntInRange("metrics-port-base", 0, 65533));
+  ASSIGN_OR_RETURN(c.prefill_threads, args.IntInRange("prefill-threads", 1, 256));
+  ASSIGN_OR_RETURN(c.decode_threads, args.IntInRange("decode-threads", 1, 256));
+  ASSIGN_OR_RETURN(c.max_context, args.IntInRange("max-context", 0, 1 << 24));
+  ASSIGN_OR_RETURN(c.kv_budget_mb, args.IntInRange("kv-budget-mb", 1, 1 << 20));
+  ASSIGN_OR_RETURN(int ready_s, args.IntInRange("ready-timeout-s", 1, 86400));
+  ASSIGN_OR_RETURN(int grace_s, args.IntInRange("stop-grace-s", 0, 3600));
   c.ready_timeout = absl::Seconds(ready_s);
   c.stop_grace = absl::Seconds(grace_s);
   return c;

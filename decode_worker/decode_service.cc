@@ -46,26 +46,6 @@ DecodeService::DecodeService(server::EngineLoop& loop, prometheus::Registry& reg
           registry, "tandem_first_decode_seconds",
           "Time from a Decode call's arrival to its first decoded token")) {}
 
-server::EngineLoop::StepObserver DecodeService::MakeStepObserver(prometheus::Registry& registry) {
-  auto& running = server::GaugeMetric(registry, "tandem_running_sequences",
-                                      "Sequences in the engine's running batch");
-  auto& waiting = server::GaugeMetric(registry, "tandem_waiting_sequences",
-                                      "Sequences queued for the engine");
-  auto& used = server::GaugeMetric(registry, "tandem_kv_blocks_used", "KV blocks in use");
-  auto& free = server::GaugeMetric(registry, "tandem_kv_blocks_free", "KV blocks free");
-  auto& step = server::LatencyHistogram(registry, "tandem_engine_step_seconds",
-                                        "Duration of one engine step (forward + sampling)");
-  return [running = &running, waiting = &waiting, used = &used, free = &free, step = &step](
-             const engine::EngineStats& s, const std::vector<engine::TokenEvent>&,
-             absl::Duration took) {
-    running->Set(s.running);
-    waiting->Set(s.waiting);
-    used->Set(s.blocks_used);
-    free->Set(s.blocks_free);
-    step->Observe(absl::ToDoubleSeconds(took));
-  };
-}
-
 absl::Status DecodeService::Validate(const tandem::v1::DecodeRequest& r) const {
   if (r.prefill_address().empty()) {
     return absl::InvalidArgumentError("prefill_address: empty");
@@ -218,11 +198,7 @@ grpc::Status DecodeService::Decode(grpc::ServerContext* ctx,
 grpc::Status DecodeService::GetWorkerStats(grpc::ServerContext*,
                                            const tandem::v1::WorkerStatsRequest*,
                                            tandem::v1::WorkerStats* response) {
-  const engine::EngineStats s = loop_.stats();
-  response->set_running(s.running);
-  response->set_waiting(s.waiting);
-  response->set_kv_blocks_used(s.blocks_used);
-  response->set_kv_blocks_free(s.blocks_free);
+  server::EngineStatsToProto(loop_.stats(), response);
   return grpc::Status::OK;
 }
 

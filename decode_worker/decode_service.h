@@ -38,8 +38,6 @@ class DecodeService final : public tandem::v1::Decode::Service {
                               const tandem::v1::WorkerStatsRequest* request,
                               tandem::v1::WorkerStats* response) override;
 
-  static server::EngineLoop::StepObserver MakeStepObserver(prometheus::Registry& registry);
-
  private:
   absl::Status Validate(const tandem::v1::DecodeRequest& request) const;
   // Streams the lease's blocks and decodes them into a snapshot; tells the

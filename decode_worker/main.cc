@@ -4,6 +4,7 @@
 
 #include "decode_worker/decode_service.h"
 #include "server/bootstrap.h"
+#include "server/engine_metrics.h"
 #include "server/worker_main.h"
 
 int main(int argc, char** argv) {
@@ -15,13 +16,13 @@ int main(int argc, char** argv) {
   std::optional<tandem::cli::Args> args =
       tandem::server::ParseFlagsOrExit("tandem-decode", argc, argv, specs, &exit_code);
   if (!args.has_value()) return exit_code;
-  absl::StatusOr<int64_t> fetch_ms = args->Int("fetch-timeout-ms");
-  if (!fetch_ms.ok() || *fetch_ms < 1) {
-    std::cerr << "tandem-decode: --fetch-timeout-ms must be a positive integer\n";
+  absl::StatusOr<int32_t> fetch_ms = args->IntInRange("fetch-timeout-ms", 1, 24 * 3600 * 1000);
+  if (!fetch_ms.ok()) {
+    std::cerr << "tandem-decode: " << fetch_ms.status().message() << "\n";
     return 2;
   }
   absl::StatusOr<tandem::server::Worker> worker =
-      tandem::server::StartWorker(*args, tandem::decode::DecodeService::MakeStepObserver);
+      tandem::server::StartWorker(*args, tandem::server::MakeEngineStepObserver);
   if (!worker.ok()) {
     std::cerr << "tandem-decode: " << worker.status().message() << "\n";
     return 1;

@@ -52,14 +52,15 @@ int main(int argc, char** argv) {
                            : args->String("model-name");
   options.prefill_workers = SplitAddresses(args->String("prefill"));
   options.decode_workers = SplitAddresses(args->String("decode"));
-  absl::StatusOr<int64_t> max_context = args->Int("max-context");
-  absl::StatusOr<int64_t> max_stops = args->Int("max-stop-strings");
-  absl::StatusOr<int64_t> timeout_ms = args->Int("request-timeout-ms");
-  if (!max_context.ok() || *max_context < 0 || *max_context > (1 << 24) || !max_stops.ok() ||
-      *max_stops < 0 || *max_stops > 1024 || !timeout_ms.ok() || *timeout_ms < 1) {
-    std::cerr << "tandem-gateway: --max-context, --max-stop-strings or --request-timeout-ms "
-                 "is out of range\n";
-    return 2;
+  absl::StatusOr<int32_t> max_context = args->IntInRange("max-context", 0, 1 << 24);
+  absl::StatusOr<int32_t> max_stops = args->IntInRange("max-stop-strings", 0, 1024);
+  absl::StatusOr<int32_t> timeout_ms =
+      args->IntInRange("request-timeout-ms", 1, 24 * 3600 * 1000);
+  for (const absl::Status& s : {max_context.status(), max_stops.status(), timeout_ms.status()}) {
+    if (!s.ok()) {
+      std::cerr << "tandem-gateway: " << s.message() << "\n";
+      return 2;
+    }
   }
   if (options.prefill_workers.empty() || options.decode_workers.empty()) {
     std::cerr << "tandem-gateway: --prefill and --decode need at least one address each\n";

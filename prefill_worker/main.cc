@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "server/bootstrap.h"
+#include "server/engine_metrics.h"
 #include "server/worker_main.h"
 #include "prefill_worker/prefill_service.h"
 
@@ -17,21 +18,22 @@ int main(int argc, char** argv) {
   std::optional<tandem::cli::Args> args =
       tandem::server::ParseFlagsOrExit("tandem-prefill", argc, argv, specs, &exit_code);
   if (!args.has_value()) return exit_code;
-  absl::StatusOr<int64_t> ttl_ms = args->Int("lease-ttl-ms");
-  absl::StatusOr<int64_t> max_leases = args->Int("max-leases");
-  if (!ttl_ms.ok() || !max_leases.ok() || *ttl_ms < 1 || *max_leases < 1 ||
-      *max_leases > (1 << 30)) {
-    std::cerr << "tandem-prefill: --lease-ttl-ms and --max-leases must be positive integers\n";
-    return 2;
+  absl::StatusOr<int32_t> ttl_ms = args->IntInRange("lease-ttl-ms", 1, 24 * 3600 * 1000);
+  absl::StatusOr<int32_t> max_leases = args->IntInRange("max-leases", 1, 1 << 30);
+  for (const absl::Status& s : {ttl_ms.status(), max_leases.status()}) {
+    if (!s.ok()) {
+      std::cerr << "tandem-prefill: " << s.message() << "\n";
+      return 2;
+    }
   }
   absl::StatusOr<tandem::server::Worker> worker =
-      tandem::server::StartWorker(*args, tandem::prefill::PrefillService::MakeStepObserver);
+      tandem::server::StartWorker(*args, tandem::server::MakeEngineStepObserver);
   if (!worker.ok()) {
     std::cerr << "tandem-prefill: " << worker.status().message() << "\n";
     return 1;
   }
   tandem::prefill::PrefillService service(
       *worker->loop, worker->metrics->registry(),
-      {.lease_ttl = absl::Milliseconds(*ttl_ms), .max_leases = static_cast<int32_t>(*max_leases)});
+      {.lease_ttl = absl::Milliseconds(*ttl_ms), .max_leases = *max_leases});
   return tandem::server::ServeUntilSignal("tandem-prefill", *args, {&service}, *worker->metrics);
 }

@@ -54,24 +54,6 @@ PrefillService::~PrefillService() {
   reaper_.join();
 }
 
-server::EngineLoop::StepObserver PrefillService::MakeStepObserver(
-    prometheus::Registry& registry) {
-  auto& running = server::GaugeMetric(registry, "tandem_running_sequences",
-                                      "Sequences in the engine's running batch");
-  auto& waiting = server::GaugeMetric(registry, "tandem_waiting_sequences",
-                                      "Sequences queued for the engine");
-  auto& used = server::GaugeMetric(registry, "tandem_kv_blocks_used", "KV blocks in use");
-  auto& free = server::GaugeMetric(registry, "tandem_kv_blocks_free", "KV blocks free");
-  return [running = &running, waiting = &waiting, used = &used, free = &free](
-             const engine::EngineStats& s, const std::vector<engine::TokenEvent>&,
-             absl::Duration) {
-    running->Set(s.running);
-    waiting->Set(s.waiting);
-    used->Set(s.blocks_used);
-    free->Set(s.blocks_free);
-  };
-}
-
 void PrefillService::ReapLeases() {
   // Expiry needs no precision finer than a fraction of the TTL.
   const absl::Duration period = std::max(options_.lease_ttl / 4, absl::Milliseconds(10));
@@ -185,12 +167,8 @@ grpc::Status PrefillService::ReleaseKv(grpc::ServerContext*,
 grpc::Status PrefillService::GetWorkerStats(grpc::ServerContext*,
                                             const tandem::v1::WorkerStatsRequest*,
                                             tandem::v1::WorkerStats* response) {
-  const engine::EngineStats s = loop_.stats();
+  server::EngineStatsToProto(loop_.stats(), response);
   const LeaseStats l = leases_.stats();
-  response->set_running(s.running);
-  response->set_waiting(s.waiting);
-  response->set_kv_blocks_used(s.blocks_used);
-  response->set_kv_blocks_free(s.blocks_free);
   response->set_leases(l.leases);
   response->set_kv_blocks_leased(l.blocks);
   return grpc::Status::OK;

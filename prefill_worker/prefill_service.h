@@ -44,9 +44,6 @@ class PrefillService final : public tandem::v1::Prefill::Service {
                               const tandem::v1::WorkerStatsRequest* request,
                               tandem::v1::WorkerStats* response) override;
 
-  // Called after every engine step (on the engine thread) to update gauges.
-  static server::EngineLoop::StepObserver MakeStepObserver(prometheus::Registry& registry);
-
  private:
   absl::Status RunPrefill(grpc::ServerContext* ctx, const tandem::v1::PrefillRequest& request,
                           tandem::v1::PrefillResponse* response);

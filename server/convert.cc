@@ -41,4 +41,11 @@ engine::SampledToken SampledTokenFromProto(const tandem::v1::SampledTokenProto& 
   return t;
 }
 
+void EngineStatsToProto(const engine::EngineStats& s, tandem::v1::WorkerStats* p) {
+  p->set_running(s.running);
+  p->set_waiting(s.waiting);
+  p->set_kv_blocks_used(s.blocks_used);
+  p->set_kv_blocks_free(s.blocks_free);
+}
+
 }  // namespace tandem::server

@@ -3,6 +3,7 @@
 #ifndef TANDEM_SERVER_CONVERT_H_
 #define TANDEM_SERVER_CONVERT_H_
 
+#include "engine/engine.h"
 #include "engine/sampler.h"
 #include "tandem/v1/generation.pb.h"
 #include "tandem/v1/worker.pb.h"
@@ -15,6 +16,9 @@ void SamplingToProto(const engine::SamplingParams& s, tandem::v1::SamplingParams
 
 void SampledTokenToProto(const engine::SampledToken& t, tandem::v1::SampledTokenProto* p);
 engine::SampledToken SampledTokenFromProto(const tandem::v1::SampledTokenProto& p);
+
+// The engine part of a worker's GetWorkerStats answer.
+void EngineStatsToProto(const engine::EngineStats& s, tandem::v1::WorkerStats* p);
 
 }  // namespace tandem::server
 

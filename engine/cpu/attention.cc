@@ -9,34 +9,13 @@
 #include <vector>
 
 #include "common/check.h"
+#include "engine/fast_exp.h"
 
 namespace tandem::engine::cpu {
 namespace {
 
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxBlock = 64;  // tile width; blocks larger than this are split
-
-// exp(x) for x <= 0 to ~1 ulp, written so the compiler vectorizes the loops
-// that call it: Cody-Waite range reduction and a degree-6 polynomial.
-inline float ExpNonPositive(float x) {
-  x = std::max(x, -87.0f);
-  const float kLog2e = 1.44269504088896341f;
-  const float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to integer
-  const float n = (x * kLog2e + kRound) - kRound;
-  float r = x - n * 0.693145751953125f;
-  r = r - n * 1.428606765330187e-06f;
-  float p = 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
-}
 
 // Copies `rows` rows of one head's slice ([rows][head_dim] at stride kv_dim)
 // to f32, transposed for keys ([head_dim][kMaxBlock]) or straight for values.

@@ -155,7 +155,8 @@ TEST(ForwardTest, WeightTypesAgreeWithF32) {
     auto m = LoadSynthetic(o);
     Harness h(*m, 16);
     const auto got = h.Run({{0, prompt}});
-    const float tol = t == GgmlType::kF16 ? 0.02f : 0.15f;
+    // Q8_0 also quantizes activations (as llama.cpp does), so it drifts most.
+    const float tol = t == GgmlType::kF16 ? 0.02f : t == GgmlType::kBF16 ? 0.15f : 0.3f;
     for (size_t i = 0; i < prompt.size(); ++i) ExpectNear(got[i], expected[i], tol);
   }
 }

@@ -1,0 +1,29 @@
+#include "server/engine_metrics.h"
+
+#include "server/metrics.h"
+
+namespace tandem::server {
+
+EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) {
+  auto* running = &GaugeMetric(registry, "tandem_running_sequences",
+                               "Sequences in the engine's running batch");
+  auto* waiting =
+      &GaugeMetric(registry, "tandem_waiting_sequences", "Sequences queued for the engine");
+  auto* used = &GaugeMetric(registry, "tandem_kv_blocks_used", "KV blocks in use");
+  auto* free = &GaugeMetric(registry, "tandem_kv_blocks_free", "KV blocks free");
+  auto* preemptions = &GaugeMetric(registry, "tandem_preemptions",
+                                   "Sequences preempted (KV freed, recomputed later) so far");
+  auto* step = &LatencyHistogram(registry, "tandem_engine_step_seconds",
+                                 "Duration of one engine step (forward pass + sampling)");
+  return [=](const engine::EngineStats& s, const std::vector<engine::TokenEvent>&,
+             absl::Duration took) {
+    running->Set(s.running);
+    waiting->Set(s.waiting);
+    used->Set(s.blocks_used);
+    free->Set(s.blocks_free);
+    preemptions->Set(static_cast<double>(s.preemptions));
+    step->Observe(absl::ToDoubleSeconds(took));
+  };
+}
+
+}  // namespace tandem::server
