@@ -3,12 +3,12 @@
 // word's bytes are spelled in GPT-2's byte alphabet, and adjacent symbols
 // are merged lowest merge rank first (ties: leftmost). With ignore_merges a
 // word that is itself a token is emitted whole.
-#include <queue>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/strings.h"
 #include "engine/pretokenizer.h"
+#include "engine/symbol_merge.h"
 #include "engine/tokenizer_vocab.h"
 #include "engine/unicode.h"
 
@@ -78,24 +78,6 @@ class BpeTokenizer final : public VocabTokenizer {
   }
 
  private:
-  struct Symbol {
-    int prev;
-    int next;
-    size_t offset;
-    size_t n;  // bytes; 0 once merged into its left neighbour
-  };
-  struct Bigram {
-    int left;
-    int right;
-    int32_t rank;
-    size_t size;
-  };
-  struct BigramOrder {  // max-heap on "better": lowest rank, then leftmost
-    bool operator()(const Bigram& a, const Bigram& b) const {
-      return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-    }
-  };
-
   BpeTokenizer() = default;
 
   // llama.cpp's llama_decode_text: alphabet code points back to bytes.
@@ -136,44 +118,14 @@ class BpeTokenizer final : public VocabTokenizer {
         return;
       }
     }
-    std::vector<Symbol> symbols;
-    for (size_t off = 0; off < text.size();) {
-      const size_t n = std::min(Utf8SeqLen(text[off]), text.size() - off);
-      const int index = static_cast<int>(symbols.size());
-      symbols.push_back({index - 1, off + n == text.size() ? -1 : index + 1, off, n});
-      off += n;
-    }
-    if (symbols.empty()) return;
-
-    const std::string_view view(text);
     std::string key;
-    std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue;
-    auto try_add = [&](int left, int right) {
-      if (left < 0 || right < 0) return;
-      const Symbol& l = symbols[left];
-      const Symbol& r = symbols[right];
-      const int32_t rank = Rank(view.substr(l.offset, l.n), view.substr(r.offset, r.n), &key);
-      if (rank < 0) return;
-      queue.push({left, right, rank, l.n + r.n});
+    const auto by_rank = [&](std::string_view left,
+                             std::string_view right) -> std::optional<double> {
+      const int32_t rank = Rank(left, right, &key);
+      if (rank < 0) return std::nullopt;
+      return -static_cast<double>(rank);  // lower rank merges first
     };
-    for (int i = 1; i < static_cast<int>(symbols.size()); ++i) try_add(i - 1, i);
-
-    while (!queue.empty()) {
-      const Bigram b = queue.top();
-      queue.pop();
-      Symbol& left = symbols[b.left];
-      Symbol& right = symbols[b.right];
-      if (left.n == 0 || right.n == 0 || left.n + right.n != b.size) continue;  // stale
-      left.n += right.n;
-      right.n = 0;
-      left.next = right.next;
-      if (right.next >= 0) symbols[right.next].prev = b.left;
-      try_add(left.prev, b.left);
-      try_add(b.left, left.next);
-    }
-
-    for (int i = 0; i != -1; i = symbols[i].next) {
-      const std::string_view piece = view.substr(symbols[i].offset, symbols[i].n);
+    for (const std::string_view piece : MergeSymbols(text, by_rank)) {
       if (const int32_t id = FindToken(piece); id >= 0) {
         out->push_back(id);
         continue;

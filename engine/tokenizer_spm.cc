@@ -6,9 +6,9 @@
 // that is not a token is emitted as <0xNN> byte tokens.
 #include <array>
 #include <cstdio>
-#include <queue>
 
 #include "absl/strings/str_replace.h"
+#include "engine/symbol_merge.h"
 #include "engine/tokenizer_vocab.h"
 #include "engine/unicode.h"
 
@@ -60,24 +60,6 @@ class SpmTokenizer final : public VocabTokenizer {
   }
 
  private:
-  struct Symbol {
-    int prev;
-    int next;
-    size_t offset;
-    size_t n;  // bytes; 0 once merged into its left neighbour
-  };
-  struct Bigram {
-    int left;
-    int right;
-    float score;
-    size_t size;
-  };
-  struct BigramOrder {  // max-heap: highest score, then leftmost
-    bool operator()(const Bigram& a, const Bigram& b) const {
-      return a.score < b.score || (a.score == b.score && a.left > b.left);
-    }
-  };
-
   SpmTokenizer() { byte_tokens_.fill(-1); }
 
   std::string NormalPiece(const std::string& text) const override {
@@ -85,42 +67,14 @@ class SpmTokenizer final : public VocabTokenizer {
   }
 
   void EncodeText(const std::string& text, std::vector<int32_t>* out) const {
-    std::vector<Symbol> symbols;
-    for (size_t off = 0; off < text.size();) {
-      const size_t n = std::min(Utf8SeqLen(text[off]), text.size() - off);
-      const int index = static_cast<int>(symbols.size());
-      symbols.push_back({index - 1, off + n == text.size() ? -1 : index + 1, off, n});
-      off += n;
-    }
-    if (symbols.empty()) return;
-
-    std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue;
-    auto try_add = [&](int left, int right) {
-      if (left < 0 || right < 0) return;
-      const size_t size = symbols[left].n + symbols[right].n;
-      const int32_t id = FindToken(std::string_view(text).substr(symbols[left].offset, size));
-      if (id < 0) return;
-      queue.push({left, right, scores_[id], size});
+    const auto by_score = [&](std::string_view left,
+                              std::string_view right) -> std::optional<double> {
+      // Adjacent pieces are contiguous in `text`, so their join is a view.
+      const int32_t id = FindToken(std::string_view(left.data(), left.size() + right.size()));
+      if (id < 0) return std::nullopt;
+      return scores_[id];
     };
-    for (int i = 1; i < static_cast<int>(symbols.size()); ++i) try_add(i - 1, i);
-
-    while (!queue.empty()) {
-      const Bigram b = queue.top();
-      queue.pop();
-      Symbol& left = symbols[b.left];
-      Symbol& right = symbols[b.right];
-      if (left.n == 0 || right.n == 0 || left.n + right.n != b.size) continue;  // stale
-      left.n += right.n;
-      right.n = 0;
-      left.next = right.next;
-      if (right.next >= 0) symbols[right.next].prev = b.left;
-      try_add(left.prev, b.left);
-      try_add(b.left, left.next);
-    }
-
-    for (int i = 0; i != -1; i = symbols[i].next) {
-      const std::string_view piece = std::string_view(text).substr(symbols[i].offset,
-                                                                   symbols[i].n);
+    for (const std::string_view piece : MergeSymbols(text, by_score)) {
       const int32_t id = FindToken(piece);
       if (id >= 0) {
         out->push_back(id);
