@@ -188,10 +188,10 @@ void RegisterAll() {
   for (GgmlType type : kTypes) {
     const std::string t(GgmlTypeName(type));
     for (const Shape& s : kShapes) {
-      for (int64_t n : {1, 4, 16, 32, 512}) {
+      for (int64_t n : {1, 4, 16, 32, 64, 128, 512}) {
         if (s.rows == 4096 && n > 16) continue;
         for (MatMulPath path : {MatMulPath::kGemv, MatMulPath::kGemm}) {
-          if ((n == 1 && path == MatMulPath::kGemm) || (n == 512 && path == MatMulPath::kGemv)) {
+          if (n == 1 && path == MatMulPath::kGemm) {
             continue;
           }
           const std::string name = "MatMul/" + t + "/" + std::to_string(s.rows) + "x" +

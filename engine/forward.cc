@@ -143,6 +143,7 @@ void ForwardPass::Attention(int32_t layer, std::span<const BatchChunk> chunks) {
       .kv = kv_.LayerView(layer),
       .seqs = seqs,
       .threads = backend_.threads(),
+      .use_avx512 = true,
   });
   backend_.MatMul(w.wo, s_.att.data(), T, s_.proj.data());
   backend_.Add(s_.x.data(), s_.proj.data(), static_cast<int64_t>(T) * config_.n_embd);

@@ -1,5 +1,7 @@
 #include "engine/cpu/attention.h"
 
+#include "engine/cpu/attention_avx512.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -147,13 +149,18 @@ void PagedAttention(const AttentionArgs& a) {
   }
   work *= static_cast<int64_t>(a.n_head) * a.head_dim;
   // Below this much work a parallel region costs more than it saves.
+  const bool avx512 = a.use_avx512 && CanUseAvx512Attention(a.head_dim);
   const bool parallel = a.threads > 1 && n_tasks > 1 && work > (1 << 16);
 #pragma omp parallel num_threads(a.threads) if (parallel)
   {
     std::vector<float> scratch;
 #pragma omp for schedule(dynamic, 1)
     for (int32_t t = 0; t < n_tasks; ++t) {
-      AttendGroup(a, a.seqs[t / a.n_head_kv], t % a.n_head_kv, scratch);
+      if (avx512) {
+        AttendGroupAvx512(a, a.seqs[t / a.n_head_kv], t % a.n_head_kv, scratch);
+      } else {
+        AttendGroup(a, a.seqs[t / a.n_head_kv], t % a.n_head_kv, scratch);
+      }
     }
   }
 }

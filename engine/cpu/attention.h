@@ -33,6 +33,9 @@ struct AttentionArgs {
   PagedKvView kv;
   std::span<const AttentionSequence> seqs;
   int threads = 1;
+  // Use the AVX-512 kernel where the CPU and head_dim allow (tests turn it
+  // off to check the portable kernel).
+  bool use_avx512 = true;
 };
 
 // Softmax(q k^T / sqrt(head_dim)) v with online (streaming) softmax over the

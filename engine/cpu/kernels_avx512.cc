@@ -9,7 +9,6 @@
 // Q8_0 multiplies int8 weights by int8-quantized activations with VNNI: the
 // weights enter the unsigned operand as w + 128 and the activations carry the
 // matching -128 * sum(x) correction (see Q8Activations).
-#include <cstdlib>
 #include <cstring>
 
 #include "engine/cpu/kernels.h"
@@ -59,27 +58,18 @@ inline __mmask16 TailMask(int64_t remaining) {
 
 constexpr int64_t ElemBytes(WKind k) { return k == WKind::kF32 ? 4 : 2; }
 
-// Software prefetch of the weight stream, `PrefetchDistance` bytes ahead of
-// the loads (0 = none). Tuned by env for experiments.
+// Software prefetch of the weight stream. Decode reads each weight once from
+// L3/DRAM; the hardware prefetcher alone keeps too few misses in flight, so
+// each row's loads also prefetch the same offset of the next row block
+// (R rows further, capped so the lines are still in L1 when used). Measured
+// on the 25.7M-model decode: +15-30% tokens/s for F16/BF16/Q8_0.
 inline int64_t PrefetchDistance(int rows, int64_t row_bytes) {
-  static const int mode = [] {
-    const char* e = std::getenv("TANDEM_PF");
-    return e ? std::atoi(e) : 0;
-  }();
-  if (mode == 0) return 0;
-  if (mode == 1) return rows * row_bytes;
-  return mode;
+  constexpr int64_t kMaxAhead = 8192;
+  const int64_t ahead = rows * row_bytes;
+  return ahead < kMaxAhead ? ahead : kMaxAhead;
 }
 TANDEM_AVX512 inline void Prefetch(const uint8_t* p) {
-  static const int hint = [] {
-    const char* e = std::getenv("TANDEM_PF_HINT");
-    return e ? std::atoi(e) : 0;
-  }();
-  if (hint == 0) {
-    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-  } else {
-    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T2);
-  }
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
 }
 
 // 16 weights starting at element k of a row, as f32.
@@ -119,52 +109,64 @@ TANDEM_AVX512 inline __m128 Reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
 // y[t * ldy + r] = lane sum of acc[r][t].
 template <int R, int T>
 TANDEM_AVX512 inline void StoreSums(const __m512 (&acc)[R][T], float* y, int64_t ldy) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
-    if constexpr (R == 4) {
-      _mm_storeu_ps(y + t * ldy, Reduce4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
+    if constexpr (R % 4 == 0) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; r += 4) {
+        _mm_storeu_ps(y + t * ldy + r,
+                      Reduce4(acc[r][t], acc[r + 1][t], acc[r + 2][t], acc[r + 3][t]));
+      }
     } else {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
     }
   }
 }
 
+// Weight bytes to prefetch while a tile runs: for row r and column k,
+// base + r * row_bytes + elem_bytes * k.
+struct PrefetchPlan {
+  const uint8_t* base;
+  int64_t row_bytes;
+  int64_t elem_bytes;
+};
+
 // One R x T register tile: rows at w + r * row_bytes, tokens at x + t * ldx.
 template <WKind K, int R, int T>
 TANDEM_AVX512 void GemvTile(const uint8_t* w, int64_t row_bytes, int64_t cols,
-                            const float* x, int64_t ldx, float* y, int64_t ldy) {
+                            const float* x, int64_t ldx, float* y, int64_t ldy,
+                            const PrefetchPlan& pf) {
   __m512 acc[R][T];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   }
   int64_t k = 0;
-  const int64_t ahead = PrefetchDistance(R, row_bytes);
   for (; k + 16 <= cols; k += 16) {
     __m512 wv[R];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      if (ahead > 0) Prefetch(w + r * row_bytes + ElemBytes(K) * k + ahead);
+      Prefetch(pf.base + r * pf.row_bytes + pf.elem_bytes * k);
       wv[r] = LoadW<K>(w + r * row_bytes, k);
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const __m512 xv = _mm512_loadu_ps(x + t * ldx + k);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
     }
   }
   if (k < cols) {
     const __mmask16 m = TailMask(cols - k);
     __m512 wv[R];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) wv[r] = LoadWMasked<K>(w + r * row_bytes, k, m);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const __m512 xv = _mm512_maskz_loadu_ps(m, x + t * ldx + k);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
     }
   }
@@ -174,17 +176,21 @@ TANDEM_AVX512 void GemvTile(const uint8_t* w, int64_t row_bytes, int64_t cols,
 // R rows starting at row `r` (pointer w) against all tokens.
 template <WKind K, int R>
 TANDEM_AVX512 void GemvRowBlock(const uint8_t* w, int64_t row_bytes, const GemvArgs& a,
-                                int64_t r) {
+                                int64_t r, const PrefetchPlan& pf) {
   const float* x = a.x;
+  const int64_t ldx = a.cols;
   float* y = a.y + r;
+  const int64_t ldy = a.ldy;
   int64_t t = 0;
   for (; t + kTokens <= a.n; t += kTokens) {
-    GemvTile<K, R, kTokens>(w, row_bytes, a.cols, x + t * a.cols, a.cols, y + t * a.ldy, a.ldy);
+    GemvTile<K, R, kTokens>(w, row_bytes, a.cols, x + t * ldx, ldx, y + t * ldy, ldy, pf);
   }
+  x += t * ldx;
+  y += t * ldy;
   switch (a.n - t) {
-    case 3: GemvTile<K, R, 3>(w, row_bytes, a.cols, x + t * a.cols, a.cols, y + t * a.ldy, a.ldy); break;
-    case 2: GemvTile<K, R, 2>(w, row_bytes, a.cols, x + t * a.cols, a.cols, y + t * a.ldy, a.ldy); break;
-    case 1: GemvTile<K, R, 1>(w, row_bytes, a.cols, x + t * a.cols, a.cols, y + t * a.ldy, a.ldy); break;
+    case 3: GemvTile<K, R, 3>(w, row_bytes, a.cols, x, ldx, y, ldy, pf); break;
+    case 2: GemvTile<K, R, 2>(w, row_bytes, a.cols, x, ldx, y, ldy, pf); break;
+    case 1: GemvTile<K, R, 1>(w, row_bytes, a.cols, x, ldx, y, ldy, pf); break;
     default: break;
   }
 }
@@ -193,10 +199,16 @@ TANDEM_AVX512 void GemvRowBlock(const uint8_t* w, int64_t row_bytes, const GemvA
 template <WKind K>
 TANDEM_AVX512 void ConvertRows(const uint8_t* src, int64_t row_bytes, int64_t rows, int64_t cols,
                                float* dst) {
+  const int64_t ahead = PrefetchDistance(rows, row_bytes);
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* row = src + r * row_bytes;
     float* out = dst + r * cols;
     int64_t k = 0;
+    for (; k + 32 <= cols; k += 32) {
+      Prefetch(row + ElemBytes(K) * k + ahead);
+      _mm512_storeu_ps(out + k, LoadW<K>(row, k));
+      _mm512_storeu_ps(out + k + 16, LoadW<K>(row, k + 16));
+    }
     for (; k + 16 <= cols; k += 16) _mm512_storeu_ps(out + k, LoadW<K>(row, k));
     if (k < cols) {
       const __mmask16 m = TailMask(cols - k);
@@ -208,20 +220,72 @@ TANDEM_AVX512 void ConvertRows(const uint8_t* src, int64_t row_bytes, int64_t ro
 template <WKind K>
 TANDEM_AVX512 void GemvFloatRows(const GemvArgs& a, int64_t row_begin, int64_t row_end) {
   // With several token tiles a 16-bit row block is converted once into the
-  // scratch (L1-resident) rather than once per tile.
+  // scratch (L1-resident) rather than once per tile. Either way the next row
+  // block's weights are prefetched while this one computes (ConvertRows
+  // prefetches too: 2.75k -> 3.3k tokens/s at n = 8 on the 25.7M F16 model).
   const bool stage = K != WKind::kF32 && a.n > kTokens;
+  const PrefetchPlan pf_direct = {nullptr, a.row_bytes, ElemBytes(K)};
+  const int64_t ahead = PrefetchDistance(kRows, a.row_bytes);
   int64_t r = row_begin;
   for (; r + kRows <= row_end; r += kRows) {
     const uint8_t* w = a.w + r * a.row_bytes;
+    PrefetchPlan pf = pf_direct;
+    pf.base = w + ahead;
     if (stage) {
       ConvertRows<K>(w, a.row_bytes, kRows, a.cols, a.scratch);
+      // Tile columns are f32 but the prefetched rows are 16-bit.
       GemvRowBlock<WKind::kF32, kRows>(reinterpret_cast<const uint8_t*>(a.scratch),
-                                       a.cols * 4, a, r);
+                                       a.cols * 4, a, r, pf);
     } else {
-      GemvRowBlock<K, kRows>(w, a.row_bytes, a, r);
+      GemvRowBlock<K, kRows>(w, a.row_bytes, a, r, pf);
     }
   }
-  for (; r < row_end; ++r) GemvRowBlock<K, 1>(a.w + r * a.row_bytes, a.row_bytes, a, r);
+  for (; r < row_end; ++r) {
+    const uint8_t* w = a.w + r * a.row_bytes;
+    PrefetchPlan pf = pf_direct;
+    pf.base = w + PrefetchDistance(1, a.row_bytes);
+    GemvRowBlock<K, 1>(w, a.row_bytes, a, r, pf);
+  }
+}
+
+// Q8_0: accumulates block pair p of R rows against T tokens. Without
+// kWhole, the pair has only its first block: the second reads as 0 (+128
+// after the flip) and meets zero activations, bias and scale.
+template <int R, int T, bool kWhole>
+TANDEM_AVX512 inline void Q8Pair(const uint8_t* w, int64_t row_bytes, int64_t ahead,
+                                 const Q8Activations& xq, int64_t t0, int64_t p,
+                                 const float* f16, __m512 (&acc)[R][T]) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i wq[R];
+  __m512 dw[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const uint8_t* b = w + r * row_bytes + p * 2 * sizeof(BlockQ8_0);
+    Prefetch(b + ahead);
+    const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+    const __m512 d0 = _mm512_set1_ps(f16[LoadU16(b)]);
+    if constexpr (kWhole) {
+      const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 36));
+      wq[r] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1), flip);
+      dw[r] = _mm512_mask_blend_ps(0xff00, d0, _mm512_set1_ps(f16[LoadU16(b + 34)]));
+    } else {
+      wq[r] = _mm512_xor_si512(_mm512_zextsi256_si512(q0), flip);
+      dw[r] = d0;
+    }
+  }
+  const int64_t pairs = xq.pairs;
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+    const int64_t at = (t0 + t) * pairs + p;
+    const __m512i xv = _mm512_load_si512(xq.qs + at * 64);
+    const __m512i bias = _mm512_load_si512(xq.bias + at * 16);
+    const __m512 sc = _mm512_load_ps(xq.scale + at * 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512i dot = _mm512_dpbusd_epi32(bias, wq[r], xv);
+      acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw[r], sc), acc[r][t]);
+    }
+  }
 }
 
 // Q8_0: one R x T tile over all blocks of R rows.
@@ -229,47 +293,16 @@ template <int R, int T>
 TANDEM_AVX512 void GemvQ8Tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks,
                               const Q8Activations& xq, int64_t t0, float* y, int64_t ldy) {
   const float* f16 = Fp16ToFp32Table();
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  const int8_t* xqs = xq.qs + t0 * xq.pairs * 64;
-  const int32_t* xbias = xq.bias + t0 * xq.pairs * 16;
-  const float* xscale = xq.scale + t0 * xq.pairs * 16;
   __m512 acc[R][T];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   }
-  const int64_t pairs = xq.pairs;
   const int64_t ahead = PrefetchDistance(R, row_bytes);
-  for (int64_t p = 0; p < pairs; ++p) {
-    __m512i wq[R];
-    __m512 dw[R];
-    const bool whole = 2 * p + 1 < nblocks;
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* b = w + r * row_bytes + p * 2 * sizeof(BlockQ8_0);
-      if (ahead > 0) Prefetch(b + ahead);
-      const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
-      // A missing second block reads as 0 (+128 after the flip) and meets
-      // zero activations, bias and scale.
-      const __m256i q1 = whole ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 36))
-                               : _mm256_setzero_si256();
-      wq[r] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1), flip);
-      const __m512 d0 = _mm512_set1_ps(f16[LoadU16(b)]);
-      dw[r] = whole ? _mm512_mask_blend_ps(0xff00, d0, _mm512_set1_ps(f16[LoadU16(b + 34)])) : d0;
-    }
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-      const __m512i xv = _mm512_load_si512(xqs + t * pairs * 64 + p * 64);
-      const __m512i bias = _mm512_load_si512(xbias + t * pairs * 16 + p * 16);
-      const __m512 sc = _mm512_load_ps(xscale + t * pairs * 16 + p * 16);
-#pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
-        const __m512i dot = _mm512_dpbusd_epi32(bias, wq[r], xv);
-        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw[r], sc), acc[r][t]);
-      }
-    }
-  }
+  int64_t p = 0;
+  for (; 2 * p + 1 < nblocks; ++p) Q8Pair<R, T, true>(w, row_bytes, ahead, xq, t0, p, f16, acc);
+  if (2 * p < nblocks) Q8Pair<R, T, false>(w, row_bytes, ahead, xq, t0, p, f16, acc);
   StoreSums<R, T>(acc, y, ldy);
 }
 
@@ -291,6 +324,11 @@ TANDEM_AVX512 void GemvQ8RowBlock(const uint8_t* w, const GemvArgs& a, int64_t r
 
 TANDEM_AVX512 void GemvQ8Rows(const GemvArgs& a, int64_t row_begin, int64_t row_end) {
   int64_t r = row_begin;
+  if (a.n == 1) {
+    for (; r + 2 * kRows <= row_end; r += 2 * kRows) {
+      GemvQ8RowBlock<2 * kRows>(a.w + r * a.row_bytes, a, r);
+    }
+  }
   for (; r + kRows <= row_end; r += kRows) GemvQ8RowBlock<kRows>(a.w + r * a.row_bytes, a, r);
   for (; r < row_end; ++r) GemvQ8RowBlock<1>(a.w + r * a.row_bytes, a, r);
 }

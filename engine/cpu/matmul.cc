@@ -32,6 +32,11 @@ void Sgemm(int64_t n, int64_t rows, int64_t cols, const float* x, const float* w
 
 }  // namespace
 
+MatMulPath ChoosePath(GgmlType type, int64_t n_tokens) {
+  const int64_t gemm_from = type == GgmlType::kF32 ? 32 : 64;
+  return n_tokens >= gemm_from ? MatMulPath::kGemm : MatMulPath::kGemv;
+}
+
 void* ScratchBuffer::Get(size_t bytes) {
   if (bytes > size_) {
     const size_t rounded = (bytes + 63) / 64 * 64;
@@ -53,17 +58,31 @@ int MatMulRunner::ThreadsFor(int64_t macs) const {
 
 void MatMulRunner::Run(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
                        MatMulPath path) {
-  TANDEM_DCHECK(w.type != GgmlType::kQ8_0 || w.cols % kQ8_0BlockSize == 0,
-                "Q8_0 rows are whole blocks");
+  TANDEM_CHECK(w.type != GgmlType::kQ8_0 || w.cols % kQ8_0BlockSize == 0,
+               "Q8_0 rows are whole blocks") << "cols=" << w.cols;
   if (n_tokens <= 0 || w.rows <= 0) return;
-  if (path == MatMulPath::kAuto) {
-    path = n_tokens >= kGemmMinTokens ? MatMulPath::kGemm : MatMulPath::kGemv;
+  if (w.cols == 0) {
+    std::memset(y, 0, n_tokens * w.rows * sizeof(float));
+    return;
   }
+  if (path == MatMulPath::kAuto) path = ChoosePath(w.type, n_tokens);
   if (path == MatMulPath::kGemm) {
     RunGemm(w, x, n_tokens, y);
   } else {
     RunGemv(w, x, n_tokens, y);
   }
+}
+
+Q8Activations MatMulRunner::ActivationBuffers(ScratchBuffer& buffer, int64_t n_tokens,
+                                               int64_t cols) {
+  Q8Activations xq;
+  xq.pairs = (cols / kQ8_0BlockSize + 1) / 2;
+  const int64_t lanes = n_tokens * xq.pairs * 16;  // int32/float lanes per array
+  auto* base = static_cast<uint8_t*>(buffer.Get(3 * lanes * 4));
+  xq.qs = reinterpret_cast<int8_t*>(base);
+  xq.bias = reinterpret_cast<int32_t*>(base + lanes * 4);
+  xq.scale = reinterpret_cast<float*>(base + 2 * lanes * 4);
+  return xq;
 }
 
 void MatMulRunner::RunGemv(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
@@ -76,33 +95,54 @@ void MatMulRunner::RunGemv(const WeightMatrix& w, const float* x, int64_t n_toke
   args.x = x;
   args.y = y;
   args.ldy = w.rows;
-
-  Q8Activations xq;
-  if (w.type == GgmlType::kQ8_0) {
-    xq.pairs = (w.cols / kQ8_0BlockSize + 1) / 2;
-    const int64_t lanes = n_tokens * xq.pairs * 16;  // int32/float lanes per array
-    auto* base = static_cast<uint8_t*>(activations_.Get(3 * lanes * 4));
-    xq.qs = reinterpret_cast<int8_t*>(base);
-    xq.bias = reinterpret_cast<int32_t*>(base + lanes * 4);
-    xq.scale = reinterpret_cast<float*>(base + 2 * lanes * 4);
-    kernels_.quantize_q8(x, n_tokens, w.cols, xq);
-    args.xq = &xq;
-  }
-
+  const bool q8 = w.type == GgmlType::kQ8_0;
   const int nth = ThreadsFor(w.rows * w.cols * n_tokens);
   const size_t scratch_bytes = GemvScratchFloats(w.cols) * sizeof(float);
+
   if (nth == 1) {
-    args.scratch = static_cast<float*>(per_thread_[0].Get(scratch_bytes));
+    Q8Activations xq;
+    if (q8) {
+      xq = ActivationBuffers(per_thread_[0].activations, n_tokens, w.cols);
+      kernels_.quantize_q8(x, n_tokens, w.cols, xq);
+      args.xq = &xq;
+    }
+    args.scratch = static_cast<float*>(per_thread_[0].floats.Get(scratch_bytes));
     kernels_.gemv(args, 0, w.rows);
     return;
   }
-  for (int i = 0; i < nth; ++i) per_thread_[i].Get(scratch_bytes);
+
+  // Q8_0 activations: with few tokens every thread quantizes all of them into
+  // its own buffer (cheaper than a serial step plus moving the result across
+  // cores); with many, the threads split the tokens and meet at a barrier.
+  const bool private_q8 = q8 && n_tokens <= 4;
+  Q8Activations shared_xq;
+  if (q8 && !private_q8) shared_xq = ActivationBuffers(shared_activations_, n_tokens, w.cols);
+  for (int i = 0; i < nth; ++i) {
+    per_thread_[i].floats.Get(scratch_bytes);
+    if (private_q8) ActivationBuffers(per_thread_[i].activations, n_tokens, w.cols);
+  }
 #pragma omp parallel num_threads(nth)
   {
     const int tid = omp_get_thread_num();
     const int parts = omp_get_num_threads();
     GemvArgs local = args;
-    local.scratch = static_cast<float*>(per_thread_[tid].Get(scratch_bytes));
+    local.scratch = static_cast<float*>(per_thread_[tid].floats.Get(scratch_bytes));
+    Q8Activations xq;
+    if (private_q8) {
+      xq = ActivationBuffers(per_thread_[tid].activations, n_tokens, w.cols);
+      kernels_.quantize_q8(x, n_tokens, w.cols, xq);
+      local.xq = &xq;
+    } else if (q8) {
+      const int64_t t0 = n_tokens * tid / parts;
+      const int64_t t1 = n_tokens * (tid + 1) / parts;
+      Q8Activations part = shared_xq;
+      part.qs += t0 * part.pairs * 64;
+      part.bias += t0 * part.pairs * 16;
+      part.scale += t0 * part.pairs * 16;
+      kernels_.quantize_q8(x + t0 * w.cols, t1 - t0, w.cols, part);
+#pragma omp barrier
+      local.xq = &shared_xq;
+    }
     const int64_t begin = RowSplit(w.rows, tid, parts);
     const int64_t end = RowSplit(w.rows, tid + 1, parts);
     if (begin < end) kernels_.gemv(local, begin, end);
@@ -120,7 +160,7 @@ void MatMulRunner::RunGemm(const WeightMatrix& w, const float* x, int64_t n_toke
   const int nth = ThreadsFor(w.rows * w.cols * n_tokens);
   if (!in_place) {
     const size_t tile_bytes = std::min(tile_rows, w.rows) * w.cols * sizeof(float);
-    for (int i = 0; i < nth; ++i) per_thread_[i].Get(tile_bytes);
+    for (int i = 0; i < nth; ++i) per_thread_[i].floats.Get(tile_bytes);
   }
   // Each thread runs a single-threaded sgemm on its own rows (oneDNN does not
   // nest inside an OpenMP parallel region), so no tile is shared or waited on.
@@ -134,7 +174,7 @@ void MatMulRunner::RunGemm(const WeightMatrix& w, const float* x, int64_t n_toke
       Sgemm(n_tokens, end - begin, w.cols, x,
             reinterpret_cast<const float*>(data + begin * row_bytes), y + begin, w.rows);
     } else if (begin < end) {
-      auto* tile = static_cast<float*>(per_thread_[tid].Get(0));
+      auto* tile = static_cast<float*>(per_thread_[tid].floats.Get(0));
       for (int64_t r = begin; r < end; r += tile_rows) {
         const int64_t m = std::min(tile_rows, end - r);
         kernels_.dequantize_rows(w.type, data + r * row_bytes, row_bytes, m, w.cols, tile);

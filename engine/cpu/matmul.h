@@ -17,17 +17,23 @@
 namespace tandem::engine::cpu {
 
 enum class MatMulPath {
-  kAuto,  // gemv below kGemmMinTokens tokens, gemm from there on
+  kAuto,  // ChoosePath
   kGemv,
   kGemm,
 };
 
-// From this many tokens on, kAuto uses sgemm (the matrix-vector kernels
-// re-read each weight tile per 4 tokens; sgemm blocks for cache).
-inline constexpr int64_t kGemmMinTokens = 16;
+// The strategy kAuto takes: the gemv kernels up to a few dozen tokens (they
+// read each weight once per call and reach ~250 GFLOP/s from L2 by n = 16),
+// sgemm beyond (it blocks x for cache; f32 weights need no dequantization,
+// so it wins earlier for them). Crossovers measured on the 2-core AVX-512
+// dev machine with tandem-kernels-bench. Numerics differ slightly between
+// the two for Q8_0: the gemv path quantizes x to int8 per 32-element block
+// (as llama.cpp does), the gemm path keeps x in f32.
+MatMulPath ChoosePath(GgmlType type, int64_t n_tokens);
 
-// Below this many multiply-adds a call runs on the calling thread: forking
-// the pool costs more than it saves (tiny models decode at >10k tokens/s).
+// Below this many multiply-adds a call runs on the calling thread: an OpenMP
+// fork/join costs ~0.9 us on the dev machine, more than it saves (the
+// stories260K model's 64x64 matmuls take ~0.4 us on one thread).
 inline constexpr int64_t kMinParallelMacs = 1 << 16;
 
 // A 64-byte aligned, growable, uninitialized byte buffer.
@@ -62,10 +68,18 @@ class MatMulRunner {
   void RunGemm(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
   int ThreadsFor(int64_t macs) const;
 
+  // Carves Q8Activations for n_tokens x cols out of `buffer`.
+  static Q8Activations ActivationBuffers(ScratchBuffer& buffer, int64_t n_tokens, int64_t cols);
+
+  struct ThreadScratch {
+    ScratchBuffer floats;       // gemv scratch / dequantized gemm tiles
+    ScratchBuffer activations;  // this thread's copy of Q8_0-quantized x
+  };
+
   const KernelTable& kernels_;
   const int threads_;
-  ScratchBuffer activations_;             // Q8_0-quantized x
-  std::vector<ScratchBuffer> per_thread_;  // gemv scratch / dequantized tiles
+  ScratchBuffer shared_activations_;  // Q8_0-quantized x shared by all threads
+  std::vector<ThreadScratch> per_thread_;
 };
 
 }  // namespace tandem::engine::cpu

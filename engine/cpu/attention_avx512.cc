@@ -1,0 +1,207 @@
+#include "engine/cpu/attention_avx512.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+// GCC 12's _mm512_cvtph_ps starts from _mm512_undefined_ps(), which its
+// flow analysis reports as uninitialized; the value is fully overwritten.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace tandem::engine::cpu {
+namespace {
+
+#define TANDEM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+
+constexpr int kTile = 16;         // keys per tile: one zmm of scores
+constexpr int kMaxHeadDim = 256;  // 16 zmm per head vector
+
+// 16 keys' or values' `d`-th..`d+15`-th elements of one row, as f32.
+TANDEM_AVX512 inline __m512 Load16(const uint8_t* row, GgmlType dtype, int32_t d) {
+  if (dtype == GgmlType::kF32) return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + d);
+  return _mm512_cvtph_ps(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(row) + d)));
+}
+
+// exp(x) for x <= 0 on 16 lanes: Cody-Waite reduction, degree-7 Taylor
+// polynomial, 2^n by scalef (which underflows to 0 cleanly).
+TANDEM_AVX512 inline __m512 Exp16(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-100.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+struct TileView {
+  const uint8_t* k;  // first key row of the tile (this KV head's slice)
+  const uint8_t* v;
+  int64_t row_bytes;  // stride between slots
+  int32_t n;          // keys in the tile
+};
+
+// Scores of one query against the tile's keys, reading key rows in place
+// (decode: one or few rows per sequence, no transpose worth its cost).
+TANDEM_AVX512 inline __m512 ScoresDirect(const float* q, const TileView& t, GgmlType dtype,
+                                        int32_t nv) {
+  alignas(64) float s[kTile] = {};
+  __m512 qv[kMaxHeadDim / 16];
+  for (int32_t i = 0; i < nv; ++i) qv[i] = _mm512_loadu_ps(q + 16 * i);
+  for (int32_t j = 0; j < t.n; ++j) {
+    const uint8_t* row = t.k + j * t.row_bytes;
+    __m512 acc0 = _mm512_mul_ps(qv[0], Load16(row, dtype, 0));
+    __m512 acc1 = _mm512_setzero_ps();
+    for (int32_t i = 1; i < nv; i += 2) {
+      acc1 = _mm512_fmadd_ps(qv[i], Load16(row, dtype, 16 * i), acc1);
+      if (i + 1 < nv) acc0 = _mm512_fmadd_ps(qv[i + 1], Load16(row, dtype, 16 * (i + 1)), acc0);
+    }
+    s[j] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+  }
+  return _mm512_load_ps(s);
+}
+
+// Scores of one query against a transposed tile kt[d][16] (prefill: the
+// transpose is shared by many query rows).
+TANDEM_AVX512 inline __m512 ScoresTransposed(const float* q, const float* kt, int32_t hd) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  __m512 a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
+  for (int32_t d = 0; d < hd; d += 4) {
+    a0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_load_ps(kt + d * kTile), a0);
+    a1 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 1]), _mm512_load_ps(kt + (d + 1) * kTile), a1);
+    a2 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 2]), _mm512_load_ps(kt + (d + 2) * kTile), a2);
+    a3 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 3]), _mm512_load_ps(kt + (d + 3) * kTile), a3);
+  }
+  return _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+}
+
+struct RowState {
+  float max;
+  float sum;
+};
+
+// Folds one tile's scores into a row's running softmax and output.
+TANDEM_AVX512 inline void Accumulate(__m512 s, int32_t visible, const TileView& t,
+                                     GgmlType dtype, int32_t nv, RowState& st, float* acc) {
+  const __mmask16 mask = static_cast<__mmask16>((1u << visible) - 1);
+  const float tile_max = _mm512_mask_reduce_max_ps(mask, s);
+  const float new_max = std::max(st.max, tile_max);
+  const float correction = st.max == -std::numeric_limits<float>::infinity()
+                               ? 0.0f
+                               : std::exp(st.max - new_max);
+  const __m512 p = _mm512_maskz_mov_ps(mask, Exp16(_mm512_sub_ps(s, _mm512_set1_ps(new_max))));
+  st.sum = st.sum * correction + _mm512_reduce_add_ps(p);
+  st.max = new_max;
+  alignas(64) float pj[kTile];
+  _mm512_store_ps(pj, p);
+  __m512 out[kMaxHeadDim / 16];
+  const __m512 corr = _mm512_set1_ps(correction);
+  for (int32_t i = 0; i < nv; ++i) out[i] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * i), corr);
+  for (int32_t j = 0; j < visible; ++j) {
+    const __m512 w = _mm512_set1_ps(pj[j]);
+    const uint8_t* row = t.v + j * t.row_bytes;
+    for (int32_t i = 0; i < nv; ++i) out[i] = _mm512_fmadd_ps(w, Load16(row, dtype, 16 * i), out[i]);
+  }
+  for (int32_t i = 0; i < nv; ++i) _mm512_storeu_ps(acc + 16 * i, out[i]);
+}
+
+}  // namespace
+
+bool CanUseAvx512Attention(int32_t head_dim) {
+  static const bool cpu = __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512dq");
+  return cpu && head_dim % 16 == 0 && head_dim <= kMaxHeadDim;
+}
+
+TANDEM_AVX512 void AttendGroupAvx512(const AttentionArgs& a, const AttentionSequence& seq,
+                                     int32_t g, std::vector<float>& scratch) {
+  const int32_t hd = a.head_dim;
+  const int32_t nv = hd / 16;
+  const int32_t group = a.n_head / a.n_head_kv;
+  const int32_t q_stride = a.n_head * hd;
+  const int32_t n_ctx = seq.start_pos + seq.n_rows;
+  const int32_t bs = a.kv.block_size;
+  const int32_t n_rows_heads = seq.n_rows * group;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t elem = GgmlBlockBytes(a.kv.dtype);
+  const int64_t row_bytes = static_cast<int64_t>(a.kv.kv_dim) * elem;
+  // Transposing a tile costs about as much as scoring 16 rows against it.
+  const bool transpose = n_rows_heads >= 16;
+
+  // Scratch: kt [hd][16] | acc [rows*group][hd] | state [rows*group]
+  scratch.resize(static_cast<size_t>(hd) * kTile + static_cast<size_t>(n_rows_heads) * (hd + 2) +
+                 16);
+  float* kt = reinterpret_cast<float*>(
+      (reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t{63});
+  float* acc = kt + hd * kTile;
+  auto* state = reinterpret_cast<RowState*>(acc + static_cast<size_t>(n_rows_heads) * hd);
+  std::fill(acc, acc + static_cast<size_t>(n_rows_heads) * hd, 0.0f);
+  for (int32_t i = 0; i < n_rows_heads; ++i) {
+    state[i] = {-std::numeric_limits<float>::infinity(), 0.0f};
+  }
+  // Queries scaled once, so scores come out scaled.
+  const __m512 vscale = _mm512_set1_ps(scale);
+
+  int32_t tile_n = 0;
+  for (int32_t start = 0; start < n_ctx; start += tile_n) {
+    tile_n = std::min({bs - start % bs, kTile, n_ctx - start});
+    const uint8_t* block_base = a.kv.base + seq.blocks[start / bs] * a.kv.block_bytes;
+    const int64_t off = (start % bs) * row_bytes + static_cast<int64_t>(g) * hd * elem;
+    const TileView t{.k = block_base + a.kv.k_offset + off,
+                     .v = block_base + a.kv.v_offset + off,
+                     .row_bytes = row_bytes,
+                     .n = tile_n};
+    if (transpose) {
+      alignas(64) float row[kMaxHeadDim];
+      for (int32_t j = 0; j < kTile; ++j) {
+        if (j < tile_n) {
+          for (int32_t i = 0; i < nv; ++i) {
+            _mm512_store_ps(row + 16 * i, Load16(t.k + j * row_bytes, a.kv.dtype, 16 * i));
+          }
+        } else {
+          std::fill(row, row + hd, 0.0f);
+        }
+        for (int32_t d = 0; d < hd; ++d) kt[d * kTile + j] = row[d];
+      }
+    }
+    const int32_t first = std::max(0, start - seq.start_pos);
+    for (int32_t r = first; r < seq.n_rows; ++r) {
+      const int32_t visible = std::min(tile_n, seq.start_pos + r - start + 1);
+      for (int32_t j = 0; j < group; ++j) {
+        const float* q =
+            a.q + static_cast<int64_t>(seq.first_row + r) * q_stride + (g * group + j) * hd;
+        const __m512 s = transpose ? ScoresTransposed(q, kt, hd)
+                                   : ScoresDirect(q, t, a.kv.dtype, nv);
+        const size_t idx = static_cast<size_t>(r) * group + j;
+        Accumulate(_mm512_mul_ps(s, vscale), visible, t, a.kv.dtype, nv, state[idx],
+                   acc + idx * hd);
+      }
+    }
+  }
+  for (int32_t r = 0; r < seq.n_rows; ++r) {
+    for (int32_t j = 0; j < group; ++j) {
+      const size_t idx = static_cast<size_t>(r) * group + j;
+      const __m512 inv = _mm512_set1_ps(1.0f / state[idx].sum);
+      float* dst = a.out + static_cast<int64_t>(seq.first_row + r) * q_stride + (g * group + j) * hd;
+      for (int32_t i = 0; i < nv; ++i) {
+        _mm512_storeu_ps(dst + 16 * i, _mm512_mul_ps(_mm512_loadu_ps(acc + idx * hd + 16 * i), inv));
+      }
+    }
+  }
+}
+
+}  // namespace tandem::engine::cpu
