@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <limits>
 
+#include "engine/cpu/avx512_math.h"
+#include "engine/cpu/kernels.h"
+
 // GCC 12's _mm512_cvtph_ps starts from _mm512_undefined_ps(), which its
 // flow analysis reports as uninitialized; the value is fully overwritten.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -14,8 +17,6 @@
 
 namespace tandem::engine::cpu {
 namespace {
-
-#define TANDEM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 
 constexpr int kTile = 16;         // keys per tile: one zmm of scores
 constexpr int kMaxHeadDim = 256;  // 16 zmm per head vector
@@ -25,25 +26,6 @@ TANDEM_AVX512 inline __m512 Load16(const uint8_t* row, GgmlType dtype, int32_t d
   if (dtype == GgmlType::kF32) return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + d);
   return _mm512_cvtph_ps(
       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(row) + d)));
-}
-
-// exp(x) for x <= 0 on 16 lanes: Cody-Waite reduction, degree-7 Taylor
-// polynomial, 2^n by scalef (which underflows to 0 cleanly).
-TANDEM_AVX512 inline __m512 Exp16(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-100.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
 }
 
 struct TileView {
@@ -120,10 +102,7 @@ TANDEM_AVX512 inline void Accumulate(__m512 s, int32_t visible, const TileView& 
 }  // namespace
 
 bool CanUseAvx512Attention(int32_t head_dim) {
-  static const bool cpu = __builtin_cpu_supports("avx512f") &&
-                          __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512dq");
+  static const bool cpu = IsaSupported(Isa::kAvx512);
   return cpu && head_dim % 16 == 0 && head_dim <= kMaxHeadDim;
 }
 

@@ -21,8 +21,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-#define TANDEM_AVX512 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2")))
+#include "engine/cpu/avx512_math.h"
 
 namespace tandem::engine::cpu {
 namespace {
@@ -432,32 +431,12 @@ TANDEM_AVX512 void RmsNormAvx512(const float* x, const float* weight, int64_t n_
   }
 }
 
-// e^x with a degree-7 Taylor polynomial on |r| <= ln2/2 (relative error
-// ~1e-8 before rounding) and scalef for the power of two, which saturates to
-// 0 / inf outside the float range. NaN propagates.
-TANDEM_AVX512 inline __m512 Exp(__m512 x) {
-  x = _mm512_min_ps(_mm512_set1_ps(100.0f), _mm512_max_ps(_mm512_set1_ps(-100.0f), x));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
-
 TANDEM_AVX512 void SwiGluAvx512(const float* gate, const float* up, int64_t n, float* out) {
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = TailMask(n - i < 16 ? n - i : 16);
     const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
-    const __m512 e = Exp(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    const __m512 e = Exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
     const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
     _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(m, up + i)));
   }
