@@ -8,8 +8,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 
+#include "engine/block_pool.h"
+#include "engine/kv_cache.h"
 #include "engine/tensor_type.h"
 
 namespace tandem::engine {
@@ -21,6 +24,27 @@ struct WeightMatrix {
   const void* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+};
+
+// One sequence's rows of the batch: query rows [first_row, first_row + n_rows)
+// sit at positions [start_pos, start_pos + n_rows) and attend to positions
+// [0, their own]. `blocks` is the sequence's block table, covering at least
+// start_pos + n_rows positions.
+struct AttentionSequence {
+  int32_t first_row = 0;
+  int32_t n_rows = 0;
+  int32_t start_pos = 0;
+  std::span<const BlockId> blocks;
+};
+
+struct AttentionArgs {
+  const float* q = nullptr;  // [n_tokens, n_head * head_dim], RoPE applied
+  float* out = nullptr;      // [n_tokens, n_head * head_dim]
+  int32_t n_head = 0;
+  int32_t n_head_kv = 0;
+  int32_t head_dim = 0;
+  PagedKvView kv;
+  std::span<const AttentionSequence> seqs;
 };
 
 class Backend {
@@ -44,6 +68,10 @@ class Backend {
 
   // x[i] += y[i] for i < n.
   virtual void Add(float* x, const float* y, int64_t n) = 0;
+
+  // Causal attention of args.q over each sequence's paged KV (whose keys
+  // and values for these rows are already stored) into args.out.
+  virtual void PagedAttention(const AttentionArgs& args) = 0;
 };
 
 struct CpuBackendOptions {

@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "engine/cpu/attention.h"
 
 namespace tandem::engine {
 namespace {
@@ -114,7 +113,7 @@ void ForwardPass::Attention(int32_t layer, std::span<const BatchChunk> chunks) {
   AddBias(s_.v.data(), w.bv, T);
 
   // Rotate, then store each token's key and value in its block slot.
-  std::vector<cpu::AttentionSequence> seqs;
+  std::vector<AttentionSequence> seqs;
   seqs.reserve(chunks.size());
   int32_t row = 0;
   const int32_t bs = kv_.block_size();
@@ -134,7 +133,7 @@ void ForwardPass::Attention(int32_t layer, std::span<const BatchChunk> chunks) {
                     .blocks = c.blocks});
     row += n;
   }
-  cpu::PagedAttention({
+  backend_.PagedAttention({
       .q = s_.q.data(),
       .out = s_.att.data(),
       .n_head = config_.n_head,
@@ -142,8 +141,6 @@ void ForwardPass::Attention(int32_t layer, std::span<const BatchChunk> chunks) {
       .head_dim = config_.head_dim,
       .kv = kv_.LayerView(layer),
       .seqs = seqs,
-      .threads = backend_.threads(),
-      .use_avx512 = true,
   });
   backend_.MatMul(w.wo, s_.att.data(), T, s_.proj.data());
   backend_.Add(s_.x.data(), s_.proj.data(), static_cast<int64_t>(T) * config_.n_embd);

@@ -139,7 +139,7 @@ void AttendGroup(const AttentionArgs& a, const AttentionSequence& seq, int32_t g
 
 }  // namespace
 
-void PagedAttention(const AttentionArgs& a) {
+void PagedAttention(const AttentionArgs& a, const CpuAttentionOptions& options) {
   TANDEM_CHECK(a.head_dim <= kMaxHeadDim, "head_dim within kernel limit");
   TANDEM_CHECK(a.n_head % a.n_head_kv == 0, "query heads grouped evenly over KV heads");
   const int32_t n_tasks = static_cast<int32_t>(a.seqs.size()) * a.n_head_kv;
@@ -149,9 +149,9 @@ void PagedAttention(const AttentionArgs& a) {
   }
   work *= static_cast<int64_t>(a.n_head) * a.head_dim;
   // Below this much work a parallel region costs more than it saves.
-  const bool avx512 = a.use_avx512 && CanUseAvx512Attention(a.head_dim);
-  const bool parallel = a.threads > 1 && n_tasks > 1 && work > (1 << 16);
-#pragma omp parallel num_threads(a.threads) if (parallel)
+  const bool avx512 = options.use_avx512 && CanUseAvx512Attention(a.head_dim);
+  const bool parallel = options.threads > 1 && n_tasks > 1 && work > (1 << 16);
+#pragma omp parallel num_threads(options.threads) if (parallel)
   {
     std::vector<float> scratch;
 #pragma omp for schedule(dynamic, 1)

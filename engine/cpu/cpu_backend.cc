@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/strings.h"
+#include "engine/cpu/attention.h"
 #include "engine/cpu/matmul.h"
 
 namespace tandem::engine {
@@ -57,6 +58,10 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < n; i += chunk) {
       kernels_.swiglu(gate + i, up + i, std::min(chunk, n - i), out + i);
     }
+  }
+
+  void PagedAttention(const AttentionArgs& args) override {
+    cpu::PagedAttention(args, {.threads = threads_, .use_avx512 = kernels_.isa == Isa::kAvx512});
   }
 
   void Add(float* x, const float* y, int64_t n) override {

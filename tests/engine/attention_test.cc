@@ -63,7 +63,7 @@ TEST_P(AttentionTest, MatchesReference) {
   std::vector<float> got(q.size()), want(q.size());
   AttentionArgs args{.q = q.data(), .out = got.data(), .n_head = c.n_head,
                      .n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
-                     .kv = kv->LayerView(0), .seqs = seqs, .threads = 2, .use_avx512 = true};
+                     .kv = kv->LayerView(0), .seqs = seqs};
   args.out = want.data();
   PagedAttentionReference(args);
   // Both kernels: AVX-512 where this CPU has it (else it falls back), and
@@ -71,8 +71,7 @@ TEST_P(AttentionTest, MatchesReference) {
   for (bool avx512 : {true, false}) {
     std::fill(got.begin(), got.end(), 0.0f);
     args.out = got.data();
-    args.use_avx512 = avx512;
-    PagedAttention(args);
+    PagedAttention(args, {.threads = 2, .use_avx512 = avx512});
     for (size_t i = 0; i < got.size(); ++i) {
       ASSERT_NEAR(got[i], want[i], 2e-5f) << i << (avx512 ? " avx512" : " portable");
     }
