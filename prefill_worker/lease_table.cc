@@ -7,8 +7,9 @@
 
 namespace tandem::prefill {
 
-LeaseTable::LeaseTable(absl::Duration ttl, int32_t max_leases)
-    : ttl_(ttl), max_leases_(max_leases) {}
+LeaseTable::LeaseTable(absl::Duration ttl, int32_t max_leases,
+                       std::function<absl::Time()> now)
+    : ttl_(ttl), now_(std::move(now)), max_leases_(max_leases) {}
 
 absl::StatusOr<std::string> LeaseTable::Create(std::shared_ptr<const LeasedKv> kv) {
   absl::MutexLock lock(&mu_);
@@ -21,7 +22,7 @@ absl::StatusOr<std::string> LeaseTable::Create(std::shared_ptr<const LeasedKv> k
   // address, restarted) from naming a new process's leases.
   static const uint64_t kEpoch = std::random_device{}();
   std::string id = absl::StrFormat("%08x-%d", kEpoch & 0xffffffff, next_id_++);
-  leases_[id] = Lease{.kv = std::move(kv), .expires = absl::Now() + ttl_};
+  leases_[id] = Lease{.kv = std::move(kv), .expires = now_() + ttl_};
   return id;
 }
 
@@ -32,7 +33,7 @@ absl::StatusOr<std::shared_ptr<const LeasedKv>> LeaseTable::Acquire(const std::s
     return absl::NotFoundError(
         absl::StrCat("lease_id \"", lease_id, "\" is unknown, released or expired"));
   }
-  it->second.expires = absl::Now() + ttl_;
+  it->second.expires = now_() + ttl_;
   return it->second.kv;
 }
 
@@ -40,7 +41,7 @@ bool LeaseTable::Renew(const std::string& lease_id) {
   absl::MutexLock lock(&mu_);
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) return false;
-  it->second.expires = absl::Now() + ttl_;
+  it->second.expires = now_() + ttl_;
   return true;
 }
 

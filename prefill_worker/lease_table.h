@@ -6,6 +6,7 @@
 #define TANDEM_PREFILL_WORKER_LEASE_TABLE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,7 +33,9 @@ struct LeaseStats {
 
 class LeaseTable {
  public:
-  LeaseTable(absl::Duration ttl, int32_t max_leases);
+  // `now` is the clock leases are timed by (tests pass a fake one).
+  LeaseTable(absl::Duration ttl, int32_t max_leases,
+             std::function<absl::Time()> now = [] { return absl::Now(); });
 
   // ResourceExhausted when max_leases are held.
   absl::StatusOr<std::string> Create(std::shared_ptr<const LeasedKv> kv);
@@ -56,6 +59,7 @@ class LeaseTable {
   };
 
   const absl::Duration ttl_;
+  const std::function<absl::Time()> now_;
   const int32_t max_leases_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Lease> leases_ ABSL_GUARDED_BY(mu_);

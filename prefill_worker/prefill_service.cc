@@ -35,7 +35,8 @@ PrefillService::PrefillService(server::EngineLoop& loop, prometheus::Registry& r
                                             "KV leases dropped because their TTL lapsed")),
       transfer_failures_(server::CounterMetric(
           registry, "tandem_kv_transfer_failures_total",
-          "KV transfers a decode worker reported as failed", {{"side", "prefill"}})),
+          "KV transfers that failed: broken off, or reported failed by the decode worker",
+          {{"side", "prefill"}})),
       queue_seconds_(server::LatencyHistogram(registry, "tandem_queue_seconds",
                                               "Time from arrival to the first engine step")),
       prefill_seconds_(server::LatencyHistogram(registry, "tandem_prefill_seconds",
@@ -136,12 +137,20 @@ grpc::Status PrefillService::FetchKv(grpc::ServerContext* ctx,
   absl::StatusOr<std::shared_ptr<const LeasedKv>> kv = leases_.Acquire(request->lease_id());
   if (!kv.ok()) return server::ToGrpcStatus(kv.status());
   tandem::v1::KvBlockMessage msg;
+  // A transfer that breaks off ends the lease at once: the decode side that
+  // asked is gone, and nobody else fetches a lease.
+  auto abandon = [&](grpc::StatusCode code, const char* why) {
+    transfer_failures_.Increment();
+    leases_.Release(request->lease_id());
+    UpdateLeaseGauges();
+    return grpc::Status(code, why);
+  };
   for (size_t i = 0; i < (*kv)->blocks.size(); ++i) {
-    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "fetch cancelled");
+    if (ctx->IsCancelled()) return abandon(grpc::StatusCode::CANCELLED, "fetch cancelled");
     msg.set_index(static_cast<int32_t>(i));
     msg.set_block((*kv)->blocks[i]);
     if (!writer->Write(msg)) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode worker went away mid-fetch");
+      return abandon(grpc::StatusCode::UNAVAILABLE, "decode worker went away mid-fetch");
     }
     leases_.Renew(request->lease_id());  // the transfer is alive
   }

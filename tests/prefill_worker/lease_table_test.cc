@@ -1,0 +1,68 @@
+// KV leases: created with a TTL, renewed by use, dropped on release or
+// expiry, bounded in number.
+#include "prefill_worker/lease_table.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace tandem::prefill {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::shared_ptr<const LeasedKv> Kv(int blocks) {
+  auto kv = std::make_shared<LeasedKv>();
+  for (int i = 0; i < blocks; ++i) kv->blocks.push_back(std::string(100, 'x'));
+  kv->bytes = 100 * blocks;
+  return kv;
+}
+
+TEST(LeaseTableTest, AcquireReleaseAndStats) {
+  LeaseTable t(absl::Seconds(30), 8);
+  auto a = t.Create(Kv(3));
+  auto b = t.Create(Kv(2));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(*a, *b);
+  EXPECT_EQ(t.stats().leases, 2);
+  EXPECT_EQ(t.stats().blocks, 5);
+  EXPECT_EQ(t.stats().bytes, 500);
+  auto got = t.Acquire(*a);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ((*got)->blocks.size(), 3u);
+  EXPECT_TRUE(t.Release(*a));
+  EXPECT_FALSE(t.Release(*a));
+  auto gone = t.Acquire(*a);
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(gone.status().message()), HasSubstr("lease_id"));
+  EXPECT_EQ(t.stats().leases, 1);
+}
+
+TEST(LeaseTableTest, ExpiresUnlessRenewed) {
+  absl::Time now = absl::FromUnixSeconds(1000);
+  LeaseTable t(absl::Seconds(10), 8, [&now] { return now; });
+  const std::string kept = *t.Create(Kv(1));
+  const std::string lapsed = *t.Create(Kv(1));
+  now += absl::Seconds(5);
+  EXPECT_EQ(t.Expire(now), 0);
+  ASSERT_TRUE(t.Renew(kept));  // lives until 1015
+  now += absl::Seconds(6);     // 1011: `lapsed` (1010) is past its TTL
+  EXPECT_EQ(t.Expire(now), 1);
+  EXPECT_FALSE(t.Acquire(lapsed).ok());
+  EXPECT_TRUE(t.Acquire(kept).ok());
+  EXPECT_EQ(t.stats().expired_total, 1);
+  EXPECT_FALSE(t.Renew(lapsed));
+}
+
+TEST(LeaseTableTest, RefusesPastMaxLeases) {
+  LeaseTable t(absl::Seconds(30), 2);
+  ASSERT_TRUE(t.Create(Kv(1)).ok());
+  const std::string second = *t.Create(Kv(1));
+  auto third = t.Create(Kv(1));
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(third.status().message()), HasSubstr("max_leases"));
+  t.Release(second);
+  EXPECT_TRUE(t.Create(Kv(1)).ok());
+}
+
+}  // namespace
+}  // namespace tandem::prefill
