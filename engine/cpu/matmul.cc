@@ -123,6 +123,11 @@ void MatMulRunner::RunGemv(const WeightMatrix& w, const float* x, int64_t n_toke
   }
 #pragma omp parallel num_threads(nth)
   {
+    // With one thread the region is inactive, so oneDNN would open its own
+    // team of omp_get_max_threads() threads and compete with whatever else
+    // runs on the machine (e.g. the other worker of `tandem up`). This sets
+    // the ICV of this region's task only.
+    omp_set_num_threads(1);
     const int tid = omp_get_thread_num();
     const int parts = omp_get_num_threads();
     GemvArgs local = args;
@@ -166,6 +171,11 @@ void MatMulRunner::RunGemm(const WeightMatrix& w, const float* x, int64_t n_toke
   // nest inside an OpenMP parallel region), so no tile is shared or waited on.
 #pragma omp parallel num_threads(nth)
   {
+    // With one thread the region is inactive, so oneDNN would open its own
+    // team of omp_get_max_threads() threads and compete with whatever else
+    // runs on the machine (e.g. the other worker of `tandem up`). This sets
+    // the ICV of this region's task only.
+    omp_set_num_threads(1);
     const int tid = omp_get_thread_num();
     const int parts = omp_get_num_threads();
     const int64_t begin = RowSplit(w.rows, tid, parts);
