@@ -198,6 +198,12 @@ class SegmentCursor {
     prev_end_ = end;
     return len;
   }
+  // "\s+(?!\S)|\s+" for the `spaces` (> 0) whitespace at *pos: a run that a
+  // non-space follows leaves its last space to that next token.
+  void AddWhitespaceRun(size_t* pos, size_t spaces) {
+    *pos += spaces > 1 && Cpt(*pos + spaces) != kOutOfRange ? spaces - 1 : spaces;
+    AddToken(*pos);
+  }
   // 's 't 'm 'd 're 've 'll at pos (case-insensitively if `fold`); returns
   // the contraction length or 0.
   size_t Contraction(size_t pos, bool fold) const {
@@ -256,14 +262,8 @@ std::vector<size_t> SplitGpt2(const std::vector<uint32_t>& cpts,
       }
       size_t spaces = 0;
       while (s.Flags(pos + spaces).is_whitespace) ++spaces;
-      if (spaces > 1 && s.Cpt(pos + spaces) != SegmentCursor::kOutOfRange) {
-        pos += spaces - 1;  // "\s+(?!\S)": leave one space for the next word
-        s.AddToken(pos);
-        continue;
-      }
       if (spaces > 0) {
-        pos += spaces;
-        s.AddToken(pos);
+        s.AddWhitespaceRun(&pos, spaces);
         continue;
       }
       s.AddToken(++pos);
@@ -328,14 +328,8 @@ std::vector<size_t> SplitLlama3(const std::vector<uint32_t>& cpts,
         s.AddToken(pos);
         continue;
       }
-      if (spaces > 1 && s.Cpt(pos + spaces) != SegmentCursor::kOutOfRange) {
-        pos += spaces - 1;  // "\s+(?!\S)"
-        s.AddToken(pos);
-        continue;
-      }
-      if (spaces > 0) {  // "\s+"
-        pos += spaces;
-        s.AddToken(pos);
+      if (spaces > 0) {
+        s.AddWhitespaceRun(&pos, spaces);
         continue;
       }
       s.AddToken(++pos);
