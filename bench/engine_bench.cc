@@ -68,7 +68,6 @@ struct RunTimes {
 absl::StatusOr<RunTimes> RunToCompletion(engine::Engine& eng, int32_t n_seqs) {
   RunTimes t;
   int32_t started = 0;
-  Clock::time_point decode_start;
   const Clock::time_point begin = Clock::now();
   while (eng.HasWork()) {
     const Clock::time_point before = Clock::now();
@@ -82,7 +81,6 @@ absl::StatusOr<RunTimes> RunToCompletion(engine::Engine& eng, int32_t n_seqs) {
       if (started == n_seqs) t.first_step_s = Seconds(begin, after);
     }
   }
-  (void)decode_start;
   return t;
 }
 
@@ -128,10 +126,10 @@ absl::Status Run(const Config& c) {
   const double rss_mib = usage.ru_maxrss / 1024.0;
   const double pp = Median(prefill), tg = Median(decode), btg = Median(batched);
 
-  std::cout << absl::StrFormat("model: %s (%s, %d params/layer shape n_embd=%d n_layer=%d)\n",
+  std::cout << absl::StrFormat("model: %s (%s, n_embd=%d n_layer=%d n_vocab=%d)\n",
                                c.model, engine::GgmlTypeName(model->weight_type()),
-                               model->config().n_embd, model->config().n_embd,
-                               model->config().n_layer);
+                               model->config().n_embd, model->config().n_layer,
+                               model->config().n_vocab);
   std::cout << absl::StrFormat("threads: %d, repeats: %d (median)\n", setup.backend.threads,
                                c.repeats);
   std::cout << absl::StrFormat("| %-28s | %12s |\n", "measure", "value");

@@ -82,8 +82,7 @@ absl::Status Generate(const Args& args, std::ostream& out, std::ostream& err) {
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
                    engine::Engine::Create(*model, engine::MakeCpuBackend(setup.backend),
                                           setup.engine));
-  ASSIGN_OR_RETURN(int64_t id, eng->Add(std::move(request)));
-  (void)id;
+  RETURN_IF_ERROR(eng->Add(std::move(request)).status());
 
   const bool jsonl = args.Bool("jsonl");
   engine::Utf8StreamDecoder decoder;

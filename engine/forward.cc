@@ -69,15 +69,24 @@ absl::StatusOr<ForwardResult> ForwardPass::Run(std::span<const BatchChunk> chunk
   Grow(s_.gate, T * config_.n_ff);
   Grow(s_.up, T * config_.n_ff);
   positions_.clear();
+  slots_.clear();
+  seqs_.clear();
+  const int32_t bs = kv_.block_size();
   for (const BatchChunk& c : chunks) {
-    for (size_t i = 0; i < c.tokens.size(); ++i) {
-      positions_.push_back(c.start_pos + static_cast<int32_t>(i));
+    const int32_t n = static_cast<int32_t>(c.tokens.size());
+    seqs_.push_back({.first_row = static_cast<int32_t>(positions_.size()),
+                     .n_rows = n,
+                     .start_pos = c.start_pos,
+                     .blocks = c.blocks});
+    for (int32_t pos = c.start_pos; pos < c.start_pos + n; ++pos) {
+      positions_.push_back(pos);
+      slots_.push_back({.block = c.blocks[pos / bs], .slot = pos % bs});
     }
   }
 
   Embed(chunks);
   for (int32_t layer = 0; layer < config_.n_layer; ++layer) {
-    Attention(layer, chunks);
+    Attention(layer);
     FeedForward(layer, n_tokens);
   }
   return Logits(chunks);
@@ -98,7 +107,7 @@ void ForwardPass::Embed(std::span<const BatchChunk> chunks) {
 }
 
 // x += Wo · attention(RoPE(Wq·xb), RoPE(Wk·xb), Wv·xb), xb = RmsNorm(x).
-void ForwardPass::Attention(int32_t layer, std::span<const BatchChunk> chunks) {
+void ForwardPass::Attention(int32_t layer) {
   const LayerWeights& w = model_.weights().layers[layer];
   const int32_t T = static_cast<int32_t>(positions_.size());
   const int32_t q_dim = config_.q_dim();
@@ -113,25 +122,13 @@ void ForwardPass::Attention(int32_t layer, std::span<const BatchChunk> chunks) {
   AddBias(s_.v.data(), w.bv, T);
 
   // Rotate, then store each token's key and value in its block slot.
-  std::vector<AttentionSequence> seqs;
-  seqs.reserve(chunks.size());
-  int32_t row = 0;
-  const int32_t bs = kv_.block_size();
-  for (const BatchChunk& c : chunks) {
-    const int32_t n = static_cast<int32_t>(c.tokens.size());
-    for (int32_t i = 0; i < n; ++i) {
-      const int32_t t = row + i;
-      const int32_t pos = c.start_pos + i;
-      float* q = s_.q.data() + static_cast<int64_t>(t) * q_dim;
-      float* k = s_.k.data() + static_cast<int64_t>(t) * kv_dim;
-      rope_.Apply(q, config_.n_head, config_.head_dim, pos);
-      rope_.Apply(k, config_.n_head_kv, config_.head_dim, pos);
-      kv_.Store(layer, c.blocks[pos / bs], pos % bs, k,
-                s_.v.data() + static_cast<int64_t>(t) * kv_dim);
-    }
-    seqs.push_back({.first_row = row, .n_rows = n, .start_pos = c.start_pos,
-                    .blocks = c.blocks});
-    row += n;
+  for (int32_t t = 0; t < T; ++t) {
+    float* q = s_.q.data() + static_cast<int64_t>(t) * q_dim;
+    float* k = s_.k.data() + static_cast<int64_t>(t) * kv_dim;
+    rope_.Apply(q, config_.n_head, config_.head_dim, positions_[t]);
+    rope_.Apply(k, config_.n_head_kv, config_.head_dim, positions_[t]);
+    kv_.Store(layer, slots_[t].block, slots_[t].slot, k,
+              s_.v.data() + static_cast<int64_t>(t) * kv_dim);
   }
   backend_.PagedAttention({
       .q = s_.q.data(),
@@ -140,7 +137,7 @@ void ForwardPass::Attention(int32_t layer, std::span<const BatchChunk> chunks) {
       .n_head_kv = config_.n_head_kv,
       .head_dim = config_.head_dim,
       .kv = kv_.LayerView(layer),
-      .seqs = seqs,
+      .seqs = seqs_,
   });
   backend_.MatMul(w.wo, s_.att.data(), T, s_.proj.data());
   backend_.Add(s_.x.data(), s_.proj.data(), static_cast<int64_t>(T) * config_.n_embd);

@@ -44,6 +44,11 @@ struct ForwardResult {
 
 class ForwardPass {
  public:
+  struct KvSlot {
+    BlockId block;
+    int32_t slot;
+  };
+
   ForwardPass(const Model& model, Backend& backend, KvCache& kv, const RopeTable& rope);
 
   // InvalidArgument for token ids out of range, positions past the RoPE
@@ -68,7 +73,7 @@ class ForwardPass {
 
   absl::Status Validate(std::span<const BatchChunk> chunks) const;
   void Embed(std::span<const BatchChunk> chunks);
-  void Attention(int32_t layer, std::span<const BatchChunk> chunks);
+  void Attention(int32_t layer);
   void FeedForward(int32_t layer, int32_t n_tokens);
   ForwardResult Logits(std::span<const BatchChunk> chunks);
 
@@ -78,7 +83,10 @@ class ForwardPass {
   KvCache& kv_;
   const RopeTable& rope_;
   Scratch s_;
-  std::vector<int32_t> positions_;  // [T]
+  // Per step, shared by every layer.
+  std::vector<int32_t> positions_;           // [T] each token's position
+  std::vector<KvSlot> slots_;                // [T] where its key and value go
+  std::vector<AttentionSequence> seqs_;      // one per chunk
 };
 
 }  // namespace tandem::engine

@@ -1,9 +1,5 @@
 #include "server/bootstrap.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -16,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "server/health.h"
+#include "tests/server/loopback_socket.h"
 #include "tandem/v1/generation.grpc.pb.h"
 
 namespace tandem::server {
@@ -160,21 +157,13 @@ TEST(BootstrapTest, ServesHealthAndReflectionOnAnEphemeralPort) {
 
 TEST(BootstrapTest, BusyPortIsUnavailable) {
   // A plain socket without SO_REUSEPORT, so gRPC cannot share the port.
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(fd, 4), 0);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  testing::LoopbackSocket busy(/*listen=*/true);
+  ASSERT_TRUE(busy.ok());
   ServerOptions options;
-  options.listen = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  options.listen = busy.address();
   absl::StatusOr<StartedServer> started = StartGrpcServer(options, {});
   EXPECT_EQ(started.status().code(), absl::StatusCode::kUnavailable)
       << started.status();
-  ::close(fd);
 }
 
 TEST(BootstrapTest, MalformedListenAddressIsInvalidArgument) {

@@ -1,12 +1,9 @@
 #include "server/metrics.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
+#include "tests/server/loopback_socket.h"
 
 namespace tandem::server {
 namespace {
@@ -87,18 +84,10 @@ TEST(HttpGetTest, NonOkStatusAndRefusedConnectionAreErrors) {
   EXPECT_FALSE(missing.ok());
 
   // A port that was just free: bind, note it, close, then connect.
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const int port = ntohs(addr.sin_port);
-  ::close(fd);
-  absl::StatusOr<std::string> refused =
-      HttpGet("127.0.0.1:" + std::to_string(port), "/metrics");
+  testing::LoopbackSocket freed(/*listen=*/false);
+  ASSERT_TRUE(freed.ok());
+  freed.Close();
+  absl::StatusOr<std::string> refused = HttpGet(freed.address(), "/metrics");
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable)
       << refused.status();
 }
@@ -106,21 +95,12 @@ TEST(HttpGetTest, NonOkStatusAndRefusedConnectionAreErrors) {
 TEST(HttpGetTest, TimesOutOnASilentServer) {
   // A listening socket that never accepts: the kernel completes the
   // handshake, nobody ever answers.
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(fd, 4), 0);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  testing::LoopbackSocket silent(/*listen=*/true);
+  ASSERT_TRUE(silent.ok());
   absl::StatusOr<std::string> body =
-      HttpGet("127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), "/metrics",
-              absl::Milliseconds(200));
+      HttpGet(silent.address(), "/metrics", absl::Milliseconds(200));
   EXPECT_EQ(body.status().code(), absl::StatusCode::kDeadlineExceeded)
       << body.status();
-  ::close(fd);
 }
 
 }  // namespace
