@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "cli/args.h"
-#include "cli/engine_flags.h"
+#include "common/flags.h"
+#include "engine/engine_flags.h"
 #include "common/json.h"
 #include "common/status_macros.h"
 #include "engine/engine.h"
@@ -33,7 +33,7 @@ struct Config {
   int32_t batch = 8;
   int32_t repeats = 3;
   std::string out;
-  cli::EngineSetup setup;
+  engine::EngineSetup setup;
 };
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
@@ -86,7 +86,7 @@ absl::StatusOr<RunTimes> RunToCompletion(engine::Engine& eng, int32_t n_seqs) {
 
 absl::Status Run(const Config& c) {
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model, engine::Model::Load(c.model));
-  cli::EngineSetup setup = c.setup;
+  engine::EngineSetup setup = c.setup;
   setup.engine.max_batch_tokens = std::max(setup.engine.max_batch_tokens, c.prompt_tokens);
   setup.engine.max_context =
       std::max(setup.engine.max_context, c.prompt_tokens + c.gen_tokens + 1);
@@ -157,11 +157,11 @@ absl::Status Run(const Config& c) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Config> ConfigFromArgs(const cli::Args& args) {
+absl::StatusOr<Config> ConfigFromArgs(const common::Args& args) {
   Config c;
   c.model = args.String("model");
   c.out = args.String("out");
-  ASSIGN_OR_RETURN(c.setup, cli::EngineSetupFromArgs(args));
+  ASSIGN_OR_RETURN(c.setup, engine::EngineSetupFromArgs(args));
   for (auto [name, field] : {std::pair{"prompt-tokens", &c.prompt_tokens},
                              {"gen-tokens", &c.gen_tokens},
                              {"batch", &c.batch},
@@ -175,7 +175,7 @@ absl::StatusOr<Config> ConfigFromArgs(const cli::Args& args) {
 }  // namespace tandem::bench
 
 int main(int argc, char** argv) {
-  using tandem::cli::FlagSpec;
+  using tandem::common::FlagSpec;
   std::vector<FlagSpec> specs = {
       {.name = "model", .help = "GGUF model file", .required = true},
       {.name = "prompt-tokens", .default_value = "512", .help = "prefill length"},
@@ -184,12 +184,12 @@ int main(int argc, char** argv) {
       {.name = "repeats", .default_value = "3", .help = "measured runs (median reported)"},
       {.name = "out", .default_value = "", .help = "append the JSON line to this file"},
   };
-  for (FlagSpec& s : tandem::cli::EngineFlagSpecs()) specs.push_back(std::move(s));
-  absl::StatusOr<tandem::cli::Args> args =
-      tandem::cli::Args::Parse(std::vector<std::string>(argv + 1, argv + argc), specs);
+  for (FlagSpec& s : tandem::engine::EngineFlagSpecs()) specs.push_back(std::move(s));
+  absl::StatusOr<tandem::common::Args> args =
+      tandem::common::Args::Parse(std::vector<std::string>(argv + 1, argv + argc), specs);
   if (!args.ok() || args->help()) {
     if (!args.ok()) std::cerr << "tandem-engine-bench: " << args.status().message() << "\n";
-    std::cerr << tandem::cli::Args::Usage("engine-bench", specs);
+    std::cerr << tandem::common::Args::Usage("engine-bench", specs);
     return args.ok() ? 0 : 2;
   }
   absl::StatusOr<tandem::bench::Config> config = tandem::bench::ConfigFromArgs(*args);

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/load_runner.h"
 #include "bench/load_stats.h"
-#include "cli/args.h"
+#include "common/flags.h"
 #include "common/status_macros.h"
 
 namespace tandem::bench {
@@ -28,7 +28,7 @@ struct LoadConfig {
   absl::Duration connect_timeout;
 };
 
-std::vector<cli::FlagSpec> LoadFlagSpecs() {
+std::vector<common::FlagSpec> LoadFlagSpecs() {
   return {
       {.name = "addr", .help = "gateway address HOST:PORT", .required = true},
       {.name = "concurrency", .default_value = "8", .help = "requests in flight at once"},
@@ -47,7 +47,7 @@ std::vector<cli::FlagSpec> LoadFlagSpecs() {
   };
 }
 
-absl::StatusOr<LoadConfig> ConfigFromArgs(const cli::Args& args) {
+absl::StatusOr<LoadConfig> ConfigFromArgs(const common::Args& args) {
   LoadConfig c;
   LoadShape& s = c.shape;
   s.addr = args.String("addr");
@@ -125,13 +125,13 @@ int Run(LoadConfig config) {
 }  // namespace tandem::bench
 
 int main(int argc, char** argv) {
-  const std::vector<tandem::cli::FlagSpec> specs = tandem::bench::LoadFlagSpecs();
-  absl::StatusOr<tandem::cli::Args> args =
-      tandem::cli::Args::Parse(std::vector<std::string>(argv + 1, argv + argc), specs);
+  const std::vector<tandem::common::FlagSpec> specs = tandem::bench::LoadFlagSpecs();
+  absl::StatusOr<tandem::common::Args> args =
+      tandem::common::Args::Parse(std::vector<std::string>(argv + 1, argv + argc), specs);
   if (!args.ok() || args->help()) {
     if (!args.ok()) std::cerr << "tandem-load: " << args.status().message() << "\n";
     // Args::Usage names `tandem load`; this binary is tandem-load.
-    const std::string usage = tandem::cli::Args::Usage("load", specs);
+    const std::string usage = tandem::common::Args::Usage("load", specs);
     std::cerr << "usage: tandem-load [flags]; drives a gateway with streaming Generate calls"
               << usage.substr(usage.find('\n'));
     return args.ok() ? 0 : 2;

@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "server/status.h"
+#include "rpc/status.h"
 
 namespace tandem::bench {
 namespace {
@@ -47,7 +47,7 @@ RequestResult RunOne(v1::Generation::StubInterface& stub, const std::vector<int3
       result.cached_prompt_tokens = response.usage().cached_prompt_tokens();
     }
   }
-  result.code = server::FromGrpcStatus(reader->Finish()).code();
+  result.code = rpc::FromGrpcStatus(reader->Finish()).code();
   return result;
 }
 
@@ -72,7 +72,7 @@ absl::StatusOr<v1::ModelInfo> FindModel(v1::Generation::StubInterface& stub,
   ctx.set_deadline(DeadlineAfter(timeout));
   v1::ListModelsResponse response;
   const grpc::Status status = stub.ListModels(&ctx, v1::ListModelsRequest(), &response);
-  if (!status.ok()) return server::FromGrpcStatus(status);
+  if (!status.ok()) return rpc::FromGrpcStatus(status);
   for (const v1::ModelInfo& m : response.models()) {
     if (model.empty() || m.id() == model) return m;
   }

@@ -19,11 +19,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "cli/args.h"
+#include "common/flags.h"
 #include "cli/chat_transcript.h"
 #include "cli/commands.h"
 #include "common/status_macros.h"
-#include "server/status.h"
+#include "rpc/status.h"
 #include "tandem/v1/generation.grpc.pb.h"
 
 namespace tandem::cli {
@@ -52,7 +52,7 @@ struct ChatConfig {
   int connect_timeout_s = 10;
 };
 
-std::vector<FlagSpec> ChatFlagSpecs() {
+std::vector<common::FlagSpec> ChatFlagSpecs() {
   return {
       {.name = "addr", .default_value = "127.0.0.1:50051",
        .help = "gateway address HOST:PORT (what `tandem up` printed)"},
@@ -69,7 +69,7 @@ std::vector<FlagSpec> ChatFlagSpecs() {
   };
 }
 
-absl::StatusOr<ChatConfig> ConfigFromArgs(const Args& args) {
+absl::StatusOr<ChatConfig> ConfigFromArgs(const common::Args& args) {
   ChatConfig c;
   c.addr = args.String("addr");
   if (c.addr.empty()) return absl::InvalidArgumentError("--addr: empty");
@@ -104,7 +104,7 @@ std::chrono::system_clock::time_point DeadlineIn(int seconds) {
 
 // "INVALID_ARGUMENT: max_tokens: ..." for a failed call.
 std::string Describe(const grpc::Status& status) {
-  return server::FromGrpcStatus(status).ToString();
+  return rpc::FromGrpcStatus(status).ToString();
 }
 
 const char* FinishName(v1::FinishReason r) {
@@ -240,11 +240,11 @@ class Chat {
 }  // namespace
 
 int RunChat(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
-  const std::vector<FlagSpec> specs = ChatFlagSpecs();
-  absl::StatusOr<Args> args = Args::Parse(argv, specs);
+  const std::vector<common::FlagSpec> specs = ChatFlagSpecs();
+  absl::StatusOr<common::Args> args = common::Args::Parse(argv, specs);
   if (!args.ok() || args->help()) {
     if (!args.ok()) err << "tandem chat: " << args.status().message() << "\n";
-    err << Args::Usage("chat", specs) << kHelpTail;
+    err << common::Args::Usage("chat", specs) << kHelpTail;
     return args.ok() ? 0 : 2;
   }
   absl::StatusOr<ChatConfig> config = ConfigFromArgs(*args);

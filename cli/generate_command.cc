@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "cli/args.h"
+#include "common/flags.h"
 #include "cli/commands.h"
-#include "cli/engine_flags.h"
+#include "engine/engine_flags.h"
 #include "common/json.h"
 #include "common/status_macros.h"
 #include "engine/engine.h"
@@ -17,8 +17,8 @@
 namespace tandem::cli {
 namespace {
 
-std::vector<FlagSpec> GenerateFlagSpecs() {
-  std::vector<FlagSpec> specs = {
+std::vector<common::FlagSpec> GenerateFlagSpecs() {
+  std::vector<common::FlagSpec> specs = {
       {.name = "model", .help = "GGUF model file", .required = true},
       {.name = "prompt", .help = "prompt text", .required = true},
       {.name = "max-tokens", .default_value = "64", .help = "tokens to generate"},
@@ -33,11 +33,11 @@ std::vector<FlagSpec> GenerateFlagSpecs() {
       {.name = "jsonl", .default_value = "false", .help = "one JSON object per token",
        .is_bool = true},
   };
-  for (FlagSpec& s : EngineFlagSpecs()) specs.push_back(std::move(s));
+  for (common::FlagSpec& s : engine::EngineFlagSpecs()) specs.push_back(std::move(s));
   return specs;
 }
 
-absl::StatusOr<engine::GenerationRequest> RequestFromArgs(const Args& args,
+absl::StatusOr<engine::GenerationRequest> RequestFromArgs(const common::Args& args,
                                                           const engine::Tokenizer& tok) {
   engine::GenerationRequest r;
   r.prompt = tok.Encode(args.String("prompt"), {.add_special = true, .parse_special = true});
@@ -72,8 +72,8 @@ std::string TokenJson(const engine::Tokenizer& tok, const engine::SampledToken& 
   return s + "]}";
 }
 
-absl::Status Generate(const Args& args, std::ostream& out, std::ostream& err) {
-  ASSIGN_OR_RETURN(EngineSetup setup, EngineSetupFromArgs(args));
+absl::Status Generate(const common::Args& args, std::ostream& out, std::ostream& err) {
+  ASSIGN_OR_RETURN(engine::EngineSetup setup, engine::EngineSetupFromArgs(args));
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model,
                    engine::Model::Load(args.String("model")));
   const engine::Tokenizer& tok = model->tokenizer();
@@ -116,11 +116,11 @@ absl::Status Generate(const Args& args, std::ostream& out, std::ostream& err) {
 }  // namespace
 
 int RunGenerate(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
-  const std::vector<FlagSpec> specs = GenerateFlagSpecs();
-  absl::StatusOr<Args> args = Args::Parse(argv, specs);
+  const std::vector<common::FlagSpec> specs = GenerateFlagSpecs();
+  absl::StatusOr<common::Args> args = common::Args::Parse(argv, specs);
   if (!args.ok() || args->help()) {
     if (!args.ok()) err << "tandem generate: " << args.status().message() << "\n";
-    err << Args::Usage("generate", specs);
+    err << common::Args::Usage("generate", specs);
     return args.ok() ? 0 : 2;
   }
   if (absl::Status s = Generate(*args, out, err); !s.ok()) {

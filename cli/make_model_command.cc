@@ -2,7 +2,7 @@
 // engine/synthetic_model.h) with a chosen shape and weight type.
 #include <string>
 
-#include "cli/args.h"
+#include "common/flags.h"
 #include "cli/commands.h"
 #include "common/status_macros.h"
 #include "engine/synthetic_model.h"
@@ -10,7 +10,7 @@
 namespace tandem::cli {
 namespace {
 
-absl::StatusOr<engine::SyntheticModelOptions> OptionsFromArgs(const Args& args) {
+absl::StatusOr<engine::SyntheticModelOptions> OptionsFromArgs(const common::Args& args) {
   engine::SyntheticModelOptions o;
   o.arch = args.String("arch");
   constexpr int32_t kMax = 1 << 24;
@@ -32,7 +32,7 @@ absl::StatusOr<engine::SyntheticModelOptions> OptionsFromArgs(const Args& args) 
 
 int RunMakeModel(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
   const engine::SyntheticModelOptions d;
-  const std::vector<FlagSpec> specs = {
+  const std::vector<common::FlagSpec> specs = {
       {.name = "out", .help = "path of the GGUF file to write", .required = true},
       {.name = "arch", .default_value = d.arch, .help = "llama or qwen2"},
       {.name = "n-vocab", .default_value = std::to_string(d.n_vocab), .help = "vocabulary size"},
@@ -48,10 +48,10 @@ int RunMakeModel(const std::vector<std::string>& argv, std::ostream& out, std::o
        .help = "share token_embd as the output matrix", .is_bool = true},
       {.name = "seed", .default_value = "1", .help = "weight RNG seed"},
   };
-  absl::StatusOr<Args> args = Args::Parse(argv, specs);
+  absl::StatusOr<common::Args> args = common::Args::Parse(argv, specs);
   if (!args.ok() || args->help()) {
     if (!args.ok()) err << "tandem make-model: " << args.status().message() << "\n";
-    err << Args::Usage("make-model", specs);
+    err << common::Args::Usage("make-model", specs);
     return args.ok() ? 0 : 2;
   }
   absl::StatusOr<engine::SyntheticModelOptions> options = OptionsFromArgs(*args);

@@ -4,23 +4,23 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "cli/args.h"
+#include "common/flags.h"
 #include "cli/commands.h"
 #include "engine/tokenizer.h"
 
 namespace tandem::cli {
 
 int RunTokenize(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
-  const std::vector<FlagSpec> specs = {
+  const std::vector<common::FlagSpec> specs = {
       {.name = "model", .help = "GGUF file (a vocab-only file is enough)", .required = true},
       {.name = "text", .help = "text to tokenize", .required = true},
       {.name = "no-special", .default_value = "false",
        .help = "add no BOS/EOS and read special-token text as plain text", .is_bool = true},
   };
-  absl::StatusOr<Args> args = Args::Parse(argv, specs);
+  absl::StatusOr<common::Args> args = common::Args::Parse(argv, specs);
   if (!args.ok() || args->help()) {
     if (!args.ok()) err << "tandem tokenize: " << args.status().message() << "\n";
-    err << Args::Usage("tokenize", specs);
+    err << common::Args::Usage("tokenize", specs);
     return args.ok() ? 0 : 2;
   }
   absl::StatusOr<std::unique_ptr<engine::Tokenizer>> tok =

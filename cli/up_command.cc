@@ -29,13 +29,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "cli/args.h"
+#include "common/flags.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "common/status_macros.h"
-#include "server/bootstrap.h"
-#include "server/ready_line.h"
-#include "server/subprocess.h"
+#include "rpc/bootstrap.h"
+#include "common/ready_line.h"
+#include "process/subprocess.h"
 
 namespace tandem::cli {
 namespace {
@@ -55,7 +55,7 @@ struct UpConfig {
   absl::Duration stop_grace;
 };
 
-std::vector<FlagSpec> UpFlagSpecs() {
+std::vector<common::FlagSpec> UpFlagSpecs() {
   return {
       {.name = "model",
        .help = "GGUF model file; unset: a synthetic Llama generated once into "
@@ -79,7 +79,7 @@ std::vector<FlagSpec> UpFlagSpecs() {
   };
 }
 
-absl::StatusOr<UpConfig> ConfigFromArgs(const Args& args) {
+absl::StatusOr<UpConfig> ConfigFromArgs(const common::Args& args) {
   UpConfig c;
   c.model = args.String("model");
   if (args.IsSet("model") && c.model.empty()) {
@@ -123,8 +123,8 @@ class LineSink {
 
 struct Child {
   std::string name;  // binary name, e.g. "tandem-decode"
-  std::unique_ptr<server::Subprocess> process;
-  server::ReadyInfo ready;
+  std::unique_ptr<process::Subprocess> process;
+  common::ReadyInfo ready;
 };
 
 // SIGHUP (the terminal went away) stops the service like SIGTERM; the
@@ -149,7 +149,7 @@ sigset_t SupervisedSignals() {
 // back to SIG_DFL: a parent that set it to SIG_IGN would make the kernel
 // reap our children (and discard the signal) behind Subprocess's back.
 void BlockSupervisedSignals() {
-  server::BlockShutdownSignals();
+  rpc::BlockShutdownSignals();
   ::signal(SIGCHLD, SIG_DFL);
   const sigset_t set = SupervisedSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
@@ -239,17 +239,17 @@ class Up {
   }
 
   absl::StatusOr<Child*> Start(const std::string& name, const std::vector<std::string>& flags) {
-    std::vector<std::string> argv = {server::SiblingBinary(name)};
+    std::vector<std::string> argv = {process::SiblingBinary(name)};
     argv.insert(argv.end(), flags.begin(), flags.end());
-    server::SubprocessOptions options;
+    process::SubprocessOptions options;
     options.terminate_grace = config_.stop_grace;
     // Our stdout carries only our own READY line; anything else a child
     // prints goes to stderr, tagged with its name.
     options.on_stdout_line = [this, name](const std::string& line) {
       sink_.Line(absl::StrCat("[", name, "] ", line));
     };
-    absl::StatusOr<std::unique_ptr<server::Subprocess>> process =
-        server::Subprocess::Start(argv, options);
+    absl::StatusOr<std::unique_ptr<process::Subprocess>> process =
+        process::Subprocess::Start(argv, options);
     if (!process.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "cannot start ", name, " (expected next to this binary, at ", argv[0],
@@ -266,7 +266,7 @@ class Up {
     while (true) {
       const absl::Duration slice =
           std::min(absl::Milliseconds(100), std::max(deadline - absl::Now(), absl::ZeroDuration()));
-      absl::StatusOr<server::ReadyInfo> ready = child.process->WaitReady(slice);
+      absl::StatusOr<common::ReadyInfo> ready = child.process->WaitReady(slice);
       if (ready.ok()) {
         child.ready = *std::move(ready);
         return absl::OkStatus();
@@ -286,7 +286,7 @@ class Up {
 
   void AnnounceReady() {
     const Child& gateway = children_.back();
-    out_ << server::FormatReadyLine(gateway.ready) << "\n";
+    out_ << common::FormatReadyLine(gateway.ready) << "\n";
     out_.flush();
     for (const Child& c : children_) {
       sink_.Line(absl::StrFormat("tandem up: %-15s pid %-7d grpc=%s metrics=%s", c.name,
@@ -362,11 +362,11 @@ class Up {
 
 int RunUp(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
   BlockSupervisedSignals();
-  const std::vector<FlagSpec> specs = UpFlagSpecs();
-  absl::StatusOr<Args> args = Args::Parse(argv, specs);
+  const std::vector<common::FlagSpec> specs = UpFlagSpecs();
+  absl::StatusOr<common::Args> args = common::Args::Parse(argv, specs);
   if (!args.ok() || args->help()) {
     if (!args.ok()) err << "tandem up: " << args.status().message() << "\n";
-    err << Args::Usage("up", specs);
+    err << common::Args::Usage("up", specs);
     return args.ok() ? 0 : 2;
   }
   absl::StatusOr<UpConfig> config = ConfigFromArgs(*args);

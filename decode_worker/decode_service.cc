@@ -5,9 +5,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kvtransfer/kv_snapshot_codec.h"
-#include "server/convert.h"
-#include "server/metrics.h"
-#include "server/status.h"
+#include "rpc/convert.h"
+#include "worker/worker_stats.h"
+#include "rpc/metrics.h"
+#include "rpc/status.h"
 
 namespace tandem::decode {
 namespace {
@@ -22,27 +23,27 @@ tandem::v1::FinishReason ToProto(engine::FinishReason r) {
 
 }  // namespace
 
-DecodeService::DecodeService(server::EngineLoop& loop, prometheus::Registry& registry,
+DecodeService::DecodeService(worker::EngineLoop& loop, prometheus::Registry& registry,
                              const DecodeServiceOptions& options)
     : loop_(loop),
       options_(options),
-      requests_(server::CounterFamily(registry, "tandem_requests_total",
+      requests_(rpc::CounterFamily(registry, "tandem_requests_total",
                                       "RPCs served, by method and final status code")),
-      generated_tokens_(server::CounterMetric(registry, "tandem_generated_tokens_total",
+      generated_tokens_(rpc::CounterMetric(registry, "tandem_generated_tokens_total",
                                               "Tokens generated")),
-      blocks_received_(server::CounterMetric(registry, "tandem_kv_transfer_blocks_total",
+      blocks_received_(rpc::CounterMetric(registry, "tandem_kv_transfer_blocks_total",
                                              "KV blocks moved between workers",
                                              {{"direction", "received"}})),
-      bytes_received_(server::CounterMetric(registry, "tandem_kv_transfer_bytes_total",
+      bytes_received_(rpc::CounterMetric(registry, "tandem_kv_transfer_bytes_total",
                                             "KV bytes moved between workers (wire format)",
                                             {{"direction", "received"}})),
-      transfer_failures_(server::CounterMetric(
+      transfer_failures_(rpc::CounterMetric(
           registry, "tandem_kv_transfer_failures_total",
           "KV transfers that failed on this side", {{"side", "decode"}})),
-      transfer_seconds_(server::LatencyHistogram(registry, "tandem_kv_transfer_seconds",
+      transfer_seconds_(rpc::LatencyHistogram(registry, "tandem_kv_transfer_seconds",
                                                  "Time fetching and verifying KV blocks",
                                                  {{"side", "decode"}})),
-      first_decode_seconds_(server::LatencyHistogram(
+      first_decode_seconds_(rpc::LatencyHistogram(
           registry, "tandem_first_decode_seconds",
           "Time from a Decode call's arrival to its first decoded token")) {}
 
@@ -133,15 +134,15 @@ absl::Status DecodeService::Stream(grpc::ServerContext* ctx,
                                    grpc::ServerWriter<tandem::v1::DecodeResponse>* writer) {
   engine::GenerationRequest r;
   r.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
-  r.sampling = server::SamplingFromProto(request.sampling());
+  r.sampling = rpc::SamplingFromProto(request.sampling());
   r.max_tokens = request.max_tokens();
   r.top_logprobs = request.top_logprobs();
   r.ignore_eos = request.ignore_eos();
-  std::shared_ptr<server::SequenceStream> stream = loop_.SubmitWithKv(
-      std::move(r), server::SampledTokenFromProto(request.first_token()), std::move(kv));
+  std::shared_ptr<worker::SequenceStream> stream = loop_.SubmitWithKv(
+      std::move(r), rpc::SampledTokenFromProto(request.first_token()), std::move(kv));
   bool first = true;
   while (true) {
-    server::SequenceStream::Batch b = stream->Next(absl::Now() + options_.cancel_poll);
+    worker::SequenceStream::Batch b = stream->Next(absl::Now() + options_.cancel_poll);
     if (!b.events.empty()) {
       tandem::v1::DecodeResponse resp;
       if (first) {
@@ -152,7 +153,7 @@ absl::Status DecodeService::Stream(grpc::ServerContext* ctx,
         first = false;
       }
       for (const engine::TokenEvent& ev : b.events) {
-        server::SampledTokenToProto(ev.token, resp.add_tokens());
+        rpc::SampledTokenToProto(ev.token, resp.add_tokens());
         if (ev.finish != engine::FinishReason::kNone) resp.set_finish_reason(ToProto(ev.finish));
       }
       generated_tokens_.Increment(static_cast<double>(b.events.size()));
@@ -192,13 +193,13 @@ grpc::Status DecodeService::Decode(grpc::ServerContext* ctx,
   }
   requests_.Add({{"method", "Decode"}, {"code", absl::StatusCodeToString(status.code())}})
       .Increment();
-  return server::ToGrpcStatus(status);
+  return rpc::ToGrpcStatus(status);
 }
 
 grpc::Status DecodeService::GetWorkerStats(grpc::ServerContext*,
                                            const tandem::v1::WorkerStatsRequest*,
                                            tandem::v1::WorkerStats* response) {
-  server::EngineStatsToProto(loop_.stats(), response);
+  worker::EngineStatsToProto(loop_.stats(), response);
   return grpc::Status::OK;
 }
 

@@ -13,8 +13,8 @@
 #include "prometheus/counter.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "server/channel_cache.h"
-#include "server/engine_loop.h"
+#include "rpc/channel_cache.h"
+#include "worker/engine_loop.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem::decode {
@@ -29,7 +29,7 @@ struct DecodeServiceOptions {
 class DecodeService final : public tandem::v1::Decode::Service {
  public:
   // `loop` and `registry` must outlive the service.
-  DecodeService(server::EngineLoop& loop, prometheus::Registry& registry,
+  DecodeService(worker::EngineLoop& loop, prometheus::Registry& registry,
                 const DecodeServiceOptions& options);
 
   grpc::Status Decode(grpc::ServerContext* ctx, const tandem::v1::DecodeRequest* request,
@@ -49,9 +49,9 @@ class DecodeService final : public tandem::v1::Decode::Service {
                       std::shared_ptr<const engine::KvSnapshot> kv, absl::Time start,
                       absl::Duration transfer, grpc::ServerWriter<tandem::v1::DecodeResponse>* writer);
 
-  server::EngineLoop& loop_;
+  worker::EngineLoop& loop_;
   const DecodeServiceOptions options_;
-  server::ChannelCache channels_;
+  rpc::ChannelCache channels_;
 
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Counter& generated_tokens_;

@@ -1,27 +1,27 @@
 #include "gateway/gateway_metrics.h"
 
-#include "server/metrics.h"
+#include "rpc/metrics.h"
 
 namespace tandem::gateway {
 
 GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
-    : requests(server::CounterFamily(registry, "tandem_requests_total",
+    : requests(rpc::CounterFamily(registry, "tandem_requests_total",
                                      "RPCs served, by method and final status code")),
-      prompt_tokens(server::CounterMetric(registry, "tandem_prompt_tokens_total",
+      prompt_tokens(rpc::CounterMetric(registry, "tandem_prompt_tokens_total",
                                           "Prompt tokens of accepted requests")),
-      generated_tokens(server::CounterMetric(registry, "tandem_generated_tokens_total",
+      generated_tokens(rpc::CounterMetric(registry, "tandem_generated_tokens_total",
                                              "Tokens streamed to clients")),
-      prefill_retries(server::CounterMetric(registry, "tandem_prefill_retries_total",
+      prefill_retries(rpc::CounterMetric(registry, "tandem_prefill_retries_total",
                                             "Prefills retried on another worker")),
-      time_to_first_token(server::LatencyHistogram(
+      time_to_first_token(rpc::LatencyHistogram(
           registry, "tandem_time_to_first_token_seconds",
           "From a Generate call's arrival to its first token being sent")),
-      inter_token_latency(server::LatencyHistogram(
+      inter_token_latency(rpc::LatencyHistogram(
           registry, "tandem_inter_token_latency_seconds",
           "Gap between consecutive tokens sent to a client")),
-      e2e_latency(server::LatencyHistogram(registry, "tandem_e2e_latency_seconds",
+      e2e_latency(rpc::LatencyHistogram(registry, "tandem_e2e_latency_seconds",
                                            "From a Generate call's arrival to its end")),
-      queue_time(server::LatencyHistogram(registry, "tandem_queue_seconds",
+      queue_time(rpc::LatencyHistogram(registry, "tandem_queue_seconds",
                                           "Time a request waited before its prefill ran")) {}
 
 }  // namespace tandem::gateway

@@ -3,8 +3,8 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
-#include "server/convert.h"
-#include "server/status.h"
+#include "rpc/convert.h"
+#include "rpc/status.h"
 
 namespace tandem::gateway {
 namespace {
@@ -58,7 +58,7 @@ absl::Status GenerateCall::Prefill(const ValidatedRequest& request,
                                    std::string* prefill_address) {
   tandem::v1::PrefillRequest req;
   req.mutable_prompt_token_ids()->Assign(request.prompt_ids.begin(), request.prompt_ids.end());
-  server::SamplingToProto(request.sampling, req.mutable_sampling());
+  rpc::SamplingToProto(request.sampling, req.mutable_sampling());
   req.set_top_logprobs(request.top_logprobs);
   std::vector<int> tried;
   grpc::Status last;
@@ -86,7 +86,7 @@ absl::Status GenerateCall::Decode(const ValidatedRequest& request,
   tandem::v1::DecodeRequest req;
   req.mutable_prompt_token_ids()->Assign(request.prompt_ids.begin(), request.prompt_ids.end());
   *req.mutable_first_token() = prefill.first_token();
-  server::SamplingToProto(request.sampling, req.mutable_sampling());
+  rpc::SamplingToProto(request.sampling, req.mutable_sampling());
   req.set_max_tokens(request.max_tokens);
   req.set_top_logprobs(request.top_logprobs);
   // Stop strings and EOS are judged here, on text; the worker stops at EOS

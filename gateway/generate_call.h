@@ -17,7 +17,7 @@
 #include "gateway/token_emitter.h"
 #include "gateway/validated_request.h"
 #include "gateway/worker_picker.h"
-#include "server/channel_cache.h"
+#include "rpc/channel_cache.h"
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
@@ -28,7 +28,7 @@ struct CallEnv {
   const engine::Tokenizer* tokenizer;
   WorkerPicker* prefill;
   WorkerPicker* decode;
-  server::ChannelCache* channels;
+  rpc::ChannelCache* channels;
   GatewayMetrics* metrics;
   // Deadline for worker calls when the client's is later (or unset).
   absl::Duration request_timeout;

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gateway/generate_call.h"
-#include "server/status.h"
+#include "rpc/status.h"
 
 namespace tandem::gateway {
 
@@ -17,7 +17,7 @@ GenerationService::GenerationService(std::unique_ptr<engine::Tokenizer> tokenize
 grpc::Status GenerationService::Count(const char* method, const absl::Status& status) {
   metrics_.requests.Add({{"method", method}, {"code", absl::StatusCodeToString(status.code())}})
       .Increment();
-  return server::ToGrpcStatus(status);
+  return rpc::ToGrpcStatus(status);
 }
 
 grpc::Status GenerationService::Generate(grpc::ServerContext* ctx,

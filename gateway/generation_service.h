@@ -14,7 +14,7 @@
 #include "gateway/validated_request.h"
 #include "gateway/worker_picker.h"
 #include "prometheus/registry.h"
-#include "server/channel_cache.h"
+#include "rpc/channel_cache.h"
 #include "tandem/v1/generation.grpc.pb.h"
 
 namespace tandem::gateway {
@@ -48,7 +48,7 @@ class GenerationService final : public tandem::v1::Generation::Service {
   const GatewayOptions options_;
   WorkerPicker prefill_;
   WorkerPicker decode_;
-  server::ChannelCache channels_;
+  rpc::ChannelCache channels_;
   GatewayMetrics metrics_;
 };
 

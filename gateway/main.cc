@@ -5,13 +5,12 @@
 #include <iostream>
 
 #include "absl/strings/str_split.h"
-#include "cli/args.h"
+#include "common/flags.h"
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
 #include "gateway/generation_service.h"
-#include "server/bootstrap.h"
-#include "server/metrics.h"
-#include "server/worker_main.h"
+#include "rpc/bootstrap.h"
+#include "rpc/metrics.h"
 
 namespace {
 
@@ -22,8 +21,8 @@ std::vector<std::string> SplitAddresses(const std::string& list) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  tandem::server::BlockShutdownSignals();
-  const std::vector<tandem::cli::FlagSpec> specs = {
+  tandem::rpc::BlockShutdownSignals();
+  const std::vector<tandem::common::FlagSpec> specs = {
       {.name = "listen", .default_value = "127.0.0.1:0",
        .help = "gRPC listen address host:port (port 0 = ephemeral)"},
       {.name = "metrics-listen", .default_value = "127.0.0.1:0",
@@ -41,8 +40,8 @@ int main(int argc, char** argv) {
        .help = "deadline for Generate calls that set none"},
   };
   int exit_code = 0;
-  std::optional<tandem::cli::Args> args =
-      tandem::server::ParseFlagsOrExit("tandem-gateway", argc, argv, specs, &exit_code);
+  std::optional<tandem::common::Args> args =
+      tandem::common::ParseFlagsOrExit("tandem-gateway", argc, argv, specs, &exit_code);
   if (!args.has_value()) return exit_code;
 
   tandem::gateway::GatewayOptions options;
@@ -93,13 +92,13 @@ int main(int argc, char** argv) {
   }
   file->reset();
 
-  absl::StatusOr<std::unique_ptr<tandem::server::MetricsServer>> metrics =
-      tandem::server::MetricsServer::Start(args->String("metrics-listen"));
+  absl::StatusOr<std::unique_ptr<tandem::rpc::MetricsServer>> metrics =
+      tandem::rpc::MetricsServer::Start(args->String("metrics-listen"));
   if (!metrics.ok()) {
     std::cerr << "tandem-gateway: " << metrics.status().message() << "\n";
     return 1;
   }
   tandem::gateway::GenerationService service(std::move(*tokenizer), options,
                                              (*metrics)->registry());
-  return tandem::server::ServeUntilSignal("tandem-gateway", *args, {&service}, **metrics);
+  return tandem::rpc::ServeUntilSignal("tandem-gateway", args->String("listen"), {&service}, **metrics);
 }

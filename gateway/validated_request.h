@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/sampler.h"
+#include "engine/sampling_params.h"
 #include "engine/tokenizer.h"
 #include "tandem/v1/generation.pb.h"
 

@@ -5,9 +5,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kvtransfer/kv_snapshot_codec.h"
-#include "server/convert.h"
-#include "server/metrics.h"
-#include "server/status.h"
+#include "rpc/convert.h"
+#include "worker/worker_stats.h"
+#include "rpc/metrics.h"
+#include "rpc/status.h"
 
 namespace tandem::prefill {
 namespace {
@@ -16,36 +17,36 @@ double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
 }  // namespace
 
-PrefillService::PrefillService(server::EngineLoop& loop, prometheus::Registry& registry,
+PrefillService::PrefillService(worker::EngineLoop& loop, prometheus::Registry& registry,
                                const PrefillServiceOptions& options)
     : loop_(loop),
       options_(options),
       leases_(options.lease_ttl, options.max_leases),
-      requests_(server::CounterFamily(registry, "tandem_requests_total",
+      requests_(rpc::CounterFamily(registry, "tandem_requests_total",
                                       "RPCs served, by method and final status code")),
-      prompt_tokens_(server::CounterMetric(registry, "tandem_prompt_tokens_total",
+      prompt_tokens_(rpc::CounterMetric(registry, "tandem_prompt_tokens_total",
                                            "Prompt tokens prefilled")),
-      blocks_sent_(server::CounterMetric(registry, "tandem_kv_transfer_blocks_total",
+      blocks_sent_(rpc::CounterMetric(registry, "tandem_kv_transfer_blocks_total",
                                          "KV blocks moved between workers",
                                          {{"direction", "sent"}})),
-      bytes_sent_(server::CounterMetric(registry, "tandem_kv_transfer_bytes_total",
+      bytes_sent_(rpc::CounterMetric(registry, "tandem_kv_transfer_bytes_total",
                                         "KV bytes moved between workers (wire format)",
                                         {{"direction", "sent"}})),
-      leases_expired_(server::CounterMetric(registry, "tandem_kv_leases_expired_total",
+      leases_expired_(rpc::CounterMetric(registry, "tandem_kv_leases_expired_total",
                                             "KV leases dropped because their TTL lapsed")),
-      transfer_failures_(server::CounterMetric(
+      transfer_failures_(rpc::CounterMetric(
           registry, "tandem_kv_transfer_failures_total",
           "KV transfers that failed: broken off, or reported failed by the decode worker",
           {{"side", "prefill"}})),
-      queue_seconds_(server::LatencyHistogram(registry, "tandem_queue_seconds",
+      queue_seconds_(rpc::LatencyHistogram(registry, "tandem_queue_seconds",
                                               "Time from arrival to the first engine step")),
-      prefill_seconds_(server::LatencyHistogram(registry, "tandem_prefill_seconds",
+      prefill_seconds_(rpc::LatencyHistogram(registry, "tandem_prefill_seconds",
                                                 "Time computing a prompt's KV and first token")),
-      transfer_seconds_(server::LatencyHistogram(
+      transfer_seconds_(rpc::LatencyHistogram(
           registry, "tandem_kv_transfer_seconds", "Time streaming a lease's KV blocks",
           {{"side", "prefill"}})),
-      leases_held_(server::GaugeMetric(registry, "tandem_kv_leases", "KV leases held")),
-      blocks_leased_(server::GaugeMetric(registry, "tandem_kv_blocks_leased",
+      leases_held_(rpc::GaugeMetric(registry, "tandem_kv_leases", "KV leases held")),
+      blocks_leased_(rpc::GaugeMetric(registry, "tandem_kv_blocks_leased",
                                          "KV blocks held under leases")) {
   reaper_ = std::thread([this] { ReapLeases(); });
 }
@@ -76,17 +77,17 @@ absl::Status PrefillService::RunPrefill(grpc::ServerContext* ctx,
                                         tandem::v1::PrefillResponse* response) {
   engine::GenerationRequest r;
   r.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
-  r.sampling = server::SamplingFromProto(request.sampling());
+  r.sampling = rpc::SamplingFromProto(request.sampling());
   r.top_logprobs = request.top_logprobs();
   r.max_tokens = 1;
   r.ignore_eos = true;
   r.export_kv = true;
   const std::vector<int32_t> prompt = r.prompt;
-  std::shared_ptr<server::SequenceStream> stream = loop_.Submit(std::move(r));
+  std::shared_ptr<worker::SequenceStream> stream = loop_.Submit(std::move(r));
   engine::TokenEvent first;
   bool have_first = false;
   while (!have_first) {
-    server::SequenceStream::Batch b = stream->Next(absl::Now() + options_.cancel_poll);
+    worker::SequenceStream::Batch b = stream->Next(absl::Now() + options_.cancel_poll);
     if (!b.events.empty()) {
       first = std::move(b.events.back());
       have_first = true;
@@ -108,7 +109,7 @@ absl::Status PrefillService::RunPrefill(grpc::ServerContext* ctx,
   UpdateLeaseGauges();
 
   response->set_lease_id(lease_id);
-  server::SampledTokenToProto(first.token, response->mutable_first_token());
+  rpc::SampledTokenToProto(first.token, response->mutable_first_token());
   response->set_num_blocks(n_blocks);
   response->set_num_tokens(first.kv->n_tokens);
   const absl::Time step = stream->first_step_started();
@@ -124,7 +125,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* ctx,
                                      const tandem::v1::PrefillRequest* request,
                                      tandem::v1::PrefillResponse* response) {
   const absl::Status s = RunPrefill(ctx, *request, response);
-  const grpc::Status g = server::ToGrpcStatus(s);
+  const grpc::Status g = rpc::ToGrpcStatus(s);
   requests_.Add({{"method", "Prefill"}, {"code", absl::StatusCodeToString(s.code())}})
       .Increment();
   return g;
@@ -135,7 +136,7 @@ grpc::Status PrefillService::FetchKv(grpc::ServerContext* ctx,
                                      grpc::ServerWriter<tandem::v1::KvBlockMessage>* writer) {
   const absl::Time start = absl::Now();
   absl::StatusOr<std::shared_ptr<const LeasedKv>> kv = leases_.Acquire(request->lease_id());
-  if (!kv.ok()) return server::ToGrpcStatus(kv.status());
+  if (!kv.ok()) return rpc::ToGrpcStatus(kv.status());
   tandem::v1::KvBlockMessage msg;
   // A transfer that breaks off ends the lease at once: the decode side that
   // asked is gone, and nobody else fetches a lease.
@@ -176,7 +177,7 @@ grpc::Status PrefillService::ReleaseKv(grpc::ServerContext*,
 grpc::Status PrefillService::GetWorkerStats(grpc::ServerContext*,
                                             const tandem::v1::WorkerStatsRequest*,
                                             tandem::v1::WorkerStats* response) {
-  server::EngineStatsToProto(loop_.stats(), response);
+  worker::EngineStatsToProto(loop_.stats(), response);
   const LeaseStats l = leases_.stats();
   response->set_leases(l.leases);
   response->set_kv_blocks_leased(l.blocks);

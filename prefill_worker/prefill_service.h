@@ -15,7 +15,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "server/engine_loop.h"
+#include "worker/engine_loop.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem::prefill {
@@ -30,7 +30,7 @@ struct PrefillServiceOptions {
 class PrefillService final : public tandem::v1::Prefill::Service {
  public:
   // `loop` and `registry` must outlive the service.
-  PrefillService(server::EngineLoop& loop, prometheus::Registry& registry,
+  PrefillService(worker::EngineLoop& loop, prometheus::Registry& registry,
                  const PrefillServiceOptions& options);
   ~PrefillService() override;
 
@@ -50,7 +50,7 @@ class PrefillService final : public tandem::v1::Prefill::Service {
   void ReapLeases();
   void UpdateLeaseGauges();
 
-  server::EngineLoop& loop_;
+  worker::EngineLoop& loop_;
   const PrefillServiceOptions options_;
   LeaseTable leases_;
 

@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
-#include "server/subprocess.h"
+#include "process/subprocess.h"
 
 namespace {
 
@@ -49,12 +49,12 @@ std::string Bin(const std::string& name) { return absl::StrCat(TANDEM_BIN_DIR, "
 class ServeToolsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto up = tandem::server::Subprocess::Start(
+    auto up = tandem::process::Subprocess::Start(
         {Bin("tandem"), "up", "--model",
          absl::StrCat(TANDEM_SHARED_MODELS_DIR, "/stories260K.gguf"), "--port", "0"});
     ASSERT_TRUE(up.ok()) << up.status();
     up_ = up->release();
-    absl::StatusOr<tandem::server::ReadyInfo> ready = up_->WaitReady(absl::Minutes(5));
+    absl::StatusOr<tandem::common::ReadyInfo> ready = up_->WaitReady(absl::Minutes(5));
     ASSERT_TRUE(ready.ok()) << ready.status();
     addr_ = new std::string(ready->grpc_address);
   }
@@ -70,11 +70,11 @@ class ServeToolsTest : public ::testing::Test {
     delete addr_;
   }
 
-  static tandem::server::Subprocess* up_;
+  static tandem::process::Subprocess* up_;
   static std::string* addr_;
 };
 
-tandem::server::Subprocess* ServeToolsTest::up_ = nullptr;
+tandem::process::Subprocess* ServeToolsTest::up_ = nullptr;
 std::string* ServeToolsTest::addr_ = nullptr;
 
 TEST_F(ServeToolsTest, ChatStreamsRepliesAndReportsStats) {

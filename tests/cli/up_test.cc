@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
-#include "server/subprocess.h"
+#include "process/subprocess.h"
 
 namespace {
 
@@ -80,14 +80,14 @@ class UpTest : public ::testing::Test {
     fs::permissions(path, fs::perms::owner_all);
   }
 
-  std::unique_ptr<tandem::server::Subprocess> StartUp(std::vector<std::string> flags,
+  std::unique_ptr<tandem::process::Subprocess> StartUp(std::vector<std::string> flags,
                                                       std::vector<std::string> env = {}) {
     std::vector<std::string> argv = {(dir_ / "tandem").string(), "up"};
     argv.insert(argv.end(), flags.begin(), flags.end());
-    tandem::server::SubprocessOptions options;
+    tandem::process::SubprocessOptions options;
     options.stderr_path = (dir_ / "up.err").string();
     options.extra_env = std::move(env);
-    auto up = tandem::server::Subprocess::Start(argv, options);
+    auto up = tandem::process::Subprocess::Start(argv, options);
     EXPECT_TRUE(up.ok()) << up.status();
     return up.ok() ? *std::move(up) : nullptr;
   }
@@ -107,7 +107,7 @@ TEST_F(UpTest, PrintsGatewayReadyLineAndStopsCleanlyOnSigterm) {
   auto up = StartUp({"--model", "/models/m.gguf", "--port", "0", "--prefill-threads", "3",
                      "--decode-threads", "2", "--max-context", "1024", "--kv-budget-mb", "64"});
   ASSERT_NE(up, nullptr);
-  absl::StatusOr<tandem::server::ReadyInfo> ready = up->WaitReady(absl::Seconds(60));
+  absl::StatusOr<tandem::common::ReadyInfo> ready = up->WaitReady(absl::Seconds(60));
   ASSERT_TRUE(ready.ok()) << ready.status() << "\n" << Stderr();
   EXPECT_EQ(ready->grpc_address, "127.0.0.1:1003");
   EXPECT_EQ(ready->metrics_address, "127.0.0.1:1103");

@@ -10,8 +10,8 @@
 #include "decode_worker/decode_service.h"
 #include "engine/engine.h"
 #include "kvtransfer/kv_snapshot_codec.h"
-#include "server/bootstrap.h"
-#include "server/convert.h"
+#include "rpc/bootstrap.h"
+#include "rpc/convert.h"
 #include "tests/engine/test_models.h"
 
 namespace tandem::decode {
@@ -74,14 +74,14 @@ class CorruptKvTest : public ::testing::Test {
     ASSERT_EQ(good_blocks_.size(), 3u);
 
     fake_ = std::make_unique<FakePrefill>(good_blocks_);
-    auto fake_server = server::StartGrpcServer({}, {fake_.get()});
+    auto fake_server = rpc::StartGrpcServer({}, {fake_.get()});
     ASSERT_TRUE(fake_server.ok());
     fake_server_ = std::move(*fake_server);
 
     auto eng = *engine::Engine::Create(*model_, engine::MakeCpuBackend({.threads = 1}), {});
-    loop_ = std::make_unique<server::EngineLoop>(std::move(eng));
+    loop_ = std::make_unique<worker::EngineLoop>(std::move(eng));
     service_ = std::make_unique<DecodeService>(*loop_, registry_, DecodeServiceOptions{});
-    auto decode_server = server::StartGrpcServer({}, {service_.get()});
+    auto decode_server = rpc::StartGrpcServer({}, {service_.get()});
     ASSERT_TRUE(decode_server.ok());
     decode_server_ = std::move(*decode_server);
     stub_ = tandem::v1::Decode::NewStub(
@@ -96,7 +96,7 @@ class CorruptKvTest : public ::testing::Test {
   std::pair<grpc::Status, int> Decode() {
     tandem::v1::DecodeRequest req;
     req.mutable_prompt_token_ids()->Assign(prompt_.begin(), prompt_.end());
-    server::SampledTokenToProto(first_, req.mutable_first_token());
+    rpc::SampledTokenToProto(first_, req.mutable_first_token());
     req.set_max_tokens(8);
     req.set_ignore_eos(true);
     req.set_prefill_address(fake_server_.address);
@@ -115,11 +115,11 @@ class CorruptKvTest : public ::testing::Test {
   engine::SampledToken first_;
   std::vector<std::string> good_blocks_;
   std::unique_ptr<FakePrefill> fake_;
-  server::StartedServer fake_server_;
+  rpc::StartedServer fake_server_;
   prometheus::Registry registry_;
-  std::unique_ptr<server::EngineLoop> loop_;
+  std::unique_ptr<worker::EngineLoop> loop_;
   std::unique_ptr<DecodeService> service_;
-  server::StartedServer decode_server_;
+  rpc::StartedServer decode_server_;
   std::unique_ptr<tandem::v1::Decode::Stub> stub_;
 };
 

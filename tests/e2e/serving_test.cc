@@ -12,8 +12,8 @@
 
 #include "engine/engine.h"
 #include "engine/model.h"
-#include "server/health.h"
-#include "server/http_get.h"
+#include "rpc/health.h"
+#include "process/http_get.h"
 #include "tests/e2e/stack.h"
 
 namespace tandem::testing {
@@ -256,7 +256,7 @@ TEST_F(ServingTest, EveryProcessServesMetricsAndHealth) {
   req.set_max_tokens(8);
   ASSERT_TRUE(Generate(stack_->gateway(), req).status.ok());
   struct Expect {
-    const server::ReadyInfo& info;
+    const common::ReadyInfo& info;
     std::vector<std::string> names;
   };
   const std::vector<Expect> expects = {
@@ -277,15 +277,15 @@ TEST_F(ServingTest, EveryProcessServesMetricsAndHealth) {
         "tandem_requests_total{code=\"OK\",method=\"Decode\"}"}},
   };
   for (const Expect& e : expects) {
-    auto text = server::HttpGet(e.info.metrics_address, "/metrics");
+    auto text = process::HttpGet(e.info.metrics_address, "/metrics");
     ASSERT_TRUE(text.ok()) << text.status();
     for (const std::string& name : e.names) {
       EXPECT_THAT(*text, HasSubstr(name)) << e.info.grpc_address;
     }
-    auto health = server::CheckHealth(
+    auto health = rpc::CheckHealth(
         grpc::CreateChannel(e.info.grpc_address, grpc::InsecureChannelCredentials()));
     ASSERT_TRUE(health.ok()) << health.status();
-    EXPECT_EQ(*health, server::HealthState::kServing);
+    EXPECT_EQ(*health, rpc::HealthState::kServing);
   }
 }
 

@@ -5,9 +5,9 @@ namespace {
 
 std::string Bin(const std::string& name) { return std::string(TANDEM_BIN_DIR) + "/" + name; }
 
-std::unique_ptr<server::Subprocess> StartReady(std::vector<std::string> argv,
-                                               server::ReadyInfo* info) {
-  auto proc = server::Subprocess::Start(argv, {});
+std::unique_ptr<process::Subprocess> StartReady(std::vector<std::string> argv,
+                                               common::ReadyInfo* info) {
+  auto proc = process::Subprocess::Start(argv, {});
   EXPECT_TRUE(proc.ok()) << proc.status();
   if (!proc.ok()) return nullptr;
   auto ready = (*proc)->WaitReady(absl::Seconds(60));

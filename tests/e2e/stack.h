@@ -11,7 +11,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "server/subprocess.h"
+#include "process/subprocess.h"
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
@@ -26,16 +26,16 @@ class Stack {
   tandem::v1::Generation::Stub& gateway() { return *gateway_; }
   tandem::v1::Prefill::Stub& prefill() { return *prefill_; }
   tandem::v1::Decode::Stub& decode() { return *decode_; }
-  const server::ReadyInfo& gateway_info() const { return gateway_info_; }
-  const server::ReadyInfo& prefill_info() const { return prefill_info_; }
-  const server::ReadyInfo& decode_info() const { return decode_info_; }
+  const common::ReadyInfo& gateway_info() const { return gateway_info_; }
+  const common::ReadyInfo& prefill_info() const { return prefill_info_; }
+  const common::ReadyInfo& decode_info() const { return decode_info_; }
 
   // Stops the processes (gateway first) and returns true if each exited 0.
   bool Stop();
 
  private:
-  std::unique_ptr<server::Subprocess> prefill_proc_, decode_proc_, gateway_proc_;
-  server::ReadyInfo prefill_info_, decode_info_, gateway_info_;
+  std::unique_ptr<process::Subprocess> prefill_proc_, decode_proc_, gateway_proc_;
+  common::ReadyInfo prefill_info_, decode_info_, gateway_info_;
   std::unique_ptr<tandem::v1::Generation::Stub> gateway_;
   std::unique_ptr<tandem::v1::Prefill::Stub> prefill_;
   std::unique_ptr<tandem::v1::Decode::Stub> decode_;

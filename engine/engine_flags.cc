@@ -1,0 +1,44 @@
+#include "engine/engine_flags.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace tandem::engine {
+
+std::vector<common::FlagSpec> EngineFlagSpecs() {
+  return {
+      {.name = "threads", .default_value = "2", .help = "compute threads"},
+      {.name = "max-context", .default_value = "0",
+       .help = "cap on each sequence's tokens (KV and RoPE tables); 0 = the model's "
+               "trained context length"},
+      {.name = "kv-budget-mb", .default_value = "512", .help = "KV cache memory, MiB"},
+      {.name = "block-size", .default_value = "16", .help = "tokens per KV block"},
+      {.name = "kv-type", .default_value = "f32", .help = "KV cache element type: f32 or f16"},
+      {.name = "max-batch-tokens", .default_value = "512",
+       .help = "tokens per engine step (prefill chunk size)"},
+      {.name = "max-running", .default_value = "64", .help = "sequences decoded together"},
+  };
+}
+
+absl::StatusOr<EngineSetup> EngineSetupFromArgs(const common::Args& args) {
+  EngineSetup s;
+  ASSIGN_OR_RETURN(s.backend.threads, args.IntInRange("threads", 1, 256));
+  ASSIGN_OR_RETURN(s.engine.max_context, args.IntInRange("max-context", 0, 1 << 24));
+  ASSIGN_OR_RETURN(int32_t mb, args.IntInRange("kv-budget-mb", 1, 1 << 20));
+  s.engine.kv.budget_bytes = int64_t{mb} << 20;
+  ASSIGN_OR_RETURN(s.engine.kv.block_size, args.IntInRange("block-size", 1, 1024));
+  const std::string& kv_type = args.String("kv-type");
+  if (kv_type == "f32") {
+    s.engine.kv.dtype = engine::GgmlType::kF32;
+  } else if (kv_type == "f16") {
+    s.engine.kv.dtype = engine::GgmlType::kF16;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-type: \"", kv_type, "\" is not f32 or f16"));
+  }
+  ASSIGN_OR_RETURN(s.engine.max_batch_tokens, args.IntInRange("max-batch-tokens", 1, 1 << 20));
+  ASSIGN_OR_RETURN(s.engine.max_running, args.IntInRange("max-running", 1, 1 << 16));
+  return s;
+}
+
+}  // namespace tandem::engine

@@ -1,0 +1,128 @@
+#include "rpc/bootstrap.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <iostream>
+#include <mutex>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/check.h"
+#include "common/status_macros.h"
+#include "common/host_port.h"
+
+namespace tandem::rpc {
+namespace {
+
+// Both switches are process-wide and read by every later ServerBuilder, so
+// they are flipped once; later calls are no-ops.
+void EnableHealthAndReflection() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  });
+}
+
+sigset_t ShutdownSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+
+}  // namespace
+
+absl::StatusOr<StartedServer> StartGrpcServer(
+    const ServerOptions& options, const std::vector<grpc::Service*>& services) {
+  ASSIGN_OR_RETURN(const common::HostPort hp, common::SplitHostPort(options.listen));
+  EnableHealthAndReflection();
+
+  grpc::ServerBuilder builder;
+  int selected_port = 0;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
+                           &selected_port);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  for (grpc::Service* service : services) {
+    TANDEM_CHECK(service != nullptr, "null service passed to StartGrpcServer");
+    builder.RegisterService(service);
+  }
+  if (options.configure) options.configure(builder);
+
+  StartedServer started;
+  started.server = builder.BuildAndStart();
+  if (started.server == nullptr || selected_port == 0) {
+    if (started.server != nullptr) started.server->Shutdown();
+    return absl::UnavailableError(absl::StrCat(
+        "gRPC server: cannot listen on ", options.listen,
+        " (address in use or not local?)"));
+  }
+  started.address = common::JoinHostPort(hp.host, selected_port);
+  SetServing(*started.server, true);
+  return started;
+}
+
+void SetServing(grpc::Server& server, bool serving,
+                const std::vector<std::string>& service_names) {
+  grpc::HealthCheckServiceInterface* health = server.GetHealthCheckService();
+  if (health == nullptr) return;  // built elsewhere without health checking
+  // The whole-server status ("") also resets every named one, so it goes
+  // first.
+  health->SetServingStatus(serving);
+  for (const std::string& name : service_names) {
+    health->SetServingStatus(name, serving);
+  }
+}
+
+void BlockShutdownSignals() {
+  const sigset_t set = ShutdownSignals();
+  const int rc = pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  TANDEM_CHECK(rc == 0, "pthread_sigmask failed");
+}
+
+int WaitForShutdownSignal() {
+  BlockShutdownSignals();
+  const sigset_t set = ShutdownSignals();
+  int signal = 0;
+  // sigwait returns an error number (not -1/errno); EINTR is not specified
+  // for it, but loop on any failure rather than report a phantom signal.
+  while (sigwait(&set, &signal) != 0) {
+  }
+  return signal;
+}
+
+void ShutdownServer(grpc::Server& server, absl::Duration grace) {
+  SetServing(server, false);
+  const auto deadline = std::chrono::system_clock::now() +
+                        absl::ToChronoMilliseconds(grace);
+  server.Shutdown(deadline);
+  server.Wait();
+}
+
+int ServeUntilSignal(const std::string& name, const std::string& listen,
+                     const std::vector<grpc::Service*>& services, const MetricsServer& metrics) {
+  absl::StatusOr<StartedServer> started =
+      StartGrpcServer({.listen = listen, .max_message_bytes = 64 << 20, .configure = nullptr}, services);
+  if (!started.ok()) {
+    std::cerr << name << ": " << started.status().message() << "\n";
+    return 1;
+  }
+  common::PrintReady(started->address, metrics.address());
+  std::cerr << name << ": serving on " << started->address << " (metrics "
+            << (metrics.address().empty() ? "off" : metrics.address()) << ")\n";
+  const int sig = WaitForShutdownSignal();
+  std::cerr << name << ": signal " << sig << ", shutting down\n";
+  ShutdownServer(*started->server, absl::Seconds(5));
+  return 0;
+}
+
+}  // namespace tandem::rpc

@@ -1,0 +1,3 @@
+#include <grpcpp/grpcpp.h>
+#include "tandem/v1/worker.pb.h"
+#include "kvtransfer/block_codec.h"

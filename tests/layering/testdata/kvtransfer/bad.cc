@@ -1,0 +1,3 @@
+#include "engine/engine.h"
+#include "tandem/v1/worker.pb.h"
+#include "rpc/status.h"

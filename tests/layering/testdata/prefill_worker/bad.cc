@@ -1,0 +1,1 @@
+#include "decode_worker/decode_service.h"

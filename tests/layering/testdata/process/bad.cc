@@ -1,0 +1,1 @@
+#include <grpcpp/grpcpp.h>

@@ -1,0 +1,2 @@
+#include "worker/engine_loop.h"
+#include "engine/sampling_params.h"

@@ -1,0 +1,2 @@
+#include "rpc/status.h"
+#include "gateway/generate_call.h"

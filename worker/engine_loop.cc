@@ -1,0 +1,166 @@
+#include "worker/engine_loop.h"
+
+#include <utility>
+
+namespace tandem::worker {
+
+SequenceStream::Batch SequenceStream::Next(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return done_ || !queue_.empty(); };
+  mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  Batch b;
+  b.events.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
+  queue_.clear();
+  b.done = done_;
+  b.status = status_;
+  return b;
+}
+
+absl::Time SequenceStream::first_step_started() const {
+  absl::MutexLock lock(&mu_);
+  return first_step_started_;
+}
+
+void SequenceStream::Push(engine::TokenEvent event, absl::Time step_started) {
+  absl::MutexLock lock(&mu_);
+  if (first_step_started_ == absl::InfinitePast()) first_step_started_ = step_started;
+  if (event.finish == engine::FinishReason::kCancelled) {
+    done_ = true;
+    status_ = absl::CancelledError("sequence cancelled");
+    return;
+  }
+  done_ = event.finish != engine::FinishReason::kNone;
+  queue_.push_back(std::move(event));
+}
+
+void SequenceStream::Fail(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  done_ = true;
+  status_ = std::move(status);
+}
+
+EngineLoop::EngineLoop(std::unique_ptr<engine::Engine> engine, StepObserver observer)
+    : engine_(std::move(engine)), observer_(std::move(observer)) {
+  stats_ = engine_->stats();
+  thread_ = std::thread([this] { Run(); });
+}
+
+EngineLoop::~EngineLoop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+  for (auto& [id, stream] : streams_) stream->Fail(absl::UnavailableError("worker shutting down"));
+  absl::MutexLock lock(&mu_);
+  for (Op& op : inbox_) {
+    if (op.kind != Op::Kind::kCancel) op.stream->Fail(absl::UnavailableError("worker shutting down"));
+  }
+}
+
+std::shared_ptr<SequenceStream> EngineLoop::Submit(engine::GenerationRequest request) {
+  auto stream = std::make_shared<SequenceStream>();
+  Post({.kind = Op::Kind::kAdd, .stream = stream, .request = std::move(request),
+        .first = {}, .kv = nullptr});
+  return stream;
+}
+
+std::shared_ptr<SequenceStream> EngineLoop::SubmitWithKv(
+    engine::GenerationRequest request, engine::SampledToken first,
+    std::shared_ptr<const engine::KvSnapshot> kv) {
+  auto stream = std::make_shared<SequenceStream>();
+  Post({.kind = Op::Kind::kAddWithKv, .stream = stream, .request = std::move(request),
+        .first = std::move(first), .kv = std::move(kv)});
+  return stream;
+}
+
+void EngineLoop::Cancel(const std::shared_ptr<SequenceStream>& stream) {
+  Post({.kind = Op::Kind::kCancel, .stream = stream, .request = {}, .first = {}, .kv = nullptr});
+}
+
+engine::EngineStats EngineLoop::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void EngineLoop::Post(Op op) {
+  absl::MutexLock lock(&mu_);
+  inbox_.push_back(std::move(op));
+}
+
+void EngineLoop::Apply(Op& op) {
+  switch (op.kind) {
+    case Op::Kind::kAdd:
+    case Op::Kind::kAddWithKv: {
+      absl::StatusOr<int64_t> id =
+          op.kind == Op::Kind::kAdd
+              ? engine_->Add(std::move(op.request))
+              : engine_->AddWithKv(std::move(op.request), op.first, std::move(op.kv));
+      if (!id.ok()) {
+        op.stream->Fail(id.status());
+        return;
+      }
+      op.stream->seq_id_ = *id;
+      streams_[*id] = op.stream;
+      return;
+    }
+    case Op::Kind::kCancel:
+      // Streams that failed validation or already finished have no
+      // sequence left to cancel.
+      if (streams_.contains(op.stream->seq_id_)) engine_->Cancel(op.stream->seq_id_);
+      return;
+  }
+}
+
+void EngineLoop::StepOnce() {
+  const absl::Time started = absl::Now();
+  absl::StatusOr<std::vector<engine::TokenEvent>> events = engine_->Step();
+  const absl::Duration took = absl::Now() - started;
+  if (!events.ok()) {
+    // A failed step is a bug or a broken model; fail every live sequence
+    // rather than leave clients waiting.
+    for (auto& [id, stream] : streams_) {
+      stream->Fail(events.status());
+      engine_->Cancel(id);
+    }
+    streams_.clear();
+    return;
+  }
+  const engine::EngineStats stats = engine_->stats();
+  if (observer_ != nullptr) observer_(stats, *events, took);
+  for (engine::TokenEvent& ev : *events) {
+    auto it = streams_.find(ev.seq_id);
+    if (it == streams_.end()) continue;
+    const bool finished = ev.finish != engine::FinishReason::kNone;
+    std::shared_ptr<SequenceStream> stream = it->second;
+    if (finished) streams_.erase(it);
+    stream->Push(std::move(ev), started);
+  }
+  absl::MutexLock lock(&mu_);
+  stats_ = stats;
+}
+
+void EngineLoop::Run() {
+  while (true) {
+    std::deque<Op> ops;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!engine_->HasWork()) {
+        auto wake = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_ || !inbox_.empty(); };
+        mu_.Await(absl::Condition(&wake));
+      }
+      if (stop_) return;
+      ops.swap(inbox_);
+    }
+    for (Op& op : ops) Apply(op);
+    if (engine_->HasWork()) {
+      StepOnce();
+    } else {
+      const engine::EngineStats stats = engine_->stats();
+      absl::MutexLock lock(&mu_);
+      stats_ = stats;
+    }
+  }
+}
+
+}  // namespace tandem::worker

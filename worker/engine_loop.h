@@ -1,0 +1,114 @@
+// Runs an Engine on its own thread (the engine thread) for a worker process.
+// RPC handler threads Submit requests and read each sequence's events from
+// its SequenceStream; they never touch the engine. Thread-safe.
+#ifndef TANDEM_WORKER_ENGINE_LOOP_H_
+#define TANDEM_WORKER_ENGINE_LOOP_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+
+namespace tandem::worker {
+
+// One sequence's events, produced by the engine thread and consumed by one
+// handler thread. Thread-safe.
+class SequenceStream {
+ public:
+  struct Batch {
+    std::vector<engine::TokenEvent> events;
+    bool done = false;          // no more events will come
+    absl::Status status;        // why it ended when not by a finish reason
+  };
+
+  // Waits until events are available, the stream is done, or `deadline`;
+  // returns what is there (possibly nothing, on timeout).
+  Batch Next(absl::Time deadline);
+
+  // When the engine thread took the request, and when it produced the
+  // first event (absl::InfinitePast until then).
+  absl::Time submitted() const { return submitted_; }
+  absl::Time first_step_started() const;
+
+ private:
+  friend class EngineLoop;
+  void Push(engine::TokenEvent event, absl::Time step_started);
+  void Fail(absl::Status status);
+
+  const absl::Time submitted_ = absl::Now();
+  int64_t seq_id_ = 0;  // engine thread only
+  mutable absl::Mutex mu_;
+  std::deque<engine::TokenEvent> queue_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  absl::Time first_step_started_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+};
+
+class EngineLoop {
+ public:
+  // Called on the engine thread after every step that ran a batch.
+  using StepObserver = std::function<void(const engine::EngineStats& stats,
+                                          const std::vector<engine::TokenEvent>& events,
+                                          absl::Duration step_time)>;
+
+  // Starts the engine thread. `engine` must not be used by anyone else.
+  explicit EngineLoop(std::unique_ptr<engine::Engine> engine, StepObserver observer = nullptr);
+  // Stops the thread; open streams end with Unavailable.
+  ~EngineLoop();
+  EngineLoop(const EngineLoop&) = delete;
+  EngineLoop& operator=(const EngineLoop&) = delete;
+
+  // Queues a request. Validation errors arrive as the stream's status.
+  std::shared_ptr<SequenceStream> Submit(engine::GenerationRequest request);
+  // Queues a sequence that continues from KV computed elsewhere.
+  std::shared_ptr<SequenceStream> SubmitWithKv(engine::GenerationRequest request,
+                                               engine::SampledToken first,
+                                               std::shared_ptr<const engine::KvSnapshot> kv);
+  // Drops the sequence and frees its blocks; its stream ends with Cancelled.
+  void Cancel(const std::shared_ptr<SequenceStream>& stream);
+
+  // As of the last step.
+  engine::EngineStats stats() const;
+  const engine::Model& model() const { return engine_->model(); }
+  int32_t max_context() const { return engine_->max_context(); }
+  int32_t kv_block_size() const { return engine_->kv_block_size(); }
+  engine::GgmlType kv_dtype() const { return engine_->kv_dtype(); }
+
+ private:
+  struct Op {
+    enum class Kind { kAdd, kAddWithKv, kCancel } kind;
+    std::shared_ptr<SequenceStream> stream;
+    engine::GenerationRequest request;
+    engine::SampledToken first;
+    std::shared_ptr<const engine::KvSnapshot> kv;
+  };
+
+  void Post(Op op);
+  void Run();
+  void Apply(Op& op);
+  void StepOnce();
+
+  std::unique_ptr<engine::Engine> engine_;  // engine thread only
+  StepObserver observer_;
+  // Engine thread only: live sequences by engine id.
+  absl::flat_hash_map<int64_t, std::shared_ptr<SequenceStream>> streams_;
+
+  mutable absl::Mutex mu_;
+  std::deque<Op> inbox_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  engine::EngineStats stats_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace tandem::worker
+
+#endif  // TANDEM_WORKER_ENGINE_LOOP_H_

@@ -1,0 +1,29 @@
+#include "worker/engine_metrics.h"
+
+#include "rpc/metrics.h"
+
+namespace tandem::worker {
+
+EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) {
+  auto* running = &rpc::GaugeMetric(registry, "tandem_running_sequences",
+                               "Sequences in the engine's running batch");
+  auto* waiting =
+      &rpc::GaugeMetric(registry, "tandem_waiting_sequences", "Sequences queued for the engine");
+  auto* used = &rpc::GaugeMetric(registry, "tandem_kv_blocks_used", "KV blocks in use");
+  auto* free = &rpc::GaugeMetric(registry, "tandem_kv_blocks_free", "KV blocks free");
+  auto* preemptions = &rpc::GaugeMetric(registry, "tandem_preemptions",
+                                   "Sequences preempted (KV freed, recomputed later) so far");
+  auto* step = &rpc::LatencyHistogram(registry, "tandem_engine_step_seconds",
+                                 "Duration of one engine step (forward pass + sampling)");
+  return [=](const engine::EngineStats& s, const std::vector<engine::TokenEvent>&,
+             absl::Duration took) {
+    running->Set(s.running);
+    waiting->Set(s.waiting);
+    used->Set(s.blocks_used);
+    free->Set(s.blocks_free);
+    preemptions->Set(static_cast<double>(s.preemptions));
+    step->Observe(absl::ToDoubleSeconds(took));
+  };
+}
+
+}  // namespace tandem::worker

@@ -1,0 +1,38 @@
+#include "worker/worker_main.h"
+
+#include <iostream>
+
+#include "engine/engine_flags.h"
+#include "common/status_macros.h"
+#include "rpc/bootstrap.h"
+#include "common/ready_line.h"
+
+namespace tandem::worker {
+
+std::vector<common::FlagSpec> WorkerFlagSpecs() {
+  std::vector<common::FlagSpec> specs = {
+      {.name = "listen", .default_value = "127.0.0.1:0",
+       .help = "gRPC listen address host:port (port 0 = ephemeral)"},
+      {.name = "metrics-listen", .default_value = "127.0.0.1:0",
+       .help = "Prometheus /metrics address host:port; empty = off"},
+      {.name = "model", .help = "GGUF model file", .required = true},
+  };
+  for (common::FlagSpec& s : engine::EngineFlagSpecs()) specs.push_back(std::move(s));
+  return specs;
+}
+
+absl::StatusOr<Worker> StartWorker(
+    const common::Args& args,
+    const std::function<EngineLoop::StepObserver(prometheus::Registry&)>& observer) {
+  Worker w;
+  ASSIGN_OR_RETURN(engine::EngineSetup setup, engine::EngineSetupFromArgs(args));
+  ASSIGN_OR_RETURN(w.model, engine::Model::Load(args.String("model")));
+  ASSIGN_OR_RETURN(w.metrics, rpc::MetricsServer::Start(args.String("metrics-listen")));
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
+                   engine::Engine::Create(*w.model, engine::MakeCpuBackend(setup.backend),
+                                          setup.engine));
+  w.loop = std::make_unique<EngineLoop>(std::move(eng), observer(w.metrics->registry()));
+  return w;
+}
+
+}  // namespace tandem::worker

@@ -1,0 +1,39 @@
+// What the prefill and decode workers' main functions share: the common
+// flags, and building the model, engine loop and metrics from them. Called
+// from main() only.
+#ifndef TANDEM_WORKER_WORKER_MAIN_H_
+#define TANDEM_WORKER_WORKER_MAIN_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "common/flags.h"
+#include "engine/model.h"
+#include "worker/engine_loop.h"
+#include "rpc/metrics.h"
+
+namespace tandem::worker {
+
+// --listen, --metrics-listen, --model and the engine flags.
+std::vector<common::FlagSpec> WorkerFlagSpecs();
+
+struct Worker {
+  std::unique_ptr<engine::Model> model;
+  std::unique_ptr<rpc::MetricsServer> metrics;
+  std::unique_ptr<EngineLoop> loop;
+};
+
+// Loads the model, starts metrics and the engine thread. `observer` builds
+// the per-step callback from the metrics registry.
+absl::StatusOr<Worker> StartWorker(
+    const common::Args& args,
+    const std::function<EngineLoop::StepObserver(prometheus::Registry&)>& observer);
+
+}  // namespace tandem::worker
+
+#endif  // TANDEM_WORKER_WORKER_MAIN_H_
