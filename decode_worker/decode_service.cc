@@ -16,7 +16,7 @@ namespace {
 tandem::v1::FinishReason ToProto(engine::FinishReason r) {
   switch (r) {
     case engine::FinishReason::kLength: return tandem::v1::FINISH_REASON_LENGTH;
-    case engine::FinishReason::kStop: return tandem::v1::FINISH_REASON_EOS;
+    case engine::FinishReason::kEos: return tandem::v1::FINISH_REASON_EOS;
     default: return tandem::v1::FINISH_REASON_UNSPECIFIED;
   }
 }
@@ -108,9 +108,8 @@ absl::StatusOr<std::shared_ptr<const engine::KvSnapshot>> DecodeService::FetchKv
   }
   const grpc::Status fetched = reader->Finish();
   if (!fetched.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(fetched.error_code()),
-                        absl::StrCat("fetching KV from ", request.prefill_address(), ": ",
-                                     fetched.error_message()));
+    return rpc::FromGrpcStatus(fetched,
+                               absl::StrCat("fetching KV from ", request.prefill_address()));
   }
   if (static_cast<int32_t>(blocks.size()) != request.num_blocks()) {
     return absl::DataLossError(absl::StrCat("received ", blocks.size(), " KV blocks, expected ",

@@ -312,7 +312,7 @@ void Engine::Update(const std::vector<PlanItem>& plan, const ForwardResult& resu
     seq.tokens.push_back(ev.token.id);
     ++seq.n_generated;
     if (!seq.request.ignore_eos && tok.IsEog(ev.token.id)) {
-      ev.finish = FinishReason::kStop;
+      ev.finish = FinishReason::kEos;
     } else if (seq.n_generated >= seq.request.max_tokens ||
                static_cast<int64_t>(seq.tokens.size()) > MaxSequenceLength()) {
       // The next token would need a position past max_context, or more KV

@@ -29,7 +29,7 @@ namespace tandem::engine {
 enum class FinishReason {
   kNone,       // still running
   kLength,     // max_tokens reached, or the sequence filled max_context
-  kStop,       // an end-of-generation token was sampled
+  kEos,        // an end-of-generation token was sampled
   kCancelled,  // Cancel() was called
 };
 

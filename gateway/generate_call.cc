@@ -15,11 +15,6 @@ bool Retryable(const grpc::Status& s) {
          s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
 }
 
-absl::Status FromPeer(const grpc::Status& s, const std::string& what) {
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(what, ": ", s.error_message()));
-}
-
 }  // namespace
 
 GenerateCall::GenerateCall(const CallEnv& env, grpc::ServerContext* ctx,
@@ -61,7 +56,8 @@ absl::Status GenerateCall::Prefill(const ValidatedRequest& request,
   rpc::SamplingToProto(request.sampling, req.mutable_sampling());
   req.set_top_logprobs(request.top_logprobs);
   std::vector<int> tried;
-  grpc::Status last;
+  // What the client sees when every worker was tried (or there is none).
+  grpc::Status last(grpc::StatusCode::UNAVAILABLE, "no prefill worker is available");
   while (true) {
     WorkerPicker::Pick pick = env_.prefill->Acquire(tried);
     if (!pick.valid()) break;
@@ -76,7 +72,7 @@ absl::Status GenerateCall::Prefill(const ValidatedRequest& request,
     if (!Retryable(last) || ctx_->IsCancelled()) break;
     env_.metrics->prefill_retries.Increment();
   }
-  return FromPeer(last, "prefill");
+  return rpc::FromGrpcStatus(last, "prefill");
 }
 
 absl::Status GenerateCall::Decode(const ValidatedRequest& request,
@@ -128,9 +124,9 @@ absl::Status GenerateCall::Decode(const ValidatedRequest& request,
   // The decode worker failed before finishing. It releases the lease itself
   // once it has tried to fetch; releasing again is harmless and covers
   // failures before that.
-  ReleaseLease(prefill_address, prefill.lease_id(), FromPeer(s, "decode"));
+  ReleaseLease(prefill_address, prefill.lease_id(), rpc::FromGrpcStatus(s, "decode"));
   if (s.ok()) return absl::InternalError("decode stream ended without a finish reason");
-  return FromPeer(s, "decode");
+  return rpc::FromGrpcStatus(s, "decode");
 }
 
 std::unique_ptr<grpc::ClientContext> GenerateCall::ChildContext() const {

@@ -1,8 +1,12 @@
 // One gRPC channel per peer address, created on first use and shared by all
-// requests (channels multiplex calls). Thread-safe.
+// requests (channels multiplex calls). Bounded: past `max_channels` the least
+// recently used address is dropped (calls that hold its channel keep it
+// alive), so addresses taken from requests cannot grow it without limit.
+// Thread-safe.
 #ifndef TANDEM_RPC_CHANNEL_CACHE_H_
 #define TANDEM_RPC_CHANNEL_CACHE_H_
 
+#include <list>
 #include <memory>
 #include <string>
 
@@ -14,18 +18,29 @@
 
 namespace tandem::rpc {
 
+struct ChannelCacheOptions {
+  int max_message_bytes = 64 << 20;  // both directions
+  int max_channels = 256;            // >= 1
+};
+
 class ChannelCache {
  public:
-  explicit ChannelCache(int max_message_bytes = 64 << 20)
-      : max_message_bytes_(max_message_bytes) {}
+  explicit ChannelCache(const ChannelCacheOptions& options = {});
 
   std::shared_ptr<grpc::Channel> Get(const std::string& address);
+  int size() const;
 
  private:
-  const int max_message_bytes_;
-  absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_
-      ABSL_GUARDED_BY(mu_);
+  struct Entry {
+    std::shared_ptr<grpc::Channel> channel;
+    std::list<std::string>::iterator lru;  // position in lru_
+  };
+
+  const ChannelCacheOptions options_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Entry> channels_ ABSL_GUARDED_BY(mu_);
+  // Most recently used first.
+  std::list<std::string> lru_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tandem::rpc

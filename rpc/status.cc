@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+
 namespace tandem::rpc {
 
 // Both enums are google.rpc.Code with identical numbers (0..16), so the cast
@@ -27,6 +29,12 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   }
   return absl::Status(static_cast<absl::StatusCode>(code),
                       status.error_message());
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& context) {
+  const absl::Status s = FromGrpcStatus(status);
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(context, ": ", s.message()));
 }
 
 }  // namespace tandem::rpc

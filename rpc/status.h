@@ -6,6 +6,8 @@
 #ifndef TANDEM_RPC_STATUS_H_
 #define TANDEM_RPC_STATUS_H_
 
+#include <string>
+
 #include <grpcpp/support/status.h>
 
 #include "absl/status/status.h"
@@ -14,6 +16,9 @@ namespace tandem::rpc {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
+// The same, with "context: " before the message (e.g. "prefill", naming the
+// peer call that failed). OK stays OK.
+absl::Status FromGrpcStatus(const grpc::Status& status, const std::string& context);
 
 }  // namespace tandem::rpc
 

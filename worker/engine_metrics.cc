@@ -11,17 +11,20 @@ EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) 
       &rpc::GaugeMetric(registry, "tandem_waiting_sequences", "Sequences queued for the engine");
   auto* used = &rpc::GaugeMetric(registry, "tandem_kv_blocks_used", "KV blocks in use");
   auto* free = &rpc::GaugeMetric(registry, "tandem_kv_blocks_free", "KV blocks free");
-  auto* preemptions = &rpc::GaugeMetric(registry, "tandem_preemptions",
-                                   "Sequences preempted (KV freed, recomputed later) so far");
+  auto* preemptions = &rpc::CounterMetric(
+      registry, "tandem_preemptions_total", "Sequences preempted (KV freed, recomputed later)");
   auto* step = &rpc::LatencyHistogram(registry, "tandem_engine_step_seconds",
                                  "Duration of one engine step (forward pass + sampling)");
-  return [=](const engine::EngineStats& s, const std::vector<engine::TokenEvent>&,
-             absl::Duration took) {
+  // EngineStats counts preemptions since start; the counter takes the delta.
+  return [=, counted = int64_t{0}](const engine::EngineStats& s,
+                                   const std::vector<engine::TokenEvent>&,
+                                   absl::Duration took) mutable {
     running->Set(s.running);
     waiting->Set(s.waiting);
     used->Set(s.blocks_used);
     free->Set(s.blocks_free);
-    preemptions->Set(static_cast<double>(s.preemptions));
+    preemptions->Increment(static_cast<double>(s.preemptions - counted));
+    counted = s.preemptions;
     step->Observe(absl::ToDoubleSeconds(took));
   };
 }

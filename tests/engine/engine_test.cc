@@ -179,7 +179,7 @@ TEST(EngineTest, StopsAtEndOfGeneration) {
   }
   ASSERT_FALSE(all.empty());
   EXPECT_EQ(all.back().seq_id, id);
-  EXPECT_EQ(all.back().finish, FinishReason::kStop);
+  EXPECT_EQ(all.back().finish, FinishReason::kEos);
   EXPECT_EQ(all.back().token.id, model->tokenizer().eos_id());
 }
 

@@ -36,5 +36,13 @@ TEST(StatusTest, NamedCodesAgree) {
             absl::StatusCode::kUnavailable);
 }
 
+TEST(StatusTest, ContextPrefixesTheMessageAndKeepsTheCode) {
+  const absl::Status s =
+      FromGrpcStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused"), "prefill");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(), "prefill: connection refused");
+  EXPECT_TRUE(FromGrpcStatus(grpc::Status::OK, "prefill").ok());
+}
+
 }  // namespace
 }  // namespace tandem::rpc
