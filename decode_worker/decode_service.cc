@@ -1,14 +1,13 @@
 #include "decode_worker/decode_service.h"
 
-#include <iostream>
+#include <atomic>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
-#include "kvtransfer/kv_snapshot_codec.h"
+#include "absl/synchronization/mutex.h"
 #include "rpc/convert.h"
-#include "worker/worker_stats.h"
 #include "rpc/metrics.h"
 #include "rpc/status.h"
+#include "worker/worker_stats.h"
 
 namespace tandem::decode {
 namespace {
@@ -23,26 +22,193 @@ tandem::v1::FinishReason ToProto(engine::FinishReason r) {
 
 }  // namespace
 
+// One Decode stream: fetch -> submit -> relay. Owned by itself (self_) until
+// gRPC's OnDone; the fetch callback and the engine listener hold weak
+// references, so late events never touch a finished call. One write is
+// outstanding at a time; `mu_` orders the engine thread's Pump against
+// OnWriteDone and OnCancel.
+class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::v1::DecodeResponse>,
+                                        public std::enable_shared_from_this<DecodeCall> {
+ public:
+  static DecodeCall* Start(DecodeService* service, grpc::CallbackServerContext* ctx,
+                           const tandem::v1::DecodeRequest* request) {
+    std::shared_ptr<DecodeCall> call(new DecodeCall(service, ctx));
+    call->self_ = call;
+    call->Begin(*request);
+    return call.get();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      CancelWork();
+      Done(absl::CancelledError("the gateway went away"));
+      return;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+    }
+    Pump();
+  }
+
+  void OnCancel() override {
+    CancelWork();
+    Done(absl::CancelledError("decode cancelled by the caller"));
+  }
+
+  void OnDone() override { self_.reset(); }
+
+ private:
+  DecodeCall(DecodeService* service, grpc::CallbackServerContext* ctx)
+      : service_(service), ctx_(ctx) {}
+
+  void Begin(const tandem::v1::DecodeRequest& request) {
+    if (absl::Status s = service_->Validate(request); !s.ok()) {
+      // The lease, if named, is of no use to anyone now.
+      if (!request.prefill_address().empty() && !request.lease_id().empty()) {
+        service_->releases_.Release(request.prefill_address(), request.lease_id(), s);
+      }
+      Done(s);
+      return;
+    }
+    absl::StatusOr<rpc::Admission::Ticket> ticket = service_->admission_.TryAdmit(0);
+    if (!ticket.ok()) {
+      service_->releases_.Release(request.prefill_address(), request.lease_id(), ticket.status());
+      Done(ticket.status());
+      return;
+    }
+    ticket_ = std::move(*ticket);
+    request_.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
+    request_.sampling = rpc::SamplingFromProto(request.sampling());
+    request_.max_tokens = request.max_tokens();
+    request_.top_logprobs = request.top_logprobs();
+    request_.ignore_eos = request.ignore_eos();
+    first_ = rpc::SampledTokenFromProto(request.first_token());
+
+    const auto limit = absl::Now() + service_->options_.fetch_timeout;
+    const absl::Time client = absl::FromChrono(ctx_->deadline());
+    std::weak_ptr<DecodeCall> weak = weak_from_this();
+    absl::MutexLock lock(&mu_);
+    fetch_ = service_->fetcher_.Start(
+        {.address = request.prefill_address(),
+         .lease_id = request.lease_id(),
+         .num_blocks = request.num_blocks(),
+         .token_ids = request_.prompt,
+         .deadline = std::min(limit, client)},
+        [weak](kvtransfer::FetchResult result) {
+          if (std::shared_ptr<DecodeCall> call = weak.lock()) call->OnFetched(std::move(result));
+        });
+  }
+
+  // gRPC thread: the blocks arrived (or did not).
+  void OnFetched(kvtransfer::FetchResult result) {
+    if (!result.kv.ok()) {
+      Done(result.kv.status());
+      return;
+    }
+    transfer_ = result.took;
+    std::weak_ptr<DecodeCall> weak = weak_from_this();
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return;  // OnCancel already finished the call
+    stream_ = service_->loop_.SubmitWithKv(std::move(request_), first_, std::move(*result.kv),
+                                           [weak] {
+                                             if (auto call = weak.lock()) call->Pump();
+                                           });
+  }
+
+  // Engine thread (listener) or gRPC thread (after a write): writes what the
+  // engine produced, or finishes when the sequence ended.
+  void Pump() {
+    absl::Status end;
+    bool write = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (writing_ || stream_ == nullptr || finished_) return;
+      worker::SequenceStream::Batch b = stream_->Take();
+      if (b.events.empty()) {
+        if (!b.done) return;
+        end = b.status;
+      } else {
+        response_.Clear();
+        if (first_write_) {
+          const double first_decode = absl::ToDoubleSeconds(absl::Now() - start_);
+          response_.set_kv_transfer_seconds(absl::ToDoubleSeconds(transfer_));
+          response_.set_first_decode_seconds(first_decode);
+          service_->first_decode_seconds_.Observe(first_decode);
+          first_write_ = false;
+        }
+        for (const engine::TokenEvent& ev : b.events) {
+          rpc::SampledTokenToProto(ev.token, response_.add_tokens());
+          if (ev.finish != engine::FinishReason::kNone) {
+            response_.set_finish_reason(ToProto(ev.finish));
+          }
+        }
+        service_->generated_tokens_.Increment(static_cast<double>(b.events.size()));
+        writing_ = write = true;
+      }
+    }
+    if (write) {
+      StartWrite(&response_);
+    } else {
+      Done(end);
+    }
+  }
+
+  void CancelWork() {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    if (stream_ != nullptr) service_->loop_.Cancel(stream_);
+    if (fetch_ != nullptr) fetch_->Cancel();
+  }
+
+  void Done(const absl::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    if (absl::IsResourceExhausted(status)) {
+      rpc::AddRetryHint(*ctx_, service_->admission_.retry_after());
+    }
+    service_->Count(status);
+    ticket_ = rpc::Admission::Ticket();
+    Finish(rpc::ToGrpcStatus(status));
+  }
+
+  DecodeService* const service_;
+  grpc::CallbackServerContext* const ctx_;
+  const absl::Time start_ = absl::Now();
+  std::shared_ptr<DecodeCall> self_;
+  rpc::Admission::Ticket ticket_;
+  engine::GenerationRequest request_;
+  engine::SampledToken first_;
+  absl::Duration transfer_;
+  tandem::v1::DecodeResponse response_;  // the write outstanding, if any
+  bool first_write_ = true;  // guarded by the one-writer rule (mu_ in Pump)
+
+  absl::Mutex mu_;
+  std::shared_ptr<kvtransfer::KvFetcher::Fetch> fetch_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<worker::SequenceStream> stream_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 DecodeService::DecodeService(worker::EngineLoop& loop, prometheus::Registry& registry,
                              const DecodeServiceOptions& options)
     : loop_(loop),
       options_(options),
+      channels_(options.channels),
+      releases_(channels_, "tandem-decode"),
+      fetcher_(channels_, releases_,
+               kvtransfer::ExpectationFor(loop.model().config(), loop.model().fingerprint(),
+                                          loop.kv_block_size(), loop.kv_dtype()),
+               registry),
+      admission_("decode worker", options.admission),
       requests_(rpc::CounterFamily(registry, "tandem_requests_total",
-                                      "RPCs served, by method and final status code")),
-      generated_tokens_(rpc::CounterMetric(registry, "tandem_generated_tokens_total",
-                                              "Tokens generated")),
-      blocks_received_(rpc::CounterMetric(registry, "tandem_kv_transfer_blocks_total",
-                                             "KV blocks moved between workers",
-                                             {{"direction", "received"}})),
-      bytes_received_(rpc::CounterMetric(registry, "tandem_kv_transfer_bytes_total",
-                                            "KV bytes moved between workers (wire format)",
-                                            {{"direction", "received"}})),
-      transfer_failures_(rpc::CounterMetric(
-          registry, "tandem_kv_transfer_failures_total",
-          "KV transfers that failed on this side", {{"side", "decode"}})),
-      transfer_seconds_(rpc::LatencyHistogram(registry, "tandem_kv_transfer_seconds",
-                                                 "Time fetching and verifying KV blocks",
-                                                 {{"side", "decode"}})),
+                                   "RPCs served, by method and final status code")),
+      generated_tokens_(
+          rpc::CounterMetric(registry, "tandem_generated_tokens_total", "Tokens generated")),
       first_decode_seconds_(rpc::LatencyHistogram(
           registry, "tandem_first_decode_seconds",
           "Time from a Decode call's arrival to its first decoded token")) {}
@@ -63,143 +229,24 @@ absl::Status DecodeService::Validate(const tandem::v1::DecodeRequest& r) const {
   return absl::OkStatus();
 }
 
-void DecodeService::ReleaseLease(const tandem::v1::DecodeRequest& request,
-                                 const absl::Status& outcome) {
-  auto stub = tandem::v1::Prefill::NewStub(channels_.Get(request.prefill_address()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  tandem::v1::ReleaseKvRequest release;
-  release.set_lease_id(request.lease_id());
-  release.set_ok(outcome.ok());
-  release.set_error(std::string(outcome.message()));
-  tandem::v1::ReleaseKvResponse ignored;
-  const grpc::Status s = stub->ReleaseKv(&ctx, release, &ignored);
-  if (!s.ok()) {
-    // The lease's TTL frees the blocks anyway; nothing else to do.
-    std::cerr << "tandem-decode: ReleaseKv to " << request.prefill_address()
-              << " failed: " << s.error_message() << "\n";
-  }
-}
-
-absl::StatusOr<std::shared_ptr<const engine::KvSnapshot>> DecodeService::FetchKv(
-    grpc::ServerContext* server_ctx, const tandem::v1::DecodeRequest& request) {
-  auto stub = tandem::v1::Prefill::NewStub(channels_.Get(request.prefill_address()));
-  // Cancelling this call (or its deadline) cancels the fetch too.
-  std::unique_ptr<grpc::ClientContext> ctx = grpc::ClientContext::FromServerContext(*server_ctx);
-  const auto limit = std::chrono::system_clock::now() +
-                     absl::ToChronoMilliseconds(options_.fetch_timeout);
-  if (ctx->deadline() > limit) ctx->set_deadline(limit);
-  tandem::v1::FetchKvRequest fetch;
-  fetch.set_lease_id(request.lease_id());
-  std::unique_ptr<grpc::ClientReader<tandem::v1::KvBlockMessage>> reader =
-      stub->FetchKv(ctx.get(), fetch);
-  std::vector<std::string> blocks;
-  tandem::v1::KvBlockMessage msg;
-  int64_t bytes = 0;
-  while (reader->Read(&msg)) {
-    if (msg.index() != static_cast<int32_t>(blocks.size())) {
-      ctx->TryCancel();
-      reader->Finish();
-      return absl::DataLossError(absl::StrCat("kv block index ", msg.index(), " arrived at position ",
-                                              blocks.size()));
-    }
-    bytes += static_cast<int64_t>(msg.block().size());
-    blocks.push_back(std::move(*msg.mutable_block()));
-  }
-  const grpc::Status fetched = reader->Finish();
-  if (!fetched.ok()) {
-    return rpc::FromGrpcStatus(fetched,
-                               absl::StrCat("fetching KV from ", request.prefill_address()));
-  }
-  if (static_cast<int32_t>(blocks.size()) != request.num_blocks()) {
-    return absl::DataLossError(absl::StrCat("received ", blocks.size(), " KV blocks, expected ",
-                                            request.num_blocks()));
-  }
-  const engine::Model& model = loop_.model();
-  const kvtransfer::BlockExpectation expect = kvtransfer::ExpectationFor(
-      model.config(), model.fingerprint(), loop_.kv_block_size(), loop_.kv_dtype());
-  const std::vector<int32_t> prompt(request.prompt_token_ids().begin(),
-                                    request.prompt_token_ids().end());
-  ASSIGN_OR_RETURN(engine::KvSnapshot kv, kvtransfer::DecodeSnapshot(blocks, expect, prompt));
-  blocks_received_.Increment(static_cast<double>(blocks.size()));
-  bytes_received_.Increment(static_cast<double>(bytes));
-  return std::make_shared<const engine::KvSnapshot>(std::move(kv));
-}
-
-absl::Status DecodeService::Stream(grpc::ServerContext* ctx,
-                                   const tandem::v1::DecodeRequest& request,
-                                   std::shared_ptr<const engine::KvSnapshot> kv, absl::Time start,
-                                   absl::Duration transfer,
-                                   grpc::ServerWriter<tandem::v1::DecodeResponse>* writer) {
-  engine::GenerationRequest r;
-  r.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
-  r.sampling = rpc::SamplingFromProto(request.sampling());
-  r.max_tokens = request.max_tokens();
-  r.top_logprobs = request.top_logprobs();
-  r.ignore_eos = request.ignore_eos();
-  std::shared_ptr<worker::SequenceStream> stream = loop_.SubmitWithKv(
-      std::move(r), rpc::SampledTokenFromProto(request.first_token()), std::move(kv));
-  bool first = true;
-  while (true) {
-    worker::SequenceStream::Batch b = stream->Next(absl::Now() + options_.cancel_poll);
-    if (!b.events.empty()) {
-      tandem::v1::DecodeResponse resp;
-      if (first) {
-        const double first_decode = absl::ToDoubleSeconds(absl::Now() - start);
-        resp.set_kv_transfer_seconds(absl::ToDoubleSeconds(transfer));
-        resp.set_first_decode_seconds(first_decode);
-        first_decode_seconds_.Observe(first_decode);
-        first = false;
-      }
-      for (const engine::TokenEvent& ev : b.events) {
-        rpc::SampledTokenToProto(ev.token, resp.add_tokens());
-        if (ev.finish != engine::FinishReason::kNone) resp.set_finish_reason(ToProto(ev.finish));
-      }
-      generated_tokens_.Increment(static_cast<double>(b.events.size()));
-      if (!writer->Write(resp)) {
-        loop_.Cancel(stream);
-        return absl::CancelledError("the gateway went away");
-      }
-    }
-    if (b.done) return b.status;
-    if (ctx->IsCancelled()) {
-      loop_.Cancel(stream);
-      return absl::CancelledError("decode cancelled by the caller");
-    }
-  }
-}
-
-grpc::Status DecodeService::Decode(grpc::ServerContext* ctx,
-                                   const tandem::v1::DecodeRequest* request,
-                                   grpc::ServerWriter<tandem::v1::DecodeResponse>* writer) {
-  const absl::Time start = absl::Now();
-  absl::Status status = Validate(*request);
-  if (!status.ok() && !request->prefill_address().empty() && !request->lease_id().empty()) {
-    ReleaseLease(*request, status);
-  } else if (status.ok()) {
-    absl::StatusOr<std::shared_ptr<const engine::KvSnapshot>> kv = FetchKv(ctx, *request);
-    // Report the outcome to the prefill worker at once, either way: it frees
-    // the blocks now instead of waiting for the lease to lapse.
-    ReleaseLease(*request, kv.status());
-    if (!kv.ok()) {
-      transfer_failures_.Increment();
-      status = kv.status();
-    } else {
-      const absl::Duration transfer = absl::Now() - start;
-      transfer_seconds_.Observe(absl::ToDoubleSeconds(transfer));
-      status = Stream(ctx, *request, std::move(*kv), start, transfer, writer);
-    }
-  }
+void DecodeService::Count(const absl::Status& status) {
   requests_.Add({{"method", "Decode"}, {"code", absl::StatusCodeToString(status.code())}})
       .Increment();
-  return rpc::ToGrpcStatus(status);
 }
 
-grpc::Status DecodeService::GetWorkerStats(grpc::ServerContext*,
-                                           const tandem::v1::WorkerStatsRequest*,
-                                           tandem::v1::WorkerStats* response) {
+grpc::ServerWriteReactor<tandem::v1::DecodeResponse>* DecodeService::Decode(
+    grpc::CallbackServerContext* ctx, const tandem::v1::DecodeRequest* request) {
+  return DecodeCall::Start(this, ctx, request);
+}
+
+grpc::ServerUnaryReactor* DecodeService::GetWorkerStats(grpc::CallbackServerContext* ctx,
+                                                        const tandem::v1::WorkerStatsRequest*,
+                                                        tandem::v1::WorkerStats* response) {
   worker::EngineStatsToProto(loop_.stats(), response);
-  return grpc::Status::OK;
+  response->set_in_flight(admission_.in_flight());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 }  // namespace tandem::decode

@@ -12,22 +12,31 @@ int main(int argc, char** argv) {
   std::vector<tandem::common::FlagSpec> specs = tandem::worker::WorkerFlagSpecs();
   specs.push_back({.name = "fetch-timeout-ms", .default_value = "60000",
                    .help = "upper bound on fetching one request's KV from a prefill worker"});
+  specs.push_back({.name = "max-peer-channels", .default_value = "256",
+                   .help = "gRPC channels to prefill workers kept open (least recently used "
+                           "dropped first)"});
   int exit_code = 0;
   std::optional<tandem::common::Args> args =
       tandem::common::ParseFlagsOrExit("tandem-decode", argc, argv, specs, &exit_code);
   if (!args.has_value()) return exit_code;
   absl::StatusOr<int32_t> fetch_ms = args->IntInRange("fetch-timeout-ms", 1, 24 * 3600 * 1000);
-  if (!fetch_ms.ok()) {
-    std::cerr << "tandem-decode: " << fetch_ms.status().message() << "\n";
-    return 2;
+  absl::StatusOr<int32_t> channels = args->IntInRange("max-peer-channels", 1, 1 << 20);
+  for (const absl::Status& s : {fetch_ms.status(), channels.status()}) {
+    if (!s.ok()) {
+      std::cerr << "tandem-decode: " << s.message() << "\n";
+      return 2;
+    }
   }
   absl::StatusOr<tandem::worker::Worker> worker =
       tandem::worker::StartWorker(*args, tandem::worker::MakeEngineStepObserver);
   if (!worker.ok()) {
     std::cerr << "tandem-decode: " << worker.status().message() << "\n";
-    return 1;
+    return worker.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   tandem::decode::DecodeService service(*worker->loop, worker->metrics->registry(),
-                                        {.fetch_timeout = absl::Milliseconds(*fetch_ms)});
-  return tandem::rpc::ServeUntilSignal("tandem-decode", args->String("listen"), {&service}, *worker->metrics);
+                                        {.fetch_timeout = absl::Milliseconds(*fetch_ms),
+                                         .admission = worker->admission,
+                                         .channels = {.max_channels = *channels}});
+  return tandem::rpc::ServeUntilSignal("tandem-decode", args->String("listen"), {&service},
+                                       *worker->metrics);
 }

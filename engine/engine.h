@@ -72,7 +72,25 @@ struct EngineStats {
   int64_t preemptions = 0;
 };
 
-class Engine {
+// What an engine thread drives (worker/engine_loop.h): the Engine below, or
+// a test double around one. Engine-thread only, like Engine.
+class StepEngine {
+ public:
+  virtual ~StepEngine() = default;
+  virtual absl::StatusOr<int64_t> Add(GenerationRequest request) = 0;
+  virtual absl::StatusOr<int64_t> AddWithKv(GenerationRequest request, const SampledToken& first,
+                                            std::shared_ptr<const KvSnapshot> kv) = 0;
+  virtual void Cancel(int64_t seq_id) = 0;
+  virtual absl::StatusOr<std::vector<TokenEvent>> Step() = 0;
+  virtual bool HasWork() const = 0;
+  virtual EngineStats stats() const = 0;
+  virtual const Model& model() const = 0;
+  virtual int32_t max_context() const = 0;
+  virtual int32_t kv_block_size() const = 0;
+  virtual GgmlType kv_dtype() const = 0;
+};
+
+class Engine final : public StepEngine {
  public:
   // The model must outlive the engine.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const Model& model,
@@ -82,7 +100,7 @@ class Engine {
   // Queues a request; returns its sequence id. InvalidArgument naming the
   // field for bad requests; ResourceExhausted when the waiting queue is full
   // or the prompt can never fit in the KV budget.
-  absl::StatusOr<int64_t> Add(GenerationRequest request);
+  absl::StatusOr<int64_t> Add(GenerationRequest request) override;
 
   // Queues a sequence whose prompt KV was computed elsewhere: `kv` holds the
   // prompt's positions and `first` is the token sampled after them, which the
@@ -91,23 +109,25 @@ class Engine {
   // naming the field when `kv` comes from another model, dtype or layout;
   // InvalidArgument when its shape does not match the prompt.
   absl::StatusOr<int64_t> AddWithKv(GenerationRequest request, const SampledToken& first,
-                                    std::shared_ptr<const KvSnapshot> kv);
+                                    std::shared_ptr<const KvSnapshot> kv) override;
 
   // Drops the sequence and frees its blocks; its next event is kCancelled
   // (reported by the next Step). Unknown ids are ignored.
-  void Cancel(int64_t seq_id);
+  void Cancel(int64_t seq_id) override;
 
   // One engine step: Schedule -> Forward -> Update. Returns the tokens
   // produced (one per sequence that finished its prompt or decoded), and
   // cancellation events.
-  absl::StatusOr<std::vector<TokenEvent>> Step();
+  absl::StatusOr<std::vector<TokenEvent>> Step() override;
 
-  bool HasWork() const { return !running_.empty() || !waiting_.empty() || !cancelled_.empty(); }
-  EngineStats stats() const;
-  const Model& model() const { return model_; }
-  int32_t max_context() const { return options_.max_context; }
-  int32_t kv_block_size() const { return kv_->block_size(); }
-  GgmlType kv_dtype() const { return kv_->dtype(); }
+  bool HasWork() const override {
+    return !running_.empty() || !waiting_.empty() || !cancelled_.empty();
+  }
+  EngineStats stats() const override;
+  const Model& model() const override { return model_; }
+  int32_t max_context() const override { return options_.max_context; }
+  int32_t kv_block_size() const override { return kv_->block_size(); }
+  GgmlType kv_dtype() const override { return kv_->dtype(); }
 
  private:
   struct Sequence {

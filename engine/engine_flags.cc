@@ -17,6 +17,8 @@ std::vector<common::FlagSpec> EngineFlagSpecs() {
       {.name = "max-batch-tokens", .default_value = "512",
        .help = "tokens per engine step (prefill chunk size)"},
       {.name = "max-running", .default_value = "64", .help = "sequences decoded together"},
+      {.name = "max-waiting", .default_value = "1024",
+       .help = "sequences queued for the running batch before new ones are refused"},
   };
 }
 
@@ -38,6 +40,7 @@ absl::StatusOr<EngineSetup> EngineSetupFromArgs(const common::Args& args) {
   }
   ASSIGN_OR_RETURN(s.engine.max_batch_tokens, args.IntInRange("max-batch-tokens", 1, 1 << 20));
   ASSIGN_OR_RETURN(s.engine.max_running, args.IntInRange("max-running", 1, 1 << 16));
+  ASSIGN_OR_RETURN(s.engine.max_waiting, args.IntInRange("max-waiting", 0, 1 << 24));
   return s;
 }
 

@@ -1,7 +1,5 @@
 #include "gateway/generate_call.h"
 
-#include <iostream>
-
 #include "absl/strings/str_cat.h"
 #include "rpc/convert.h"
 #include "rpc/status.h"
@@ -17,130 +15,302 @@ bool Retryable(const grpc::Status& s) {
 
 }  // namespace
 
-GenerateCall::GenerateCall(const CallEnv& env, grpc::ServerContext* ctx,
-                           grpc::ServerWriter<tandem::v1::GenerateResponse>* writer)
-    : env_(env), ctx_(ctx), writer_(writer) {}
+// The Decode call of one request: reads one message at a time when the
+// GenerateCall asks (after the client took the previous one) and hands it
+// over. Owns itself until OnDone; keeps the GenerateCall alive until then.
+class GenerateCall::DecodeRelay final
+    : public grpc::ClientReadReactor<tandem::v1::DecodeResponse> {
+ public:
+  DecodeRelay(std::shared_ptr<GenerateCall> call, std::unique_ptr<grpc::ClientContext> ctx,
+              std::shared_ptr<grpc::Channel> channel, tandem::v1::DecodeRequest request)
+      : call_(std::move(call)),
+        ctx_(std::move(ctx)),
+        stub_(tandem::v1::Decode::NewStub(channel)),
+        request_(std::move(request)) {}
 
-absl::Status GenerateCall::Run(const ValidatedRequest& request) {
-  usage_.set_prompt_tokens(static_cast<int32_t>(request.prompt_ids.size()));
-  env_.metrics->prompt_tokens.Increment(static_cast<double>(request.prompt_ids.size()));
-
-  tandem::v1::PrefillResponse prefill;
-  std::string prefill_address;
-  if (absl::Status s = Prefill(request, &prefill, &prefill_address); !s.ok()) return s;
-  usage_.set_queue_seconds(prefill.queue_seconds());
-  usage_.set_prefill_seconds(prefill.prefill_seconds());
-  env_.metrics->queue_time.Observe(prefill.queue_seconds());
-
-  TokenEmitter emitter(*env_.tokenizer, {.max_tokens = request.max_tokens,
-                                         .ignore_eos = request.ignore_eos,
-                                         .stop = request.stop});
-  std::vector<tandem::v1::Token> out;
-  const bool done = emitter.Push(prefill.first_token(), &out);
-  if (!Send(out, emitter)) {
-    ReleaseLease(prefill_address, prefill.lease_id(), absl::CancelledError("client went away"));
-    return absl::CancelledError("client went away");
+  void Start() {
+    stub_->async()->Decode(ctx_.get(), &request_, this);
+    StartRead(&message_);
+    StartCall();
   }
-  if (done) {
-    ReleaseLease(prefill_address, prefill.lease_id(), absl::OkStatus());
-    return absl::OkStatus();
+  void Read() { StartRead(&message_); }
+  void Cancel() { ctx_->TryCancel(); }
+
+  void OnReadDone(bool ok) override {
+    if (ok) call_->OnDecodeMessage(message_);  // else OnDone follows
   }
-  return Decode(request, prefill, prefill_address, emitter);
+  void OnDone(const grpc::Status& status) override {
+    call_->OnDecodeDone(status);
+    delete this;
+  }
+
+ private:
+  std::shared_ptr<GenerateCall> call_;
+  std::unique_ptr<grpc::ClientContext> ctx_;
+  std::unique_ptr<tandem::v1::Decode::Stub> stub_;
+  tandem::v1::DecodeRequest request_;
+  tandem::v1::DecodeResponse message_;
+};
+
+GenerateCall* GenerateCall::Start(const CallEnv& env, grpc::CallbackServerContext* ctx,
+                                  absl::StatusOr<ValidatedRequest> request) {
+  std::shared_ptr<GenerateCall> call(new GenerateCall(env, ctx));
+  call->self_ = call;
+  call->Begin(std::move(request));
+  return call.get();
 }
 
-absl::Status GenerateCall::Prefill(const ValidatedRequest& request,
-                                   tandem::v1::PrefillResponse* out,
-                                   std::string* prefill_address) {
-  tandem::v1::PrefillRequest req;
-  req.mutable_prompt_token_ids()->Assign(request.prompt_ids.begin(), request.prompt_ids.end());
-  rpc::SamplingToProto(request.sampling, req.mutable_sampling());
-  req.set_top_logprobs(request.top_logprobs);
-  std::vector<int> tried;
-  // What the client sees when every worker was tried (or there is none).
-  grpc::Status last(grpc::StatusCode::UNAVAILABLE, "no prefill worker is available");
-  while (true) {
-    WorkerPicker::Pick pick = env_.prefill->Acquire(tried);
-    if (!pick.valid()) break;
-    tried.push_back(pick.index());
-    auto stub = tandem::v1::Prefill::NewStub(env_.channels->Get(pick.address()));
-    std::unique_ptr<grpc::ClientContext> cctx = ChildContext();
-    last = stub->Prefill(cctx.get(), req, out);
-    if (last.ok()) {
-      *prefill_address = pick.address();
-      return absl::OkStatus();
+GenerateCall::GenerateCall(const CallEnv& env, grpc::CallbackServerContext* ctx)
+    : env_(env), ctx_(ctx) {}
+
+void GenerateCall::Begin(absl::StatusOr<ValidatedRequest> request) {
+  Next next;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!request.ok()) {
+      next = End(request.status());
+    } else {
+      const int64_t prompt_tokens = static_cast<int64_t>(request->prompt_ids.size());
+      absl::StatusOr<rpc::Admission::Ticket> ticket = env_.admission->TryAdmit(prompt_tokens);
+      if (!ticket.ok()) {
+        rpc::AddRetryHint(*ctx_, env_.admission->retry_after());
+        next = End(ticket.status());
+      } else {
+        ticket_ = std::move(*ticket);
+        request_ = std::move(*request);
+        usage_.set_prompt_tokens(static_cast<int32_t>(prompt_tokens));
+        env_.metrics->prompt_tokens.Increment(static_cast<double>(prompt_tokens));
+        emitter_ = std::make_unique<TokenEmitter>(
+            *env_.tokenizer, EmitterOptions{.max_tokens = request_.max_tokens,
+                                            .ignore_eos = request_.ignore_eos,
+                                            .stop = request_.stop});
+        prefill_request_.mutable_prompt_token_ids()->Assign(request_.prompt_ids.begin(),
+                                                            request_.prompt_ids.end());
+        rpc::SamplingToProto(request_.sampling, prefill_request_.mutable_sampling());
+        prefill_request_.set_top_logprobs(request_.top_logprobs);
+      }
     }
-    if (!Retryable(last) || ctx_->IsCancelled()) break;
-    env_.metrics->prefill_retries.Increment();
   }
-  return rpc::FromGrpcStatus(last, "prefill");
+  if (next.finish) {
+    Run(std::move(next));
+  } else {
+    StartPrefill();
+  }
 }
 
-absl::Status GenerateCall::Decode(const ValidatedRequest& request,
-                                  const tandem::v1::PrefillResponse& prefill,
-                                  const std::string& prefill_address, TokenEmitter& emitter) {
-  WorkerPicker::Pick pick = env_.decode->Acquire();
-  tandem::v1::DecodeRequest req;
-  req.mutable_prompt_token_ids()->Assign(request.prompt_ids.begin(), request.prompt_ids.end());
-  *req.mutable_first_token() = prefill.first_token();
-  rpc::SamplingToProto(request.sampling, req.mutable_sampling());
-  req.set_max_tokens(request.max_tokens);
-  req.set_top_logprobs(request.top_logprobs);
-  // Stop strings and EOS are judged here, on text; the worker stops at EOS
-  // too unless told to ignore it.
-  req.set_ignore_eos(request.ignore_eos);
-  req.set_prefill_address(prefill_address);
-  req.set_lease_id(prefill.lease_id());
-  req.set_num_blocks(prefill.num_blocks());
+void GenerateCall::StartPrefill() {
+  tandem::v1::Prefill::Stub* stub = nullptr;
+  grpc::ClientContext* cctx = nullptr;
+  const tandem::v1::PrefillRequest* req = nullptr;
+  tandem::v1::PrefillResponse* resp = nullptr;
+  Next next;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ending_) return;
+    WorkerPicker::Pick pick = env_.prefill->Acquire(tried_);
+    if (!pick.valid()) {
+      next = End(tried_.empty()
+                     ? absl::UnavailableError("prefill: no prefill worker is configured")
+                     : last_prefill_error_);
+    } else {
+      tried_.push_back(pick.index());
+      prefill_address_ = pick.address();
+      prefill_pick_ = std::move(pick);
+      prefill_ctx_ = ChildContext();
+      prefill_stub_ = tandem::v1::Prefill::NewStub(env_.channels->Get(prefill_address_));
+      prefill_.Clear();
+      stub = prefill_stub_.get();
+      cctx = prefill_ctx_.get();
+      req = &prefill_request_;
+      resp = &prefill_;
+    }
+  }
+  if (stub == nullptr) {
+    Run(std::move(next));
+    return;
+  }
+  stub->async()->Prefill(cctx, req, resp,
+                         [self = shared_from_this()](grpc::Status s) { self->OnPrefillDone(s); });
+}
 
-  auto stub = tandem::v1::Decode::NewStub(env_.channels->Get(pick.address()));
-  std::unique_ptr<grpc::ClientContext> cctx = ChildContext();
-  std::unique_ptr<grpc::ClientReader<tandem::v1::DecodeResponse>> reader =
-      stub->Decode(cctx.get(), req);
-  tandem::v1::DecodeResponse resp;
-  bool first = true;
-  bool client_gone = false;
-  while (!emitter.finished() && reader->Read(&resp)) {
-    if (first) {
-      usage_.set_kv_transfer_seconds(resp.kv_transfer_seconds());
-      usage_.set_first_decode_seconds(resp.first_decode_seconds());
-      first = false;
+void GenerateCall::OnPrefillDone(const grpc::Status& status) {
+  Next next;
+  bool retry = false;
+  {
+    absl::MutexLock lock(&mu_);
+    prefill_pick_ = WorkerPicker::Pick();
+    if (ending_) {
+      // The client went away while the prefill ran: its blocks are nobody's.
+      if (status.ok()) {
+        env_.releases->Release(prefill_address_, prefill_.lease_id(),
+                               absl::CancelledError("the client went away"));
+      }
+      return;
+    }
+    if (status.ok()) {
+      ticket_.DoneQueuing();
+      lease_held_ = true;
+      usage_.set_queue_seconds(prefill_.queue_seconds());
+      usage_.set_prefill_seconds(prefill_.prefill_seconds());
+      env_.metrics->queue_time.Observe(prefill_.queue_seconds());
+      std::vector<tandem::v1::Token> out;
+      const bool done = emitter_->Push(prefill_.first_token(), &out);
+      next.write = Prepare(out);
+      if (done) {
+        Next end = End(absl::OkStatus());
+        next.finish = end.finish;
+        next.status = end.status;
+      } else if (!next.write) {
+        next.decode = true;  // the first token's text is held back
+      }
+    } else if (Retryable(status) && !cancelled_ &&
+               tried_.size() < static_cast<size_t>(env_.prefill->size())) {
+      env_.metrics->prefill_retries.Increment();
+      last_prefill_error_ = rpc::FromGrpcStatus(status, "prefill");
+      retry = true;
+    } else {
+      next = End(rpc::FromGrpcStatus(status, "prefill"));
+    }
+  }
+  if (retry) {
+    StartPrefill();
+  } else {
+    Run(std::move(next));
+  }
+}
+
+void GenerateCall::StartDecode() {
+  DecodeRelay* relay = nullptr;
+  Next next;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ending_) return;
+    decode_pick_ = env_.decode->Acquire();
+    if (!decode_pick_.valid()) {
+      next = End(absl::UnavailableError("decode: no decode worker is configured"));
+    } else {
+      tandem::v1::DecodeRequest req;
+      req.mutable_prompt_token_ids()->Assign(request_.prompt_ids.begin(),
+                                             request_.prompt_ids.end());
+      *req.mutable_first_token() = prefill_.first_token();
+      rpc::SamplingToProto(request_.sampling, req.mutable_sampling());
+      req.set_max_tokens(request_.max_tokens);
+      req.set_top_logprobs(request_.top_logprobs);
+      // Stop strings and EOS are judged here, on text; the worker stops at
+      // EOS too unless told to ignore it.
+      req.set_ignore_eos(request_.ignore_eos);
+      req.set_prefill_address(prefill_address_);
+      req.set_lease_id(prefill_.lease_id());
+      req.set_num_blocks(prefill_.num_blocks());
+      decode_started_ = true;
+      relay_ = relay = new DecodeRelay(shared_from_this(), ChildContext(),
+                                       env_.channels->Get(decode_pick_.address()),
+                                       std::move(req));
+    }
+  }
+  if (relay != nullptr) {
+    relay->Start();
+  } else {
+    Run(std::move(next));
+  }
+}
+
+void GenerateCall::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
+  Next next;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ending_) return;  // the relay is being cancelled
+    if (!got_decode_message_) {
+      got_decode_message_ = true;
+      usage_.set_kv_transfer_seconds(message.kv_transfer_seconds());
+      usage_.set_first_decode_seconds(message.first_decode_seconds());
     }
     std::vector<tandem::v1::Token> out;
-    for (const tandem::v1::SampledTokenProto& t : resp.tokens()) {
-      if (emitter.Push(t, &out)) break;
+    for (const tandem::v1::SampledTokenProto& t : message.tokens()) {
+      if (emitter_->Push(t, &out)) break;
     }
-    if (!emitter.finished() && resp.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
-      emitter.Finish(resp.finish_reason(), &out);
+    if (!emitter_->finished() &&
+        message.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
+      emitter_->Finish(message.finish_reason(), &out);
     }
-    if (!Send(out, emitter)) {
-      client_gone = true;
-      break;
+    next.write = Prepare(out);
+    if (emitter_->finished()) {
+      // Done here (e.g. a stop string matched): stop the decode worker.
+      Next end = End(absl::OkStatus());
+      next.finish = end.finish;
+      next.status = end.status;
+    } else if (!next.write) {
+      next.read = true;
     }
   }
-  if (emitter.finished() || client_gone) cctx->TryCancel();  // e.g. a stop string matched
-  const grpc::Status s = reader->Finish();
-  if (client_gone) return absl::CancelledError("client went away");
-  if (emitter.finished()) return absl::OkStatus();
-  // The decode worker failed before finishing. It releases the lease itself
-  // once it has tried to fetch; releasing again is harmless and covers
-  // failures before that.
-  ReleaseLease(prefill_address, prefill.lease_id(), rpc::FromGrpcStatus(s, "decode"));
-  if (s.ok()) return absl::InternalError("decode stream ended without a finish reason");
-  return rpc::FromGrpcStatus(s, "decode");
+  Run(std::move(next));
 }
 
-std::unique_ptr<grpc::ClientContext> GenerateCall::ChildContext() const {
-  std::unique_ptr<grpc::ClientContext> cctx = grpc::ClientContext::FromServerContext(*ctx_);
-  const auto cap = absl::ToChronoTime(start_ + env_.request_timeout);
-  if (cctx->deadline() > cap) cctx->set_deadline(cap);
-  return cctx;
+void GenerateCall::OnDecodeDone(const grpc::Status& status) {
+  Next next;
+  {
+    absl::MutexLock lock(&mu_);
+    relay_ = nullptr;
+    decode_pick_ = WorkerPicker::Pick();
+    if (ending_) return;
+    if (status.ok()) {
+      next = End(absl::InternalError("decode: the stream ended without a finish reason"));
+    } else {
+      next = End(rpc::FromGrpcStatus(status, "decode"));
+    }
+  }
+  Run(std::move(next));
 }
 
-bool GenerateCall::Send(std::vector<tandem::v1::Token>& tokens, const TokenEmitter& emitter) {
-  if (tokens.empty() && !emitter.finished()) return true;
-  tandem::v1::GenerateResponse resp;
+void GenerateCall::OnWriteDone(bool ok) {
+  Next next;
+  {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (ending_) {
+      finished_ = next.finish = true;
+      next.status = end_status_;
+    } else if (!ok) {
+      next = End(absl::CancelledError("the client went away"));
+    } else if (!decode_started_) {
+      next.decode = true;  // the first token is out
+    } else {
+      next.read = true;
+    }
+  }
+  Run(std::move(next));
+}
+
+void GenerateCall::OnCancel() {
+  Next next;
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    if (prefill_ctx_ != nullptr) prefill_ctx_->TryCancel();
+    next = End(absl::CancelledError("the client cancelled"));
+  }
+  Run(std::move(next));
+}
+
+void GenerateCall::OnDone() { self_.reset(); }
+
+void GenerateCall::Run(Next next) {
+  DecodeRelay* relay = nullptr;
+  if (next.read) {
+    absl::MutexLock lock(&mu_);
+    relay = relay_;
+  }
+  if (next.write) StartWrite(&response_);
+  if (next.finish) Finish(rpc::ToGrpcStatus(next.status));
+  if (relay != nullptr) relay->Read();
+  if (next.decode) StartDecode();
+}
+
+bool GenerateCall::Prepare(std::vector<tandem::v1::Token>& tokens) {
+  if (tokens.empty() && !emitter_->finished()) return false;
+  response_.Clear();
   const absl::Time now = absl::Now();
-  for (tandem::v1::Token& t : tokens) *resp.add_tokens() = std::move(t);
+  for (tandem::v1::Token& t : tokens) *response_.add_tokens() = std::move(t);
   if (!tokens.empty()) {
     if (last_token_ == absl::InfinitePast()) {
       env_.metrics->time_to_first_token.Observe(absl::ToDoubleSeconds(now - start_));
@@ -151,30 +321,44 @@ bool GenerateCall::Send(std::vector<tandem::v1::Token>& tokens, const TokenEmitt
     last_token_ = now;
     env_.metrics->generated_tokens.Increment(static_cast<double>(tokens.size()));
   }
-  if (emitter.finished()) {
-    resp.set_finish_reason(emitter.finish_reason());
-    usage_.set_completion_tokens(emitter.completion_tokens());
-    *resp.mutable_usage() = usage_;
-    env_.metrics->e2e_latency.Observe(absl::ToDoubleSeconds(now - start_));
+  if (emitter_->finished()) {
+    response_.set_finish_reason(emitter_->finish_reason());
+    usage_.set_completion_tokens(emitter_->completion_tokens());
+    *response_.mutable_usage() = usage_;
   }
-  return writer_->Write(resp);
+  writing_ = true;
+  return true;
 }
 
-void GenerateCall::ReleaseLease(const std::string& prefill_address, const std::string& lease_id,
-                                const absl::Status& why) {
-  auto stub = tandem::v1::Prefill::NewStub(env_.channels->Get(prefill_address));
-  grpc::ClientContext cctx;  // not the client's: it must run even after a cancel
-  cctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  tandem::v1::ReleaseKvRequest req;
-  req.set_lease_id(lease_id);
-  req.set_ok(why.ok());
-  req.set_error(std::string(why.message()));
-  tandem::v1::ReleaseKvResponse ignored;
-  const grpc::Status s = stub->ReleaseKv(&cctx, req, &ignored);
-  if (!s.ok()) {
-    std::cerr << "tandem-gateway: ReleaseKv to " << prefill_address << ": " << s.error_message()
-              << " (the lease's TTL will free it)\n";
+GenerateCall::Next GenerateCall::End(absl::Status status) {
+  Next next;
+  if (ending_) return next;
+  ending_ = true;
+  end_status_ = status;
+  // The decode worker releases a lease it fetched; any other end after
+  // prefill leaves the lease to us.
+  if (lease_held_ && (!status.ok() || !decode_started_)) {
+    env_.releases->Release(prefill_address_, prefill_.lease_id(), status);
   }
+  lease_held_ = false;
+  if (relay_ != nullptr) relay_->Cancel();
+  if (status.ok()) env_.metrics->e2e_latency.Observe(absl::ToDoubleSeconds(absl::Now() - start_));
+  env_.metrics->requests
+      .Add({{"method", "Generate"}, {"code", absl::StatusCodeToString(status.code())}})
+      .Increment();
+  ticket_ = rpc::Admission::Ticket();
+  if (!writing_) {
+    finished_ = next.finish = true;
+    next.status = std::move(status);
+  }
+  return next;
+}
+
+std::unique_ptr<grpc::ClientContext> GenerateCall::ChildContext() const {
+  std::unique_ptr<grpc::ClientContext> cctx = grpc::ClientContext::FromCallbackServerContext(*ctx_);
+  const auto cap = absl::ToChronoTime(start_ + env_.request_timeout);
+  if (cctx->deadline() > cap) cctx->set_deadline(cap);
+  return cctx;
 }
 
 }  // namespace tandem::gateway

@@ -1,22 +1,31 @@
-// One Generate request's path through the gateway, on the gRPC handler
-// thread: prefill on a prefill worker (retried elsewhere if unreachable),
-// first token to the client, then the decode worker's stream relayed token
-// by token through the TokenEmitter. Child calls inherit the client's
-// deadline and cancellation. Thread-compatible (one per request).
+// One Generate request's path through the gateway, as a gRPC callback
+// reactor (no thread waits on a worker): admission, prefill on a prefill
+// worker (retried elsewhere when one is unreachable or overloaded), the first
+// token to the client, then the decode worker's stream relayed message by
+// message through the TokenEmitter, one client write outstanding. Child calls
+// carry the client's deadline (capped by the request timeout); a client
+// cancel cancels them at once; every way a request can die after prefill
+// releases its KV lease (ReleaseClient, never blocking).
+// Thread-safe: reactions on gRPC threads are serialized by `mu_`.
 #ifndef TANDEM_GATEWAY_GENERATE_CALL_H_
 #define TANDEM_GATEWAY_GENERATE_CALL_H_
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/tokenizer.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/token_emitter.h"
 #include "gateway/validated_request.h"
 #include "gateway/worker_picker.h"
+#include "kvtransfer/rpc/release_client.h"
+#include "rpc/admission.h"
 #include "rpc/channel_cache.h"
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
@@ -29,38 +38,82 @@ struct CallEnv {
   WorkerPicker* prefill;
   WorkerPicker* decode;
   rpc::ChannelCache* channels;
+  kvtransfer::ReleaseClient* releases;
+  rpc::Admission* admission;
   GatewayMetrics* metrics;
   // Deadline for worker calls when the client's is later (or unset).
   absl::Duration request_timeout;
 };
 
-class GenerateCall {
+class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateResponse>,
+                           public std::enable_shared_from_this<GenerateCall> {
  public:
-  GenerateCall(const CallEnv& env, grpc::ServerContext* ctx,
-               grpc::ServerWriter<tandem::v1::GenerateResponse>* writer);
+  // Starts the call for `request` (or finishes it at once with the
+  // validation error); the reactor owns itself until OnDone.
+  static GenerateCall* Start(const CallEnv& env, grpc::CallbackServerContext* ctx,
+                             absl::StatusOr<ValidatedRequest> request);
 
-  absl::Status Run(const ValidatedRequest& request);
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
 
  private:
-  absl::Status Prefill(const ValidatedRequest& request, tandem::v1::PrefillResponse* out,
-                       std::string* prefill_address);
-  absl::Status Decode(const ValidatedRequest& request, const tandem::v1::PrefillResponse& prefill,
-                      const std::string& prefill_address, TokenEmitter& emitter);
-  // Sends `tokens` (and, when the emitter has finished, the finish reason
-  // and usage). False when the client has gone.
-  bool Send(std::vector<tandem::v1::Token>& tokens, const TokenEmitter& emitter);
-  // A child call context: the client's cancellation and deadline, capped by
-  // request_timeout.
-  std::unique_ptr<grpc::ClientContext> ChildContext() const;
-  void ReleaseLease(const std::string& prefill_address, const std::string& lease_id,
-                    const absl::Status& why);
+  class DecodeRelay;
+  // What to do after a state change, done outside `mu_`.
+  struct Next {
+    bool write = false;        // StartWrite(&response_)
+    bool read = false;         // the relay's next read
+    bool decode = false;       // start the decode call
+    bool finish = false;       // Finish(status)
+    absl::Status status;
+  };
 
-  CallEnv env_;
-  grpc::ServerContext* ctx_;
-  grpc::ServerWriter<tandem::v1::GenerateResponse>* writer_;
+  GenerateCall(const CallEnv& env, grpc::CallbackServerContext* ctx);
+  void Begin(absl::StatusOr<ValidatedRequest> request);
+  void StartPrefill() ABSL_LOCKS_EXCLUDED(mu_);
+  void OnPrefillDone(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  void StartDecode() ABSL_LOCKS_EXCLUDED(mu_);
+  void OnDecodeMessage(const tandem::v1::DecodeResponse& message) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnDecodeDone(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  void Run(Next next) ABSL_LOCKS_EXCLUDED(mu_);
+  // Builds response_ from `tokens` (and the finish, when the emitter is
+  // done); false when there is nothing to send.
+  bool Prepare(std::vector<tandem::v1::Token>& tokens) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the call with `status` after any write outstanding; releases the
+  // lease when the request failed after prefill.
+  Next End(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::unique_ptr<grpc::ClientContext> ChildContext() const;
+
+  const CallEnv env_;
+  grpc::CallbackServerContext* const ctx_;
   const absl::Time start_ = absl::Now();
-  absl::Time last_token_ = absl::InfinitePast();
-  tandem::v1::Usage usage_;
+  std::shared_ptr<GenerateCall> self_;  // until OnDone
+  rpc::Admission::Ticket ticket_;
+
+  absl::Mutex mu_;
+  ValidatedRequest request_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<TokenEmitter> emitter_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> tried_ ABSL_GUARDED_BY(mu_);
+  WorkerPicker::Pick prefill_pick_ ABSL_GUARDED_BY(mu_);
+  WorkerPicker::Pick decode_pick_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<grpc::ClientContext> prefill_ctx_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<tandem::v1::Prefill::Stub> prefill_stub_ ABSL_GUARDED_BY(mu_);
+  tandem::v1::PrefillRequest prefill_request_ ABSL_GUARDED_BY(mu_);
+  tandem::v1::PrefillResponse prefill_ ABSL_GUARDED_BY(mu_);
+  std::string prefill_address_ ABSL_GUARDED_BY(mu_);
+  bool lease_held_ ABSL_GUARDED_BY(mu_) = false;  // ours to release on failure
+  absl::Status last_prefill_error_ ABSL_GUARDED_BY(mu_);
+  bool decode_started_ ABSL_GUARDED_BY(mu_) = false;
+  bool got_decode_message_ ABSL_GUARDED_BY(mu_) = false;
+  DecodeRelay* relay_ ABSL_GUARDED_BY(mu_) = nullptr;
+  tandem::v1::GenerateResponse response_ ABSL_GUARDED_BY(mu_);
+  tandem::v1::Usage usage_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_token_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool ending_ ABSL_GUARDED_BY(mu_) = false;    // End() ran; Finish follows the write
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish() was called
+  absl::Status end_status_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tandem::gateway

@@ -1,7 +1,7 @@
-// The public tandem.v1.Generation service: validates each request into a
-// ValidatedRequest and runs it as a GenerateCall over the workers; answers
-// Tokenize and ListModels from the tokenizer it loaded (the gateway never
-// loads weights). Handlers run on gRPC's sync-server threads. Thread-safe.
+// The public tandem.v1.Generation service (callback API): validates each
+// request into a ValidatedRequest and runs it as a GenerateCall reactor over
+// the workers; answers Tokenize and ListModels from the tokenizer it loaded
+// (the gateway never loads weights). No handler blocks. Thread-safe.
 #ifndef TANDEM_GATEWAY_GENERATION_SERVICE_H_
 #define TANDEM_GATEWAY_GENERATION_SERVICE_H_
 
@@ -13,7 +13,9 @@
 #include "gateway/gateway_metrics.h"
 #include "gateway/validated_request.h"
 #include "gateway/worker_picker.h"
+#include "kvtransfer/rpc/release_client.h"
 #include "prometheus/registry.h"
+#include "rpc/admission.h"
 #include "rpc/channel_cache.h"
 #include "tandem/v1/generation.grpc.pb.h"
 
@@ -27,28 +29,37 @@ struct GatewayOptions {
   std::vector<std::string> decode_workers;
   // Applied to Generate calls whose client set no earlier deadline.
   absl::Duration request_timeout = absl::Minutes(10);
+  rpc::AdmissionLimits admission;
+  rpc::ChannelCacheOptions channels;
 };
 
-class GenerationService final : public tandem::v1::Generation::Service {
+class GenerationService final : public tandem::v1::Generation::CallbackService {
  public:
   GenerationService(std::unique_ptr<engine::Tokenizer> tokenizer, GatewayOptions options,
                     prometheus::Registry& registry);
 
-  grpc::Status Generate(grpc::ServerContext* ctx, const tandem::v1::GenerateRequest* request,
-                        grpc::ServerWriter<tandem::v1::GenerateResponse>* writer) override;
-  grpc::Status Tokenize(grpc::ServerContext* ctx, const tandem::v1::TokenizeRequest* request,
-                        tandem::v1::TokenizeResponse* response) override;
-  grpc::Status ListModels(grpc::ServerContext* ctx, const tandem::v1::ListModelsRequest* request,
-                          tandem::v1::ListModelsResponse* response) override;
+  grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* ctx, const tandem::v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
+                                     const tandem::v1::TokenizeRequest* request,
+                                     tandem::v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx,
+                                       const tandem::v1::ListModelsRequest* request,
+                                       tandem::v1::ListModelsResponse* response) override;
+
+  const rpc::Admission& admission() const { return admission_; }
 
  private:
-  grpc::Status Count(const char* method, const absl::Status& status);
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const char* method,
+                                   const absl::Status& status);
 
   std::unique_ptr<engine::Tokenizer> tokenizer_;
   const GatewayOptions options_;
   WorkerPicker prefill_;
   WorkerPicker decode_;
   rpc::ChannelCache channels_;
+  kvtransfer::ReleaseClient releases_;
+  rpc::Admission admission_;
   GatewayMetrics metrics_;
 };
 

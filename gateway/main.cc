@@ -9,6 +9,7 @@
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
 #include "gateway/generation_service.h"
+#include "rpc/admission.h"
 #include "rpc/bootstrap.h"
 #include "rpc/metrics.h"
 
@@ -22,7 +23,7 @@ std::vector<std::string> SplitAddresses(const std::string& list) {
 
 int main(int argc, char** argv) {
   tandem::rpc::BlockShutdownSignals();
-  const std::vector<tandem::common::FlagSpec> specs = {
+  std::vector<tandem::common::FlagSpec> specs = {
       {.name = "listen", .default_value = "127.0.0.1:0",
        .help = "gRPC listen address host:port (port 0 = ephemeral)"},
       {.name = "metrics-listen", .default_value = "127.0.0.1:0",
@@ -38,7 +39,13 @@ int main(int argc, char** argv) {
       {.name = "max-stop-strings", .default_value = "16", .help = "stop strings per request"},
       {.name = "request-timeout-ms", .default_value = "600000",
        .help = "deadline for Generate calls that set none"},
+      {.name = "max-peer-channels", .default_value = "256",
+       .help = "gRPC channels to workers kept open (least recently used dropped first)"},
   };
+  for (tandem::common::FlagSpec& s :
+       tandem::rpc::AdmissionFlagSpecs({.max_in_flight = 4096, .max_queued_tokens = 1 << 20})) {
+    specs.push_back(std::move(s));
+  }
   int exit_code = 0;
   std::optional<tandem::common::Args> args =
       tandem::common::ParseFlagsOrExit("tandem-gateway", argc, argv, specs, &exit_code);
@@ -55,7 +62,11 @@ int main(int argc, char** argv) {
   absl::StatusOr<int32_t> max_stops = args->IntInRange("max-stop-strings", 0, 1024);
   absl::StatusOr<int32_t> timeout_ms =
       args->IntInRange("request-timeout-ms", 1, 24 * 3600 * 1000);
-  for (const absl::Status& s : {max_context.status(), max_stops.status(), timeout_ms.status()}) {
+  absl::StatusOr<int32_t> channels = args->IntInRange("max-peer-channels", 1, 1 << 20);
+  absl::StatusOr<tandem::rpc::AdmissionLimits> admission =
+      tandem::rpc::AdmissionLimitsFromArgs(*args);
+  for (const absl::Status& s : {max_context.status(), max_stops.status(), timeout_ms.status(),
+                                channels.status(), admission.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-gateway: " << s.message() << "\n";
       return 2;
@@ -68,6 +79,8 @@ int main(int argc, char** argv) {
   options.limits.max_context = static_cast<int32_t>(*max_context);
   options.limits.max_stop_strings = static_cast<int32_t>(*max_stops);
   options.request_timeout = absl::Milliseconds(*timeout_ms);
+  options.admission = *admission;
+  options.channels.max_channels = *channels;
 
   absl::StatusOr<std::unique_ptr<tandem::engine::GgufFile>> file =
       tandem::engine::GgufFile::Open(model_path, {.require_tensor_data = false});

@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -101,6 +102,13 @@ absl::Status CheckCompatible(std::string_view bytes, const BlockExpectation& exp
 }  // namespace
 
 std::string EncodeBlock(const BlockHeader& header, std::span<const uint8_t> payload) {
+  std::string out;
+  EncodeBlockTo(header, payload, &out);
+  return out;
+}
+
+void EncodeBlockTo(const BlockHeader& header, std::span<const uint8_t> payload,
+                   std::string* out_ptr) {
   TANDEM_CHECK(IsKvDtype(header.dtype), "KV blocks are f32 or f16")
       << "dtype=" << static_cast<uint32_t>(header.dtype);
   TANDEM_CHECK(header.token_count >= 1 && header.token_count <= header.block_size,
@@ -111,7 +119,8 @@ std::string EncodeBlock(const BlockHeader& header, std::span<const uint8_t> payl
                "payload is not one block of the header's shape")
       << "payload bytes=" << payload.size();
 
-  std::string out;
+  std::string& out = *out_ptr;
+  out.clear();
   out.reserve(kBlockHeaderBytes + payload.size() + kBlockChecksumBytes);
   out.append(kBlockMagic.data(), kBlockMagic.size());
   AppendLe16(out, kBlockFormatVersion);
@@ -128,8 +137,18 @@ std::string EncodeBlock(const BlockHeader& header, std::span<const uint8_t> payl
   AppendLe64(out, payload.size());
   TANDEM_DCHECK(out.size() == kBlockHeaderBytes, "header table and encoder disagree");
   out.append(reinterpret_cast<const char*>(payload.data()), payload.size());
+  if (header.token_count < header.block_size) {
+    // Slots past token_count go out as zeros: the bytes are deterministic
+    // and carry no stale KV. Layout [layer][k|v][slot][kv_dim].
+    const size_t row = static_cast<size_t>(header.kv_dim) * engine::GgmlBlockBytes(header.dtype);
+    const size_t unused = (header.block_size - header.token_count) * row;
+    for (uint32_t half = 0; half < 2 * header.layer_count; ++half) {
+      const size_t at = kBlockHeaderBytes +
+                        (static_cast<size_t>(half) * header.block_size + header.token_count) * row;
+      std::memset(out.data() + at, 0, unused);
+    }
+  }
   AppendLe64(out, XXH3_64bits(out.data(), out.size()));
-  return out;
 }
 
 BlockExpectation ExpectationFor(const engine::ModelConfig& config, uint64_t fingerprint,

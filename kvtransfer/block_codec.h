@@ -56,7 +56,12 @@ struct BlockHeader {
 // shape (2 * layer_count * block_size * kv_dim elements of dtype) and
 // token_count in [1, block_size]; both are checked (a violation is a bug in
 // the caller, not bad input).
+// Slots past token_count are encoded as zeros whatever the payload holds.
 std::string EncodeBlock(const BlockHeader& header, std::span<const uint8_t> payload);
+// The same into `out` (cleared first; its capacity is reused), so a
+// transport can encode straight into its message buffer.
+void EncodeBlockTo(const BlockHeader& header, std::span<const uint8_t> payload,
+                   std::string* out);
 
 struct DecodedBlock {
   BlockHeader header;

@@ -20,18 +20,6 @@ namespace {
 
 std::string Hex64(uint64_t v) { return absl::StrCat("0x", absl::Hex(v, absl::kZeroPad16)); }
 
-// Zeroes slots [token_count, block_size) of every layer's keys and values in
-// a block laid out [layer][k|v][slot][kv_dim].
-void ZeroUnusedSlots(const engine::KvSnapshot& s, int32_t token_count,
-                     std::vector<uint8_t>& block) {
-  const size_t row_bytes = static_cast<size_t>(s.kv_dim) * engine::GgmlBlockBytes(s.dtype);
-  const size_t unused = static_cast<size_t>(s.block_size - token_count) * row_bytes;
-  for (int32_t half = 0; half < 2 * s.n_layer; ++half) {
-    const size_t offset = (static_cast<size_t>(half) * s.block_size + token_count) * row_bytes;
-    std::memset(block.data() + offset, 0, unused);
-  }
-}
-
 absl::Status InBlock(size_t index, const absl::Status& status) {
   return absl::Status(status.code(),
                       absl::StrCat("snapshot block ", index, ": ", status.message()));
@@ -43,49 +31,144 @@ absl::Status BlockError(size_t index, const std::string& message) {
 
 }  // namespace
 
+SnapshotEncoder::SnapshotEncoder(std::shared_ptr<const engine::KvSnapshot> snapshot,
+                                 std::vector<int32_t> token_ids, uint64_t tenant_salt)
+    : snapshot_(std::move(snapshot)), token_ids_(std::move(token_ids)), tenant_salt_(tenant_salt) {
+  const engine::KvSnapshot& s = *snapshot_;
+  const int64_t n = s.n_tokens;
+  const int64_t bs = s.block_size;
+  TANDEM_CHECK(bs > 0 && n >= 0, "snapshot shape") << "block_size=" << bs << " n_tokens=" << n;
+  TANDEM_CHECK(static_cast<int64_t>(token_ids_.size()) == n, "one token id per snapshot position")
+      << "token_ids=" << token_ids_.size() << " n_tokens=" << n;
+  TANDEM_CHECK(static_cast<int64_t>(s.blocks.size()) == (n + bs - 1) / bs,
+               "snapshot holds ceil(n_tokens / block_size) blocks")
+      << "blocks=" << s.blocks.size();
+  hashes_.reserve(s.blocks.size());
+  uint64_t parent = kRootParentHash;
+  for (size_t i = 0; i < s.blocks.size(); ++i) {
+    const int64_t start = static_cast<int64_t>(i) * bs;
+    const std::span<const int32_t> tokens =
+        std::span<const int32_t>(token_ids_).subspan(start, std::min(bs, n - start));
+    parent = BlockHash(parent, tokens, s.model_fingerprint, tenant_salt_);
+    hashes_.push_back(parent);
+  }
+}
+
+int64_t SnapshotEncoder::wire_bytes() const {
+  int64_t total = 0;
+  for (const std::vector<uint8_t>& b : snapshot_->blocks) {
+    total += static_cast<int64_t>(kBlockHeaderBytes + b.size() + kBlockChecksumBytes);
+  }
+  return total;
+}
+
+void SnapshotEncoder::EncodeTo(int32_t index, std::string* out) const {
+  TANDEM_CHECK(index >= 0 && index < num_blocks(), "block index in range") << "index=" << index;
+  const engine::KvSnapshot& s = *snapshot_;
+  const int64_t start = int64_t{index} * s.block_size;
+  const BlockHeader header{
+      .model_fingerprint = s.model_fingerprint,
+      .block_hash = hashes_[index],
+      .parent_hash = index == 0 ? kRootParentHash : hashes_[index - 1],
+      .block_index = static_cast<uint32_t>(index),
+      .token_count = static_cast<uint32_t>(std::min<int64_t>(s.block_size, s.n_tokens - start)),
+      .block_size = static_cast<uint32_t>(s.block_size),
+      .layer_count = static_cast<uint32_t>(s.n_layer),
+      .kv_dim = static_cast<uint32_t>(s.kv_dim),
+      .dtype = s.dtype,
+  };
+  EncodeBlockTo(header, s.blocks[index], out);  // checks the size, zeroes unused slots
+}
+
+SnapshotDecoder::SnapshotDecoder(const BlockExpectation& expect, std::vector<int32_t> token_ids,
+                                 uint64_t tenant_salt)
+    : expect_(expect),
+      token_ids_(std::move(token_ids)),
+      tenant_salt_(tenant_salt),
+      parent_(kRootParentHash) {
+  if (token_ids_.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    status_ = absl::InvalidArgumentError(
+        absl::StrCat("token_ids: ", token_ids_.size(), " ids, at most 2^31 - 1 positions"));
+  } else if (expect.block_size == 0) {
+    status_ = absl::InvalidArgumentError("expectation block_size: must be positive");
+  }
+  snapshot_.model_fingerprint = expect.model_fingerprint;
+  snapshot_.n_tokens = static_cast<int32_t>(token_ids_.size());
+  snapshot_.block_size = static_cast<int32_t>(expect.block_size);
+  snapshot_.n_layer = static_cast<int32_t>(expect.layer_count);
+  snapshot_.kv_dim = static_cast<int32_t>(expect.kv_dim);
+  snapshot_.dtype = expect.dtype;
+  if (expect.block_size > 0) {
+    snapshot_.blocks.reserve((token_ids_.size() + expect.block_size - 1) / expect.block_size);
+  }
+}
+
+absl::Status SnapshotDecoder::Add(std::string_view bytes) {
+  RETURN_IF_ERROR(status_);
+  const size_t i = snapshot_.blocks.size();
+  const size_t n = token_ids_.size();
+  const size_t bs = expect_.block_size;
+  auto fail = [&](absl::Status s) {
+    status_ = s;
+    return s;
+  };
+  absl::StatusOr<DecodedBlock> decoded = DecodeBlock(bytes, expect_);
+  if (!decoded.ok()) return fail(InBlock(i, decoded.status()));
+  const BlockHeader& h = decoded->header;
+  if (h.block_index != i) {
+    return fail(BlockError(i, absl::StrCat("block_index: got ", h.block_index, ", expected ", i,
+                                           " (blocks missing or out of order)")));
+  }
+  if (covered_ >= n) {
+    return fail(BlockError(i, absl::StrCat("token_count: got ", h.token_count,
+                                           ", expected no block: token_ids hold ", n,
+                                           " tokens, all covered by earlier blocks")));
+  }
+  const size_t expected_count = std::min(bs, n - covered_);
+  if (h.token_count != expected_count) {
+    return fail(BlockError(i, absl::StrCat("token_count: got ", h.token_count, ", expected ",
+                                           expected_count, " (token_ids hold ", n,
+                                           " tokens; only the last block may be partial)")));
+  }
+  if (h.parent_hash != parent_) {
+    return fail(BlockError(i, absl::StrCat("parent_hash: got ", Hex64(h.parent_hash),
+                                           ", expected ", Hex64(parent_),
+                                           " (hash of the previous block)")));
+  }
+  const uint64_t want =
+      BlockHash(parent_, std::span<const int32_t>(token_ids_).subspan(covered_, expected_count),
+                expect_.model_fingerprint, tenant_salt_);
+  if (h.block_hash != want) {
+    return fail(BlockError(i, absl::StrCat("block_hash: got ", Hex64(h.block_hash),
+                                           ", expected ", Hex64(want), " for token_ids [",
+                                           covered_, ", ", covered_ + expected_count, ")")));
+  }
+  const auto* data = reinterpret_cast<const uint8_t*>(decoded->payload.data());
+  snapshot_.blocks.emplace_back(data, data + decoded->payload.size());
+  parent_ = h.block_hash;
+  covered_ += expected_count;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<engine::KvSnapshot> SnapshotDecoder::Finish() && {
+  RETURN_IF_ERROR(status_);
+  if (covered_ != token_ids_.size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("snapshot token counts: ", snapshot_.blocks.size(), " blocks add up to ",
+                     covered_, " tokens, token_ids hold ", token_ids_.size()));
+  }
+  return std::move(snapshot_);
+}
+
 std::vector<std::string> EncodeSnapshot(const engine::KvSnapshot& snapshot,
                                         std::span<const int32_t> token_ids,
                                         uint64_t tenant_salt) {
-  const int64_t n = snapshot.n_tokens;
-  const int64_t bs = snapshot.block_size;
-  TANDEM_CHECK(bs > 0 && n >= 0, "snapshot shape") << "block_size=" << bs << " n_tokens=" << n;
-  TANDEM_CHECK(static_cast<int64_t>(token_ids.size()) == n, "one token id per snapshot position")
-      << "token_ids=" << token_ids.size() << " n_tokens=" << n;
-  TANDEM_CHECK(static_cast<int64_t>(snapshot.blocks.size()) == (n + bs - 1) / bs,
-               "snapshot holds ceil(n_tokens / block_size) blocks")
-      << "blocks=" << snapshot.blocks.size();
-
-  std::vector<std::string> out;
-  out.reserve(snapshot.blocks.size());
-  uint64_t parent = kRootParentHash;
-  for (size_t i = 0; i < snapshot.blocks.size(); ++i) {
-    const int64_t start = static_cast<int64_t>(i) * bs;
-    const int32_t count = static_cast<int32_t>(std::min(bs, n - start));
-    const std::span<const int32_t> tokens = token_ids.subspan(start, count);
-    const BlockHeader header{
-        .model_fingerprint = snapshot.model_fingerprint,
-        .block_hash = BlockHash(parent, tokens, snapshot.model_fingerprint, tenant_salt),
-        .parent_hash = parent,
-        .block_index = static_cast<uint32_t>(i),
-        .token_count = static_cast<uint32_t>(count),
-        .block_size = static_cast<uint32_t>(bs),
-        .layer_count = static_cast<uint32_t>(snapshot.n_layer),
-        .kv_dim = static_cast<uint32_t>(snapshot.kv_dim),
-        .dtype = snapshot.dtype,
-    };
-    if (count < bs) {
-      std::vector<uint8_t> partial = snapshot.blocks[i];
-      TANDEM_CHECK(static_cast<int64_t>(partial.size()) ==
-                       2 * snapshot.n_layer * bs * snapshot.kv_dim *
-                           engine::GgmlBlockBytes(snapshot.dtype),
-                   "snapshot block is not one engine block");
-      ZeroUnusedSlots(snapshot, count, partial);
-      out.push_back(EncodeBlock(header, partial));
-    } else {
-      out.push_back(EncodeBlock(header, snapshot.blocks[i]));  // checks the size
-    }
-    parent = header.block_hash;
-  }
+  // A non-owning shared_ptr: the encoder lives only inside this call.
+  const SnapshotEncoder encoder(
+      std::shared_ptr<const engine::KvSnapshot>(&snapshot, [](const engine::KvSnapshot*) {}),
+      std::vector<int32_t>(token_ids.begin(), token_ids.end()), tenant_salt);
+  std::vector<std::string> out(encoder.num_blocks());
+  for (int32_t i = 0; i < encoder.num_blocks(); ++i) encoder.EncodeTo(i, &out[i]);
   return out;
 }
 
@@ -93,69 +176,10 @@ absl::StatusOr<engine::KvSnapshot> DecodeSnapshot(const std::vector<std::string>
                                                   const BlockExpectation& expect,
                                                   std::span<const int32_t> token_ids,
                                                   uint64_t tenant_salt) {
-  if (token_ids.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("token_ids: ", token_ids.size(), " ids, at most 2^31 - 1 positions"));
-  }
-  if (expect.block_size == 0) {
-    return absl::InvalidArgumentError("expectation block_size: must be positive");
-  }
-  const size_t n = token_ids.size();
-  const size_t bs = expect.block_size;
-
-  engine::KvSnapshot snapshot;
-  snapshot.model_fingerprint = expect.model_fingerprint;
-  snapshot.n_tokens = static_cast<int32_t>(n);
-  snapshot.block_size = static_cast<int32_t>(expect.block_size);
-  snapshot.n_layer = static_cast<int32_t>(expect.layer_count);
-  snapshot.kv_dim = static_cast<int32_t>(expect.kv_dim);
-  snapshot.dtype = expect.dtype;
-  snapshot.blocks.reserve(blocks.size());
-
-  uint64_t parent = kRootParentHash;
-  size_t covered = 0;  // token ids accounted for by blocks [0, i)
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    absl::StatusOr<DecodedBlock> decoded = DecodeBlock(blocks[i], expect);
-    if (!decoded.ok()) return InBlock(i, decoded.status());
-    const BlockHeader& h = decoded->header;
-    if (h.block_index != i) {
-      return BlockError(i, absl::StrCat("block_index: got ", h.block_index, ", expected ", i,
-                                        " (blocks missing or out of order)"));
-    }
-    if (covered >= n) {
-      return BlockError(i, absl::StrCat("token_count: got ", h.token_count,
-                                        ", expected no block: token_ids hold ", n,
-                                        " tokens, all covered by earlier blocks"));
-    }
-    const size_t expected_count = std::min(bs, n - covered);
-    if (h.token_count != expected_count) {
-      return BlockError(i, absl::StrCat("token_count: got ", h.token_count, ", expected ",
-                                        expected_count, " (token_ids hold ", n,
-                                        " tokens; only the last block may be partial)"));
-    }
-    if (h.parent_hash != parent) {
-      return BlockError(i, absl::StrCat("parent_hash: got ", Hex64(h.parent_hash), ", expected ",
-                                        Hex64(parent), " (hash of the previous block)"));
-    }
-    const uint64_t want =
-        BlockHash(parent, token_ids.subspan(covered, expected_count), expect.model_fingerprint,
-                  tenant_salt);
-    if (h.block_hash != want) {
-      return BlockError(i, absl::StrCat("block_hash: got ", Hex64(h.block_hash), ", expected ",
-                                        Hex64(want), " for token_ids [", covered, ", ",
-                                        covered + expected_count, ")"));
-    }
-    const auto* data = reinterpret_cast<const uint8_t*>(decoded->payload.data());
-    snapshot.blocks.emplace_back(data, data + decoded->payload.size());
-    parent = h.block_hash;
-    covered += expected_count;
-  }
-  if (covered != n) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("snapshot token counts: ", blocks.size(), " blocks add up to ", covered,
-                     " tokens, token_ids hold ", n));
-  }
-  return snapshot;
+  SnapshotDecoder decoder(expect, std::vector<int32_t>(token_ids.begin(), token_ids.end()),
+                          tenant_salt);
+  for (const std::string& b : blocks) RETURN_IF_ERROR(decoder.Add(b));
+  return std::move(decoder).Finish();
 }
 
 }  // namespace tandem::kvtransfer

@@ -1,14 +1,18 @@
 // Converts between an engine::KvSnapshot (a sequence's KV, copied out of the
 // engine) and its wire blocks, one EncodeBlock()ed string per block, chained
-// by block hashes over the sequence's token ids. Called by the prefill worker
-// (encode, then ship) and the decode worker (receive, decode, import).
-// Pure; thread-safe.
+// by block hashes over the sequence's token ids. A transport encodes and
+// decodes one block at a time (SnapshotEncoder / SnapshotDecoder), straight
+// into and out of its message buffers; EncodeSnapshot / DecodeSnapshot do a
+// whole sequence at once. Encoder: thread-safe once built (read-only).
+// Decoder: thread-compatible.
 #ifndef TANDEM_KVTRANSFER_KV_SNAPSHOT_CODEC_H_
 #define TANDEM_KVTRANSFER_KV_SNAPSHOT_CODEC_H_
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -17,7 +21,7 @@
 
 namespace tandem::kvtransfer {
 
-// One wire block per snapshot block, in order: block i holds positions
+// The wire blocks of one snapshot: block i holds positions
 // [i * block_size, min((i + 1) * block_size, n_tokens)), its block_index is i,
 // its hash is BlockHash(hash of block i - 1 (0 for i = 0), its tokens,
 // fingerprint, tenant_salt). A last, partial block has token_count <
@@ -26,16 +30,60 @@ namespace tandem::kvtransfer {
 // zeros, so the bytes are deterministic and carry no stale KV.
 // `token_ids` must hold exactly snapshot.n_tokens ids and every block must
 // be one engine block of the snapshot's shape (checked: caller bugs).
+class SnapshotEncoder {
+ public:
+  SnapshotEncoder(std::shared_ptr<const engine::KvSnapshot> snapshot,
+                  std::vector<int32_t> token_ids, uint64_t tenant_salt = 0);
+
+  int32_t num_blocks() const { return static_cast<int32_t>(hashes_.size()); }
+  // Bytes of all wire blocks together.
+  int64_t wire_bytes() const;
+  // Wire block `index` (in [0, num_blocks())) into `out`, reusing its capacity.
+  void EncodeTo(int32_t index, std::string* out) const;
+
+ private:
+  std::shared_ptr<const engine::KvSnapshot> snapshot_;
+  std::vector<int32_t> token_ids_;
+  uint64_t tenant_salt_;
+  std::vector<uint64_t> hashes_;  // block i's hash; its parent is i - 1's
+};
+
+// Decodes and verifies the blocks of one sequence whose tokens are
+// `token_ids`, in order: each block as DecodeBlock() does (DataLoss /
+// FailedPrecondition), then block_index runs 0..n-1, token counts cover
+// exactly token_ids (every block full but the last), and parent and block
+// hashes chain over these token ids with expect.model_fingerprint and
+// `tenant_salt`. Any mismatch is FailedPrecondition naming the block index.
+// Each payload is copied once, into the snapshot.
+class SnapshotDecoder {
+ public:
+  // InvalidArgument (from Add / Finish) when the expectation has no block
+  // size or token_ids hold more than 2^31 - 1 ids.
+  SnapshotDecoder(const BlockExpectation& expect, std::vector<int32_t> token_ids,
+                  uint64_t tenant_salt = 0);
+
+  // The next block; after an error the decoder is spent.
+  absl::Status Add(std::string_view bytes);
+  int32_t blocks_added() const { return static_cast<int32_t>(snapshot_.blocks.size()); }
+  // The snapshot, once the blocks cover every token id.
+  absl::StatusOr<engine::KvSnapshot> Finish() &&;
+
+ private:
+  BlockExpectation expect_;
+  std::vector<int32_t> token_ids_;
+  uint64_t tenant_salt_;
+  absl::Status status_;
+  uint64_t parent_;
+  size_t covered_ = 0;  // token ids accounted for by the blocks added
+  engine::KvSnapshot snapshot_;
+};
+
+// Every wire block of `snapshot` (see SnapshotEncoder).
 std::vector<std::string> EncodeSnapshot(const engine::KvSnapshot& snapshot,
                                         std::span<const int32_t> token_ids,
                                         uint64_t tenant_salt = 0);
 
-// Decodes and verifies the blocks of one sequence whose tokens are
-// `token_ids`: each block as DecodeBlock() does (DataLoss / FailedPrecondition),
-// then block_index runs 0..n-1, token counts cover exactly token_ids (every
-// block full but the last), and parent and block hashes chain over these
-// token ids with expect.model_fingerprint and `tenant_salt`. Any mismatch is
-// FailedPrecondition naming the block index. The result copies the payloads.
+// Decodes a whole sequence's blocks (see SnapshotDecoder).
 absl::StatusOr<engine::KvSnapshot> DecodeSnapshot(const std::vector<std::string>& blocks,
                                                   const BlockExpectation& expect,
                                                   std::span<const int32_t> token_ids,

@@ -1,11 +1,11 @@
 // tandem-prefill: a prefill worker process. Parses flags, wires the engine
-// loop, lease table and Prefill service together, and serves.
+// loop, the KV lease server and the Prefill service together, and serves.
 #include <iostream>
 
+#include "prefill_worker/prefill_service.h"
 #include "rpc/bootstrap.h"
 #include "worker/engine_metrics.h"
 #include "worker/worker_main.h"
-#include "prefill_worker/prefill_service.h"
 
 int main(int argc, char** argv) {
   tandem::rpc::BlockShutdownSignals();
@@ -14,13 +14,16 @@ int main(int argc, char** argv) {
                    .help = "how long unclaimed KV blocks are held for a decode worker"});
   specs.push_back({.name = "max-leases", .default_value = "4096",
                    .help = "KV leases held at once before Prefill answers RESOURCE_EXHAUSTED"});
+  specs.push_back({.name = "max-lease-mb", .default_value = "1024",
+                   .help = "KV bytes held under leases before Prefill answers RESOURCE_EXHAUSTED"});
   int exit_code = 0;
   std::optional<tandem::common::Args> args =
       tandem::common::ParseFlagsOrExit("tandem-prefill", argc, argv, specs, &exit_code);
   if (!args.has_value()) return exit_code;
   absl::StatusOr<int32_t> ttl_ms = args->IntInRange("lease-ttl-ms", 1, 24 * 3600 * 1000);
   absl::StatusOr<int32_t> max_leases = args->IntInRange("max-leases", 1, 1 << 30);
-  for (const absl::Status& s : {ttl_ms.status(), max_leases.status()}) {
+  absl::StatusOr<int32_t> max_lease_mb = args->IntInRange("max-lease-mb", 1, 1 << 24);
+  for (const absl::Status& s : {ttl_ms.status(), max_leases.status(), max_lease_mb.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-prefill: " << s.message() << "\n";
       return 2;
@@ -30,10 +33,14 @@ int main(int argc, char** argv) {
       tandem::worker::StartWorker(*args, tandem::worker::MakeEngineStepObserver);
   if (!worker.ok()) {
     std::cerr << "tandem-prefill: " << worker.status().message() << "\n";
-    return 1;
+    return worker.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   tandem::prefill::PrefillService service(
       *worker->loop, worker->metrics->registry(),
-      {.lease_ttl = absl::Milliseconds(*ttl_ms), .max_leases = *max_leases});
-  return tandem::rpc::ServeUntilSignal("tandem-prefill", args->String("listen"), {&service}, *worker->metrics);
+      {.leases = {.ttl = absl::Milliseconds(*ttl_ms),
+                  .max_leases = *max_leases,
+                  .max_bytes = int64_t{*max_lease_mb} << 20},
+       .admission = worker->admission});
+  return tandem::rpc::ServeUntilSignal("tandem-prefill", args->String("listen"), {&service},
+                                       *worker->metrics);
 }

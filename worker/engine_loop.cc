@@ -4,10 +4,7 @@
 
 namespace tandem::worker {
 
-SequenceStream::Batch SequenceStream::Next(absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
-  auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return done_ || !queue_.empty(); };
-  mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+SequenceStream::Batch SequenceStream::TakeLocked() {
   Batch b;
   b.events.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
   queue_.clear();
@@ -16,30 +13,49 @@ SequenceStream::Batch SequenceStream::Next(absl::Time deadline) {
   return b;
 }
 
+SequenceStream::Batch SequenceStream::Take() {
+  absl::MutexLock lock(&mu_);
+  return TakeLocked();
+}
+
+SequenceStream::Batch SequenceStream::Next(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return done_ || !queue_.empty(); };
+  mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  return TakeLocked();
+}
+
 absl::Time SequenceStream::first_step_started() const {
   absl::MutexLock lock(&mu_);
   return first_step_started_;
 }
 
 void SequenceStream::Push(engine::TokenEvent event, absl::Time step_started) {
-  absl::MutexLock lock(&mu_);
-  if (first_step_started_ == absl::InfinitePast()) first_step_started_ = step_started;
-  if (event.finish == engine::FinishReason::kCancelled) {
-    done_ = true;
-    status_ = absl::CancelledError("sequence cancelled");
-    return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (first_step_started_ == absl::InfinitePast()) first_step_started_ = step_started;
+    if (event.finish == engine::FinishReason::kCancelled) {
+      done_ = true;
+      status_ = absl::CancelledError("sequence cancelled");
+    } else {
+      done_ = event.finish != engine::FinishReason::kNone;
+      queue_.push_back(std::move(event));
+    }
   }
-  done_ = event.finish != engine::FinishReason::kNone;
-  queue_.push_back(std::move(event));
+  Notify();  // outside the lock: the listener may Take() at once
 }
 
 void SequenceStream::Fail(absl::Status status) {
-  absl::MutexLock lock(&mu_);
-  done_ = true;
-  status_ = std::move(status);
+  {
+    absl::MutexLock lock(&mu_);
+    if (done_) return;  // it already ended
+    done_ = true;
+    status_ = std::move(status);
+  }
+  Notify();
 }
 
-EngineLoop::EngineLoop(std::unique_ptr<engine::Engine> engine, StepObserver observer)
+EngineLoop::EngineLoop(std::unique_ptr<engine::StepEngine> engine, StepObserver observer)
     : engine_(std::move(engine)), observer_(std::move(observer)) {
   stats_ = engine_->stats();
   thread_ = std::thread([this] { Run(); });
@@ -51,15 +67,22 @@ EngineLoop::~EngineLoop() {
     stop_ = true;
   }
   thread_.join();
+  // Listeners may call back into Cancel (which posts), so no lock is held
+  // while streams fail.
+  std::deque<Op> unapplied;
+  {
+    absl::MutexLock lock(&mu_);
+    unapplied.swap(inbox_);
+  }
   for (auto& [id, stream] : streams_) stream->Fail(absl::UnavailableError("worker shutting down"));
-  absl::MutexLock lock(&mu_);
-  for (Op& op : inbox_) {
+  for (Op& op : unapplied) {
     if (op.kind != Op::Kind::kCancel) op.stream->Fail(absl::UnavailableError("worker shutting down"));
   }
 }
 
-std::shared_ptr<SequenceStream> EngineLoop::Submit(engine::GenerationRequest request) {
-  auto stream = std::make_shared<SequenceStream>();
+std::shared_ptr<SequenceStream> EngineLoop::Submit(engine::GenerationRequest request,
+                                                   SequenceStream::Listener listener) {
+  auto stream = std::make_shared<SequenceStream>(std::move(listener));
   Post({.kind = Op::Kind::kAdd, .stream = stream, .request = std::move(request),
         .first = {}, .kv = nullptr});
   return stream;
@@ -67,8 +90,8 @@ std::shared_ptr<SequenceStream> EngineLoop::Submit(engine::GenerationRequest req
 
 std::shared_ptr<SequenceStream> EngineLoop::SubmitWithKv(
     engine::GenerationRequest request, engine::SampledToken first,
-    std::shared_ptr<const engine::KvSnapshot> kv) {
-  auto stream = std::make_shared<SequenceStream>();
+    std::shared_ptr<const engine::KvSnapshot> kv, SequenceStream::Listener listener) {
+  auto stream = std::make_shared<SequenceStream>(std::move(listener));
   Post({.kind = Op::Kind::kAddWithKv, .stream = stream, .request = std::move(request),
         .first = std::move(first), .kv = std::move(kv)});
   return stream;
@@ -119,15 +142,23 @@ void EngineLoop::StepOnce() {
   if (!events.ok()) {
     // A failed step is a bug or a broken model; fail every live sequence
     // rather than leave clients waiting.
-    for (auto& [id, stream] : streams_) {
-      stream->Fail(events.status());
-      engine_->Cancel(id);
+    for (auto& [id, stream] : streams_) engine_->Cancel(id);
+    {
+      absl::MutexLock lock(&mu_);
+      stats_ = engine_->stats();
     }
+    for (auto& [id, stream] : streams_) stream->Fail(events.status());
     streams_.clear();
     return;
   }
   const engine::EngineStats stats = engine_->stats();
   if (observer_ != nullptr) observer_(stats, *events, took);
+  {
+    // Before any stream hears of its end, so a caller that saw its stream
+    // finish reads stats that include it.
+    absl::MutexLock lock(&mu_);
+    stats_ = stats;
+  }
   for (engine::TokenEvent& ev : *events) {
     auto it = streams_.find(ev.seq_id);
     if (it == streams_.end()) continue;
@@ -136,8 +167,6 @@ void EngineLoop::StepOnce() {
     if (finished) streams_.erase(it);
     stream->Push(std::move(ev), started);
   }
-  absl::MutexLock lock(&mu_);
-  stats_ = stats;
 }
 
 void EngineLoop::Run() {

@@ -1,6 +1,7 @@
-// Runs an Engine on its own thread (the engine thread) for a worker process.
-// RPC handler threads Submit requests and read each sequence's events from
-// its SequenceStream; they never touch the engine. Thread-safe.
+// Runs an engine on its own thread (the engine thread) for a worker process.
+// RPC reactors Submit requests with a listener and Take each sequence's
+// events from its SequenceStream when the listener says they are ready; they
+// never touch the engine and never block on it. Thread-safe.
 #ifndef TANDEM_WORKER_ENGINE_LOOP_H_
 #define TANDEM_WORKER_ENGINE_LOOP_H_
 
@@ -21,20 +22,30 @@
 namespace tandem::worker {
 
 // One sequence's events, produced by the engine thread and consumed by one
-// handler thread. Thread-safe.
+// reactor. Thread-safe.
 class SequenceStream {
  public:
+  // Called after events were queued or the stream ended, on the engine
+  // thread (or the thread that shuts the loop down). Must not block: it
+  // typically schedules the reactor's next write. May run after the
+  // consumer took the events it announces.
+  using Listener = std::function<void()>;
+
   struct Batch {
     std::vector<engine::TokenEvent> events;
     bool done = false;          // no more events will come
     absl::Status status;        // why it ended when not by a finish reason
   };
 
+  explicit SequenceStream(Listener listener = nullptr) : listener_(std::move(listener)) {}
+
+  // What is queued now, without waiting (possibly nothing).
+  Batch Take();
   // Waits until events are available, the stream is done, or `deadline`;
-  // returns what is there (possibly nothing, on timeout).
+  // for callers without a listener (tools, tests).
   Batch Next(absl::Time deadline);
 
-  // When the engine thread took the request, and when it produced the
+  // When the request was submitted, and when the engine thread produced its
   // first event (absl::InfinitePast until then).
   absl::Time submitted() const { return submitted_; }
   absl::Time first_step_started() const;
@@ -43,7 +54,12 @@ class SequenceStream {
   friend class EngineLoop;
   void Push(engine::TokenEvent event, absl::Time step_started);
   void Fail(absl::Status status);
+  void Notify() const {
+    if (listener_ != nullptr) listener_();
+  }
+  Batch TakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const Listener listener_;
   const absl::Time submitted_ = absl::Now();
   int64_t seq_id_ = 0;  // engine thread only
   mutable absl::Mutex mu_;
@@ -61,18 +77,21 @@ class EngineLoop {
                                           absl::Duration step_time)>;
 
   // Starts the engine thread. `engine` must not be used by anyone else.
-  explicit EngineLoop(std::unique_ptr<engine::Engine> engine, StepObserver observer = nullptr);
+  explicit EngineLoop(std::unique_ptr<engine::StepEngine> engine,
+                      StepObserver observer = nullptr);
   // Stops the thread; open streams end with Unavailable.
   ~EngineLoop();
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
 
   // Queues a request. Validation errors arrive as the stream's status.
-  std::shared_ptr<SequenceStream> Submit(engine::GenerationRequest request);
+  std::shared_ptr<SequenceStream> Submit(engine::GenerationRequest request,
+                                         SequenceStream::Listener listener = nullptr);
   // Queues a sequence that continues from KV computed elsewhere.
   std::shared_ptr<SequenceStream> SubmitWithKv(engine::GenerationRequest request,
                                                engine::SampledToken first,
-                                               std::shared_ptr<const engine::KvSnapshot> kv);
+                                               std::shared_ptr<const engine::KvSnapshot> kv,
+                                               SequenceStream::Listener listener = nullptr);
   // Drops the sequence and frees its blocks; its stream ends with Cancelled.
   void Cancel(const std::shared_ptr<SequenceStream>& stream);
 
@@ -97,7 +116,7 @@ class EngineLoop {
   void Apply(Op& op);
   void StepOnce();
 
-  std::unique_ptr<engine::Engine> engine_;  // engine thread only
+  std::unique_ptr<engine::StepEngine> engine_;  // engine thread only
   StepObserver observer_;
   // Engine thread only: live sequences by engine id.
   absl::flat_hash_map<int64_t, std::shared_ptr<SequenceStream>> streams_;

@@ -2,10 +2,9 @@
 
 #include <iostream>
 
-#include "engine/engine_flags.h"
 #include "common/status_macros.h"
-#include "rpc/bootstrap.h"
-#include "common/ready_line.h"
+#include "engine/engine_flags.h"
+#include "rpc/admission.h"
 
 namespace tandem::worker {
 
@@ -18,6 +17,7 @@ std::vector<common::FlagSpec> WorkerFlagSpecs() {
       {.name = "model", .help = "GGUF model file", .required = true},
   };
   for (common::FlagSpec& s : engine::EngineFlagSpecs()) specs.push_back(std::move(s));
+  for (common::FlagSpec& s : rpc::AdmissionFlagSpecs({})) specs.push_back(std::move(s));
   return specs;
 }
 
@@ -26,6 +26,7 @@ absl::StatusOr<Worker> StartWorker(
     const std::function<EngineLoop::StepObserver(prometheus::Registry&)>& observer) {
   Worker w;
   ASSIGN_OR_RETURN(engine::EngineSetup setup, engine::EngineSetupFromArgs(args));
+  ASSIGN_OR_RETURN(w.admission, rpc::AdmissionLimitsFromArgs(args));
   ASSIGN_OR_RETURN(w.model, engine::Model::Load(args.String("model")));
   ASSIGN_OR_RETURN(w.metrics, rpc::MetricsServer::Start(args.String("metrics-listen")));
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,

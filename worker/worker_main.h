@@ -14,18 +14,21 @@
 #include "absl/status/statusor.h"
 #include "common/flags.h"
 #include "engine/model.h"
-#include "worker/engine_loop.h"
+#include "rpc/admission.h"
 #include "rpc/metrics.h"
+#include "worker/engine_loop.h"
 
 namespace tandem::worker {
 
-// --listen, --metrics-listen, --model and the engine flags.
+// --listen, --metrics-listen, --model, the engine flags and the admission
+// flags.
 std::vector<common::FlagSpec> WorkerFlagSpecs();
 
 struct Worker {
   std::unique_ptr<engine::Model> model;
   std::unique_ptr<rpc::MetricsServer> metrics;
   std::unique_ptr<EngineLoop> loop;
+  rpc::AdmissionLimits admission;  // from --max-inflight and friends
 };
 
 // Loads the model, starts metrics and the engine thread. `observer` builds

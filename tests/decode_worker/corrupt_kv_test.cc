@@ -44,8 +44,12 @@ class FakePrefill final : public tandem::v1::Prefill::Service {
     absl::MutexLock lock(&mu_);
     blocks_ = std::move(b);
   }
-  std::vector<tandem::v1::ReleaseKvRequest> releases() {
+  // Waits (up to 10 s) until `n` releases arrived: the decode worker sends
+  // them without waiting for the answer, so they may trail the Decode call.
+  std::vector<tandem::v1::ReleaseKvRequest> WaitForReleases(size_t n) {
     absl::MutexLock lock(&mu_);
+    auto arrived = [this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return releases_.size() >= n; };
+    mu_.AwaitWithTimeout(absl::Condition(&arrived), absl::Seconds(10));
     return releases_;
   }
 
@@ -110,6 +114,18 @@ class CorruptKvTest : public ::testing::Test {
     return {reader->Finish(), tokens};
   }
 
+  // After a call has ended: the worker holds nothing for it. Its admission
+  // slot is back, the engine runs and queues nothing, and every KV block is
+  // free again (a sequence that was admitted gave its blocks back).
+  void ExpectNothingHeld() {
+    EXPECT_EQ(service_->admission().in_flight(), 0);
+    const engine::EngineStats s = loop_->stats();
+    EXPECT_EQ(s.running, 0);
+    EXPECT_EQ(s.waiting, 0);
+    EXPECT_EQ(s.blocks_used, 0);
+    EXPECT_EQ(s.blocks_free, s.blocks_total);
+  }
+
   std::unique_ptr<engine::Model> model_;
   std::vector<int32_t> prompt_;
   engine::SampledToken first_;
@@ -131,17 +147,18 @@ TEST_F(CorruptKvTest, FlippedPayloadByteFailsWithDataLoss) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DATA_LOSS) << status.error_message();
   EXPECT_THAT(status.error_message(), HasSubstr("block 1"));
   EXPECT_EQ(tokens, 0);
-  ASSERT_EQ(fake_->releases().size(), 1u);
-  EXPECT_FALSE(fake_->releases()[0].ok());
-  EXPECT_EQ(loop_->stats().blocks_used, 0);
+  ASSERT_EQ(fake_->WaitForReleases(1).size(), 1u);
+  EXPECT_FALSE(fake_->WaitForReleases(1)[0].ok());
+  ExpectNothingHeld();
 
   // The worker keeps serving: intact blocks decode fine.
   fake_->set_blocks(good_blocks_);
   auto [ok, n] = Decode();
   EXPECT_TRUE(ok.ok()) << ok.error_message();
   EXPECT_EQ(n, 7);  // max_tokens 8, the first came from prefill
-  ASSERT_EQ(fake_->releases().size(), 2u);
-  EXPECT_TRUE(fake_->releases()[1].ok());
+  ASSERT_EQ(fake_->WaitForReleases(2).size(), 2u);
+  EXPECT_TRUE(fake_->WaitForReleases(2)[1].ok());
+  ExpectNothingHeld();
 }
 
 TEST_F(CorruptKvTest, BlocksOfAnotherPromptAreRefused) {
@@ -151,6 +168,8 @@ TEST_F(CorruptKvTest, BlocksOfAnotherPromptAreRefused) {
   auto [status, tokens] = Decode();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
   EXPECT_EQ(tokens, 0);
+  EXPECT_FALSE(fake_->WaitForReleases(1).back().ok());
+  ExpectNothingHeld();
 }
 
 TEST_F(CorruptKvTest, MissingBlockIsDataLoss) {
@@ -158,7 +177,8 @@ TEST_F(CorruptKvTest, MissingBlockIsDataLoss) {
   auto [status, tokens] = Decode();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DATA_LOSS) << status.error_message();
   EXPECT_EQ(tokens, 0);
-  EXPECT_FALSE(fake_->releases().back().ok());
+  EXPECT_FALSE(fake_->WaitForReleases(1).back().ok());
+  ExpectNothingHeld();
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ ALLOWED = {
     "common": {"common"},
     "engine": {"common", "engine"},
     "kvtransfer": {"common", "engine", "kvtransfer"},
-    "kvtransfer/rpc": {"common", "engine", "kvtransfer", "rpc", "proto", "grpc"},
+    "kvtransfer/rpc": {"common", "engine", "kvtransfer", "kvtransfer/rpc", "rpc", "proto", "grpc"},
     "rpc": {"common", "rpc", "proto", "grpc", ENGINE_NO_KERNELS},
     "process": {"common", "process"},
     "worker": {"common", "engine", "kvtransfer", "kvtransfer/rpc", "rpc", "worker", "proto",

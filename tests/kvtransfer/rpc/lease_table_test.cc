@@ -1,24 +1,22 @@
 // KV leases: created with a TTL, renewed by use, dropped on release or
 // expiry, bounded in number.
-#include "prefill_worker/lease_table.h"
+#include "kvtransfer/rpc/lease_table.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-namespace tandem::prefill {
+namespace tandem::kvtransfer {
 namespace {
 
 using ::testing::HasSubstr;
 
 std::shared_ptr<const LeasedKv> Kv(int blocks) {
-  auto kv = std::make_shared<LeasedKv>();
-  for (int i = 0; i < blocks; ++i) kv->blocks.push_back(std::string(100, 'x'));
-  kv->bytes = 100 * blocks;
-  return kv;
+  return std::make_shared<LeasedKv>(LeasedKv{.encoder = nullptr, .blocks = blocks,
+                                              .bytes = 100 * blocks});
 }
 
 TEST(LeaseTableTest, AcquireReleaseAndStats) {
-  LeaseTable t(absl::Seconds(30), 8);
+  LeaseTable t({.ttl = absl::Seconds(30), .max_leases = 8});
   auto a = t.Create(Kv(3));
   auto b = t.Create(Kv(2));
   ASSERT_TRUE(a.ok() && b.ok());
@@ -28,7 +26,7 @@ TEST(LeaseTableTest, AcquireReleaseAndStats) {
   EXPECT_EQ(t.stats().bytes, 500);
   auto got = t.Acquire(*a);
   ASSERT_TRUE(got.ok());
-  EXPECT_EQ((*got)->blocks.size(), 3u);
+  EXPECT_EQ((*got)->blocks, 3);
   EXPECT_TRUE(t.Release(*a));
   EXPECT_FALSE(t.Release(*a));
   auto gone = t.Acquire(*a);
@@ -39,7 +37,7 @@ TEST(LeaseTableTest, AcquireReleaseAndStats) {
 
 TEST(LeaseTableTest, ExpiresUnlessRenewed) {
   absl::Time now = absl::FromUnixSeconds(1000);
-  LeaseTable t(absl::Seconds(10), 8, [&now] { return now; });
+  LeaseTable t({.ttl = absl::Seconds(10), .max_leases = 8}, [&now] { return now; });
   const std::string kept = *t.Create(Kv(1));
   const std::string lapsed = *t.Create(Kv(1));
   now += absl::Seconds(5);
@@ -54,7 +52,7 @@ TEST(LeaseTableTest, ExpiresUnlessRenewed) {
 }
 
 TEST(LeaseTableTest, RefusesPastMaxLeases) {
-  LeaseTable t(absl::Seconds(30), 2);
+  LeaseTable t({.ttl = absl::Seconds(30), .max_leases = 2});
   ASSERT_TRUE(t.Create(Kv(1)).ok());
   const std::string second = *t.Create(Kv(1));
   auto third = t.Create(Kv(1));
@@ -64,5 +62,19 @@ TEST(LeaseTableTest, RefusesPastMaxLeases) {
   EXPECT_TRUE(t.Create(Kv(1)).ok());
 }
 
+TEST(LeaseTableTest, RefusesPastTheByteBudget) {
+  LeaseTable t({.ttl = absl::Seconds(30), .max_leases = 8, .max_bytes = 500});
+  const std::string a = *t.Create(Kv(3));  // 300 bytes
+  auto b = t.Create(Kv(3));                // 600 > 500
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(b.status().message()), HasSubstr("max_lease_bytes"));
+  EXPECT_TRUE(t.Create(Kv(2)).ok());  // exactly 500
+  EXPECT_EQ(t.stats().bytes, 500);
+  t.Release(a);
+  EXPECT_EQ(t.stats().bytes, 200);
+  EXPECT_EQ(t.stats().blocks, 2);
+  EXPECT_TRUE(t.Create(Kv(3)).ok());
+}
+
 }  // namespace
-}  // namespace tandem::prefill
+}  // namespace tandem::kvtransfer

@@ -1,27 +1,29 @@
-// KV blocks a prefill worker holds for decode workers, each under a lease
-// with a TTL: the blocks live until the decode side releases the lease
-// (success or failure), the TTL lapses without a renewal, or the request is
-// cancelled. Held blocks are encoded, immutable snapshots. Thread-safe.
-#ifndef TANDEM_PREFILL_WORKER_LEASE_TABLE_H_
-#define TANDEM_PREFILL_WORKER_LEASE_TABLE_H_
+// KV blocks a worker holds for a peer, each under a lease with a TTL: the
+// blocks live until the peer's fetch completes, the peer releases the lease
+// (success or failure), or the TTL lapses without a renewal. Leases are
+// bounded in count and in bytes. Held blocks are frozen snapshots behind an
+// encoder. Owned by KvLeaseServer. Thread-safe.
+#ifndef TANDEM_KVTRANSFER_RPC_LEASE_TABLE_H_
+#define TANDEM_KVTRANSFER_RPC_LEASE_TABLE_H_
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "kvtransfer/kv_snapshot_codec.h"
 
-namespace tandem::prefill {
+namespace tandem::kvtransfer {
 
 struct LeasedKv {
-  std::vector<std::string> blocks;  // wire-format blocks, in sequence order
-  int64_t bytes = 0;
+  std::shared_ptr<const SnapshotEncoder> encoder;  // the blocks, encoded on demand
+  int32_t blocks = 0;
+  int64_t bytes = 0;  // wire bytes, what the byte budget counts
 };
 
 struct LeaseStats {
@@ -31,13 +33,20 @@ struct LeaseStats {
   int64_t expired_total = 0;
 };
 
+struct LeaseTableOptions {
+  absl::Duration ttl = absl::Seconds(30);
+  int32_t max_leases = 4096;
+  int64_t max_bytes = int64_t{1} << 30;
+};
+
 class LeaseTable {
  public:
   // `now` is the clock leases are timed by (tests pass a fake one).
-  LeaseTable(absl::Duration ttl, int32_t max_leases,
-             std::function<absl::Time()> now = [] { return absl::Now(); });
+  explicit LeaseTable(const LeaseTableOptions& options,
+                      std::function<absl::Time()> now = [] { return absl::Now(); });
 
-  // ResourceExhausted when max_leases are held.
+  // ResourceExhausted when max_leases are held or the lease would take the
+  // held bytes past max_bytes.
   absl::StatusOr<std::string> Create(std::shared_ptr<const LeasedKv> kv);
   // The lease's blocks, renewing its TTL; NotFound naming the lease when it
   // is unknown, released or expired.
@@ -50,7 +59,7 @@ class LeaseTable {
   int32_t Expire(absl::Time now);
 
   LeaseStats stats() const;
-  absl::Duration ttl() const { return ttl_; }
+  absl::Duration ttl() const { return options_.ttl; }
 
  private:
   struct Lease {
@@ -58,15 +67,16 @@ class LeaseTable {
     absl::Time expires;
   };
 
-  const absl::Duration ttl_;
+  const LeaseTableOptions options_;
   const std::function<absl::Time()> now_;
-  const int32_t max_leases_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Lease> leases_ ABSL_GUARDED_BY(mu_);
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t blocks_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t expired_total_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-}  // namespace tandem::prefill
+}  // namespace tandem::kvtransfer
 
-#endif  // TANDEM_PREFILL_WORKER_LEASE_TABLE_H_
+#endif  // TANDEM_KVTRANSFER_RPC_LEASE_TABLE_H_

@@ -1,28 +1,34 @@
-#include "prefill_worker/lease_table.h"
+#include "kvtransfer/rpc/lease_table.h"
 
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace tandem::prefill {
+namespace tandem::kvtransfer {
 
-LeaseTable::LeaseTable(absl::Duration ttl, int32_t max_leases,
-                       std::function<absl::Time()> now)
-    : ttl_(ttl), now_(std::move(now)), max_leases_(max_leases) {}
+LeaseTable::LeaseTable(const LeaseTableOptions& options, std::function<absl::Time()> now)
+    : options_(options), now_(std::move(now)) {}
 
 absl::StatusOr<std::string> LeaseTable::Create(std::shared_ptr<const LeasedKv> kv) {
   absl::MutexLock lock(&mu_);
-  if (static_cast<int32_t>(leases_.size()) >= max_leases_) {
+  if (static_cast<int32_t>(leases_.size()) >= options_.max_leases) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "prefill worker holds ", leases_.size(), " KV leases (max_leases ", max_leases_,
+        "KV leases: ", leases_.size(), " held (max_leases ", options_.max_leases,
         "); retry later"));
+  }
+  if (bytes_ + kv->bytes > options_.max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KV leases: ", bytes_, " bytes held, ", kv->bytes, " more would pass max_lease_bytes ",
+        options_.max_bytes, "; retry later"));
   }
   // A per-process random prefix keeps ids from an old process (same
   // address, restarted) from naming a new process's leases.
   static const uint64_t kEpoch = std::random_device{}();
   std::string id = absl::StrFormat("%08x-%d", kEpoch & 0xffffffff, next_id_++);
-  leases_[id] = Lease{.kv = std::move(kv), .expires = now_() + ttl_};
+  bytes_ += kv->bytes;
+  blocks_ += kv->blocks;
+  leases_[id] = Lease{.kv = std::move(kv), .expires = now_() + options_.ttl};
   return id;
 }
 
@@ -33,7 +39,7 @@ absl::StatusOr<std::shared_ptr<const LeasedKv>> LeaseTable::Acquire(const std::s
     return absl::NotFoundError(
         absl::StrCat("lease_id \"", lease_id, "\" is unknown, released or expired"));
   }
-  it->second.expires = now_() + ttl_;
+  it->second.expires = now_() + options_.ttl;
   return it->second.kv;
 }
 
@@ -41,13 +47,18 @@ bool LeaseTable::Renew(const std::string& lease_id) {
   absl::MutexLock lock(&mu_);
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) return false;
-  it->second.expires = now_() + ttl_;
+  it->second.expires = now_() + options_.ttl;
   return true;
 }
 
 bool LeaseTable::Release(const std::string& lease_id) {
   absl::MutexLock lock(&mu_);
-  return leases_.erase(lease_id) > 0;
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return false;
+  bytes_ -= it->second.kv->bytes;
+  blocks_ -= it->second.kv->blocks;
+  leases_.erase(it);
+  return true;
 }
 
 int32_t LeaseTable::Expire(absl::Time now) {
@@ -55,6 +66,8 @@ int32_t LeaseTable::Expire(absl::Time now) {
   int32_t n = 0;
   for (auto it = leases_.begin(); it != leases_.end();) {
     if (it->second.expires <= now) {
+      bytes_ -= it->second.kv->bytes;
+      blocks_ -= it->second.kv->blocks;
       leases_.erase(it++);
       ++n;
     } else {
@@ -67,14 +80,10 @@ int32_t LeaseTable::Expire(absl::Time now) {
 
 LeaseStats LeaseTable::stats() const {
   absl::MutexLock lock(&mu_);
-  LeaseStats s;
-  s.leases = static_cast<int32_t>(leases_.size());
-  for (const auto& [id, lease] : leases_) {
-    s.blocks += static_cast<int32_t>(lease.kv->blocks.size());
-    s.bytes += lease.kv->bytes;
-  }
-  s.expired_total = expired_total_;
-  return s;
+  return LeaseStats{.leases = static_cast<int32_t>(leases_.size()),
+                    .blocks = blocks_,
+                    .bytes = bytes_,
+                    .expired_total = expired_total_};
 }
 
-}  // namespace tandem::prefill
+}  // namespace tandem::kvtransfer

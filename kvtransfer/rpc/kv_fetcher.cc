@@ -1,0 +1,141 @@
+#include "kvtransfer/rpc/kv_fetcher.h"
+
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "kvtransfer/kv_snapshot_codec.h"
+#include "rpc/metrics.h"
+#include "rpc/status.h"
+#include "tandem/v1/worker.grpc.pb.h"
+
+namespace tandem::kvtransfer {
+
+// One FetchKv call. Reactions run on gRPC threads one at a time (one read
+// outstanding); Cancel() only touches the context, which is thread-safe.
+// Keeps itself alive until OnDone.
+class KvFetcher::Call final : public grpc::ClientReadReactor<tandem::v1::KvBlockMessage>,
+                              public KvFetcher::Fetch,
+                              public std::enable_shared_from_this<Call> {
+ public:
+  Call(KvFetcher* fetcher, FetchRequest request, Done done)
+      : fetcher_(fetcher),
+        request_(std::move(request)),
+        done_(std::move(done)),
+        decoder_(fetcher->expect_, request_.token_ids) {}
+
+  void Begin() {
+    self_ = shared_from_this();
+    stub_ = tandem::v1::Prefill::NewStub(fetcher_->channels_.Get(request_.address));
+    ctx_.set_deadline(absl::ToChronoTime(request_.deadline));
+    tandem::v1::FetchKvRequest req;
+    req.set_lease_id(request_.lease_id);
+    req_ = std::move(req);
+    stub_->async()->FetchKv(&ctx_, &req_, this);
+    StartRead(&msg_);
+    StartCall();
+  }
+
+  void Cancel() override {
+    cancelled_.store(true);
+    ctx_.TryCancel();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream ended; OnDone follows
+    const int32_t index = decoder_.blocks_added();
+    absl::Status s;
+    if (index >= request_.num_blocks) {
+      s = absl::DataLossError(absl::StrCat("kv block ", msg_.index(), " arrives after the ",
+                                           request_.num_blocks, " blocks announced"));
+    } else if (msg_.index() != index) {
+      s = absl::DataLossError(
+          absl::StrCat("kv block index ", msg_.index(), " arrived at position ", index));
+    } else {
+      bytes_ += static_cast<int64_t>(msg_.block().size());
+      s = decoder_.Add(msg_.block());
+    }
+    if (!s.ok()) {
+      error_ = std::move(s);
+      ctx_.TryCancel();
+      return;
+    }
+    StartRead(&msg_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    std::shared_ptr<Call> keep = std::move(self_);  // this dies with `keep`
+    FetchResult result{.kv = absl::UnknownError("unset"), .took = absl::Now() - start_};
+    if (!error_.ok()) {
+      result.kv = error_;
+    } else if (!status.ok()) {
+      result.kv = cancelled_.load()
+                      ? absl::CancelledError("KV fetch cancelled")
+                      : rpc::FromGrpcStatus(status,
+                                            absl::StrCat("fetching KV from ", request_.address));
+    } else if (decoder_.blocks_added() != request_.num_blocks) {
+      result.kv = absl::DataLossError(absl::StrCat("received ", decoder_.blocks_added(),
+                                                   " KV blocks, expected ",
+                                                   request_.num_blocks));
+    } else {
+      absl::StatusOr<engine::KvSnapshot> kv = std::move(decoder_).Finish();
+      if (kv.ok()) {
+        result.kv = std::make_shared<const engine::KvSnapshot>(std::move(*kv));
+      } else {
+        result.kv = kv.status();
+      }
+    }
+    // Tell the holder at once, either way: it frees the blocks now instead
+    // of waiting for the lease to lapse.
+    fetcher_->releases_.Release(request_.address, request_.lease_id, result.kv.status());
+    if (result.kv.ok()) {
+      fetcher_->blocks_received_.Increment(request_.num_blocks);
+      fetcher_->bytes_received_.Increment(static_cast<double>(bytes_));
+      fetcher_->transfer_seconds_.Observe(absl::ToDoubleSeconds(result.took));
+    } else if (!absl::IsCancelled(result.kv.status())) {
+      fetcher_->transfer_failures_.Increment();
+    }
+    done_(std::move(result));
+  }
+
+ private:
+  KvFetcher* const fetcher_;
+  const FetchRequest request_;
+  const Done done_;
+  const absl::Time start_ = absl::Now();
+  std::shared_ptr<Call> self_;
+  std::unique_ptr<tandem::v1::Prefill::Stub> stub_;
+  grpc::ClientContext ctx_;
+  tandem::v1::FetchKvRequest req_;
+  tandem::v1::KvBlockMessage msg_;
+  SnapshotDecoder decoder_;
+  int64_t bytes_ = 0;
+  absl::Status error_;
+  std::atomic<bool> cancelled_{false};
+};
+
+KvFetcher::KvFetcher(rpc::ChannelCache& channels, ReleaseClient& releases,
+                     const BlockExpectation& expect, prometheus::Registry& registry)
+    : channels_(channels),
+      releases_(releases),
+      expect_(expect),
+      blocks_received_(rpc::CounterMetric(registry, "tandem_kv_transfer_blocks_total",
+                                          "KV blocks moved between workers",
+                                          {{"direction", "received"}})),
+      bytes_received_(rpc::CounterMetric(registry, "tandem_kv_transfer_bytes_total",
+                                         "KV bytes moved between workers (wire format)",
+                                         {{"direction", "received"}})),
+      transfer_failures_(rpc::CounterMetric(registry, "tandem_kv_transfer_failures_total",
+                                            "KV transfers that failed on this side",
+                                            {{"side", "decode"}})),
+      transfer_seconds_(rpc::LatencyHistogram(registry, "tandem_kv_transfer_seconds",
+                                              "Time fetching and verifying KV blocks",
+                                              {{"side", "decode"}})) {}
+
+std::shared_ptr<KvFetcher::Fetch> KvFetcher::Start(FetchRequest request, Done done) {
+  auto call = std::make_shared<Call>(this, std::move(request), std::move(done));
+  call->Begin();
+  return call;
+}
+
+}  // namespace tandem::kvtransfer

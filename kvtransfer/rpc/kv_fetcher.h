@@ -1,0 +1,78 @@
+// The fetching side of KV transfers over the gRPC stream transport: streams a
+// lease's blocks from the worker that holds them, checks their order, decodes
+// and verifies each one as it arrives (checksum, model, shape, hash chain
+// over the prompt's tokens), and ends the lease with the outcome through the
+// ReleaseClient without waiting for the answer. Used by the decode worker.
+// Thread-safe; each fetch's callback runs once, on a gRPC thread.
+#ifndef TANDEM_KVTRANSFER_RPC_KV_FETCHER_H_
+#define TANDEM_KVTRANSFER_RPC_KV_FETCHER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/kv_snapshot.h"
+#include "kvtransfer/block_codec.h"
+#include "kvtransfer/rpc/release_client.h"
+#include "prometheus/counter.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "rpc/channel_cache.h"
+
+namespace tandem::kvtransfer {
+
+struct FetchRequest {
+  std::string address;   // the worker holding the lease
+  std::string lease_id;
+  int32_t num_blocks = 0;  // as the holder announced
+  std::vector<int32_t> token_ids;  // the positions the blocks hold
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+struct FetchResult {
+  // DataLoss for corrupt, missing or reordered blocks; FailedPrecondition for
+  // blocks of another model or prompt; the transport's error otherwise
+  // (Cancelled after Cancel()).
+  absl::StatusOr<std::shared_ptr<const engine::KvSnapshot>> kv;
+  absl::Duration took;
+};
+
+class KvFetcher {
+ public:
+  // A fetch in progress. Cancel() may be called from any thread, any time.
+  class Fetch {
+   public:
+    virtual ~Fetch() = default;
+    virtual void Cancel() = 0;
+  };
+  using Done = std::function<void(FetchResult)>;
+
+  // `expect` is what this worker accepts (its model, KV shape and dtype).
+  // `channels`, `releases` and `registry` must outlive the fetcher and every
+  // fetch it started.
+  KvFetcher(rpc::ChannelCache& channels, ReleaseClient& releases, const BlockExpectation& expect,
+            prometheus::Registry& registry);
+
+  // Starts fetching; `done` runs exactly once when the fetch ends, after the
+  // lease's release has been sent.
+  std::shared_ptr<Fetch> Start(FetchRequest request, Done done);
+
+ private:
+  class Call;
+
+  rpc::ChannelCache& channels_;
+  ReleaseClient& releases_;
+  const BlockExpectation expect_;
+  prometheus::Counter& blocks_received_;
+  prometheus::Counter& bytes_received_;
+  prometheus::Counter& transfer_failures_;
+  prometheus::Histogram& transfer_seconds_;
+};
+
+}  // namespace tandem::kvtransfer
+
+#endif  // TANDEM_KVTRANSFER_RPC_KV_FETCHER_H_

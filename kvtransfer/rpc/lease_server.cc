@@ -1,0 +1,146 @@
+#include "kvtransfer/rpc/lease_server.h"
+
+#include <atomic>
+#include <iostream>
+
+#include "kvtransfer/kv_snapshot_codec.h"
+#include "rpc/metrics.h"
+#include "rpc/status.h"
+
+namespace tandem::kvtransfer {
+
+// One FetchKv stream. Reactions run on gRPC threads, one at a time (one
+// write outstanding), so only `cancelled_` is shared with OnCancel.
+class KvLeaseServer::FetchReactor final
+    : public grpc::ServerWriteReactor<tandem::v1::KvBlockMessage> {
+ public:
+  FetchReactor(KvLeaseServer* server, std::string lease_id)
+      : server_(server), lease_id_(std::move(lease_id)) {
+    absl::StatusOr<std::shared_ptr<const LeasedKv>> kv = server_->leases_.Acquire(lease_id_);
+    if (!kv.ok()) {
+      Finish(rpc::ToGrpcStatus(kv.status()));
+      return;
+    }
+    kv_ = std::move(*kv);
+    WriteNext();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      // The peer is gone (or cancelled): nobody else fetches this lease.
+      if (!cancelled_.load()) server_->transfer_failures_.Increment();
+      End();
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "KV fetch broke off"));
+      return;
+    }
+    server_->leases_.Renew(lease_id_);  // the transfer is alive
+    ++next_;
+    WriteNext();
+  }
+
+  void OnCancel() override { cancelled_.store(true); }
+  void OnDone() override { delete this; }
+
+ private:
+  void WriteNext() {
+    if (next_ == kv_->blocks) {
+      server_->blocks_sent_.Increment(kv_->blocks);
+      server_->bytes_sent_.Increment(static_cast<double>(kv_->bytes));
+      server_->transfer_seconds_.Observe(absl::ToDoubleSeconds(absl::Now() - start_));
+      End();  // a completed fetch ends the lease
+      Finish(grpc::Status::OK);
+      return;
+    }
+    msg_.set_index(next_);
+    kv_->encoder->EncodeTo(next_, msg_.mutable_block());
+    StartWrite(&msg_);
+  }
+
+  void End() {
+    server_->leases_.Release(lease_id_);
+    server_->UpdateGauges();
+  }
+
+  KvLeaseServer* const server_;
+  const std::string lease_id_;
+  const absl::Time start_ = absl::Now();
+  std::shared_ptr<const LeasedKv> kv_;
+  int32_t next_ = 0;
+  tandem::v1::KvBlockMessage msg_;  // reused: its buffer keeps its capacity
+  std::atomic<bool> cancelled_{false};
+};
+
+KvLeaseServer::KvLeaseServer(const LeaseTableOptions& options, prometheus::Registry& registry)
+    : leases_(options),
+      blocks_sent_(rpc::CounterMetric(registry, "tandem_kv_transfer_blocks_total",
+                                      "KV blocks moved between workers", {{"direction", "sent"}})),
+      bytes_sent_(rpc::CounterMetric(registry, "tandem_kv_transfer_bytes_total",
+                                     "KV bytes moved between workers (wire format)",
+                                     {{"direction", "sent"}})),
+      leases_expired_(rpc::CounterMetric(registry, "tandem_kv_leases_expired_total",
+                                         "KV leases dropped because their TTL lapsed")),
+      transfer_failures_(rpc::CounterMetric(
+          registry, "tandem_kv_transfer_failures_total",
+          "KV transfers that failed: broken off, or reported failed by the fetching side",
+          {{"side", "prefill"}})),
+      transfer_seconds_(rpc::LatencyHistogram(registry, "tandem_kv_transfer_seconds",
+                                              "Time streaming a lease's KV blocks",
+                                              {{"side", "prefill"}})),
+      leases_held_(rpc::GaugeMetric(registry, "tandem_kv_leases", "KV leases held")),
+      blocks_leased_(
+          rpc::GaugeMetric(registry, "tandem_kv_blocks_leased", "KV blocks held under leases")),
+      bytes_leased_(rpc::GaugeMetric(registry, "tandem_kv_lease_bytes",
+                                     "Wire bytes of the KV blocks held under leases")) {
+  reaper_ = std::thread([this] { ReapExpired(); });
+}
+
+KvLeaseServer::~KvLeaseServer() {
+  stop_.Notify();
+  reaper_.join();
+}
+
+void KvLeaseServer::ReapExpired() {
+  // Expiry needs no precision finer than a fraction of the TTL.
+  const absl::Duration period = std::max(leases_.ttl() / 4, absl::Milliseconds(10));
+  while (!stop_.WaitForNotificationWithTimeout(period)) {
+    const int32_t n = leases_.Expire(absl::Now());
+    if (n > 0) leases_expired_.Increment(n);
+    UpdateGauges();
+  }
+}
+
+void KvLeaseServer::UpdateGauges() {
+  const LeaseStats s = leases_.stats();
+  leases_held_.Set(s.leases);
+  blocks_leased_.Set(s.blocks);
+  bytes_leased_.Set(static_cast<double>(s.bytes));
+}
+
+absl::StatusOr<KvLeaseServer::Held> KvLeaseServer::Hold(
+    std::shared_ptr<const engine::KvSnapshot> kv, std::vector<int32_t> token_ids) {
+  auto encoder = std::make_shared<const SnapshotEncoder>(std::move(kv), std::move(token_ids));
+  auto leased = std::make_shared<const LeasedKv>(LeasedKv{
+      .encoder = encoder, .blocks = encoder->num_blocks(), .bytes = encoder->wire_bytes()});
+  absl::StatusOr<std::string> id = leases_.Create(leased);
+  if (!id.ok()) return id.status();
+  UpdateGauges();
+  return Held{.lease_id = std::move(*id), .num_blocks = leased->blocks, .bytes = leased->bytes};
+}
+
+grpc::ServerWriteReactor<tandem::v1::KvBlockMessage>* KvLeaseServer::Fetch(
+    grpc::CallbackServerContext*, const tandem::v1::FetchKvRequest* request) {
+  return new FetchReactor(this, request->lease_id());
+}
+
+void KvLeaseServer::Release(const tandem::v1::ReleaseKvRequest& request) {
+  // A lease already gone (fetched, released twice, expired) has nothing left
+  // to count.
+  if (leases_.Release(request.lease_id()) && !request.ok() && !request.cancelled()) {
+    transfer_failures_.Increment();
+    std::cerr << "KV lease " << request.lease_id() << " failed on the fetching side: "
+              << request.error() << "\n";
+  }
+  UpdateGauges();
+}
+
+}  // namespace tandem::kvtransfer
