@@ -52,6 +52,7 @@ class KvLeaseServer {
   void Release(const tandem::v1::ReleaseKvRequest& request);
 
   LeaseStats stats() const { return leases_.stats(); }
+  const LeaseTable& table() const { return leases_; }
 
  private:
   class FetchReactor;

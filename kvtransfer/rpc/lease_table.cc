@@ -78,6 +78,14 @@ int32_t LeaseTable::Expire(absl::Time now) {
   return n;
 }
 
+bool LeaseTable::AwaitAtMost(int32_t leases, absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  auto few = [this, leases]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return static_cast<int32_t>(leases_.size()) <= leases;
+  };
+  return mu_.AwaitWithDeadline(absl::Condition(&few), deadline);
+}
+
 LeaseStats LeaseTable::stats() const {
   absl::MutexLock lock(&mu_);
   return LeaseStats{.leases = static_cast<int32_t>(leases_.size()),

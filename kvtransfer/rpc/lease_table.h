@@ -59,6 +59,9 @@ class LeaseTable {
   int32_t Expire(absl::Time now);
 
   LeaseStats stats() const;
+  // Waits until at most `leases` are held or `deadline` passes; true if
+  // they are. For draining (shutdown waits for fetches) and tests.
+  bool AwaitAtMost(int32_t leases, absl::Time deadline) const;
   absl::Duration ttl() const { return options_.ttl; }
 
  private:

@@ -1,0 +1,365 @@
+// The gateway's request path (GenerateCall) against fake workers served
+// in-process over real gRPC: prefill retried on UNAVAILABLE, the KV lease
+// released on every way a request can end without the decode worker taking
+// it, stop strings and client cancels cancelling the decode call, admission
+// refusing with a retry hint. The fakes script their answers; the gateway is
+// the real GenerationService.
+#include "gateway/generate_call.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <deque>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "engine/gguf.h"
+#include "engine/synthetic_model.h"
+#include "engine/tokenizer.h"
+#include "gateway/generation_service.h"
+#include "rpc/admission.h"
+#include "rpc/bootstrap.h"
+#include "tests/engine/test_models.h"
+
+namespace tandem::gateway {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Token ids of the tiny synthetic vocabulary: byte b is id 3 + b.
+int32_t Byte(char c) { return 3 + static_cast<unsigned char>(c); }
+
+// Answers Prefill from a script of status codes (OK once the script is
+// empty), and records every ReleaseKv.
+class FakePrefill final : public tandem::v1::Prefill::Service {
+ public:
+  void Script(std::deque<grpc::StatusCode> codes) {
+    absl::MutexLock lock(&mu_);
+    codes_ = std::move(codes);
+  }
+  grpc::Status Prefill(grpc::ServerContext*, const tandem::v1::PrefillRequest* r,
+                       tandem::v1::PrefillResponse* out) override {
+    absl::MutexLock lock(&mu_);
+    ++prefills_;
+    if (!codes_.empty()) {
+      const grpc::StatusCode code = codes_.front();
+      codes_.pop_front();
+      if (code != grpc::StatusCode::OK) return grpc::Status(code, "scripted failure");
+    }
+    out->set_lease_id(absl::StrCat("lease-", prefills_));
+    out->mutable_first_token()->set_id(Byte('a'));
+    out->set_num_blocks(1);
+    out->set_num_tokens(r->prompt_token_ids_size());
+    return grpc::Status::OK;
+  }
+  grpc::Status ReleaseKv(grpc::ServerContext*, const tandem::v1::ReleaseKvRequest* r,
+                         tandem::v1::ReleaseKvResponse*) override {
+    absl::MutexLock lock(&mu_);
+    releases_.push_back(*r);
+    return grpc::Status::OK;
+  }
+  int prefills() {
+    absl::MutexLock lock(&mu_);
+    return prefills_;
+  }
+  // Waits (10 s at most) for `n` releases; they trail the call they end.
+  std::vector<tandem::v1::ReleaseKvRequest> WaitForReleases(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto arrived = [this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return releases_.size() >= n; };
+    mu_.AwaitWithTimeout(absl::Condition(&arrived), absl::Seconds(10));
+    return releases_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<grpc::StatusCode> codes_ ABSL_GUARDED_BY(mu_);
+  int prefills_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<tandem::v1::ReleaseKvRequest> releases_ ABSL_GUARDED_BY(mu_);
+};
+
+// Streams scripted tokens, one per message, then ends with a status or
+// (hang) waits until the caller cancels. Counts cancellations.
+class FakeDecode final : public tandem::v1::Decode::CallbackService {
+ public:
+  struct Script {
+    std::vector<int32_t> tokens;
+    tandem::v1::FinishReason finish = tandem::v1::FINISH_REASON_UNSPECIFIED;  // on the last
+    grpc::Status end = grpc::Status::OK;
+    bool hang = false;
+  };
+  void Set(Script s) {
+    absl::MutexLock lock(&mu_);
+    script_ = std::move(s);
+  }
+  grpc::ServerWriteReactor<tandem::v1::DecodeResponse>* Decode(
+      grpc::CallbackServerContext*, const tandem::v1::DecodeRequest*) override {
+    absl::MutexLock lock(&mu_);
+    ++calls_;
+    return new Writer(this, script_);
+  }
+  int calls() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+  void WaitForCancel() { cancelled_.WaitForNotification(); }
+  bool cancelled() const { return cancelled_.HasBeenNotified(); }
+
+ private:
+  class Writer final : public grpc::ServerWriteReactor<tandem::v1::DecodeResponse> {
+   public:
+    Writer(FakeDecode* owner, Script script) : owner_(owner), script_(std::move(script)) {
+      Next();
+    }
+    void OnWriteDone(bool ok) override {
+      if (!ok) {
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "gone"));
+        return;
+      }
+      Next();
+    }
+    void OnCancel() override {
+      if (!owner_->cancelled_.HasBeenNotified()) owner_->cancelled_.Notify();
+      if (script_.hang && next_ >= script_.tokens.size()) {
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+      }
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    void Next() {
+      if (next_ == script_.tokens.size()) {
+        if (!script_.hang) Finish(script_.end);
+        return;  // a hanging stream finishes in OnCancel
+      }
+      msg_.Clear();
+      msg_.add_tokens()->set_id(script_.tokens[next_]);
+      if (++next_ == script_.tokens.size()) msg_.set_finish_reason(script_.finish);
+      StartWrite(&msg_);
+    }
+    FakeDecode* owner_;
+    Script script_;
+    size_t next_ = 0;
+    tandem::v1::DecodeResponse msg_;
+  };
+
+  absl::Mutex mu_;
+  Script script_ ABSL_GUARDED_BY(mu_);
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Notification cancelled_;
+};
+
+class GenerateCallTest : public ::testing::Test {
+ protected:
+  void StartGateway(int n_prefill, rpc::AdmissionLimits admission = {}) {
+    for (int i = 0; i < n_prefill; ++i) {
+      prefills_.push_back(std::make_unique<FakePrefill>());
+      auto s = rpc::StartGrpcServer({}, {prefills_.back().get()});
+      ASSERT_TRUE(s.ok()) << s.status();
+      servers_.push_back(std::move(*s));
+    }
+    auto d = rpc::StartGrpcServer({}, {&decode_});
+    ASSERT_TRUE(d.ok()) << d.status();
+    servers_.push_back(std::move(*d));
+
+    const std::string path = ::testing::TempDir() + "/generate_call_test.gguf";
+    ASSERT_TRUE(engine::WriteSyntheticModel(engine::testing::TinyOptions(), path).ok());
+    auto file = engine::GgufFile::Open(path, {.require_tensor_data = false});
+    ASSERT_TRUE(file.ok()) << file.status();
+    auto tokenizer = engine::Tokenizer::FromGguf(**file);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+
+    GatewayOptions options;
+    options.model_name = "tiny";
+    options.limits.max_context = 512;
+    for (int i = 0; i < n_prefill; ++i) options.prefill_workers.push_back(servers_[i].address);
+    options.decode_workers = {servers_.back().address};
+    options.admission = admission;
+    service_ = std::make_unique<GenerationService>(std::move(*tokenizer), options, registry_);
+    auto g = rpc::StartGrpcServer({}, {service_.get()});
+    ASSERT_TRUE(g.ok()) << g.status();
+    gateway_ = std::move(*g);
+    stub_ = tandem::v1::Generation::NewStub(
+        grpc::CreateChannel(gateway_.address, grpc::InsecureChannelCredentials()));
+  }
+
+  void TearDown() override {
+    if (gateway_.server != nullptr) gateway_.server->Shutdown();
+    for (rpc::StartedServer& s : servers_) s.server->Shutdown();
+  }
+
+  static tandem::v1::GenerateRequest Request(int32_t max_tokens) {
+    tandem::v1::GenerateRequest r;
+    for (char c : std::string("once upon")) r.add_prompt_token_ids(Byte(c));
+    r.set_max_tokens(max_tokens);
+    return r;
+  }
+
+  struct Result {
+    grpc::Status status;
+    std::string text;
+    tandem::v1::FinishReason finish = tandem::v1::FINISH_REASON_UNSPECIFIED;
+    std::map<std::string, std::string> trailers;  // copied: the context dies
+  };
+  Result Generate(const tandem::v1::GenerateRequest& request) {
+    grpc::ClientContext ctx;
+    auto reader = stub_->Generate(&ctx, request);
+    Result r;
+    tandem::v1::GenerateResponse msg;
+    while (reader->Read(&msg)) {
+      for (const tandem::v1::Token& t : msg.tokens()) r.text += t.text();
+      if (msg.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) r.finish = msg.finish_reason();
+    }
+    r.status = reader->Finish();
+    for (const auto& [key, value] : ctx.GetServerTrailingMetadata()) {
+      r.trailers[std::string(key.data(), key.size())] = std::string(value.data(), value.size());
+    }
+    return r;
+  }
+
+  std::vector<std::unique_ptr<FakePrefill>> prefills_;
+  FakeDecode decode_;
+  std::vector<rpc::StartedServer> servers_;
+  prometheus::Registry registry_;
+  std::unique_ptr<GenerationService> service_;
+  rpc::StartedServer gateway_;
+  std::unique_ptr<tandem::v1::Generation::Stub> stub_;
+};
+
+TEST_F(GenerateCallTest, StreamsPrefillTokenThenDecodeTokens) {
+  StartGateway(1);
+  decode_.Set({.tokens = {Byte('b'), Byte('c')}, .finish = tandem::v1::FINISH_REASON_LENGTH});
+  const Result r = Generate(Request(3));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "abc");
+  EXPECT_EQ(r.finish, tandem::v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(service_->admission().in_flight(), 0);
+}
+
+TEST_F(GenerateCallTest, RetriesPrefillOnAnotherWorkerWhenOneIsUnavailable) {
+  StartGateway(2);
+  // The picker tries worker 0 first (equal load, lowest index); it fails
+  // and worker 1 serves.
+  prefills_[0]->Script({grpc::StatusCode::UNAVAILABLE});
+  decode_.Set({.tokens = {Byte('b')}, .finish = tandem::v1::FINISH_REASON_LENGTH});
+  const Result r = Generate(Request(2));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "ab");
+  EXPECT_EQ(prefills_[0]->prefills(), 1);
+  EXPECT_EQ(prefills_[1]->prefills(), 1);
+}
+
+TEST_F(GenerateCallTest, EveryPrefillWorkerFailingIsUnavailableNeverOk) {
+  StartGateway(2);
+  prefills_[0]->Script({grpc::StatusCode::UNAVAILABLE});
+  prefills_[1]->Script({grpc::StatusCode::UNAVAILABLE});
+  // Both scripted failures are used up by one request's two attempts.
+  const Result r = Generate(Request(2));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("prefill"));
+  EXPECT_EQ(decode_.calls(), 0);
+}
+
+TEST_F(GenerateCallTest, NonRetryablePrefillErrorIsNotRetried) {
+  StartGateway(2);
+  prefills_[0]->Script({grpc::StatusCode::INVALID_ARGUMENT});
+  prefills_[1]->Script({grpc::StatusCode::INVALID_ARGUMENT});
+  const Result r = Generate(Request(2));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(prefills_[0]->prefills() + prefills_[1]->prefills(), 1);
+}
+
+TEST_F(GenerateCallTest, FinishingAtTheFirstTokenReleasesTheLeaseAsDone) {
+  StartGateway(1);
+  const Result r = Generate(Request(1));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "a");
+  EXPECT_EQ(decode_.calls(), 0);
+  const auto releases = prefills_[0]->WaitForReleases(1);
+  ASSERT_EQ(releases.size(), 1u);
+  EXPECT_EQ(releases[0].lease_id(), "lease-1");
+  EXPECT_TRUE(releases[0].ok());
+}
+
+TEST_F(GenerateCallTest, ADecodeFailureReleasesTheLeaseAsFailed) {
+  StartGateway(1);
+  decode_.Set({.tokens = {}, .end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode died")});
+  const Result r = Generate(Request(4));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("decode: decode died"));
+  const auto releases = prefills_[0]->WaitForReleases(1);
+  ASSERT_EQ(releases.size(), 1u);
+  EXPECT_FALSE(releases[0].ok());
+  EXPECT_FALSE(releases[0].cancelled());
+  EXPECT_EQ(service_->admission().in_flight(), 0);
+}
+
+TEST_F(GenerateCallTest, AStreamEndingWithoutFinishReasonIsAnError) {
+  StartGateway(1);
+  decode_.Set({.tokens = {Byte('b')}});  // OK, but no finish reason
+  const Result r = Generate(Request(8));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_FALSE(prefills_[0]->WaitForReleases(1).at(0).ok());
+}
+
+TEST_F(GenerateCallTest, AStopStringEndsTheRequestAndCancelsDecode) {
+  StartGateway(1);
+  decode_.Set({.tokens = {Byte('b'), Byte('X'), Byte('Y'), Byte('c')}, .hang = true});
+  tandem::v1::GenerateRequest req = Request(16);
+  req.add_stop("XY");
+  const Result r = Generate(req);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "ab");
+  EXPECT_EQ(r.finish, tandem::v1::FINISH_REASON_STOP);
+  decode_.WaitForCancel();  // returns only once the decode call was cancelled
+  EXPECT_TRUE(decode_.cancelled());
+}
+
+TEST_F(GenerateCallTest, AClientCancelCancelsDecodeAndReleasesTheLease) {
+  StartGateway(1);
+  decode_.Set({.tokens = {Byte('b')}, .hang = true});
+  grpc::ClientContext ctx;
+  auto reader = stub_->Generate(&ctx, Request(16));
+  tandem::v1::GenerateResponse msg;
+  ASSERT_TRUE(reader->Read(&msg));  // "a", from prefill
+  ASSERT_TRUE(reader->Read(&msg));  // "b": decode is streaming
+  ctx.TryCancel();
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  decode_.WaitForCancel();
+  const auto releases = prefills_[0]->WaitForReleases(1);
+  ASSERT_EQ(releases.size(), 1u);
+  EXPECT_TRUE(releases[0].cancelled());
+}
+
+TEST_F(GenerateCallTest, OverTheInFlightBoundIsRefusedAtOnceWithARetryHint) {
+  StartGateway(1, {.max_in_flight = 1, .retry_after = absl::Milliseconds(250)});
+  decode_.Set({.tokens = {Byte('b')}, .hang = true});
+  grpc::ClientContext ctx;
+  auto held = stub_->Generate(&ctx, Request(16));
+  tandem::v1::GenerateResponse msg;
+  ASSERT_TRUE(held->Read(&msg));  // admitted and streaming
+
+  const Result refused = Generate(Request(4));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("max_in_flight"));
+  auto hint = refused.trailers.find(rpc::kRetryAfterMsKey);
+  ASSERT_NE(hint, refused.trailers.end());
+  EXPECT_EQ(hint->second, "250");
+  EXPECT_EQ(prefills_[0]->prefills(), 1);  // no work was done for it
+
+  ctx.TryCancel();
+  held->Finish();
+}
+
+TEST_F(GenerateCallTest, AnInvalidRequestNamesTheField) {
+  StartGateway(1);
+  const Result r = Generate(Request(0));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("max_tokens"));
+  EXPECT_EQ(prefills_[0]->prefills(), 0);
+}
+
+}  // namespace
+}  // namespace tandem::gateway

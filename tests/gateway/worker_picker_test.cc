@@ -1,0 +1,45 @@
+#include "gateway/worker_picker.h"
+
+#include <gtest/gtest.h>
+
+namespace tandem::gateway {
+namespace {
+
+TEST(WorkerPickerTest, PicksTheLeastLoadedLowestIndexFirst) {
+  WorkerPicker picker({"a:1", "b:2", "c:3"});
+  WorkerPicker::Pick p0 = picker.Acquire();
+  EXPECT_EQ(p0.address(), "a:1");
+  WorkerPicker::Pick p1 = picker.Acquire();
+  EXPECT_EQ(p1.address(), "b:2");
+  WorkerPicker::Pick p2 = picker.Acquire();
+  EXPECT_EQ(p2.address(), "c:3");
+  WorkerPicker::Pick p3 = picker.Acquire();
+  EXPECT_EQ(p3.index(), 0);  // all at one: lowest index
+  EXPECT_EQ(picker.in_flight(0), 2);
+}
+
+TEST(WorkerPickerTest, APickHoldsItsSlotUntilDestroyedOrMoved) {
+  WorkerPicker picker({"a:1", "b:2"});
+  {
+    WorkerPicker::Pick p = picker.Acquire();
+    EXPECT_EQ(picker.in_flight(0), 1);
+    WorkerPicker::Pick moved = std::move(p);
+    EXPECT_FALSE(p.valid());
+    EXPECT_EQ(picker.in_flight(0), 1);
+    moved = WorkerPicker::Pick();  // assigning releases the old slot
+    EXPECT_EQ(picker.in_flight(0), 0);
+  }
+  EXPECT_EQ(picker.in_flight(0), 0);
+  EXPECT_EQ(picker.in_flight(1), 0);
+}
+
+TEST(WorkerPickerTest, SkipsExcludedWorkersAndSaysWhenNoneIsLeft) {
+  WorkerPicker picker({"a:1", "b:2"});
+  EXPECT_EQ(picker.Acquire({0}).address(), "b:2");
+  EXPECT_FALSE(picker.Acquire({0, 1}).valid());
+  WorkerPicker none({});
+  EXPECT_FALSE(none.Acquire().valid());
+}
+
+}  // namespace
+}  // namespace tandem::gateway
