@@ -3,12 +3,14 @@
 #include <iostream>
 
 #include "decode_worker/decode_service.h"
+#include "common/malloc_tuning.h"
 #include "rpc/bootstrap.h"
 #include "worker/engine_metrics.h"
 #include "worker/worker_main.h"
 
 int main(int argc, char** argv) {
   tandem::rpc::BlockShutdownSignals();
+  tandem::common::KeepLargeBuffersInHeap();  // KV blocks: no mmap churn per block
   std::vector<tandem::common::FlagSpec> specs = tandem::worker::WorkerFlagSpecs();
   specs.push_back({.name = "fetch-timeout-ms", .default_value = "60000",
                    .help = "upper bound on fetching one request's KV from a prefill worker"});

@@ -3,12 +3,14 @@
 #include <iostream>
 
 #include "prefill_worker/prefill_service.h"
+#include "common/malloc_tuning.h"
 #include "rpc/bootstrap.h"
 #include "worker/engine_metrics.h"
 #include "worker/worker_main.h"
 
 int main(int argc, char** argv) {
   tandem::rpc::BlockShutdownSignals();
+  tandem::common::KeepLargeBuffersInHeap();  // KV blocks: no mmap churn per block
   std::vector<tandem::common::FlagSpec> specs = tandem::worker::WorkerFlagSpecs();
   specs.push_back({.name = "lease-ttl-ms", .default_value = "30000",
                    .help = "how long unclaimed KV blocks are held for a decode worker"});
