@@ -71,7 +71,8 @@ absl::StatusOr<RunTimes> RunToCompletion(engine::Engine& eng, int32_t n_seqs) {
   const Clock::time_point begin = Clock::now();
   while (eng.HasWork()) {
     const Clock::time_point before = Clock::now();
-    ASSIGN_OR_RETURN(std::vector<engine::TokenEvent> events, eng.Step());
+    ASSIGN_OR_RETURN(engine::StepOutput step, eng.Step());
+    const std::vector<engine::TokenEvent>& events = step.tokens;
     const Clock::time_point after = Clock::now();
     if (started == n_seqs) {
       t.decode_s += Seconds(before, after);

@@ -90,7 +90,8 @@ absl::Status Generate(const common::Args& args, std::ostream& out, std::ostream&
   std::chrono::steady_clock::time_point first_token;
   int64_t n_generated = 0;
   while (eng->HasWork()) {
-    ASSIGN_OR_RETURN(std::vector<engine::TokenEvent> events, eng->Step());
+    ASSIGN_OR_RETURN(engine::StepOutput step, eng->Step());
+    const std::vector<engine::TokenEvent>& events = step.tokens;
     for (const engine::TokenEvent& ev : events) {
       if (n_generated++ == 0) first_token = std::chrono::steady_clock::now();
       const std::string text = decoder.Push(tok.TokenBytes(ev.token.id));

@@ -27,13 +27,14 @@ struct WeightMatrix {
 };
 
 // One sequence's rows of the batch: query rows [first_row, first_row + n_rows)
-// sit at positions [start_pos, start_pos + n_rows) and attend to positions
-// [0, their own]. `blocks` is the sequence's block table, covering at least
-// start_pos + n_rows positions.
+// have their keys and values in KV slots [kv_start, kv_start + n_rows) and
+// attend to slots [0, their own] (slots, not RoPE positions: rotation is
+// already in the stored keys). `blocks` is the sequence's block table,
+// covering at least kv_start + n_rows slots.
 struct AttentionSequence {
   int32_t first_row = 0;
   int32_t n_rows = 0;
-  int32_t start_pos = 0;
+  int32_t kv_start = 0;
   std::span<const BlockId> blocks;
 };
 

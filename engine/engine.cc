@@ -35,7 +35,13 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
       backend_(std::move(backend)),
       kv_(std::move(kv)),
       rope_(model.config(), model.weights().rope_freq_factors, options.max_context),
-      forward_(model, *backend_, *kv_, rope_) {}
+      forward_(model, *backend_, *kv_, rope_),
+      scheduler_({.max_batch_tokens = options.max_batch_tokens, .max_running = options.max_running},
+                 kv_->pool(), kv_->block_size()) {
+  // Runs inside an allocation on the engine thread; the next Step reports it.
+  kv_->pool().set_eviction_callback(
+      [this](BlockId, uint64_t hash) { evicted_.push_back(hash); });
+}
 
 absl::Status Engine::ValidateRequest(const GenerationRequest& request) const {
   const Tokenizer& tok = model_.tokenizer();
@@ -49,16 +55,28 @@ absl::Status Engine::ValidateRequest(const GenerationRequest& request) const {
           tok.n_vocab(), ")"));
     }
   }
+  for (size_t i = 0; i < request.generated.size(); ++i) {
+    if (!tok.IsValidId(request.generated[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "generated[", i, "] = ", request.generated[i], " is out of range [0, ", tok.n_vocab(),
+          ")"));
+    }
+  }
   if (request.max_tokens < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens: ", request.max_tokens, " must be at least 1"));
+  }
+  if (static_cast<int64_t>(request.generated.size()) >= request.max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "generated: ", request.generated.size(), " tokens leave nothing of max_tokens ",
+        request.max_tokens));
   }
   if (request.top_logprobs < 0 || request.top_logprobs > kMaxTopLogprobs) {
     return absl::InvalidArgumentError(absl::StrCat(
         "top_logprobs: ", request.top_logprobs, " is out of range [0, ", kMaxTopLogprobs, "]"));
   }
   RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
-  const int64_t n = static_cast<int64_t>(request.prompt.size());
+  const int64_t n = static_cast<int64_t>(request.prompt.size() + request.generated.size());
   if (n > options_.max_context) {
     return absl::InvalidArgumentError(absl::StrCat(
         "prompt: ", n, " tokens exceed max_context ", options_.max_context));
@@ -68,7 +86,7 @@ absl::Status Engine::ValidateRequest(const GenerationRequest& request) const {
         "prompt: ", n, " tokens leave no room in the KV pool (", kv_->num_blocks(),
         " blocks of ", kv_->block_size(), " tokens)"));
   }
-  if (static_cast<int64_t>(waiting_.size()) >= options_.max_waiting) {
+  if (scheduler_.num_waiting() >= options_.max_waiting) {
     return absl::ResourceExhaustedError(
         absl::StrCat("waiting queue is full (max_waiting ", options_.max_waiting, ")"));
   }
@@ -116,28 +134,35 @@ absl::Status Engine::ValidateSnapshot(const GenerationRequest& request,
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> Engine::Enqueue(GenerationRequest request,
-                                        std::shared_ptr<const KvSnapshot> import,
-                                        const SampledToken* first) {
-  const SamplingParams sampling = request.sampling;
+int64_t Engine::Enqueue(GenerationRequest request, std::shared_ptr<const KvSnapshot> import,
+                        const SampledToken* first) {
   auto seq = std::make_unique<Sequence>(Sequence{
       .id = next_id_++,
       .request = std::move(request),
       .tokens = {},
+      .positions = {},
       .n_computed = 0,
       .n_generated = 0,
       .blocks = std::nullopt,
-      .sampler = Sampler(sampling),
+      .n_hashed = 0,
+      .last_hash = kRootParentHash,
+      .sampler = Sampler(SamplingParams{}),
       .import = std::move(import),
   });
-  seq->tokens = seq->request.prompt;
+  seq->sampler = Sampler(seq->request.sampling);
+  for (int32_t id : seq->request.prompt) seq->Append(id);
+  // Tokens generated before this sequence existed (elsewhere, or by the
+  // prefill side for `first`): computed with the prompt, and the draws that
+  // made them are skipped so the sampler continues where it stood.
+  for (int32_t id : seq->request.generated) seq->Append(id);
+  seq->n_generated = static_cast<int32_t>(seq->request.generated.size());
   if (first != nullptr) {
-    seq->tokens.push_back(first->id);
-    seq->n_generated = 1;
-    seq->sampler.Skip(1);  // the draw the prefill side made for `first`
+    seq->Append(first->id);
+    ++seq->n_generated;
   }
+  seq->sampler.Skip(seq->n_generated);
   const int64_t id = seq->id;
-  waiting_.push_back(std::move(seq));
+  scheduler_.Enqueue(std::move(seq));
   return id;
 }
 
@@ -150,6 +175,9 @@ absl::StatusOr<int64_t> Engine::AddWithKv(GenerationRequest request, const Sampl
                                           std::shared_ptr<const KvSnapshot> kv) {
   RETURN_IF_ERROR(ValidateRequest(request));
   if (kv == nullptr) return absl::InvalidArgumentError("kv: missing");
+  if (!request.generated.empty()) {
+    return absl::InvalidArgumentError("generated: must be empty when the KV comes with it");
+  }
   RETURN_IF_ERROR(ValidateSnapshot(request, *kv));
   if (!model_.tokenizer().IsValidId(first.id)) {
     return absl::InvalidArgumentError(
@@ -168,43 +196,16 @@ absl::StatusOr<int64_t> Engine::AddWithKv(GenerationRequest request, const Sampl
 }
 
 void Engine::Cancel(int64_t seq_id) {
-  auto match = [seq_id](const std::unique_ptr<Sequence>& s) { return s->id == seq_id; };
-  if (auto it = std::find_if(running_.begin(), running_.end(), match); it != running_.end()) {
-    running_.erase(it);
-  } else if (auto wit = std::find_if(waiting_.begin(), waiting_.end(), match);
-             wit != waiting_.end()) {
-    waiting_.erase(wit);
-  } else {
-    return;
-  }
-  cancelled_.push_back(seq_id);
+  if (scheduler_.Remove(seq_id)) cancelled_.push_back(seq_id);
 }
 
-bool Engine::EnsureBlocks(Sequence& seq, int32_t n_positions) {
-  const int32_t bs = kv_->block_size();
-  const int32_t need = (n_positions + bs - 1) / bs;
-  if (!seq.blocks.has_value()) {
-    std::optional<BlockList> list = kv_->pool().Allocate(need);
-    if (!list.has_value()) return false;
-    seq.blocks = std::move(list);
-    return true;
-  }
-  const int32_t have = static_cast<int32_t>(seq.blocks->size());
-  return have >= need || kv_->pool().Extend(*seq.blocks, need - have);
-}
-
-// Copies imported KV into freshly allocated blocks, after which the sequence
-// is an ordinary one whose prompt is computed.
-bool Engine::Admit(Sequence& seq, int32_t n_positions) {
-  if (!EnsureBlocks(seq, n_positions)) return false;
+void Engine::CopyImport(Sequence& seq) {
   const KvSnapshot& kv = *seq.import;
   for (size_t i = 0; i < kv.blocks.size(); ++i) {
     std::memcpy(kv_->BlockData((*seq.blocks)[static_cast<int32_t>(i)]), kv.blocks[i].data(),
                 kv.blocks[i].size());
   }
-  seq.n_computed = kv.n_tokens;
-  seq.import.reset();
-  return true;
+  seq.import.reset();  // from here on an ordinary sequence whose prompt is computed
 }
 
 std::shared_ptr<const KvSnapshot> Engine::Export(const Sequence& seq) {
@@ -225,117 +226,94 @@ std::shared_ptr<const KvSnapshot> Engine::Export(const Sequence& seq) {
   return kv;
 }
 
-// Frees the sequence's KV; it re-enters the queue at the front and later
-// recomputes its prompt and generated tokens in one prefill (vLLM's
-// recompute preemption). Its sampler keeps its state.
-void Engine::Preempt(Sequence& seq) {
-  seq.blocks.reset();
-  seq.n_computed = 0;
-  ++preemptions_;
-}
-
-std::vector<Engine::PlanItem> Engine::Schedule() {
-  std::vector<PlanItem> plan;
-  int32_t budget = options_.max_batch_tokens;
-  // Running sequences in admission order: each takes its pending tokens (one
-  // when decoding, a chunk when its prompt is still being prefilled).
-  for (auto it = running_.begin(); it != running_.end() && budget > 0;) {
-    Sequence& seq = **it;
-    const int32_t pending = static_cast<int32_t>(seq.tokens.size()) - seq.n_computed;
-    const int32_t count = std::min(pending, budget);
-    bool preempted_self = false;
-    while (!EnsureBlocks(seq, seq.n_computed + count)) {
-      // Out of blocks: preempt the newest sequence (never one already
-      // planned, since those come earlier in admission order).
-      std::unique_ptr<Sequence> victim = std::move(running_.back());
-      running_.pop_back();
-      Preempt(*victim);
-      preempted_self = victim.get() == &seq;
-      waiting_.push_front(std::move(victim));
-      if (preempted_self) break;
+void Engine::HashFullBlocks(Sequence& seq, std::vector<BlockEvent>& events) {
+  const int32_t bs = kv_->block_size();
+  const int32_t full = seq.n_computed / bs;
+  for (; seq.n_hashed < full; ++seq.n_hashed) {
+    const uint64_t parent = seq.last_hash;
+    seq.last_hash = BlockHash(
+        parent, std::span<const int32_t>(seq.tokens).subspan(int64_t{seq.n_hashed} * bs, bs),
+        model_.fingerprint());
+    // A block filled and never written again: the pool may share it. When
+    // another block already holds this hash the block stays private.
+    if (kv_->pool().SetHash((*seq.blocks)[seq.n_hashed], seq.last_hash)) {
+      events.push_back({.kind = BlockEvent::Kind::kStored, .hash = seq.last_hash,
+                        .parent_hash = parent});
     }
-    if (preempted_self) break;
-    plan.push_back({&seq, seq.n_computed, count});
-    budget -= count;
-    ++it;
   }
-  // Admit waiting sequences while there is budget and memory.
-  while (budget > 0 && !waiting_.empty() &&
-         static_cast<int32_t>(running_.size()) < options_.max_running) {
-    Sequence& seq = *waiting_.front();
-    if (seq.import != nullptr && !Admit(seq, seq.import->n_tokens + 1)) break;
-    const int32_t pending = static_cast<int32_t>(seq.tokens.size()) - seq.n_computed;
-    const int32_t count = std::min(pending, budget);
-    if (!EnsureBlocks(seq, seq.n_computed + count)) break;
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
-    plan.push_back({&seq, seq.n_computed, count});
-    budget -= count;
-  }
-  return plan;
 }
 
-absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
-  std::vector<TokenEvent> events;
+absl::StatusOr<StepOutput> Engine::Step() {
+  StepOutput out;
   for (int64_t id : cancelled_) {
-    events.push_back({.seq_id = id, .token = {}, .finish = FinishReason::kCancelled});
+    out.tokens.push_back({.seq_id = id, .token = {}, .finish = FinishReason::kCancelled});
   }
   cancelled_.clear();
-  const std::vector<PlanItem> plan = Schedule();
-  if (plan.empty()) return events;
-  std::vector<BatchChunk> chunks;
-  chunks.reserve(plan.size());
-  for (const PlanItem& item : plan) {
-    chunks.push_back({
-        .tokens = std::span<const int32_t>(item.seq->tokens).subspan(item.start, item.count),
-        .start_pos = item.start,
-        .blocks = item.seq->blocks->ids(),
-        .all_logits = false,
-    });
+  const StepPlan plan = scheduler_.Schedule();
+  for (int64_t id : plan.imported) CopyImport(*scheduler_.Find(id));
+  if (!plan.chunks.empty()) {
+    std::vector<BatchChunk> chunks;
+    chunks.reserve(plan.chunks.size());
+    for (const ScheduledChunk& c : plan.chunks) {
+      const Sequence& seq = *scheduler_.Find(c.seq_id);
+      chunks.push_back({
+          .tokens = std::span<const int32_t>(seq.tokens).subspan(c.start, c.count),
+          .positions = std::span<const int32_t>(seq.positions).subspan(c.start, c.count),
+          .kv_start = c.start,
+          .blocks = seq.blocks->ids(),
+          .all_logits = false,
+      });
+    }
+    ASSIGN_OR_RETURN(ForwardResult result, forward_.Run(chunks));
+    Update(plan, result, out);
   }
-  ASSIGN_OR_RETURN(ForwardResult result, forward_.Run(chunks));
-  Update(plan, result, events);
-  return events;
+  for (uint64_t hash : evicted_) {
+    out.blocks.push_back({.kind = BlockEvent::Kind::kRemoved, .hash = hash, .parent_hash = 0});
+  }
+  evicted_.clear();
+  return out;
 }
 
-void Engine::Update(const std::vector<PlanItem>& plan, const ForwardResult& result,
-                    std::vector<TokenEvent>& events) {
+void Engine::Update(const StepPlan& plan, const ForwardResult& result, StepOutput& out) {
   const Tokenizer& tok = model_.tokenizer();
-  for (size_t i = 0; i < plan.size(); ++i) {
-    Sequence& seq = *plan[i].seq;
-    seq.n_computed = plan[i].start + plan[i].count;
-    if (seq.n_computed < static_cast<int32_t>(seq.tokens.size())) continue;  // mid-prefill
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const ScheduledChunk& c = plan.chunks[i];
+    Sequence& seq = *scheduler_.Find(c.seq_id);
+    seq.n_computed = c.start + c.count;
+    HashFullBlocks(seq, out.blocks);
+    if (seq.pending() > 0) continue;  // mid-prefill
     TokenEvent ev{.seq_id = seq.id,
                   .token = seq.sampler.Sample(result.Row(result.first_row[i]),
                                               seq.request.top_logprobs),
                   .finish = FinishReason::kNone};
-    seq.tokens.push_back(ev.token.id);
+    seq.Append(ev.token.id);
     ++seq.n_generated;
     if (!seq.request.ignore_eos && tok.IsEog(ev.token.id)) {
       ev.finish = FinishReason::kEos;
     } else if (seq.n_generated >= seq.request.max_tokens ||
-               static_cast<int64_t>(seq.tokens.size()) > MaxSequenceLength()) {
+               static_cast<int64_t>(seq.tokens.size()) > MaxSequenceLength() ||
+               seq.next_position() > options_.max_context) {
       // The next token would need a position past max_context, or more KV
       // than the whole pool holds (the sequence could never run alone).
       ev.finish = FinishReason::kLength;
     }
     if (ev.finish != FinishReason::kNone && seq.request.export_kv) ev.kv = Export(seq);
-    events.push_back(std::move(ev));
-    if (events.back().finish != FinishReason::kNone) {
-      running_.remove_if([&seq](const std::unique_ptr<Sequence>& s) { return s.get() == &seq; });
-    }
+    const bool finished = ev.finish != FinishReason::kNone;
+    out.tokens.push_back(std::move(ev));
+    if (finished) scheduler_.Remove(seq.id);  // frees its blocks (full ones stay cached)
   }
 }
 
 EngineStats Engine::stats() const {
   const BlockPool& pool = kv_->pool();
   return EngineStats{
-      .running = static_cast<int32_t>(running_.size()),
-      .waiting = static_cast<int32_t>(waiting_.size()),
+      .running = scheduler_.num_running(),
+      .waiting = scheduler_.num_waiting(),
       .blocks_used = pool.num_used(),
       .blocks_free = pool.num_free(),
       .blocks_total = pool.num_blocks(),
-      .preemptions = preemptions_,
+      .blocks_cached = pool.num_cached(),
+      .preemptions = scheduler_.preemptions(),
   };
 }
 

@@ -1,75 +1,37 @@
-// The inference engine: admits generation requests, schedules each step's
-// batch (decode tokens of running sequences first, then prefill chunks of
-// new ones, under a token budget), runs the forward pass over the paged KV
-// cache, samples, and reports one TokenEvent per sequence per step.
-// Engine-thread only: exactly one thread calls every method; others post to
-// that thread (see the decode worker). No locks inside.
+// The inference engine: admits generation requests, runs each step as
+// Schedule (engine/scheduler.cc: which tokens of which sequences) -> Forward
+// (engine/forward.cc: the model over the paged KV cache) -> Update (sample,
+// finish, hash the blocks that filled), and reports the step's tokens and
+// block events. Engine-thread only: exactly one thread calls every method;
+// others post to that thread (worker/engine_loop.h). No locks inside.
 #ifndef TANDEM_ENGINE_ENGINE_H_
 #define TANDEM_ENGINE_ENGINE_H_
 
 #include <cstdint>
-#include <deque>
-#include <list>
 #include <memory>
-#include <optional>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
 #include "engine/forward.h"
 #include "engine/kv_cache.h"
 #include "engine/kv_snapshot.h"
 #include "engine/model.h"
+#include "engine/request.h"
 #include "engine/rope.h"
 #include "engine/sampler.h"
+#include "engine/scheduler.h"
 
 namespace tandem::engine {
 
-enum class FinishReason {
-  kNone,       // still running
-  kLength,     // max_tokens reached, or the sequence filled max_context
-  kEos,        // an end-of-generation token was sampled
-  kCancelled,  // Cancel() was called
-};
-
-struct GenerationRequest {
-  std::vector<int32_t> prompt;  // token ids, BOS included when wanted
-  SamplingParams sampling;
-  int32_t max_tokens = 16;      // >= 1
-  int32_t top_logprobs = 0;     // [0, kMaxTopLogprobs]
-  bool ignore_eos = false;
-  // On finish, copy the sequence's KV (its computed positions) into the
-  // finishing TokenEvent's `kv` before the blocks are freed (prefill side
-  // of a disaggregated request).
-  bool export_kv = false;
-};
-
-struct TokenEvent {
-  int64_t seq_id = 0;
-  SampledToken token;
-  FinishReason finish = FinishReason::kNone;
-  // Set on the finishing event of a sequence added with export_kv.
-  std::shared_ptr<const KvSnapshot> kv = nullptr;
-};
-
 struct EngineOptions {
   KvCacheOptions kv;
-  // Cap on each sequence's KV and RoPE table; 0 = the model's trained context
-  // length (n_ctx_train).
+  // Cap on each sequence's positions and RoPE table; 0 = the model's trained
+  // context length (n_ctx_train).
   int32_t max_context = 0;
   int32_t max_batch_tokens = 512;   // tokens per forward step (prefill chunking)
   int32_t max_running = 64;         // sequences in the running batch
   int32_t max_waiting = 1024;       // queued sequences before Add refuses
-};
-
-struct EngineStats {
-  int32_t running = 0;
-  int32_t waiting = 0;
-  int32_t blocks_used = 0;
-  int32_t blocks_free = 0;
-  int32_t blocks_total = 0;
-  int64_t preemptions = 0;
 };
 
 // What an engine thread drives (worker/engine_loop.h): the Engine below, or
@@ -81,7 +43,7 @@ class StepEngine {
   virtual absl::StatusOr<int64_t> AddWithKv(GenerationRequest request, const SampledToken& first,
                                             std::shared_ptr<const KvSnapshot> kv) = 0;
   virtual void Cancel(int64_t seq_id) = 0;
-  virtual absl::StatusOr<std::vector<TokenEvent>> Step() = 0;
+  virtual absl::StatusOr<StepOutput> Step() = 0;
   virtual bool HasWork() const = 0;
   virtual EngineStats stats() const = 0;
   virtual const Model& model() const = 0;
@@ -99,7 +61,9 @@ class Engine final : public StepEngine {
 
   // Queues a request; returns its sequence id. InvalidArgument naming the
   // field for bad requests; ResourceExhausted when the waiting queue is full
-  // or the prompt can never fit in the KV budget.
+  // or the sequence can never fit in the KV budget. A request with
+  // `generated` tokens resumes a stream: those tokens are computed with the
+  // prompt and the sampler continues after the draws that produced them.
   absl::StatusOr<int64_t> Add(GenerationRequest request) override;
 
   // Queues a sequence whose prompt KV was computed elsewhere: `kv` holds the
@@ -116,13 +80,12 @@ class Engine final : public StepEngine {
   void Cancel(int64_t seq_id) override;
 
   // One engine step: Schedule -> Forward -> Update. Returns the tokens
-  // produced (one per sequence that finished its prompt or decoded), and
-  // cancellation events.
-  absl::StatusOr<std::vector<TokenEvent>> Step() override;
+  // produced (one per sequence that finished its prompt or decoded),
+  // cancellation events, and the blocks stored and removed since the last
+  // step.
+  absl::StatusOr<StepOutput> Step() override;
 
-  bool HasWork() const override {
-    return !running_.empty() || !waiting_.empty() || !cancelled_.empty();
-  }
+  bool HasWork() const override { return !scheduler_.empty() || !cancelled_.empty(); }
   EngineStats stats() const override;
   const Model& model() const override { return model_; }
   int32_t max_context() const override { return options_.max_context; }
@@ -130,45 +93,27 @@ class Engine final : public StepEngine {
   GgmlType kv_dtype() const override { return kv_->dtype(); }
 
  private:
-  struct Sequence {
-    int64_t id = 0;
-    GenerationRequest request;
-    std::vector<int32_t> tokens;  // prompt, then generated tokens
-    int32_t n_computed = 0;       // positions whose KV is in `blocks`
-    int32_t n_generated = 0;
-    std::optional<BlockList> blocks;
-    Sampler sampler;
-    // Prompt KV computed elsewhere, copied into blocks at admission.
-    std::shared_ptr<const KvSnapshot> import;
-  };
-  // What one step runs: per sequence, the tokens [start, start + count).
-  struct PlanItem {
-    Sequence* seq;
-    int32_t start;
-    int32_t count;
-  };
-
   Engine(const Model& model, std::unique_ptr<Backend> backend, const EngineOptions& options,
          std::unique_ptr<KvCache> kv);
 
-  std::vector<PlanItem> Schedule();
   absl::Status ValidateRequest(const GenerationRequest& request) const;
   absl::Status ValidateSnapshot(const GenerationRequest& request, const KvSnapshot& kv) const;
-  absl::StatusOr<int64_t> Enqueue(GenerationRequest request,
-                                  std::shared_ptr<const KvSnapshot> import,
-                                  const SampledToken* first);
-  bool EnsureBlocks(Sequence& seq, int32_t n_positions);
-  bool Admit(Sequence& seq, int32_t n_positions);
+  int64_t Enqueue(GenerationRequest request, std::shared_ptr<const KvSnapshot> import,
+                  const SampledToken* first);
+  // Copies an admitted sequence's imported KV into its blocks.
+  void CopyImport(Sequence& seq);
   std::shared_ptr<const KvSnapshot> Export(const Sequence& seq);
-  void Preempt(Sequence& seq);
-  // Longest a sequence may grow: max_context, and what the whole KV pool
-  // holds (so a sequence alone always fits and preemption cannot livelock).
+  // Hashes the blocks of `seq` that filled and hands them to the pool's
+  // prefix cache, reporting each as stored.
+  void HashFullBlocks(Sequence& seq, std::vector<BlockEvent>& events);
+  // Longest a sequence may grow in KV slots: max_context, and what the whole
+  // pool holds (so a sequence alone always fits and preemption cannot
+  // livelock).
   int64_t MaxSequenceLength() const {
     return std::min<int64_t>(options_.max_context,
                              int64_t{kv_->num_blocks()} * kv_->block_size());
   }
-  void Update(const std::vector<PlanItem>& plan, const ForwardResult& result,
-              std::vector<TokenEvent>& events);
+  void Update(const StepPlan& plan, const ForwardResult& result, StepOutput& out);
 
   const Model& model_;
   EngineOptions options_;
@@ -176,13 +121,11 @@ class Engine final : public StepEngine {
   std::unique_ptr<KvCache> kv_;
   RopeTable rope_;
   ForwardPass forward_;
+  Scheduler scheduler_;
   int64_t next_id_ = 1;
-  int64_t preemptions_ = 0;
-  // Sequences own their state; running_ keeps admission order (the newest is
-  // preempted first when blocks run out).
-  std::list<std::unique_ptr<Sequence>> running_;
-  std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<int64_t> cancelled_;
+  // Hashes of cached blocks the pool evicted since the last step.
+  std::vector<uint64_t> evicted_;
 };
 
 }  // namespace tandem::engine

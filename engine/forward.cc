@@ -39,16 +39,22 @@ absl::Status ForwardPass::Validate(std::span<const BatchChunk> chunks) const {
             "token id ", id, " is out of range [0, ", config_.n_vocab, ")"));
       }
     }
-    const int64_t end = int64_t{c.start_pos} + static_cast<int64_t>(c.tokens.size());
-    if (c.start_pos < 0 || end > rope_.max_positions()) {
+    if (c.positions.size() != c.tokens.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "positions [", c.start_pos, ", ", end, ") exceed max_context ",
-          rope_.max_positions()));
+          "chunk ", i, ": ", c.positions.size(), " positions for ", c.tokens.size(), " tokens"));
     }
+    for (int32_t pos : c.positions) {
+      if (pos < 0 || pos >= rope_.max_positions()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "chunk ", i, ": position ", pos, " is outside [0, max_context ",
+            rope_.max_positions(), ")"));
+      }
+    }
+    const int64_t end = int64_t{c.kv_start} + static_cast<int64_t>(c.tokens.size());
     const int64_t covered = static_cast<int64_t>(c.blocks.size()) * kv_.block_size();
-    if (covered < end) {
+    if (c.kv_start < 0 || covered < end) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "chunk ", i, ": block table covers ", covered, " positions, needs ", end));
+          "chunk ", i, ": block table covers ", covered, " slots, needs ", end));
     }
   }
   return absl::OkStatus();
@@ -76,11 +82,12 @@ absl::StatusOr<ForwardResult> ForwardPass::Run(std::span<const BatchChunk> chunk
     const int32_t n = static_cast<int32_t>(c.tokens.size());
     seqs_.push_back({.first_row = static_cast<int32_t>(positions_.size()),
                      .n_rows = n,
-                     .start_pos = c.start_pos,
+                     .kv_start = c.kv_start,
                      .blocks = c.blocks});
-    for (int32_t pos = c.start_pos; pos < c.start_pos + n; ++pos) {
-      positions_.push_back(pos);
-      slots_.push_back({.block = c.blocks[pos / bs], .slot = pos % bs});
+    for (int32_t i = 0; i < n; ++i) {
+      const int32_t slot = c.kv_start + i;
+      positions_.push_back(c.positions[i]);
+      slots_.push_back({.block = c.blocks[slot / bs], .slot = slot % bs});
     }
   }
 

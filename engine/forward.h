@@ -18,13 +18,17 @@
 
 namespace tandem::engine {
 
-// One sequence's share of a batch: `tokens` sit at positions
-// [start_pos, start_pos + tokens.size()); keys and values of positions before
-// start_pos are already in the blocks of `blocks`, which covers every
-// position up to the last token.
+// One sequence's share of a batch: token i is rotated for RoPE position
+// positions[i] and its key and value go to KV slot kv_start + i of the
+// sequence's block table `blocks` (block s / block_size, slot s %
+// block_size). Slots [0, kv_start) already hold the sequence's earlier keys
+// and values, which the tokens attend to; `blocks` covers every slot up to
+// the last token. Slots and positions are separate so a sequence can drop
+// blocks (a rolling window) or shift its positions.
 struct BatchChunk {
   std::span<const int32_t> tokens;
-  int32_t start_pos = 0;
+  std::span<const int32_t> positions;  // one per token
+  int32_t kv_start = 0;
   std::span<const BlockId> blocks;
   bool all_logits = false;  // logits for every token, else for the last only
 };
@@ -84,7 +88,7 @@ class ForwardPass {
   const RopeTable& rope_;
   Scratch s_;
   // Per step, shared by every layer.
-  std::vector<int32_t> positions_;           // [T] each token's position
+  std::vector<int32_t> positions_;           // [T] each token's RoPE position
   std::vector<KvSlot> slots_;                // [T] where its key and value go
   std::vector<AttentionSequence> seqs_;      // one per chunk
 };

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/model_fingerprint.h"
 
 namespace tandem::engine {
 namespace {
@@ -57,41 +58,6 @@ class WeightBinder {
   const GgufFile& file_;
 };
 
-uint64_t Mix(uint64_t h, uint64_t v) {
-  // FNV-1a over the 8 bytes of v.
-  for (int i = 0; i < 8; ++i) {
-    h ^= (v >> (8 * i)) & 0xff;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-uint64_t MixBytes(uint64_t h, const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-uint64_t Fingerprint(const ModelConfig& c, const GgufFile& file) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  h = MixBytes(h, c.arch.data(), c.arch.size());
-  for (int64_t v : {c.n_vocab, c.n_embd, c.n_layer, c.n_head, c.n_head_kv, c.head_dim,
-                    c.n_ff, c.n_rot}) {
-    h = Mix(h, static_cast<uint64_t>(v));
-  }
-  for (const GgufTensorInfo& t : file.tensors()) {
-    h = MixBytes(h, t.name.data(), t.name.size());
-    h = Mix(h, static_cast<uint64_t>(t.type));
-    for (int64_t d : t.ne) h = Mix(h, static_cast<uint64_t>(d));
-    // A sample of the weights tells apart files of equal shape.
-    h = MixBytes(h, t.data, std::min<uint64_t>(t.nbytes, 64));
-  }
-  return h;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {
@@ -137,7 +103,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {
     ASSIGN_OR_RETURN(l.w_up, bind.Matrix(b + "ffn_up.weight", c.n_embd, c.n_ff));
     ASSIGN_OR_RETURN(l.w_down, bind.Matrix(b + "ffn_down.weight", c.n_ff, c.n_embd));
   }
-  m->fingerprint_ = Fingerprint(c, *m->file_);
+  m->fingerprint_ = ModelFingerprint(c, *m->file_);
   return m;
 }
 

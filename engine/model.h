@@ -42,8 +42,8 @@ class Model {
   const ModelWeights& weights() const { return weights_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const GgufFile& file() const { return *file_; }
-  // Identifies the weights and shape for KV compatibility checks: a hash of
-  // the hyperparameters, tensor names, types, shapes and a sample of bytes.
+  // Identifies the model for KV compatibility checks and block hashes
+  // (ModelFingerprint: hyperparameters and tensor layout, no weight bytes).
   uint64_t fingerprint() const { return fingerprint_; }
   // Weight type of the bulk of the model (that of blk.0.attn_q.weight).
   GgmlType weight_type() const { return weights_.layers[0].wq.type; }

@@ -15,17 +15,17 @@
 #include "common/check.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
-#include "kvtransfer/little_endian.h"
+#include "common/little_endian.h"
 
 namespace tandem::kvtransfer {
 namespace {
 
-using internal::AppendLe16;
-using internal::AppendLe32;
-using internal::AppendLe64;
-using internal::LoadLe16;
-using internal::LoadLe32;
-using internal::LoadLe64;
+using common::AppendLe16;
+using common::AppendLe32;
+using common::AppendLe64;
+using common::LoadLe16;
+using common::LoadLe32;
+using common::LoadLe64;
 
 // Byte offsets of the header fields; the table in block_codec.h is the spec.
 constexpr size_t kVersionOffset = 4;

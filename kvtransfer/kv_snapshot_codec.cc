@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/status_macros.h"
-#include "kvtransfer/block_hash.h"
+#include "engine/block_hash.h"
 
 namespace tandem::kvtransfer {
 namespace {
@@ -44,12 +44,12 @@ SnapshotEncoder::SnapshotEncoder(std::shared_ptr<const engine::KvSnapshot> snaps
                "snapshot holds ceil(n_tokens / block_size) blocks")
       << "blocks=" << s.blocks.size();
   hashes_.reserve(s.blocks.size());
-  uint64_t parent = kRootParentHash;
+  uint64_t parent = engine::kRootParentHash;
   for (size_t i = 0; i < s.blocks.size(); ++i) {
     const int64_t start = static_cast<int64_t>(i) * bs;
     const std::span<const int32_t> tokens =
         std::span<const int32_t>(token_ids_).subspan(start, std::min(bs, n - start));
-    parent = BlockHash(parent, tokens, s.model_fingerprint, tenant_salt_);
+    parent = engine::BlockHash(parent, tokens, s.model_fingerprint, tenant_salt_);
     hashes_.push_back(parent);
   }
 }
@@ -69,7 +69,7 @@ void SnapshotEncoder::EncodeTo(int32_t index, std::string* out) const {
   const BlockHeader header{
       .model_fingerprint = s.model_fingerprint,
       .block_hash = hashes_[index],
-      .parent_hash = index == 0 ? kRootParentHash : hashes_[index - 1],
+      .parent_hash = index == 0 ? engine::kRootParentHash : hashes_[index - 1],
       .block_index = static_cast<uint32_t>(index),
       .token_count = static_cast<uint32_t>(std::min<int64_t>(s.block_size, s.n_tokens - start)),
       .block_size = static_cast<uint32_t>(s.block_size),
@@ -85,7 +85,7 @@ SnapshotDecoder::SnapshotDecoder(const BlockExpectation& expect, std::vector<int
     : expect_(expect),
       token_ids_(std::move(token_ids)),
       tenant_salt_(tenant_salt),
-      parent_(kRootParentHash) {
+      parent_(engine::kRootParentHash) {
   if (token_ids_.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     status_ = absl::InvalidArgumentError(
         absl::StrCat("token_ids: ", token_ids_.size(), " ids, at most 2^31 - 1 positions"));
@@ -136,7 +136,7 @@ absl::Status SnapshotDecoder::Add(std::string_view bytes) {
                                            " (hash of the previous block)")));
   }
   const uint64_t want =
-      BlockHash(parent_, std::span<const int32_t>(token_ids_).subspan(covered_, expected_count),
+      engine::BlockHash(parent_, std::span<const int32_t>(token_ids_).subspan(covered_, expected_count),
                 expect_.model_fingerprint, tenant_salt_);
   if (h.block_hash != want) {
     return fail(BlockError(i, absl::StrCat("block_hash: got ", Hex64(h.block_hash),

@@ -137,7 +137,7 @@ void EngineLoop::Apply(Op& op) {
 
 void EngineLoop::StepOnce() {
   const absl::Time started = absl::Now();
-  absl::StatusOr<std::vector<engine::TokenEvent>> events = engine_->Step();
+  absl::StatusOr<engine::StepOutput> events = engine_->Step();
   const absl::Duration took = absl::Now() - started;
   if (!events.ok()) {
     // A failed step is a bug or a broken model; fail every live sequence
@@ -159,7 +159,7 @@ void EngineLoop::StepOnce() {
     absl::MutexLock lock(&mu_);
     stats_ = stats;
   }
-  for (engine::TokenEvent& ev : *events) {
+  for (engine::TokenEvent& ev : events->tokens) {
     auto it = streams_.find(ev.seq_id);
     if (it == streams_.end()) continue;
     const bool finished = ev.finish != engine::FinishReason::kNone;

@@ -71,9 +71,10 @@ class SequenceStream {
 
 class EngineLoop {
  public:
-  // Called on the engine thread after every step that ran a batch.
+  // Called on the engine thread after every step, with what it produced
+  // (tokens and block events) and how long it took.
   using StepObserver = std::function<void(const engine::EngineStats& stats,
-                                          const std::vector<engine::TokenEvent>& events,
+                                          const engine::StepOutput& step,
                                           absl::Duration step_time)>;
 
   // Starts the engine thread. `engine` must not be used by anyone else.

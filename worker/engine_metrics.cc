@@ -13,16 +13,30 @@ EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) 
   auto* free = &rpc::GaugeMetric(registry, "tandem_kv_blocks_free", "KV blocks free");
   auto* preemptions = &rpc::CounterMetric(
       registry, "tandem_preemptions_total", "Sequences preempted (KV freed, recomputed later)");
+  auto* cached = &rpc::GaugeMetric(registry, "tandem_kv_blocks_cached",
+                                  "Free KV blocks that still hold a hashed, reusable block");
+  auto* stored = &rpc::CounterMetric(registry, "tandem_kv_block_events_total",
+                                     "Full KV blocks hashed into the prefix cache (stored) and "
+                                     "evicted from it (removed)",
+                                     {{"event", "stored"}});
+  auto* removed = &rpc::CounterMetric(registry, "tandem_kv_block_events_total",
+                                      "Full KV blocks hashed into the prefix cache (stored) and "
+                                      "evicted from it (removed)",
+                                      {{"event", "removed"}});
   auto* step = &rpc::LatencyHistogram(registry, "tandem_engine_step_seconds",
                                  "Duration of one engine step (forward pass + sampling)");
   // EngineStats counts preemptions since start; the counter takes the delta.
   return [=, counted = int64_t{0}](const engine::EngineStats& s,
-                                   const std::vector<engine::TokenEvent>&,
+                                   const engine::StepOutput& out,
                                    absl::Duration took) mutable {
     running->Set(s.running);
     waiting->Set(s.waiting);
     used->Set(s.blocks_used);
     free->Set(s.blocks_free);
+    cached->Set(s.blocks_cached);
+    for (const engine::BlockEvent& e : out.blocks) {
+      (e.kind == engine::BlockEvent::Kind::kStored ? stored : removed)->Increment();
+    }
     preemptions->Increment(static_cast<double>(s.preemptions - counted));
     counted = s.preemptions;
     step->Observe(absl::ToDoubleSeconds(took));

@@ -74,7 +74,7 @@ void AttendGroup(const AttentionArgs& a, const AttentionSequence& seq, int32_t g
   const int32_t hd = a.head_dim;
   const int32_t group = a.n_head / a.n_head_kv;
   const int32_t q_stride = a.n_head * hd;
-  const int32_t n_ctx = seq.start_pos + seq.n_rows;
+  const int32_t n_ctx = seq.kv_start + seq.n_rows;
   const int32_t bs = a.kv.block_size;
   const int32_t n_rows_heads = seq.n_rows * group;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -102,9 +102,9 @@ void AttendGroup(const AttentionArgs& a, const AttentionSequence& seq, int32_t g
     LoadTile(block_base + a.kv.v_offset + slot_off, a.kv.dtype, tile, g * hd, a.kv.kv_dim,
              hd, /*transpose=*/false, vt);
     // Rows before `first` cannot see any key of this tile.
-    const int32_t first = std::max(0, start - seq.start_pos);
+    const int32_t first = std::max(0, start - seq.kv_start);
     for (int32_t r = first; r < seq.n_rows; ++r) {
-      const int32_t pos = seq.start_pos + r;
+      const int32_t pos = seq.kv_start + r;
       const int32_t visible = std::min(tile, pos - start + 1);
       for (int32_t j = 0; j < group; ++j) {
         const int32_t h = g * group + j;
@@ -145,7 +145,7 @@ void PagedAttention(const AttentionArgs& a, const CpuAttentionOptions& options) 
   const int32_t n_tasks = static_cast<int32_t>(a.seqs.size()) * a.n_head_kv;
   int64_t work = 0;
   for (const AttentionSequence& s : a.seqs) {
-    work += static_cast<int64_t>(s.n_rows) * (s.start_pos + s.n_rows);
+    work += static_cast<int64_t>(s.n_rows) * (s.kv_start + s.n_rows);
   }
   work *= static_cast<int64_t>(a.n_head) * a.head_dim;
   // Below this much work a parallel region costs more than it saves.
@@ -180,7 +180,7 @@ void PagedAttentionReference(const AttentionArgs& a) {
   };
   for (const AttentionSequence& seq : a.seqs) {
     for (int32_t r = 0; r < seq.n_rows; ++r) {
-      const int32_t pos = seq.start_pos + r;
+      const int32_t pos = seq.kv_start + r;
       for (int32_t h = 0; h < a.n_head; ++h) {
         const int32_t g = h / group;
         const float* q = a.q + static_cast<int64_t>(seq.first_row + r) * a.n_head * hd + h * hd;

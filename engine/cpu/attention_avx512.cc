@@ -112,7 +112,7 @@ TANDEM_AVX512 void AttendGroupAvx512(const AttentionArgs& a, const AttentionSequ
   const int32_t nv = hd / 16;
   const int32_t group = a.n_head / a.n_head_kv;
   const int32_t q_stride = a.n_head * hd;
-  const int32_t n_ctx = seq.start_pos + seq.n_rows;
+  const int32_t n_ctx = seq.kv_start + seq.n_rows;
   const int32_t bs = a.kv.block_size;
   const int32_t n_rows_heads = seq.n_rows * group;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -157,9 +157,9 @@ TANDEM_AVX512 void AttendGroupAvx512(const AttentionArgs& a, const AttentionSequ
         for (int32_t d = 0; d < hd; ++d) kt[d * kTile + j] = row[d];
       }
     }
-    const int32_t first = std::max(0, start - seq.start_pos);
+    const int32_t first = std::max(0, start - seq.kv_start);
     for (int32_t r = first; r < seq.n_rows; ++r) {
-      const int32_t visible = std::min(tile_n, seq.start_pos + r - start + 1);
+      const int32_t visible = std::min(tile_n, seq.kv_start + r - start + 1);
       for (int32_t j = 0; j < group; ++j) {
         const float* q =
             a.q + static_cast<int64_t>(seq.first_row + r) * q_stride + (g * group + j) * hd;

@@ -71,7 +71,7 @@ class CorruptKvTest : public ::testing::Test {
     r.max_tokens = 1;
     r.export_kv = true;
     ASSERT_TRUE(prefill->Add(r).ok());
-    auto events = prefill->Step();
+    auto events = engine::testing::Tokens(prefill->Step());
     ASSERT_TRUE(events.ok());
     first_ = events->front().token;
     good_blocks_ = kvtransfer::EncodeSnapshot(*events->front().kv, prompt_);

@@ -15,6 +15,7 @@
 #include "rpc/health.h"
 #include "process/http_get.h"
 #include "tests/e2e/stack.h"
+#include "tests/engine/test_models.h"
 
 namespace tandem::testing {
 namespace {
@@ -63,7 +64,7 @@ std::vector<engine::TokenEvent> Reference(const engine::Model& model, const std:
   EXPECT_TRUE((*eng)->Add(r).ok());
   std::vector<engine::TokenEvent> out;
   while ((*eng)->HasWork()) {
-    auto events = (*eng)->Step();
+    auto events = engine::testing::Tokens((*eng)->Step());
     EXPECT_TRUE(events.ok());
     for (auto& e : *events) out.push_back(std::move(e));
   }

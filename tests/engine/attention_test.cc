@@ -53,7 +53,7 @@ TEST_P(AttentionTest, MatchesReference) {
       for (float& x : v) x = dist(rng);
       kv->Store(0, lists.back()[p / c.block_size], p % c.block_size, k.data(), v.data());
     }
-    seqs.push_back({.first_row = row, .n_rows = s.rows, .start_pos = s.start,
+    seqs.push_back({.first_row = row, .n_rows = s.rows, .kv_start = s.start,
                     .blocks = lists.back().ids()});
     row += s.rows;
   }

@@ -39,7 +39,7 @@ GenerationRequest Request(std::vector<int32_t> prompt, int32_t max_tokens, uint6
 std::map<int64_t, std::vector<int32_t>> RunAll(Engine& e) {
   std::map<int64_t, std::vector<int32_t>> out;
   while (e.HasWork()) {
-    auto events = e.Step();
+    auto events = testing::Tokens(e.Step());
     EXPECT_TRUE(events.ok()) << events.status();
     for (const TokenEvent& ev : *events) {
       if (ev.finish != FinishReason::kCancelled) out[ev.seq_id].push_back(ev.token.id);
@@ -108,11 +108,11 @@ TEST(EngineTest, CancelFreesBlocks) {
   auto e = MakeEngine(*model);
   const int64_t a = *e->Add(Request(Prompt(40, 1), 100));
   const int64_t b = *e->Add(Request(Prompt(20, 2), 3));
-  auto first = e->Step();
+  auto first = testing::Tokens(e->Step());
   ASSERT_TRUE(first.ok());
   EXPECT_GT(e->stats().blocks_used, 0);
   e->Cancel(a);
-  auto events = e->Step();
+  auto events = testing::Tokens(e->Step());
   ASSERT_TRUE(events.ok());
   bool saw_cancel = false;
   size_t b_tokens = 0;
@@ -140,7 +140,7 @@ TEST(EngineTest, StopsAtMaxContext) {
   FinishReason last = FinishReason::kNone;
   int n = 0;
   while (e->HasWork()) {
-    auto events = e->Step();
+    auto events = testing::Tokens(e->Step());
     ASSERT_TRUE(events.ok());
     for (const TokenEvent& ev : *events) {
       EXPECT_EQ(ev.seq_id, id);
@@ -173,7 +173,7 @@ TEST(EngineTest, StopsAtEndOfGeneration) {
   const int64_t id = *e->Add(r);
   std::vector<TokenEvent> all;
   while (e->HasWork()) {
-    auto events = e->Step();
+    auto events = testing::Tokens(e->Step());
     ASSERT_TRUE(events.ok());
     for (TokenEvent& ev : *events) all.push_back(ev);
   }
@@ -198,7 +198,7 @@ TEST(EngineTest, ExportedKvContinuesInAnotherEngine) {
     GenerationRequest first_req = Request(Prompt(37, 9), 1, 77, temperature);
     first_req.export_kv = true;
     ASSERT_TRUE(prefill->Add(first_req).ok());
-    auto events = prefill->Step();
+    auto events = testing::Tokens(prefill->Step());
     ASSERT_TRUE(events.ok());
     ASSERT_EQ(events->size(), 1u);
     const TokenEvent& first = events->front();
@@ -225,7 +225,7 @@ TEST(EngineTest, ImportRefusesMismatchedKv) {
   GenerationRequest r = Request(Prompt(20, 1), 1);
   r.export_kv = true;
   ASSERT_TRUE(prefill->Add(r).ok());
-  auto events = prefill->Step();
+  auto events = testing::Tokens(prefill->Step());
   ASSERT_TRUE(events.ok());
   const TokenEvent first = events->front();
   EngineOptions f16;

@@ -36,6 +36,8 @@ class Harness {
   // (every token's row).
   std::vector<std::vector<float>> Run(const std::vector<std::pair<int, std::vector<int32_t>>>& parts) {
     std::vector<BatchChunk> chunks;
+    std::vector<std::vector<int32_t>> positions;
+    positions.reserve(parts.size());  // the chunks' spans point into it
     for (const auto& [seq, tokens] : parts) {
       const int32_t start = pos_[seq];
       const int32_t end = start + static_cast<int32_t>(tokens.size());
@@ -45,8 +47,10 @@ class Harness {
       if (static_cast<int32_t>(list.size()) < need) {
         EXPECT_TRUE(kv_->pool().Extend(list, need - static_cast<int32_t>(list.size())));
       }
-      chunks.push_back({.tokens = tokens, .start_pos = start, .blocks = list.ids(),
-                        .all_logits = true});
+      positions.emplace_back();
+      for (int32_t p = start; p < end; ++p) positions.back().push_back(p);
+      chunks.push_back({.tokens = tokens, .positions = positions.back(), .kv_start = start,
+                        .blocks = list.ids(), .all_logits = true});
       pos_[seq] = end;
     }
     absl::StatusOr<ForwardResult> r = forward_.Run(chunks);
@@ -185,13 +189,19 @@ TEST(ForwardTest, RejectsBadChunks) {
   ForwardPass fwd(*model, *backend, *kv, rope);
   BlockList list = *kv->pool().Allocate(1);
   std::vector<int32_t> bad_id = {model->config().n_vocab};
-  std::vector<BatchChunk> chunks = {{.tokens = bad_id, .start_pos = 0, .blocks = list.ids()}};
+  std::vector<int32_t> pos0 = {0};
+  std::vector<BatchChunk> chunks = {
+      {.tokens = bad_id, .positions = pos0, .kv_start = 0, .blocks = list.ids()}};
   EXPECT_EQ(fwd.Run(chunks).status().code(), absl::StatusCode::kInvalidArgument);
   std::vector<int32_t> ok = {1, 2};
-  chunks = {{.tokens = ok, .start_pos = 15, .blocks = list.ids()}};  // needs 2 blocks
-  EXPECT_EQ(fwd.Run(chunks).status().code(), absl::StatusCode::kInvalidArgument);
-  chunks = {{.tokens = ok, .start_pos = 31, .blocks = list.ids()}};  // past max_context
-  EXPECT_EQ(fwd.Run(chunks).status().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<int32_t> pos15 = {15, 16};
+  chunks = {{.tokens = ok, .positions = pos15, .kv_start = 15, .blocks = list.ids()}};
+  EXPECT_EQ(fwd.Run(chunks).status().code(), absl::StatusCode::kInvalidArgument);  // 2 blocks
+  std::vector<int32_t> pos31 = {31, 32};
+  chunks = {{.tokens = ok, .positions = pos31, .kv_start = 0, .blocks = list.ids()}};
+  EXPECT_EQ(fwd.Run(chunks).status().code(), absl::StatusCode::kInvalidArgument);  // max_context
+  chunks = {{.tokens = ok, .positions = pos0, .kv_start = 0, .blocks = list.ids()}};
+  EXPECT_EQ(fwd.Run(chunks).status().code(), absl::StatusCode::kInvalidArgument);  // 1 position
 }
 
 }  // namespace

@@ -63,7 +63,7 @@ int64_t DecodePeakGrowth(const Model& model, int32_t n) {
   g_peak.store(base);
   int32_t seen = 2;
   while (eng->HasWork()) {
-    auto events = eng->Step();
+    auto events = testing::Tokens(eng->Step());
     EXPECT_TRUE(events.ok());
     for (const TokenEvent& e : *events) {
       EXPECT_EQ(e.token.top.size(), 20u);

@@ -26,7 +26,7 @@ Completion Generate(const Model& model, const std::string& prompt, GenerationReq
   Completion c;
   Utf8StreamDecoder dec;
   while ((*eng)->HasWork()) {
-    auto events = (*eng)->Step();
+    auto events = testing::Tokens((*eng)->Step());
     EXPECT_TRUE(events.ok()) << events.status();
     for (TokenEvent& e : *events) {
       c.text += dec.Push(model.tokenizer().TokenBytes(e.token.id));

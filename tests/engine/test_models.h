@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/model.h"
+#include "engine/request.h"
 #include "engine/synthetic_model.h"
 
 namespace tandem::engine::testing {
@@ -39,6 +40,13 @@ inline std::unique_ptr<Model> LoadSynthetic(const SyntheticModelOptions& o) {
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(path);
   EXPECT_TRUE(model.ok()) << model.status();
   return model.ok() ? std::move(*model) : nullptr;
+}
+
+// The tokens of one engine step (block events dropped), for tests that only
+// look at tokens.
+inline absl::StatusOr<std::vector<TokenEvent>> Tokens(absl::StatusOr<StepOutput> step) {
+  if (!step.ok()) return step.status();
+  return std::move(step->tokens);
 }
 
 inline std::string StoriesPath() {

@@ -24,11 +24,12 @@ import sys
 ENGINE_NO_KERNELS = frozenset({
     "engine/gguf.h", "engine/gguf_writer.h", "engine/tensor_type.h", "engine/tokenizer.h",
     "engine/unicode.h", "engine/sampling_params.h", "engine/model_fingerprint.h",
+    "engine/model_config.h", "engine/block_hash.h",
 })
 TOKENIZER_LIBRARY_SOURCES = {
     "tensor_type", "gguf", "gguf_parser", "gguf_writer", "tokenizer", "tokenizer_vocab",
     "tokenizer_spm", "tokenizer_bpe", "pretokenizer", "pretokenizer_regex", "unicode",
-    "symbol_merge", "sampling_params", "model_fingerprint",
+    "symbol_merge", "sampling_params", "model_fingerprint", "model_config", "block_hash",
 }
 
 # folder -> folders (or "folder/file.h" sets) it may include from.

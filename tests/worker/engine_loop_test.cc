@@ -30,7 +30,7 @@ class GatedEngine final : public engine::StepEngine {
     return engine_->AddWithKv(std::move(r), f, std::move(kv));
   }
   void Cancel(int64_t id) override { engine_->Cancel(id); }
-  absl::StatusOr<std::vector<engine::TokenEvent>> Step() override {
+  absl::StatusOr<engine::StepOutput> Step() override {
     if (hold_.load()) {
       in_step_.Notify();
       absl::MutexLock lock(&mu_);
@@ -103,18 +103,22 @@ class EngineLoopTest : public ::testing::Test {
   }
 
   std::unique_ptr<engine::Model> model_;
+  // What listeners touch lives here, declared before loop_: the engine
+  // thread may still be inside a listener when a test body returns, and
+  // loop_ (destroyed first) joins it.
+  std::atomic<int> calls_{0};
+  absl::Notification first_token_;
   GatedEngine* gate_ = nullptr;
   std::unique_ptr<EngineLoop> loop_;
 };
 
 TEST_F(EngineLoopTest, ListenerHearsEveryBatchAndTheEnd) {
-  std::atomic<int> calls{0};
-  auto stream = loop_->Submit(Request(5), [&calls] { calls.fetch_add(1); });
+  auto stream = loop_->Submit(Request(5), [this] { calls_.fetch_add(1); });
   const Outcome o = Drain(*stream);
   EXPECT_TRUE(o.done);
   EXPECT_TRUE(o.status.ok()) << o.status;
   EXPECT_EQ(o.tokens, 5);
-  EXPECT_GE(calls.load(), 5);  // at least one call per step that produced a token
+  EXPECT_GE(calls_.load(), 5);  // at least one call per step that produced a token
   EXPECT_EQ(loop_->stats().blocks_used, 0);
 }
 
@@ -136,11 +140,10 @@ TEST_F(EngineLoopTest, CancelBeforeAdmissionEndsTheStreamWithoutTokens) {
 }
 
 TEST_F(EngineLoopTest, ShutdownFailsOpenStreams) {
-  absl::Notification first_token;
-  auto open = loop_->Submit(Request(100000), [&first_token] {
-    if (!first_token.HasBeenNotified()) first_token.Notify();
+  auto open = loop_->Submit(Request(100000), [this] {
+    if (!first_token_.HasBeenNotified()) first_token_.Notify();
   });
-  first_token.WaitForNotification();
+  first_token_.WaitForNotification();
   // Pause the engine mid-sequence, start the shutdown, then let the step
   // end: the loop stops after it (hundreds of steps before the sequence
   // could finish on its own).
@@ -156,12 +159,11 @@ TEST_F(EngineLoopTest, ShutdownFailsOpenStreams) {
 }
 
 TEST_F(EngineLoopTest, AFailedStepFailsItsSequencesAndFreesTheirBlocks) {
-  absl::Notification first_token;
-  auto a = loop_->Submit(Request(100000), [&first_token] {
-    if (!first_token.HasBeenNotified()) first_token.Notify();
+  auto a = loop_->Submit(Request(100000), [this] {
+    if (!first_token_.HasBeenNotified()) first_token_.Notify();
   });
   auto b = loop_->Submit(Request(100000));
-  first_token.WaitForNotification();
+  first_token_.WaitForNotification();
   gate_->FailSteps();
   const Outcome oa = Drain(*a);
   const Outcome ob = Drain(*b);

@@ -1,15 +1,15 @@
 // Explicit little-endian byte encoding for the kvtransfer wire format and the
 // block hash's canonical input: bytes are written and read one by one, so the
 // result does not depend on the host's byte order or struct padding.
-// Internal to kvtransfer; pure functions, thread-safe.
-#ifndef TANDEM_KVTRANSFER_LITTLE_ENDIAN_H_
-#define TANDEM_KVTRANSFER_LITTLE_ENDIAN_H_
+// Used by kvtransfer/ and engine/block_hash; pure functions, thread-safe.
+#ifndef TANDEM_COMMON_LITTLE_ENDIAN_H_
+#define TANDEM_COMMON_LITTLE_ENDIAN_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-namespace tandem::kvtransfer::internal {
+namespace tandem::common {
 
 // Appends the low `n` bytes of `value`, least significant first.
 template <typename Buffer>
@@ -37,6 +37,6 @@ inline uint16_t LoadLe16(const char* p) { return static_cast<uint16_t>(LoadLe(p,
 inline uint32_t LoadLe32(const char* p) { return static_cast<uint32_t>(LoadLe(p, 4)); }
 inline uint64_t LoadLe64(const char* p) { return LoadLe(p, 8); }
 
-}  // namespace tandem::kvtransfer::internal
+}  // namespace tandem::common
 
-#endif  // TANDEM_KVTRANSFER_LITTLE_ENDIAN_H_
+#endif  // TANDEM_COMMON_LITTLE_ENDIAN_H_

@@ -1,4 +1,4 @@
-#include "kvtransfer/block_hash.h"
+#include "engine/block_hash.h"
 
 #include <gtest/gtest.h>
 #include <xxhash.h>
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-namespace tandem::kvtransfer {
+namespace tandem::engine {
 namespace {
 
 constexpr int32_t kBlockSize = 16;
@@ -141,4 +141,4 @@ TEST(BlockHashTest, DistinctBlocksGetDistinctHashes) {
 }
 
 }  // namespace
-}  // namespace tandem::kvtransfer
+}  // namespace tandem::engine

@@ -1,4 +1,4 @@
-#include "kvtransfer/block_hash.h"
+#include "engine/block_hash.h"
 
 #include <xxhash.h>
 
@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "common/check.h"
-#include "kvtransfer/little_endian.h"
+#include "common/little_endian.h"
 
-namespace tandem::kvtransfer {
+namespace tandem::engine {
 namespace {
 
 // Hashes through a caller-owned buffer so PrefixBlockHashes allocates once for
@@ -22,12 +22,12 @@ uint64_t HashInto(std::vector<uint8_t>& buffer, uint64_t parent_hash,
                   uint64_t tenant_salt) {
   buffer.clear();
   buffer.reserve(4 * sizeof(uint64_t) + token_ids.size() * sizeof(int32_t));
-  internal::AppendLe64(buffer, parent_hash);
-  internal::AppendLe64(buffer, model_fingerprint);
-  internal::AppendLe64(buffer, tenant_salt);
-  internal::AppendLe64(buffer, token_ids.size());
+  common::AppendLe64(buffer, parent_hash);
+  common::AppendLe64(buffer, model_fingerprint);
+  common::AppendLe64(buffer, tenant_salt);
+  common::AppendLe64(buffer, token_ids.size());
   for (const int32_t id : token_ids) {
-    internal::AppendLe32(buffer, static_cast<uint32_t>(id));
+    common::AppendLe32(buffer, static_cast<uint32_t>(id));
   }
   return XXH3_64bits_withSeed(buffer.data(), buffer.size(), kBlockHashSeed);
 }
@@ -56,4 +56,4 @@ std::vector<uint64_t> PrefixBlockHashes(std::span<const int32_t> tokens, int32_t
   return hashes;
 }
 
-}  // namespace tandem::kvtransfer
+}  // namespace tandem::engine

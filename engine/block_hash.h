@@ -2,14 +2,14 @@
 // fingerprint, tenant salt), chained from a root parent of 0, so equal hashes
 // mean equal prefixes. The gateway (routing, block index) and the workers
 // (prefix cache, transfers) must all call this code. Pure; thread-safe.
-#ifndef TANDEM_KVTRANSFER_BLOCK_HASH_H_
-#define TANDEM_KVTRANSFER_BLOCK_HASH_H_
+#ifndef TANDEM_ENGINE_BLOCK_HASH_H_
+#define TANDEM_ENGINE_BLOCK_HASH_H_
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
-namespace tandem::kvtransfer {
+namespace tandem::engine {
 
 // XXH3 seed of every block hash ("TANDEMKV" in ASCII). Part of the contract:
 // changing it, or the byte encoding in block_hash.cc, changes every hash and
@@ -33,6 +33,6 @@ uint64_t BlockHash(uint64_t parent_hash, std::span<const int32_t> token_ids,
 std::vector<uint64_t> PrefixBlockHashes(std::span<const int32_t> tokens, int32_t block_size,
                                         uint64_t fingerprint, uint64_t salt = 0);
 
-}  // namespace tandem::kvtransfer
+}  // namespace tandem::engine
 
-#endif  // TANDEM_KVTRANSFER_BLOCK_HASH_H_
+#endif  // TANDEM_ENGINE_BLOCK_HASH_H_

@@ -1,0 +1,78 @@
+// The engine's request and result value types: what a caller submits
+// (GenerationRequest), what each step reports (StepOutput: one TokenEvent
+// per sequence that produced a token or ended, and the block events a
+// worker publishes to the block index), and the engine's counters. Plain
+// values; thread-compatible.
+#ifndef TANDEM_ENGINE_REQUEST_H_
+#define TANDEM_ENGINE_REQUEST_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/kv_snapshot.h"
+#include "engine/sampling_params.h"
+
+namespace tandem::engine {
+
+enum class FinishReason {
+  kNone,       // still running
+  kLength,     // max_tokens reached, or the sequence filled max_context
+  kEos,        // an end-of-generation token was sampled
+  kCancelled,  // Cancel() was called
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;  // token ids, BOS included when wanted
+  SamplingParams sampling;
+  int32_t max_tokens = 16;      // >= 1; counts `generated` too
+  int32_t top_logprobs = 0;     // [0, kMaxTopLogprobs]
+  bool ignore_eos = false;
+  // On finish, copy the sequence's KV (its computed positions) into the
+  // finishing TokenEvent's `kv` before the blocks are freed (prefill side
+  // of a disaggregated request).
+  bool export_kv = false;
+  // Tokens already generated for this request elsewhere (a stream resumed
+  // on another worker): they follow the prompt, are computed with it, count
+  // against max_tokens, and the sampler skips the draws that made them, so
+  // the continuation equals an uninterrupted run.
+  std::vector<int32_t> generated;
+};
+
+struct TokenEvent {
+  int64_t seq_id = 0;
+  SampledToken token;
+  FinishReason finish = FinishReason::kNone;
+  // Set on the finishing event of a sequence added with export_kv.
+  std::shared_ptr<const KvSnapshot> kv = nullptr;
+};
+
+// A change in the full blocks this engine holds, for the block index:
+// `stored` when a block fills (its hash chains from `parent_hash`),
+// `removed` when its memory is reused for something else.
+struct BlockEvent {
+  enum class Kind { kStored, kRemoved };
+  Kind kind = Kind::kStored;
+  uint64_t hash = 0;
+  uint64_t parent_hash = 0;  // kStored only
+};
+
+// What one step produced.
+struct StepOutput {
+  std::vector<TokenEvent> tokens;
+  std::vector<BlockEvent> blocks;
+};
+
+struct EngineStats {
+  int32_t running = 0;
+  int32_t waiting = 0;
+  int32_t blocks_used = 0;
+  int32_t blocks_free = 0;
+  int32_t blocks_total = 0;
+  int32_t blocks_cached = 0;  // free blocks that still hold a hashed block
+  int64_t preemptions = 0;
+};
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_REQUEST_H_

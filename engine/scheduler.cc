@@ -1,0 +1,110 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+namespace tandem::engine {
+
+Scheduler::Scheduler(const SchedulerOptions& options, BlockPool& pool, int32_t block_size)
+    : options_(options), pool_(pool), block_size_(block_size) {}
+
+void Scheduler::Enqueue(std::unique_ptr<Sequence> seq) { waiting_.push_back(std::move(seq)); }
+
+bool Scheduler::Remove(int64_t seq_id) {
+  auto match = [seq_id](const std::unique_ptr<Sequence>& s) { return s->id == seq_id; };
+  if (auto it = std::find_if(running_.begin(), running_.end(), match); it != running_.end()) {
+    running_.erase(it);
+    return true;
+  }
+  if (auto it = std::find_if(waiting_.begin(), waiting_.end(), match); it != waiting_.end()) {
+    waiting_.erase(it);
+    return true;
+  }
+  return false;
+}
+
+Sequence* Scheduler::Find(int64_t seq_id) {
+  for (const std::unique_ptr<Sequence>& s : running_) {
+    if (s->id == seq_id) return s.get();
+  }
+  for (const std::unique_ptr<Sequence>& s : waiting_) {
+    if (s->id == seq_id) return s.get();
+  }
+  return nullptr;
+}
+
+bool Scheduler::EnsureBlocks(Sequence& seq, int32_t n_slots) {
+  const int32_t need = (n_slots + block_size_ - 1) / block_size_;
+  if (!seq.blocks.has_value()) {
+    std::optional<BlockList> list = pool_.Allocate(need);
+    if (!list.has_value()) return false;
+    seq.blocks = std::move(list);
+    return true;
+  }
+  const int32_t have = seq.blocks->size();
+  return have >= need || pool_.Extend(*seq.blocks, need - have);
+}
+
+// Frees the sequence's KV; it re-enters the queue at the front and later
+// recomputes its prompt and generated tokens in one prefill (vLLM's
+// recompute preemption). Its sampler keeps its state and its positions stay.
+void Scheduler::Preempt(Sequence& seq) {
+  seq.blocks.reset();
+  seq.n_computed = 0;
+  seq.n_hashed = 0;
+  seq.last_hash = kRootParentHash;
+  ++preemptions_;
+}
+
+StepPlan Scheduler::Schedule() {
+  StepPlan plan;
+  int32_t budget = options_.max_batch_tokens;
+  // Running sequences in admission order: each takes its pending tokens (one
+  // when decoding, a chunk when its prompt is still being prefilled).
+  for (auto it = running_.begin(); it != running_.end() && budget > 0;) {
+    Sequence& seq = **it;
+    const int32_t count = std::min(seq.pending(), budget);
+    bool preempted_self = false;
+    while (!EnsureBlocks(seq, seq.n_computed + count)) {
+      // Out of blocks: preempt the newest sequence (never one already
+      // planned, since those come earlier in admission order).
+      std::unique_ptr<Sequence> victim = std::move(running_.back());
+      running_.pop_back();
+      Preempt(*victim);
+      plan.preempted.push_back(victim->id);
+      preempted_self = victim.get() == &seq;
+      waiting_.push_front(std::move(victim));
+      if (preempted_self) break;
+    }
+    if (preempted_self) break;
+    plan.chunks.push_back({.seq_id = seq.id, .start = seq.n_computed, .count = count});
+    budget -= count;
+    ++it;
+  }
+  // Admit waiting sequences while there is budget and memory.
+  while (budget > 0 && !waiting_.empty() &&
+         static_cast<int32_t>(running_.size()) < options_.max_running) {
+    Sequence& seq = *waiting_.front();
+    if (seq.import != nullptr) {
+      // Room for the imported positions and the token that follows them.
+      if (!EnsureBlocks(seq, seq.import->n_tokens + 1)) break;
+      seq.n_computed = seq.import->n_tokens;
+      plan.imported.push_back(seq.id);
+    }
+    const int32_t count = std::min(seq.pending(), budget);
+    if (!EnsureBlocks(seq, seq.n_computed + count)) {
+      if (seq.import != nullptr) {  // not admitted after all: undo
+        plan.imported.pop_back();
+        seq.n_computed = 0;
+        seq.blocks.reset();
+      }
+      break;
+    }
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    plan.chunks.push_back({.seq_id = seq.id, .start = seq.n_computed, .count = count});
+    budget -= count;
+  }
+  return plan;
+}
+
+}  // namespace tandem::engine

@@ -1,0 +1,81 @@
+// Decides what each engine step runs: running sequences first, in admission
+// order (one decode token each, or the next chunk of a prompt), then waiting
+// sequences while the step's token budget, the running-batch bound and KV
+// blocks allow. When blocks run out the newest running sequence is
+// preempted by recompute (its blocks freed, back to the front of the queue).
+// Owns the sequences; returns a value-type StepPlan that the Engine runs
+// (Schedule -> Forward -> Update). Engine-thread only.
+#ifndef TANDEM_ENGINE_SCHEDULER_H_
+#define TANDEM_ENGINE_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <memory>
+#include <vector>
+
+#include "engine/block_pool.h"
+#include "engine/sequence.h"
+
+namespace tandem::engine {
+
+struct SchedulerOptions {
+  int32_t max_batch_tokens = 512;  // tokens per step (prefill chunking)
+  int32_t max_running = 64;        // sequences in the running batch
+};
+
+// Sequence `seq_id` computes its tokens [start, start + count) this step.
+struct ScheduledChunk {
+  int64_t seq_id = 0;
+  int32_t start = 0;
+  int32_t count = 0;
+};
+
+struct StepPlan {
+  std::vector<ScheduledChunk> chunks;  // in running order
+  // Sequences admitted this step with imported KV: their blocks are
+  // allocated and n_computed counts the imported positions, whose bytes the
+  // Engine copies in before the forward pass.
+  std::vector<int64_t> imported;
+  // Sequences preempted this step (their blocks were freed).
+  std::vector<int64_t> preempted;
+};
+
+class Scheduler {
+ public:
+  // `pool` must outlive the scheduler.
+  Scheduler(const SchedulerOptions& options, BlockPool& pool, int32_t block_size);
+
+  // Queues a new sequence at the back.
+  void Enqueue(std::unique_ptr<Sequence> seq);
+  // Drops a running or waiting sequence (its blocks are freed). False when
+  // the id is unknown.
+  bool Remove(int64_t seq_id);
+  // A running or waiting sequence, or nullptr.
+  Sequence* Find(int64_t seq_id);
+
+  StepPlan Schedule();
+
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  bool empty() const { return running_.empty() && waiting_.empty(); }
+  int64_t preemptions() const { return preemptions_; }
+
+ private:
+  // Grows seq's block table to hold `n_slots` KV slots; false (nothing
+  // changed) when the pool is short.
+  bool EnsureBlocks(Sequence& seq, int32_t n_slots);
+  void Preempt(Sequence& seq);
+
+  const SchedulerOptions options_;
+  BlockPool& pool_;
+  const int32_t block_size_;
+  int64_t preemptions_ = 0;
+  // running_ keeps admission order: the newest is preempted first.
+  std::list<std::unique_ptr<Sequence>> running_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+};
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_SCHEDULER_H_

@@ -1,0 +1,53 @@
+// One sequence's state: its tokens, where their KV lives and at which RoPE
+// positions, its sampler and progress. Owned by the Scheduler; the Engine
+// updates it between steps. Engine-thread only.
+#ifndef TANDEM_ENGINE_SEQUENCE_H_
+#define TANDEM_ENGINE_SEQUENCE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "engine/block_hash.h"
+#include "engine/block_pool.h"
+#include "engine/kv_snapshot.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+
+namespace tandem::engine {
+
+struct Sequence {
+  int64_t id = 0;
+  GenerationRequest request;
+  // Token i sits in KV slot i of `blocks` (block i / block_size, slot
+  // i % block_size) and is rotated for RoPE position positions[i]: an
+  // explicit slot -> position map rather than pos / block_size, so that a
+  // rolling window can drop whole blocks from the middle and keep the
+  // positions of what stays, and a shifted sequence can lower them.
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> positions;
+  int32_t n_computed = 0;  // KV slots filled: [0, n_computed)
+  int32_t n_generated = 0;
+  std::optional<BlockList> blocks;
+  // Leading full blocks whose hashes are known (published when the pool
+  // took them), and the hash of the last of them: the chain continues there.
+  int32_t n_hashed = 0;
+  uint64_t last_hash = kRootParentHash;
+  Sampler sampler;
+  // Prompt KV computed elsewhere, copied into `blocks` when admitted.
+  std::shared_ptr<const KvSnapshot> import;
+
+  // Appends a token at the position after the last one.
+  void Append(int32_t token) {
+    positions.push_back(positions.empty() ? 0 : positions.back() + 1);
+    tokens.push_back(token);
+  }
+  // The position the next appended token takes.
+  int32_t next_position() const { return positions.empty() ? 0 : positions.back() + 1; }
+  int32_t pending() const { return static_cast<int32_t>(tokens.size()) - n_computed; }
+};
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_SEQUENCE_H_
