@@ -151,6 +151,7 @@ int Run(const common::Args& args) {
       tokens, payload, t, m, t / m);
   std::cout << json << "\n";
   if (!args.String("out").empty()) std::ofstream(args.String("out"), std::ios::app) << json << "\n";
+  releases.AwaitIdle();  // the last release is answered before the server goes
   server->server->Shutdown();
   return 0;
 }

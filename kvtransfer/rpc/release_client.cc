@@ -19,7 +19,9 @@ ReleaseClient::ReleaseClient(rpc::ChannelCache& channels, std::string who,
                              absl::Duration timeout)
     : channels_(channels), who_(std::move(who)), timeout_(timeout) {}
 
-ReleaseClient::~ReleaseClient() {
+ReleaseClient::~ReleaseClient() { AwaitIdle(); }
+
+void ReleaseClient::AwaitIdle() const {
   absl::MutexLock lock(&mu_);
   auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
   mu_.Await(absl::Condition(&idle));

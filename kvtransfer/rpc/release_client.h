@@ -32,6 +32,8 @@ class ReleaseClient {
 
   // Releases sent and not yet answered.
   int in_flight() const;
+  // Waits until every release sent so far was answered (or timed out).
+  void AwaitIdle() const;
 
  private:
   struct Call;
