@@ -96,6 +96,7 @@ class KvFetcher::Call final : public grpc::ClientReadReactor<tandem::v1::KvBlock
       fetcher_->transfer_failures_.Increment();
     }
     done_(std::move(result));
+    fetcher_->CallEnded();  // last: the fetcher may go once every call ended
   }
 
  private:
@@ -132,7 +133,22 @@ KvFetcher::KvFetcher(rpc::ChannelCache& channels, ReleaseClient& releases,
                                               "Time fetching and verifying KV blocks",
                                               {{"side", "decode"}})) {}
 
+KvFetcher::~KvFetcher() {
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
+  mu_.Await(absl::Condition(&idle));
+}
+
+void KvFetcher::CallEnded() {
+  absl::MutexLock lock(&mu_);
+  --in_flight_;
+}
+
 std::shared_ptr<KvFetcher::Fetch> KvFetcher::Start(FetchRequest request, Done done) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++in_flight_;
+  }
   auto call = std::make_shared<Call>(this, std::move(request), std::move(done));
   call->Begin();
   return call;

@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/kv_snapshot.h"
 #include "kvtransfer/block_codec.h"
@@ -56,6 +58,8 @@ class KvFetcher {
   // fetch it started.
   KvFetcher(rpc::ChannelCache& channels, ReleaseClient& releases, const BlockExpectation& expect,
             prometheus::Registry& registry);
+  // Waits for fetches still running (cancel them first to hurry them).
+  ~KvFetcher();
 
   // Starts fetching; `done` runs exactly once when the fetch ends, after the
   // lease's release has been sent.
@@ -63,6 +67,7 @@ class KvFetcher {
 
  private:
   class Call;
+  void CallEnded();
 
   rpc::ChannelCache& channels_;
   ReleaseClient& releases_;
@@ -71,6 +76,8 @@ class KvFetcher {
   prometheus::Counter& bytes_received_;
   prometheus::Counter& transfer_failures_;
   prometheus::Histogram& transfer_seconds_;
+  mutable absl::Mutex mu_;
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tandem::kvtransfer
