@@ -6,18 +6,16 @@
 # Usage: bench/concurrency.sh BIN_DIR MODEL [N] [PROMPT_TOKENS] [MAX_TOKENS]
 set -euo pipefail
 bin=$1 model=$2 n=${3:-1000} prompt=${4:-32} gen=${5:-16}
-log=$(mktemp)
-"$bin/tandem" up --model "$model" --port 0 >"$log.out" 2>"$log" &
-up=$!
-trap 'kill $up 2>/dev/null; wait $up 2>/dev/null; rm -f "$log" "$log.out" "$log.load"' EXIT
-for _ in $(seq 300); do grep -q READY "$log.out" 2>/dev/null && break; sleep 0.2; done
-addr=$(sed -n 's/^READY grpc=\([^ ]*\).*/\1/p' "$log.out")
+. "$(dirname "$0")/tandem_up.sh"
+load_out=$(mktemp)
+trap 'stop_tandem_up; rm -f "$load_out"' EXIT
+start_tandem_up "$bin" "$model"
 declare -A pid
 for name in tandem-gateway tandem-prefill tandem-decode; do
-  pid[$name]=$(sed -n "s/^tandem up: $name *pid \([0-9]*\).*/\1/p" "$log" | head -1)
+  pid[$name]=$(sed -n "s/^tandem up: $name *pid \([0-9]*\).*/\1/p" "$up_log" | head -1)
 done
 "$bin/tandem-load" --addr "$addr" --concurrency "$n" --requests "$n" --prompt-tokens "$prompt" \
-  --max-tokens "$gen" >"$log.load" 2>&1 &
+  --max-tokens "$gen" >"$load_out" 2>&1 &
 load=$!
 declare -A threads rss
 while kill -0 $load 2>/dev/null; do
@@ -36,4 +34,4 @@ for name in tandem-gateway tandem-prefill tandem-decode; do
   printf '%-15s peak threads %5s  peak RSS %6.1f MiB\n' "$name" "${threads[$name]:-?}" \
     "$(awk -v k="${rss[$name]:-0}" 'BEGIN {print k/1024}')"
 done
-grep -v '^{' "$log.load"
+grep -v '^{' "$load_out"

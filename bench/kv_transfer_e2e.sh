@@ -7,15 +7,12 @@
 # Usage: bench/kv_transfer_e2e.sh BIN_DIR MODEL [PROMPT_TOKENS] [REQUESTS]
 set -euo pipefail
 bin=$1 model=$2 tokens=${3:-2000} requests=${4:-10}
-log=$(mktemp)
-"$bin/tandem" up --model "$model" --port 0 >"$log.out" 2>"$log" &
-up=$!
-trap 'kill $up 2>/dev/null; wait $up 2>/dev/null; rm -f "$log" "$log.out"' EXIT
-for _ in $(seq 300); do grep -q READY "$log.out" 2>/dev/null && break; sleep 0.2; done
-addr=$(sed -n 's/^READY grpc=\([^ ]*\).*/\1/p' "$log.out")
+. "$(dirname "$0")/tandem_up.sh"
+trap stop_tandem_up EXIT
+start_tandem_up "$bin" "$model"
 "$bin/tandem-load" --addr "$addr" --concurrency 1 --requests "$requests" \
   --prompt-tokens "$tokens" --max-tokens 2 >/dev/null
-metrics=$(grep -o 'tandem-decode.*metrics[= ][0-9.:]*' "$log" | grep -o '[0-9.]*:[0-9]*$' | head -1)
+metrics=$(grep -o 'tandem-decode.*metrics[= ][0-9.:]*' "$up_log" | grep -o '[0-9.]*:[0-9]*$' | head -1)
 text=$(curl -s "http://$metrics/metrics")
 bytes=$(echo "$text" | awk '/^tandem_kv_transfer_bytes_total\{direction="received"\}/ {print $2}')
 secs=$(echo "$text" | awk '/^tandem_kv_transfer_seconds_sum\{side="decode"\}/ {print $2}')

@@ -13,6 +13,7 @@
 #include "rpc/bootstrap.h"
 #include "rpc/convert.h"
 #include "tests/engine/test_models.h"
+#include "tests/kvtransfer/rpc/release_recorder.h"
 
 namespace tandem::decode {
 namespace {
@@ -36,27 +37,21 @@ class FakePrefill final : public tandem::v1::Prefill::Service {
   }
   grpc::Status ReleaseKv(grpc::ServerContext*, const tandem::v1::ReleaseKvRequest* r,
                          tandem::v1::ReleaseKvResponse*) override {
-    absl::MutexLock lock(&mu_);
-    releases_.push_back(*r);
+    releases_.Record(*r);
     return grpc::Status::OK;
   }
   void set_blocks(std::vector<std::string> b) {
     absl::MutexLock lock(&mu_);
     blocks_ = std::move(b);
   }
-  // Waits (up to 10 s) until `n` releases arrived: the decode worker sends
-  // them without waiting for the answer, so they may trail the Decode call.
   std::vector<tandem::v1::ReleaseKvRequest> WaitForReleases(size_t n) {
-    absl::MutexLock lock(&mu_);
-    auto arrived = [this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return releases_.size() >= n; };
-    mu_.AwaitWithTimeout(absl::Condition(&arrived), absl::Seconds(10));
-    return releases_;
+    return releases_.WaitFor(n);
   }
 
  private:
   absl::Mutex mu_;
   std::vector<std::string> blocks_ ABSL_GUARDED_BY(mu_);
-  std::vector<tandem::v1::ReleaseKvRequest> releases_ ABSL_GUARDED_BY(mu_);
+  kvtransfer::testing::ReleaseRecorder releases_;
 };
 
 class CorruptKvTest : public ::testing::Test {

@@ -23,6 +23,7 @@
 #include "rpc/admission.h"
 #include "rpc/bootstrap.h"
 #include "tests/engine/test_models.h"
+#include "tests/kvtransfer/rpc/release_recorder.h"
 
 namespace tandem::gateway {
 namespace {
@@ -57,27 +58,22 @@ class FakePrefill final : public tandem::v1::Prefill::Service {
   }
   grpc::Status ReleaseKv(grpc::ServerContext*, const tandem::v1::ReleaseKvRequest* r,
                          tandem::v1::ReleaseKvResponse*) override {
-    absl::MutexLock lock(&mu_);
-    releases_.push_back(*r);
+    releases_.Record(*r);
     return grpc::Status::OK;
   }
   int prefills() {
     absl::MutexLock lock(&mu_);
     return prefills_;
   }
-  // Waits (10 s at most) for `n` releases; they trail the call they end.
   std::vector<tandem::v1::ReleaseKvRequest> WaitForReleases(size_t n) {
-    absl::MutexLock lock(&mu_);
-    auto arrived = [this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return releases_.size() >= n; };
-    mu_.AwaitWithTimeout(absl::Condition(&arrived), absl::Seconds(10));
-    return releases_;
+    return releases_.WaitFor(n);
   }
 
  private:
   absl::Mutex mu_;
   std::deque<grpc::StatusCode> codes_ ABSL_GUARDED_BY(mu_);
   int prefills_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<tandem::v1::ReleaseKvRequest> releases_ ABSL_GUARDED_BY(mu_);
+  kvtransfer::testing::ReleaseRecorder releases_;
 };
 
 // Streams scripted tokens, one per message, then ends with a status or
