@@ -128,7 +128,7 @@ int Run(const common::Args& args) {
     }
     const auto m0 = std::chrono::steady_clock::now();
     uint8_t* to = dst.data();
-    for (const std::vector<uint8_t>& b : snapshot->blocks) {
+    for (const engine::KvBlockBytes& b : snapshot->blocks) {
       std::memcpy(to, b.data(), b.size());
       to += b.size();
     }

@@ -5,11 +5,40 @@
 #define TANDEM_ENGINE_KV_SNAPSHOT_H_
 
 #include <cstdint>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "engine/tensor_type.h"
 
 namespace tandem::engine {
+
+// One block's bytes, immutable. Either a copy, or a buffer adopted whole with
+// the block lying at an offset inside it, so a receiver keeps the message
+// buffer the wire delivered (header and checksum around the payload)
+// instead of copying the payload out of it.
+class KvBlockBytes {
+ public:
+  KvBlockBytes(const std::vector<uint8_t>& bytes)  // NOLINT: implicit, a copy
+      : KvBlockBytes(bytes.data(), bytes.data() + bytes.size()) {}
+  KvBlockBytes(const uint8_t* begin, const uint8_t* end)
+      : storage_(reinterpret_cast<const char*>(begin), end - begin), size_(end - begin) {}
+  // Adopts `buffer`; the block is its bytes [offset, offset + size).
+  KvBlockBytes(std::string buffer, size_t offset, size_t size)
+      : storage_(std::move(buffer)), offset_(offset), size_(size) {}
+
+  const uint8_t* data() const {
+    return reinterpret_cast<const uint8_t*>(storage_.data()) + offset_;
+  }
+  size_t size() const { return size_; }
+  uint8_t operator[](size_t i) const { return data()[i]; }
+  operator std::span<const uint8_t>() const { return {data(), size_}; }  // NOLINT
+
+ private:
+  std::string storage_;
+  size_t offset_ = 0;
+  size_t size_ = 0;
+};
 
 struct KvSnapshot {
   uint64_t model_fingerprint = 0;
@@ -20,7 +49,7 @@ struct KvSnapshot {
   GgmlType dtype = GgmlType::kF32;
   // ceil(n_tokens / block_size) blocks, each in the engine's block layout
   // ([layer][k|v][slot][kv_dim]) and size.
-  std::vector<std::vector<uint8_t>> blocks;
+  std::vector<KvBlockBytes> blocks;
 };
 
 }  // namespace tandem::engine

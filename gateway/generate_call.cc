@@ -15,6 +15,37 @@ bool Retryable(const grpc::Status& s) {
 
 }  // namespace
 
+// One Prefill call of a request (a retry is a new attempt). Owns its context
+// and answer, deletes itself in OnDone, and keeps the GenerateCall alive
+// until then: a call's context is destroyed by the reactor that ran it, never
+// from inside a completion callback of its own.
+class GenerateCall::PrefillAttempt final : public grpc::ClientUnaryReactor {
+ public:
+  PrefillAttempt(std::shared_ptr<GenerateCall> call, std::unique_ptr<grpc::ClientContext> ctx,
+                 std::shared_ptr<grpc::Channel> channel, tandem::v1::PrefillRequest request)
+      : call_(std::move(call)),
+        ctx_(std::move(ctx)),
+        stub_(tandem::v1::Prefill::NewStub(channel)),
+        request_(std::move(request)) {}
+
+  void Start() {
+    stub_->async()->Prefill(ctx_.get(), &request_, &response_, this);
+    StartCall();
+  }
+  void Cancel() { ctx_->TryCancel(); }
+  void OnDone(const grpc::Status& status) override {
+    call_->OnPrefillDone(status, response_);
+    delete this;
+  }
+
+ private:
+  std::shared_ptr<GenerateCall> call_;
+  std::unique_ptr<grpc::ClientContext> ctx_;
+  std::unique_ptr<tandem::v1::Prefill::Stub> stub_;
+  tandem::v1::PrefillRequest request_;
+  tandem::v1::PrefillResponse response_;
+};
+
 // The Decode call of one request: reads one message at a time when the
 // GenerateCall asks (after the client took the previous one) and hands it
 // over. Owns itself until OnDone; keeps the GenerateCall alive until then.
@@ -61,7 +92,9 @@ GenerateCall* GenerateCall::Start(const CallEnv& env, grpc::CallbackServerContex
 }
 
 GenerateCall::GenerateCall(const CallEnv& env, grpc::CallbackServerContext* ctx)
-    : env_(env), ctx_(ctx) {}
+    : env_(env), ctx_(ctx) {
+  env_.live->Enter();
+}
 
 void GenerateCall::Begin(absl::StatusOr<ValidatedRequest> request) {
   Next next;
@@ -99,10 +132,7 @@ void GenerateCall::Begin(absl::StatusOr<ValidatedRequest> request) {
 }
 
 void GenerateCall::StartPrefill() {
-  tandem::v1::Prefill::Stub* stub = nullptr;
-  grpc::ClientContext* cctx = nullptr;
-  const tandem::v1::PrefillRequest* req = nullptr;
-  tandem::v1::PrefillResponse* resp = nullptr;
+  PrefillAttempt* attempt = nullptr;
   Next next;
   {
     absl::MutexLock lock(&mu_);
@@ -116,29 +146,27 @@ void GenerateCall::StartPrefill() {
       tried_.push_back(pick.index());
       prefill_address_ = pick.address();
       prefill_pick_ = std::move(pick);
-      prefill_ctx_ = ChildContext();
-      prefill_stub_ = tandem::v1::Prefill::NewStub(env_.channels->Get(prefill_address_));
-      prefill_.Clear();
-      stub = prefill_stub_.get();
-      cctx = prefill_ctx_.get();
-      req = &prefill_request_;
-      resp = &prefill_;
+      prefill_attempt_ = attempt =
+          new PrefillAttempt(shared_from_this(), ChildContext(),
+                             env_.channels->Get(prefill_address_), prefill_request_);
     }
   }
-  if (stub == nullptr) {
+  if (attempt == nullptr) {
     Run(std::move(next));
     return;
   }
-  stub->async()->Prefill(cctx, req, resp,
-                         [self = shared_from_this()](grpc::Status s) { self->OnPrefillDone(s); });
+  attempt->Start();
 }
 
-void GenerateCall::OnPrefillDone(const grpc::Status& status) {
+void GenerateCall::OnPrefillDone(const grpc::Status& status,
+                                 const tandem::v1::PrefillResponse& response) {
   Next next;
   bool retry = false;
   {
     absl::MutexLock lock(&mu_);
+    prefill_attempt_ = nullptr;
     prefill_pick_ = WorkerPicker::Pick();
+    if (status.ok()) prefill_ = response;
     if (ending_) {
       // The client went away while the prefill ran: its blocks are nobody's.
       if (status.ok()) {
@@ -286,7 +314,7 @@ void GenerateCall::OnCancel() {
   {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
-    if (prefill_ctx_ != nullptr) prefill_ctx_->TryCancel();
+    if (prefill_attempt_ != nullptr) prefill_attempt_->Cancel();
     next = End(absl::CancelledError("the client cancelled"));
   }
   Run(std::move(next));

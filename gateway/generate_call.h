@@ -32,6 +32,30 @@
 
 namespace tandem::gateway {
 
+// Counts GenerateCall objects alive. A call can outlive its RPC (its child
+// calls finish after the client's stream ended), so the service waits for
+// none to be left before the objects calls use go away. Thread-safe.
+class LiveCalls {
+ public:
+  void Enter() {
+    absl::MutexLock lock(&mu_);
+    ++live_;
+  }
+  void Exit() {
+    absl::MutexLock lock(&mu_);
+    --live_;
+  }
+  void AwaitNone() const {
+    absl::MutexLock lock(&mu_);
+    auto none = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return live_ == 0; };
+    mu_.Await(absl::Condition(&none));
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  int live_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 // What a call needs from the service; all outlive the call.
 struct CallEnv {
   const engine::Tokenizer* tokenizer;
@@ -41,6 +65,7 @@ struct CallEnv {
   kvtransfer::ReleaseClient* releases;
   rpc::Admission* admission;
   GatewayMetrics* metrics;
+  LiveCalls* live;
   // Deadline for worker calls when the client's is later (or unset).
   absl::Duration request_timeout;
 };
@@ -53,11 +78,14 @@ class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateR
   static GenerateCall* Start(const CallEnv& env, grpc::CallbackServerContext* ctx,
                              absl::StatusOr<ValidatedRequest> request);
 
+  ~GenerateCall() override { env_.live->Exit(); }
+
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
   void OnDone() override;
 
  private:
+  class PrefillAttempt;
   class DecodeRelay;
   // What to do after a state change, done outside `mu_`.
   struct Next {
@@ -71,7 +99,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateR
   GenerateCall(const CallEnv& env, grpc::CallbackServerContext* ctx);
   void Begin(absl::StatusOr<ValidatedRequest> request);
   void StartPrefill() ABSL_LOCKS_EXCLUDED(mu_);
-  void OnPrefillDone(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnPrefillDone(const grpc::Status& status, const tandem::v1::PrefillResponse& response)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void StartDecode() ABSL_LOCKS_EXCLUDED(mu_);
   void OnDecodeMessage(const tandem::v1::DecodeResponse& message) ABSL_LOCKS_EXCLUDED(mu_);
   void OnDecodeDone(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
@@ -96,8 +125,9 @@ class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateR
   std::vector<int> tried_ ABSL_GUARDED_BY(mu_);
   WorkerPicker::Pick prefill_pick_ ABSL_GUARDED_BY(mu_);
   WorkerPicker::Pick decode_pick_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<grpc::ClientContext> prefill_ctx_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<tandem::v1::Prefill::Stub> prefill_stub_ ABSL_GUARDED_BY(mu_);
+  // The prefill call in flight, if any (it owns itself; cleared before it
+  // goes), and what every attempt sends.
+  PrefillAttempt* prefill_attempt_ ABSL_GUARDED_BY(mu_) = nullptr;
   tandem::v1::PrefillRequest prefill_request_ ABSL_GUARDED_BY(mu_);
   tandem::v1::PrefillResponse prefill_ ABSL_GUARDED_BY(mu_);
   std::string prefill_address_ ABSL_GUARDED_BY(mu_);

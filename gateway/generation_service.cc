@@ -17,6 +17,8 @@ GenerationService::GenerationService(std::unique_ptr<engine::Tokenizer> tokenize
       admission_("gateway", options_.admission),
       metrics_(registry) {}
 
+GenerationService::~GenerationService() { live_.AwaitNone(); }
+
 grpc::ServerUnaryReactor* GenerationService::Answer(grpc::CallbackServerContext* ctx,
                                                      const char* method,
                                                      const absl::Status& status) {
@@ -36,6 +38,7 @@ grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* GenerationService::Gener
                               .releases = &releases_,
                               .admission = &admission_,
                               .metrics = &metrics_,
+                              .live = &live_,
                               .request_timeout = options_.request_timeout},
                              ctx,
                              ValidateGenerateRequest(*request, *tokenizer_, options_.model_name,

@@ -11,6 +11,7 @@
 
 #include "engine/tokenizer.h"
 #include "gateway/gateway_metrics.h"
+#include "gateway/generate_call.h"
 #include "gateway/validated_request.h"
 #include "gateway/worker_picker.h"
 #include "kvtransfer/rpc/release_client.h"
@@ -37,6 +38,9 @@ class GenerationService final : public tandem::v1::Generation::CallbackService {
  public:
   GenerationService(std::unique_ptr<engine::Tokenizer> tokenizer, GatewayOptions options,
                     prometheus::Registry& registry);
+  // Waits for calls whose child calls are still finishing (after the gRPC
+  // server was shut down, every one of them is ending).
+  ~GenerationService() override;
 
   grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* ctx, const tandem::v1::GenerateRequest* request) override;
@@ -61,6 +65,7 @@ class GenerationService final : public tandem::v1::Generation::CallbackService {
   kvtransfer::ReleaseClient releases_;
   rpc::Admission admission_;
   GatewayMetrics metrics_;
+  LiveCalls live_;  // last member: the first to be waited for
 };
 
 }  // namespace tandem::gateway

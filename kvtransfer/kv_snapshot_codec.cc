@@ -56,7 +56,7 @@ SnapshotEncoder::SnapshotEncoder(std::shared_ptr<const engine::KvSnapshot> snaps
 
 int64_t SnapshotEncoder::wire_bytes() const {
   int64_t total = 0;
-  for (const std::vector<uint8_t>& b : snapshot_->blocks) {
+  for (const engine::KvBlockBytes& b : snapshot_->blocks) {
     total += static_cast<int64_t>(kBlockHeaderBytes + b.size() + kBlockChecksumBytes);
   }
   return total;
@@ -104,6 +104,20 @@ SnapshotDecoder::SnapshotDecoder(const BlockExpectation& expect, std::vector<int
 }
 
 absl::Status SnapshotDecoder::Add(std::string_view bytes) {
+  ASSIGN_OR_RETURN(std::string_view payload, Check(bytes));
+  const auto* data = reinterpret_cast<const uint8_t*>(payload.data());
+  snapshot_.blocks.emplace_back(data, data + payload.size());
+  return absl::OkStatus();
+}
+
+absl::Status SnapshotDecoder::Add(std::string&& bytes) {
+  ASSIGN_OR_RETURN(std::string_view payload, Check(bytes));
+  const size_t offset = payload.data() - bytes.data();
+  snapshot_.blocks.emplace_back(std::move(bytes), offset, payload.size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string_view> SnapshotDecoder::Check(std::string_view bytes) {
   RETURN_IF_ERROR(status_);
   const size_t i = snapshot_.blocks.size();
   const size_t n = token_ids_.size();
@@ -143,11 +157,9 @@ absl::Status SnapshotDecoder::Add(std::string_view bytes) {
                                            ", expected ", Hex64(want), " for token_ids [",
                                            covered_, ", ", covered_ + expected_count, ")")));
   }
-  const auto* data = reinterpret_cast<const uint8_t*>(decoded->payload.data());
-  snapshot_.blocks.emplace_back(data, data + decoded->payload.size());
   parent_ = h.block_hash;
   covered_ += expected_count;
-  return absl::OkStatus();
+  return decoded->payload;
 }
 
 absl::StatusOr<engine::KvSnapshot> SnapshotDecoder::Finish() && {

@@ -62,14 +62,19 @@ class SnapshotDecoder {
   SnapshotDecoder(const BlockExpectation& expect, std::vector<int32_t> token_ids,
                   uint64_t tenant_salt = 0);
 
-  // The next block; after an error the decoder is spent.
+  // The next block; after an error the decoder is spent. The first form
+  // copies the payload; the second adopts the buffer (no copy).
   absl::Status Add(std::string_view bytes);
+  absl::Status Add(std::string&& bytes);
   int32_t blocks_added() const { return static_cast<int32_t>(snapshot_.blocks.size()); }
   // The snapshot, once the blocks cover every token id.
   absl::StatusOr<engine::KvSnapshot> Finish() &&;
 
  private:
   BlockExpectation expect_;
+  // Checks `bytes` as the next block; its payload on success.
+  absl::StatusOr<std::string_view> Check(std::string_view bytes);
+
   std::vector<int32_t> token_ids_;
   uint64_t tenant_salt_;
   absl::Status status_;

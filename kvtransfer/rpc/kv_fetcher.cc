@@ -52,8 +52,13 @@ class KvFetcher::Call final : public grpc::ClientReadReactor<tandem::v1::KvBlock
       s = absl::DataLossError(
           absl::StrCat("kv block index ", msg_.index(), " arrived at position ", index));
     } else {
-      bytes_ += static_cast<int64_t>(msg_.block().size());
-      s = decoder_.Add(msg_.block());
+      const size_t size = msg_.block().size();
+      bytes_ += static_cast<int64_t>(size);
+      // Keeps the received buffer as the block's storage: no payload copy.
+      // The next message parses into a buffer of the same capacity, so it
+      // is not grown (and copied) piece by piece as its slices arrive.
+      s = decoder_.Add(std::move(*msg_.mutable_block()));
+      msg_.mutable_block()->reserve(size);
     }
     if (!s.ok()) {
       error_ = std::move(s);

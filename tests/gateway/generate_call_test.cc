@@ -111,23 +111,29 @@ class FakeDecode final : public tandem::v1::Decode::CallbackService {
     }
     void OnWriteDone(bool ok) override {
       if (!ok) {
-        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "gone"));
+        FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "gone"));
         return;
       }
       Next();
     }
     void OnCancel() override {
       if (!owner_->cancelled_.HasBeenNotified()) owner_->cancelled_.Notify();
-      if (script_.hang && next_ >= script_.tokens.size()) {
-        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+      if (script_.hang && written_all_.load()) {
+        FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
       }
     }
     void OnDone() override { delete this; }
 
    private:
+    // OnCancel and a failed write may both want to end the call; a reactor
+    // finishes once.
+    void FinishOnce(const grpc::Status& s) {
+      if (!finished_.exchange(true)) Finish(s);
+    }
     void Next() {
       if (next_ == script_.tokens.size()) {
-        if (!script_.hang) Finish(script_.end);
+        written_all_.store(true);
+        if (!script_.hang) FinishOnce(script_.end);
         return;  // a hanging stream finishes in OnCancel
       }
       msg_.Clear();
@@ -137,7 +143,9 @@ class FakeDecode final : public tandem::v1::Decode::CallbackService {
     }
     FakeDecode* owner_;
     Script script_;
-    size_t next_ = 0;
+    size_t next_ = 0;  // reactions only (one at a time)
+    std::atomic<bool> written_all_{false};
+    std::atomic<bool> finished_{false};
     tandem::v1::DecodeResponse msg_;
   };
 

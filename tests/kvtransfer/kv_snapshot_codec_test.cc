@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <cstdint>
 #include <random>
 #include <string>
@@ -101,6 +103,32 @@ TEST(KvSnapshotCodecTest, RoundTripsEveryLength) {
       }
     }
   }
+}
+
+TEST(KvSnapshotCodecTest, AdoptingTheReceivedBuffersDecodesTheSameBytes) {
+  const KvSnapshot in = MakeSnapshot(37, GgmlType::kF32, 5);
+  const std::vector<int32_t> tokens = Tokens(37);
+  const std::vector<std::string> wire = EncodeSnapshot(in, tokens);
+  SnapshotDecoder copying(Expect(GgmlType::kF32), tokens);
+  SnapshotDecoder adopting(Expect(GgmlType::kF32), tokens);
+  for (const std::string& b : wire) {
+    ASSERT_TRUE(copying.Add(std::string_view(b)).ok());
+    std::string buffer = b;  // as a transport hands over its message buffer
+    ASSERT_TRUE(adopting.Add(std::move(buffer)).ok());
+  }
+  auto a = std::move(copying).Finish();
+  auto b = std::move(adopting).Finish();
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->blocks.size(), b->blocks.size());
+  for (size_t i = 0; i < a->blocks.size(); ++i) {
+    ASSERT_EQ(a->blocks[i].size(), b->blocks[i].size());
+    EXPECT_EQ(std::memcmp(a->blocks[i].data(), b->blocks[i].data(), a->blocks[i].size()), 0);
+  }
+  // A corrupt buffer is refused whichever way it arrives.
+  SnapshotDecoder refusing(Expect(GgmlType::kF32), tokens);
+  std::string bad = wire[0];
+  bad[100] ^= 1;
+  EXPECT_EQ(refusing.Add(std::move(bad)).code(), absl::StatusCode::kDataLoss);
 }
 
 TEST(KvSnapshotCodecTest, HeadersCarryIndexCountsAndTheHashChain) {
