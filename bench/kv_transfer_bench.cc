@@ -27,11 +27,13 @@ namespace tandem::bench {
 namespace {
 
 // Serves FetchKv and ReleaseKv from a lease server, as the Prefill service does.
-class LeaseOnlyPrefill final : public tandem::v1::Prefill::CallbackService {
+class LeaseOnlyPrefill final
+    : public tandem::v1::Prefill::WithRawCallbackMethod_FetchKv<
+          tandem::v1::Prefill::CallbackService> {
  public:
   explicit LeaseOnlyPrefill(kvtransfer::KvLeaseServer& leases) : leases_(leases) {}
-  grpc::ServerWriteReactor<tandem::v1::KvBlockMessage>* FetchKv(
-      grpc::CallbackServerContext* ctx, const tandem::v1::FetchKvRequest* request) override {
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* FetchKv(grpc::CallbackServerContext* ctx,
+                                                      const grpc::ByteBuffer* request) override {
     return leases_.Fetch(ctx, request);
   }
   grpc::ServerUnaryReactor* ReleaseKv(grpc::CallbackServerContext* ctx,

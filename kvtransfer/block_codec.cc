@@ -107,8 +107,9 @@ std::string EncodeBlock(const BlockHeader& header, std::span<const uint8_t> payl
   return out;
 }
 
-void EncodeBlockTo(const BlockHeader& header, std::span<const uint8_t> payload,
-                   std::string* out_ptr) {
+namespace {
+
+void CheckEncodable(const BlockHeader& header, std::span<const uint8_t> payload) {
   TANDEM_CHECK(IsKvDtype(header.dtype), "KV blocks are f32 or f16")
       << "dtype=" << static_cast<uint32_t>(header.dtype);
   TANDEM_CHECK(header.token_count >= 1 && header.token_count <= header.block_size,
@@ -118,10 +119,9 @@ void EncodeBlockTo(const BlockHeader& header, std::span<const uint8_t> payload,
                                                    header.kv_dim, header.dtype),
                "payload is not one block of the header's shape")
       << "payload bytes=" << payload.size();
+}
 
-  std::string& out = *out_ptr;
-  out.clear();
-  out.reserve(kBlockHeaderBytes + payload.size() + kBlockChecksumBytes);
+void AppendHeader(const BlockHeader& header, uint64_t payload_bytes, std::string& out) {
   out.append(kBlockMagic.data(), kBlockMagic.size());
   AppendLe16(out, kBlockFormatVersion);
   AppendLe16(out, kBlockLayoutLayerKvSlotDim);
@@ -134,7 +134,35 @@ void EncodeBlockTo(const BlockHeader& header, std::span<const uint8_t> payload,
   AppendLe32(out, header.layer_count);
   AppendLe32(out, header.kv_dim);
   AppendLe32(out, static_cast<uint32_t>(header.dtype));
-  AppendLe64(out, payload.size());
+  AppendLe64(out, payload_bytes);
+}
+
+}  // namespace
+
+BlockFrame EncodeBlockFrame(const BlockHeader& header, std::span<const uint8_t> payload) {
+  CheckEncodable(header, payload);
+  TANDEM_CHECK(header.token_count == header.block_size,
+               "only full blocks are sent from where they lie (a partial one has slots to zero)");
+  BlockFrame frame;
+  frame.header.reserve(kBlockHeaderBytes);
+  AppendHeader(header, payload.size(), frame.header);
+  XXH3_state_t* state = XXH3_createState();
+  TANDEM_CHECK(state != nullptr, "XXH3 state allocation");
+  XXH3_64bits_reset(state);
+  XXH3_64bits_update(state, frame.header.data(), frame.header.size());
+  XXH3_64bits_update(state, payload.data(), payload.size());
+  AppendLe64(frame.checksum, XXH3_64bits_digest(state));
+  XXH3_freeState(state);
+  return frame;
+}
+
+void EncodeBlockTo(const BlockHeader& header, std::span<const uint8_t> payload,
+                   std::string* out_ptr) {
+  CheckEncodable(header, payload);
+  std::string& out = *out_ptr;
+  out.clear();
+  out.reserve(kBlockHeaderBytes + payload.size() + kBlockChecksumBytes);
+  AppendHeader(header, payload.size(), out);
   TANDEM_DCHECK(out.size() == kBlockHeaderBytes, "header table and encoder disagree");
   out.append(reinterpret_cast<const char*>(payload.data()), payload.size());
   if (header.token_count < header.block_size) {

@@ -56,6 +56,16 @@ struct BlockHeader {
 // shape (2 * layer_count * block_size * kv_dim elements of dtype) and
 // token_count in [1, block_size]; both are checked (a violation is a bug in
 // the caller, not bad input).
+// A full block's encoding without its payload: the 64-byte header and the
+// 8-byte checksum (over header and payload), for a transport that sends the
+// payload from where it lies. header + payload + checksum is byte for byte
+// EncodeBlock's output. token_count must equal block_size (checked).
+struct BlockFrame {
+  std::string header;
+  std::string checksum;
+};
+BlockFrame EncodeBlockFrame(const BlockHeader& header, std::span<const uint8_t> payload);
+
 // Slots past token_count are encoded as zeros whatever the payload holds.
 std::string EncodeBlock(const BlockHeader& header, std::span<const uint8_t> payload);
 // The same into `out` (cleared first; its capacity is reused), so a

@@ -62,11 +62,11 @@ int64_t SnapshotEncoder::wire_bytes() const {
   return total;
 }
 
-void SnapshotEncoder::EncodeTo(int32_t index, std::string* out) const {
+BlockHeader SnapshotEncoder::HeaderOf(int32_t index) const {
   TANDEM_CHECK(index >= 0 && index < num_blocks(), "block index in range") << "index=" << index;
   const engine::KvSnapshot& s = *snapshot_;
   const int64_t start = int64_t{index} * s.block_size;
-  const BlockHeader header{
+  return BlockHeader{
       .model_fingerprint = s.model_fingerprint,
       .block_hash = hashes_[index],
       .parent_hash = index == 0 ? engine::kRootParentHash : hashes_[index - 1],
@@ -77,7 +77,17 @@ void SnapshotEncoder::EncodeTo(int32_t index, std::string* out) const {
       .kv_dim = static_cast<uint32_t>(s.kv_dim),
       .dtype = s.dtype,
   };
-  EncodeBlockTo(header, s.blocks[index], out);  // checks the size, zeroes unused slots
+}
+
+void SnapshotEncoder::EncodeTo(int32_t index, std::string* out) const {
+  // Checks the size, zeroes unused slots.
+  EncodeBlockTo(HeaderOf(index), snapshot_->blocks[index], out);
+}
+
+std::optional<BlockFrame> SnapshotEncoder::Frame(int32_t index) const {
+  const BlockHeader header = HeaderOf(index);
+  if (header.token_count < header.block_size) return std::nullopt;
+  return EncodeBlockFrame(header, snapshot_->blocks[index]);
 }
 
 SnapshotDecoder::SnapshotDecoder(const BlockExpectation& expect, std::vector<int32_t> token_ids,

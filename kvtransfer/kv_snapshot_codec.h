@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -40,8 +41,15 @@ class SnapshotEncoder {
   int64_t wire_bytes() const;
   // Wire block `index` (in [0, num_blocks())) into `out`, reusing its capacity.
   void EncodeTo(int32_t index, std::string* out) const;
+  // For a full block: its wire encoding as header and checksum around the
+  // snapshot's own payload bytes (Payload), which stay valid while the
+  // snapshot lives. nullopt for the last, partial block (use EncodeTo).
+  std::optional<BlockFrame> Frame(int32_t index) const;
+  std::span<const uint8_t> Payload(int32_t index) const { return snapshot_->blocks[index]; }
 
  private:
+  BlockHeader HeaderOf(int32_t index) const;
+
   std::shared_ptr<const engine::KvSnapshot> snapshot_;
   std::vector<int32_t> token_ids_;
   uint64_t tenant_salt_;

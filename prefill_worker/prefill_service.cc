@@ -149,8 +149,8 @@ grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* c
   return PrefillCall::Start(this, ctx, request, response);
 }
 
-grpc::ServerWriteReactor<tandem::v1::KvBlockMessage>* PrefillService::FetchKv(
-    grpc::CallbackServerContext* ctx, const tandem::v1::FetchKvRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* PrefillService::FetchKv(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) {
   return leases_.Fetch(ctx, request);
 }
 

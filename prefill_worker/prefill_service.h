@@ -24,7 +24,11 @@ struct PrefillServiceOptions {
   rpc::AdmissionLimits admission;
 };
 
-class PrefillService final : public tandem::v1::Prefill::CallbackService {
+// FetchKv is served raw (ByteBuffer): the lease server assembles each
+// message from slices of the leased snapshot instead of copying it.
+class PrefillService final
+    : public tandem::v1::Prefill::WithRawCallbackMethod_FetchKv<
+          tandem::v1::Prefill::CallbackService> {
  public:
   // `loop` and `registry` must outlive the service.
   PrefillService(worker::EngineLoop& loop, prometheus::Registry& registry,
@@ -33,8 +37,8 @@ class PrefillService final : public tandem::v1::Prefill::CallbackService {
   grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* ctx,
                                     const tandem::v1::PrefillRequest* request,
                                     tandem::v1::PrefillResponse* response) override;
-  grpc::ServerWriteReactor<tandem::v1::KvBlockMessage>* FetchKv(
-      grpc::CallbackServerContext* ctx, const tandem::v1::FetchKvRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* FetchKv(grpc::CallbackServerContext* ctx,
+                                                      const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* ReleaseKv(grpc::CallbackServerContext* ctx,
                                       const tandem::v1::ReleaseKvRequest* request,
                                       tandem::v1::ReleaseKvResponse* response) override;

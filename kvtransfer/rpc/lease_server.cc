@@ -2,6 +2,12 @@
 
 #include <atomic>
 #include <iostream>
+#include <optional>
+#include <span>
+
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
 
 #include "kvtransfer/kv_snapshot_codec.h"
 #include "rpc/metrics.h"
@@ -9,10 +15,42 @@
 
 namespace tandem::kvtransfer {
 
-// One FetchKv stream. Reactions run on gRPC threads, one at a time (one
-// write outstanding), so only `cancelled_` is shared with OnCancel.
-class KvLeaseServer::FetchReactor final
-    : public grpc::ServerWriteReactor<tandem::v1::KvBlockMessage> {
+namespace {
+
+void AppendVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+
+// The protobuf framing of a KvBlockMessage before its `block` bytes:
+// field 1 (index, varint) and the tag and length of field 2 (block).
+std::string MessagePrefix(int32_t index, size_t block_bytes) {
+  std::string out;
+  out.push_back(0x08);
+  AppendVarint(out, static_cast<uint64_t>(index));
+  out.push_back(0x12);
+  AppendVarint(out, block_bytes);
+  return out;
+}
+
+template <typename T>
+void DeleteHeld(void* held) {
+  delete static_cast<T*>(held);
+}
+
+}  // namespace
+
+// One FetchKv stream. Each block goes out as a KvBlockMessage in protobuf
+// wire format assembled from slices: the framing and block header (copied,
+// ~80 bytes), the payload straight from the leased snapshot (no copy; the
+// slice holds a reference to the lease's blocks) and the checksum. Only the
+// last, partial block is encoded into a buffer (its unused slots are
+// zeroed). Reactions run on gRPC threads, one at a time (one write
+// outstanding), so only `cancelled_` is shared with OnCancel.
+class KvLeaseServer::FetchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   FetchReactor(KvLeaseServer* server, std::string lease_id)
       : server_(server), lease_id_(std::move(lease_id)) {
@@ -51,8 +89,29 @@ class KvLeaseServer::FetchReactor final
       Finish(grpc::Status::OK);
       return;
     }
-    msg_.set_index(next_);
-    kv_->encoder->EncodeTo(next_, msg_.mutable_block());
+    const SnapshotEncoder& encoder = *kv_->encoder;
+    if (std::optional<BlockFrame> frame = encoder.Frame(next_); frame.has_value()) {
+      const std::span<const uint8_t> payload = encoder.Payload(next_);
+      std::string head = MessagePrefix(
+          next_, frame->header.size() + payload.size() + frame->checksum.size());
+      head += frame->header;
+      grpc::Slice slices[3] = {
+          grpc::Slice(head),
+          grpc::Slice(const_cast<uint8_t*>(payload.data()), payload.size(),
+                      &DeleteHeld<std::shared_ptr<const LeasedKv>>,
+                      new std::shared_ptr<const LeasedKv>(kv_)),
+          grpc::Slice(frame->checksum),
+      };
+      msg_ = grpc::ByteBuffer(slices, 3);
+    } else {
+      auto* block = new std::string();
+      encoder.EncodeTo(next_, block);
+      grpc::Slice slices[2] = {
+          grpc::Slice(MessagePrefix(next_, block->size())),
+          grpc::Slice(block->data(), block->size(), &DeleteHeld<std::string>, block),
+      };
+      msg_ = grpc::ByteBuffer(slices, 2);
+    }
     StartWrite(&msg_);
   }
 
@@ -66,7 +125,7 @@ class KvLeaseServer::FetchReactor final
   const absl::Time start_ = absl::Now();
   std::shared_ptr<const LeasedKv> kv_;
   int32_t next_ = 0;
-  tandem::v1::KvBlockMessage msg_;  // reused: its buffer keeps its capacity
+  grpc::ByteBuffer msg_;  // the write outstanding
   std::atomic<bool> cancelled_{false};
 };
 
@@ -127,9 +186,14 @@ absl::StatusOr<KvLeaseServer::Held> KvLeaseServer::Hold(
   return Held{.lease_id = std::move(*id), .num_blocks = leased->blocks, .bytes = leased->bytes};
 }
 
-grpc::ServerWriteReactor<tandem::v1::KvBlockMessage>* KvLeaseServer::Fetch(
-    grpc::CallbackServerContext*, const tandem::v1::FetchKvRequest* request) {
-  return new FetchReactor(this, request->lease_id());
+grpc::ServerWriteReactor<grpc::ByteBuffer>* KvLeaseServer::Fetch(
+    grpc::CallbackServerContext*, const grpc::ByteBuffer* request) {
+  grpc::ByteBuffer copy = *request;  // shares the slices
+  tandem::v1::FetchKvRequest parsed;
+  if (!grpc::SerializationTraits<tandem::v1::FetchKvRequest>::Deserialize(&copy, &parsed).ok()) {
+    parsed.set_lease_id("");  // answered NOT_FOUND like any unknown lease
+  }
+  return new FetchReactor(this, parsed.lease_id());
 }
 
 void KvLeaseServer::Release(const tandem::v1::ReleaseKvRequest& request) {

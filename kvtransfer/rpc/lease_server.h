@@ -44,10 +44,13 @@ class KvLeaseServer {
   absl::StatusOr<Held> Hold(std::shared_ptr<const engine::KvSnapshot> kv,
                             std::vector<int32_t> token_ids);
 
-  // The FetchKv reactor: NOT_FOUND for an unknown lease, else the blocks in
-  // order, then OK; a completed or broken-off fetch ends the lease.
-  grpc::ServerWriteReactor<tandem::v1::KvBlockMessage>* Fetch(
-      grpc::CallbackServerContext* ctx, const tandem::v1::FetchKvRequest* request);
+  // The FetchKv reactor, on the raw (ByteBuffer) form of the method so the
+  // payload goes out without being copied (the Prefill service marks
+  // FetchKv raw; clients see ordinary KvBlockMessages): NOT_FOUND for an
+  // unknown lease, else the blocks in order, then OK; a completed or
+  // broken-off fetch ends the lease.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Fetch(grpc::CallbackServerContext* ctx,
+                                                    const grpc::ByteBuffer* request);
   // Ends a lease at the peer's word; a reported failure is counted and logged.
   void Release(const tandem::v1::ReleaseKvRequest& request);
 
