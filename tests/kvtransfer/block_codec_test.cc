@@ -106,6 +106,18 @@ TEST(BlockCodecTest, RoundTripsHeaderAndPayload) {
   }
 }
 
+TEST(BlockCodecTest, AFrameAroundThePayloadIsTheEncodedBlock) {
+  for (GgmlType dtype : {GgmlType::kF32, GgmlType::kF16}) {
+    const BlockHeader h = SmallHeader(dtype);  // a full block
+    const std::vector<uint8_t> payload = RandomPayload(PayloadBytes(h), 11);
+    const BlockFrame frame = EncodeBlockFrame(h, payload);
+    const std::string joined =
+        frame.header + std::string(payload.begin(), payload.end()) + frame.checksum;
+    EXPECT_EQ(joined, EncodeBlock(h, payload));
+    EXPECT_TRUE(DecodeBlock(joined, ExpectationOf(h)).ok());
+  }
+}
+
 TEST(BlockCodecTest, PartialBlockRoundTrips) {
   BlockHeader h = SmallHeader(GgmlType::kF32);
   h.token_count = 1;
