@@ -7,9 +7,13 @@ namespace tandem::engine {
 Scheduler::Scheduler(const SchedulerOptions& options, BlockPool& pool, int32_t block_size)
     : options_(options), pool_(pool), block_size_(block_size) {}
 
-void Scheduler::Enqueue(std::unique_ptr<Sequence> seq) { waiting_.push_back(std::move(seq)); }
+void Scheduler::Enqueue(std::unique_ptr<Sequence> seq) {
+  by_id_[seq->id] = seq.get();
+  waiting_.push_back(std::move(seq));
+}
 
 bool Scheduler::Remove(int64_t seq_id) {
+  if (by_id_.erase(seq_id) == 0) return false;
   auto match = [seq_id](const std::unique_ptr<Sequence>& s) { return s->id == seq_id; };
   if (auto it = std::find_if(running_.begin(), running_.end(), match); it != running_.end()) {
     running_.erase(it);
@@ -22,14 +26,9 @@ bool Scheduler::Remove(int64_t seq_id) {
   return false;
 }
 
-Sequence* Scheduler::Find(int64_t seq_id) {
-  for (const std::unique_ptr<Sequence>& s : running_) {
-    if (s->id == seq_id) return s.get();
-  }
-  for (const std::unique_ptr<Sequence>& s : waiting_) {
-    if (s->id == seq_id) return s.get();
-  }
-  return nullptr;
+Sequence* Scheduler::Find(int64_t seq_id) const {
+  auto it = by_id_.find(seq_id);
+  return it == by_id_.end() ? nullptr : it->second;
 }
 
 bool Scheduler::EnsureBlocks(Sequence& seq, int32_t n_slots) {
@@ -70,7 +69,6 @@ StepPlan Scheduler::Schedule() {
       std::unique_ptr<Sequence> victim = std::move(running_.back());
       running_.pop_back();
       Preempt(*victim);
-      plan.preempted.push_back(victim->id);
       preempted_self = victim.get() == &seq;
       waiting_.push_front(std::move(victim));
       if (preempted_self) break;

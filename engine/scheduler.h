@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "engine/block_pool.h"
 #include "engine/sequence.h"
 
@@ -37,8 +38,6 @@ struct StepPlan {
   // allocated and n_computed counts the imported positions, whose bytes the
   // Engine copies in before the forward pass.
   std::vector<int64_t> imported;
-  // Sequences preempted this step (their blocks were freed).
-  std::vector<int64_t> preempted;
 };
 
 class Scheduler {
@@ -51,8 +50,9 @@ class Scheduler {
   // Drops a running or waiting sequence (its blocks are freed). False when
   // the id is unknown.
   bool Remove(int64_t seq_id);
-  // A running or waiting sequence, or nullptr.
-  Sequence* Find(int64_t seq_id);
+  // A running or waiting sequence, or nullptr. O(1): the engine looks up
+  // every planned sequence each step.
+  Sequence* Find(int64_t seq_id) const;
 
   StepPlan Schedule();
 
@@ -74,6 +74,8 @@ class Scheduler {
   // running_ keeps admission order: the newest is preempted first.
   std::list<std::unique_ptr<Sequence>> running_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
+  // Every sequence above by id (they own them).
+  absl::flat_hash_map<int64_t, Sequence*> by_id_;
 };
 
 }  // namespace tandem::engine
