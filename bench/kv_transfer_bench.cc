@@ -5,14 +5,25 @@
 // decode worker does; repeated, median reported. memcpy of the same bytes on
 // the same machine is the reference (the target is 25% of it).
 // Prints a table and one JSON line (appended to --out); never fails on speed.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <random>
+#include <span>
+#include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "common/flags.h"
@@ -47,6 +58,75 @@ class LeaseOnlyPrefill final
 
  private:
   kvtransfer::KvLeaseServer& leases_;
+};
+
+// The kernel's own floor for the same bytes: a plain TCP socket pair on
+// loopback, one thread sending each block with send(), this one receiving
+// them with recv() into one buffer. No framing, checksum or gRPC.
+class RawTcpPair {
+ public:
+  static absl::StatusOr<RawTcpPair> Open() {
+    RawTcpPair pair;
+    pair.listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (pair.listener_ < 0 || bind(pair.listener_, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+        listen(pair.listener_, 1) != 0 ||
+        getsockname(pair.listener_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return absl::UnavailableError(absl::StrCat("loopback listener: ", std::strerror(errno)));
+    }
+    pair.client_ = socket(AF_INET, SOCK_STREAM, 0);
+    if (pair.client_ < 0 || connect(pair.client_, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+        (pair.server_ = accept(pair.listener_, nullptr, nullptr)) < 0) {
+      return absl::UnavailableError(absl::StrCat("loopback connect: ", std::strerror(errno)));
+    }
+    return pair;
+  }
+  RawTcpPair(RawTcpPair&& o) noexcept
+      : listener_(std::exchange(o.listener_, -1)),
+        client_(std::exchange(o.client_, -1)),
+        server_(std::exchange(o.server_, -1)) {}
+  ~RawTcpPair() {
+    for (int fd : {listener_, client_, server_}) {
+      if (fd >= 0) close(fd);
+    }
+  }
+
+  // Seconds to move every block into `dst`; -1 on a socket error.
+  double Move(const std::vector<engine::KvBlockBytes>& blocks, std::vector<uint8_t>& dst) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::atomic<bool> failed{false};
+    std::thread sender([&] {
+      for (const engine::KvBlockBytes& b : blocks) {
+        for (const std::span<const uint8_t> piece : b.pieces()) {
+          for (size_t off = 0; off < piece.size();) {
+            const ssize_t n = send(server_, piece.data() + off, piece.size() - off, 0);
+            if (n <= 0) {
+              failed = true;
+              return;
+            }
+            off += static_cast<size_t>(n);
+          }
+        }
+      }
+    });
+    for (size_t off = 0; off < dst.size() && !failed;) {
+      const ssize_t n = recv(client_, dst.data() + off, dst.size() - off, 0);
+      if (n <= 0) break;
+      off += static_cast<size_t>(n);
+    }
+    sender.join();
+    if (failed) return -1;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+ private:
+  RawTcpPair() = default;
+  int listener_ = -1;
+  int client_ = -1;
+  int server_ = -1;
 };
 
 double Median(std::vector<double> v) {
@@ -102,8 +182,14 @@ int Run(const common::Args& args) {
       .payload_bytes = static_cast<int64_t>(block_bytes)};
   kvtransfer::KvFetcher fetcher(channels, releases, expect, registry);
 
+  absl::StatusOr<RawTcpPair> tcp = RawTcpPair::Open();
+  if (!tcp.ok()) {
+    std::cerr << tcp.status() << "\n";
+    return 1;
+  }
   std::vector<double> transfer_gbps;
   std::vector<double> memcpy_gbps;
+  std::vector<double> tcp_gbps;
   // memcpy reference: the same blocks into a destination of the same size
   // (touched once first), RAM to RAM as a transfer's bytes go.
   std::vector<uint8_t> dst(snapshot->blocks.size() * block_bytes, 1);
@@ -131,26 +217,35 @@ int Run(const common::Args& args) {
     const auto m0 = std::chrono::steady_clock::now();
     uint8_t* to = dst.data();
     for (const engine::KvBlockBytes& b : snapshot->blocks) {
-      std::memcpy(to, b.data(), b.size());
+      b.CopyTo(to);
       to += b.size();
     }
     const double ms = std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count();
+    const double ts = tcp->Move(snapshot->blocks, dst);
+    if (ts < 0) {
+      std::cerr << "raw TCP reference failed\n";
+      return 1;
+    }
     if (r == 0) continue;
     transfer_gbps.push_back(payload / s / 1e9);
     memcpy_gbps.push_back(payload / ms / 1e9);
+    tcp_gbps.push_back(payload / ts / 1e9);
   }
   const double t = Median(transfer_gbps);
   const double m = Median(memcpy_gbps);
+  const double k = Median(tcp_gbps);
   std::cout << absl::StrFormat(
-      "KV transfer, %d tokens (%.1f MB of KV), %d runs, gRPC stream on loopback\n"
-      "  transfer (fetch + verify + decode): %.2f GB/s\n"
-      "  memcpy of the same blocks:          %.2f GB/s\n"
-      "  ratio:                              %.0f%%\n",
-      tokens, payload / 1e6, repeats, t, m, 100.0 * t / m);
+      "KV transfer, %d tokens (%.1f MB of KV), %d runs (medians), loopback\n"
+      "  transfer, gRPC (fetch + verify + decode): %.2f GB/s\n"
+      "  memcpy of the same blocks:                %.2f GB/s\n"
+      "  raw TCP socket pair (send/recv only):     %.2f GB/s\n"
+      "  transfer / memcpy:                        %.1f%%\n"
+      "  transfer / raw TCP:                       %.1f%%\n",
+      tokens, payload / 1e6, repeats, t, m, k, 100.0 * t / m, 100.0 * t / k);
   const std::string json = absl::StrFormat(
       "{\"bench\":\"kv_transfer\",\"prompt_tokens\":%d,\"kv_bytes\":%.0f,\"transfer_gbps\":%.3f,"
-      "\"memcpy_gbps\":%.3f,\"ratio\":%.3f}",
-      tokens, payload, t, m, t / m);
+      "\"memcpy_gbps\":%.3f,\"raw_tcp_gbps\":%.3f,\"ratio\":%.3f,\"ratio_to_tcp\":%.3f}",
+      tokens, payload, t, m, k, t / m, t / k);
   std::cout << json << "\n";
   if (!args.String("out").empty()) std::ofstream(args.String("out"), std::ios::app) << json << "\n";
   releases.AwaitIdle();  // the last release is answered before the server goes

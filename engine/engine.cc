@@ -202,8 +202,7 @@ void Engine::Cancel(int64_t seq_id) {
 void Engine::CopyImport(Sequence& seq) {
   const KvSnapshot& kv = *seq.import;
   for (size_t i = 0; i < kv.blocks.size(); ++i) {
-    std::memcpy(kv_->BlockData((*seq.blocks)[static_cast<int32_t>(i)]), kv.blocks[i].data(),
-                kv.blocks[i].size());
+    kv.blocks[i].CopyTo(kv_->BlockData((*seq.blocks)[static_cast<int32_t>(i)]));
   }
   seq.import.reset();  // from here on an ordinary sequence whose prompt is computed
 }

@@ -5,40 +5,72 @@
 #define TANDEM_ENGINE_KV_SNAPSHOT_H_
 
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <span>
-#include <string>
 #include <vector>
 
+#include "common/check.h"
 #include "engine/tensor_type.h"
 
 namespace tandem::engine {
 
-// One block's bytes, immutable. Either a copy, or a buffer adopted whole with
-// the block lying at an offset inside it, so a receiver keeps the message
-// buffer the wire delivered (header and checksum around the payload)
-// instead of copying the payload out of it.
+// One block's bytes, immutable: a copy, or pieces of buffers adopted from a
+// transport (kept alive by an owner), so a receiver keeps the buffers the
+// wire delivered instead of gathering the block out of them. Copies of a
+// KvBlockBytes share the bytes.
 class KvBlockBytes {
  public:
+  using Piece = std::span<const uint8_t>;
+
   KvBlockBytes(const std::vector<uint8_t>& bytes)  // NOLINT: implicit, a copy
       : KvBlockBytes(bytes.data(), bytes.data() + bytes.size()) {}
-  KvBlockBytes(const uint8_t* begin, const uint8_t* end)
-      : storage_(reinterpret_cast<const char*>(begin), end - begin), size_(end - begin) {}
-  // Adopts `buffer`; the block is its bytes [offset, offset + size).
-  KvBlockBytes(std::string buffer, size_t offset, size_t size)
-      : storage_(std::move(buffer)), offset_(offset), size_(size) {}
+  KvBlockBytes(const uint8_t* begin, const uint8_t* end);  // a copy
+  // Adopts `pieces`, which `owner` keeps valid; the block is their
+  // concatenation.
+  KvBlockBytes(std::shared_ptr<const void> owner, std::vector<Piece> pieces);
 
-  const uint8_t* data() const {
-    return reinterpret_cast<const uint8_t*>(storage_.data()) + offset_;
-  }
   size_t size() const { return size_; }
-  uint8_t operator[](size_t i) const { return data()[i]; }
-  operator std::span<const uint8_t>() const { return {data(), size_}; }  // NOLINT
+  // The bytes in order: one piece for a copy, any number when adopted.
+  std::span<const Piece> pieces() const { return pieces_; }
+  // Writes the size() bytes to `out`.
+  void CopyTo(uint8_t* out) const;
+  // Byte i, walking the pieces: for checks and tests, not bulk access.
+  uint8_t operator[](size_t i) const;
 
  private:
-  std::string storage_;
-  size_t offset_ = 0;
+  std::shared_ptr<const void> owner_;
+  std::vector<Piece> pieces_;
   size_t size_ = 0;
 };
+
+inline KvBlockBytes::KvBlockBytes(const uint8_t* begin, const uint8_t* end) {
+  auto copy = std::make_shared<const std::vector<uint8_t>>(begin, end);
+  pieces_.emplace_back(copy->data(), copy->size());
+  size_ = copy->size();
+  owner_ = std::move(copy);
+}
+
+inline KvBlockBytes::KvBlockBytes(std::shared_ptr<const void> owner, std::vector<Piece> pieces)
+    : owner_(std::move(owner)), pieces_(std::move(pieces)) {
+  for (const Piece& p : pieces_) size_ += p.size();
+}
+
+inline void KvBlockBytes::CopyTo(uint8_t* out) const {
+  for (const Piece& p : pieces_) {
+    if (!p.empty()) std::memcpy(out, p.data(), p.size());
+    out += p.size();
+  }
+}
+
+inline uint8_t KvBlockBytes::operator[](size_t i) const {
+  TANDEM_CHECK(i < size_, "block byte index in range") << "i=" << i << " size=" << size_;
+  for (const Piece& p : pieces_) {
+    if (i < p.size()) return p[i];
+    i -= p.size();
+  }
+  return 0;  // not reached: the pieces add up to size_
+}
 
 struct KvSnapshot {
   uint64_t model_fingerprint = 0;

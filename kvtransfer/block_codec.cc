@@ -1,7 +1,6 @@
 #include "kvtransfer/block_codec.h"
 
-#include <xxhash.h>
-
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -13,9 +12,10 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/little_endian.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
-#include "common/little_endian.h"
+#include "kvtransfer/checksum.h"
 
 namespace tandem::kvtransfer {
 namespace {
@@ -103,22 +103,28 @@ absl::Status CheckCompatible(std::string_view bytes, const BlockExpectation& exp
 
 std::string EncodeBlock(const BlockHeader& header, std::span<const uint8_t> payload) {
   std::string out;
-  EncodeBlockTo(header, payload, &out);
+  EncodeBlockTo(header, PayloadPieces(&payload, 1), &out);
   return out;
 }
 
 namespace {
 
-void CheckEncodable(const BlockHeader& header, std::span<const uint8_t> payload) {
+size_t TotalBytes(PayloadPieces payload) {
+  size_t n = 0;
+  for (const std::span<const uint8_t> piece : payload) n += piece.size();
+  return n;
+}
+
+void CheckEncodable(const BlockHeader& header, size_t payload_bytes) {
   TANDEM_CHECK(IsKvDtype(header.dtype), "KV blocks are f32 or f16")
       << "dtype=" << static_cast<uint32_t>(header.dtype);
   TANDEM_CHECK(header.token_count >= 1 && header.token_count <= header.block_size,
                "a block holds 1..block_size tokens")
       << "token_count=" << header.token_count << " block_size=" << header.block_size;
-  TANDEM_CHECK(payload.size() == BlockPayloadBytes(header.layer_count, header.block_size,
+  TANDEM_CHECK(payload_bytes == BlockPayloadBytes(header.layer_count, header.block_size,
                                                    header.kv_dim, header.dtype),
                "payload is not one block of the header's shape")
-      << "payload bytes=" << payload.size();
+      << "payload bytes=" << payload_bytes;
 }
 
 void AppendHeader(const BlockHeader& header, uint64_t payload_bytes, std::string& out) {
@@ -139,32 +145,32 @@ void AppendHeader(const BlockHeader& header, uint64_t payload_bytes, std::string
 
 }  // namespace
 
-BlockFrame EncodeBlockFrame(const BlockHeader& header, std::span<const uint8_t> payload) {
-  CheckEncodable(header, payload);
+BlockFrame EncodeBlockFrame(const BlockHeader& header, PayloadPieces payload) {
+  const size_t payload_bytes = TotalBytes(payload);
+  CheckEncodable(header, payload_bytes);
   TANDEM_CHECK(header.token_count == header.block_size,
                "only full blocks are sent from where they lie (a partial one has slots to zero)");
   BlockFrame frame;
   frame.header.reserve(kBlockHeaderBytes);
-  AppendHeader(header, payload.size(), frame.header);
-  XXH3_state_t* state = XXH3_createState();
-  TANDEM_CHECK(state != nullptr, "XXH3 state allocation");
-  XXH3_64bits_reset(state);
-  XXH3_64bits_update(state, frame.header.data(), frame.header.size());
-  XXH3_64bits_update(state, payload.data(), payload.size());
-  AppendLe64(frame.checksum, XXH3_64bits_digest(state));
-  XXH3_freeState(state);
+  AppendHeader(header, payload_bytes, frame.header);
+  Checksum checksum;
+  checksum.Update(frame.header.data(), frame.header.size());
+  for (const std::span<const uint8_t> piece : payload) checksum.Update(piece.data(), piece.size());
+  AppendLe64(frame.checksum, checksum.Digest());
   return frame;
 }
 
-void EncodeBlockTo(const BlockHeader& header, std::span<const uint8_t> payload,
-                   std::string* out_ptr) {
-  CheckEncodable(header, payload);
+void EncodeBlockTo(const BlockHeader& header, PayloadPieces payload, std::string* out_ptr) {
+  const size_t payload_bytes = TotalBytes(payload);
+  CheckEncodable(header, payload_bytes);
   std::string& out = *out_ptr;
   out.clear();
-  out.reserve(kBlockHeaderBytes + payload.size() + kBlockChecksumBytes);
-  AppendHeader(header, payload.size(), out);
+  out.reserve(kBlockHeaderBytes + payload_bytes + kBlockChecksumBytes);
+  AppendHeader(header, payload_bytes, out);
   TANDEM_DCHECK(out.size() == kBlockHeaderBytes, "header table and encoder disagree");
-  out.append(reinterpret_cast<const char*>(payload.data()), payload.size());
+  for (const std::span<const uint8_t> piece : payload) {
+    out.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+  }
   if (header.token_count < header.block_size) {
     // Slots past token_count go out as zeros: the bytes are deterministic
     // and carry no stale KV. Layout [layer][k|v][slot][kv_dim].
@@ -176,7 +182,7 @@ void EncodeBlockTo(const BlockHeader& header, std::span<const uint8_t> payload,
       std::memset(out.data() + at, 0, unused);
     }
   }
-  AppendLe64(out, XXH3_64bits(out.data(), out.size()));
+  AppendLe64(out, ChecksumOf(out.data(), out.size()));
 }
 
 BlockExpectation ExpectationFor(const engine::ModelConfig& config, uint64_t fingerprint,
@@ -197,36 +203,70 @@ BlockExpectation ExpectationFor(const engine::ModelConfig& config, uint64_t fing
   };
 }
 
-absl::StatusOr<DecodedBlock> DecodeBlock(std::string_view bytes, const BlockExpectation& expect) {
+absl::StatusOr<DecodedBlockPieces> DecodeBlockPieces(std::span<const std::string_view> pieces,
+                                                     const BlockExpectation& expect) {
   constexpr size_t kFramingBytes = kBlockHeaderBytes + kBlockChecksumBytes;
-  if (bytes.size() < kFramingBytes) {
-    return absl::DataLossError(absl::StrCat("KV block truncated: ", bytes.size(),
+  size_t total = 0;
+  for (const std::string_view piece : pieces) total += piece.size();
+  if (total < kFramingBytes) {
+    return absl::DataLossError(absl::StrCat("KV block truncated: ", total,
                                             " bytes, header and checksum alone need ",
                                             kFramingBytes));
   }
-  if (const std::string_view magic = bytes.substr(0, kBlockMagic.size()); magic != kBlockMagic) {
+  // Visits the bytes [begin, end) of the concatenated pieces, piece by piece.
+  auto for_range = [&](size_t begin, size_t end, auto&& visit) {
+    size_t at = 0;
+    for (const std::string_view piece : pieces) {
+      const size_t lo = std::max(begin, at);
+      const size_t hi = std::min(end, at + piece.size());
+      if (lo < hi) visit(piece.substr(lo - at, hi - lo));
+      at += piece.size();
+      if (at >= end) break;
+    }
+  };
+  char header[kBlockHeaderBytes];
+  size_t filled = 0;
+  for_range(0, kBlockHeaderBytes, [&](std::string_view part) {
+    std::memcpy(header + filled, part.data(), part.size());
+    filled += part.size();
+  });
+  const char* p = header;
+  if (const std::string_view magic(p, kBlockMagic.size()); magic != kBlockMagic) {
     return absl::DataLossError(absl::StrCat("KV block magic: got \"",
                                             absl::CHexEscape(ToAbsl(magic)), "\", expected \"",
                                             ToAbsl(kBlockMagic), "\""));
   }
   // Framing before checksum: the payload size says where the checksum is.
-  const char* p = bytes.data();
   const uint64_t payload_bytes = LoadLe64(p + kPayloadBytesOffset);
-  const uint64_t held = bytes.size() - kFramingBytes;
+  const uint64_t held = total - kFramingBytes;
   if (payload_bytes != held) {
     return absl::DataLossError(absl::StrCat(
-        "KV block payload_bytes: header says ", payload_bytes, ", the ", bytes.size(),
+        "KV block payload_bytes: header says ", payload_bytes, ", the ", total,
         "-byte block holds ", held, " (truncated, trailing bytes or corrupt header)"));
   }
   const size_t checked = kBlockHeaderBytes + payload_bytes;
-  const uint64_t stored = LoadLe64(p + checked);
-  if (const uint64_t computed = XXH3_64bits(p, checked); computed != stored) {
+  char stored_bytes[kBlockChecksumBytes];
+  filled = 0;
+  for_range(checked, total, [&](std::string_view part) {
+    std::memcpy(stored_bytes + filled, part.data(), part.size());
+    filled += part.size();
+  });
+  const uint64_t stored = LoadLe64(stored_bytes);
+  uint64_t computed = 0;
+  if (pieces.size() == 1) {
+    computed = ChecksumOf(pieces[0].data(), checked);
+  } else {
+    Checksum checksum;
+    for_range(0, checked, [&](std::string_view part) { checksum.Update(part.data(), part.size()); });
+    computed = checksum.Digest();
+  }
+  if (computed != stored) {
     return absl::DataLossError(absl::StrCat("KV block checksum: stored ", Hex64(stored),
                                             ", computed ", Hex64(computed)));
   }
-  RETURN_IF_ERROR(CheckCompatible(bytes, expect));
+  RETURN_IF_ERROR(CheckCompatible(std::string_view(header, kBlockHeaderBytes), expect));
 
-  DecodedBlock block;
+  DecodedBlockPieces block;
   BlockHeader& h = block.header;
   h.model_fingerprint = LoadLe64(p + kFingerprintOffset);
   h.block_hash = LoadLe64(p + kBlockHashOffset);
@@ -242,8 +282,18 @@ absl::StatusOr<DecodedBlock> DecodeBlock(std::string_view bytes, const BlockExpe
     return absl::DataLossError(absl::StrCat("KV block token_count: got ", h.token_count,
                                             ", expected 1..", h.block_size, " (block_size)"));
   }
-  block.payload = bytes.substr(kBlockHeaderBytes, payload_bytes);
+  for_range(kBlockHeaderBytes, checked, [&](std::string_view part) {
+    block.payload.emplace_back(reinterpret_cast<const uint8_t*>(part.data()), part.size());
+  });
   return block;
+}
+
+absl::StatusOr<DecodedBlock> DecodeBlock(std::string_view bytes, const BlockExpectation& expect) {
+  ASSIGN_OR_RETURN(DecodedBlockPieces decoded,
+                   DecodeBlockPieces(std::span<const std::string_view>(&bytes, 1), expect));
+  return DecodedBlock{.header = decoded.header,
+                      .payload = bytes.substr(kBlockHeaderBytes, bytes.size() - kBlockHeaderBytes -
+                                                                      kBlockChecksumBytes)};
 }
 
 }  // namespace tandem::kvtransfer

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/model_config.h"
@@ -32,7 +33,7 @@ namespace tandem::kvtransfer {
 //       52     4  dtype (engine::GgmlType id: 0 f32, 1 f16)
 //       56     8  payload bytes
 //       64     n  payload
-//   64 + n     8  checksum: XXH3_64bits over bytes [0, 64 + n)
+//   64 + n     8  checksum: XXH3_64bits over bytes [0, 64 + n) (checksum.h)
 inline constexpr std::string_view kBlockMagic = "TKVB";
 inline constexpr uint16_t kBlockFormatVersion = 1;
 // Payload is [layer][k|v][slot][kv_dim] of dtype: the engine's block layout.
@@ -52,6 +53,9 @@ struct BlockHeader {
   engine::GgmlType dtype = engine::GgmlType::kF32;
 };
 
+// A payload as it lies: in one piece or several (engine::KvBlockBytes).
+using PayloadPieces = std::span<const std::span<const uint8_t>>;
+
 // Encodes one block. `payload` must be exactly one block of the header's
 // shape (2 * layer_count * block_size * kv_dim elements of dtype) and
 // token_count in [1, block_size]; both are checked (a violation is a bug in
@@ -64,14 +68,16 @@ struct BlockFrame {
   std::string header;
   std::string checksum;
 };
-BlockFrame EncodeBlockFrame(const BlockHeader& header, std::span<const uint8_t> payload);
+BlockFrame EncodeBlockFrame(const BlockHeader& header, PayloadPieces payload);
+inline BlockFrame EncodeBlockFrame(const BlockHeader& header, std::span<const uint8_t> payload) {
+  return EncodeBlockFrame(header, PayloadPieces(&payload, 1));
+}
 
 // Slots past token_count are encoded as zeros whatever the payload holds.
 std::string EncodeBlock(const BlockHeader& header, std::span<const uint8_t> payload);
 // The same into `out` (cleared first; its capacity is reused), so a
 // transport can encode straight into its message buffer.
-void EncodeBlockTo(const BlockHeader& header, std::span<const uint8_t> payload,
-                   std::string* out);
+void EncodeBlockTo(const BlockHeader& header, PayloadPieces payload, std::string* out);
 
 struct DecodedBlock {
   BlockHeader header;
@@ -102,6 +108,17 @@ BlockExpectation ExpectationFor(const engine::ModelConfig& config, uint64_t fing
 // format version, layout, model fingerprint, dtype, block size, layer count,
 // kv_dim or payload size). Every message names the field and both values.
 absl::StatusOr<DecodedBlock> DecodeBlock(std::string_view bytes, const BlockExpectation& expect);
+
+// The same for a block that arrived in pieces (a transport's receive
+// buffers, in order, their boundaries anywhere), decoded where it lies: the
+// checksum is computed over the pieces and the payload returned as views
+// into them, with no copy.
+struct DecodedBlockPieces {
+  BlockHeader header;
+  std::vector<std::span<const uint8_t>> payload;
+};
+absl::StatusOr<DecodedBlockPieces> DecodeBlockPieces(std::span<const std::string_view> pieces,
+                                                     const BlockExpectation& expect);
 
 }  // namespace tandem::kvtransfer
 

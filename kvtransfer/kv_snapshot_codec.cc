@@ -81,13 +81,13 @@ BlockHeader SnapshotEncoder::HeaderOf(int32_t index) const {
 
 void SnapshotEncoder::EncodeTo(int32_t index, std::string* out) const {
   // Checks the size, zeroes unused slots.
-  EncodeBlockTo(HeaderOf(index), snapshot_->blocks[index], out);
+  EncodeBlockTo(HeaderOf(index), snapshot_->blocks[index].pieces(), out);
 }
 
 std::optional<BlockFrame> SnapshotEncoder::Frame(int32_t index) const {
   const BlockHeader header = HeaderOf(index);
   if (header.token_count < header.block_size) return std::nullopt;
-  return EncodeBlockFrame(header, snapshot_->blocks[index]);
+  return EncodeBlockFrame(header, snapshot_->blocks[index].pieces());
 }
 
 SnapshotDecoder::SnapshotDecoder(const BlockExpectation& expect, std::vector<int32_t> token_ids,
@@ -114,20 +114,23 @@ SnapshotDecoder::SnapshotDecoder(const BlockExpectation& expect, std::vector<int
 }
 
 absl::Status SnapshotDecoder::Add(std::string_view bytes) {
-  ASSIGN_OR_RETURN(std::string_view payload, Check(bytes));
-  const auto* data = reinterpret_cast<const uint8_t*>(payload.data());
-  snapshot_.blocks.emplace_back(data, data + payload.size());
+  const absl::StatusOr<DecodedBlockPieces> decoded =
+      DecodeBlockPieces(std::span<const std::string_view>(&bytes, 1), expect_);
+  RETURN_IF_ERROR(Check(decoded));
+  const std::span<const uint8_t> payload = decoded->payload.front();
+  snapshot_.blocks.emplace_back(payload.data(), payload.data() + payload.size());
   return absl::OkStatus();
 }
 
-absl::Status SnapshotDecoder::Add(std::string&& bytes) {
-  ASSIGN_OR_RETURN(std::string_view payload, Check(bytes));
-  const size_t offset = payload.data() - bytes.data();
-  snapshot_.blocks.emplace_back(std::move(bytes), offset, payload.size());
+absl::Status SnapshotDecoder::Add(std::span<const std::string_view> pieces,
+                                  std::shared_ptr<const void> owner) {
+  absl::StatusOr<DecodedBlockPieces> decoded = DecodeBlockPieces(pieces, expect_);
+  RETURN_IF_ERROR(Check(decoded));
+  snapshot_.blocks.emplace_back(std::move(owner), std::move(decoded->payload));
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string_view> SnapshotDecoder::Check(std::string_view bytes) {
+absl::Status SnapshotDecoder::Check(const absl::StatusOr<DecodedBlockPieces>& decoded) {
   RETURN_IF_ERROR(status_);
   const size_t i = snapshot_.blocks.size();
   const size_t n = token_ids_.size();
@@ -136,7 +139,6 @@ absl::StatusOr<std::string_view> SnapshotDecoder::Check(std::string_view bytes) 
     status_ = s;
     return s;
   };
-  absl::StatusOr<DecodedBlock> decoded = DecodeBlock(bytes, expect_);
   if (!decoded.ok()) return fail(InBlock(i, decoded.status()));
   const BlockHeader& h = decoded->header;
   if (h.block_index != i) {
@@ -169,7 +171,7 @@ absl::StatusOr<std::string_view> SnapshotDecoder::Check(std::string_view bytes) 
   }
   parent_ = h.block_hash;
   covered_ += expected_count;
-  return decoded->payload;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<engine::KvSnapshot> SnapshotDecoder::Finish() && {

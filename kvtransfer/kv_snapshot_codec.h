@@ -45,7 +45,7 @@ class SnapshotEncoder {
   // snapshot's own payload bytes (Payload), which stay valid while the
   // snapshot lives. nullopt for the last, partial block (use EncodeTo).
   std::optional<BlockFrame> Frame(int32_t index) const;
-  std::span<const uint8_t> Payload(int32_t index) const { return snapshot_->blocks[index]; }
+  PayloadPieces Payload(int32_t index) const { return snapshot_->blocks[index].pieces(); }
 
  private:
   BlockHeader HeaderOf(int32_t index) const;
@@ -62,7 +62,8 @@ class SnapshotEncoder {
 // exactly token_ids (every block full but the last), and parent and block
 // hashes chain over these token ids with expect.model_fingerprint and
 // `tenant_salt`. Any mismatch is FailedPrecondition naming the block index.
-// Each payload is copied once, into the snapshot.
+// A payload is copied once, into the snapshot, or not at all when its
+// pieces are adopted.
 class SnapshotDecoder {
  public:
   // InvalidArgument (from Add / Finish) when the expectation has no block
@@ -71,17 +72,19 @@ class SnapshotDecoder {
                   uint64_t tenant_salt = 0);
 
   // The next block; after an error the decoder is spent. The first form
-  // copies the payload; the second adopts the buffer (no copy).
+  // copies the payload; the second takes a block that arrived in `pieces`
+  // (DecodeBlockPieces), which `owner` keeps valid, and keeps them as the
+  // block's bytes (no copy).
   absl::Status Add(std::string_view bytes);
-  absl::Status Add(std::string&& bytes);
+  absl::Status Add(std::span<const std::string_view> pieces, std::shared_ptr<const void> owner);
   int32_t blocks_added() const { return static_cast<int32_t>(snapshot_.blocks.size()); }
   // The snapshot, once the blocks cover every token id.
   absl::StatusOr<engine::KvSnapshot> Finish() &&;
 
  private:
   BlockExpectation expect_;
-  // Checks `bytes` as the next block; its payload on success.
-  absl::StatusOr<std::string_view> Check(std::string_view bytes);
+  // Checks `decoded` (DecodeBlockPieces' answer) as the next block.
+  absl::Status Check(const absl::StatusOr<DecodedBlockPieces>& decoded);
 
   std::vector<int32_t> token_ids_;
   uint64_t tenant_salt_;

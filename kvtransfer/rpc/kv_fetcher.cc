@@ -1,20 +1,37 @@
 #include "kvtransfer/rpc/kv_fetcher.h"
 
 #include <atomic>
+#include <string_view>
+#include <vector>
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/support/byte_buffer.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 #include "kvtransfer/kv_snapshot_codec.h"
+#include "kvtransfer/rpc/block_message.h"
 #include "rpc/metrics.h"
 #include "rpc/status.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem::kvtransfer {
+namespace {
 
-// One FetchKv call. Reactions run on gRPC threads one at a time (one read
-// outstanding); Cancel() only touches the context, which is thread-safe.
-// Keeps itself alive until OnDone.
-class KvFetcher::Call final : public grpc::ClientReadReactor<tandem::v1::KvBlockMessage>,
+constexpr char kFetchKvMethod[] = "/tandem.v1.Prefill/FetchKv";
+
+}  // namespace
+
+// One FetchKv call, made as a generic call so each message arrives as the
+// transport's buffers (a ByteBuffer of slices) rather than a parsed
+// protobuf: the `block` field is verified where it lies and the snapshot
+// keeps the slices as the block's bytes, so no copy is made between the
+// socket and the engine's import into its pool. Reactions run on gRPC
+// threads one at a time (one read outstanding); Cancel() only touches the
+// context, which is thread-safe. Keeps itself alive until OnDone.
+class KvFetcher::Call final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
                               public KvFetcher::Fetch,
                               public std::enable_shared_from_this<Call> {
  public:
@@ -26,13 +43,21 @@ class KvFetcher::Call final : public grpc::ClientReadReactor<tandem::v1::KvBlock
 
   void Begin() {
     self_ = shared_from_this();
-    stub_ = tandem::v1::Prefill::NewStub(fetcher_->channels_.Get(request_.address));
+    stub_ = std::make_unique<grpc::GenericStub>(fetcher_->channels_.Get(request_.address));
     ctx_.set_deadline(absl::ToChronoTime(request_.deadline));
     tandem::v1::FetchKvRequest req;
     req.set_lease_id(request_.lease_id);
-    req_ = std::move(req);
-    stub_->async()->FetchKv(&ctx_, &req_, this);
-    StartRead(&msg_);
+    bool own_buffer = false;
+    if (const grpc::Status s = grpc::SerializationTraits<tandem::v1::FetchKvRequest>::Serialize(
+            req, &request_bytes_, &own_buffer);
+        !s.ok()) {
+      error_ = rpc::FromGrpcStatus(s, "serializing FetchKvRequest");
+    }
+    // A server-streaming method called as a stream whose one request is
+    // also its last.
+    stub_->PrepareBidiStreamingCall(&ctx_, kFetchKvMethod, grpc::StubOptions(), this);
+    StartWriteLast(&request_bytes_, grpc::WriteOptions());
+    StartRead(&message_);
     StartCall();
   }
 
@@ -43,29 +68,40 @@ class KvFetcher::Call final : public grpc::ClientReadReactor<tandem::v1::KvBlock
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // the stream ended; OnDone follows
-    const int32_t index = decoder_.blocks_added();
-    absl::Status s;
-    if (index >= request_.num_blocks) {
-      s = absl::DataLossError(absl::StrCat("kv block ", msg_.index(), " arrives after the ",
-                                           request_.num_blocks, " blocks announced"));
-    } else if (msg_.index() != index) {
-      s = absl::DataLossError(
-          absl::StrCat("kv block index ", msg_.index(), " arrived at position ", index));
-    } else {
-      const size_t size = msg_.block().size();
-      bytes_ += static_cast<int64_t>(size);
-      // Keeps the received buffer as the block's storage: no payload copy.
-      // The next message parses into a buffer of the same capacity, so it
-      // is not grown (and copied) piece by piece as its slices arrive.
-      s = decoder_.Add(std::move(*msg_.mutable_block()));
-      msg_.mutable_block()->reserve(size);
-    }
+    absl::Status s = AddBlock();
+    message_.Clear();
     if (!s.ok()) {
       error_ = std::move(s);
       ctx_.TryCancel();
       return;
     }
-    StartRead(&msg_);
+    StartRead(&message_);
+  }
+
+  // Checks the message just read as the next block and adds it. The
+  // snapshot keeps the message's slices as the block's bytes.
+  absl::Status AddBlock() {
+    auto slices = std::make_shared<std::vector<grpc::Slice>>();
+    if (const grpc::Status s = message_.Dump(slices.get()); !s.ok()) {
+      return rpc::FromGrpcStatus(s, "reading a KV block message");
+    }
+    std::vector<std::string_view> pieces;
+    pieces.reserve(slices->size());
+    for (const grpc::Slice& slice : *slices) {
+      pieces.emplace_back(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+    ASSIGN_OR_RETURN(BlockMessageView msg, ParseBlockMessage(pieces));
+    const int32_t index = decoder_.blocks_added();
+    if (index >= request_.num_blocks) {
+      return absl::DataLossError(absl::StrCat("kv block ", msg.index, " arrives after the ",
+                                              request_.num_blocks, " blocks announced"));
+    }
+    if (msg.index != index) {
+      return absl::DataLossError(
+          absl::StrCat("kv block index ", msg.index, " arrived at position ", index));
+    }
+    bytes_ += static_cast<int64_t>(msg.block_bytes);
+    return decoder_.Add(msg.block, std::move(slices));
   }
 
   void OnDone(const grpc::Status& status) override {
@@ -110,10 +146,10 @@ class KvFetcher::Call final : public grpc::ClientReadReactor<tandem::v1::KvBlock
   const Done done_;
   const absl::Time start_ = absl::Now();
   std::shared_ptr<Call> self_;
-  std::unique_ptr<tandem::v1::Prefill::Stub> stub_;
+  std::unique_ptr<grpc::GenericStub> stub_;
   grpc::ClientContext ctx_;
-  tandem::v1::FetchKvRequest req_;
-  tandem::v1::KvBlockMessage msg_;
+  grpc::ByteBuffer request_bytes_;
+  grpc::ByteBuffer message_;  // the read outstanding
   SnapshotDecoder decoder_;
   int64_t bytes_ = 0;
   absl::Status error_;

@@ -4,37 +4,20 @@
 #include <iostream>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
 
 #include "kvtransfer/kv_snapshot_codec.h"
+#include "kvtransfer/rpc/block_message.h"
 #include "rpc/metrics.h"
 #include "rpc/status.h"
 
 namespace tandem::kvtransfer {
 
 namespace {
-
-void AppendVarint(std::string& out, uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
-
-// The protobuf framing of a KvBlockMessage before its `block` bytes:
-// field 1 (index, varint) and the tag and length of field 2 (block).
-std::string MessagePrefix(int32_t index, size_t block_bytes) {
-  std::string out;
-  out.push_back(0x08);
-  AppendVarint(out, static_cast<uint64_t>(index));
-  out.push_back(0x12);
-  AppendVarint(out, block_bytes);
-  return out;
-}
 
 template <typename T>
 void DeleteHeld(void* held) {
@@ -91,23 +74,28 @@ class KvLeaseServer::FetchReactor final : public grpc::ServerWriteReactor<grpc::
     }
     const SnapshotEncoder& encoder = *kv_->encoder;
     if (std::optional<BlockFrame> frame = encoder.Frame(next_); frame.has_value()) {
-      const std::span<const uint8_t> payload = encoder.Payload(next_);
-      std::string head = MessagePrefix(
-          next_, frame->header.size() + payload.size() + frame->checksum.size());
+      const PayloadPieces payload = encoder.Payload(next_);
+      size_t payload_bytes = 0;
+      for (const std::span<const uint8_t> piece : payload) payload_bytes += piece.size();
+      std::string head = BlockMessagePrefix(
+          next_, frame->header.size() + payload_bytes + frame->checksum.size());
       head += frame->header;
-      grpc::Slice slices[3] = {
-          grpc::Slice(head),
-          grpc::Slice(const_cast<uint8_t*>(payload.data()), payload.size(),
-                      &DeleteHeld<std::shared_ptr<const LeasedKv>>,
-                      new std::shared_ptr<const LeasedKv>(kv_)),
-          grpc::Slice(frame->checksum),
-      };
-      msg_ = grpc::ByteBuffer(slices, 3);
+      std::vector<grpc::Slice> slices;
+      slices.reserve(payload.size() + 2);
+      slices.emplace_back(head);
+      for (const std::span<const uint8_t> piece : payload) {
+        // Each slice holds a reference to the lease's blocks.
+        slices.emplace_back(const_cast<uint8_t*>(piece.data()), piece.size(),
+                            &DeleteHeld<std::shared_ptr<const LeasedKv>>,
+                            new std::shared_ptr<const LeasedKv>(kv_));
+      }
+      slices.emplace_back(frame->checksum);
+      msg_ = grpc::ByteBuffer(slices.data(), slices.size());
     } else {
       auto* block = new std::string();
       encoder.EncodeTo(next_, block);
       grpc::Slice slices[2] = {
-          grpc::Slice(MessagePrefix(next_, block->size())),
+          grpc::Slice(BlockMessagePrefix(next_, block->size())),
           grpc::Slice(block->data(), block->size(), &DeleteHeld<std::string>, block),
       };
       msg_ = grpc::ByteBuffer(slices, 2);

@@ -3,11 +3,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cstring>
-
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -21,6 +23,7 @@ namespace tandem::kvtransfer {
 namespace {
 
 using engine::GgmlType;
+using engine::KvBlockBytes;
 using engine::KvSnapshot;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -105,30 +108,86 @@ TEST(KvSnapshotCodecTest, RoundTripsEveryLength) {
   }
 }
 
-TEST(KvSnapshotCodecTest, AdoptingTheReceivedBuffersDecodesTheSameBytes) {
+// A block as a transport receives it: copied into buffers cut at seeded
+// random points (empty ones included), owned by the returned pointer.
+struct Received {
+  std::shared_ptr<std::vector<std::string>> buffers;
+  std::vector<std::string_view> pieces;
+};
+Received CutInPieces(std::string_view block, std::mt19937& rng) {
+  Received r;
+  r.buffers = std::make_shared<std::vector<std::string>>();
+  size_t at = 0;
+  while (at < block.size()) {
+    const size_t n = std::min<size_t>(block.size() - at, rng() % 4096);
+    r.buffers->emplace_back(block.substr(at, n));
+    at += n;
+  }
+  for (const std::string& b : *r.buffers) r.pieces.emplace_back(b);
+  return r;
+}
+
+std::vector<uint8_t> BytesOf(const KvBlockBytes& block) {
+  std::vector<uint8_t> out(block.size());
+  block.CopyTo(out.data());
+  return out;
+}
+
+TEST(KvSnapshotCodecTest, BlocksInPiecesDecodeTheSameBytesWithoutACopy) {
   const KvSnapshot in = MakeSnapshot(37, GgmlType::kF32, 5);
   const std::vector<int32_t> tokens = Tokens(37);
   const std::vector<std::string> wire = EncodeSnapshot(in, tokens);
+  std::mt19937 rng(7);
   SnapshotDecoder copying(Expect(GgmlType::kF32), tokens);
   SnapshotDecoder adopting(Expect(GgmlType::kF32), tokens);
+  std::vector<const char*> buffer_starts;
   for (const std::string& b : wire) {
     ASSERT_TRUE(copying.Add(std::string_view(b)).ok());
-    std::string buffer = b;  // as a transport hands over its message buffer
-    ASSERT_TRUE(adopting.Add(std::move(buffer)).ok());
+    Received r = CutInPieces(b, rng);
+    for (const std::string_view piece : r.pieces) buffer_starts.push_back(piece.data());
+    ASSERT_TRUE(adopting.Add(r.pieces, r.buffers).ok());
   }
   auto a = std::move(copying).Finish();
   auto b = std::move(adopting).Finish();
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_EQ(a->blocks.size(), b->blocks.size());
   for (size_t i = 0; i < a->blocks.size(); ++i) {
-    ASSERT_EQ(a->blocks[i].size(), b->blocks[i].size());
-    EXPECT_EQ(std::memcmp(a->blocks[i].data(), b->blocks[i].data(), a->blocks[i].size()), 0);
+    EXPECT_EQ(BytesOf(a->blocks[i]), BytesOf(b->blocks[i])) << "block " << i;
+    // The adopted block's bytes lie in the received buffers.
+    for (const std::span<const uint8_t> piece : b->blocks[i].pieces()) {
+      const auto* p = reinterpret_cast<const char*>(piece.data());
+      EXPECT_TRUE(std::any_of(buffer_starts.begin(), buffer_starts.end(), [&](const char* s) {
+        return p >= s && p < s + 4096;
+      })) << "block " << i << " holds a piece outside the received buffers";
+    }
   }
-  // A corrupt buffer is refused whichever way it arrives.
-  SnapshotDecoder refusing(Expect(GgmlType::kF32), tokens);
-  std::string bad = wire[0];
-  bad[100] ^= 1;
-  EXPECT_EQ(refusing.Add(std::move(bad)).code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(KvSnapshotCodecTest, BlocksInPiecesAreVerifiedLikeWholeOnes) {
+  const KvSnapshot in = MakeSnapshot(37, GgmlType::kF32, 5);
+  const std::vector<int32_t> tokens = Tokens(37);
+  const std::vector<std::string> wire = EncodeSnapshot(in, tokens);
+  std::mt19937 rng(11);
+  // A flipped bit in the magic, the header, the payload, the checksum.
+  for (const size_t at : {size_t{3}, size_t{70}, wire[0].size() / 2, wire[0].size() - 9,
+                          wire[0].size() - 1}) {
+    SnapshotDecoder refusing(Expect(GgmlType::kF32), tokens);
+    std::string bad = wire[0];
+    bad[at] ^= 1;
+    Received r = CutInPieces(bad, rng);
+    EXPECT_EQ(refusing.Add(r.pieces, r.buffers).code(), absl::StatusCode::kDataLoss)
+        << "byte " << at;
+  }
+  // A byte short.
+  SnapshotDecoder short_read(Expect(GgmlType::kF32), tokens);
+  Received r = CutInPieces(std::string_view(wire[0]).substr(0, wire[0].size() - 1), rng);
+  const absl::Status s = short_read.Add(r.pieces, r.buffers);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("payload_bytes"));
+  // An intact block out of order is refused by the chain checks.
+  SnapshotDecoder reordered(Expect(GgmlType::kF32), tokens);
+  r = CutInPieces(wire[1], rng);
+  EXPECT_EQ(reordered.Add(r.pieces, r.buffers).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(KvSnapshotCodecTest, HeadersCarryIndexCountsAndTheHashChain) {
