@@ -140,6 +140,7 @@ int Run(const common::Args& args) {
   const int32_t kv_dim = *args.IntInRange("kv-dim", 1, 1 << 16);
   const int32_t block_size = *args.IntInRange("block-size", 1, 1024);
   const int32_t repeats = *args.IntInRange("repeats", 1, 1000);
+  const int32_t streams = *args.IntInRange("streams", 1, 16);
 
   // A snapshot of random bytes in the engine's block layout.
   auto snapshot = std::make_shared<engine::KvSnapshot>();
@@ -180,7 +181,7 @@ int Run(const common::Args& args) {
       .kv_dim = static_cast<uint32_t>(kv_dim),
       .dtype = engine::GgmlType::kF32,
       .payload_bytes = static_cast<int64_t>(block_bytes)};
-  kvtransfer::KvFetcher fetcher(channels, releases, expect, registry);
+  kvtransfer::KvFetcher fetcher(channels, releases, expect, registry, streams);
 
   absl::StatusOr<RawTcpPair> tcp = RawTcpPair::Open();
   if (!tcp.ok()) {
@@ -235,17 +236,18 @@ int Run(const common::Args& args) {
   const double m = Median(memcpy_gbps);
   const double k = Median(tcp_gbps);
   std::cout << absl::StrFormat(
-      "KV transfer, %d tokens (%.1f MB of KV), %d runs (medians), loopback\n"
+      "KV transfer, %d tokens (%.1f MB of KV), %d runs (medians), loopback, %d stream(s)\n"
       "  transfer, gRPC (fetch + verify + decode): %.2f GB/s\n"
       "  memcpy of the same blocks:                %.2f GB/s\n"
       "  raw TCP socket pair (send/recv only):     %.2f GB/s\n"
       "  transfer / memcpy:                        %.1f%%\n"
       "  transfer / raw TCP:                       %.1f%%\n",
-      tokens, payload / 1e6, repeats, t, m, k, 100.0 * t / m, 100.0 * t / k);
+      tokens, payload / 1e6, repeats, streams, t, m, k, 100.0 * t / m, 100.0 * t / k);
   const std::string json = absl::StrFormat(
-      "{\"bench\":\"kv_transfer\",\"prompt_tokens\":%d,\"kv_bytes\":%.0f,\"transfer_gbps\":%.3f,"
+      "{\"bench\":\"kv_transfer\",\"prompt_tokens\":%d,\"streams\":%d,\"kv_bytes\":%.0f,"
+      "\"transfer_gbps\":%.3f,"
       "\"memcpy_gbps\":%.3f,\"raw_tcp_gbps\":%.3f,\"ratio\":%.3f,\"ratio_to_tcp\":%.3f}",
-      tokens, payload, t, m, k, t / m, t / k);
+      tokens, streams, payload, t, m, k, t / m, t / k);
   std::cout << json << "\n";
   if (!args.String("out").empty()) std::ofstream(args.String("out"), std::ios::app) << json << "\n";
   releases.AwaitIdle();  // the last release is answered before the server goes
@@ -263,6 +265,8 @@ int main(int argc, char** argv) {
       {.name = "kv-dim", .default_value = "256", .help = "n_head_kv * head_dim"},
       {.name = "block-size", .default_value = "16", .help = "tokens per block"},
       {.name = "repeats", .default_value = "10", .help = "measured runs (median reported)"},
+      {.name = "streams", .default_value = "2",
+       .help = "streams the fetch is striped over (the decode worker's --kv-transfer-streams)"},
       {.name = "out", .default_value = "", .help = "append the JSON line to this file"},
   };
   tandem::common::KeepLargeBuffersInHeap();  // as the workers do
@@ -270,7 +274,7 @@ int main(int argc, char** argv) {
   std::optional<tandem::common::Args> args =
       tandem::common::ParseFlagsOrExit("tandem-kv-transfer-bench", argc, argv, specs, &exit_code);
   if (!args.has_value()) return exit_code;
-  for (const char* f : {"prompt-tokens", "n-layer", "kv-dim", "block-size", "repeats"}) {
+  for (const char* f : {"prompt-tokens", "n-layer", "kv-dim", "block-size", "repeats", "streams"}) {
     if (!args->IntInRange(f, 1, 1 << 20).ok()) {
       std::cerr << args->IntInRange(f, 1, 1 << 20).status().message() << "\n";
       return 2;

@@ -203,7 +203,7 @@ DecodeService::DecodeService(worker::EngineLoop& loop, prometheus::Registry& reg
       fetcher_(channels_, releases_,
                kvtransfer::ExpectationFor(loop.model().config(), loop.model().fingerprint(),
                                           loop.kv_block_size(), loop.kv_dtype()),
-               registry),
+               registry, options.kv_transfer_streams),
       admission_("decode worker", options.admission),
       requests_(rpc::CounterFamily(registry, "tandem_requests_total",
                                    "RPCs served, by method and final status code")),

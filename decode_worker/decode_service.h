@@ -27,6 +27,8 @@ struct DecodeServiceOptions {
   absl::Duration fetch_timeout = absl::Seconds(60);
   rpc::AdmissionLimits admission;
   rpc::ChannelCacheOptions channels;
+  // Streams one KV fetch is striped over (KvFetcher).
+  int32_t kv_transfer_streams = 2;
 };
 
 class DecodeService final : public tandem::v1::Decode::CallbackService {

@@ -17,13 +17,17 @@ int main(int argc, char** argv) {
   specs.push_back({.name = "max-peer-channels", .default_value = "256",
                    .help = "gRPC channels to prefill workers kept open (least recently used "
                            "dropped first)"});
+  specs.push_back({.name = "kv-transfer-streams", .default_value = "2",
+                   .help = "streams (each on its own connection) one KV fetch is striped "
+                           "over, 1..16"});
   int exit_code = 0;
   std::optional<tandem::common::Args> args =
       tandem::common::ParseFlagsOrExit("tandem-decode", argc, argv, specs, &exit_code);
   if (!args.has_value()) return exit_code;
   absl::StatusOr<int32_t> fetch_ms = args->IntInRange("fetch-timeout-ms", 1, 24 * 3600 * 1000);
   absl::StatusOr<int32_t> channels = args->IntInRange("max-peer-channels", 1, 1 << 20);
-  for (const absl::Status& s : {fetch_ms.status(), channels.status()}) {
+  absl::StatusOr<int32_t> streams = args->IntInRange("kv-transfer-streams", 1, 16);
+  for (const absl::Status& s : {fetch_ms.status(), channels.status(), streams.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-decode: " << s.message() << "\n";
       return 2;
@@ -38,7 +42,8 @@ int main(int argc, char** argv) {
   tandem::decode::DecodeService service(*worker->loop, worker->metrics->registry(),
                                         {.fetch_timeout = absl::Milliseconds(*fetch_ms),
                                          .admission = worker->admission,
-                                         .channels = {.max_channels = *channels}});
+                                         .channels = {.max_channels = *channels},
+                                         .kv_transfer_streams = *streams});
   return tandem::rpc::ServeUntilSignal("tandem-decode", args->String("listen"), {&service},
                                        *worker->metrics);
 }

@@ -124,7 +124,11 @@ absl::Status SnapshotDecoder::Add(std::string_view bytes) {
 
 absl::Status SnapshotDecoder::Add(std::span<const std::string_view> pieces,
                                   std::shared_ptr<const void> owner) {
-  absl::StatusOr<DecodedBlockPieces> decoded = DecodeBlockPieces(pieces, expect_);
+  return Add(DecodeBlockPieces(pieces, expect_), std::move(owner));
+}
+
+absl::Status SnapshotDecoder::Add(absl::StatusOr<DecodedBlockPieces> decoded,
+                                  std::shared_ptr<const void> owner) {
   RETURN_IF_ERROR(Check(decoded));
   snapshot_.blocks.emplace_back(std::move(owner), std::move(decoded->payload));
   return absl::OkStatus();

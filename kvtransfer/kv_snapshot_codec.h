@@ -77,6 +77,10 @@ class SnapshotDecoder {
   // block's bytes (no copy).
   absl::Status Add(std::string_view bytes);
   absl::Status Add(std::span<const std::string_view> pieces, std::shared_ptr<const void> owner);
+  // The same with DecodeBlockPieces already run (by the caller, on its own
+  // thread: the checksum is the costly part), leaving the checks that need
+  // the blocks in order.
+  absl::Status Add(absl::StatusOr<DecodedBlockPieces> decoded, std::shared_ptr<const void> owner);
   int32_t blocks_added() const { return static_cast<int32_t>(snapshot_.blocks.size()); }
   // The snapshot, once the blocks cover every token id.
   absl::StatusOr<engine::KvSnapshot> Finish() &&;

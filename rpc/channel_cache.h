@@ -27,7 +27,9 @@ class ChannelCache {
  public:
   explicit ChannelCache(const ChannelCacheOptions& options = {});
 
-  std::shared_ptr<grpc::Channel> Get(const std::string& address);
+  // The channel to `address`. Distinct `connection` numbers get channels on
+  // distinct TCP connections (to spread one large transfer over several).
+  std::shared_ptr<grpc::Channel> Get(const std::string& address, int connection = 0);
   int size() const;
 
  private:
@@ -38,6 +40,7 @@ class ChannelCache {
 
   const ChannelCacheOptions options_;
   mutable absl::Mutex mu_;
+  // Keyed by address and connection number.
   absl::flat_hash_map<std::string, Entry> channels_ ABSL_GUARDED_BY(mu_);
   // Most recently used first.
   std::list<std::string> lru_ ABSL_GUARDED_BY(mu_);

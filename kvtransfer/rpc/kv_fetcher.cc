@@ -1,7 +1,10 @@
 #include "kvtransfer/rpc/kv_fetcher.h"
 
+#include <algorithm>
 #include <atomic>
+#include <map>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <grpcpp/generic/generic_stub.h>
@@ -10,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/check.h"
 #include "common/status_macros.h"
 #include "kvtransfer/kv_snapshot_codec.h"
 #include "kvtransfer/rpc/block_message.h"
@@ -21,38 +25,97 @@ namespace tandem::kvtransfer {
 namespace {
 
 constexpr char kFetchKvMethod[] = "/tandem.v1.Prefill/FetchKv";
+constexpr int32_t kMaxStreams = 16;  // LeaseTable::kMaxStripes on the holder
 
 }  // namespace
 
-// One FetchKv call, made as a generic call so each message arrives as the
-// transport's buffers (a ByteBuffer of slices) rather than a parsed
+// One fetch: a StripeCall per stream, the decoder they feed, and the
+// outcome. Blocks are verified (checksum, header) on the gRPC thread of the
+// stream that brought them; the in-order checks (index, hash chain) run
+// under mu_ as soon as a block's predecessors are in. Keeps itself alive
+// until its last stream has ended.
+class KvFetcher::Transfer final : public KvFetcher::Fetch,
+                                  public std::enable_shared_from_this<Transfer> {
+ public:
+  Transfer(KvFetcher* fetcher, FetchRequest request, Done done)
+      : fetcher_(fetcher),
+        request_(std::move(request)),
+        done_(std::move(done)),
+        stripes_(std::clamp(std::min(fetcher->streams_, request_.num_blocks), 1, kMaxStreams)),
+        decoder_(fetcher->expect_, request_.token_ids) {}
+
+  void Begin();
+  void Cancel() override {
+    cancelled_.store(true);
+    CancelStreams();
+  }
+
+  const FetchRequest& request() const { return request_; }
+  int32_t stripes() const { return stripes_; }
+  KvFetcher& fetcher() const { return *fetcher_; }
+
+  // A block arrived on `stripe`'s stream, in `slices`; `expected` is the
+  // index that stream owes next.
+  absl::Status AddBlock(int32_t expected, std::shared_ptr<std::vector<grpc::Slice>> slices);
+  // The first failure: recorded, every stream cancelled.
+  void Fail(absl::Status status);
+  // `stripe`'s stream ended with `status`; the last one finishes the fetch.
+  void StreamDone(const grpc::Status& status);
+
+ private:
+  struct Arrived {
+    absl::StatusOr<DecodedBlockPieces> block;
+    std::shared_ptr<const void> owner;
+  };
+
+  void CancelStreams();
+  void Finish();
+
+  KvFetcher* const fetcher_;
+  const FetchRequest request_;
+  const Done done_;
+  const int32_t stripes_;
+  const absl::Time start_ = absl::Now();
+  std::shared_ptr<Transfer> self_;
+  std::vector<std::unique_ptr<StripeCall>> calls_;  // set in Begin, then read-only
+  std::atomic<bool> cancelled_{false};
+
+  absl::Mutex mu_;
+  SnapshotDecoder decoder_ ABSL_GUARDED_BY(mu_);
+  // Verified blocks that came before their predecessors, by index.
+  std::map<int32_t, Arrived> waiting_ ABSL_GUARDED_BY(mu_);
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  absl::Status transport_error_ ABSL_GUARDED_BY(mu_);  // first non-OK stream end
+  int32_t running_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// One stream of a fetch, made as a generic call so each message arrives as
+// the transport's buffers (a ByteBuffer of slices) rather than a parsed
 // protobuf: the `block` field is verified where it lies and the snapshot
 // keeps the slices as the block's bytes, so no copy is made between the
 // socket and the engine's import into its pool. Reactions run on gRPC
 // threads one at a time (one read outstanding); Cancel() only touches the
-// context, which is thread-safe. Keeps itself alive until OnDone.
-class KvFetcher::Call final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
-                              public KvFetcher::Fetch,
-                              public std::enable_shared_from_this<Call> {
+// context, which is thread-safe.
+class KvFetcher::StripeCall final
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  Call(KvFetcher* fetcher, FetchRequest request, Done done)
-      : fetcher_(fetcher),
-        request_(std::move(request)),
-        done_(std::move(done)),
-        decoder_(fetcher->expect_, request_.token_ids) {}
+  StripeCall(Transfer* transfer, int32_t stripe)
+      : transfer_(transfer), stripe_(stripe), next_(stripe) {}
 
   void Begin() {
-    self_ = shared_from_this();
-    stub_ = std::make_unique<grpc::GenericStub>(fetcher_->channels_.Get(request_.address));
-    ctx_.set_deadline(absl::ToChronoTime(request_.deadline));
+    const FetchRequest& r = transfer_->request();
+    stub_ = std::make_unique<grpc::GenericStub>(
+        transfer_->fetcher().channels_.Get(r.address, stripe_));
+    ctx_.set_deadline(absl::ToChronoTime(r.deadline));
     tandem::v1::FetchKvRequest req;
-    req.set_lease_id(request_.lease_id);
+    req.set_lease_id(r.lease_id);
+    req.set_stripe(stripe_);
+    req.set_stripes(transfer_->stripes());
     bool own_buffer = false;
-    if (const grpc::Status s = grpc::SerializationTraits<tandem::v1::FetchKvRequest>::Serialize(
-            req, &request_bytes_, &own_buffer);
-        !s.ok()) {
-      error_ = rpc::FromGrpcStatus(s, "serializing FetchKvRequest");
-    }
+    const grpc::Status s = grpc::SerializationTraits<tandem::v1::FetchKvRequest>::Serialize(
+        req, &request_bytes_, &own_buffer);
+    TANDEM_CHECK(s.ok(), "serializing a FetchKvRequest") << s.error_message();
     // A server-streaming method called as a stream whose one request is
     // also its last.
     stub_->PrepareBidiStreamingCall(&ctx_, kFetchKvMethod, grpc::StubOptions(), this);
@@ -61,59 +124,124 @@ class KvFetcher::Call final : public grpc::ClientBidiReactor<grpc::ByteBuffer, g
     StartCall();
   }
 
-  void Cancel() override {
-    cancelled_.store(true);
-    ctx_.TryCancel();
-  }
+  void Cancel() { ctx_.TryCancel(); }
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // the stream ended; OnDone follows
-    absl::Status s = AddBlock();
+    auto slices = std::make_shared<std::vector<grpc::Slice>>();
+    absl::Status s;
+    if (const grpc::Status dumped = message_.Dump(slices.get()); !dumped.ok()) {
+      s = rpc::FromGrpcStatus(dumped, "reading a KV block message");
+    } else {
+      s = transfer_->AddBlock(next_, std::move(slices));
+    }
     message_.Clear();
     if (!s.ok()) {
-      error_ = std::move(s);
-      ctx_.TryCancel();
+      transfer_->Fail(std::move(s));
       return;
     }
+    next_ += transfer_->stripes();
     StartRead(&message_);
   }
 
-  // Checks the message just read as the next block and adds it. The
-  // snapshot keeps the message's slices as the block's bytes.
-  absl::Status AddBlock() {
-    auto slices = std::make_shared<std::vector<grpc::Slice>>();
-    if (const grpc::Status s = message_.Dump(slices.get()); !s.ok()) {
-      return rpc::FromGrpcStatus(s, "reading a KV block message");
-    }
-    std::vector<std::string_view> pieces;
-    pieces.reserve(slices->size());
-    for (const grpc::Slice& slice : *slices) {
-      pieces.emplace_back(reinterpret_cast<const char*>(slice.begin()), slice.size());
-    }
-    ASSIGN_OR_RETURN(BlockMessageView msg, ParseBlockMessage(pieces));
-    const int32_t index = decoder_.blocks_added();
-    if (index >= request_.num_blocks) {
-      return absl::DataLossError(absl::StrCat("kv block ", msg.index, " arrives after the ",
-                                              request_.num_blocks, " blocks announced"));
-    }
-    if (msg.index != index) {
-      return absl::DataLossError(
-          absl::StrCat("kv block index ", msg.index, " arrived at position ", index));
-    }
-    bytes_ += static_cast<int64_t>(msg.block_bytes);
-    return decoder_.Add(msg.block, std::move(slices));
-  }
+  // gRPC's last call on this reactor; the transfer may delete it.
+  void OnDone(const grpc::Status& status) override { transfer_->StreamDone(status); }
 
-  void OnDone(const grpc::Status& status) override {
-    std::shared_ptr<Call> keep = std::move(self_);  // this dies with `keep`
-    FetchResult result{.kv = absl::UnknownError("unset"), .took = absl::Now() - start_};
+ private:
+  Transfer* const transfer_;
+  const int32_t stripe_;
+  int32_t next_;  // the index this stream owes next
+  std::unique_ptr<grpc::GenericStub> stub_;
+  grpc::ClientContext ctx_;
+  grpc::ByteBuffer request_bytes_;
+  grpc::ByteBuffer message_;  // the read outstanding
+};
+
+void KvFetcher::Transfer::Begin() {
+  self_ = shared_from_this();
+  {
+    absl::MutexLock lock(&mu_);
+    running_ = stripes_;
+  }
+  for (int32_t i = 0; i < stripes_; ++i) calls_.push_back(std::make_unique<StripeCall>(this, i));
+  for (const std::unique_ptr<StripeCall>& call : calls_) call->Begin();
+}
+
+void KvFetcher::Transfer::CancelStreams() {
+  for (const std::unique_ptr<StripeCall>& call : calls_) call->Cancel();
+}
+
+absl::Status KvFetcher::Transfer::AddBlock(int32_t expected,
+                                           std::shared_ptr<std::vector<grpc::Slice>> slices) {
+  std::vector<std::string_view> pieces;
+  pieces.reserve(slices->size());
+  for (const grpc::Slice& slice : *slices) {
+    pieces.emplace_back(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  ASSIGN_OR_RETURN(BlockMessageView msg, ParseBlockMessage(pieces));
+  if (expected >= request_.num_blocks) {
+    return absl::DataLossError(absl::StrCat("kv block ", msg.index, " arrives after the ",
+                                            request_.num_blocks, " blocks announced"));
+  }
+  if (msg.index != expected) {
+    return absl::DataLossError(absl::StrCat("kv block index ", msg.index, " arrived where ",
+                                            expected, " was due"));
+  }
+  // The costly part, checksum included, on this stream's thread.
+  Arrived arrived{.block = DecodeBlockPieces(msg.block, fetcher_->expect_),
+                  .owner = std::move(slices)};
+  absl::MutexLock lock(&mu_);
+  bytes_ += static_cast<int64_t>(msg.block_bytes);
+  waiting_.emplace(msg.index, std::move(arrived));
+  // Chain every block whose predecessors are in.
+  for (auto it = waiting_.begin();
+       it != waiting_.end() && it->first == decoder_.blocks_added(); it = waiting_.erase(it)) {
+    RETURN_IF_ERROR(decoder_.Add(std::move(it->second.block), std::move(it->second.owner)));
+  }
+  return absl::OkStatus();
+}
+
+void KvFetcher::Transfer::Fail(absl::Status status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (error_.ok()) error_ = std::move(status);
+  }
+  CancelStreams();
+}
+
+void KvFetcher::Transfer::StreamDone(const grpc::Status& status) {
+  bool last = false;
+  {
+    absl::MutexLock lock(&mu_);
+    // A cancellation this side caused (after a bad block) is not a cause.
+    const bool caused_here = status.error_code() == grpc::StatusCode::CANCELLED &&
+                             (!error_.ok() || cancelled_.load());
+    if (!status.ok() && !caused_here && transport_error_.ok()) {
+      transport_error_ =
+          rpc::FromGrpcStatus(status, absl::StrCat("fetching KV from ", request_.address));
+    }
+    last = --running_ == 0;
+  }
+  if (!last) {
+    if (!status.ok()) CancelStreams();  // one stream down takes the fetch down
+    return;
+  }
+  Finish();
+}
+
+void KvFetcher::Transfer::Finish() {
+  std::shared_ptr<Transfer> keep = std::move(self_);  // this dies with `keep`
+  FetchResult result{.kv = absl::UnknownError("unset"), .took = absl::Now() - start_};
+  int64_t bytes = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    bytes = bytes_;
     if (!error_.ok()) {
       result.kv = error_;
-    } else if (!status.ok()) {
-      result.kv = cancelled_.load()
-                      ? absl::CancelledError("KV fetch cancelled")
-                      : rpc::FromGrpcStatus(status,
-                                            absl::StrCat("fetching KV from ", request_.address));
+    } else if (cancelled_.load()) {
+      result.kv = absl::CancelledError("KV fetch cancelled");
+    } else if (!transport_error_.ok()) {
+      result.kv = transport_error_;
     } else if (decoder_.blocks_added() != request_.num_blocks) {
       result.kv = absl::DataLossError(absl::StrCat("received ", decoder_.blocks_added(),
                                                    " KV blocks, expected ",
@@ -126,41 +254,28 @@ class KvFetcher::Call final : public grpc::ClientBidiReactor<grpc::ByteBuffer, g
         result.kv = kv.status();
       }
     }
-    // Tell the holder at once, either way: it frees the blocks now instead
-    // of waiting for the lease to lapse.
-    fetcher_->releases_.Release(request_.address, request_.lease_id, result.kv.status());
-    if (result.kv.ok()) {
-      fetcher_->blocks_received_.Increment(request_.num_blocks);
-      fetcher_->bytes_received_.Increment(static_cast<double>(bytes_));
-      fetcher_->transfer_seconds_.Observe(absl::ToDoubleSeconds(result.took));
-    } else if (!absl::IsCancelled(result.kv.status())) {
-      fetcher_->transfer_failures_.Increment();
-    }
-    done_(std::move(result));
-    fetcher_->CallEnded();  // last: the fetcher may go once every call ended
   }
-
- private:
-  KvFetcher* const fetcher_;
-  const FetchRequest request_;
-  const Done done_;
-  const absl::Time start_ = absl::Now();
-  std::shared_ptr<Call> self_;
-  std::unique_ptr<grpc::GenericStub> stub_;
-  grpc::ClientContext ctx_;
-  grpc::ByteBuffer request_bytes_;
-  grpc::ByteBuffer message_;  // the read outstanding
-  SnapshotDecoder decoder_;
-  int64_t bytes_ = 0;
-  absl::Status error_;
-  std::atomic<bool> cancelled_{false};
-};
+  // Tell the holder at once, either way: it frees the blocks now instead
+  // of waiting for the lease to lapse.
+  fetcher_->releases_.Release(request_.address, request_.lease_id, result.kv.status());
+  if (result.kv.ok()) {
+    fetcher_->blocks_received_.Increment(request_.num_blocks);
+    fetcher_->bytes_received_.Increment(static_cast<double>(bytes));
+    fetcher_->transfer_seconds_.Observe(absl::ToDoubleSeconds(result.took));
+  } else if (!absl::IsCancelled(result.kv.status())) {
+    fetcher_->transfer_failures_.Increment();
+  }
+  done_(std::move(result));
+  fetcher_->TransferEnded();  // last: the fetcher may go once every fetch ended
+}
 
 KvFetcher::KvFetcher(rpc::ChannelCache& channels, ReleaseClient& releases,
-                     const BlockExpectation& expect, prometheus::Registry& registry)
+                     const BlockExpectation& expect, prometheus::Registry& registry,
+                     int32_t streams)
     : channels_(channels),
       releases_(releases),
       expect_(expect),
+      streams_(std::clamp(streams, 1, kMaxStreams)),
       blocks_received_(rpc::CounterMetric(registry, "tandem_kv_transfer_blocks_total",
                                           "KV blocks moved between workers",
                                           {{"direction", "received"}})),
@@ -180,7 +295,7 @@ KvFetcher::~KvFetcher() {
   mu_.Await(absl::Condition(&idle));
 }
 
-void KvFetcher::CallEnded() {
+void KvFetcher::TransferEnded() {
   absl::MutexLock lock(&mu_);
   --in_flight_;
 }
@@ -190,9 +305,9 @@ std::shared_ptr<KvFetcher::Fetch> KvFetcher::Start(FetchRequest request, Done do
     absl::MutexLock lock(&mu_);
     ++in_flight_;
   }
-  auto call = std::make_shared<Call>(this, std::move(request), std::move(done));
-  call->Begin();
-  return call;
+  auto transfer = std::make_shared<Transfer>(this, std::move(request), std::move(done));
+  transfer->Begin();
+  return transfer;
 }
 
 }  // namespace tandem::kvtransfer

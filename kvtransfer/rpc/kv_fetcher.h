@@ -1,6 +1,6 @@
 // The fetching side of KV transfers over the gRPC stream transport: streams a
-// lease's blocks from the worker that holds them, checks their order, decodes
-// and verifies each one as it arrives (checksum, model, shape, hash chain
+// lease's blocks from the worker that holds them (striped over several
+// streams), checks their order, decodes and verifies each one as it arrives (checksum, model, shape, hash chain
 // over the prompt's tokens), and ends the lease with the outcome through the
 // ReleaseClient without waiting for the answer. Used by the decode worker.
 // Thread-safe; each fetch's callback runs once, on a gRPC thread.
@@ -54,10 +54,13 @@ class KvFetcher {
   using Done = std::function<void(FetchResult)>;
 
   // `expect` is what this worker accepts (its model, KV shape and dtype).
-  // `channels`, `releases` and `registry` must outlive the fetcher and every
-  // fetch it started.
+  // Each fetch is striped over `streams` streams (1..16), each on its own
+  // connection to the holder, so the kernel's work on them runs in
+  // parallel; blocks are verified on the stream that brought them and
+  // chained in order. `channels`, `releases` and `registry` must outlive the
+  // fetcher and every fetch it started.
   KvFetcher(rpc::ChannelCache& channels, ReleaseClient& releases, const BlockExpectation& expect,
-            prometheus::Registry& registry);
+            prometheus::Registry& registry, int32_t streams = 2);
   // Waits for fetches still running (cancel them first to hurry them).
   ~KvFetcher();
 
@@ -66,12 +69,14 @@ class KvFetcher {
   std::shared_ptr<Fetch> Start(FetchRequest request, Done done);
 
  private:
-  class Call;
-  void CallEnded();
+  class Transfer;
+  class StripeCall;
+  void TransferEnded();
 
   rpc::ChannelCache& channels_;
   ReleaseClient& releases_;
   const BlockExpectation expect_;
+  const int32_t streams_;
   prometheus::Counter& blocks_received_;
   prometheus::Counter& bytes_received_;
   prometheus::Counter& transfer_failures_;

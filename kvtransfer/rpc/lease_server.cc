@@ -1,5 +1,6 @@
 #include "kvtransfer/rpc/lease_server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <iostream>
 #include <optional>
@@ -26,7 +27,8 @@ void DeleteHeld(void* held) {
 
 }  // namespace
 
-// One FetchKv stream. Each block goes out as a KvBlockMessage in protobuf
+// One FetchKv stream: one stripe of the lease's blocks (every block when
+// the fetch is not striped). Each block goes out as a KvBlockMessage in protobuf
 // wire format assembled from slices: the framing and block header (copied,
 // ~80 bytes), the payload straight from the leased snapshot (no copy; the
 // slice holds a reference to the lease's blocks) and the checksum. Only the
@@ -35,9 +37,14 @@ void DeleteHeld(void* held) {
 // outstanding), so only `cancelled_` is shared with OnCancel.
 class KvLeaseServer::FetchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  FetchReactor(KvLeaseServer* server, std::string lease_id)
-      : server_(server), lease_id_(std::move(lease_id)) {
-    absl::StatusOr<std::shared_ptr<const LeasedKv>> kv = server_->leases_.Acquire(lease_id_);
+  FetchReactor(KvLeaseServer* server, const tandem::v1::FetchKvRequest& request)
+      : server_(server),
+        lease_id_(request.lease_id()),
+        stripe_(request.stripe()),
+        stripes_(std::max(request.stripes(), 1)),
+        next_(stripe_) {
+    absl::StatusOr<std::shared_ptr<const LeasedKv>> kv =
+        server_->leases_.Acquire(lease_id_, stripe_, stripes_);
     if (!kv.ok()) {
       Finish(rpc::ToGrpcStatus(kv.status()));
       return;
@@ -55,7 +62,9 @@ class KvLeaseServer::FetchReactor final : public grpc::ServerWriteReactor<grpc::
       return;
     }
     server_->leases_.Renew(lease_id_);  // the transfer is alive
-    ++next_;
+    ++sent_;
+    sent_bytes_ += msg_bytes_;
+    next_ += stripes_;
     WriteNext();
   }
 
@@ -64,11 +73,13 @@ class KvLeaseServer::FetchReactor final : public grpc::ServerWriteReactor<grpc::
 
  private:
   void WriteNext() {
-    if (next_ == kv_->blocks) {
-      server_->blocks_sent_.Increment(kv_->blocks);
-      server_->bytes_sent_.Increment(static_cast<double>(kv_->bytes));
+    if (next_ >= kv_->blocks) {
+      server_->blocks_sent_.Increment(sent_);
+      server_->bytes_sent_.Increment(static_cast<double>(sent_bytes_));
       server_->transfer_seconds_.Observe(absl::ToDoubleSeconds(absl::Now() - start_));
-      End();  // a completed fetch ends the lease
+      // A completed fetch ends the lease once every stripe has.
+      server_->leases_.CompleteStripe(lease_id_, stripe_);
+      server_->UpdateGauges();
       Finish(grpc::Status::OK);
       return;
     }
@@ -91,6 +102,7 @@ class KvLeaseServer::FetchReactor final : public grpc::ServerWriteReactor<grpc::
       }
       slices.emplace_back(frame->checksum);
       msg_ = grpc::ByteBuffer(slices.data(), slices.size());
+      msg_bytes_ = frame->header.size() + payload_bytes + frame->checksum.size();
     } else {
       auto* block = new std::string();
       encoder.EncodeTo(next_, block);
@@ -99,6 +111,7 @@ class KvLeaseServer::FetchReactor final : public grpc::ServerWriteReactor<grpc::
           grpc::Slice(block->data(), block->size(), &DeleteHeld<std::string>, block),
       };
       msg_ = grpc::ByteBuffer(slices, 2);
+      msg_bytes_ = block->size();
     }
     StartWrite(&msg_);
   }
@@ -110,9 +123,14 @@ class KvLeaseServer::FetchReactor final : public grpc::ServerWriteReactor<grpc::
 
   KvLeaseServer* const server_;
   const std::string lease_id_;
+  const int32_t stripe_;
+  const int32_t stripes_;
   const absl::Time start_ = absl::Now();
   std::shared_ptr<const LeasedKv> kv_;
-  int32_t next_ = 0;
+  int32_t next_;  // the block being written
+  int32_t sent_ = 0;
+  int64_t sent_bytes_ = 0;
+  size_t msg_bytes_ = 0;  // wire bytes of the block being written
   grpc::ByteBuffer msg_;  // the write outstanding
   std::atomic<bool> cancelled_{false};
 };
@@ -179,9 +197,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* KvLeaseServer::Fetch(
   grpc::ByteBuffer copy = *request;  // shares the slices
   tandem::v1::FetchKvRequest parsed;
   if (!grpc::SerializationTraits<tandem::v1::FetchKvRequest>::Deserialize(&copy, &parsed).ok()) {
-    parsed.set_lease_id("");  // answered NOT_FOUND like any unknown lease
+    parsed.Clear();  // answered NOT_FOUND like any unknown lease
   }
-  return new FetchReactor(this, parsed.lease_id());
+  return new FetchReactor(this, parsed);
 }
 
 void KvLeaseServer::Release(const tandem::v1::ReleaseKvRequest& request) {

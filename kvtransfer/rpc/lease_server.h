@@ -1,8 +1,9 @@
 // The serving side of KV transfers over the gRPC stream transport. Holds a
 // finished prefill's blocks under a lease (LeaseTable: TTL, count and byte
 // budgets), streams them to the peer that fetches them (one block written at
-// a time, encoded straight into the message buffer), and ends the lease when
-// the fetch completes, breaks off, is released by the peer, or lapses. The
+// a time, its payload sent from where it lies; a fetch may be striped over
+// several streams), and ends the lease when the fetch completes, breaks
+// off, is released by the peer, or lapses. The
 // Prefill service delegates FetchKv and ReleaseKv here. Thread-safe.
 #ifndef TANDEM_KVTRANSFER_RPC_LEASE_SERVER_H_
 #define TANDEM_KVTRANSFER_RPC_LEASE_SERVER_H_
@@ -47,8 +48,9 @@ class KvLeaseServer {
   // The FetchKv reactor, on the raw (ByteBuffer) form of the method so the
   // payload goes out without being copied (the Prefill service marks
   // FetchKv raw; clients see ordinary KvBlockMessages): NOT_FOUND for an
-  // unknown lease, else the blocks in order, then OK; a completed or
-  // broken-off fetch ends the lease.
+  // unknown lease, INVALID_ARGUMENT for a bad stripe, else the request's
+  // stripe of the blocks in order, then OK. A broken-off fetch ends the
+  // lease; a completed one does once all its stripes have completed.
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Fetch(grpc::CallbackServerContext* ctx,
                                                     const grpc::ByteBuffer* request);
   // Ends a lease at the peer's word; a reported failure is counted and logged.

@@ -32,15 +32,49 @@ absl::StatusOr<std::string> LeaseTable::Create(std::shared_ptr<const LeasedKv> k
   return id;
 }
 
-absl::StatusOr<std::shared_ptr<const LeasedKv>> LeaseTable::Acquire(const std::string& lease_id) {
+absl::StatusOr<std::shared_ptr<const LeasedKv>> LeaseTable::Acquire(const std::string& lease_id,
+                                                                    int32_t stripe,
+                                                                    int32_t stripes) {
+  if (stripes < 1 || stripes > kMaxStripes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stripes: got ", stripes, ", expected 1..", kMaxStripes));
+  }
+  if (stripe < 0 || stripe >= stripes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stripe: got ", stripe, ", expected 0..", stripes - 1));
+  }
   absl::MutexLock lock(&mu_);
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) {
     return absl::NotFoundError(
         absl::StrCat("lease_id \"", lease_id, "\" is unknown, released or expired"));
   }
-  it->second.expires = now_() + options_.ttl;
-  return it->second.kv;
+  Lease& lease = it->second;
+  if (lease.stripes == 0) lease.stripes = stripes;
+  if (lease.stripes != stripes) {
+    return absl::InvalidArgumentError(absl::StrCat("stripes: got ", stripes, ", lease \"",
+                                                   lease_id, "\" is fetched in ", lease.stripes));
+  }
+  lease.expires = now_() + options_.ttl;
+  return lease.kv;
+}
+
+bool LeaseTable::CompleteStripe(const std::string& lease_id, int32_t stripe) {
+  absl::MutexLock lock(&mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return false;
+  Lease& lease = it->second;
+  if (stripe < 0 || stripe >= lease.stripes) return false;
+  lease.completed |= uint32_t{1} << stripe;
+  if (lease.completed != (uint32_t{1} << lease.stripes) - 1) return false;
+  DropLocked(it);
+  return true;
+}
+
+void LeaseTable::DropLocked(absl::flat_hash_map<std::string, Lease>::iterator it) {
+  bytes_ -= it->second.kv->bytes;
+  blocks_ -= it->second.kv->blocks;
+  leases_.erase(it);
 }
 
 bool LeaseTable::Renew(const std::string& lease_id) {
@@ -55,9 +89,7 @@ bool LeaseTable::Release(const std::string& lease_id) {
   absl::MutexLock lock(&mu_);
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) return false;
-  bytes_ -= it->second.kv->bytes;
-  blocks_ -= it->second.kv->blocks;
-  leases_.erase(it);
+  DropLocked(it);
   return true;
 }
 
@@ -66,9 +98,7 @@ int32_t LeaseTable::Expire(absl::Time now) {
   int32_t n = 0;
   for (auto it = leases_.begin(); it != leases_.end();) {
     if (it->second.expires <= now) {
-      bytes_ -= it->second.kv->bytes;
-      blocks_ -= it->second.kv->blocks;
-      leases_.erase(it++);
+      DropLocked(it++);
       ++n;
     } else {
       ++it;

@@ -41,6 +41,8 @@ struct LeaseTableOptions {
 
 class LeaseTable {
  public:
+  static constexpr int32_t kMaxStripes = 16;
+
   // `now` is the clock leases are timed by (tests pass a fake one).
   explicit LeaseTable(const LeaseTableOptions& options,
                       std::function<absl::Time()> now = [] { return absl::Now(); });
@@ -48,9 +50,18 @@ class LeaseTable {
   // ResourceExhausted when max_leases are held or the lease would take the
   // held bytes past max_bytes.
   absl::StatusOr<std::string> Create(std::shared_ptr<const LeasedKv> kv);
-  // The lease's blocks, renewing its TTL; NotFound naming the lease when it
-  // is unknown, released or expired.
-  absl::StatusOr<std::shared_ptr<const LeasedKv>> Acquire(const std::string& lease_id);
+  // The lease's blocks for one stripe of a fetch split over `stripes`
+  // streams (1: one stream), renewing its TTL. NotFound naming the lease
+  // when it is unknown, released or expired; InvalidArgument naming the
+  // field when stripe is outside [0, stripes), stripes outside [1,
+  // kMaxStripes], or stripes differs from what the lease's first stream
+  // said.
+  absl::StatusOr<std::shared_ptr<const LeasedKv>> Acquire(const std::string& lease_id,
+                                                          int32_t stripe = 0,
+                                                          int32_t stripes = 1);
+  // Marks one stripe's stream complete; once every stripe is, the lease
+  // ends (dropped, as by Release) and this returns true.
+  bool CompleteStripe(const std::string& lease_id, int32_t stripe);
   // Renews the TTL (while a transfer is alive). False if the lease is gone.
   bool Renew(const std::string& lease_id);
   // Drops the lease; false if it was already gone.
@@ -68,7 +79,11 @@ class LeaseTable {
   struct Lease {
     std::shared_ptr<const LeasedKv> kv;
     absl::Time expires;
+    int32_t stripes = 0;       // set by the first Acquire
+    uint32_t completed = 0;    // bit i: stripe i's stream completed
   };
+  void DropLocked(absl::flat_hash_map<std::string, Lease>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const LeaseTableOptions options_;
   const std::function<absl::Time()> now_;

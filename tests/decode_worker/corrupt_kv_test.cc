@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "absl/synchronization/mutex.h"
 #include "decode_worker/decode_service.h"
 #include "engine/engine.h"
@@ -24,10 +26,12 @@ class FakePrefill final : public tandem::v1::Prefill::Service {
  public:
   explicit FakePrefill(std::vector<std::string> blocks) : blocks_(std::move(blocks)) {}
 
-  grpc::Status FetchKv(grpc::ServerContext*, const tandem::v1::FetchKvRequest*,
+  // Serves the request's stripe of the blocks, as the lease server does.
+  grpc::Status FetchKv(grpc::ServerContext*, const tandem::v1::FetchKvRequest* request,
                        grpc::ServerWriter<tandem::v1::KvBlockMessage>* writer) override {
     absl::MutexLock lock(&mu_);
-    for (size_t i = 0; i < blocks_.size(); ++i) {
+    const size_t stripes = std::max(request->stripes(), 1);
+    for (size_t i = request->stripe(); i < blocks_.size(); i += stripes) {
       tandem::v1::KvBlockMessage m;
       m.set_index(static_cast<int32_t>(i));
       m.set_block(blocks_[i]);

@@ -76,5 +76,41 @@ TEST(LeaseTableTest, RefusesPastTheByteBudget) {
   EXPECT_TRUE(t.Create(Kv(3)).ok());
 }
 
+TEST(LeaseTableTest, AStripedFetchEndsTheLeaseWhenEveryStripeCompletes) {
+  LeaseTable t({.ttl = absl::Seconds(30), .max_leases = 8});
+  const std::string id = *t.Create(Kv(5));
+  ASSERT_TRUE(t.Acquire(id, 0, 3).ok());
+  ASSERT_TRUE(t.Acquire(id, 2, 3).ok());
+  EXPECT_FALSE(t.CompleteStripe(id, 2));
+  EXPECT_FALSE(t.CompleteStripe(id, 2));  // twice is once
+  // A stripe that starts after another finished still finds the lease.
+  ASSERT_TRUE(t.Acquire(id, 1, 3).ok());
+  EXPECT_FALSE(t.CompleteStripe(id, 0));
+  EXPECT_EQ(t.stats().leases, 1);
+  EXPECT_TRUE(t.CompleteStripe(id, 1));
+  EXPECT_EQ(t.stats().leases, 0);
+  EXPECT_EQ(t.stats().bytes, 0);
+  EXPECT_EQ(t.Acquire(id, 0, 3).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(LeaseTableTest, RefusesBadStripesNamingTheField) {
+  LeaseTable t({.ttl = absl::Seconds(30), .max_leases = 8});
+  const std::string id = *t.Create(Kv(2));
+  auto bad = t.Acquire(id, 2, 2);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("stripe:"));
+  bad = t.Acquire(id, 0, LeaseTable::kMaxStripes + 1);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("stripes:"));
+  ASSERT_TRUE(t.Acquire(id, 0, 2).ok());
+  bad = t.Acquire(id, 0, 1);  // the lease is being fetched in 2
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("fetched in 2"));
+  // A single-stream fetch completes with its one stripe.
+  const std::string one = *t.Create(Kv(1));
+  ASSERT_TRUE(t.Acquire(one).ok());
+  EXPECT_TRUE(t.CompleteStripe(one, 0));
+}
+
 }  // namespace
 }  // namespace tandem::kvtransfer

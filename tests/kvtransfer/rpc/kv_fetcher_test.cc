@@ -1,0 +1,214 @@
+// KvFetcher against a real KvLeaseServer in process: a fetch striped over
+// any number of streams yields the held bytes and ends the lease; a stream
+// that breaks fails the whole fetch with its own status and tells the
+// holder; an ordinary (protobuf) client reads the raw stream as
+// KvBlockMessages; bad stripes are refused naming the field.
+#include "kvtransfer/rpc/kv_fetcher.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "kvtransfer/rpc/lease_server.h"
+#include "kvtransfer/rpc/release_client.h"
+#include "rpc/bootstrap.h"
+#include "tandem/v1/worker.grpc.pb.h"
+#include "tests/kvtransfer/rpc/release_recorder.h"
+
+namespace tandem::kvtransfer {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int32_t kBlockSize = 4;
+constexpr int32_t kLayers = 2;
+constexpr int32_t kKvDim = 8;
+constexpr size_t kBlockBytes = size_t{2} * kLayers * kBlockSize * kKvDim * sizeof(float);
+
+// Serves FetchKv from a lease server, as the Prefill service does; records
+// releases. When `break_stripe` is set, that stripe's stream fails at once.
+class LeasePrefill final : public tandem::v1::Prefill::WithRawCallbackMethod_FetchKv<
+                               tandem::v1::Prefill::CallbackService> {
+ public:
+  explicit LeasePrefill(KvLeaseServer& leases) : leases_(leases) {}
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* FetchKv(grpc::CallbackServerContext* ctx,
+                                                      const grpc::ByteBuffer* request) override {
+    grpc::ByteBuffer copy = *request;
+    tandem::v1::FetchKvRequest parsed;
+    if (break_stripe_ >= 0 &&
+        grpc::SerializationTraits<tandem::v1::FetchKvRequest>::Deserialize(&copy, &parsed).ok() &&
+        parsed.stripe() == break_stripe_) {
+      class Broken final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+       public:
+        Broken() { Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "stripe went away")); }
+        void OnDone() override { delete this; }
+      };
+      return new Broken();
+    }
+    return leases_.Fetch(ctx, request);
+  }
+  grpc::ServerUnaryReactor* ReleaseKv(grpc::CallbackServerContext* ctx,
+                                      const tandem::v1::ReleaseKvRequest* request,
+                                      tandem::v1::ReleaseKvResponse*) override {
+    releases_.Record(*request);
+    leases_.Release(*request);
+    auto* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+  void set_break_stripe(int32_t stripe) { break_stripe_ = stripe; }
+  testing::ReleaseRecorder& releases() { return releases_; }
+
+ private:
+  KvLeaseServer& leases_;
+  int32_t break_stripe_ = -1;
+  testing::ReleaseRecorder releases_;
+};
+
+class KvFetcherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = rpc::StartGrpcServer({}, {&service_});
+    ASSERT_TRUE(server.ok());
+    server_ = std::move(*server);
+  }
+  void TearDown() override {
+    releases_.AwaitIdle();
+    server_.server->Shutdown();
+  }
+
+  // `n_tokens` positions of seeded random KV.
+  std::shared_ptr<const engine::KvSnapshot> Snapshot(int32_t n_tokens) {
+    auto s = std::make_shared<engine::KvSnapshot>();
+    s->model_fingerprint = 0xfeed;
+    s->n_tokens = n_tokens;
+    s->block_size = kBlockSize;
+    s->n_layer = kLayers;
+    s->kv_dim = kKvDim;
+    s->dtype = engine::GgmlType::kF32;
+    std::mt19937 rng(static_cast<uint32_t>(n_tokens));
+    for (int32_t b = 0; b < (n_tokens + kBlockSize - 1) / kBlockSize; ++b) {
+      std::vector<uint8_t> bytes(kBlockBytes);
+      for (uint8_t& x : bytes) x = static_cast<uint8_t>(rng());
+      // The unused slots of a last, partial block go out as zeros.
+      const int32_t used = std::min(kBlockSize, n_tokens - b * kBlockSize);
+      for (int32_t half = 0; half < 2 * kLayers; ++half) {
+        std::memset(bytes.data() + (half * kBlockSize + used) * kKvDim * sizeof(float), 0,
+                    (kBlockSize - used) * kKvDim * sizeof(float));
+      }
+      s->blocks.push_back(bytes);
+    }
+    return s;
+  }
+  static std::vector<int32_t> Ids(int32_t n) {
+    std::vector<int32_t> ids(n);
+    for (int32_t i = 0; i < n; ++i) ids[i] = 10 + i;
+    return ids;
+  }
+  FetchResult Fetch(KvFetcher& fetcher, const KvLeaseServer::Held& held,
+                    std::vector<int32_t> ids) {
+    absl::Notification done;
+    FetchResult out;
+    fetcher.Start({.address = server_.address, .lease_id = held.lease_id,
+                   .num_blocks = held.num_blocks, .token_ids = std::move(ids)},
+                  [&](FetchResult r) {
+                    out = std::move(r);
+                    done.Notify();
+                  });
+    done.WaitForNotification();
+    return out;
+  }
+
+  const BlockExpectation expect_{.model_fingerprint = 0xfeed,
+                                 .block_size = kBlockSize,
+                                 .layer_count = kLayers,
+                                 .kv_dim = kKvDim,
+                                 .dtype = engine::GgmlType::kF32,
+                                 .payload_bytes = static_cast<int64_t>(kBlockBytes)};
+  prometheus::Registry registry_;
+  KvLeaseServer leases_{{}, registry_};
+  LeasePrefill service_{leases_};
+  rpc::StartedServer server_;
+  rpc::ChannelCache channels_;
+  ReleaseClient releases_{channels_, "test"};
+};
+
+TEST_F(KvFetcherTest, StripedFetchYieldsTheHeldBytesAndEndsTheLease) {
+  const int32_t n_tokens = 27;  // 7 blocks, the last partial
+  const auto kv = Snapshot(n_tokens);
+  for (const int32_t streams : {1, 2, 3, 7, 16}) {
+    KvFetcher fetcher(channels_, releases_, expect_, registry_, streams);
+    absl::StatusOr<KvLeaseServer::Held> held = leases_.Hold(kv, Ids(n_tokens));
+    ASSERT_TRUE(held.ok());
+    FetchResult r = Fetch(fetcher, *held, Ids(n_tokens));
+    ASSERT_TRUE(r.kv.ok()) << "streams " << streams << ": " << r.kv.status();
+    const engine::KvSnapshot& got = **r.kv;
+    ASSERT_EQ(got.blocks.size(), kv->blocks.size());
+    for (size_t b = 0; b < got.blocks.size(); ++b) {
+      std::vector<uint8_t> want(kBlockBytes), have(kBlockBytes);
+      kv->blocks[b].CopyTo(want.data());
+      got.blocks[b].CopyTo(have.data());
+      EXPECT_EQ(have, want) << "streams " << streams << " block " << b;
+    }
+    // Every stripe completed, so the holder dropped the lease itself.
+    EXPECT_EQ(leases_.stats().leases, 0) << "streams " << streams;
+  }
+}
+
+TEST_F(KvFetcherTest, ABrokenStreamFailsTheFetchWithItsStatusAndReleasesTheLease) {
+  service_.set_break_stripe(1);
+  KvFetcher fetcher(channels_, releases_, expect_, registry_, 3);
+  const auto kv = Snapshot(40);
+  absl::StatusOr<KvLeaseServer::Held> held = leases_.Hold(kv, Ids(40));
+  ASSERT_TRUE(held.ok());
+  FetchResult r = Fetch(fetcher, *held, Ids(40));
+  EXPECT_EQ(r.kv.status().code(), absl::StatusCode::kUnavailable) << r.kv.status();
+  EXPECT_THAT(std::string(r.kv.status().message()), HasSubstr("stripe went away"));
+  const std::vector<tandem::v1::ReleaseKvRequest> released = service_.releases().WaitFor(1);
+  ASSERT_EQ(released.size(), 1u);
+  EXPECT_FALSE(released[0].ok());
+  EXPECT_EQ(released[0].lease_id(), held->lease_id);
+  EXPECT_TRUE(leases_.table().AwaitAtMost(0, absl::Now() + absl::Seconds(10)));
+}
+
+TEST_F(KvFetcherTest, TheRawStreamReadsAsKvBlockMessagesAndRefusesBadStripes) {
+  const auto kv = Snapshot(9);  // 3 blocks
+  absl::StatusOr<KvLeaseServer::Held> held = leases_.Hold(kv, Ids(9));
+  ASSERT_TRUE(held.ok());
+  auto stub = tandem::v1::Prefill::NewStub(channels_.Get(server_.address));
+  {
+    grpc::ClientContext ctx;
+    tandem::v1::FetchKvRequest req;
+    req.set_lease_id(held->lease_id);
+    req.set_stripe(3);
+    req.set_stripes(2);
+    auto reader = stub->FetchKv(&ctx, req);
+    tandem::v1::KvBlockMessage m;
+    EXPECT_FALSE(reader->Read(&m));
+    const grpc::Status s = reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("stripe:"));
+  }
+  // No stripes named (an older client): every block on one stream.
+  grpc::ClientContext ctx;
+  tandem::v1::FetchKvRequest req;
+  req.set_lease_id(held->lease_id);
+  auto reader = stub->FetchKv(&ctx, req);
+  tandem::v1::KvBlockMessage m;
+  std::vector<int32_t> indices;
+  while (reader->Read(&m)) {
+    indices.push_back(m.index());
+    EXPECT_EQ(m.block().size(), kBlockHeaderBytes + kBlockBytes + kBlockChecksumBytes);
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(indices, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(leases_.stats().leases, 0);
+}
+
+}  // namespace
+}  // namespace tandem::kvtransfer
