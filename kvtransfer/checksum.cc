@@ -12,22 +12,9 @@ namespace {
 
 using checksum_internal::Xxh3Ops;
 
-void* LibCreate() {
-  XXH3_state_t* state = XXH3_createState();
-  if (state != nullptr) XXH3_64bits_reset(state);
-  return state;
-}
-void LibDestroy(void* state) { XXH3_freeState(static_cast<XXH3_state_t*>(state)); }
-void LibUpdate(void* state, const void* data, size_t size) {
-  XXH3_64bits_update(static_cast<XXH3_state_t*>(state), data, size);
-}
-uint64_t LibDigest(const void* state) {
-  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state));
-}
-uint64_t LibOneShot(const void* data, size_t size) { return XXH3_64bits(data, size); }
-
-constexpr Xxh3Ops kLibOps = {"libxxhash", &LibCreate, &LibDestroy, &LibUpdate, &LibDigest,
-                             &LibOneShot};
+#define TANDEM_CHECKSUM_OPS_NAME "libxxhash"
+#include "kvtransfer/checksum_ops.inc"
+#undef TANDEM_CHECKSUM_OPS_NAME
 
 // Chosen once. __builtin_cpu_supports("avx2") also checks that the OS saves
 // the AVX registers (XCR0), so a VM that hides AVX gets the baseline.
@@ -37,7 +24,7 @@ const Xxh3Ops& Ops() {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2")) return checksum_internal::Avx2Ops();
 #endif
-    return kLibOps;
+    return kOps;
   }();
   return ops;
 }

@@ -10,25 +10,12 @@
 namespace tandem::kvtransfer::checksum_internal {
 namespace {
 
-void* Create() {
-  XXH3_state_t* state = XXH3_createState();
-  if (state != nullptr) XXH3_64bits_reset(state);
-  return state;
-}
-void Destroy(void* state) { XXH3_freeState(static_cast<XXH3_state_t*>(state)); }
-void Update(void* state, const void* data, size_t size) {
-  XXH3_64bits_update(static_cast<XXH3_state_t*>(state), data, size);
-}
-uint64_t Digest(const void* state) {
-  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state));
-}
-uint64_t OneShot(const void* data, size_t size) { return XXH3_64bits(data, size); }
+#define TANDEM_CHECKSUM_OPS_NAME "avx2"
+#include "kvtransfer/checksum_ops.inc"
+#undef TANDEM_CHECKSUM_OPS_NAME
 
 }  // namespace
 
-const Xxh3Ops& Avx2Ops() {
-  static constexpr Xxh3Ops kOps = {"avx2", &Create, &Destroy, &Update, &Digest, &OneShot};
-  return kOps;
-}
+const Xxh3Ops& Avx2Ops() { return kOps; }
 
 }  // namespace tandem::kvtransfer::checksum_internal
