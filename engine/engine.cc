@@ -36,7 +36,9 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
       kv_(std::move(kv)),
       rope_(model.config(), model.weights().rope_freq_factors, options.max_context),
       forward_(model, *backend_, *kv_, rope_),
-      scheduler_({.max_batch_tokens = options.max_batch_tokens, .max_running = options.max_running},
+      scheduler_({.max_batch_tokens = options.max_batch_tokens,
+                  .max_running = options.max_running,
+                  .model_fingerprint = model.fingerprint()},
                  kv_->pool(), kv_->block_size()) {
   // Runs inside an allocation on the engine thread; the next Step reports it.
   kv_->pool().set_eviction_callback(
@@ -143,6 +145,7 @@ int64_t Engine::Enqueue(GenerationRequest request, std::shared_ptr<const KvSnaps
       .positions = {},
       .n_computed = 0,
       .n_generated = 0,
+      .n_cached = 0,
       .blocks = std::nullopt,
       .n_hashed = 0,
       .last_hash = kRootParentHash,
@@ -284,7 +287,8 @@ void Engine::Update(const StepPlan& plan, const ForwardResult& result, StepOutpu
     TokenEvent ev{.seq_id = seq.id,
                   .token = seq.sampler.Sample(result.Row(result.first_row[i]),
                                               seq.request.top_logprobs),
-                  .finish = FinishReason::kNone};
+                  .finish = FinishReason::kNone,
+                  .cached_tokens = seq.n_cached};
     seq.Append(ev.token.id);
     ++seq.n_generated;
     if (!seq.request.ignore_eos && tok.IsEog(ev.token.id)) {
@@ -313,6 +317,8 @@ EngineStats Engine::stats() const {
       .blocks_total = pool.num_blocks(),
       .blocks_cached = pool.num_cached(),
       .preemptions = scheduler_.preemptions(),
+      .prefix_queried_tokens = scheduler_.prefix_queried_tokens(),
+      .prefix_hit_tokens = scheduler_.prefix_hit_tokens(),
   };
 }
 

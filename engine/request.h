@@ -43,6 +43,9 @@ struct TokenEvent {
   int64_t seq_id = 0;
   SampledToken token;
   FinishReason finish = FinishReason::kNone;
+  // Leading prompt tokens whose KV the prefix cache supplied (a multiple of
+  // the block size); the same on every event of a sequence.
+  int32_t cached_tokens = 0;
   // Set on the finishing event of a sequence added with export_kv.
   std::shared_ptr<const KvSnapshot> kv = nullptr;
 };
@@ -71,6 +74,10 @@ struct EngineStats {
   int32_t blocks_total = 0;
   int32_t blocks_cached = 0;  // free blocks that still hold a hashed block
   int64_t preemptions = 0;
+  // Prefix cache since start: prompt tokens of sequences admitted without
+  // imported KV, and those whose KV came from the cache.
+  int64_t prefix_queried_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
 };
 
 }  // namespace tandem::engine

@@ -47,11 +47,44 @@ bool Scheduler::EnsureBlocks(Sequence& seq, int32_t n_slots) {
 // recomputes its prompt and generated tokens in one prefill (vLLM's
 // recompute preemption). Its sampler keeps its state and its positions stay.
 void Scheduler::Preempt(Sequence& seq) {
+  UndoAdmission(seq);
+  ++preemptions_;
+}
+
+void Scheduler::UndoAdmission(Sequence& seq) {
   seq.blocks.reset();
   seq.n_computed = 0;
+  seq.n_cached = 0;
   seq.n_hashed = 0;
   seq.last_hash = kRootParentHash;
-  ++preemptions_;
+}
+
+void Scheduler::AttachCachedPrefix(Sequence& seq) {
+  const int32_t n = static_cast<int32_t>(seq.tokens.size());
+  // Cached KV was computed at positions 0, 1, ...: a sequence whose
+  // positions were shifted cannot use it.
+  if (n == 0 || seq.positions.front() != 0 || seq.positions.back() != n - 1) return;
+  // At least the last token is computed: its logits give the next token.
+  const int32_t max_blocks = (n - 1) / block_size_;
+  std::optional<BlockList> list = pool_.Allocate(0);
+  uint64_t parent = kRootParentHash;
+  int32_t found = 0;
+  for (; found < max_blocks; ++found) {
+    const uint64_t hash =
+        BlockHash(parent,
+                  std::span<const int32_t>(seq.tokens).subspan(int64_t{found} * block_size_,
+                                                               block_size_),
+                  options_.model_fingerprint);
+    std::optional<BlockId> id = pool_.AcquireCached(hash);
+    if (!id.has_value()) break;
+    list->Append(*id);
+    parent = hash;
+  }
+  seq.blocks = std::move(list);
+  seq.n_cached = found * block_size_;
+  seq.n_computed = seq.n_cached;
+  seq.n_hashed = found;  // their hashes are known: the chain continues
+  seq.last_hash = parent;
 }
 
 StepPlan Scheduler::Schedule() {
@@ -87,15 +120,20 @@ StepPlan Scheduler::Schedule() {
       if (!EnsureBlocks(seq, seq.import->n_tokens + 1)) break;
       seq.n_computed = seq.import->n_tokens;
       plan.imported.push_back(seq.id);
+    } else if (!seq.blocks.has_value()) {
+      AttachCachedPrefix(seq);
     }
     const int32_t count = std::min(seq.pending(), budget);
     if (!EnsureBlocks(seq, seq.n_computed + count)) {
-      if (seq.import != nullptr) {  // not admitted after all: undo
-        plan.imported.pop_back();
-        seq.n_computed = 0;
-        seq.blocks.reset();
-      }
+      // Not admitted after all: give back what admission took (cached
+      // blocks return to the LRU).
+      if (seq.import != nullptr) plan.imported.pop_back();
+      UndoAdmission(seq);
       break;
+    }
+    if (seq.import == nullptr) {
+      prefix_queried_tokens_ += static_cast<int64_t>(seq.tokens.size());
+      prefix_hit_tokens_ += seq.n_cached;
     }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();

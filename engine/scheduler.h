@@ -3,6 +3,8 @@
 // sequences while the step's token budget, the running-batch bound and KV
 // blocks allow. When blocks run out the newest running sequence is
 // preempted by recompute (its blocks freed, back to the front of the queue).
+// A sequence admitted without KV first takes the leading blocks the pool's
+// prefix cache holds for its tokens and computes only the rest.
 // Owns the sequences; returns a value-type StepPlan that the Engine runs
 // (Schedule -> Forward -> Update). Engine-thread only.
 #ifndef TANDEM_ENGINE_SCHEDULER_H_
@@ -23,6 +25,8 @@ namespace tandem::engine {
 struct SchedulerOptions {
   int32_t max_batch_tokens = 512;  // tokens per step (prefill chunking)
   int32_t max_running = 64;        // sequences in the running batch
+  // The model's fingerprint, which block hashes include (prefix cache).
+  uint64_t model_fingerprint = 0;
 };
 
 // Sequence `seq_id` computes its tokens [start, start + count) this step.
@@ -60,17 +64,28 @@ class Scheduler {
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   bool empty() const { return running_.empty() && waiting_.empty(); }
   int64_t preemptions() const { return preemptions_; }
+  // Prefix cache: prompt tokens looked up at admission, and those found.
+  int64_t prefix_queried_tokens() const { return prefix_queried_tokens_; }
+  int64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
 
  private:
   // Grows seq's block table to hold `n_slots` KV slots; false (nothing
   // changed) when the pool is short.
   bool EnsureBlocks(Sequence& seq, int32_t n_slots);
   void Preempt(Sequence& seq);
+  // Gives a sequence without blocks the longest run of its leading full
+  // blocks that the pool holds (shared, refcounted), leaving at least its
+  // last token to compute so that its logits come out of the step.
+  void AttachCachedPrefix(Sequence& seq);
+  // Drops what admission gave the sequence, when it could not be admitted.
+  void UndoAdmission(Sequence& seq);
 
   const SchedulerOptions options_;
   BlockPool& pool_;
   const int32_t block_size_;
   int64_t preemptions_ = 0;
+  int64_t prefix_queried_tokens_ = 0;
+  int64_t prefix_hit_tokens_ = 0;
   // running_ keeps admission order: the newest is preempted first.
   std::list<std::unique_ptr<Sequence>> running_;
   std::deque<std::unique_ptr<Sequence>> waiting_;

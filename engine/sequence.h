@@ -29,6 +29,9 @@ struct Sequence {
   std::vector<int32_t> positions;
   int32_t n_computed = 0;  // KV slots filled: [0, n_computed)
   int32_t n_generated = 0;
+  // Leading tokens whose KV came from the prefix cache at admission (whole
+  // blocks; the rest were computed).
+  int32_t n_cached = 0;
   std::optional<BlockList> blocks;
   // Leading full blocks whose hashes are known (published when the pool
   // took them), and the hash of the last of them: the chain continues there.

@@ -180,6 +180,7 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status,
       lease_held_ = true;
       usage_.set_queue_seconds(prefill_.queue_seconds());
       usage_.set_prefill_seconds(prefill_.prefill_seconds());
+      usage_.set_cached_prompt_tokens(prefill_.cached_prompt_tokens());
       env_.metrics->queue_time.Observe(prefill_.queue_seconds());
       std::vector<tandem::v1::Token> out;
       const bool done = emitter_->Push(prefill_.first_token(), &out);

@@ -94,6 +94,7 @@ class PrefillService::PrefillCall final : public grpc::ServerUnaryReactor,
     rpc::SampledTokenToProto(first.token, response_->mutable_first_token());
     response_->set_num_blocks(held->num_blocks);
     response_->set_num_tokens(first.kv->n_tokens);
+    response_->set_cached_prompt_tokens(first.cached_tokens);
     const absl::Time step = stream->first_step_started();
     response_->set_queue_seconds(Seconds(step - stream->submitted()));
     response_->set_prefill_seconds(Seconds(done - step));

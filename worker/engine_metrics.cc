@@ -23,12 +23,17 @@ EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) 
                                       "Full KV blocks hashed into the prefix cache (stored) and "
                                       "evicted from it (removed)",
                                       {{"event", "removed"}});
+  auto* queried = &rpc::CounterMetric(
+      registry, "tandem_prefix_cache_queried_tokens_total",
+      "Prompt tokens looked up in the prefix cache when their sequence was admitted");
+  auto* hit = &rpc::CounterMetric(registry, "tandem_prefix_cache_hit_tokens_total",
+                                  "Prompt tokens whose KV the prefix cache supplied");
   auto* step = &rpc::LatencyHistogram(registry, "tandem_engine_step_seconds",
                                  "Duration of one engine step (forward pass + sampling)");
-  // EngineStats counts preemptions since start; the counter takes the delta.
-  return [=, counted = int64_t{0}](const engine::EngineStats& s,
-                                   const engine::StepOutput& out,
-                                   absl::Duration took) mutable {
+  // EngineStats counts since start; the counters take the deltas.
+  return [=, counted = engine::EngineStats{}](const engine::EngineStats& s,
+                                              const engine::StepOutput& out,
+                                              absl::Duration took) mutable {
     running->Set(s.running);
     waiting->Set(s.waiting);
     used->Set(s.blocks_used);
@@ -37,8 +42,11 @@ EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) 
     for (const engine::BlockEvent& e : out.blocks) {
       (e.kind == engine::BlockEvent::Kind::kStored ? stored : removed)->Increment();
     }
-    preemptions->Increment(static_cast<double>(s.preemptions - counted));
-    counted = s.preemptions;
+    preemptions->Increment(static_cast<double>(s.preemptions - counted.preemptions));
+    queried->Increment(static_cast<double>(s.prefix_queried_tokens -
+                                           counted.prefix_queried_tokens));
+    hit->Increment(static_cast<double>(s.prefix_hit_tokens - counted.prefix_hit_tokens));
+    counted = s;
     step->Observe(absl::ToDoubleSeconds(took));
   };
 }

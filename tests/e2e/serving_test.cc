@@ -119,6 +119,33 @@ TEST_F(ServingTest, GreedyMatchesInProcessEngineWithLogprobs) {
   }
 }
 
+TEST_F(ServingTest, TheSamePromptTwiceReusesItsCachedBlocks) {
+  tandem::v1::GenerateRequest req;
+  req.set_prompt(
+      "The old lighthouse keeper climbed the winding stairs every evening, counting the "
+      "steps and listening to the sea below, until one night the lamp would not light.");
+  req.set_max_tokens(12);
+  req.set_top_logprobs(2);
+  const Completion first = Generate(stack_->gateway(), req);
+  const Completion second = Generate(stack_->gateway(), req);
+  ASSERT_TRUE(first.status.ok() && second.status.ok()) << second.status.error_message();
+  const int32_t n = first.usage.prompt_tokens();
+  ASSERT_GT(n, 32);
+  EXPECT_EQ(first.usage.cached_prompt_tokens(), 0);
+  // Whole 16-token blocks, and never the last prompt token.
+  EXPECT_EQ(second.usage.cached_prompt_tokens(), (n - 1) / 16 * 16);
+  EXPECT_EQ(second.text, first.text);
+  ASSERT_EQ(second.tokens.size(), first.tokens.size());
+  for (size_t i = 0; i < first.tokens.size(); ++i) {
+    EXPECT_EQ(second.tokens[i].id(), first.tokens[i].id());
+    EXPECT_NEAR(second.tokens[i].logprob(), first.tokens[i].logprob(), 1e-5);
+  }
+  auto metrics = process::HttpGet(stack_->prefill_info().metrics_address, "/metrics");
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_THAT(*metrics, HasSubstr("tandem_prefix_cache_hit_tokens_total"));
+  EXPECT_THAT(*metrics, HasSubstr("tandem_prefix_cache_queried_tokens_total"));
+}
+
 TEST_F(ServingTest, ConcurrentStreamsEachGetTheirOwnOutput) {
   const std::vector<std::string> prompts = {
       "Once upon a time", "The little dog",  "One day, Tom",  "She saw a big",
