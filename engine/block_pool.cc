@@ -67,7 +67,7 @@ BlockList BlockList::Share() const {
 
 BlockPool::BlockPool(int32_t num_blocks)
     : refcount_(static_cast<size_t>(std::max(num_blocks, 0)), 0),
-      hash_(refcount_.size(), 0),
+      hash_(refcount_.size()),
       has_hash_(refcount_.size(), false),
       lru_prev_(refcount_.size(), kNone),
       lru_next_(refcount_.size(), kNone) {
@@ -113,7 +113,7 @@ void BlockPool::TakeBlocks(int32_t n, std::vector<BlockId>& out) {
       TANDEM_CHECK(lru_head_ != kNone, "allocation exceeded num_free()");
       id = lru_head_;
       LruRemove(id);
-      const uint64_t hash = hash_[static_cast<size_t>(id)];
+      const BlockHash hash = hash_[static_cast<size_t>(id)];
       by_hash_.erase(hash);
       has_hash_[static_cast<size_t>(id)] = false;
       ++evictions_;
@@ -124,7 +124,7 @@ void BlockPool::TakeBlocks(int32_t n, std::vector<BlockId>& out) {
   }
 }
 
-bool BlockPool::SetHash(BlockId id, uint64_t hash) {
+bool BlockPool::SetHash(BlockId id, const BlockHash& hash) {
   CheckId(id);
   const size_t i = static_cast<size_t>(id);
   TANDEM_CHECK(refcount_[i] > 0, "only a held block can be given a hash");
@@ -139,7 +139,7 @@ bool BlockPool::SetHash(BlockId id, uint64_t hash) {
   return true;
 }
 
-std::optional<BlockId> BlockPool::AcquireCached(uint64_t hash) {
+std::optional<BlockId> BlockPool::AcquireCached(const BlockHash& hash) {
   const auto it = by_hash_.find(hash);
   if (it == by_hash_.end()) return std::nullopt;
   const BlockId id = it->second;
@@ -161,7 +161,7 @@ int32_t BlockPool::refcount(BlockId id) const {
   return refcount_[static_cast<size_t>(id)];
 }
 
-std::optional<uint64_t> BlockPool::hash(BlockId id) const {
+std::optional<BlockHash> BlockPool::hash(BlockId id) const {
   CheckId(id);
   const size_t i = static_cast<size_t>(id);
   if (!has_hash_[i]) return std::nullopt;

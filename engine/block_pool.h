@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "engine/block_hash.h"
 
 namespace tandem::engine {
 
@@ -80,7 +81,7 @@ class BlockPool {
   // Called for each cached block that an allocation evicts, after its hash is
   // dropped, so that the owner can publish "removed" to the block index. Must
   // not call back into the pool.
-  using EvictionCallback = std::function<void(BlockId id, uint64_t hash)>;
+  using EvictionCallback = std::function<void(BlockId id, const BlockHash& hash)>;
 
   explicit BlockPool(int32_t num_blocks);
   // Every block must be released by then (lists must not outlive the pool).
@@ -114,19 +115,19 @@ class BlockPool {
   // another block already holds `hash` (two sequences computed the same
   // block); true when registered or already registered under this hash. A
   // block cannot change its hash while it holds one.
-  bool SetHash(BlockId id, uint64_t hash);
+  bool SetHash(BlockId id, const BlockHash& hash);
   // The block holding `hash`, with a new reference for the caller (to be
   // handed to BlockList::Append); a cached block leaves the LRU. nullopt on
   // a miss.
-  std::optional<BlockId> AcquireCached(uint64_t hash);
+  std::optional<BlockId> AcquireCached(const BlockHash& hash);
   // Whether some block (used or cached) holds `hash`; takes no reference.
-  bool ContainsHash(uint64_t hash) const { return by_hash_.contains(hash); }
+  bool ContainsHash(const BlockHash& hash) const { return by_hash_.contains(hash); }
   // One more reference on used block `id` (to Append to another list).
   void Ref(BlockId id);
 
   int32_t refcount(BlockId id) const;
   // The block's hash, if it has one.
-  std::optional<uint64_t> hash(BlockId id) const;
+  std::optional<BlockHash> hash(BlockId id) const;
 
   void set_eviction_callback(EvictionCallback callback) {
     on_evict_ = std::move(callback);
@@ -152,9 +153,9 @@ class BlockPool {
   std::vector<BlockId> free_;
 
   // Hash of each block, valid where has_hash_ is set.
-  std::vector<uint64_t> hash_;
+  std::vector<BlockHash> hash_;
   std::vector<bool> has_hash_;
-  absl::flat_hash_map<uint64_t, BlockId> by_hash_;
+  absl::flat_hash_map<BlockHash, BlockId> by_hash_;
 
   // Intrusive doubly linked LRU over cached blocks: head = least recently
   // released (evicted first). prev_/next_ are kNone at the ends and for

@@ -42,7 +42,7 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
                  kv_->pool(), kv_->block_size()) {
   // Runs inside an allocation on the engine thread; the next Step reports it.
   kv_->pool().set_eviction_callback(
-      [this](BlockId, uint64_t hash) { evicted_.push_back(hash); });
+      [this](BlockId, const BlockHash& hash) { evicted_.push_back(hash); });
 }
 
 absl::Status Engine::ValidateRequest(const GenerationRequest& request) const {
@@ -232,10 +232,10 @@ void Engine::HashFullBlocks(Sequence& seq, std::vector<BlockEvent>& events) {
   const int32_t bs = kv_->block_size();
   const int32_t full = seq.n_computed / bs;
   for (; seq.n_hashed < full; ++seq.n_hashed) {
-    const uint64_t parent = seq.last_hash;
-    seq.last_hash = BlockHash(
+    const BlockHash parent = seq.last_hash;
+    seq.last_hash = HashBlock(
         parent, std::span<const int32_t>(seq.tokens).subspan(int64_t{seq.n_hashed} * bs, bs),
-        model_.fingerprint());
+        model_.fingerprint(), bs);
     // A block filled and never written again: the pool may share it. When
     // another block already holds this hash the block stays private.
     if (kv_->pool().SetHash((*seq.blocks)[seq.n_hashed], seq.last_hash)) {
@@ -269,8 +269,8 @@ absl::StatusOr<StepOutput> Engine::Step() {
     ASSIGN_OR_RETURN(ForwardResult result, forward_.Run(chunks));
     Update(plan, result, out);
   }
-  for (uint64_t hash : evicted_) {
-    out.blocks.push_back({.kind = BlockEvent::Kind::kRemoved, .hash = hash, .parent_hash = 0});
+  for (const BlockHash& hash : evicted_) {
+    out.blocks.push_back({.kind = BlockEvent::Kind::kRemoved, .hash = hash, .parent_hash = {}});
   }
   evicted_.clear();
   return out;

@@ -125,7 +125,7 @@ class Engine final : public StepEngine {
   int64_t next_id_ = 1;
   std::vector<int64_t> cancelled_;
   // Hashes of cached blocks the pool evicted since the last step.
-  std::vector<uint64_t> evicted_;
+  std::vector<BlockHash> evicted_;
 };
 
 }  // namespace tandem::engine

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/block_hash.h"
 #include "engine/kv_snapshot.h"
 #include "engine/sampling_params.h"
 
@@ -56,8 +57,8 @@ struct TokenEvent {
 struct BlockEvent {
   enum class Kind { kStored, kRemoved };
   Kind kind = Kind::kStored;
-  uint64_t hash = 0;
-  uint64_t parent_hash = 0;  // kStored only
+  BlockHash hash;
+  BlockHash parent_hash;  // kStored only
 };
 
 // What one step produced.

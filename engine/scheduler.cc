@@ -67,14 +67,14 @@ void Scheduler::AttachCachedPrefix(Sequence& seq) {
   // At least the last token is computed: its logits give the next token.
   const int32_t max_blocks = (n - 1) / block_size_;
   std::optional<BlockList> list = pool_.Allocate(0);
-  uint64_t parent = kRootParentHash;
+  BlockHash parent = kRootParentHash;
   int32_t found = 0;
   for (; found < max_blocks; ++found) {
-    const uint64_t hash =
-        BlockHash(parent,
+    const BlockHash hash =
+        HashBlock(parent,
                   std::span<const int32_t>(seq.tokens).subspan(int64_t{found} * block_size_,
                                                                block_size_),
-                  options_.model_fingerprint);
+                  options_.model_fingerprint, block_size_);
     std::optional<BlockId> id = pool_.AcquireCached(hash);
     if (!id.has_value()) break;
     list->Append(*id);

@@ -36,7 +36,7 @@ struct Sequence {
   // Leading full blocks whose hashes are known (published when the pool
   // took them), and the hash of the last of them: the chain continues there.
   int32_t n_hashed = 0;
-  uint64_t last_hash = kRootParentHash;
+  BlockHash last_hash = kRootParentHash;
   Sampler sampler;
   // Prompt KV computed elsewhere, copied into `blocks` when admitted.
   std::shared_ptr<const KvSnapshot> import;

@@ -32,14 +32,14 @@ constexpr size_t kVersionOffset = 4;
 constexpr size_t kLayoutOffset = 6;
 constexpr size_t kFingerprintOffset = 8;
 constexpr size_t kBlockHashOffset = 16;
-constexpr size_t kParentHashOffset = 24;
-constexpr size_t kBlockIndexOffset = 32;
-constexpr size_t kTokenCountOffset = 36;
-constexpr size_t kBlockSizeOffset = 40;
-constexpr size_t kLayerCountOffset = 44;
-constexpr size_t kKvDimOffset = 48;
-constexpr size_t kDtypeOffset = 52;
-constexpr size_t kPayloadBytesOffset = 56;
+constexpr size_t kParentHashOffset = 32;
+constexpr size_t kBlockIndexOffset = 48;
+constexpr size_t kTokenCountOffset = 52;
+constexpr size_t kBlockSizeOffset = 56;
+constexpr size_t kLayerCountOffset = 60;
+constexpr size_t kKvDimOffset = 64;
+constexpr size_t kDtypeOffset = 68;
+constexpr size_t kPayloadBytesOffset = 72;
 static_assert(kPayloadBytesOffset + 8 == kBlockHeaderBytes, "header table and size disagree");
 
 bool IsKvDtype(engine::GgmlType dtype) {
@@ -132,8 +132,10 @@ void AppendHeader(const BlockHeader& header, uint64_t payload_bytes, std::string
   AppendLe16(out, kBlockFormatVersion);
   AppendLe16(out, kBlockLayoutLayerKvSlotDim);
   AppendLe64(out, header.model_fingerprint);
-  AppendLe64(out, header.block_hash);
-  AppendLe64(out, header.parent_hash);
+  AppendLe64(out, header.block_hash.low);
+  AppendLe64(out, header.block_hash.high);
+  AppendLe64(out, header.parent_hash.low);
+  AppendLe64(out, header.parent_hash.high);
   AppendLe32(out, header.block_index);
   AppendLe32(out, header.token_count);
   AppendLe32(out, header.block_size);
@@ -269,8 +271,10 @@ absl::StatusOr<DecodedBlockPieces> DecodeBlockPieces(std::span<const std::string
   DecodedBlockPieces block;
   BlockHeader& h = block.header;
   h.model_fingerprint = LoadLe64(p + kFingerprintOffset);
-  h.block_hash = LoadLe64(p + kBlockHashOffset);
-  h.parent_hash = LoadLe64(p + kParentHashOffset);
+  h.block_hash = {.low = LoadLe64(p + kBlockHashOffset),
+                  .high = LoadLe64(p + kBlockHashOffset + 8)};
+  h.parent_hash = {.low = LoadLe64(p + kParentHashOffset),
+                   .high = LoadLe64(p + kParentHashOffset + 8)};
   h.block_index = LoadLe32(p + kBlockIndexOffset);
   h.token_count = LoadLe32(p + kTokenCountOffset);
   h.block_size = LoadLe32(p + kBlockSizeOffset);

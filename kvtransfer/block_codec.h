@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/block_hash.h"
 #include "engine/model_config.h"
 #include "engine/tensor_type.h"
 
@@ -23,28 +24,29 @@ namespace tandem::kvtransfer {
 //        4     2  format version (kBlockFormatVersion)
 //        6     2  payload layout (kBlockLayoutLayerKvSlotDim)
 //        8     8  model fingerprint
-//       16     8  block hash
-//       24     8  parent hash
-//       32     4  block index (position of the block in its sequence)
-//       36     4  token count (valid slots, 1..block size)
-//       40     4  block size
-//       44     4  layer count
-//       48     4  kv_dim
-//       52     4  dtype (engine::GgmlType id: 0 f32, 1 f16)
-//       56     8  payload bytes
-//       64     n  payload
-//   64 + n     8  checksum: XXH3_64bits over bytes [0, 64 + n) (checksum.h)
+//       16    16  block hash (engine::BlockHash: low u64, high u64)
+//       32    16  parent hash (likewise)
+//       48     4  block index (position of the block in its sequence)
+//       52     4  token count (valid slots, 1..block size)
+//       56     4  block size
+//       60     4  layer count
+//       64     4  kv_dim
+//       68     4  dtype (engine::GgmlType id: 0 f32, 1 f16)
+//       72     8  payload bytes
+//       80     n  payload
+//   80 + n     8  checksum: XXH3_64bits over bytes [0, 80 + n) (checksum.h)
 inline constexpr std::string_view kBlockMagic = "TKVB";
-inline constexpr uint16_t kBlockFormatVersion = 1;
+// Version 2: 128-bit block hashes (version 1 had 64-bit ones).
+inline constexpr uint16_t kBlockFormatVersion = 2;
 // Payload is [layer][k|v][slot][kv_dim] of dtype: the engine's block layout.
 inline constexpr uint16_t kBlockLayoutLayerKvSlotDim = 1;
-inline constexpr size_t kBlockHeaderBytes = 64;
+inline constexpr size_t kBlockHeaderBytes = 80;
 inline constexpr size_t kBlockChecksumBytes = 8;
 
 struct BlockHeader {
   uint64_t model_fingerprint = 0;
-  uint64_t block_hash = 0;
-  uint64_t parent_hash = 0;
+  engine::BlockHash block_hash;
+  engine::BlockHash parent_hash;
   uint32_t block_index = 0;
   uint32_t token_count = 0;  // 1..block_size; < block_size only for a last, partial block
   uint32_t block_size = 0;
@@ -60,7 +62,7 @@ using PayloadPieces = std::span<const std::span<const uint8_t>>;
 // shape (2 * layer_count * block_size * kv_dim elements of dtype) and
 // token_count in [1, block_size]; both are checked (a violation is a bug in
 // the caller, not bad input).
-// A full block's encoding without its payload: the 64-byte header and the
+// A full block's encoding without its payload: the 80-byte header and the
 // 8-byte checksum (over header and payload), for a transport that sends the
 // payload from where it lies. header + payload + checksum is byte for byte
 // EncodeBlock's output. token_count must equal block_size (checked).

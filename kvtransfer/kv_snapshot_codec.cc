@@ -18,7 +18,6 @@
 namespace tandem::kvtransfer {
 namespace {
 
-std::string Hex64(uint64_t v) { return absl::StrCat("0x", absl::Hex(v, absl::kZeroPad16)); }
 
 absl::Status InBlock(size_t index, const absl::Status& status) {
   return absl::Status(status.code(),
@@ -44,12 +43,12 @@ SnapshotEncoder::SnapshotEncoder(std::shared_ptr<const engine::KvSnapshot> snaps
                "snapshot holds ceil(n_tokens / block_size) blocks")
       << "blocks=" << s.blocks.size();
   hashes_.reserve(s.blocks.size());
-  uint64_t parent = engine::kRootParentHash;
+  engine::BlockHash parent = engine::kRootParentHash;
   for (size_t i = 0; i < s.blocks.size(); ++i) {
     const int64_t start = static_cast<int64_t>(i) * bs;
     const std::span<const int32_t> tokens =
         std::span<const int32_t>(token_ids_).subspan(start, std::min(bs, n - start));
-    parent = engine::BlockHash(parent, tokens, s.model_fingerprint, tenant_salt_);
+    parent = engine::HashBlock(parent, tokens, s.model_fingerprint, s.block_size, tenant_salt_);
     hashes_.push_back(parent);
   }
 }
@@ -161,16 +160,16 @@ absl::Status SnapshotDecoder::Check(const absl::StatusOr<DecodedBlockPieces>& de
                                            " tokens; only the last block may be partial)")));
   }
   if (h.parent_hash != parent_) {
-    return fail(BlockError(i, absl::StrCat("parent_hash: got ", Hex64(h.parent_hash),
-                                           ", expected ", Hex64(parent_),
+    return fail(BlockError(i, absl::StrCat("parent_hash: got ", h.parent_hash.ToHex(),
+                                           ", expected ", parent_.ToHex(),
                                            " (hash of the previous block)")));
   }
-  const uint64_t want =
-      engine::BlockHash(parent_, std::span<const int32_t>(token_ids_).subspan(covered_, expected_count),
-                expect_.model_fingerprint, tenant_salt_);
+  const engine::BlockHash want = engine::HashBlock(
+      parent_, std::span<const int32_t>(token_ids_).subspan(covered_, expected_count),
+      expect_.model_fingerprint, static_cast<int32_t>(expect_.block_size), tenant_salt_);
   if (h.block_hash != want) {
-    return fail(BlockError(i, absl::StrCat("block_hash: got ", Hex64(h.block_hash),
-                                           ", expected ", Hex64(want), " for token_ids [",
+    return fail(BlockError(i, absl::StrCat("block_hash: got ", h.block_hash.ToHex(),
+                                           ", expected ", want.ToHex(), " for token_ids [",
                                            covered_, ", ", covered_ + expected_count, ")")));
   }
   parent_ = h.block_hash;

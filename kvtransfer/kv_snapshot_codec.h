@@ -24,7 +24,7 @@ namespace tandem::kvtransfer {
 
 // The wire blocks of one snapshot: block i holds positions
 // [i * block_size, min((i + 1) * block_size, n_tokens)), its block_index is i,
-// its hash is BlockHash(hash of block i - 1 (0 for i = 0), its tokens,
+// its hash is HashBlock(hash of block i - 1 (root for i = 0), its tokens,
 // fingerprint, tenant_salt). A last, partial block has token_count <
 // block_size; its hash covers its tokens but must never be shared (published
 // or cached) since the block will still grow. Its unused slots are sent as
@@ -53,7 +53,7 @@ class SnapshotEncoder {
   std::shared_ptr<const engine::KvSnapshot> snapshot_;
   std::vector<int32_t> token_ids_;
   uint64_t tenant_salt_;
-  std::vector<uint64_t> hashes_;  // block i's hash; its parent is i - 1's
+  std::vector<engine::BlockHash> hashes_;  // block i's; its parent is i - 1's
 };
 
 // Decodes and verifies the blocks of one sequence whose tokens are
@@ -93,7 +93,7 @@ class SnapshotDecoder {
   std::vector<int32_t> token_ids_;
   uint64_t tenant_salt_;
   absl::Status status_;
-  uint64_t parent_;
+  engine::BlockHash parent_;
   size_t covered_ = 0;  // token ids accounted for by the blocks added
   engine::KvSnapshot snapshot_;
 };

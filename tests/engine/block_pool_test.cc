@@ -28,12 +28,18 @@ void ExpectCounts(const BlockPool& pool, int32_t used, int32_t free,
 
 // Allocates one block per hash, hashes it and releases it, in order: the
 // blocks enter the LRU in the order of `hashes`.
+// Tests name hashes by small integers.
+BlockHash H(uint64_t v) { return BlockHash{.low = v, .high = 0}; }
+std::optional<BlockHash> HO(std::optional<uint64_t> v) {
+  return v.has_value() ? std::optional<BlockHash>(H(*v)) : std::nullopt;
+}
+
 std::vector<BlockId> FillCache(BlockPool& pool, const std::vector<uint64_t>& hashes) {
   std::vector<BlockList> lists;
   std::vector<BlockId> ids;
   for (const uint64_t h : hashes) {
     lists.push_back(*pool.Allocate(1));
-    EXPECT_TRUE(pool.SetHash(lists.back()[0], h));
+    EXPECT_TRUE(pool.SetHash(lists.back()[0], H(h)));
     ids.push_back(lists.back()[0]);
   }
   for (BlockList& list : lists) list.Reset();
@@ -85,8 +91,8 @@ TEST(BlockPoolTest, AllOrNothingLeavesStateUnchanged) {
   EXPECT_EQ(held.size(), 3);
   ExpectCounts(pool, 3, 3, 2);
   EXPECT_EQ(pool.evictions(), 0);
-  EXPECT_TRUE(pool.ContainsHash(10));
-  EXPECT_TRUE(pool.ContainsHash(11));
+  EXPECT_TRUE(pool.ContainsHash(H(10)));
+  EXPECT_TRUE(pool.ContainsHash(H(11)));
   for (const BlockId id : held.ids()) EXPECT_EQ(pool.refcount(id), 1);
 
   // An unbound list stays unbound after a failed Extend.
@@ -132,14 +138,14 @@ TEST(BlockPoolTest, SharedBlocksAreRefcounted) {
 TEST(BlockPoolTest, ReleasedBlocksGoToCacheOnlyWhenHashed) {
   BlockPool pool(4);
   BlockList list = *pool.Allocate(2);
-  ASSERT_TRUE(pool.SetHash(list[0], 77));
-  EXPECT_EQ(pool.hash(list[0]), 77u);
+  ASSERT_TRUE(pool.SetHash(list[0], H(77)));
+  EXPECT_EQ(pool.hash(list[0]), H(77));
   EXPECT_EQ(pool.hash(list[1]), std::nullopt);
   const BlockId hashed = list[0];
   list.Reset();
   ExpectCounts(pool, 0, 4, 1);
   EXPECT_EQ(pool.refcount(hashed), 0);
-  EXPECT_EQ(pool.hash(hashed), 77u);  // still holds its contents
+  EXPECT_EQ(pool.hash(hashed), H(77));  // still holds its contents
 }
 
 TEST(BlockPoolTest, EvictsLeastRecentlyReleasedAfterFreeList) {
@@ -148,7 +154,7 @@ TEST(BlockPoolTest, EvictsLeastRecentlyReleasedAfterFreeList) {
   std::vector<BlockList> lists;
   for (int i = 0; i < 4; ++i) {
     lists.push_back(*pool.Allocate(1));
-    ASSERT_TRUE(pool.SetHash(lists.back()[0], 100 + i));
+    ASSERT_TRUE(pool.SetHash(lists.back()[0], H(100 + i)));
   }
   const std::vector<BlockId> id = {lists[0][0], lists[1][0], lists[2][0], lists[3][0]};
   for (const int i : {2, 0, 3, 1}) lists[i].Reset();
@@ -156,7 +162,7 @@ TEST(BlockPoolTest, EvictsLeastRecentlyReleasedAfterFreeList) {
 
   std::vector<std::pair<BlockId, uint64_t>> evicted;
   pool.set_eviction_callback(
-      [&](BlockId b, uint64_t h) { evicted.emplace_back(b, h); });
+      [&](BlockId b, const BlockHash& h) { evicted.emplace_back(b, h.low); });
 
   // Two free blocks first, then the LRU head (hash 102).
   BlockList a = *pool.Allocate(3);
@@ -164,13 +170,13 @@ TEST(BlockPoolTest, EvictsLeastRecentlyReleasedAfterFreeList) {
   EXPECT_EQ(pool.evictions(), 1);
   ASSERT_EQ(evicted.size(), 1u);
   EXPECT_EQ(evicted[0], std::make_pair(id[2], uint64_t{102}));
-  EXPECT_FALSE(pool.ContainsHash(102));
+  EXPECT_FALSE(pool.ContainsHash(H(102)));
   EXPECT_EQ(pool.hash(id[2]), std::nullopt);
 
   BlockList b = *pool.Allocate(2);
   EXPECT_EQ(Ids(b), (std::vector<BlockId>{id[0], id[3]}));
   EXPECT_EQ(pool.evictions(), 3);
-  EXPECT_TRUE(pool.ContainsHash(101));
+  EXPECT_TRUE(pool.ContainsHash(H(101)));
   ExpectCounts(pool, 5, 1, 1);
 }
 
@@ -179,23 +185,23 @@ TEST(BlockPoolTest, ListsReleaseBackToFront) {
   // first and are evicted first.
   BlockPool pool(3);
   BlockList list = *pool.Allocate(3);
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(pool.SetHash(list[i], 200 + i));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(pool.SetHash(list[i], H(200 + i)));
   const std::vector<BlockId> ids = Ids(list);
   list.Reset();
   BlockList first = *pool.Allocate(1);
   EXPECT_EQ(first[0], ids[2]);
-  EXPECT_TRUE(pool.ContainsHash(200));
-  EXPECT_TRUE(pool.ContainsHash(201));
+  EXPECT_TRUE(pool.ContainsHash(H(200)));
+  EXPECT_TRUE(pool.ContainsHash(H(201)));
 }
 
 TEST(BlockPoolTest, AcquireCachedHitAndMiss) {
   BlockPool pool(3);
   const std::vector<BlockId> ids = FillCache(pool, {1, 2});
-  EXPECT_EQ(pool.AcquireCached(99), std::nullopt);
+  EXPECT_EQ(pool.AcquireCached(H(99)), std::nullopt);
   ExpectCounts(pool, 0, 3, 2);
 
   // A hit on a cached block takes it out of the LRU.
-  const std::optional<BlockId> hit = pool.AcquireCached(1);
+  const std::optional<BlockId> hit = pool.AcquireCached(H(1));
   ASSERT_EQ(hit, ids[0]);
   BlockList seq(&pool);
   seq.Append(*hit);
@@ -204,15 +210,15 @@ TEST(BlockPoolTest, AcquireCachedHitAndMiss) {
 
   // A hit on a used block shares it.
   BlockList other(&pool);
-  other.Append(*pool.AcquireCached(1));
+  other.Append(*pool.AcquireCached(H(1)));
   EXPECT_EQ(pool.refcount(ids[0]), 2);
   ExpectCounts(pool, 1, 2, 1);
 
   // Allocations cannot evict it while it is held.
   BlockList rest = *pool.Allocate(2);
   EXPECT_FALSE(pool.Allocate(1).has_value());
-  EXPECT_TRUE(pool.ContainsHash(1));
-  EXPECT_FALSE(pool.ContainsHash(2));
+  EXPECT_TRUE(pool.ContainsHash(H(1)));
+  EXPECT_FALSE(pool.ContainsHash(H(2)));
 }
 
 TEST(BlockPoolTest, AcquireThenReleaseRefreshesRecency) {
@@ -220,23 +226,23 @@ TEST(BlockPoolTest, AcquireThenReleaseRefreshesRecency) {
   const std::vector<BlockId> ids = FillCache(pool, {1, 2});  // LRU: 1, 2
   {
     BlockList touch(&pool);
-    touch.Append(*pool.AcquireCached(1));
+    touch.Append(*pool.AcquireCached(H(1)));
   }  // LRU: 2, 1
   BlockList a = *pool.Allocate(1);
   EXPECT_EQ(a[0], ids[1]);
-  EXPECT_TRUE(pool.ContainsHash(1));
+  EXPECT_TRUE(pool.ContainsHash(H(1)));
 }
 
 TEST(BlockPoolTest, SetHashRules) {
   BlockPool pool(3);
   BlockList list = *pool.Allocate(3);
-  EXPECT_TRUE(pool.SetHash(list[0], 5));
-  EXPECT_TRUE(pool.SetHash(list[0], 5));   // same again: fine
-  EXPECT_FALSE(pool.SetHash(list[1], 5));  // another block has it
+  EXPECT_TRUE(pool.SetHash(list[0], H(5)));
+  EXPECT_TRUE(pool.SetHash(list[0], H(5)));   // same again: fine
+  EXPECT_FALSE(pool.SetHash(list[1], H(5)));  // another block has it
   EXPECT_EQ(pool.hash(list[1]), std::nullopt);
   list.Reset();
   ExpectCounts(pool, 0, 3, 1);  // only the registered one is cached
-  EXPECT_EQ(pool.AcquireCached(5), 0);
+  EXPECT_EQ(pool.AcquireCached(H(5)), 0);
   BlockList holder(&pool);
   holder.Append(0);
 }
@@ -288,10 +294,10 @@ TEST(BlockPoolDeathTest, MisuseIsABug) {
   EXPECT_DEATH(pool.Ref(0), "Ref needs a used block");
   EXPECT_DEATH(pool.refcount(2), "out of range");
   EXPECT_DEATH(pool.Allocate(-1), "negative");
-  EXPECT_DEATH(pool.SetHash(1, 3), "held block");
+  EXPECT_DEATH(pool.SetHash(1, H(3)), "held block");
   BlockList list = *pool.Allocate(1);
-  ASSERT_TRUE(pool.SetHash(list[0], 3));
-  EXPECT_DEATH(pool.SetHash(list[0], 4), "hash is fixed");
+  ASSERT_TRUE(pool.SetHash(list[0], H(3)));
+  EXPECT_DEATH(pool.SetHash(list[0], H(4)), "hash is fixed");
   EXPECT_DEATH(list.Truncate(2), "Truncate");
   BlockList unbound;
   EXPECT_DEATH(unbound.Append(0), "bound");
@@ -368,10 +374,10 @@ void ExpectMatches(const BlockPool& pool, const Model& model,
   for (BlockId id = 0; id < pool.num_blocks(); ++id) {
     ASSERT_EQ(pool.refcount(id), model.refcount[id]) << "block " << id;
     ASSERT_EQ(held[id], model.refcount[id]) << "block " << id;
-    ASSERT_EQ(pool.hash(id), model.hash[id]) << "block " << id;
+    ASSERT_EQ(pool.hash(id), HO(model.hash[id])) << "block " << id;
   }
   for (uint64_t h = 0; h < 48; ++h) {
-    ASSERT_EQ(pool.ContainsHash(h), model.by_hash.contains(h)) << "hash " << h;
+    ASSERT_EQ(pool.ContainsHash(H(h)), model.by_hash.contains(h)) << "hash " << h;
   }
 }
 
@@ -382,7 +388,7 @@ TEST(BlockPoolStressTest, MatchesModel) {
   std::vector<BlockList> lists;
   std::vector<std::pair<BlockId, uint64_t>> evicted;
   pool.set_eviction_callback(
-      [&](BlockId id, uint64_t h) { evicted.emplace_back(id, h); });
+      [&](BlockId id, const BlockHash& h) { evicted.emplace_back(id, h.low); });
   std::mt19937_64 rng(20240601);
   const auto uniform = [&rng](int64_t lo, int64_t hi) {  // [lo, hi]
     return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
@@ -411,11 +417,11 @@ TEST(BlockPoolStressTest, MatchesModel) {
       auto it = lru_before.begin();
       for (const auto& [id, h] : evicted) {
         ASSERT_EQ(id, *it++);
-        ASSERT_FALSE(pool.ContainsHash(h));
+        ASSERT_FALSE(pool.ContainsHash(H(h)));
       }
     } else if (op == 1) {  // AcquireCached into a new or existing list
       const uint64_t h = static_cast<uint64_t>(uniform(0, 47));
-      const std::optional<BlockId> got = pool.AcquireCached(h);
+      const std::optional<BlockId> got = pool.AcquireCached(H(h));
       const auto it = model.by_hash.find(h);
       if (it == model.by_hash.end()) {
         ASSERT_FALSE(got.has_value());
@@ -463,7 +469,7 @@ TEST(BlockPoolStressTest, MatchesModel) {
       const BlockId id = list[static_cast<int32_t>(uniform(0, list.size() - 1))];
       const uint64_t h = model.hash[id].value_or(static_cast<uint64_t>(uniform(0, 47)));
       const bool expect = model.hash[id].has_value() || !model.by_hash.contains(h);
-      ASSERT_EQ(pool.SetHash(id, h), expect);
+      ASSERT_EQ(pool.SetHash(id, H(h)), expect);
       if (expect && !model.hash[id].has_value()) {
         model.hash[id] = h;
         model.by_hash[h] = id;

@@ -71,10 +71,10 @@ TEST(EngineStepsTest, FullBlocksAreReportedStoredWithTheSharedChainedHash) {
   // 40 prompt + 29 computed generated tokens fill 4 blocks (64 slots).
   std::vector<int32_t> seq = prompt;
   for (size_t i = 0; i + 1 < run.tokens.size(); ++i) seq.push_back(run.tokens[i].id);
-  const std::vector<uint64_t> want = PrefixBlockHashes(seq, 16, model->fingerprint());
+  const std::vector<BlockHash> want = PrefixBlockHashes(seq, 16, model->fingerprint());
   ASSERT_EQ(want.size(), 4u);
-  std::vector<uint64_t> stored;
-  uint64_t parent = kRootParentHash;
+  std::vector<BlockHash> stored;
+  BlockHash parent = kRootParentHash;
   for (const BlockEvent& b : run.blocks) {
     ASSERT_EQ(b.kind, BlockEvent::Kind::kStored);
     EXPECT_EQ(b.parent_hash, parent);
@@ -101,14 +101,14 @@ TEST(EngineStepsTest, EvictedBlocksAreReportedRemoved) {
   ASSERT_EQ(first.blocks.size(), 4u);
   ASSERT_TRUE(e->Add(Request(Prompt(100, 2), 1, 0.0f)).ok());  // 7 blocks
   const Outcome second = RunToEnd(*e);
-  std::vector<uint64_t> removed;
+  std::vector<BlockHash> removed;
   for (const BlockEvent& b : second.blocks) {
     if (b.kind == BlockEvent::Kind::kRemoved) removed.push_back(b.hash);
   }
   // 7 blocks from 8 when 4 are cached: 4 free blocks first, then 3 cached
   // ones, least recently released first.
   ASSERT_EQ(removed.size(), 3u);
-  for (uint64_t h : removed) {
+  for (const BlockHash& h : removed) {
     EXPECT_NE(std::find_if(first.blocks.begin(), first.blocks.end(),
                            [h](const BlockEvent& b) { return b.hash == h; }),
               first.blocks.end());

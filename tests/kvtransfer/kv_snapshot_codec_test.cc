@@ -195,10 +195,10 @@ TEST(KvSnapshotCodecTest, HeadersCarryIndexCountsAndTheHashChain) {
   const std::vector<int32_t> tokens = Tokens(n);
   const std::vector<std::string> wire =
       EncodeSnapshot(MakeSnapshot(n, GgmlType::kF32, 1), tokens, /*tenant_salt=*/9);
-  const std::vector<uint64_t> full = engine::PrefixBlockHashes(tokens, kBlockSize, kFingerprint, 9);
+  const std::vector<engine::BlockHash> full = engine::PrefixBlockHashes(tokens, kBlockSize, kFingerprint, 9);
   ASSERT_EQ(full.size(), 2u);
   ASSERT_EQ(wire.size(), 3u);
-  uint64_t parent = engine::kRootParentHash;
+  engine::BlockHash parent = engine::kRootParentHash;
   for (size_t i = 0; i < wire.size(); ++i) {
     absl::StatusOr<DecodedBlock> d = DecodeBlock(wire[i], Expect(GgmlType::kF32));
     ASSERT_TRUE(d.ok()) << d.status();
@@ -210,7 +210,7 @@ TEST(KvSnapshotCodecTest, HeadersCarryIndexCountsAndTheHashChain) {
     } else {
       EXPECT_EQ(d->header.token_count, 3u);
       EXPECT_EQ(d->header.block_hash,
-                engine::BlockHash(parent, std::span(tokens).subspan(8, 3), kFingerprint, 9));
+                engine::HashBlock(parent, std::span(tokens).subspan(8, 3), kFingerprint, kBlockSize, 9));
     }
     parent = d->header.block_hash;
   }
