@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
                                          .admission = worker->admission,
                                          .channels = {.max_channels = *channels},
                                          .kv_transfer_streams = *streams});
-  return tandem::rpc::ServeUntilSignal("tandem-decode", args->String("listen"), {&service},
+  return tandem::rpc::ServeUntilSignal("tandem-decode", args->String("listen"),
+                                       {&service, worker->block_events.get()},
                                        *worker->metrics);
 }

@@ -137,7 +137,10 @@ void GenerateCall::StartPrefill() {
   {
     absl::MutexLock lock(&mu_);
     if (ending_) return;
-    WorkerPicker::Pick pick = env_.prefill->Acquire(tried_);
+    WorkerPicker::Pick pick =
+        env_.prefill_router != nullptr
+            ? env_.prefill_router->Route(*env_.prefill, request_.prompt_ids, tried_).pick
+            : env_.prefill->Acquire(tried_, static_cast<int64_t>(request_.prompt_ids.size()));
     if (!pick.valid()) {
       next = End(tried_.empty()
                      ? absl::UnavailableError("prefill: no prefill worker is configured")

@@ -22,6 +22,7 @@
 #include "engine/tokenizer.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/token_emitter.h"
+#include "gateway/kv_router.h"
 #include "gateway/validated_request.h"
 #include "gateway/worker_picker.h"
 #include "kvtransfer/rpc/release_client.h"
@@ -60,6 +61,7 @@ class LiveCalls {
 struct CallEnv {
   const engine::Tokenizer* tokenizer;
   WorkerPicker* prefill;
+  KvRouter* prefill_router;  // null: least-loaded prefill worker
   WorkerPicker* decode;
   rpc::ChannelCache* channels;
   kvtransfer::ReleaseClient* releases;

@@ -15,7 +15,23 @@ GenerationService::GenerationService(std::unique_ptr<engine::Tokenizer> tokenize
       channels_(options_.channels),
       releases_(channels_, "tandem-gateway"),
       admission_("gateway", options_.admission),
-      metrics_(registry) {}
+      metrics_(registry),
+      index_(options_.index),
+      prefill_router_(index_, 0, options_.router, registry, "prefill") {
+  std::vector<std::string> workers = options_.prefill_workers;
+  workers.insert(workers.end(), options_.decode_workers.begin(), options_.decode_workers.end());
+  subscriber_ =
+      std::make_unique<BlockEventSubscriber>(index_, channels_, std::move(workers), registry);
+}
+
+bool GenerationService::AwaitIndexSynced(absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  const int n = static_cast<int>(options_.prefill_workers.size() + options_.decode_workers.size());
+  for (int i = 0; i < n; ++i) {
+    if (!subscriber_->AwaitSynced(i, deadline - absl::Now())) return false;
+  }
+  return true;
+}
 
 GenerationService::~GenerationService() { live_.AwaitNone(); }
 
@@ -33,6 +49,7 @@ grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* GenerationService::Gener
     grpc::CallbackServerContext* ctx, const tandem::v1::GenerateRequest* request) {
   return GenerateCall::Start({.tokenizer = tokenizer_.get(),
                               .prefill = &prefill_,
+                              .prefill_router = options_.kv_routing ? &prefill_router_ : nullptr,
                               .decode = &decode_,
                               .channels = &channels_,
                               .releases = &releases_,

@@ -10,8 +10,11 @@
 #include <vector>
 
 #include "engine/tokenizer.h"
+#include "gateway/block_event_subscriber.h"
+#include "gateway/block_index.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/generate_call.h"
+#include "gateway/kv_router.h"
 #include "gateway/validated_request.h"
 #include "gateway/worker_picker.h"
 #include "kvtransfer/rpc/release_client.h"
@@ -32,6 +35,10 @@ struct GatewayOptions {
   absl::Duration request_timeout = absl::Minutes(10);
   rpc::AdmissionLimits admission;
   rpc::ChannelCacheOptions channels;
+  // Route prefills by the block index (false: to the least-loaded worker).
+  bool kv_routing = true;
+  RouterOptions router;
+  BlockIndexOptions index;
 };
 
 class GenerationService final : public tandem::v1::Generation::CallbackService {
@@ -52,6 +59,9 @@ class GenerationService final : public tandem::v1::Generation::CallbackService {
                                        tandem::v1::ListModelsResponse* response) override;
 
   const rpc::Admission& admission() const { return admission_; }
+  const BlockIndex& block_index() const { return index_; }
+  // Waits until every worker's block events are in the index (tests).
+  bool AwaitIndexSynced(absl::Duration timeout) const;
 
  private:
   grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const char* method,
@@ -65,6 +75,10 @@ class GenerationService final : public tandem::v1::Generation::CallbackService {
   kvtransfer::ReleaseClient releases_;
   rpc::Admission admission_;
   GatewayMetrics metrics_;
+  // Slots 0..P-1: the prefill workers; P..P+D-1: the decode workers.
+  BlockIndex index_;
+  KvRouter prefill_router_;
+  std::unique_ptr<BlockEventSubscriber> subscriber_;  // after what it feeds
   LiveCalls live_;  // last member: the first to be waited for
 };
 

@@ -5,7 +5,9 @@
 #include <iostream>
 
 #include "absl/strings/str_split.h"
+#include "absl/strings/str_cat.h"
 #include "common/flags.h"
+#include "common/log.h"
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
 #include "gateway/generation_service.h"
@@ -41,6 +43,17 @@ int main(int argc, char** argv) {
        .help = "deadline for Generate calls that set none"},
       {.name = "max-peer-channels", .default_value = "256",
        .help = "gRPC channels to workers kept open (least recently used dropped first)"},
+      {.name = "router", .default_value = "kv",
+       .help = "how prefill workers are chosen: kv (by the block index and load) or "
+               "least-loaded"},
+      {.name = "router-overlap-weight", .default_value = "1.0",
+       .help = "router cost per prompt block a worker would have to compute"},
+      {.name = "router-load-weight", .default_value = "1.0",
+       .help = "router cost per prompt block already in flight on a worker"},
+      {.name = "index-max-entries", .default_value = "4194304",
+       .help = "(block hash, worker) entries the block index holds at most"},
+      {.name = "log-level", .default_value = "info",
+       .help = "stderr diagnostics: error, warning, info or debug (routing decisions)"},
   };
   for (tandem::common::FlagSpec& s :
        tandem::rpc::AdmissionFlagSpecs({.max_in_flight = 4096, .max_queued_tokens = 1 << 20})) {
@@ -65,8 +78,20 @@ int main(int argc, char** argv) {
   absl::StatusOr<int32_t> channels = args->IntInRange("max-peer-channels", 1, 1 << 20);
   absl::StatusOr<tandem::rpc::AdmissionLimits> admission =
       tandem::rpc::AdmissionLimitsFromArgs(*args);
-  for (const absl::Status& s : {max_context.status(), max_stops.status(), timeout_ms.status(),
-                                channels.status(), admission.status()}) {
+  absl::StatusOr<double> overlap_weight = args->Double("router-overlap-weight");
+  absl::StatusOr<double> load_weight = args->Double("router-load-weight");
+  absl::StatusOr<int32_t> index_entries = args->IntInRange("index-max-entries", 0, 1 << 30);
+  absl::StatusOr<tandem::common::LogLevel> log_level =
+      tandem::common::ParseLogLevel(args->String("log-level"));
+  absl::Status router = absl::OkStatus();
+  if (args->String("router") != "kv" && args->String("router") != "least-loaded") {
+    router = absl::InvalidArgumentError(absl::StrCat(
+        "--router: \"", args->String("router"), "\" is not kv or least-loaded"));
+  }
+  for (const absl::Status& s :
+       {max_context.status(), max_stops.status(), timeout_ms.status(), channels.status(),
+        admission.status(), overlap_weight.status(), load_weight.status(),
+        index_entries.status(), log_level.status(), router}) {
     if (!s.ok()) {
       std::cerr << "tandem-gateway: " << s.message() << "\n";
       return 2;
@@ -81,6 +106,10 @@ int main(int argc, char** argv) {
   options.request_timeout = absl::Milliseconds(*timeout_ms);
   options.admission = *admission;
   options.channels.max_channels = *channels;
+  options.kv_routing = args->String("router") == "kv";
+  options.router = {.overlap_weight = *overlap_weight, .load_weight = *load_weight};
+  options.index.max_entries = *index_entries;
+  tandem::common::SetLogLevel(*log_level);
 
   absl::StatusOr<std::unique_ptr<tandem::engine::GgufFile>> file =
       tandem::engine::GgufFile::Open(model_path, {.require_tensor_data = false});

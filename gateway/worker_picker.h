@@ -1,10 +1,13 @@
-// Chooses a worker for a request among a fixed list of addresses: the one
-// with the fewest requests in flight from this gateway (ties: lowest index),
-// skipping any in `exclude`. A Pick holds its slot until destroyed.
-// Thread-safe.
+// Chooses a worker for a request among a fixed list of addresses, skipping
+// any in `exclude`: the one with the lowest cost, by default its requests in
+// flight from this gateway (ties: fewer in flight, then lowest index). A
+// Pick holds its slot, and the prompt tokens it was taken for, until
+// destroyed. Thread-safe.
 #ifndef TANDEM_GATEWAY_WORKER_PICKER_H_
 #define TANDEM_GATEWAY_WORKER_PICKER_H_
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,19 +34,32 @@ class WorkerPicker {
     friend class WorkerPicker;
     WorkerPicker* picker_ = nullptr;
     int index_ = -1;
+    int64_t tokens_ = 0;
   };
 
-  // An invalid Pick when every worker is excluded.
-  Pick Acquire(const std::vector<int>& exclude = {});
+  // A worker's load from this gateway, as a cost function sees it.
+  struct Load {
+    int in_flight = 0;            // requests
+    int64_t in_flight_tokens = 0;  // their prompt tokens
+  };
+  using Cost = std::function<double(int index, const Load& load)>;
+
+  // An invalid Pick when every worker is excluded. `tokens` are counted
+  // against the chosen worker while the Pick lives; `cost` (default: the
+  // requests in flight) ranks the candidates.
+  Pick Acquire(const std::vector<int>& exclude = {}, int64_t tokens = 0,
+               const Cost& cost = nullptr);
   int size() const { return static_cast<int>(addresses_.size()); }
+  const std::vector<std::string>& addresses() const { return addresses_; }
   int in_flight(int index) const;
+  int64_t in_flight_tokens(int index) const;
 
  private:
-  void Release(int index);
+  void Release(int index, int64_t tokens);
 
   const std::vector<std::string> addresses_;
   mutable absl::Mutex mu_;
-  std::vector<int> in_flight_ ABSL_GUARDED_BY(mu_);
+  std::vector<Load> load_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tandem::gateway

@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
                   .max_leases = *max_leases,
                   .max_bytes = int64_t{*max_lease_mb} << 20},
        .admission = worker->admission});
-  return tandem::rpc::ServeUntilSignal("tandem-prefill", args->String("listen"), {&service},
+  return tandem::rpc::ServeUntilSignal("tandem-prefill", args->String("listen"),
+                                       {&service, worker->block_events.get()},
                                        *worker->metrics);
 }

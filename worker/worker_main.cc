@@ -32,7 +32,19 @@ absl::StatusOr<Worker> StartWorker(
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
                    engine::Engine::Create(*w.model, engine::MakeCpuBackend(setup.backend),
                                           setup.engine));
-  w.loop = std::make_unique<EngineLoop>(std::move(eng), observer(w.metrics->registry()));
+  w.block_events = std::make_unique<BlockEventPublisher>(
+      BlockEventPublisherOptions{.model_fingerprint = w.model->fingerprint(),
+                                 .block_size = eng->kv_block_size()},
+      w.metrics->registry());
+  EngineLoop::StepObserver metrics = observer(w.metrics->registry());
+  BlockEventPublisher* publisher = w.block_events.get();
+  w.loop = std::make_unique<EngineLoop>(
+      std::move(eng), [metrics = std::move(metrics), publisher](
+                          const engine::EngineStats& stats, const engine::StepOutput& out,
+                          absl::Duration took) {
+        if (metrics) metrics(stats, out, took);
+        publisher->Publish(out.blocks);
+      });
   return w;
 }
 

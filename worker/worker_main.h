@@ -16,6 +16,7 @@
 #include "engine/model.h"
 #include "rpc/admission.h"
 #include "rpc/metrics.h"
+#include "worker/block_event_publisher.h"
 #include "worker/engine_loop.h"
 
 namespace tandem::worker {
@@ -27,12 +28,16 @@ std::vector<common::FlagSpec> WorkerFlagSpecs();
 struct Worker {
   std::unique_ptr<engine::Model> model;
   std::unique_ptr<rpc::MetricsServer> metrics;
+  // Publishes the engine's block events (serve it with the worker's
+  // service). Declared before `loop`, whose thread feeds it.
+  std::unique_ptr<BlockEventPublisher> block_events;
   std::unique_ptr<EngineLoop> loop;
   rpc::AdmissionLimits admission;  // from --max-inflight and friends
 };
 
 // Loads the model, starts metrics and the engine thread. `observer` builds
-// the per-step callback from the metrics registry.
+// the per-step callback from the metrics registry; every step's block events
+// also go to `block_events`.
 absl::StatusOr<Worker> StartWorker(
     const common::Args& args,
     const std::function<EngineLoop::StepObserver(prometheus::Registry&)>& observer);

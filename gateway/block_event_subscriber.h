@@ -1,0 +1,82 @@
+// Keeps the gateway's BlockIndex current: one BlockEvents.Watch stream per
+// worker, each batch applied as it arrives. A batch the index refuses (a
+// gap or a new epoch) ends the stream and a new one starts at once with a
+// fresh snapshot; a stream that breaks drops the worker's entries at once
+// and is retried with exponential backoff. Streams run on gRPC threads; one
+// thread of its own starts them. Thread-safe.
+#ifndef TANDEM_GATEWAY_BLOCK_EVENT_SUBSCRIBER_H_
+#define TANDEM_GATEWAY_BLOCK_EVENT_SUBSCRIBER_H_
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "gateway/block_index.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "rpc/channel_cache.h"
+
+namespace tandem::gateway {
+
+struct SubscriberOptions {
+  absl::Duration retry_min = absl::Milliseconds(100);
+  absl::Duration retry_max = absl::Seconds(5);
+};
+
+class BlockEventSubscriber {
+ public:
+  // Worker `i` of `addresses` is slot `i` in the index. `index`, `channels`
+  // and `registry` must outlive the subscriber.
+  BlockEventSubscriber(BlockIndex& index, rpc::ChannelCache& channels,
+                       std::vector<std::string> addresses, prometheus::Registry& registry,
+                       const SubscriberOptions& options = {});
+  // Cancels every stream and waits for them to end.
+  ~BlockEventSubscriber();
+
+  // Resyncs so far (a gap or a new epoch), for tests and metrics.
+  int64_t resyncs() const;
+  // Waits until `worker`'s stream has applied a snapshot (or `timeout`).
+  bool AwaitSynced(int worker, absl::Duration timeout) const;
+
+ private:
+  class Stream;
+  struct Slot {
+    Stream* stream = nullptr;  // the live stream, if any
+    absl::Time next_attempt = absl::InfinitePast();
+    absl::Duration backoff;
+    bool synced = false;
+    prometheus::Gauge* entries = nullptr;
+  };
+
+  void Run();
+  // From a stream: a batch arrived (false: resubscribe).
+  bool OnBatch(int worker, const tandem::v1::BlockEventBatch& batch);
+  void OnStreamEnded(int worker, bool resync);
+
+  BlockIndex& index_;
+  rpc::ChannelCache& channels_;
+  const std::vector<std::string> addresses_;
+  const SubscriberOptions options_;
+  prometheus::Histogram& lag_;
+  prometheus::Counter& resyncs_;
+  prometheus::Gauge& hashes_;
+  prometheus::Gauge& entries_total_;
+  prometheus::Counter& dropped_;
+
+  mutable absl::Mutex mu_;
+  std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
+  int live_streams_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t resync_count_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t dropped_seen_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace tandem::gateway
+
+#endif  // TANDEM_GATEWAY_BLOCK_EVENT_SUBSCRIBER_H_

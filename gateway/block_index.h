@@ -1,0 +1,85 @@
+// The gateway's block index: which workers hold which full KV blocks, fed by
+// every worker's BlockEvents stream (gateway/block_event_subscriber.h) and
+// read by the router. Workers are the gateway's numbered worker slots. A
+// batch that does not follow the last one applied (a gap, or a new epoch)
+// is refused so that the subscriber resubscribes for a snapshot; a worker
+// whose stream ends is dropped with every entry. Memory is bounded by
+// `max_entries` (hash, worker) pairs: past it new entries are not recorded
+// (counted), which only costs routing accuracy. Thread-safe.
+#ifndef TANDEM_GATEWAY_BLOCK_INDEX_H_
+#define TANDEM_GATEWAY_BLOCK_INDEX_H_
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/block_hash.h"
+#include "tandem/v1/worker.pb.h"
+
+namespace tandem::gateway {
+
+struct BlockIndexOptions {
+  int64_t max_entries = 4 << 20;  // (hash, worker) pairs
+};
+
+// How the workers hash blocks (they report it with their events).
+struct BlockHashParams {
+  uint64_t model_fingerprint = 0;
+  int32_t block_size = 0;
+};
+
+class BlockIndex {
+ public:
+  explicit BlockIndex(const BlockIndexOptions& options = {});
+
+  enum class Applied { kApplied, kNeedsResync };
+  // Applies a batch from `worker`'s stream: a snapshot replaces what the
+  // index knew of the worker; a delta must be the next one in the same
+  // epoch, else nothing changes and kNeedsResync says to resubscribe.
+  Applied Apply(int worker, const tandem::v1::BlockEventBatch& batch);
+  // Forgets the worker (its stream ended): its entries go at once.
+  void Drop(int worker);
+
+  // For each of `workers`, how many leading blocks of `chain` it holds.
+  std::vector<int32_t> Overlap(std::span<const int> workers,
+                               std::span<const engine::BlockHash> chain) const;
+  // What the workers hash with, once one has reported.
+  std::optional<BlockHashParams> params() const;
+
+  int64_t entries() const;           // (hash, worker) pairs
+  int64_t hashes() const;            // distinct hashes
+  int64_t entries_of(int worker) const;
+  int64_t dropped_entries() const;   // not recorded: the index was full
+
+ private:
+  struct WorkerState {
+    uint64_t epoch = 0;
+    uint64_t sequence = 0;
+    bool synced = false;  // a snapshot has been applied
+    absl::flat_hash_set<engine::BlockHash> held;
+  };
+  void AddLocked(int worker, WorkerState& w, const engine::BlockHash& h)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RemoveLocked(int worker, WorkerState& w, const engine::BlockHash& h)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ClearLocked(int worker, WorkerState& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const BlockIndexOptions options_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<engine::BlockHash, absl::InlinedVector<int, 2>> holders_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, WorkerState> workers_ ABSL_GUARDED_BY(mu_);
+  std::optional<BlockHashParams> params_ ABSL_GUARDED_BY(mu_);
+  int64_t entries_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace tandem::gateway
+
+#endif  // TANDEM_GATEWAY_BLOCK_INDEX_H_

@@ -1,0 +1,68 @@
+#include "gateway/kv_router.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_join.h"
+#include "common/log.h"
+#include "engine/block_hash.h"
+#include "rpc/metrics.h"
+
+namespace tandem::gateway {
+
+KvRouter::KvRouter(const BlockIndex& index, int first_slot, const RouterOptions& options,
+                   prometheus::Registry& registry, std::string role)
+    : index_(index),
+      first_slot_(first_slot),
+      options_(options),
+      role_(std::move(role)),
+      decisions_(rpc::CounterFamily(registry, "tandem_router_decisions_total",
+                                    "Routing decisions, by worker role and reason")) {}
+
+RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> prompt,
+                              const std::vector<int>& exclude) {
+  RouteDecision d;
+  const int64_t tokens = static_cast<int64_t>(prompt.size());
+  const std::optional<BlockHashParams> params = index_.params();
+  if (!params.has_value()) {
+    d.pick = picker.Acquire(exclude, tokens);
+    d.reason = exclude.empty() ? "no_index" : "retry";
+  } else {
+    const int32_t bs = params->block_size;
+    d.prompt_blocks = static_cast<int32_t>((tokens + bs - 1) / bs);
+    // The engine always computes the last prompt token, so a block holding
+    // it is computed whatever is cached.
+    const std::span<const int32_t> reusable =
+        prompt.first(tokens == 0 ? 0 : static_cast<size_t>((tokens - 1) / bs * bs));
+    const std::vector<engine::BlockHash> chain =
+        engine::PrefixBlockHashes(reusable, bs, params->model_fingerprint);
+    std::vector<int> slots(picker.size());
+    for (int i = 0; i < picker.size(); ++i) slots[i] = first_slot_ + i;
+    const std::vector<int32_t> overlap = index_.Overlap(slots, chain);
+    std::vector<double> costs(picker.size(), 0.0);
+    d.pick = picker.Acquire(exclude, tokens, [&](int i, const WorkerPicker::Load& load) {
+      costs[i] = options_.overlap_weight * (d.prompt_blocks - overlap[i]) +
+                 options_.load_weight * static_cast<double>(load.in_flight_tokens) / bs;
+      return costs[i];
+    });
+    const int32_t best_overlap = *std::max_element(overlap.begin(), overlap.end());
+    if (d.pick.valid()) d.overlap_blocks = overlap[d.pick.index()];
+    if (!exclude.empty()) {
+      d.reason = "retry";
+    } else if (d.overlap_blocks > 0) {
+      d.reason = "kv_overlap";
+    } else {
+      d.reason = best_overlap > 0 ? "load" : "no_overlap";
+    }
+    if (common::LogEnabled(common::LogLevel::kDebug)) {
+      common::LogLine("router") << role_ << " " << (d.pick.valid() ? d.pick.address() : "none")
+                                << " reason=" << d.reason << " prompt_blocks="
+                                << d.prompt_blocks << " overlap=["
+                                << absl::StrJoin(overlap, ",") << "] cost=["
+                                << absl::StrJoin(costs, ",") << "]";
+    }
+  }
+  decisions_.Add({{"role", role_}, {"reason", d.reason}}).Increment();
+  return d;
+}
+
+}  // namespace tandem::gateway

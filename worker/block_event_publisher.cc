@@ -1,0 +1,164 @@
+#include "worker/block_event_publisher.h"
+
+#include <algorithm>
+#include <deque>
+#include <random>
+
+#include "absl/time/clock.h"
+#include "rpc/metrics.h"
+
+namespace tandem::worker {
+
+void BlockHashToProto(const engine::BlockHash& h, tandem::v1::BlockHashProto* out) {
+  out->set_low(h.low);
+  out->set_high(h.high);
+}
+
+engine::BlockHash BlockHashFromProto(const tandem::v1::BlockHashProto& p) {
+  return engine::BlockHash{.low = p.low(), .high = p.high()};
+}
+
+// One subscriber's stream: batches queue here and go out one write at a
+// time. Its mutex is taken after the publisher's, never before.
+class BlockEventPublisher::Subscription final
+    : public grpc::ServerWriteReactor<tandem::v1::BlockEventBatch> {
+ public:
+  Subscription(BlockEventPublisher* publisher, int32_t max_pending)
+      : publisher_(publisher), max_pending_(max_pending) {}
+
+  // Queues `batch` (publisher's mu_ held). `snapshot` makes a resnapshot
+  // when the queue is full.
+  template <typename MakeSnapshot>
+  void Offer(tandem::v1::BlockEventBatch batch, const MakeSnapshot& snapshot) {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    if (static_cast<int32_t>(pending_.size()) >= max_pending_) {
+      pending_.clear();  // too far behind: one snapshot replaces them all
+      pending_.push_back(snapshot());
+    } else {
+      pending_.push_back(std::move(batch));
+    }
+    MaybeWriteLocked();
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "block event stream broke"));
+      return;
+    }
+    MaybeWriteLocked();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    publisher_->Unsubscribe(this);
+    delete this;
+  }
+
+ private:
+  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_ || pending_.empty()) return;
+    current_ = std::move(pending_.front());
+    pending_.pop_front();
+    writing_ = true;
+    StartWrite(&current_);
+  }
+  // gRPC orders the status after a write still in flight.
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    pending_.clear();
+    Finish(status);
+  }
+
+  BlockEventPublisher* const publisher_;
+  const int32_t max_pending_;
+  absl::Mutex mu_;
+  std::deque<tandem::v1::BlockEventBatch> pending_ ABSL_GUARDED_BY(mu_);
+  tandem::v1::BlockEventBatch current_ ABSL_GUARDED_BY(mu_);  // the write in flight
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+BlockEventPublisher::BlockEventPublisher(const BlockEventPublisherOptions& options,
+                                         prometheus::Registry& registry)
+    : options_(options),
+      epoch_([] {
+        std::random_device rd;
+        return (uint64_t{rd()} << 32) | rd();
+      }()),
+      subscribers_gauge_(rpc::GaugeMetric(registry, "tandem_block_event_subscribers",
+                                          "Gateways subscribed to this worker's block events")) {}
+
+BlockEventPublisher::~BlockEventPublisher() = default;
+
+tandem::v1::BlockEventBatch BlockEventPublisher::SnapshotLocked() const {
+  tandem::v1::BlockEventBatch b;
+  b.set_epoch(epoch_);
+  b.set_sequence(sequence_);
+  b.set_snapshot(true);
+  b.set_model_fingerprint(options_.model_fingerprint);
+  b.set_block_size(options_.block_size);
+  b.set_produced_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  b.mutable_stored()->Reserve(static_cast<int>(held_.size()));
+  for (const engine::BlockHash& h : held_) BlockHashToProto(h, b.add_stored());
+  return b;
+}
+
+void BlockEventPublisher::Publish(std::span<const engine::BlockEvent> events) {
+  if (events.empty()) return;
+  absl::MutexLock lock(&mu_);
+  tandem::v1::BlockEventBatch batch;
+  batch.set_epoch(epoch_);
+  batch.set_sequence(++sequence_);
+  batch.set_model_fingerprint(options_.model_fingerprint);
+  batch.set_block_size(options_.block_size);
+  batch.set_produced_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  for (const engine::BlockEvent& e : events) {
+    if (e.kind == engine::BlockEvent::Kind::kStored) {
+      held_.insert(e.hash);
+      BlockHashToProto(e.hash, batch.add_stored());
+    } else {
+      held_.erase(e.hash);
+      BlockHashToProto(e.hash, batch.add_removed());
+    }
+  }
+  for (Subscription* s : subscriptions_) {
+    s->Offer(batch, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return SnapshotLocked(); });
+  }
+}
+
+grpc::ServerWriteReactor<tandem::v1::BlockEventBatch>* BlockEventPublisher::Watch(
+    grpc::CallbackServerContext*, const tandem::v1::WatchBlockEventsRequest*) {
+  auto* s = new Subscription(this, std::max(options_.max_pending_batches, 1));
+  absl::MutexLock lock(&mu_);
+  subscriptions_.push_back(s);
+  subscribers_gauge_.Set(static_cast<double>(subscriptions_.size()));
+  s->Offer(SnapshotLocked(), [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return SnapshotLocked(); });
+  return s;
+}
+
+void BlockEventPublisher::Unsubscribe(Subscription* s) {
+  absl::MutexLock lock(&mu_);
+  subscriptions_.erase(std::remove(subscriptions_.begin(), subscriptions_.end(), s),
+                       subscriptions_.end());
+  subscribers_gauge_.Set(static_cast<double>(subscriptions_.size()));
+}
+
+int32_t BlockEventPublisher::subscribers() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int32_t>(subscriptions_.size());
+}
+
+int64_t BlockEventPublisher::blocks_held() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(held_.size());
+}
+
+}  // namespace tandem::worker

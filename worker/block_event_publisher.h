@@ -1,0 +1,73 @@
+// The BlockEvents service of a worker: tells every subscribed gateway which
+// full KV blocks its engine holds. A subscriber first gets a snapshot of
+// every hash held, then one batch per engine step that stored or removed
+// blocks, numbered consecutively within this process's epoch. A subscriber
+// that falls more than `max_pending_batches` behind gets a fresh snapshot
+// instead of the batches it missed, so a slow gateway costs bounded memory.
+// Publish() is called on the engine thread; subscriptions run on gRPC
+// threads. Thread-safe.
+#ifndef TANDEM_WORKER_BLOCK_EVENT_PUBLISHER_H_
+#define TANDEM_WORKER_BLOCK_EVENT_PUBLISHER_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/block_hash.h"
+#include "engine/request.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+#include "tandem/v1/worker.grpc.pb.h"
+
+namespace tandem::worker {
+
+struct BlockEventPublisherOptions {
+  uint64_t model_fingerprint = 0;
+  int32_t block_size = 16;
+  int32_t max_pending_batches = 1024;  // per subscriber, before a resnapshot
+};
+
+class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackService {
+ public:
+  // `registry` must outlive the publisher.
+  BlockEventPublisher(const BlockEventPublisherOptions& options, prometheus::Registry& registry);
+  // Every subscription must have ended (the gRPC server is shut down first).
+  ~BlockEventPublisher() override;
+
+  // One engine step's block events, in order.
+  void Publish(std::span<const engine::BlockEvent> events);
+
+  grpc::ServerWriteReactor<tandem::v1::BlockEventBatch>* Watch(
+      grpc::CallbackServerContext* ctx, const tandem::v1::WatchBlockEventsRequest* request) override;
+
+  uint64_t epoch() const { return epoch_; }
+  int32_t subscribers() const;
+  int64_t blocks_held() const;
+
+ private:
+  class Subscription;
+
+  tandem::v1::BlockEventBatch SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unsubscribe(Subscription* s);
+
+  const BlockEventPublisherOptions options_;
+  const uint64_t epoch_;
+  prometheus::Gauge& subscribers_gauge_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_set<engine::BlockHash> held_ ABSL_GUARDED_BY(mu_);
+  uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;  // the last batch published
+  std::vector<Subscription*> subscriptions_ ABSL_GUARDED_BY(mu_);
+};
+
+// engine::BlockHash <-> proto.
+void BlockHashToProto(const engine::BlockHash& h, tandem::v1::BlockHashProto* out);
+engine::BlockHash BlockHashFromProto(const tandem::v1::BlockHashProto& p);
+
+}  // namespace tandem::worker
+
+#endif  // TANDEM_WORKER_BLOCK_EVENT_PUBLISHER_H_
