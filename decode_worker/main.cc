@@ -46,5 +46,6 @@ int main(int argc, char** argv) {
                                          .kv_transfer_streams = *streams});
   return tandem::rpc::ServeUntilSignal("tandem-decode", args->String("listen"),
                                        {&service, worker->block_events.get()},
-                                       *worker->metrics);
+                                       *worker->metrics,
+                                       [&worker] { worker->block_events->Close(); });
 }

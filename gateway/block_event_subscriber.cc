@@ -32,8 +32,13 @@ class BlockEventSubscriber::Stream final
     StartRead(&batch_);
   }
   void OnDone(const grpc::Status&) override {
-    owner_->OnStreamEnded(worker_, resync_);
+    // The owner may be destroyed as soon as it hears of the end, so the
+    // stream (its context and its channel reference) goes first.
+    BlockEventSubscriber* const owner = owner_;
+    const int worker = worker_;
+    const bool resync = resync_;
     delete this;
+    owner->OnStreamEnded(worker, resync);
   }
 
  private:
@@ -145,6 +150,8 @@ bool BlockEventSubscriber::OnBatch(int worker, const tandem::v1::BlockEventBatch
     s.synced = true;
     s.backoff = options_.retry_min;  // a working stream resets the backoff
   }
+  s.epoch = batch.epoch();
+  s.sequence = batch.sequence();
   s.entries->Set(static_cast<double>(index_.entries_of(worker)));
   hashes_.Set(static_cast<double>(index_.hashes()));
   entries_total_.Set(static_cast<double>(index_.entries()));
@@ -172,6 +179,22 @@ void BlockEventSubscriber::OnStreamEnded(int worker, bool resync) {
     s.backoff = std::min(s.backoff * 2, options_.retry_max);
   }
   --live_streams_;
+}
+
+bool BlockEventSubscriber::AwaitApplied(int worker, uint64_t epoch, uint64_t sequence,
+                                        absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto applied = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    const Slot& s = slots_[worker];
+    return s.synced && s.epoch == epoch && s.sequence >= sequence;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&applied), timeout);
+}
+
+bool BlockEventSubscriber::AwaitDisconnected(int worker, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto gone = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !slots_[worker].synced; };
+  return mu_.AwaitWithTimeout(absl::Condition(&gone), timeout);
 }
 
 int64_t BlockEventSubscriber::resyncs() const {

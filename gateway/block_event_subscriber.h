@@ -42,6 +42,11 @@ class BlockEventSubscriber {
   int64_t resyncs() const;
   // Waits until `worker`'s stream has applied a snapshot (or `timeout`).
   bool AwaitSynced(int worker, absl::Duration timeout) const;
+  // Waits until `worker`'s stream has applied batch `sequence` of `epoch`
+  // (a snapshot counts as every batch up to its number).
+  bool AwaitApplied(int worker, uint64_t epoch, uint64_t sequence, absl::Duration timeout) const;
+  // Waits until `worker` has no stream and none of its entries.
+  bool AwaitDisconnected(int worker, absl::Duration timeout) const;
 
  private:
   class Stream;
@@ -50,6 +55,8 @@ class BlockEventSubscriber {
     absl::Time next_attempt = absl::InfinitePast();
     absl::Duration backoff;
     bool synced = false;
+    uint64_t epoch = 0;
+    uint64_t sequence = 0;  // the last batch applied
     prometheus::Gauge* entries = nullptr;
   };
 

@@ -45,5 +45,6 @@ int main(int argc, char** argv) {
        .admission = worker->admission});
   return tandem::rpc::ServeUntilSignal("tandem-prefill", args->String("listen"),
                                        {&service, worker->block_events.get()},
-                                       *worker->metrics);
+                                       *worker->metrics,
+                                       [&worker] { worker->block_events->Close(); });
 }

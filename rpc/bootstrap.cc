@@ -109,7 +109,8 @@ void ShutdownServer(grpc::Server& server, absl::Duration grace) {
 }
 
 int ServeUntilSignal(const std::string& name, const std::string& listen,
-                     const std::vector<grpc::Service*>& services, const MetricsServer& metrics) {
+                     const std::vector<grpc::Service*>& services, const MetricsServer& metrics,
+                     const std::function<void()>& on_signal) {
   absl::StatusOr<StartedServer> started =
       StartGrpcServer({.listen = listen, .max_message_bytes = 64 << 20, .configure = nullptr}, services);
   if (!started.ok()) {
@@ -121,6 +122,7 @@ int ServeUntilSignal(const std::string& name, const std::string& listen,
             << (metrics.address().empty() ? "off" : metrics.address()) << ")\n";
   const int sig = WaitForShutdownSignal();
   std::cerr << name << ": signal " << sig << ", shutting down\n";
+  if (on_signal) on_signal();
   ShutdownServer(*started->server, absl::Seconds(5));
   return 0;
 }

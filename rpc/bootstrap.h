@@ -67,8 +67,11 @@ void ShutdownServer(grpc::Server& server, absl::Duration grace);
 // Starts a gRPC server with `services` on `listen`, prints the READY line,
 // blocks until SIGINT/SIGTERM and shuts down. Returns main()'s exit code.
 // `name` prefixes the log lines.
+// `on_signal` (optional) runs first when the signal arrives: it ends
+// streams that never end by themselves, so they do not hold the drain.
 int ServeUntilSignal(const std::string& name, const std::string& listen,
-                     const std::vector<grpc::Service*>& services, const MetricsServer& metrics);
+                     const std::vector<grpc::Service*>& services, const MetricsServer& metrics,
+                     const std::function<void()>& on_signal = nullptr);
 
 }  // namespace tandem::rpc
 

@@ -8,6 +8,16 @@
 #include "rpc/metrics.h"
 
 namespace tandem::worker {
+namespace {
+
+// A Watch that arrives after Close().
+class Refused final : public grpc::ServerWriteReactor<tandem::v1::BlockEventBatch> {
+ public:
+  Refused() { Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker shutting down")); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
 
 void BlockHashToProto(const engine::BlockHash& h, tandem::v1::BlockHashProto* out) {
   out->set_low(h.low);
@@ -54,6 +64,12 @@ class BlockEventPublisher::Subscription final
   void OnCancel() override {
     absl::MutexLock lock(&mu_);
     FinishLocked(grpc::Status::CANCELLED);
+  }
+
+  // Ends the stream from this side (publisher's mu_ held).
+  void End(const grpc::Status& status) {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(status);
   }
 
   void OnDone() override {
@@ -134,10 +150,17 @@ void BlockEventPublisher::Publish(std::span<const engine::BlockEvent> events) {
   }
 }
 
+void BlockEventPublisher::Close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+  for (Subscription* s : subscriptions_) s->End(grpc::Status::OK);
+}
+
 grpc::ServerWriteReactor<tandem::v1::BlockEventBatch>* BlockEventPublisher::Watch(
     grpc::CallbackServerContext*, const tandem::v1::WatchBlockEventsRequest*) {
-  auto* s = new Subscription(this, std::max(options_.max_pending_batches, 1));
   absl::MutexLock lock(&mu_);
+  if (closed_) return new Refused();
+  auto* s = new Subscription(this, std::max(options_.max_pending_batches, 1));
   subscriptions_.push_back(s);
   subscribers_gauge_.Set(static_cast<double>(subscriptions_.size()));
   s->Offer(SnapshotLocked(), [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return SnapshotLocked(); });

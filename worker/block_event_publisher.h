@@ -41,6 +41,9 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackServic
 
   // One engine step's block events, in order.
   void Publish(std::span<const engine::BlockEvent> events);
+  // Ends every subscription (OK: the worker is going away) and refuses new
+  // ones (UNAVAILABLE), so a server shutdown need not wait for them.
+  void Close();
 
   grpc::ServerWriteReactor<tandem::v1::BlockEventBatch>* Watch(
       grpc::CallbackServerContext* ctx, const tandem::v1::WatchBlockEventsRequest* request) override;
@@ -62,6 +65,7 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackServic
   absl::flat_hash_set<engine::BlockHash> held_ ABSL_GUARDED_BY(mu_);
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;  // the last batch published
   std::vector<Subscription*> subscriptions_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // engine::BlockHash <-> proto.

@@ -45,6 +45,11 @@ std::unique_ptr<Stack> Stack::Start(const std::string& model,
 }
 
 bool Stack::Stop() {
+  // A server's shutdown waits for its clients' connections to close (up to
+  // its grace period), so the test's own connections close first.
+  gateway_.reset();
+  prefill_.reset();
+  decode_.reset();
   bool ok = true;
   for (auto* p : {&gateway_proc_, &decode_proc_, &prefill_proc_}) {
     if (*p == nullptr) continue;

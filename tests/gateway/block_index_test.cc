@@ -1,0 +1,101 @@
+// The gateway's block index: snapshots replace, deltas must follow in
+// order within an epoch (else a resync is asked for), a dropped worker's
+// entries go at once, overlap counts leading blocks only, and the entry
+// bound holds.
+#include "gateway/block_index.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace tandem::gateway {
+namespace {
+
+engine::BlockHash H(uint64_t v) { return engine::BlockHash{.low = v, .high = v * 31}; }
+
+tandem::v1::BlockEventBatch Batch(uint64_t epoch, uint64_t seq, bool snapshot,
+                                  const std::vector<uint64_t>& stored,
+                                  const std::vector<uint64_t>& removed = {}) {
+  tandem::v1::BlockEventBatch b;
+  b.set_epoch(epoch);
+  b.set_sequence(seq);
+  b.set_snapshot(snapshot);
+  b.set_model_fingerprint(77);
+  b.set_block_size(16);
+  for (uint64_t v : stored) {
+    auto* p = b.add_stored();
+    p->set_low(H(v).low);
+    p->set_high(H(v).high);
+  }
+  for (uint64_t v : removed) {
+    auto* p = b.add_removed();
+    p->set_low(H(v).low);
+    p->set_high(H(v).high);
+  }
+  return b;
+}
+
+std::vector<engine::BlockHash> Chain(const std::vector<uint64_t>& v) {
+  std::vector<engine::BlockHash> out;
+  for (uint64_t x : v) out.push_back(H(x));
+  return out;
+}
+
+TEST(BlockIndexTest, SnapshotThenDeltasInOrder) {
+  BlockIndex index;
+  EXPECT_FALSE(index.params().has_value());
+  ASSERT_EQ(index.Apply(0, Batch(9, 4, true, {1, 2})), BlockIndex::Applied::kApplied);
+  ASSERT_TRUE(index.params().has_value());
+  EXPECT_EQ(index.params()->block_size, 16);
+  EXPECT_EQ(index.params()->model_fingerprint, 77u);
+  ASSERT_EQ(index.Apply(0, Batch(9, 5, false, {3}, {1})), BlockIndex::Applied::kApplied);
+  EXPECT_EQ(index.entries_of(0), 2);
+  const std::vector<int> workers = {0};
+  EXPECT_EQ(index.Overlap(workers, Chain({1, 2, 3})), std::vector<int32_t>{0});
+  EXPECT_EQ(index.Overlap(workers, Chain({2, 3, 4})), std::vector<int32_t>{2});
+}
+
+TEST(BlockIndexTest, AGapOrANewEpochAsksForAResyncAndChangesNothing) {
+  BlockIndex index;
+  ASSERT_EQ(index.Apply(0, Batch(9, 1, true, {1})), BlockIndex::Applied::kApplied);
+  EXPECT_EQ(index.Apply(0, Batch(9, 3, false, {2})), BlockIndex::Applied::kNeedsResync);
+  EXPECT_EQ(index.Apply(0, Batch(10, 2, false, {2})), BlockIndex::Applied::kNeedsResync);
+  EXPECT_EQ(index.entries_of(0), 1);
+  // A delta before any snapshot cannot be placed either.
+  EXPECT_EQ(index.Apply(1, Batch(9, 1, false, {2})), BlockIndex::Applied::kNeedsResync);
+  // The fresh snapshot (a restarted worker's new epoch) replaces all.
+  ASSERT_EQ(index.Apply(0, Batch(10, 0, true, {5, 6})), BlockIndex::Applied::kApplied);
+  EXPECT_EQ(index.entries_of(0), 2);
+  const std::vector<int> workers = {0};
+  EXPECT_EQ(index.Overlap(workers, Chain({1})), std::vector<int32_t>{0});
+  EXPECT_EQ(index.Overlap(workers, Chain({5, 6})), std::vector<int32_t>{2});
+}
+
+TEST(BlockIndexTest, OverlapIsPerWorkerAndADroppedWorkerLosesEverything) {
+  BlockIndex index;
+  index.Apply(0, Batch(1, 1, true, {1, 2, 3}));
+  index.Apply(1, Batch(2, 1, true, {1, 2, 7}));
+  const std::vector<int> both = {0, 1};
+  EXPECT_EQ(index.Overlap(both, Chain({1, 2, 3, 4})), (std::vector<int32_t>{3, 2}));
+  EXPECT_EQ(index.hashes(), 4);
+  EXPECT_EQ(index.entries(), 6);
+  index.Drop(0);
+  EXPECT_EQ(index.Overlap(both, Chain({1, 2, 3, 4})), (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(index.entries(), 3);
+  EXPECT_EQ(index.hashes(), 3);
+  EXPECT_EQ(index.entries_of(0), 0);
+}
+
+TEST(BlockIndexTest, EntriesStayWithinTheBound) {
+  BlockIndex index({.max_entries = 3});
+  index.Apply(0, Batch(1, 1, true, {1, 2}));
+  index.Apply(1, Batch(2, 1, true, {1, 2}));  // the fourth entry is not kept
+  EXPECT_EQ(index.entries(), 3);
+  EXPECT_EQ(index.dropped_entries(), 1);
+  index.Apply(0, Batch(1, 2, false, {}, {1}));  // room again
+  index.Apply(1, Batch(2, 2, false, {9}));
+  EXPECT_EQ(index.entries(), 3);
+}
+
+}  // namespace
+}  // namespace tandem::gateway
