@@ -77,6 +77,12 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
       Done(ticket.status());
       return;
     }
+    absl::StatusOr<int32_t> held = service_->BlocksHeld(request);
+    if (!held.ok()) {
+      service_->releases_.Release(request.prefill_address(), request.lease_id(), held.status());
+      Done(held.status());
+      return;
+    }
     ticket_ = std::move(*ticket);
     request_.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
     request_.sampling = rpc::SamplingFromProto(request.sampling());
@@ -93,6 +99,7 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
         {.address = request.prefill_address(),
          .lease_id = request.lease_id(),
          .num_blocks = request.num_blocks(),
+         .first_block = *held,
          .token_ids = request_.prompt,
          .deadline = std::min(limit, client)},
         [weak](kvtransfer::FetchResult result) {
@@ -227,6 +234,33 @@ absl::Status DecodeService::Validate(const tandem::v1::DecodeRequest& r) const {
                      r.prompt_token_ids_size(), "-token prompt"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int32_t> DecodeService::BlocksHeld(const tandem::v1::DecodeRequest& r) const {
+  const int32_t bs = loop_.kv_block_size();
+  const int32_t n = r.prompt_token_ids_size();
+  if (r.block_hashes_size() > n / bs) {
+    return absl::InvalidArgumentError(absl::StrCat("block_hashes: ", r.block_hashes_size(),
+                                                   " hashes for a ", n, "-token prompt with ",
+                                                   n / bs, " full blocks of ", bs));
+  }
+  if (options_.held_blocks == nullptr && r.block_hashes_size() == 0) return 0;
+  // The block holding the last prompt position is always fetched.
+  const int32_t skippable = (n - 1) / bs;
+  const std::span<const int32_t> prompt(r.prompt_token_ids().data(), n);
+  const std::vector<engine::BlockHash> chain = engine::PrefixBlockHashes(
+      prompt.first(static_cast<size_t>(std::max(skippable, r.block_hashes_size())) * bs), bs,
+      loop_.model().fingerprint());
+  for (int32_t i = 0; i < r.block_hashes_size(); ++i) {
+    const engine::BlockHash named = rpc::BlockHashFromProto(r.block_hashes(i));
+    if (named != chain[i]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "block_hashes[", i, "]: ", named.ToHex(), " differs from this worker's ",
+          chain[i].ToHex(), " (another model, block size or cache salt)"));
+    }
+  }
+  if (options_.held_blocks == nullptr) return 0;
+  return options_.held_blocks->LeadingHeld(std::span(chain).first(skippable));
 }
 
 void DecodeService::Count(const absl::Status& status) {

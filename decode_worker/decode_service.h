@@ -18,6 +18,7 @@
 #include "rpc/admission.h"
 #include "rpc/channel_cache.h"
 #include "tandem/v1/worker.grpc.pb.h"
+#include "worker/block_event_publisher.h"
 #include "worker/engine_loop.h"
 
 namespace tandem::decode {
@@ -29,6 +30,9 @@ struct DecodeServiceOptions {
   rpc::ChannelCacheOptions channels;
   // Streams one KV fetch is striped over (KvFetcher).
   int32_t kv_transfer_streams = 2;
+  // Delta transfer: the blocks this worker's engine holds. A fetch skips the
+  // prompt's leading blocks found here; nullptr fetches every block.
+  const worker::BlockEventPublisher* held_blocks = nullptr;
 };
 
 class DecodeService final : public tandem::v1::Decode::CallbackService {
@@ -48,6 +52,11 @@ class DecodeService final : public tandem::v1::Decode::CallbackService {
  private:
   class DecodeCall;
   absl::Status Validate(const tandem::v1::DecodeRequest& request) const;
+  // Delta transfer: how many of the prompt's leading blocks this worker
+  // holds and need not fetch (0 without `held_blocks`). FailedPrecondition
+  // when the hand-off's block_hashes differ from this worker's chain (another
+  // model or block size).
+  absl::StatusOr<int32_t> BlocksHeld(const tandem::v1::DecodeRequest& request) const;
   void Count(const absl::Status& status);
 
   worker::EngineLoop& loop_;

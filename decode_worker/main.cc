@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
   specs.push_back({.name = "kv-transfer-streams", .default_value = "2",
                    .help = "streams (each on its own connection) one KV fetch is striped "
                            "over, 1..16"});
+  specs.push_back({.name = "no-kv-delta-transfer",
+                   .help = "fetch every prompt block, even those this worker already holds",
+                   .is_bool = true});
   int exit_code = 0;
   std::optional<tandem::common::Args> args =
       tandem::common::ParseFlagsOrExit("tandem-decode", argc, argv, specs, &exit_code);
@@ -43,7 +46,10 @@ int main(int argc, char** argv) {
                                         {.fetch_timeout = absl::Milliseconds(*fetch_ms),
                                          .admission = worker->admission,
                                          .channels = {.max_channels = *channels},
-                                         .kv_transfer_streams = *streams});
+                                         .kv_transfer_streams = *streams,
+                                         .held_blocks = args->Bool("no-kv-delta-transfer")
+                                                            ? nullptr
+                                                            : worker->block_events.get()});
   return tandem::rpc::ServeUntilSignal("tandem-decode", args->String("listen"),
                                        {&service, worker->block_events.get()},
                                        *worker->metrics,

@@ -120,11 +120,19 @@ absl::Status Engine::ValidateSnapshot(const GenerationRequest& request,
         "kv.n_tokens ", kv.n_tokens, " differs from the prompt's ", request.prompt.size(),
         " tokens"));
   }
-  const size_t want_blocks = (kv.n_tokens + kv.block_size - 1) / kv.block_size;
+  // Only leading full blocks can be held already, and not the one holding
+  // the last position.
+  const int32_t max_skip = kv.n_tokens > 0 ? (kv.n_tokens - 1) / kv.block_size : 0;
+  if (kv.first_block < 0 || kv.first_block > max_skip) {
+    return absl::InvalidArgumentError(absl::StrCat("kv.first_block ", kv.first_block,
+                                                   " is out of range [0, ", max_skip, "]"));
+  }
+  const size_t want_blocks =
+      (kv.n_tokens + kv.block_size - 1) / kv.block_size - static_cast<size_t>(kv.first_block);
   if (kv.blocks.size() != want_blocks) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "kv.blocks has ", kv.blocks.size(), " blocks; ", kv.n_tokens, " tokens need ",
-        want_blocks));
+        "kv.blocks has ", kv.blocks.size(), " blocks; ", kv.n_tokens, " tokens from block ",
+        kv.first_block, " need ", want_blocks));
   }
   for (size_t i = 0; i < kv.blocks.size(); ++i) {
     if (static_cast<int64_t>(kv.blocks[i].size()) != kv_->block_bytes()) {
@@ -205,7 +213,7 @@ void Engine::Cancel(int64_t seq_id) {
 void Engine::CopyImport(Sequence& seq) {
   const KvSnapshot& kv = *seq.import;
   for (size_t i = 0; i < kv.blocks.size(); ++i) {
-    kv.blocks[i].CopyTo(kv_->BlockData((*seq.blocks)[static_cast<int32_t>(i)]));
+    kv.blocks[i].CopyTo(kv_->BlockData((*seq.blocks)[kv.first_block + static_cast<int32_t>(i)]));
   }
   seq.import.reset();  // from here on an ordinary sequence whose prompt is computed
 }
@@ -319,6 +327,7 @@ EngineStats Engine::stats() const {
       .preemptions = scheduler_.preemptions(),
       .prefix_queried_tokens = scheduler_.prefix_queried_tokens(),
       .prefix_hit_tokens = scheduler_.prefix_hit_tokens(),
+      .delta_fallbacks = scheduler_.delta_fallbacks(),
   };
 }
 

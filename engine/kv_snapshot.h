@@ -79,8 +79,11 @@ struct KvSnapshot {
   int32_t n_layer = 0;
   int32_t kv_dim = 0;
   GgmlType dtype = GgmlType::kF32;
-  // ceil(n_tokens / block_size) blocks, each in the engine's block layout
-  // ([layer][k|v][slot][kv_dim]) and size.
+  // Delta transfer: blocks [0, first_block) are not here; the receiver
+  // holds them already (the leading full blocks of the same token chain).
+  int32_t first_block = 0;
+  // Blocks first_block .. ceil(n_tokens / block_size) - 1, each in the
+  // engine's block layout ([layer][k|v][slot][kv_dim]) and size.
   std::vector<KvBlockBytes> blocks;
 };
 

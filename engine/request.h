@@ -79,6 +79,9 @@ struct EngineStats {
   // imported KV, and those whose KV came from the cache.
   int64_t prefix_queried_tokens = 0;
   int64_t prefix_hit_tokens = 0;
+  // Delta transfers whose leading blocks were evicted between the fetch and
+  // admission: their prompt was computed from where the cache ended.
+  int64_t delta_fallbacks = 0;
 };
 
 }  // namespace tandem::engine

@@ -59,13 +59,13 @@ void Scheduler::UndoAdmission(Sequence& seq) {
   seq.last_hash = kRootParentHash;
 }
 
-void Scheduler::AttachCachedPrefix(Sequence& seq) {
+void Scheduler::AttachCachedPrefix(Sequence& seq, int32_t max_blocks) {
   const int32_t n = static_cast<int32_t>(seq.tokens.size());
   // Cached KV was computed at positions 0, 1, ...: a sequence whose
   // positions were shifted cannot use it.
   if (n == 0 || seq.positions.front() != 0 || seq.positions.back() != n - 1) return;
   // At least the last token is computed: its logits give the next token.
-  const int32_t max_blocks = (n - 1) / block_size_;
+  max_blocks = std::min(max_blocks, (n - 1) / block_size_);
   std::optional<BlockList> list = pool_.Allocate(0);
   BlockHash parent = kRootParentHash;
   int32_t found = 0;
@@ -85,6 +85,29 @@ void Scheduler::AttachCachedPrefix(Sequence& seq) {
   seq.n_computed = seq.n_cached;
   seq.n_hashed = found;  // their hashes are known: the chain continues
   seq.last_hash = parent;
+}
+
+bool Scheduler::AdmitImport(Sequence& seq, StepPlan& plan) {
+  const int32_t skip = seq.import->first_block;
+  if (skip > 0) {
+    AttachCachedPrefix(seq, skip);
+    if (seq.n_cached < skip * block_size_) {
+      // Evicted between the fetch and now: the imported blocks cannot be
+      // placed, so the prompt is computed from where the cache ends (the
+      // sampler state and the first token stay as they are).
+      seq.import.reset();
+      ++delta_fallbacks_;
+      return true;
+    }
+  }
+  // Room for the imported positions and the token that follows them.
+  if (!EnsureBlocks(seq, seq.import->n_tokens + 1)) {
+    UndoAdmission(seq);
+    return false;
+  }
+  seq.n_computed = seq.import->n_tokens;
+  plan.imported.push_back(seq.id);
+  return true;
 }
 
 StepPlan Scheduler::Schedule() {
@@ -116,10 +139,7 @@ StepPlan Scheduler::Schedule() {
          static_cast<int32_t>(running_.size()) < options_.max_running) {
     Sequence& seq = *waiting_.front();
     if (seq.import != nullptr) {
-      // Room for the imported positions and the token that follows them.
-      if (!EnsureBlocks(seq, seq.import->n_tokens + 1)) break;
-      seq.n_computed = seq.import->n_tokens;
-      plan.imported.push_back(seq.id);
+      if (!AdmitImport(seq, plan)) break;
     } else if (!seq.blocks.has_value()) {
       AttachCachedPrefix(seq);
     }

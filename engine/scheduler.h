@@ -10,6 +10,7 @@
 #ifndef TANDEM_ENGINE_SCHEDULER_H_
 #define TANDEM_ENGINE_SCHEDULER_H_
 
+#include <climits>
 #include <cstdint>
 #include <deque>
 #include <list>
@@ -67,6 +68,9 @@ class Scheduler {
   // Prefix cache: prompt tokens looked up at admission, and those found.
   int64_t prefix_queried_tokens() const { return prefix_queried_tokens_; }
   int64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
+  // Imports whose leading blocks (KvSnapshot::first_block) were gone at
+  // admission, so the prompt was computed instead.
+  int64_t delta_fallbacks() const { return delta_fallbacks_; }
 
  private:
   // Grows seq's block table to hold `n_slots` KV slots; false (nothing
@@ -74,9 +78,15 @@ class Scheduler {
   bool EnsureBlocks(Sequence& seq, int32_t n_slots);
   void Preempt(Sequence& seq);
   // Gives a sequence without blocks the longest run of its leading full
-  // blocks that the pool holds (shared, refcounted), leaving at least its
-  // last token to compute so that its logits come out of the step.
-  void AttachCachedPrefix(Sequence& seq);
+  // blocks that the pool holds (shared, refcounted), at most `max_blocks`,
+  // leaving at least its last token to compute so that its logits come out
+  // of the step.
+  void AttachCachedPrefix(Sequence& seq, int32_t max_blocks = INT32_MAX);
+  // Admission of a sequence whose KV came with it (seq.import): attaches the
+  // leading blocks a delta transfer left out (falling back to computing the
+  // prompt when they were evicted since) and room for the rest. False
+  // (nothing changed) when the pool is short.
+  bool AdmitImport(Sequence& seq, StepPlan& plan);
   // Drops what admission gave the sequence, when it could not be admitted.
   void UndoAdmission(Sequence& seq);
 
@@ -86,6 +96,7 @@ class Scheduler {
   int64_t preemptions_ = 0;
   int64_t prefix_queried_tokens_ = 0;
   int64_t prefix_hit_tokens_ = 0;
+  int64_t delta_fallbacks_ = 0;
   // running_ keeps admission order: the newest is preempted first.
   std::list<std::unique_ptr<Sequence>> running_;
   std::deque<std::unique_ptr<Sequence>> waiting_;

@@ -2,14 +2,9 @@
 
 #include <algorithm>
 
+#include "rpc/convert.h"
+
 namespace tandem::gateway {
-namespace {
-
-engine::BlockHash FromProto(const tandem::v1::BlockHashProto& p) {
-  return engine::BlockHash{.low = p.low(), .high = p.high()};
-}
-
-}  // namespace
 
 BlockIndex::BlockIndex(const BlockIndexOptions& options) : options_(options) {}
 
@@ -54,14 +49,14 @@ BlockIndex::Applied BlockIndex::Apply(int worker, const tandem::v1::BlockEventBa
     w.epoch = batch.epoch();
     w.sequence = batch.sequence();
     w.synced = true;
-    for (const auto& h : batch.stored()) AddLocked(worker, w, FromProto(h));
+    for (const auto& h : batch.stored()) AddLocked(worker, w, rpc::BlockHashFromProto(h));
   } else {
     if (!w.synced || batch.epoch() != w.epoch || batch.sequence() != w.sequence + 1) {
       return Applied::kNeedsResync;
     }
     w.sequence = batch.sequence();
-    for (const auto& h : batch.stored()) AddLocked(worker, w, FromProto(h));
-    for (const auto& h : batch.removed()) RemoveLocked(worker, w, FromProto(h));
+    for (const auto& h : batch.stored()) AddLocked(worker, w, rpc::BlockHashFromProto(h));
+    for (const auto& h : batch.removed()) RemoveLocked(worker, w, rpc::BlockHashFromProto(h));
   }
   if (!params_.has_value() && batch.block_size() > 0) {
     params_ = BlockHashParams{.model_fingerprint = batch.model_fingerprint(),

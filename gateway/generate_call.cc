@@ -217,7 +217,11 @@ void GenerateCall::StartDecode() {
   {
     absl::MutexLock lock(&mu_);
     if (ending_) return;
-    decode_pick_ = env_.decode->Acquire();
+    // A decode worker holding the prompt's leading blocks fetches only the
+    // rest (delta transfer), so decode is routed on overlap and load too.
+    decode_pick_ = env_.decode_router != nullptr
+                       ? env_.decode_router->Route(*env_.decode, request_.prompt_ids, {}).pick
+                       : env_.decode->Acquire();
     if (!decode_pick_.valid()) {
       next = End(absl::UnavailableError("decode: no decode worker is configured"));
     } else {
@@ -234,6 +238,7 @@ void GenerateCall::StartDecode() {
       req.set_prefill_address(prefill_address_);
       req.set_lease_id(prefill_.lease_id());
       req.set_num_blocks(prefill_.num_blocks());
+      *req.mutable_block_hashes() = prefill_.block_hashes();
       decode_started_ = true;
       relay_ = relay = new DecodeRelay(shared_from_this(), ChildContext(),
                                        env_.channels->Get(decode_pick_.address()),

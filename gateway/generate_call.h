@@ -63,6 +63,7 @@ struct CallEnv {
   WorkerPicker* prefill;
   KvRouter* prefill_router;  // null: least-loaded prefill worker
   WorkerPicker* decode;
+  KvRouter* decode_router;  // null: least-loaded decode worker
   rpc::ChannelCache* channels;
   kvtransfer::ReleaseClient* releases;
   rpc::Admission* admission;

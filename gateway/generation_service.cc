@@ -17,7 +17,9 @@ GenerationService::GenerationService(std::unique_ptr<engine::Tokenizer> tokenize
       admission_("gateway", options_.admission),
       metrics_(registry),
       index_(options_.index),
-      prefill_router_(index_, 0, options_.router, registry, "prefill") {
+      prefill_router_(index_, 0, options_.router, registry, "prefill"),
+      decode_router_(index_, static_cast<int>(options_.prefill_workers.size()), options_.router,
+                     registry, "decode") {
   std::vector<std::string> workers = options_.prefill_workers;
   workers.insert(workers.end(), options_.decode_workers.begin(), options_.decode_workers.end());
   subscriber_ =
@@ -51,6 +53,7 @@ grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* GenerationService::Gener
                               .prefill = &prefill_,
                               .prefill_router = options_.kv_routing ? &prefill_router_ : nullptr,
                               .decode = &decode_,
+                              .decode_router = options_.kv_routing ? &decode_router_ : nullptr,
                               .channels = &channels_,
                               .releases = &releases_,
                               .admission = &admission_,

@@ -78,6 +78,7 @@ class GenerationService final : public tandem::v1::Generation::CallbackService {
   // Slots 0..P-1: the prefill workers; P..P+D-1: the decode workers.
   BlockIndex index_;
   KvRouter prefill_router_;
+  KvRouter decode_router_;
   std::unique_ptr<BlockEventSubscriber> subscriber_;  // after what it feeds
   LiveCalls live_;  // last member: the first to be waited for
 };

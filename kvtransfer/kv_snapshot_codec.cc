@@ -90,7 +90,7 @@ std::optional<BlockFrame> SnapshotEncoder::Frame(int32_t index) const {
 }
 
 SnapshotDecoder::SnapshotDecoder(const BlockExpectation& expect, std::vector<int32_t> token_ids,
-                                 uint64_t tenant_salt)
+                                 uint64_t tenant_salt, int32_t first_block)
     : expect_(expect),
       token_ids_(std::move(token_ids)),
       tenant_salt_(tenant_salt),
@@ -107,9 +107,22 @@ SnapshotDecoder::SnapshotDecoder(const BlockExpectation& expect, std::vector<int
   snapshot_.n_layer = static_cast<int32_t>(expect.layer_count);
   snapshot_.kv_dim = static_cast<int32_t>(expect.kv_dim);
   snapshot_.dtype = expect.dtype;
-  if (expect.block_size > 0) {
-    snapshot_.blocks.reserve((token_ids_.size() + expect.block_size - 1) / expect.block_size);
+  if (!status_.ok()) return;
+  const size_t bs = expect.block_size;
+  const size_t n_blocks = (token_ids_.size() + bs - 1) / bs;
+  if (first_block < 0 || (first_block > 0 && static_cast<size_t>(first_block) >= n_blocks)) {
+    status_ = absl::InvalidArgumentError(absl::StrCat(
+        "first_block: ", first_block, " leaves no block of ", n_blocks));
+    return;
   }
+  // The blocks the receiver holds: their chain, from the token ids.
+  for (int32_t i = 0; i < first_block; ++i) {
+    parent_ = engine::HashBlock(parent_, std::span<const int32_t>(token_ids_).subspan(i * bs, bs),
+                                expect.model_fingerprint, static_cast<int32_t>(bs), tenant_salt_);
+  }
+  covered_ = static_cast<size_t>(first_block) * bs;
+  snapshot_.first_block = first_block;
+  snapshot_.blocks.reserve(n_blocks - first_block);
 }
 
 absl::Status SnapshotDecoder::Add(std::string_view bytes) {
@@ -135,7 +148,7 @@ absl::Status SnapshotDecoder::Add(absl::StatusOr<DecodedBlockPieces> decoded,
 
 absl::Status SnapshotDecoder::Check(const absl::StatusOr<DecodedBlockPieces>& decoded) {
   RETURN_IF_ERROR(status_);
-  const size_t i = snapshot_.blocks.size();
+  const size_t i = static_cast<size_t>(next_index());
   const size_t n = token_ids_.size();
   const size_t bs = expect_.block_size;
   auto fail = [&](absl::Status s) {

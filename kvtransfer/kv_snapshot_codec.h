@@ -37,6 +37,9 @@ class SnapshotEncoder {
                   std::vector<int32_t> token_ids, uint64_t tenant_salt = 0);
 
   int32_t num_blocks() const { return static_cast<int32_t>(hashes_.size()); }
+  // Block i's hash (the chain over the token ids); the last one is not
+  // shareable when that block is partial.
+  const std::vector<engine::BlockHash>& hashes() const { return hashes_; }
   // Bytes of all wire blocks together.
   int64_t wire_bytes() const;
   // Wire block `index` (in [0, num_blocks())) into `out`, reusing its capacity.
@@ -67,9 +70,12 @@ class SnapshotEncoder {
 class SnapshotDecoder {
  public:
   // InvalidArgument (from Add / Finish) when the expectation has no block
-  // size or token_ids hold more than 2^31 - 1 ids.
+  // size, token_ids hold more than 2^31 - 1 ids, or `first_block` leaves no
+  // block. With `first_block` > 0 (delta transfer) the blocks start there:
+  // the receiver holds the ones before, and the chain starts from their
+  // hashes, computed here from token_ids.
   SnapshotDecoder(const BlockExpectation& expect, std::vector<int32_t> token_ids,
-                  uint64_t tenant_salt = 0);
+                  uint64_t tenant_salt = 0, int32_t first_block = 0);
 
   // The next block; after an error the decoder is spent. The first form
   // copies the payload; the second takes a block that arrived in `pieces`
@@ -82,6 +88,8 @@ class SnapshotDecoder {
   // the blocks in order.
   absl::Status Add(absl::StatusOr<DecodedBlockPieces> decoded, std::shared_ptr<const void> owner);
   int32_t blocks_added() const { return static_cast<int32_t>(snapshot_.blocks.size()); }
+  // The index of the block due next.
+  int32_t next_index() const { return snapshot_.first_block + blocks_added(); }
   // The snapshot, once the blocks cover every token id.
   absl::StatusOr<engine::KvSnapshot> Finish() &&;
 

@@ -95,6 +95,9 @@ class PrefillService::PrefillCall final : public grpc::ServerUnaryReactor,
     response_->set_num_blocks(held->num_blocks);
     response_->set_num_tokens(first.kv->n_tokens);
     response_->set_cached_prompt_tokens(first.cached_tokens);
+    for (const engine::BlockHash& h : held->full_block_hashes) {
+      rpc::BlockHashToProto(h, response_->add_block_hashes());
+    }
     const absl::Time step = stream->first_step_started();
     response_->set_queue_seconds(Seconds(step - stream->submitted()));
     response_->set_prefill_seconds(Seconds(done - step));

@@ -41,4 +41,13 @@ engine::SampledToken SampledTokenFromProto(const tandem::v1::SampledTokenProto& 
   return t;
 }
 
+void BlockHashToProto(const engine::BlockHash& h, tandem::v1::BlockHashProto* out) {
+  out->set_low(h.low);
+  out->set_high(h.high);
+}
+
+engine::BlockHash BlockHashFromProto(const tandem::v1::BlockHashProto& p) {
+  return engine::BlockHash{.low = p.low(), .high = p.high()};
+}
+
 }  // namespace tandem::rpc

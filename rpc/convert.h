@@ -3,6 +3,7 @@
 #ifndef TANDEM_RPC_CONVERT_H_
 #define TANDEM_RPC_CONVERT_H_
 
+#include "engine/block_hash.h"
 #include "engine/sampling_params.h"
 #include "tandem/v1/generation.pb.h"
 #include "tandem/v1/worker.pb.h"
@@ -15,6 +16,9 @@ void SamplingToProto(const engine::SamplingParams& s, tandem::v1::SamplingParams
 
 void SampledTokenToProto(const engine::SampledToken& t, tandem::v1::SampledTokenProto* p);
 engine::SampledToken SampledTokenFromProto(const tandem::v1::SampledTokenProto& p);
+
+void BlockHashToProto(const engine::BlockHash& h, tandem::v1::BlockHashProto* out);
+engine::BlockHash BlockHashFromProto(const tandem::v1::BlockHashProto& p);
 
 }  // namespace tandem::rpc
 

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "absl/time/clock.h"
+#include "rpc/convert.h"
 #include "rpc/metrics.h"
 
 namespace tandem::worker {
@@ -18,15 +19,6 @@ class Refused final : public grpc::ServerWriteReactor<tandem::v1::BlockEventBatc
 };
 
 }  // namespace
-
-void BlockHashToProto(const engine::BlockHash& h, tandem::v1::BlockHashProto* out) {
-  out->set_low(h.low);
-  out->set_high(h.high);
-}
-
-engine::BlockHash BlockHashFromProto(const tandem::v1::BlockHashProto& p) {
-  return engine::BlockHash{.low = p.low(), .high = p.high()};
-}
 
 // One subscriber's stream: batches queue here and go out one write at a
 // time. Its mutex is taken after the publisher's, never before.
@@ -123,7 +115,7 @@ tandem::v1::BlockEventBatch BlockEventPublisher::SnapshotLocked() const {
   b.set_block_size(options_.block_size);
   b.set_produced_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
   b.mutable_stored()->Reserve(static_cast<int>(held_.size()));
-  for (const engine::BlockHash& h : held_) BlockHashToProto(h, b.add_stored());
+  for (const engine::BlockHash& h : held_) rpc::BlockHashToProto(h, b.add_stored());
   return b;
 }
 
@@ -139,10 +131,10 @@ void BlockEventPublisher::Publish(std::span<const engine::BlockEvent> events) {
   for (const engine::BlockEvent& e : events) {
     if (e.kind == engine::BlockEvent::Kind::kStored) {
       held_.insert(e.hash);
-      BlockHashToProto(e.hash, batch.add_stored());
+      rpc::BlockHashToProto(e.hash, batch.add_stored());
     } else {
       held_.erase(e.hash);
-      BlockHashToProto(e.hash, batch.add_removed());
+      rpc::BlockHashToProto(e.hash, batch.add_removed());
     }
   }
   for (Subscription* s : subscriptions_) {
@@ -182,6 +174,13 @@ int32_t BlockEventPublisher::subscribers() const {
 int64_t BlockEventPublisher::blocks_held() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(held_.size());
+}
+
+int32_t BlockEventPublisher::LeadingHeld(std::span<const engine::BlockHash> chain) const {
+  absl::MutexLock lock(&mu_);
+  int32_t n = 0;
+  while (n < static_cast<int32_t>(chain.size()) && held_.contains(chain[n])) ++n;
+  return n;
 }
 
 }  // namespace tandem::worker

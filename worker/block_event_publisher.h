@@ -51,6 +51,9 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackServic
   uint64_t epoch() const { return epoch_; }
   int32_t subscribers() const;
   int64_t blocks_held() const;
+  // How many leading hashes of `chain` the engine held as of its last
+  // published step (the first one missing ends the run).
+  int32_t LeadingHeld(std::span<const engine::BlockHash> chain) const;
 
  private:
   class Subscription;
@@ -67,10 +70,6 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackServic
   std::vector<Subscription*> subscriptions_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
-
-// engine::BlockHash <-> proto.
-void BlockHashToProto(const engine::BlockHash& h, tandem::v1::BlockHashProto* out);
-engine::BlockHash BlockHashFromProto(const tandem::v1::BlockHashProto& p);
 
 }  // namespace tandem::worker
 

@@ -28,6 +28,10 @@ EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) 
       "Prompt tokens looked up in the prefix cache when their sequence was admitted");
   auto* hit = &rpc::CounterMetric(registry, "tandem_prefix_cache_hit_tokens_total",
                                   "Prompt tokens whose KV the prefix cache supplied");
+  auto* fallbacks = &rpc::CounterMetric(
+      registry, "tandem_kv_delta_fallbacks_total",
+      "Delta KV transfers whose held leading blocks were evicted before admission (the "
+      "prompt was computed instead)");
   auto* step = &rpc::LatencyHistogram(registry, "tandem_engine_step_seconds",
                                  "Duration of one engine step (forward pass + sampling)");
   // EngineStats counts since start; the counters take the deltas.
@@ -46,6 +50,7 @@ EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) 
     queried->Increment(static_cast<double>(s.prefix_queried_tokens -
                                            counted.prefix_queried_tokens));
     hit->Increment(static_cast<double>(s.prefix_hit_tokens - counted.prefix_hit_tokens));
+    fallbacks->Increment(static_cast<double>(s.delta_fallbacks - counted.delta_fallbacks));
     counted = s;
     step->Observe(absl::ToDoubleSeconds(took));
   };

@@ -41,8 +41,10 @@ class KvFetcher::Transfer final : public KvFetcher::Fetch,
       : fetcher_(fetcher),
         request_(std::move(request)),
         done_(std::move(done)),
-        stripes_(std::clamp(std::min(fetcher->streams_, request_.num_blocks), 1, kMaxStreams)),
-        decoder_(fetcher->expect_, request_.token_ids) {}
+        stripes_(std::clamp(std::min(fetcher->streams_,
+                                     request_.num_blocks - request_.first_block),
+                            1, kMaxStreams)),
+        decoder_(fetcher->expect_, request_.token_ids, /*tenant_salt=*/0, request_.first_block) {}
 
   void Begin();
   void Cancel() override {
@@ -101,7 +103,7 @@ class KvFetcher::StripeCall final
     : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   StripeCall(Transfer* transfer, int32_t stripe)
-      : transfer_(transfer), stripe_(stripe), next_(stripe) {}
+      : transfer_(transfer), stripe_(stripe), next_(transfer->request().first_block + stripe) {}
 
   void Begin() {
     const FetchRequest& r = transfer_->request();
@@ -112,6 +114,7 @@ class KvFetcher::StripeCall final
     req.set_lease_id(r.lease_id);
     req.set_stripe(stripe_);
     req.set_stripes(transfer_->stripes());
+    req.set_first_block(r.first_block);
     bool own_buffer = false;
     const grpc::Status s = grpc::SerializationTraits<tandem::v1::FetchKvRequest>::Serialize(
         req, &request_bytes_, &own_buffer);
@@ -195,7 +198,7 @@ absl::Status KvFetcher::Transfer::AddBlock(int32_t expected,
   waiting_.emplace(msg.index, std::move(arrived));
   // Chain every block whose predecessors are in.
   for (auto it = waiting_.begin();
-       it != waiting_.end() && it->first == decoder_.blocks_added(); it = waiting_.erase(it)) {
+       it != waiting_.end() && it->first == decoder_.next_index(); it = waiting_.erase(it)) {
     RETURN_IF_ERROR(decoder_.Add(std::move(it->second.block), std::move(it->second.owner)));
   }
   return absl::OkStatus();
@@ -242,10 +245,11 @@ void KvFetcher::Transfer::Finish() {
       result.kv = absl::CancelledError("KV fetch cancelled");
     } else if (!transport_error_.ok()) {
       result.kv = transport_error_;
-    } else if (decoder_.blocks_added() != request_.num_blocks) {
-      result.kv = absl::DataLossError(absl::StrCat("received ", decoder_.blocks_added(),
-                                                   " KV blocks, expected ",
-                                                   request_.num_blocks));
+    } else if (decoder_.next_index() != request_.num_blocks) {
+      result.kv = absl::DataLossError(absl::StrCat(
+          "received ", decoder_.blocks_added(), " KV blocks, expected ",
+          request_.num_blocks - request_.first_block, " (blocks ", request_.first_block, "..",
+          request_.num_blocks - 1, ")"));
     } else {
       absl::StatusOr<engine::KvSnapshot> kv = std::move(decoder_).Finish();
       if (kv.ok()) {
@@ -259,7 +263,8 @@ void KvFetcher::Transfer::Finish() {
   // of waiting for the lease to lapse.
   fetcher_->releases_.Release(request_.address, request_.lease_id, result.kv.status());
   if (result.kv.ok()) {
-    fetcher_->blocks_received_.Increment(request_.num_blocks);
+    fetcher_->blocks_received_.Increment(request_.num_blocks - request_.first_block);
+    fetcher_->blocks_skipped_.Increment(request_.first_block);
     fetcher_->bytes_received_.Increment(static_cast<double>(bytes));
     fetcher_->transfer_seconds_.Observe(absl::ToDoubleSeconds(result.took));
   } else if (!absl::IsCancelled(result.kv.status())) {
@@ -279,6 +284,9 @@ KvFetcher::KvFetcher(rpc::ChannelCache& channels, ReleaseClient& releases,
       blocks_received_(rpc::CounterMetric(registry, "tandem_kv_transfer_blocks_total",
                                           "KV blocks moved between workers",
                                           {{"direction", "received"}})),
+      blocks_skipped_(rpc::CounterMetric(
+          registry, "tandem_kv_transfer_blocks_skipped_total",
+          "KV blocks a hand-off named that this worker held already and did not fetch")),
       bytes_received_(rpc::CounterMetric(registry, "tandem_kv_transfer_bytes_total",
                                          "KV bytes moved between workers (wire format)",
                                          {{"direction", "received"}})),

@@ -31,6 +31,9 @@ struct FetchRequest {
   std::string address;   // the worker holding the lease
   std::string lease_id;
   int32_t num_blocks = 0;  // as the holder announced
+  // Delta transfer: this side holds blocks [0, first_block) already (the
+  // leading full blocks of token_ids); only the others are fetched.
+  int32_t first_block = 0;
   std::vector<int32_t> token_ids;  // the positions the blocks hold
   absl::Time deadline = absl::InfiniteFuture();
 };
@@ -78,6 +81,7 @@ class KvFetcher {
   const BlockExpectation expect_;
   const int32_t streams_;
   prometheus::Counter& blocks_received_;
+  prometheus::Counter& blocks_skipped_;
   prometheus::Counter& bytes_received_;
   prometheus::Counter& transfer_failures_;
   prometheus::Histogram& transfer_seconds_;

@@ -27,8 +27,8 @@ void DeleteHeld(void* held) {
 
 }  // namespace
 
-// One FetchKv stream: one stripe of the lease's blocks (every block when
-// the fetch is not striped). Each block goes out as a KvBlockMessage in protobuf
+// One FetchKv stream: one stripe of the lease's blocks from first_block on
+// (every one of them when the fetch is not striped). Each block goes out as a KvBlockMessage in protobuf
 // wire format assembled from slices: the framing and block header (copied,
 // ~80 bytes), the payload straight from the leased snapshot (no copy; the
 // slice holds a reference to the lease's blocks) and the checksum. Only the
@@ -42,9 +42,9 @@ class KvLeaseServer::FetchReactor final : public grpc::ServerWriteReactor<grpc::
         lease_id_(request.lease_id()),
         stripe_(request.stripe()),
         stripes_(std::max(request.stripes(), 1)),
-        next_(stripe_) {
+        next_(request.first_block() + stripe_) {
     absl::StatusOr<std::shared_ptr<const LeasedKv>> kv =
-        server_->leases_.Acquire(lease_id_, stripe_, stripes_);
+        server_->leases_.Acquire(lease_id_, stripe_, stripes_, request.first_block());
     if (!kv.ok()) {
       Finish(rpc::ToGrpcStatus(kv.status()));
       return;
@@ -183,13 +183,18 @@ void KvLeaseServer::UpdateGauges() {
 
 absl::StatusOr<KvLeaseServer::Held> KvLeaseServer::Hold(
     std::shared_ptr<const engine::KvSnapshot> kv, std::vector<int32_t> token_ids) {
+  const int32_t full_blocks = kv->block_size > 0 ? kv->n_tokens / kv->block_size : 0;
   auto encoder = std::make_shared<const SnapshotEncoder>(std::move(kv), std::move(token_ids));
   auto leased = std::make_shared<const LeasedKv>(LeasedKv{
       .encoder = encoder, .blocks = encoder->num_blocks(), .bytes = encoder->wire_bytes()});
   absl::StatusOr<std::string> id = leases_.Create(leased);
   if (!id.ok()) return id.status();
   UpdateGauges();
-  return Held{.lease_id = std::move(*id), .num_blocks = leased->blocks, .bytes = leased->bytes};
+  return Held{.lease_id = std::move(*id),
+              .num_blocks = leased->blocks,
+              .bytes = leased->bytes,
+              .full_block_hashes = std::vector<engine::BlockHash>(
+                  encoder->hashes().begin(), encoder->hashes().begin() + full_blocks)};
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* KvLeaseServer::Fetch(

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include "engine/block_hash.h"
 #include "engine/kv_snapshot.h"
 #include "kvtransfer/rpc/lease_table.h"
 #include "prometheus/counter.h"
@@ -39,6 +40,8 @@ class KvLeaseServer {
     std::string lease_id;
     int32_t num_blocks = 0;
     int64_t bytes = 0;  // on the wire
+    // The hashes of the full blocks, in order (what a hand-off names).
+    std::vector<engine::BlockHash> full_block_hashes;
   };
   // Holds `kv` (the positions of `token_ids`) under a new lease.
   // ResourceExhausted when the lease budgets are full.

@@ -34,7 +34,8 @@ absl::StatusOr<std::string> LeaseTable::Create(std::shared_ptr<const LeasedKv> k
 
 absl::StatusOr<std::shared_ptr<const LeasedKv>> LeaseTable::Acquire(const std::string& lease_id,
                                                                     int32_t stripe,
-                                                                    int32_t stripes) {
+                                                                    int32_t stripes,
+                                                                    int32_t first_block) {
   if (stripes < 1 || stripes > kMaxStripes) {
     return absl::InvalidArgumentError(
         absl::StrCat("stripes: got ", stripes, ", expected 1..", kMaxStripes));
@@ -50,10 +51,23 @@ absl::StatusOr<std::shared_ptr<const LeasedKv>> LeaseTable::Acquire(const std::s
         absl::StrCat("lease_id \"", lease_id, "\" is unknown, released or expired"));
   }
   Lease& lease = it->second;
-  if (lease.stripes == 0) lease.stripes = stripes;
+  if (first_block < 0 || first_block >= lease.kv->blocks) {
+    return absl::InvalidArgumentError(absl::StrCat("first_block: got ", first_block,
+                                                   ", expected 0..", lease.kv->blocks - 1,
+                                                   " (at least one block is fetched)"));
+  }
+  if (lease.stripes == 0) {
+    lease.stripes = stripes;
+    lease.first_block = first_block;
+  }
   if (lease.stripes != stripes) {
     return absl::InvalidArgumentError(absl::StrCat("stripes: got ", stripes, ", lease \"",
                                                    lease_id, "\" is fetched in ", lease.stripes));
+  }
+  if (lease.first_block != first_block) {
+    return absl::InvalidArgumentError(absl::StrCat("first_block: got ", first_block, ", lease \"",
+                                                   lease_id, "\" is fetched from block ",
+                                                   lease.first_block));
   }
   lease.expires = now_() + options_.ttl;
   return lease.kv;

@@ -51,14 +51,16 @@ class LeaseTable {
   // held bytes past max_bytes.
   absl::StatusOr<std::string> Create(std::shared_ptr<const LeasedKv> kv);
   // The lease's blocks for one stripe of a fetch split over `stripes`
-  // streams (1: one stream), renewing its TTL. NotFound naming the lease
-  // when it is unknown, released or expired; InvalidArgument naming the
-  // field when stripe is outside [0, stripes), stripes outside [1,
-  // kMaxStripes], or stripes differs from what the lease's first stream
-  // said.
+  // streams (1: one stream) that skips the `first_block` leading blocks the
+  // fetching side holds (delta transfer), renewing its TTL. NotFound naming
+  // the lease when it is unknown, released or expired; InvalidArgument
+  // naming the field when stripe is outside [0, stripes), stripes outside
+  // [1, kMaxStripes], first_block outside [0, the lease's blocks), or
+  // stripes or first_block differ from what the lease's first stream said.
   absl::StatusOr<std::shared_ptr<const LeasedKv>> Acquire(const std::string& lease_id,
                                                           int32_t stripe = 0,
-                                                          int32_t stripes = 1);
+                                                          int32_t stripes = 1,
+                                                          int32_t first_block = 0);
   // Marks one stripe's stream complete; once every stripe is, the lease
   // ends (dropped, as by Release) and this returns true.
   bool CompleteStripe(const std::string& lease_id, int32_t stripe);
@@ -80,6 +82,7 @@ class LeaseTable {
     std::shared_ptr<const LeasedKv> kv;
     absl::Time expires;
     int32_t stripes = 0;       // set by the first Acquire
+    int32_t first_block = 0;   // set by the first Acquire
     uint32_t completed = 0;    // bit i: stripe i's stream completed
   };
   void DropLocked(absl::flat_hash_map<std::string, Lease>::iterator it)
