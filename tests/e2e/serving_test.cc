@@ -24,34 +24,6 @@ using ::testing::HasSubstr;
 
 std::string StoriesPath() { return std::string(TANDEM_SHARED_MODELS_DIR) + "/stories260K.gguf"; }
 
-struct Completion {
-  std::vector<tandem::v1::Token> tokens;
-  tandem::v1::FinishReason finish = tandem::v1::FINISH_REASON_UNSPECIFIED;
-  tandem::v1::Usage usage;
-  grpc::Status status;
-  std::string text;
-};
-
-Completion Generate(tandem::v1::Generation::Stub& stub, const tandem::v1::GenerateRequest& req) {
-  Completion c;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-  auto reader = stub.Generate(&ctx, req);
-  tandem::v1::GenerateResponse resp;
-  while (reader->Read(&resp)) {
-    for (const auto& t : resp.tokens()) {
-      c.tokens.push_back(t);
-      c.text += t.text();
-    }
-    if (resp.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
-      c.finish = resp.finish_reason();
-      c.usage = resp.usage();
-    }
-  }
-  c.status = reader->Finish();
-  return c;
-}
-
 // What the in-process engine (`tandem generate`) produces for the same
 // request.
 std::vector<engine::TokenEvent> Reference(const engine::Model& model, const std::string& prompt,

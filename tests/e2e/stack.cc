@@ -1,5 +1,10 @@
 #include "tests/e2e/stack.h"
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "process/http_get.h"
+
 namespace tandem::testing {
 namespace {
 
@@ -16,31 +21,49 @@ std::unique_ptr<process::Subprocess> StartReady(std::vector<std::string> argv,
   return std::move(*proc);
 }
 
+std::shared_ptr<grpc::Channel> Channel(const std::string& address) {
+  return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+}
+
 }  // namespace
 
 std::unique_ptr<Stack> Stack::Start(const std::string& model,
                                     const std::vector<std::string>& worker_flags) {
+  StackOptions o;
+  o.model = model;
+  o.worker_flags = worker_flags;
+  return Start(o);
+}
+
+std::unique_ptr<Stack> Stack::Start(const StackOptions& o) {
   auto s = std::make_unique<Stack>();
-  std::vector<std::string> prefill = {Bin("tandem-prefill"), "--model", model};
-  std::vector<std::string> decode = {Bin("tandem-decode"), "--model", model};
-  for (const std::string& f : worker_flags) {
-    prefill.push_back(f);
-    decode.push_back(f);
-  }
-  s->prefill_proc_ = StartReady(prefill, &s->prefill_info_);
-  s->decode_proc_ = StartReady(decode, &s->decode_info_);
-  if (s->prefill_proc_ == nullptr || s->decode_proc_ == nullptr) return nullptr;
-  s->gateway_proc_ = StartReady({Bin("tandem-gateway"), "--model", model, "--prefill",
-                                 s->prefill_info_.grpc_address, "--decode",
-                                 s->decode_info_.grpc_address},
-                                &s->gateway_info_);
-  if (s->gateway_proc_ == nullptr) return nullptr;
-  auto channel = [](const std::string& addr) {
-    return grpc::CreateChannel(addr, grpc::InsecureChannelCredentials());
+  auto worker_argv = [&](const std::string& bin) {
+    std::vector<std::string> argv = {Bin(bin), "--model", o.model};
+    argv.insert(argv.end(), o.worker_flags.begin(), o.worker_flags.end());
+    return argv;
   };
-  s->gateway_ = tandem::v1::Generation::NewStub(channel(s->gateway_info_.grpc_address));
-  s->prefill_ = tandem::v1::Prefill::NewStub(channel(s->prefill_info_.grpc_address));
-  s->decode_ = tandem::v1::Decode::NewStub(channel(s->decode_info_.grpc_address));
+  std::vector<std::string> prefill_addresses, decode_addresses;
+  for (int i = 0; i < o.prefill_workers; ++i) {
+    auto& w = s->prefills_.emplace_back();
+    w.proc = StartReady(worker_argv("tandem-prefill"), &w.info);
+    if (w.proc == nullptr) return nullptr;
+    w.stub = tandem::v1::Prefill::NewStub(Channel(w.info.grpc_address));
+    prefill_addresses.push_back(w.info.grpc_address);
+  }
+  for (int i = 0; i < o.decode_workers; ++i) {
+    auto& w = s->decodes_.emplace_back();
+    w.proc = StartReady(worker_argv("tandem-decode"), &w.info);
+    if (w.proc == nullptr) return nullptr;
+    w.stub = tandem::v1::Decode::NewStub(Channel(w.info.grpc_address));
+    decode_addresses.push_back(w.info.grpc_address);
+  }
+  std::vector<std::string> gateway = {Bin("tandem-gateway"), "--model", o.model,
+                                      "--prefill", absl::StrJoin(prefill_addresses, ","),
+                                      "--decode", absl::StrJoin(decode_addresses, ",")};
+  gateway.insert(gateway.end(), o.gateway_flags.begin(), o.gateway_flags.end());
+  s->gateway_proc_ = StartReady(gateway, &s->gateway_info_);
+  if (s->gateway_proc_ == nullptr) return nullptr;
+  s->gateway_ = tandem::v1::Generation::NewStub(Channel(s->gateway_info_.grpc_address));
   return s;
 }
 
@@ -48,16 +71,63 @@ bool Stack::Stop() {
   // A server's shutdown waits for its clients' connections to close (up to
   // its grace period), so the test's own connections close first.
   gateway_.reset();
-  prefill_.reset();
-  decode_.reset();
+  for (auto& w : prefills_) w.stub.reset();
+  for (auto& w : decodes_) w.stub.reset();
   bool ok = true;
-  for (auto* p : {&gateway_proc_, &decode_proc_, &prefill_proc_}) {
-    if (*p == nullptr) continue;
-    (*p)->Terminate();
-    ok &= (*p)->Wait() == 0;
-    p->reset();
-  }
+  auto stop = [&ok](std::unique_ptr<process::Subprocess>& p) {
+    if (p == nullptr) return;
+    p->Terminate();
+    ok &= p->Wait() == 0;
+    p.reset();
+  };
+  stop(gateway_proc_);
+  for (auto& w : decodes_) stop(w.proc);
+  for (auto& w : prefills_) stop(w.proc);
   return ok;
+}
+
+Completion Generate(tandem::v1::Generation::Stub& stub, const tandem::v1::GenerateRequest& req) {
+  Completion c;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  auto reader = stub.Generate(&ctx, req);
+  tandem::v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    for (const auto& t : resp.tokens()) {
+      c.tokens.push_back(t);
+      c.text += t.text();
+    }
+    if (resp.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
+      c.finish = resp.finish_reason();
+      c.usage = resp.usage();
+    }
+  }
+  c.status = reader->Finish();
+  return c;
+}
+
+double MetricValue(const std::string& metrics_address, const std::string& series) {
+  absl::StatusOr<std::string> text = process::HttpGet(metrics_address, "/metrics");
+  if (!text.ok()) return -1;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    if (line.size() > series.size() && line.substr(0, series.size()) == series &&
+        line[series.size()] == ' ') {
+      double v = 0;
+      if (absl::SimpleAtod(line.substr(series.size() + 1), &v)) return v;
+    }
+  }
+  return -1;
+}
+
+double AwaitMetric(const std::string& metrics_address, const std::string& series,
+                   const std::function<bool(double)>& ok, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  double v = MetricValue(metrics_address, series);
+  while (!ok(v) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+    v = MetricValue(metrics_address, series);
+  }
+  return v;
 }
 
 }  // namespace tandem::testing

@@ -1,9 +1,10 @@
-// Test fixture: a real prefill worker, decode worker and gateway started as
+// Test fixture: real prefill workers, decode workers and a gateway started as
 // separate processes on loopback (ports chosen by the kernel, learned from
 // their READY lines), plus clients for each.
 #ifndef TANDEM_TESTS_E2E_STACK_H_
 #define TANDEM_TESTS_E2E_STACK_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,29 +18,63 @@
 
 namespace tandem::testing {
 
+struct StackOptions {
+  std::string model;
+  std::vector<std::string> worker_flags;   // to every worker
+  std::vector<std::string> gateway_flags;
+  int prefill_workers = 1;
+  int decode_workers = 1;
+};
+
 class Stack {
  public:
-  // Starts the three processes on `model`; extra flags go to both workers.
+  // Starts the processes on `model`; extra flags go to both workers.
   static std::unique_ptr<Stack> Start(const std::string& model,
                                       const std::vector<std::string>& worker_flags = {});
+  static std::unique_ptr<Stack> Start(const StackOptions& options);
 
   tandem::v1::Generation::Stub& gateway() { return *gateway_; }
-  tandem::v1::Prefill::Stub& prefill() { return *prefill_; }
-  tandem::v1::Decode::Stub& decode() { return *decode_; }
+  tandem::v1::Prefill::Stub& prefill(int i = 0) { return *prefills_[i].stub; }
+  tandem::v1::Decode::Stub& decode(int i = 0) { return *decodes_[i].stub; }
   const common::ReadyInfo& gateway_info() const { return gateway_info_; }
-  const common::ReadyInfo& prefill_info() const { return prefill_info_; }
-  const common::ReadyInfo& decode_info() const { return decode_info_; }
+  const common::ReadyInfo& prefill_info(int i = 0) const { return prefills_[i].info; }
+  const common::ReadyInfo& decode_info(int i = 0) const { return decodes_[i].info; }
+  process::Subprocess& prefill_process(int i = 0) { return *prefills_[i].proc; }
 
   // Stops the processes (gateway first) and returns true if each exited 0.
   bool Stop();
 
  private:
-  std::unique_ptr<process::Subprocess> prefill_proc_, decode_proc_, gateway_proc_;
-  common::ReadyInfo prefill_info_, decode_info_, gateway_info_;
+  template <typename Stub>
+  struct Worker {
+    std::unique_ptr<process::Subprocess> proc;
+    common::ReadyInfo info;
+    std::unique_ptr<Stub> stub;
+  };
+  std::vector<Worker<tandem::v1::Prefill::Stub>> prefills_;
+  std::vector<Worker<tandem::v1::Decode::Stub>> decodes_;
+  std::unique_ptr<process::Subprocess> gateway_proc_;
+  common::ReadyInfo gateway_info_;
   std::unique_ptr<tandem::v1::Generation::Stub> gateway_;
-  std::unique_ptr<tandem::v1::Prefill::Stub> prefill_;
-  std::unique_ptr<tandem::v1::Decode::Stub> decode_;
 };
+
+// A streamed Generate call, gathered.
+struct Completion {
+  std::vector<tandem::v1::Token> tokens;
+  tandem::v1::FinishReason finish = tandem::v1::FINISH_REASON_UNSPECIFIED;
+  tandem::v1::Usage usage;
+  grpc::Status status;
+  std::string text;
+};
+Completion Generate(tandem::v1::Generation::Stub& stub, const tandem::v1::GenerateRequest& req);
+
+// The value of one series (`name` or `name{labels}` exactly as exposed) on
+// the /metrics page at `metrics_address`; -1 when absent or unreadable.
+double MetricValue(const std::string& metrics_address, const std::string& series);
+// Polls MetricValue until `ok` holds for it or `timeout` passes; the last
+// value read.
+double AwaitMetric(const std::string& metrics_address, const std::string& series,
+                   const std::function<bool(double)>& ok, absl::Duration timeout);
 
 }  // namespace tandem::testing
 

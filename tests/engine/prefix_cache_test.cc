@@ -159,5 +159,97 @@ TEST_F(PrefixCacheTest, OutputHoldsUnderPreemption) {
   EXPECT_EQ(engine->stats().blocks_used, 0);
 }
 
+// Delta transfer, engine side: KV that leaves out the leading blocks the
+// engine holds is placed after them; if they were evicted meanwhile, the
+// prompt is computed instead. Either way the output is what a full import
+// gives.
+class DeltaImportTest : public PrefixCacheTest {
+ protected:
+  struct Prefilled {
+    SampledToken first;
+    std::shared_ptr<const KvSnapshot> kv;
+  };
+  Prefilled Prefill(const std::vector<int32_t>& prompt) {
+    auto engine = MakeEngine(*model_);
+    GenerationRequest r = Request(prompt, 1, 0.0f);
+    r.export_kv = true;
+    EXPECT_TRUE(engine->Add(r).ok());
+    Prefilled out;
+    while (engine->HasWork()) {
+      absl::StatusOr<StepOutput> step = engine->Step();
+      EXPECT_TRUE(step.ok()) << step.status();
+      if (!step.ok()) break;
+      for (TokenEvent& t : step->tokens) {
+        out.first = t.token;
+        out.kv = t.kv;
+      }
+    }
+    return out;
+  }
+  static std::shared_ptr<const KvSnapshot> WithoutLeading(const KvSnapshot& full, int32_t skip) {
+    auto delta = std::make_shared<KvSnapshot>(full);
+    delta->first_block = skip;
+    delta->blocks.erase(delta->blocks.begin(), delta->blocks.begin() + skip);
+    return delta;
+  }
+  std::vector<SampledToken> Decode(Engine& e, const GenerationRequest& r, const Prefilled& p,
+                                   std::shared_ptr<const KvSnapshot> kv) {
+    absl::StatusOr<int64_t> id = e.AddWithKv(r, p.first, std::move(kv));
+    EXPECT_TRUE(id.ok()) << id.status();
+    std::vector<SampledToken> out;
+    while (e.HasWork()) {
+      absl::StatusOr<StepOutput> step = e.Step();
+      EXPECT_TRUE(step.ok()) << step.status();
+      if (!step.ok()) break;
+      for (const TokenEvent& t : step->tokens) out.push_back(t.token);
+    }
+    return out;
+  }
+};
+
+TEST_F(DeltaImportTest, LeadingBlocksComeFromTheCache) {
+  const std::vector<int32_t> prompt = Prompt(75, 60, 1);  // 4 full blocks + 11
+  const Prefilled p = Prefill(prompt);
+  ASSERT_NE(p.kv, nullptr);
+  const GenerationRequest r = Request(prompt, 8, 0.0f);
+  auto reference_engine = MakeEngine(*model_);
+  const std::vector<SampledToken> reference = Decode(*reference_engine, r, p, p.kv);
+
+  auto engine = MakeEngine(*model_);
+  // An earlier conversation left the first 3 blocks (48 shared tokens).
+  RunAll(*engine, {Request(Prompt(50, 60, 2), 2, 0.0f)});
+  const std::vector<SampledToken> got = Decode(*engine, r, p, WithoutLeading(*p.kv, 3));
+  ExpectSameTokens(got, reference, "delta import");
+  EXPECT_EQ(engine->stats().delta_fallbacks, 0);
+  EXPECT_EQ(engine->stats().blocks_used, 0);
+}
+
+TEST_F(DeltaImportTest, EvictedLeadingBlocksAreComputed) {
+  const std::vector<int32_t> prompt = Prompt(75, 75, 1);
+  const Prefilled p = Prefill(prompt);
+  ASSERT_NE(p.kv, nullptr);
+  const GenerationRequest r = Request(prompt, 8, 0.0f);
+  auto reference_engine = MakeEngine(*model_);
+  const std::vector<SampledToken> reference = Decode(*reference_engine, r, p, p.kv);
+
+  auto engine = MakeEngine(*model_);
+  RunAll(*engine, {Request(Prompt(40, 75, 1), 2, 0.0f)});  // holds 2 of the 4 blocks
+  const std::vector<SampledToken> got = Decode(*engine, r, p, WithoutLeading(*p.kv, 4));
+  ExpectSameTokens(got, reference, "fallback");
+  EXPECT_EQ(engine->stats().delta_fallbacks, 1);
+  EXPECT_EQ(engine->stats().blocks_used, 0);
+}
+
+TEST_F(DeltaImportTest, ASnapshotMustLeaveTheLastBlock) {
+  const std::vector<int32_t> prompt = Prompt(64, 64, 1);  // exactly 4 blocks
+  const Prefilled p = Prefill(prompt);
+  ASSERT_NE(p.kv, nullptr);
+  auto engine = MakeEngine(*model_);
+  absl::StatusOr<int64_t> id =
+      engine->AddWithKv(Request(prompt, 4, 0.0f), p.first, WithoutLeading(*p.kv, 4));
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(id.status().message(), ::testing::HasSubstr("kv.first_block"));
+}
+
 }  // namespace
 }  // namespace tandem::engine

@@ -317,5 +317,40 @@ TEST_F(ChainMismatchTest, WrongModelOrDtypeIsRefusedNamingTheField) {
   EXPECT_THAT(s.message(), HasSubstr("dtype"));
 }
 
+TEST_F(ChainMismatchTest, ADeltaStartsAtItsFirstBlockAndChainsFromTheHeldOnes) {
+  // The receiver holds blocks 0 and 1; blocks 2 and 3 arrive.
+  SnapshotDecoder delta(Expect(GgmlType::kF16), tokens_, /*tenant_salt=*/0, /*first_block=*/2);
+  EXPECT_EQ(delta.next_index(), 2);
+  ASSERT_TRUE(delta.Add(wire_[2]).ok());
+  ASSERT_TRUE(delta.Add(wire_[3]).ok());
+  absl::StatusOr<KvSnapshot> kv = std::move(delta).Finish();
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  EXPECT_EQ(kv->first_block, 2);
+  EXPECT_EQ(kv->n_tokens, kTokens);
+  ASSERT_EQ(kv->blocks.size(), 2u);
+  const absl::StatusOr<KvSnapshot> full = DecodeSnapshot(wire_, Expect(GgmlType::kF16), tokens_);
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(BytesOf(kv->blocks[0]), BytesOf(full->blocks[2]));
+
+  // A block from before first_block is out of order.
+  SnapshotDecoder early(Expect(GgmlType::kF16), tokens_, 0, 2);
+  const absl::Status s = early.Add(wire_[1]);
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("snapshot block 2"), HasSubstr("block_index")));
+
+  // The held blocks' tokens are part of the chain: other leading tokens
+  // break it at the first block that arrives.
+  std::vector<int32_t> other = tokens_;
+  other[3] += 1;
+  SnapshotDecoder wrong_prefix(Expect(GgmlType::kF16), other, 0, 2);
+  const absl::Status c = wrong_prefix.Add(wire_[2]);
+  EXPECT_TRUE(absl::IsFailedPrecondition(c)) << c;
+  EXPECT_THAT(c.message(), HasSubstr("parent_hash"));
+
+  // At least one block must come.
+  SnapshotDecoder nothing(Expect(GgmlType::kF16), tokens_, 0, 4);
+  EXPECT_TRUE(absl::IsInvalidArgument(nothing.Add(wire_[3])));
+}
+
 }  // namespace
 }  // namespace tandem::kvtransfer

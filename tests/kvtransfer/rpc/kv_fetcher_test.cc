@@ -70,6 +70,14 @@ class LeasePrefill final : public tandem::v1::Prefill::WithRawCallbackMethod_Fet
   testing::ReleaseRecorder releases_;
 };
 
+// The value of counter `name` (its one series) in `registry`.
+double CounterValue(prometheus::Registry& registry, const std::string& name) {
+  for (const prometheus::MetricFamily& family : registry.Collect()) {
+    if (family.name == name && family.metric.size() == 1) return family.metric[0].counter.value;
+  }
+  return -1;
+}
+
 class KvFetcherTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -111,11 +119,12 @@ class KvFetcherTest : public ::testing::Test {
     return ids;
   }
   FetchResult Fetch(KvFetcher& fetcher, const KvLeaseServer::Held& held,
-                    std::vector<int32_t> ids) {
+                    std::vector<int32_t> ids, int32_t first_block = 0) {
     absl::Notification done;
     FetchResult out;
     fetcher.Start({.address = server_.address, .lease_id = held.lease_id,
-                   .num_blocks = held.num_blocks, .token_ids = std::move(ids)},
+                   .num_blocks = held.num_blocks, .first_block = first_block,
+                   .token_ids = std::move(ids)},
                   [&](FetchResult r) {
                     out = std::move(r);
                     done.Notify();
@@ -158,6 +167,34 @@ TEST_F(KvFetcherTest, StripedFetchYieldsTheHeldBytesAndEndsTheLease) {
     // Every stripe completed, so the holder dropped the lease itself.
     EXPECT_EQ(leases_.stats().leases, 0) << "streams " << streams;
   }
+}
+
+TEST_F(KvFetcherTest, ADeltaFetchMovesOnlyTheBlocksAfterTheHeldOnes) {
+  const int32_t n_tokens = 27;  // 7 blocks, the last partial
+  const auto kv = Snapshot(n_tokens);
+  prometheus::Registry registry;
+  for (const int32_t streams : {1, 2, 3, 5}) {
+    KvFetcher fetcher(channels_, releases_, expect_, registry, streams);
+    absl::StatusOr<KvLeaseServer::Held> held = leases_.Hold(kv, Ids(n_tokens));
+    ASSERT_TRUE(held.ok());
+    // The hand-off names the full blocks' hashes: the 6 full ones.
+    EXPECT_EQ(held->full_block_hashes.size(), 6u);
+    FetchResult r = Fetch(fetcher, *held, Ids(n_tokens), /*first_block=*/4);
+    ASSERT_TRUE(r.kv.ok()) << "streams " << streams << ": " << r.kv.status();
+    const engine::KvSnapshot& got = **r.kv;
+    EXPECT_EQ(got.first_block, 4);
+    ASSERT_EQ(got.blocks.size(), 3u);
+    for (size_t b = 0; b < got.blocks.size(); ++b) {
+      std::vector<uint8_t> want(kBlockBytes), have(kBlockBytes);
+      kv->blocks[4 + b].CopyTo(want.data());
+      got.blocks[b].CopyTo(have.data());
+      EXPECT_EQ(have, want) << "streams " << streams << " block " << 4 + b;
+    }
+    EXPECT_EQ(leases_.stats().leases, 0) << "streams " << streams;
+  }
+  // 4 fetches, each skipping 4 blocks and receiving 3.
+  EXPECT_EQ(CounterValue(registry, "tandem_kv_transfer_blocks_skipped_total"), 16);
+  EXPECT_EQ(CounterValue(registry, "tandem_kv_transfer_blocks_total"), 12);
 }
 
 TEST_F(KvFetcherTest, ABrokenStreamFailsTheFetchWithItsStatusAndReleasesTheLease) {

@@ -112,5 +112,22 @@ TEST(LeaseTableTest, RefusesBadStripesNamingTheField) {
   EXPECT_TRUE(t.CompleteStripe(one, 0));
 }
 
+TEST(LeaseTableTest, ADeltaFetchNamesAFirstBlockThatLeavesOneAndKeepsIt) {
+  LeaseTable t({.ttl = absl::Seconds(30), .max_leases = 8});
+  const std::string id = *t.Create(Kv(4));
+  auto bad = t.Acquire(id, 0, 1, 4);  // nothing left to fetch
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("first_block:"));
+  bad = t.Acquire(id, 0, 1, -1);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(t.Acquire(id, 0, 2, 3).ok());
+  bad = t.Acquire(id, 1, 2, 2);  // another stream of the fetch must agree
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("from block 3"));
+  ASSERT_TRUE(t.Acquire(id, 1, 2, 3).ok());
+  EXPECT_FALSE(t.CompleteStripe(id, 0));
+  EXPECT_TRUE(t.CompleteStripe(id, 1));
+}
+
 }  // namespace
 }  // namespace tandem::kvtransfer

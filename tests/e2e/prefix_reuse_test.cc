@@ -1,0 +1,222 @@
+// Prefix reuse across the fleet, over real processes on a synthetic model
+// with a 2048-token context: a decode worker that holds a prompt's leading
+// blocks fetches only the rest (delta transfer) and the output is what the
+// in-process engine gives; the gateway routes a prompt to the prefill worker
+// whose blocks the index says hold its prefix, and away from it when that
+// worker is loaded; a worker's death empties its index entries.
+#include <signal.h>
+
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "engine/block_hash.h"
+#include "engine/engine.h"
+#include "engine/model.h"
+#include "engine/synthetic_model.h"
+#include "tests/e2e/stack.h"
+#include "tests/engine/test_models.h"
+
+namespace tandem::testing {
+namespace {
+
+constexpr int32_t kBlockSize = 16;  // the workers' default
+
+std::string ModelPath() {
+  static const std::string path = [] {
+    engine::SyntheticModelOptions o;
+    o.n_vocab = 512;
+    o.n_embd = 64;
+    o.n_layer = 2;
+    o.n_head = 4;
+    o.n_head_kv = 2;
+    o.n_ff = 128;
+    o.context_length = 2048;
+    o.seed = 7;
+    const std::string p = ::testing::TempDir() + "/tandem_prefix_reuse_model.gguf";
+    const absl::Status s = engine::WriteSyntheticModel(o, p);
+    EXPECT_TRUE(s.ok()) << s;
+    return p;
+  }();
+  return path;
+}
+
+// `shared` ids common to every prompt of `group`, then `own` of its own.
+std::vector<int32_t> Prompt(int shared, int own, int salt, int group = 0) {
+  std::vector<int32_t> ids = {1};
+  for (int i = 1; i < shared; ++i) ids.push_back(3 + (i * 7 + group * 131) % 500);
+  for (int i = 0; i < own; ++i) ids.push_back(3 + (i * 13 + salt * 29) % 500);
+  return ids;
+}
+
+tandem::v1::GenerateRequest Request(const std::vector<int32_t>& ids, int32_t max_tokens) {
+  tandem::v1::GenerateRequest r;
+  r.mutable_prompt_token_ids()->Assign(ids.begin(), ids.end());
+  r.set_max_tokens(max_tokens);
+  r.set_ignore_eos(true);
+  r.set_top_logprobs(2);
+  return r;
+}
+
+std::vector<engine::SampledToken> Reference(const std::vector<int32_t>& ids, int32_t max_tokens) {
+  auto model = engine::Model::Load(ModelPath());
+  EXPECT_TRUE(model.ok());
+  auto eng = engine::Engine::Create(**model, engine::MakeCpuBackend({.threads = 1}), {});
+  engine::GenerationRequest r;
+  r.prompt = ids;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  r.top_logprobs = 2;
+  EXPECT_TRUE((*eng)->Add(r).ok());
+  std::vector<engine::SampledToken> out;
+  while ((*eng)->HasWork()) {
+    auto events = engine::testing::Tokens((*eng)->Step());
+    EXPECT_TRUE(events.ok());
+    for (auto& e : *events) out.push_back(e.token);
+  }
+  return out;
+}
+
+void ExpectMatches(const Completion& c, const std::vector<engine::SampledToken>& want) {
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  ASSERT_EQ(c.tokens.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(c.tokens[i].id(), want[i].id) << i;
+    EXPECT_NEAR(c.tokens[i].logprob(), want[i].logprob, 1e-4) << i;
+  }
+}
+
+std::string Series(const std::string& name, const std::string& labels) {
+  return name + "{" + labels + "}";
+}
+
+TEST(PrefixReuseTest, ADecodeWorkerHoldingThePrefixFetchesOnlyTheNewBlocks) {
+  auto stack = Stack::Start(ModelPath());
+  ASSERT_NE(stack, nullptr);
+  const std::string decode_metrics = stack->decode_info().metrics_address;
+  // Two prompts sharing a 1000-token prefix: 62 full blocks in common.
+  const std::vector<int32_t> a = Prompt(1000, 24, 1);
+  const std::vector<int32_t> b = Prompt(1000, 24, 2);
+  const int32_t n_blocks = (1024 + kBlockSize - 1) / kBlockSize;
+  const Completion first = Generate(stack->gateway(), Request(a, 4));
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  EXPECT_EQ(MetricValue(decode_metrics, "tandem_kv_transfer_blocks_skipped_total"), 0);
+  EXPECT_EQ(MetricValue(decode_metrics,
+                        Series("tandem_kv_transfer_blocks_total", "direction=\"received\"")),
+            n_blocks);
+
+  const Completion second = Generate(stack->gateway(), Request(b, 6));
+  ExpectMatches(second, Reference(b, 6));
+  EXPECT_EQ(second.usage.cached_prompt_tokens(), 992);  // the prefill worker's cache
+  EXPECT_EQ(MetricValue(decode_metrics, "tandem_kv_transfer_blocks_skipped_total"), 62);
+  EXPECT_EQ(MetricValue(decode_metrics,
+                        Series("tandem_kv_transfer_blocks_total", "direction=\"received\"")),
+            n_blocks + (n_blocks - 62));
+  EXPECT_EQ(MetricValue(decode_metrics, "tandem_kv_delta_fallbacks_total"), 0);
+  EXPECT_TRUE(stack->Stop());
+}
+
+class RoutingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StackOptions o;
+    o.model = ModelPath();
+    o.prefill_workers = 2;
+    o.gateway_flags = {"--log-level", "debug"};
+    stack_ = Stack::Start(o);
+    ASSERT_NE(stack_, nullptr);
+    gateway_metrics_ = stack_->gateway_info().metrics_address;
+  }
+
+  // Runs `ids` through prefill worker `w` directly (and ends the lease), then
+  // waits until the gateway's index shows that worker holding its blocks.
+  void Warm(int w, const std::vector<int32_t>& ids) {
+    grpc::ClientContext ctx;
+    tandem::v1::PrefillRequest req;
+    req.set_request_id("warm");
+    req.mutable_prompt_token_ids()->Assign(ids.begin(), ids.end());
+    tandem::v1::PrefillResponse resp;
+    ASSERT_TRUE(stack_->prefill(w).Prefill(&ctx, req, &resp).ok());
+    grpc::ClientContext rctx;
+    tandem::v1::ReleaseKvRequest release;
+    release.set_lease_id(resp.lease_id());
+    release.set_ok(true);
+    tandem::v1::ReleaseKvResponse released;
+    ASSERT_TRUE(stack_->prefill(w).ReleaseKv(&rctx, release, &released).ok());
+    const double held = static_cast<double>(ids.size() / kBlockSize);
+    EXPECT_GE(AwaitMetric(gateway_metrics_, Entries(w), [&](double v) { return v >= held; },
+                          absl::Seconds(30)),
+              held);
+  }
+  std::string Entries(int w) const {
+    return Series("tandem_block_index_entries",
+                  "worker=\"" + stack_->prefill_info(w).grpc_address + "\"");
+  }
+  double Decisions(const std::string& reason) const {
+    return MetricValue(gateway_metrics_,
+                       Series("tandem_router_decisions_total",
+                              "reason=\"" + reason + "\",role=\"prefill\""));
+  }
+  double PrefixHits(int w) const {
+    return MetricValue(stack_->prefill_info(w).metrics_address,
+                       "tandem_prefix_cache_hit_tokens_total");
+  }
+
+  std::unique_ptr<Stack> stack_;
+  std::string gateway_metrics_;
+};
+
+TEST_F(RoutingTest, APromptGoesToTheWorkerHoldingItsPrefixUnlessThatWorkerIsLoaded) {
+  // Worker 1 holds a 768-token prefix (48 blocks); worker 0 holds nothing.
+  const std::vector<int32_t> prefix = Prompt(768, 0, 0, 1);
+  Warm(1, prefix);
+  const double hits_before = PrefixHits(1);
+
+  const std::vector<int32_t> ids = Prompt(768, 40, 3, 1);
+  const Completion routed = Generate(stack_->gateway(), Request(ids, 4));
+  ASSERT_TRUE(routed.status.ok()) << routed.status.error_message();
+  EXPECT_EQ(routed.usage.cached_prompt_tokens(), 768);
+  EXPECT_EQ(Decisions("kv_overlap"), 1);
+  EXPECT_EQ(PrefixHits(1) - hits_before, 768);
+  EXPECT_EQ(PrefixHits(0), 0);
+
+  // Worker 1 stops answering with a 1000-token prompt in flight: 63 blocks of
+  // load against the 48 it would save, so the next prompt of the same prefix
+  // goes to worker 0.
+  process::Subprocess& worker1 = stack_->prefill_process(1);
+  worker1.Signal(SIGSTOP);
+  Completion stuck;
+  std::thread in_flight([&] {
+    stuck = Generate(stack_->gateway(), Request(Prompt(768, 232, 4, 1), 2));
+  });
+  EXPECT_EQ(AwaitMetric(gateway_metrics_,
+                        Series("tandem_router_decisions_total",
+                               "reason=\"kv_overlap\",role=\"prefill\""),
+                        [](double v) { return v >= 2; }, absl::Seconds(30)),
+            2);
+  const Completion moved = Generate(stack_->gateway(), Request(Prompt(768, 40, 5, 1), 2));
+  EXPECT_TRUE(moved.status.ok()) << moved.status.error_message();
+  EXPECT_EQ(Decisions("load"), 1);
+  EXPECT_EQ(moved.usage.cached_prompt_tokens(), 0);
+  worker1.Signal(SIGCONT);
+  in_flight.join();
+  EXPECT_TRUE(stuck.status.ok()) << stuck.status.error_message();
+  EXPECT_TRUE(stack_->Stop());
+}
+
+TEST_F(RoutingTest, AWorkersDeathEmptiesItsIndexEntries) {
+  Warm(1, Prompt(320, 0, 0, 2));
+  EXPECT_GE(MetricValue(gateway_metrics_, Entries(1)), 20);
+  stack_->prefill_process(1).Signal(SIGKILL);
+  EXPECT_EQ(AwaitMetric(gateway_metrics_, Entries(1), [](double v) { return v == 0; },
+                        absl::Seconds(30)),
+            0);
+  // The survivor still serves.
+  const Completion c = Generate(stack_->gateway(), Request(Prompt(40, 8, 9), 3));
+  EXPECT_TRUE(c.status.ok()) << c.status.error_message();
+  stack_->Stop();  // worker 1 exits by SIGKILL, not 0
+}
+
+}  // namespace
+}  // namespace tandem::testing
