@@ -1,7 +1,8 @@
 // tandem-load: a load generator for a running gateway (`tandem up` prints its
 // address). Sends --requests streaming Generate calls, --concurrency at a
-// time, of seeded random token-id prompts that share their first
-// --shared-prefix-tokens ids; prints TTFT and inter-token latency p50/p99,
+// time, of seeded random token-id prompts whose first --shared-prefix-tokens
+// ids are shared within each of --prefix-groups groups (optionally as
+// --turns-turn conversations that resend their history); prints TTFT and inter-token latency p50/p99,
 // output tokens/s and errors as a table, then one JSON line (appended to
 // --out). It reports; it never fails on speed. Flags and wiring only; the
 // work is in bench/load_runner.cc and bench/load_stats.cc.
@@ -36,6 +37,13 @@ std::vector<common::FlagSpec> LoadFlagSpecs() {
       {.name = "prompt-tokens", .default_value = "256", .help = "prompt length, token ids"},
       {.name = "shared-prefix-tokens", .default_value = "0",
        .help = "leading prompt ids shared by every request (<= --prompt-tokens)"},
+      {.name = "prefix-groups", .default_value = "1",
+       .help = "distinct shared prefixes; request i uses prefix i % groups"},
+      {.name = "turns", .default_value = "1",
+       .help = "requests per conversation: each later turn resends the conversation so far "
+               "(prompt and reply ids) plus --turn-tokens new ids; --requests counts "
+               "conversations"},
+      {.name = "turn-tokens", .default_value = "32", .help = "new ids per later turn"},
       {.name = "max-tokens", .default_value = "64",
        .help = "tokens generated per request (greedy, EOS ignored)"},
       {.name = "model", .help = "model name from ListModels; empty = the first listed"},
@@ -58,6 +66,9 @@ absl::StatusOr<LoadConfig> ConfigFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(s.prompt_tokens, args.IntInRange("prompt-tokens", 1, 1 << 24));
   ASSIGN_OR_RETURN(s.shared_prefix_tokens,
                    args.IntInRange("shared-prefix-tokens", 0, s.prompt_tokens));
+  ASSIGN_OR_RETURN(s.prefix_groups, args.IntInRange("prefix-groups", 1, 1 << 20));
+  ASSIGN_OR_RETURN(s.turns, args.IntInRange("turns", 1, 1 << 16));
+  ASSIGN_OR_RETURN(s.turn_tokens, args.IntInRange("turn-tokens", 0, 1 << 24));
   ASSIGN_OR_RETURN(s.max_tokens, args.IntInRange("max-tokens", 1, 1 << 24));
   ASSIGN_OR_RETURN(s.seed, args.Uint64("seed"));
   ASSIGN_OR_RETURN(int32_t timeout_s, args.IntInRange("timeout-s", 1, 86400));
@@ -86,9 +97,12 @@ int Run(LoadConfig config) {
               << model->vocab_size() << ", too small for random prompts\n";
     return 1;
   }
-  const int64_t needed = int64_t{config.shape.prompt_tokens} + config.shape.max_tokens;
+  // The last turn's prompt holds every earlier turn and reply.
+  const LoadShape& sh = config.shape;
+  const int64_t needed = int64_t{sh.prompt_tokens} + sh.max_tokens +
+                         int64_t{sh.turns - 1} * (sh.turn_tokens + sh.max_tokens);
   if (model->max_context() > 0 && needed > model->max_context()) {
-    std::cerr << "tandem-load: --prompt-tokens + --max-tokens = " << needed
+    std::cerr << "tandem-load: --prompt-tokens + --max-tokens (+ later turns) = " << needed
               << " exceeds the model's max_context " << model->max_context() << "\n";
     return 2;
   }
@@ -98,6 +112,7 @@ int Run(LoadConfig config) {
       .requests = config.shape.requests,
       .prompt_tokens = config.shape.prompt_tokens,
       .shared_prefix_tokens = config.shape.shared_prefix_tokens,
+      .prefix_groups = config.shape.prefix_groups,
       .vocab_size = model->vocab_size(),
       .seed = config.shape.seed,
   });
@@ -105,7 +120,11 @@ int Run(LoadConfig config) {
                                 {.model = config.shape.model,
                                  .concurrency = config.shape.concurrency,
                                  .max_tokens = config.shape.max_tokens,
-                                 .request_timeout = config.request_timeout});
+                                 .request_timeout = config.request_timeout,
+                                 .turns = config.shape.turns,
+                                 .turn_tokens = config.shape.turn_tokens,
+                                 .vocab_size = model->vocab_size(),
+                                 .seed = config.shape.seed});
   const LoadSummary summary = Summarize(config.shape, run.requests, run.wall_s);
   const std::string json = FormatJson(summary);
   std::cout << FormatTable(summary) << json << "\n" << std::flush;

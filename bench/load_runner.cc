@@ -24,8 +24,9 @@ std::chrono::system_clock::time_point DeadlineAfter(absl::Duration d) {
   return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
 }
 
+// One request; the reply's ids go to `reply` when it is non-null.
 RequestResult RunOne(v1::Generation::StubInterface& stub, const std::vector<int32_t>& prompt,
-                     const RunOptions& options) {
+                     const RunOptions& options, std::vector<int32_t>* reply) {
   v1::GenerateRequest request;
   request.set_model(options.model);
   request.mutable_prompt_token_ids()->Assign(prompt.begin(), prompt.end());
@@ -42,6 +43,9 @@ RequestResult RunOne(v1::Generation::StubInterface& stub, const std::vector<int3
   v1::GenerateResponse response;
   while (reader->Read(&response)) {
     RecordMessage(Seconds(sent, Clock::now()), response.tokens_size(), result);
+    if (reply != nullptr) {
+      for (const v1::Token& t : response.tokens()) reply->push_back(t.id());
+    }
     if (response.has_usage()) {
       result.prompt_tokens = response.usage().prompt_tokens();
       result.cached_prompt_tokens = response.usage().cached_prompt_tokens();
@@ -56,14 +60,28 @@ RequestResult RunOne(v1::Generation::StubInterface& stub, const std::vector<int3
 std::vector<std::vector<int32_t>> MakePrompts(const PromptOptions& options) {
   std::mt19937_64 rng(options.seed);
   std::uniform_int_distribution<int32_t> id(kFirstPromptId, options.vocab_size - 1);
-  std::vector<int32_t> shared(options.shared_prefix_tokens);
-  for (int32_t& t : shared) t = id(rng);
+  std::vector<std::vector<int32_t>> shared(std::max(options.prefix_groups, 1));
+  for (std::vector<int32_t>& prefix : shared) {
+    prefix.resize(options.shared_prefix_tokens);
+    for (int32_t& t : prefix) t = id(rng);
+  }
   std::vector<std::vector<int32_t>> prompts(options.requests);
-  for (std::vector<int32_t>& p : prompts) {
-    p = shared;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int32_t>& p = prompts[i];
+    p = shared[i % shared.size()];
     while (static_cast<int32_t>(p.size()) < options.prompt_tokens) p.push_back(id(rng));
   }
   return prompts;
+}
+
+std::vector<int32_t> TurnTokens(const RunOptions& options, size_t conversation, int32_t turn) {
+  std::seed_seq seq{options.seed, static_cast<uint64_t>(conversation),
+                    static_cast<uint64_t>(turn)};
+  std::mt19937_64 rng(seq);
+  std::uniform_int_distribution<int32_t> id(kFirstPromptId, options.vocab_size - 1);
+  std::vector<int32_t> ids(std::max(options.turn_tokens, 0));
+  for (int32_t& t : ids) t = id(rng);
+  return ids;
 }
 
 absl::StatusOr<v1::ModelInfo> FindModel(v1::Generation::StubInterface& stub,
@@ -84,7 +102,25 @@ absl::StatusOr<v1::ModelInfo> FindModel(v1::Generation::StubInterface& stub,
 RunResult RunLoad(v1::Generation::StubInterface& stub,
                   const std::vector<std::vector<int32_t>>& prompts, const RunOptions& options) {
   RunResult run;
-  run.requests.resize(prompts.size());
+  const size_t turns = static_cast<size_t>(std::max(options.turns, 1));
+  run.requests.resize(prompts.size() * turns);
+  for (RequestResult& r : run.requests) r.code = absl::StatusCode::kAborted;
+  // A conversation: its turns in order, each prompt the last one plus the
+  // reply and the new turn's ids.
+  auto converse = [&](size_t c) {
+    std::vector<int32_t> prompt = prompts[c];
+    for (size_t t = 0; t < turns; ++t) {
+      if (t > 0) {
+        const std::vector<int32_t> more = TurnTokens(options, c, static_cast<int32_t>(t));
+        prompt.insert(prompt.end(), more.begin(), more.end());
+      }
+      std::vector<int32_t> reply;
+      RequestResult& r = run.requests[c * turns + t];
+      r = RunOne(stub, prompt, options, turns > 1 ? &reply : nullptr);
+      if (r.code != absl::StatusCode::kOk) return;
+      prompt.insert(prompt.end(), reply.begin(), reply.end());
+    }
+  };
   std::atomic<size_t> next{0};
   const Clock::time_point start = Clock::now();
   std::vector<std::thread> slots;
@@ -94,7 +130,7 @@ RunResult RunLoad(v1::Generation::StubInterface& stub,
     // so `concurrency` requests are in flight until the queue drains.
     slots.emplace_back([&] {
       for (size_t i = next++; i < prompts.size(); i = next++) {
-        run.requests[i] = RunOne(stub, prompts[i], options);
+        converse(i);
       }
     });
   }

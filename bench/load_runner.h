@@ -21,6 +21,9 @@ struct PromptOptions {
   int32_t requests = 1;
   int32_t prompt_tokens = 1;
   int32_t shared_prefix_tokens = 0;  // <= prompt_tokens
+  // Prompt i shares its prefix with the prompts of group i % prefix_groups;
+  // each group's prefix is its own.
+  int32_t prefix_groups = 1;
   int32_t vocab_size = 0;            // ids are drawn from [kFirstPromptId, vocab_size)
   uint64_t seed = 1;
 };
@@ -29,7 +32,7 @@ struct PromptOptions {
 inline constexpr int32_t kFirstPromptId = 3;
 
 // `requests` prompts; the first shared_prefix_tokens ids are the same in all
-// of them, the rest differ. Same options, same prompts.
+// of a group's prompts, the rest differ. Same options, same prompts.
 std::vector<std::vector<int32_t>> MakePrompts(const PromptOptions& options);
 
 // The ModelInfo named `model` (the first listed when empty). NotFound when
@@ -42,14 +45,28 @@ struct RunOptions {
   int32_t concurrency = 1;
   int32_t max_tokens = 1;
   absl::Duration request_timeout = absl::Minutes(10);
+  // Multi-turn: each prompt opens a conversation of `turns` requests, each
+  // resending the whole conversation so far (its prompt, the reply's ids)
+  // plus `turn_tokens` new seeded ids, as a chat client without sessions
+  // does. A failed turn ends its conversation.
+  int32_t turns = 1;
+  int32_t turn_tokens = 32;
+  int32_t vocab_size = 0;  // for the new ids of later turns
+  uint64_t seed = 1;
 };
 
 struct RunResult {
-  std::vector<RequestResult> requests;  // in prompt order
-  double wall_s = 0;                    // first send -> last stream end
+  // Conversation c's turn t at c * turns + t (one per prompt when turns is
+  // 1); turns never sent (after a failure) stay default with code kAborted.
+  std::vector<RequestResult> requests;
+  double wall_s = 0;  // first send -> last stream end
 };
 
-// Sends one greedy, ignore_eos request per prompt and waits for all of them.
+// The ids a conversation appends for its turn `turn` (>= 1).
+std::vector<int32_t> TurnTokens(const RunOptions& options, size_t conversation, int32_t turn);
+
+// Sends greedy, ignore_eos requests (every turn of every prompt's
+// conversation, conversations `concurrency` at a time) and waits for all.
 RunResult RunLoad(v1::Generation::StubInterface& stub,
                   const std::vector<std::vector<int32_t>>& prompts, const RunOptions& options);
 

@@ -69,10 +69,15 @@ std::string FormatTable(const LoadSummary& s) {
                                                           code, "=", n);
   if (errors.empty()) errors = "none";
   std::string out = absl::StrFormat(
-      "tandem-load %s: %d requests, concurrency %d, prompt %d tokens (%d shared), "
-      "max_tokens %d\n",
+      "tandem-load %s: %d requests, concurrency %d, prompt %d tokens (%d shared in %d "
+      "groups), max_tokens %d\n",
       sh.addr, sh.requests, sh.concurrency, sh.prompt_tokens, sh.shared_prefix_tokens,
-      sh.max_tokens);
+      sh.prefix_groups, sh.max_tokens);
+  if (sh.turns > 1) {
+    absl::StrAppend(&out, absl::StrFormat("  multi-turn: %d turns per conversation, %d new "
+                                          "tokens per later turn\n",
+                                          sh.turns, sh.turn_tokens));
+  }
   absl::StrAppend(&out, absl::StrFormat("  %-22s %12s %12s\n", "", "p50", "p99"));
   absl::StrAppend(&out, absl::StrFormat("  %-22s %9.2f ms %9.2f ms\n", "TTFT",
                                         s.ttft_p50_s * 1e3, s.ttft_p99_s * 1e3));
@@ -102,7 +107,9 @@ std::string FormatJson(const LoadSummary& s) {
       "{\"bench\": \"load\", \"addr\": ", JsonQuote(sh.addr), ", \"model\": ",
       JsonQuote(sh.model), ", \"concurrency\": ", sh.concurrency, ", \"requests\": ",
       sh.requests, ", \"prompt_tokens\": ", sh.prompt_tokens, ", \"shared_prefix_tokens\": ",
-      sh.shared_prefix_tokens, ", \"max_tokens\": ", sh.max_tokens, ", \"seed\": ", sh.seed,
+      sh.shared_prefix_tokens, ", \"prefix_groups\": ", sh.prefix_groups,
+      ", \"turns\": ", sh.turns, ", \"turn_tokens\": ", sh.turn_tokens,
+      ", \"max_tokens\": ", sh.max_tokens, ", \"seed\": ", sh.seed,
       ", \"ok\": ", s.ok, ", \"errors\": ", errors, ", \"wall_s\": ", JsonNumber(s.wall_s),
       ", \"output_tokens\": ", s.output_tokens, ", \"output_tokens_per_s\": ",
       JsonNumber(s.output_tokens_per_s), ", \"tokens_per_message\": ",

@@ -50,7 +50,10 @@ struct LoadShape {
   int32_t requests = 0;
   int32_t prompt_tokens = 0;
   int32_t shared_prefix_tokens = 0;
+  int32_t prefix_groups = 1;
   int32_t max_tokens = 0;
+  int32_t turns = 1;        // requests per conversation
+  int32_t turn_tokens = 0;  // new ids per later turn
   uint64_t seed = 0;
 };
 

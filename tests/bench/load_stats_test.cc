@@ -1,12 +1,18 @@
-// tandem-load's arithmetic: percentiles, the summary, the JSON line, and the
-// seeded prompts with their shared prefix (bench/load_stats.h,
-// bench/load_runner.h).
+// tandem-load's arithmetic: percentiles, the summary, the JSON line, the
+// seeded prompts with their shared prefixes, and multi-turn conversations
+// against a stand-in gateway (bench/load_stats.h, bench/load_runner.h).
 #include "bench/load_stats.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/synchronization/mutex.h"
 #include "bench/load_runner.h"
+#include "rpc/bootstrap.h"
 
 namespace tandem::bench {
 namespace {
@@ -119,6 +125,81 @@ TEST(MakePromptsTest, SharedPrefixThenSeededRandomIdsInRange) {
   PromptOptions other = o;
   other.seed = 8;
   EXPECT_NE(MakePrompts(other), prompts);
+}
+
+TEST(MakePromptsTest, EachGroupHasItsOwnSharedPrefix) {
+  const PromptOptions o{.requests = 6, .prompt_tokens = 30, .shared_prefix_tokens = 20,
+                        .prefix_groups = 3, .vocab_size = 500, .seed = 7};
+  const auto prompts = MakePrompts(o);
+  ASSERT_EQ(prompts.size(), 6u);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto& same = prompts[(i + 3) % 6];  // the other prompt of its group
+    EXPECT_TRUE(std::equal(prompts[i].begin(), prompts[i].begin() + 20, same.begin())) << i;
+    const auto& other = prompts[(i + 1) % 6];
+    EXPECT_FALSE(std::equal(prompts[i].begin(), prompts[i].begin() + 20, other.begin())) << i;
+  }
+}
+
+// A gateway stand-in that answers every Generate with two tokens (ids from
+// the prompt's length) and records the prompts it saw.
+class EchoGeneration final : public v1::Generation::Service {
+ public:
+  grpc::Status Generate(grpc::ServerContext*, const v1::GenerateRequest* req,
+                        grpc::ServerWriter<v1::GenerateResponse>* writer) override {
+    {
+      absl::MutexLock lock(&mu_);
+      prompts_.emplace_back(req->prompt_token_ids().begin(), req->prompt_token_ids().end());
+    }
+    v1::GenerateResponse resp;
+    resp.add_tokens()->set_id(3 + req->prompt_token_ids_size() % 90);
+    resp.add_tokens()->set_id(4 + req->prompt_token_ids_size() % 90);
+    resp.set_finish_reason(v1::FINISH_REASON_LENGTH);
+    resp.mutable_usage()->set_prompt_tokens(req->prompt_token_ids_size());
+    writer->Write(resp);
+    return grpc::Status::OK;
+  }
+  std::vector<std::vector<int32_t>> prompts() const {
+    absl::MutexLock lock(&mu_);
+    return prompts_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::vector<int32_t>> prompts_;
+};
+
+TEST(RunLoadTest, EachTurnResendsTheConversationWithTheReplyAndNewIds) {
+  EchoGeneration service;
+  auto server = rpc::StartGrpcServer({}, {&service});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::Generation::NewStub(
+      grpc::CreateChannel(server->address, grpc::InsecureChannelCredentials()));
+  const std::vector<std::vector<int32_t>> prompts = {{5, 6, 7}, {8, 9}};
+  const RunOptions o{.model = "m", .concurrency = 2, .max_tokens = 2,
+                     .request_timeout = absl::Seconds(30), .turns = 3, .turn_tokens = 4,
+                     .vocab_size = 100, .seed = 11};
+  const RunResult run = RunLoad(*stub, prompts, o);
+  ASSERT_EQ(run.requests.size(), 6u);
+  for (const RequestResult& r : run.requests) EXPECT_EQ(r.code, absl::StatusCode::kOk);
+  std::vector<std::vector<int32_t>> seen = service.prompts();
+  ASSERT_EQ(seen.size(), 6u);
+  for (size_t c = 0; c < prompts.size(); ++c) {
+    std::vector<int32_t> want = prompts[c];
+    for (int32_t t = 0; t < 3; ++t) {
+      if (t > 0) {
+        const std::vector<int32_t> more = TurnTokens(o, c, t);
+        EXPECT_EQ(more.size(), 4u);
+        want.insert(want.end(), more.begin(), more.end());
+      }
+      EXPECT_EQ(run.requests[c * 3 + t].prompt_tokens, static_cast<int64_t>(want.size()));
+      EXPECT_NE(std::find(seen.begin(), seen.end(), want), seen.end())
+          << "conversation " << c << " turn " << t;
+      const int32_t n = static_cast<int32_t>(want.size());
+      want.push_back(3 + n % 90);  // the reply
+      want.push_back(4 + n % 90);
+    }
+  }
+  server->server->Shutdown();
 }
 
 }  // namespace
