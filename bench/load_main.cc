@@ -48,6 +48,9 @@ std::vector<common::FlagSpec> LoadFlagSpecs() {
        .help = "tokens generated per request (greedy, EOS ignored)"},
       {.name = "model", .help = "model name from ListModels; empty = the first listed"},
       {.name = "seed", .default_value = "1", .help = "seed of the random prompt ids"},
+      {.name = "prefix-seed", .default_value = "0",
+       .help = "seed of the shared prefixes; 0 = --seed (the same prefix seed with another "
+               "--seed asks new questions after the same prefixes)"},
       {.name = "out", .help = "file to append the JSON line to"},
       {.name = "timeout-s", .default_value = "600", .help = "deadline of each request, seconds"},
       {.name = "connect-timeout-s", .default_value = "10",
@@ -71,6 +74,7 @@ absl::StatusOr<LoadConfig> ConfigFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(s.turn_tokens, args.IntInRange("turn-tokens", 0, 1 << 24));
   ASSIGN_OR_RETURN(s.max_tokens, args.IntInRange("max-tokens", 1, 1 << 24));
   ASSIGN_OR_RETURN(s.seed, args.Uint64("seed"));
+  ASSIGN_OR_RETURN(s.prefix_seed, args.Uint64("prefix-seed"));
   ASSIGN_OR_RETURN(int32_t timeout_s, args.IntInRange("timeout-s", 1, 86400));
   ASSIGN_OR_RETURN(int32_t connect_s, args.IntInRange("connect-timeout-s", 1, 3600));
   c.request_timeout = absl::Seconds(timeout_s);
@@ -115,6 +119,7 @@ int Run(LoadConfig config) {
       .prefix_groups = config.shape.prefix_groups,
       .vocab_size = model->vocab_size(),
       .seed = config.shape.seed,
+      .prefix_seed = config.shape.prefix_seed,
   });
   const RunResult run = RunLoad(*stub, prompts,
                                 {.model = config.shape.model,

@@ -58,13 +58,17 @@ RequestResult RunOne(v1::Generation::StubInterface& stub, const std::vector<int3
 }  // namespace
 
 std::vector<std::vector<int32_t>> MakePrompts(const PromptOptions& options) {
-  std::mt19937_64 rng(options.seed);
   std::uniform_int_distribution<int32_t> id(kFirstPromptId, options.vocab_size - 1);
   std::vector<std::vector<int32_t>> shared(std::max(options.prefix_groups, 1));
+  std::mt19937_64 prefix_rng(options.prefix_seed != 0 ? options.prefix_seed : options.seed);
   for (std::vector<int32_t>& prefix : shared) {
     prefix.resize(options.shared_prefix_tokens);
-    for (int32_t& t : prefix) t = id(rng);
+    for (int32_t& t : prefix) t = id(prefix_rng);
   }
+  // The rest from a stream of its own, so a run with another --seed and the
+  // same --prefix-seed asks new questions after the same prefixes.
+  std::seed_seq rest{options.seed, uint64_t{0x9e3779b97f4a7c15}};
+  std::mt19937_64 rng(rest);
   std::vector<std::vector<int32_t>> prompts(options.requests);
   for (size_t i = 0; i < prompts.size(); ++i) {
     std::vector<int32_t>& p = prompts[i];

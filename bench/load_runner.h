@@ -25,7 +25,8 @@ struct PromptOptions {
   // each group's prefix is its own.
   int32_t prefix_groups = 1;
   int32_t vocab_size = 0;            // ids are drawn from [kFirstPromptId, vocab_size)
-  uint64_t seed = 1;
+  uint64_t seed = 1;         // the ids after the shared prefixes
+  uint64_t prefix_seed = 0;  // the shared prefixes; 0: `seed`
 };
 
 // Ids below this are special in the models Tandem serves (unk, BOS, EOS).

@@ -110,6 +110,7 @@ std::string FormatJson(const LoadSummary& s) {
       sh.shared_prefix_tokens, ", \"prefix_groups\": ", sh.prefix_groups,
       ", \"turns\": ", sh.turns, ", \"turn_tokens\": ", sh.turn_tokens,
       ", \"max_tokens\": ", sh.max_tokens, ", \"seed\": ", sh.seed,
+      ", \"prefix_seed\": ", sh.prefix_seed == 0 ? sh.seed : sh.prefix_seed,
       ", \"ok\": ", s.ok, ", \"errors\": ", errors, ", \"wall_s\": ", JsonNumber(s.wall_s),
       ", \"output_tokens\": ", s.output_tokens, ", \"output_tokens_per_s\": ",
       JsonNumber(s.output_tokens_per_s), ", \"tokens_per_message\": ",

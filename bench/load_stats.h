@@ -55,6 +55,7 @@ struct LoadShape {
   int32_t turns = 1;        // requests per conversation
   int32_t turn_tokens = 0;  // new ids per later turn
   uint64_t seed = 0;
+  uint64_t prefix_seed = 0;  // 0: seed
 };
 
 struct LoadSummary {

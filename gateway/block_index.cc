@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
+
 #include "rpc/convert.h"
 
 namespace tandem::gateway {
@@ -9,6 +11,7 @@ namespace tandem::gateway {
 BlockIndex::BlockIndex(const BlockIndexOptions& options) : options_(options) {}
 
 void BlockIndex::AddLocked(int worker, WorkerState& w, const engine::BlockHash& h) {
+  if (w.predicted.erase(h) > 0) --predicted_;  // confirmed
   if (w.held.contains(h)) return;
   if (entries_ >= options_.max_entries) {
     ++dropped_;
@@ -39,6 +42,34 @@ void BlockIndex::ClearLocked(int worker, WorkerState& w) {
     --entries_;
   }
   w.held.clear();
+  predicted_ -= static_cast<int64_t>(w.predicted.size());
+  w.predicted.clear();
+}
+
+void BlockIndex::PruneLocked(WorkerState& w, absl::Time now) {
+  const size_t before = w.predicted.size();
+  absl::erase_if(w.predicted, [now](const auto& p) { return p.second <= now; });
+  predicted_ -= static_cast<int64_t>(before - w.predicted.size());
+}
+
+void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, absl::Time until) {
+  absl::MutexLock lock(&mu_);
+  WorkerState& w = workers_[worker];
+  PruneLocked(w, absl::Now());
+  for (const engine::BlockHash& h : chain) {
+    if (w.held.contains(h)) continue;
+    auto [it, inserted] = w.predicted.try_emplace(h, until);
+    if (!inserted) {
+      it->second = std::max(it->second, until);
+      continue;
+    }
+    if (predicted_ >= options_.max_entries) {
+      w.predicted.erase(it);
+      ++dropped_;
+      return;
+    }
+    ++predicted_;
+  }
 }
 
 BlockIndex::Applied BlockIndex::Apply(int worker, const tandem::v1::BlockEventBatch& batch) {
@@ -74,18 +105,30 @@ void BlockIndex::Drop(int worker) {
 }
 
 std::vector<int32_t> BlockIndex::Overlap(std::span<const int> workers,
-                                         std::span<const engine::BlockHash> chain) const {
+                                         std::span<const engine::BlockHash> chain,
+                                         absl::Time now) const {
   std::vector<int32_t> overlap(workers.size(), 0);
   std::vector<bool> matching(workers.size(), true);
   size_t still = workers.size();
   absl::ReaderMutexLock lock(&mu_);
+  std::vector<const WorkerState*> states(workers.size(), nullptr);
+  for (size_t k = 0; k < workers.size(); ++k) {
+    auto it = workers_.find(workers[k]);
+    if (it != workers_.end() && !it->second.predicted.empty()) states[k] = &it->second;
+  }
+  auto predicted = [&](size_t k, const engine::BlockHash& h) {
+    if (states[k] == nullptr) return false;
+    auto it = states[k]->predicted.find(h);
+    return it != states[k]->predicted.end() && it->second > now;
+  };
   for (size_t i = 0; i < chain.size() && still > 0; ++i) {
     auto it = holders_.find(chain[i]);
     for (size_t k = 0; k < workers.size(); ++k) {
       if (!matching[k]) continue;
-      const bool holds = it != holders_.end() &&
-                         std::find(it->second.begin(), it->second.end(), workers[k]) !=
-                             it->second.end();
+      const bool holds = (it != holders_.end() &&
+                          std::find(it->second.begin(), it->second.end(), workers[k]) !=
+                              it->second.end()) ||
+                         predicted(k, chain[i]);
       if (holds) {
         ++overlap[k];
       } else {
@@ -121,6 +164,11 @@ int64_t BlockIndex::entries_of(int worker) const {
 int64_t BlockIndex::dropped_entries() const {
   absl::ReaderMutexLock lock(&mu_);
   return dropped_;
+}
+
+int64_t BlockIndex::predicted_entries() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return predicted_;
 }
 
 }  // namespace tandem::gateway

@@ -5,7 +5,15 @@
 // is refused so that the subscriber resubscribes for a snapshot; a worker
 // whose stream ends is dropped with every entry. Memory is bounded by
 // `max_entries` (hash, worker) pairs: past it new entries are not recorded
-// (counted), which only costs routing accuracy. Thread-safe.
+// (counted), which only costs routing accuracy.
+//
+// Predictions: the router records the blocks of a prompt it just sent to a
+// worker as predicted there until a deadline, because the worker reports
+// them only once it has computed them; without that, prompts of one prefix
+// that arrive together would be spread over every worker before the first
+// is done. Overlap counts a predicted block as held; the worker's own
+// `stored` event (or the deadline, or its stream ending) ends the
+// prediction. Predictions are bounded by `max_entries` too. Thread-safe.
 #ifndef TANDEM_GATEWAY_BLOCK_INDEX_H_
 #define TANDEM_GATEWAY_BLOCK_INDEX_H_
 
@@ -19,6 +27,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "engine/block_hash.h"
 #include "tandem/v1/worker.pb.h"
 
@@ -46,9 +56,13 @@ class BlockIndex {
   // Forgets the worker (its stream ended): its entries go at once.
   void Drop(int worker);
 
-  // For each of `workers`, how many leading blocks of `chain` it holds.
+  // Records `chain` as soon held by `worker`, until `until`.
+  void Predict(int worker, std::span<const engine::BlockHash> chain, absl::Time until);
+  // For each of `workers`, how many leading blocks of `chain` it holds (or
+  // is predicted to hold at `now`).
   std::vector<int32_t> Overlap(std::span<const int> workers,
-                               std::span<const engine::BlockHash> chain) const;
+                               std::span<const engine::BlockHash> chain,
+                               absl::Time now = absl::Now()) const;
   // What the workers hash with, once one has reported.
   std::optional<BlockHashParams> params() const;
 
@@ -56,6 +70,7 @@ class BlockIndex {
   int64_t hashes() const;            // distinct hashes
   int64_t entries_of(int worker) const;
   int64_t dropped_entries() const;   // not recorded: the index was full
+  int64_t predicted_entries() const;  // predictions held, expired ones included
 
  private:
   struct WorkerState {
@@ -63,7 +78,10 @@ class BlockIndex {
     uint64_t sequence = 0;
     bool synced = false;  // a snapshot has been applied
     absl::flat_hash_set<engine::BlockHash> held;
+    absl::flat_hash_map<engine::BlockHash, absl::Time> predicted;  // -> until
   };
+  // Drops `w`'s expired predictions.
+  void PruneLocked(WorkerState& w, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddLocked(int worker, WorkerState& w, const engine::BlockHash& h)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveLocked(int worker, WorkerState& w, const engine::BlockHash& h)
@@ -78,6 +96,7 @@ class BlockIndex {
   std::optional<BlockHashParams> params_ ABSL_GUARDED_BY(mu_);
   int64_t entries_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t predicted_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tandem::gateway

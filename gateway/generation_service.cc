@@ -17,9 +17,9 @@ GenerationService::GenerationService(std::unique_ptr<engine::Tokenizer> tokenize
       admission_("gateway", options_.admission),
       metrics_(registry),
       index_(options_.index),
-      prefill_router_(index_, 0, options_.router, registry, "prefill"),
+      prefill_router_(index_, 0, options_.router, registry, RouteRole::kPrefill),
       decode_router_(index_, static_cast<int>(options_.prefill_workers.size()), options_.router,
-                     registry, "decode") {
+                     registry, RouteRole::kDecode) {
   std::vector<std::string> workers = options_.prefill_workers;
   workers.insert(workers.end(), options_.decode_workers.begin(), options_.decode_workers.end());
   subscriber_ =

@@ -9,12 +9,13 @@
 
 namespace tandem::gateway {
 
-KvRouter::KvRouter(const BlockIndex& index, int first_slot, const RouterOptions& options,
-                   prometheus::Registry& registry, std::string role)
+KvRouter::KvRouter(BlockIndex& index, int first_slot, const RouterOptions& options,
+                   prometheus::Registry& registry, RouteRole role)
     : index_(index),
       first_slot_(first_slot),
       options_(options),
-      role_(std::move(role)),
+      role_(role),
+      role_name_(role == RouteRole::kPrefill ? "prefill" : "decode"),
       decisions_(rpc::CounterFamily(registry, "tandem_router_decisions_total",
                                     "Routing decisions, by worker role and reason")) {}
 
@@ -29,21 +30,29 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
   } else {
     const int32_t bs = params->block_size;
     d.prompt_blocks = static_cast<int32_t>((tokens + bs - 1) / bs);
-    // The engine always computes the last prompt token, so a block holding
-    // it is computed whatever is cached.
-    const std::span<const int32_t> reusable =
-        prompt.first(tokens == 0 ? 0 : static_cast<size_t>((tokens - 1) / bs * bs));
-    const std::vector<engine::BlockHash> chain =
-        engine::PrefixBlockHashes(reusable, bs, params->model_fingerprint);
+    // Every full block, as the worker will hash them; the engine always
+    // computes the last prompt token, so a block holding it is computed
+    // whatever is cached.
+    const std::vector<engine::BlockHash> full =
+        engine::PrefixBlockHashes(prompt, bs, params->model_fingerprint);
+    const std::span<const engine::BlockHash> chain =
+        std::span(full).first(tokens == 0 ? 0 : static_cast<size_t>((tokens - 1) / bs));
     std::vector<int> slots(picker.size());
     for (int i = 0; i < picker.size(); ++i) slots[i] = first_slot_ + i;
     const std::vector<int32_t> overlap = index_.Overlap(slots, chain);
     std::vector<double> costs(picker.size(), 0.0);
-    d.pick = picker.Acquire(exclude, tokens, [&](int i, const WorkerPicker::Load& load) {
+    const WorkerPicker::Charge charge = [&](int i) -> int64_t {
+      if (role_ == RouteRole::kDecode) return tokens;
+      return std::max<int64_t>(1, tokens - int64_t{overlap[i]} * bs);  // tokens to compute
+    };
+    d.pick = picker.Acquire(exclude, charge, [&](int i, const WorkerPicker::Load& load) {
       costs[i] = options_.overlap_weight * (d.prompt_blocks - overlap[i]) +
                  options_.load_weight * static_cast<double>(load.in_flight_tokens) / bs;
       return costs[i];
     });
+    if (d.pick.valid() && options_.prediction_ttl > absl::ZeroDuration()) {
+      index_.Predict(first_slot_ + d.pick.index(), full, absl::Now() + options_.prediction_ttl);
+    }
     const int32_t best_overlap = *std::max_element(overlap.begin(), overlap.end());
     if (d.pick.valid()) d.overlap_blocks = overlap[d.pick.index()];
     if (!exclude.empty()) {
@@ -54,14 +63,14 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
       d.reason = best_overlap > 0 ? "load" : "no_overlap";
     }
     if (common::LogEnabled(common::LogLevel::kDebug)) {
-      common::LogLine("router") << role_ << " " << (d.pick.valid() ? d.pick.address() : "none")
+      common::LogLine("router") << role_name_ << " " << (d.pick.valid() ? d.pick.address() : "none")
                                 << " reason=" << d.reason << " prompt_blocks="
                                 << d.prompt_blocks << " overlap=["
                                 << absl::StrJoin(overlap, ",") << "] cost=["
                                 << absl::StrJoin(costs, ",") << "]";
     }
   }
-  decisions_.Add({{"role", role_}, {"reason", d.reason}}).Increment();
+  decisions_.Add({{"role", role_name_}, {"reason", d.reason}}).Increment();
   return d;
 }
 

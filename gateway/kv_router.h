@@ -1,13 +1,19 @@
 // KV-aware routing: picks the worker for a prompt by what it would cost
 // there, the way Dynamo's router does. For each candidate worker,
-//   overlap = the prompt's leading full blocks the block index says it holds,
+//   overlap = the prompt's leading full blocks the block index says it holds
+//             (or is predicted to hold: see BlockIndex),
 //   cost    = overlap_weight x (prompt blocks it would compute)
-//           + load_weight x (prompt blocks in flight on it from this gateway),
+//           + load_weight x (blocks charged to it by requests in flight from
+//             this gateway),
 // and the lowest cost wins (ties: fewer requests in flight, lower index).
-// Without index data (no worker has reported yet) it falls back to the
-// least-loaded worker. Every decision is counted in
-// tandem_router_decisions_total{reason} and, at --log-level debug, logged
-// with its inputs. Thread-safe.
+// A prefill request charges the blocks its worker computes (the uncached
+// ones); a decode request charges every prompt block (the KV it holds for
+// the stream's life). The chosen worker is predicted to hold the prompt's
+// full blocks for `prediction_ttl`, so prompts of one prefix that arrive
+// together follow the first. Without index data (no worker has reported
+// yet) it falls back to the least-loaded worker. Every decision is counted
+// in tandem_router_decisions_total{role,reason} and, at --log-level debug,
+// logged with its inputs. Thread-safe.
 #ifndef TANDEM_GATEWAY_KV_ROUTER_H_
 #define TANDEM_GATEWAY_KV_ROUTER_H_
 
@@ -16,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "gateway/block_index.h"
 #include "gateway/worker_picker.h"
 #include "prometheus/counter.h"
@@ -25,8 +32,13 @@ namespace tandem::gateway {
 
 struct RouterOptions {
   double overlap_weight = 1.0;  // per prompt block the worker would compute
-  double load_weight = 1.0;     // per prompt block already in flight on it
+  double load_weight = 1.0;     // per block charged to it by requests in flight
+  // How long a routed prompt's blocks count as held by its worker before the
+  // worker reports them; zero: no predictions.
+  absl::Duration prediction_ttl = absl::Seconds(10);
 };
+
+enum class RouteRole { kPrefill, kDecode };
 
 struct RouteDecision {
   WorkerPicker::Pick pick;  // invalid when every worker is excluded
@@ -43,17 +55,18 @@ class KvRouter {
  public:
   // `index` (slot `first_slot + i` is the picker's worker i) and `registry`
   // must outlive the router.
-  KvRouter(const BlockIndex& index, int first_slot, const RouterOptions& options,
-           prometheus::Registry& registry, std::string role);
+  KvRouter(BlockIndex& index, int first_slot, const RouterOptions& options,
+           prometheus::Registry& registry, RouteRole role);
 
   RouteDecision Route(WorkerPicker& picker, std::span<const int32_t> prompt,
                       const std::vector<int>& exclude);
 
  private:
-  const BlockIndex& index_;
+  BlockIndex& index_;
   const int first_slot_;
   const RouterOptions options_;
-  const std::string role_;
+  const RouteRole role_;
+  const std::string role_name_;
   prometheus::Family<prometheus::Counter>& decisions_;
 };
 

@@ -49,7 +49,11 @@ int main(int argc, char** argv) {
       {.name = "router-overlap-weight", .default_value = "1.0",
        .help = "router cost per prompt block a worker would have to compute"},
       {.name = "router-load-weight", .default_value = "1.0",
-       .help = "router cost per prompt block already in flight on a worker"},
+       .help = "router cost per block charged to a worker by requests in flight (prefill: "
+               "the blocks it computes; decode: the prompt's blocks)"},
+      {.name = "router-prediction-ms", .default_value = "10000",
+       .help = "how long a routed prompt's blocks count as held by its worker before the "
+               "worker reports them; 0 = off"},
       {.name = "index-max-entries", .default_value = "4194304",
        .help = "(block hash, worker) entries the block index holds at most"},
       {.name = "log-level", .default_value = "info",
@@ -80,6 +84,8 @@ int main(int argc, char** argv) {
       tandem::rpc::AdmissionLimitsFromArgs(*args);
   absl::StatusOr<double> overlap_weight = args->Double("router-overlap-weight");
   absl::StatusOr<double> load_weight = args->Double("router-load-weight");
+  absl::StatusOr<int32_t> prediction_ms =
+      args->IntInRange("router-prediction-ms", 0, 24 * 3600 * 1000);
   absl::StatusOr<int32_t> index_entries = args->IntInRange("index-max-entries", 0, 1 << 30);
   absl::StatusOr<tandem::common::LogLevel> log_level =
       tandem::common::ParseLogLevel(args->String("log-level"));
@@ -91,7 +97,7 @@ int main(int argc, char** argv) {
   for (const absl::Status& s :
        {max_context.status(), max_stops.status(), timeout_ms.status(), channels.status(),
         admission.status(), overlap_weight.status(), load_weight.status(),
-        index_entries.status(), log_level.status(), router}) {
+        index_entries.status(), log_level.status(), prediction_ms.status(), router}) {
     if (!s.ok()) {
       std::cerr << "tandem-gateway: " << s.message() << "\n";
       return 2;
@@ -107,7 +113,9 @@ int main(int argc, char** argv) {
   options.admission = *admission;
   options.channels.max_channels = *channels;
   options.kv_routing = args->String("router") == "kv";
-  options.router = {.overlap_weight = *overlap_weight, .load_weight = *load_weight};
+  options.router = {.overlap_weight = *overlap_weight,
+                    .load_weight = *load_weight,
+                    .prediction_ttl = absl::Milliseconds(*prediction_ms)};
   options.index.max_entries = *index_entries;
   tandem::common::SetLogLevel(*log_level);
 

@@ -28,6 +28,11 @@ const std::string& WorkerPicker::Pick::address() const { return picker_->address
 
 WorkerPicker::Pick WorkerPicker::Acquire(const std::vector<int>& exclude, int64_t tokens,
                                          const Cost& cost) {
+  return Acquire(exclude, [tokens](int) { return tokens; }, cost);
+}
+
+WorkerPicker::Pick WorkerPicker::Acquire(const std::vector<int>& exclude, const Charge& charge,
+                                         const Cost& cost) {
   absl::MutexLock lock(&mu_);
   int best = -1;
   double best_cost = 0;
@@ -42,6 +47,7 @@ WorkerPicker::Pick WorkerPicker::Acquire(const std::vector<int>& exclude, int64_
   }
   Pick p;
   if (best < 0) return p;
+  const int64_t tokens = charge(best);
   ++load_[best].in_flight;
   load_[best].in_flight_tokens += tokens;
   p.picker_ = this;

@@ -40,15 +40,19 @@ class WorkerPicker {
   // A worker's load from this gateway, as a cost function sees it.
   struct Load {
     int in_flight = 0;            // requests
-    int64_t in_flight_tokens = 0;  // their prompt tokens
+    int64_t in_flight_tokens = 0;  // the tokens they were charged
   };
   using Cost = std::function<double(int index, const Load& load)>;
+  // The tokens a request would charge worker `index` (its work there).
+  using Charge = std::function<int64_t(int index)>;
 
   // An invalid Pick when every worker is excluded. `tokens` are counted
   // against the chosen worker while the Pick lives; `cost` (default: the
   // requests in flight) ranks the candidates.
   Pick Acquire(const std::vector<int>& exclude = {}, int64_t tokens = 0,
                const Cost& cost = nullptr);
+  // The same with a charge that depends on the worker chosen.
+  Pick Acquire(const std::vector<int>& exclude, const Charge& charge, const Cost& cost);
   int size() const { return static_cast<int>(addresses_.size()); }
   const std::vector<std::string>& addresses() const { return addresses_; }
   int in_flight(int index) const;

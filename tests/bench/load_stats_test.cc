@@ -125,6 +125,11 @@ TEST(MakePromptsTest, SharedPrefixThenSeededRandomIdsInRange) {
   PromptOptions other = o;
   other.seed = 8;
   EXPECT_NE(MakePrompts(other), prompts);
+  // The same prefix seed: the same prefix, other questions.
+  other.prefix_seed = 7;
+  const auto asked_again = MakePrompts(other);
+  EXPECT_TRUE(std::equal(prompts[0].begin(), prompts[0].begin() + 16, asked_again[0].begin()));
+  EXPECT_FALSE(std::equal(prompts[0].begin() + 16, prompts[0].end(), asked_again[0].begin() + 16));
 }
 
 TEST(MakePromptsTest, EachGroupHasItsOwnSharedPrefix) {

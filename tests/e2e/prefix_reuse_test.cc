@@ -181,14 +181,14 @@ TEST_F(RoutingTest, APromptGoesToTheWorkerHoldingItsPrefixUnlessThatWorkerIsLoad
   EXPECT_EQ(PrefixHits(1) - hits_before, 768);
   EXPECT_EQ(PrefixHits(0), 0);
 
-  // Worker 1 stops answering with a 1000-token prompt in flight: 63 blocks of
-  // load against the 48 it would save, so the next prompt of the same prefix
-  // goes to worker 0.
+  // Worker 1 stops answering with a prompt in flight whose 1200 uncached
+  // tokens (75 blocks) it has to compute: more load than the 48 blocks it
+  // would save, so the next prompt of the same prefix goes to worker 0.
   process::Subprocess& worker1 = stack_->prefill_process(1);
   worker1.Signal(SIGSTOP);
   Completion stuck;
   std::thread in_flight([&] {
-    stuck = Generate(stack_->gateway(), Request(Prompt(768, 232, 4, 1), 2));
+    stuck = Generate(stack_->gateway(), Request(Prompt(768, 1200, 4, 1), 2));
   });
   EXPECT_EQ(AwaitMetric(gateway_metrics_,
                         Series("tandem_router_decisions_total",

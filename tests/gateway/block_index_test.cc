@@ -97,5 +97,32 @@ TEST(BlockIndexTest, EntriesStayWithinTheBound) {
   EXPECT_EQ(index.entries(), 3);
 }
 
+TEST(BlockIndexTest, PredictionsCountUntilTheirDeadlineOrTheWorkersOwnReport) {
+  BlockIndex index;
+  index.Apply(0, Batch(1, 1, true, {1}));
+  const absl::Time t0 = absl::Now();
+  index.Predict(0, Chain({1, 2, 3}), t0 + absl::Seconds(10));
+  const std::vector<int> workers = {0, 1};
+  EXPECT_EQ(index.Overlap(workers, Chain({1, 2, 3, 4}), t0), (std::vector<int32_t>{3, 0}));
+  EXPECT_EQ(index.predicted_entries(), 2);  // 1 is held already
+  EXPECT_EQ(index.entries(), 1);            // predictions are not entries
+  // Past the deadline only what the worker reported counts.
+  EXPECT_EQ(index.Overlap(workers, Chain({1, 2, 3}), t0 + absl::Seconds(11)),
+            (std::vector<int32_t>{1, 0}));
+  // The worker's report of 2 ends its prediction; 3 stays predicted.
+  index.Apply(0, Batch(1, 2, false, {2}));
+  EXPECT_EQ(index.predicted_entries(), 1);
+  EXPECT_EQ(index.Overlap(workers, Chain({1, 2, 3}), t0), (std::vector<int32_t>{3, 0}));
+  // A worker whose stream ends loses its predictions with its entries.
+  index.Drop(0);
+  EXPECT_EQ(index.predicted_entries(), 0);
+  EXPECT_EQ(index.Overlap(workers, Chain({1, 2, 3}), t0), (std::vector<int32_t>{0, 0}));
+  // Predictions are bounded like entries.
+  BlockIndex small({.max_entries = 2});
+  small.Predict(1, Chain({5, 6, 7}), t0 + absl::Seconds(10));
+  EXPECT_EQ(small.predicted_entries(), 2);
+  EXPECT_EQ(small.dropped_entries(), 1);
+}
+
 }  // namespace
 }  // namespace tandem::gateway

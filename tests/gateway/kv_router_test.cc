@@ -1,7 +1,8 @@
 // The KV-aware router over a real BlockIndex and WorkerPicker: a prompt
 // goes to the worker holding its prefix; when that worker is loaded enough
 // that computing elsewhere is cheaper, it does not; without index data it
-// is least-loaded; every decision is counted by reason.
+// is least-loaded; a prompt follows an earlier one of its prefix still being
+// computed (predictions); every decision is counted by reason.
 #include "gateway/kv_router.h"
 
 #include <gmock/gmock.h>
@@ -45,40 +46,71 @@ TEST(KvRouterTest, RoutesToTheHolderUnlessItIsLoaded) {
   prometheus::Registry registry;
   BlockIndex index;
   WorkerPicker picker({"a:1", "b:2"});
-  KvRouter router(index, 0, {.overlap_weight = 1.0, .load_weight = 1.0}, registry, "prefill");
+  KvRouter router(index, 0,
+                  {.overlap_weight = 1.0, .load_weight = 1.0,
+                   .prediction_ttl = absl::ZeroDuration()},
+                  registry, RouteRole::kPrefill);
   const std::vector<int32_t> prompt = Prompt(160);  // 10 blocks, 9 reusable
   Hold(index, 0, Prompt(16));   // worker a: 1 block of it
   Hold(index, 1, Prompt(144));  // worker b: 9 blocks
 
-  RouteDecision d = router.Route(picker, prompt, {});
-  ASSERT_TRUE(d.pick.valid());
-  EXPECT_EQ(d.pick.address(), "b:2");
-  EXPECT_EQ(d.overlap_blocks, 9);
-  EXPECT_EQ(d.prompt_blocks, 10);
-  EXPECT_EQ(d.reason, "kv_overlap");
-
-  // b now has 160 prompt tokens (10 blocks) in flight: 1 + 10 > a's 9 + 0.
-  RouteDecision second = router.Route(picker, prompt, {});
-  EXPECT_EQ(second.pick.address(), "a:1");
-  EXPECT_EQ(second.overlap_blocks, 1);
-  EXPECT_EQ(second.reason, "kv_overlap");
-  d = RouteDecision();  // b's load is released
-  second = RouteDecision();
+  // Each request on b charges the one block b computes: b costs 1 + k with
+  // k in flight, a costs 9, so b takes 8 and the ninth goes to a.
+  std::vector<RouteDecision> held;
+  for (int k = 0; k < 8; ++k) {
+    held.push_back(router.Route(picker, prompt, {}));
+    ASSERT_TRUE(held.back().pick.valid());
+    EXPECT_EQ(held.back().pick.address(), "b:2") << k;
+    EXPECT_EQ(held.back().overlap_blocks, 9);
+    EXPECT_EQ(held.back().prompt_blocks, 10);
+    EXPECT_EQ(held.back().reason, "kv_overlap");
+  }
+  EXPECT_EQ(picker.in_flight_tokens(1), 8 * 16);
+  RouteDecision ninth = router.Route(picker, prompt, {});
+  EXPECT_EQ(ninth.pick.address(), "a:1");
+  EXPECT_EQ(ninth.overlap_blocks, 1);
+  EXPECT_EQ(ninth.reason, "kv_overlap");
+  EXPECT_EQ(picker.in_flight_tokens(0), 160 - 16);
+  held.clear();  // b's load is released
+  ninth = RouteDecision();
 
   // A prompt nobody holds: the least loaded (a tie: lower index).
   RouteDecision fresh = router.Route(picker, Prompt(40, 2), {});
   EXPECT_EQ(fresh.pick.address(), "a:1");
   EXPECT_EQ(fresh.reason, "no_overlap");
   const std::string text = rpc::ScrapeText(registry);
-  EXPECT_THAT(text, HasSubstr("tandem_router_decisions_total{reason=\"kv_overlap\",role=\"prefill\"} 2"));
+  EXPECT_THAT(text, HasSubstr("tandem_router_decisions_total{reason=\"kv_overlap\",role=\"prefill\"} 9"));
   EXPECT_THAT(text, HasSubstr("tandem_router_decisions_total{reason=\"no_overlap\",role=\"prefill\"} 1"));
+}
+
+TEST(KvRouterTest, APromptFollowsTheOneOfItsPrefixRoutedBeforeIt) {
+  // Worker a is sent a prompt nobody holds and is still computing it; the
+  // same prefix arriving next goes to a (predicted) rather than computing it
+  // again on idle b. Without predictions it would go to b.
+  for (const bool predict : {true, false}) {
+    prometheus::Registry registry;
+    BlockIndex index;
+    Hold(index, 1, Prompt(16, 999));  // the workers have reported; nobody holds the prompt
+    WorkerPicker picker({"a:1", "b:2"});
+    KvRouter router(index, 0,
+                    {.overlap_weight = 1.0, .load_weight = 0.5,
+                     .prediction_ttl = predict ? absl::Seconds(60) : absl::ZeroDuration()},
+                    registry, RouteRole::kPrefill);
+    const RouteDecision first = router.Route(picker, Prompt(160), {});
+    EXPECT_EQ(first.pick.address(), "a:1");
+    EXPECT_EQ(first.reason, "no_overlap");
+    // a: 1 block to compute + 0.5 x 10 in flight = 6; b: 10.
+    const RouteDecision second = router.Route(picker, Prompt(170), {});
+    EXPECT_EQ(second.pick.address(), predict ? "a:1" : "b:2") << predict;
+    EXPECT_EQ(second.overlap_blocks, predict ? 10 : 0) << predict;
+  }
 }
 
 TEST(KvRouterTest, WithoutIndexDataItIsLeastLoaded) {
   prometheus::Registry registry;
   BlockIndex index;
   WorkerPicker picker({"a:1", "b:2"});
-  KvRouter router(index, 0, {}, registry, "prefill");
+  KvRouter router(index, 0, {}, registry, RouteRole::kPrefill);
   RouteDecision first = router.Route(picker, Prompt(40), {});
   RouteDecision second = router.Route(picker, Prompt(40), {});
   EXPECT_EQ(first.pick.address(), "a:1");
@@ -95,7 +127,7 @@ TEST(KvRouterTest, TheLastPromptTokensBlockIsNeverCountedAsReusable) {
   prometheus::Registry registry;
   BlockIndex index;
   WorkerPicker picker({"a:1"});
-  KvRouter router(index, 0, {}, registry, "prefill");
+  KvRouter router(index, 0, {}, registry, RouteRole::kPrefill);
   Hold(index, 0, Prompt(64));
   // 64 tokens = 4 full blocks, but the engine recomputes the last one.
   EXPECT_EQ(router.Route(picker, Prompt(64), {}).overlap_blocks, 3);
