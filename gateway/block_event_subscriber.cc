@@ -32,13 +32,13 @@ class BlockEventSubscriber::Stream final
     StartRead(&batch_);
   }
   void OnDone(const grpc::Status&) override {
-    // The owner may be destroyed as soon as it hears of the end, so the
-    // stream (its context and its channel reference) goes first.
+    // Detached first, so nobody cancels a deleted stream; then deleted (its
+    // context and channel reference); only then released, since the owner
+    // may be destroyed as soon as its last stream is.
     BlockEventSubscriber* const owner = owner_;
-    const int worker = worker_;
-    const bool resync = resync_;
+    owner->OnStreamEnded(worker_, resync_);
     delete this;
-    owner->OnStreamEnded(worker, resync);
+    owner->OnStreamReleased();
   }
 
  private:
@@ -178,6 +178,10 @@ void BlockEventSubscriber::OnStreamEnded(int worker, bool resync) {
     s.next_attempt = absl::Now() + s.backoff;
     s.backoff = std::min(s.backoff * 2, options_.retry_max);
   }
+}
+
+void BlockEventSubscriber::OnStreamReleased() {
+  absl::MutexLock lock(&mu_);
   --live_streams_;
 }
 

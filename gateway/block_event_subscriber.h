@@ -63,7 +63,10 @@ class BlockEventSubscriber {
   void Run();
   // From a stream: a batch arrived (false: resubscribe).
   bool OnBatch(int worker, const tandem::v1::BlockEventBatch& batch);
+  // From a stream's OnDone: it ended (the slot is free, its entries go)...
   void OnStreamEnded(int worker, bool resync);
+  // ...and, after it deleted itself, it no longer touches the subscriber.
+  void OnStreamReleased();
 
   BlockIndex& index_;
   rpc::ChannelCache& channels_;
