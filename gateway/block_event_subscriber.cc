@@ -51,13 +51,31 @@ class BlockEventSubscriber::Stream final
   bool resync_ = false;
 };
 
+namespace {
+
+std::vector<BlockEventSubscriber::Worker> Numbered(const std::vector<std::string>& addresses) {
+  std::vector<BlockEventSubscriber::Worker> out;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    out.push_back({.slot = static_cast<int>(i), .address = addresses[i]});
+  }
+  return out;
+}
+
+}  // namespace
+
 BlockEventSubscriber::BlockEventSubscriber(BlockIndex& index, rpc::ChannelCache& channels,
                                            std::vector<std::string> addresses,
                                            prometheus::Registry& registry,
                                            const SubscriberOptions& options)
+    : BlockEventSubscriber(index, channels, Numbered(addresses), registry, options) {}
+
+BlockEventSubscriber::BlockEventSubscriber(BlockIndex& index, rpc::ChannelCache& channels,
+                                           const std::vector<Worker>& workers,
+                                           prometheus::Registry& registry,
+                                           const SubscriberOptions& options)
     : index_(index),
       channels_(channels),
-      addresses_(std::move(addresses)),
+      registry_(registry),
       options_(options),
       lag_(rpc::LatencyHistogram(registry, "tandem_block_event_lag_seconds",
                                  "From a worker producing a block event batch to this gateway "
@@ -71,21 +89,54 @@ BlockEventSubscriber::BlockEventSubscriber(BlockIndex& index, rpc::ChannelCache&
                                       "(hash, worker) entries in the block index")),
       dropped_(rpc::CounterMetric(registry, "tandem_block_index_dropped_entries_total",
                                   "Entries not recorded because the index was full")) {
-  slots_.resize(addresses_.size());
-  for (size_t i = 0; i < addresses_.size(); ++i) {
-    slots_[i].backoff = options_.retry_min;
-    slots_[i].entries = &rpc::GaugeMetric(registry, "tandem_block_index_entries",
-                                          "Block index entries per worker",
-                                          {{"worker", addresses_[i]}});
+  {
+    absl::MutexLock lock(&mu_);
+    for (const Worker& w : workers) AddSlotLocked(w.slot, w.address);
   }
   thread_ = std::thread([this] { Run(); });
+}
+
+void BlockEventSubscriber::AddSlotLocked(int slot, const std::string& address) {
+  Slot& s = slots_[slot];
+  s.address = address;
+  s.active = true;
+  s.backoff = options_.retry_min;
+  s.next_attempt = absl::InfinitePast();
+  s.entries = &rpc::GaugeMetric(registry_, "tandem_block_index_entries",
+                                "Block index entries per worker", {{"worker", address}});
+}
+
+void BlockEventSubscriber::SetWorkers(const std::vector<Worker>& workers) {
+  std::vector<int> gone;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::flat_hash_map<int, const Worker*> wanted;
+    for (const Worker& w : workers) wanted[w.slot] = &w;
+    for (auto& [slot, s] : slots_) {
+      if (!s.active || wanted.contains(slot)) continue;
+      s.active = false;
+      s.synced = false;
+      if (s.stream != nullptr) s.stream->Cancel();
+      s.entries->Set(0);
+      gone.push_back(slot);
+    }
+    for (const Worker& w : workers) {
+      auto it = slots_.find(w.slot);
+      if (it == slots_.end() || !it->second.active) AddSlotLocked(w.slot, w.address);
+    }
+  }
+  // Its entries go now, not when its stream has ended.
+  for (int slot : gone) index_.Drop(slot);
+  absl::MutexLock lock(&mu_);
+  hashes_.Set(static_cast<double>(index_.hashes()));
+  entries_total_.Set(static_cast<double>(index_.entries()));
 }
 
 BlockEventSubscriber::~BlockEventSubscriber() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
-    for (Slot& s : slots_) {
+    for (auto& [slot, s] : slots_) {
       if (s.stream != nullptr) s.stream->Cancel();
     }
     auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return live_streams_ == 0; };
@@ -99,24 +150,24 @@ void BlockEventSubscriber::Run() {
   while (!stop_) {
     absl::Time wake = absl::InfiniteFuture();
     const absl::Time now = absl::Now();
-    std::vector<std::pair<Stream*, int>> start;
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      Slot& s = slots_[i];
-      if (s.stream != nullptr) continue;
+    std::vector<std::pair<Stream*, std::string>> start;
+    for (auto& [slot, s] : slots_) {
+      if (!s.active || s.stream != nullptr) continue;
       if (s.next_attempt <= now) {
         // A fresh stream starts with a snapshot; the retry time is set
         // when it ends.
-        s.stream = new Stream(this, static_cast<int>(i));
+        s.stream = new Stream(this, slot);
         ++live_streams_;
-        start.emplace_back(s.stream, static_cast<int>(i));
+        start.emplace_back(s.stream, s.address);
       } else {
         wake = std::min(wake, s.next_attempt);
       }
     }
     if (!start.empty()) {
-      // Outside the lock: a stream's reactions take it.
+      // Outside the lock: a stream's reactions take it (a Cancel() before
+      // Begin() cancels the call as it starts).
       mu_.Unlock();
-      for (auto& [stream, i] : start) stream->Begin(channels_.Get(addresses_[i]));
+      for (auto& [stream, address] : start) stream->Begin(channels_.Get(address));
       mu_.Lock();
       continue;
     }
@@ -124,8 +175,8 @@ void BlockEventSubscriber::Run() {
     auto due = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       if (stop_) return true;
       const absl::Time t = absl::Now();
-      for (const Slot& s : slots_) {
-        if (s.stream == nullptr && s.next_attempt <= t) return true;
+      for (const auto& [slot, s] : slots_) {
+        if (s.active && s.stream == nullptr && s.next_attempt <= t) return true;
       }
       return false;
     };
@@ -135,6 +186,11 @@ void BlockEventSubscriber::Run() {
 
 bool BlockEventSubscriber::OnBatch(int worker, const tandem::v1::BlockEventBatch& batch) {
   const double produced = batch.produced_unix_seconds();
+  {
+    // A batch that raced the worker's removal must not bring it back.
+    absl::MutexLock lock(&mu_);
+    if (!slots_[worker].active) return false;
+  }
   const BlockIndex::Applied applied = index_.Apply(worker, batch);
   if (produced > 0) {
     lag_.Observe(std::max(0.0, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()) - produced));
@@ -189,15 +245,19 @@ bool BlockEventSubscriber::AwaitApplied(int worker, uint64_t epoch, uint64_t seq
                                         absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
   auto applied = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    const Slot& s = slots_[worker];
-    return s.synced && s.epoch == epoch && s.sequence >= sequence;
+    auto it = slots_.find(worker);
+    return it != slots_.end() && it->second.synced && it->second.epoch == epoch &&
+           it->second.sequence >= sequence;
   };
   return mu_.AwaitWithTimeout(absl::Condition(&applied), timeout);
 }
 
 bool BlockEventSubscriber::AwaitDisconnected(int worker, absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
-  auto gone = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !slots_[worker].synced; };
+  auto gone = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    auto it = slots_.find(worker);
+    return it == slots_.end() || !it->second.synced;
+  };
   return mu_.AwaitWithTimeout(absl::Condition(&gone), timeout);
 }
 
@@ -209,7 +269,8 @@ int64_t BlockEventSubscriber::resyncs() const {
 bool BlockEventSubscriber::AwaitSynced(int worker, absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
   auto synced = [this, worker]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return slots_[worker].synced;
+    auto it = slots_.find(worker);
+    return it != slots_.end() && it->second.synced;
   };
   return mu_.AwaitWithTimeout(absl::Condition(&synced), timeout);
 }

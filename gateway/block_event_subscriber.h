@@ -2,8 +2,10 @@
 // worker, each batch applied as it arrives. A batch the index refuses (a
 // gap or a new epoch) ends the stream and a new one starts at once with a
 // fresh snapshot; a stream that breaks drops the worker's entries at once
-// and is retried with exponential backoff. Streams run on gRPC threads; one
-// thread of its own starts them. Thread-safe.
+// and is retried with exponential backoff. The workers may change
+// (SetWorkers, as a DNS name's addresses do): a new one is subscribed, a
+// vanished one's stream cancelled and its entries dropped at once. Streams
+// run on gRPC threads; one thread of its own starts them. Thread-safe.
 #ifndef TANDEM_GATEWAY_BLOCK_EVENT_SUBSCRIBER_H_
 #define TANDEM_GATEWAY_BLOCK_EVENT_SUBSCRIBER_H_
 
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gateway/block_index.h"
@@ -30,13 +33,26 @@ struct SubscriberOptions {
 
 class BlockEventSubscriber {
  public:
+  // A worker: its slot in the index and its address.
+  struct Worker {
+    int slot = 0;
+    std::string address;
+  };
   // Worker `i` of `addresses` is slot `i` in the index. `index`, `channels`
   // and `registry` must outlive the subscriber.
   BlockEventSubscriber(BlockIndex& index, rpc::ChannelCache& channels,
                        std::vector<std::string> addresses, prometheus::Registry& registry,
                        const SubscriberOptions& options = {});
+  BlockEventSubscriber(BlockIndex& index, rpc::ChannelCache& channels,
+                       const std::vector<Worker>& workers, prometheus::Registry& registry,
+                       const SubscriberOptions& options = {});
   // Cancels every stream and waits for them to end.
   ~BlockEventSubscriber();
+
+  // Replaces the set of workers: slots not named any more are unsubscribed
+  // and dropped from the index; new ones are subscribed. A slot keeps its
+  // address (a new address takes a new slot).
+  void SetWorkers(const std::vector<Worker>& workers);
 
   // Resyncs so far (a gap or a new epoch), for tests and metrics.
   int64_t resyncs() const;
@@ -51,6 +67,8 @@ class BlockEventSubscriber {
  private:
   class Stream;
   struct Slot {
+    std::string address;
+    bool active = true;        // false: unsubscribed (SetWorkers)
     Stream* stream = nullptr;  // the live stream, if any
     absl::Time next_attempt = absl::InfinitePast();
     absl::Duration backoff;
@@ -68,9 +86,11 @@ class BlockEventSubscriber {
   // ...and, after it deleted itself, it no longer touches the subscriber.
   void OnStreamReleased();
 
+  void AddSlotLocked(int slot, const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   BlockIndex& index_;
   rpc::ChannelCache& channels_;
-  const std::vector<std::string> addresses_;
+  prometheus::Registry& registry_;
   const SubscriberOptions options_;
   prometheus::Histogram& lag_;
   prometheus::Counter& resyncs_;
@@ -79,7 +99,7 @@ class BlockEventSubscriber {
   prometheus::Counter& dropped_;
 
   mutable absl::Mutex mu_;
-  std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, Slot> slots_ ABSL_GUARDED_BY(mu_);
   int live_streams_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t resync_count_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dropped_seen_ ABSL_GUARDED_BY(mu_) = 0;

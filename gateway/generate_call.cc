@@ -143,7 +143,7 @@ void GenerateCall::StartPrefill() {
             : env_.prefill->Acquire(tried_, static_cast<int64_t>(request_.prompt_ids.size()));
     if (!pick.valid()) {
       next = End(tried_.empty()
-                     ? absl::UnavailableError("prefill: no prefill worker is configured")
+                     ? absl::UnavailableError("prefill: no prefill worker is available")
                      : last_prefill_error_);
     } else {
       tried_.push_back(pick.index());
@@ -223,7 +223,7 @@ void GenerateCall::StartDecode() {
                        ? env_.decode_router->Route(*env_.decode, request_.prompt_ids, {}).pick
                        : env_.decode->Acquire();
     if (!decode_pick_.valid()) {
-      next = End(absl::UnavailableError("decode: no decode worker is configured"));
+      next = End(absl::UnavailableError("decode: no decode worker is available"));
     } else {
       tandem::v1::DecodeRequest req;
       req.mutable_prompt_token_ids()->Assign(request_.prompt_ids.begin(),

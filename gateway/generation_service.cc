@@ -10,29 +10,39 @@ GenerationService::GenerationService(std::unique_ptr<engine::Tokenizer> tokenize
                                      GatewayOptions options, prometheus::Registry& registry)
     : tokenizer_(std::move(tokenizer)),
       options_(std::move(options)),
-      prefill_(options_.prefill_workers),
-      decode_(options_.decode_workers),
+      prefill_(std::vector<std::string>{}),
+      decode_(std::vector<std::string>{}),
       channels_(options_.channels),
       releases_(channels_, "tandem-gateway"),
       admission_("gateway", options_.admission),
       metrics_(registry),
       index_(options_.index),
       prefill_router_(index_, 0, options_.router, registry, RouteRole::kPrefill),
-      decode_router_(index_, static_cast<int>(options_.prefill_workers.size()), options_.router,
-                     registry, RouteRole::kDecode) {
-  std::vector<std::string> workers = options_.prefill_workers;
-  workers.insert(workers.end(), options_.decode_workers.begin(), options_.decode_workers.end());
-  subscriber_ =
-      std::make_unique<BlockEventSubscriber>(index_, channels_, std::move(workers), registry);
+      decode_router_(index_, kDecodeSlotBase, options_.router, registry, RouteRole::kDecode) {
+  subscriber_ = std::make_unique<BlockEventSubscriber>(
+      index_, channels_, std::vector<BlockEventSubscriber::Worker>{}, registry);
+  // Each resolves its targets once here (the first membership) and, for
+  // DNS names, again every interval.
+  prefill_resolver_ = std::make_unique<WorkerResolver>(
+      options_.prefill_workers, options_.resolve_interval,
+      [this](const std::vector<std::string>& a) { OnWorkersChanged(prefill_, a); });
+  decode_resolver_ = std::make_unique<WorkerResolver>(
+      options_.decode_workers, options_.resolve_interval,
+      [this](const std::vector<std::string>& a) { OnWorkersChanged(decode_, a); });
 }
 
-bool GenerationService::AwaitIndexSynced(absl::Duration timeout) const {
-  const absl::Time deadline = absl::Now() + timeout;
-  const int n = static_cast<int>(options_.prefill_workers.size() + options_.decode_workers.size());
-  for (int i = 0; i < n; ++i) {
-    if (!subscriber_->AwaitSynced(i, deadline - absl::Now())) return false;
+void GenerationService::OnWorkersChanged(WorkerPicker& picker,
+                                         const std::vector<std::string>& addresses) {
+  absl::MutexLock lock(&workers_mu_);
+  picker.SetAddresses(addresses);
+  std::vector<BlockEventSubscriber::Worker> workers;
+  for (const auto& [p, base] : {std::pair<WorkerPicker*, int>{&prefill_, 0},
+                                std::pair<WorkerPicker*, int>{&decode_, kDecodeSlotBase}}) {
+    for (int i = 0; i < p->size(); ++i) {
+      if (p->active(i)) workers.push_back({.slot = base + i, .address = p->address(i)});
+    }
   }
-  return true;
+  subscriber_->SetWorkers(workers);
 }
 
 GenerationService::~GenerationService() { live_.AwaitNone(); }

@@ -15,6 +15,7 @@
 #include "gateway/gateway_metrics.h"
 #include "gateway/generate_call.h"
 #include "gateway/kv_router.h"
+#include "gateway/worker_resolver.h"
 #include "gateway/validated_request.h"
 #include "gateway/worker_picker.h"
 #include "kvtransfer/rpc/release_client.h"
@@ -29,8 +30,11 @@ struct GatewayOptions {
   std::string model_name;
   std::string architecture;
   GatewayLimits limits;
+  // Targets: "host:port" or "dns:///host:port" (every address the name has,
+  // looked up again every `resolve_interval`).
   std::vector<std::string> prefill_workers;
   std::vector<std::string> decode_workers;
+  absl::Duration resolve_interval = absl::Seconds(5);
   // Applied to Generate calls whose client set no earlier deadline.
   absl::Duration request_timeout = absl::Minutes(10);
   rpc::AdmissionLimits admission;
@@ -60,10 +64,15 @@ class GenerationService final : public tandem::v1::Generation::CallbackService {
 
   const rpc::Admission& admission() const { return admission_; }
   const BlockIndex& block_index() const { return index_; }
-  // Waits until every worker's block events are in the index (tests).
-  bool AwaitIndexSynced(absl::Duration timeout) const;
+
+  // Index slots of decode workers start here (prefill worker i is slot i).
+  static constexpr int kDecodeSlotBase = 1 << 20;
 
  private:
+  // A resolver's new addresses for `picker`: the picker and the subscriber
+  // follow them.
+  void OnWorkersChanged(WorkerPicker& picker, const std::vector<std::string>& addresses);
+
   grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const char* method,
                                    const absl::Status& status);
 
@@ -75,11 +84,15 @@ class GenerationService final : public tandem::v1::Generation::CallbackService {
   kvtransfer::ReleaseClient releases_;
   rpc::Admission admission_;
   GatewayMetrics metrics_;
-  // Slots 0..P-1: the prefill workers; P..P+D-1: the decode workers.
+  // Slots: prefill picker index i; kDecodeSlotBase + decode picker index i.
   BlockIndex index_;
   KvRouter prefill_router_;
   KvRouter decode_router_;
   std::unique_ptr<BlockEventSubscriber> subscriber_;  // after what it feeds
+  absl::Mutex workers_mu_;  // orders membership updates from the resolvers
+  // After the pickers and the subscriber they update.
+  std::unique_ptr<WorkerResolver> prefill_resolver_;
+  std::unique_ptr<WorkerResolver> decode_resolver_;
   LiveCalls live_;  // last member: the first to be waited for
 };
 

@@ -37,24 +37,29 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
         engine::PrefixBlockHashes(prompt, bs, params->model_fingerprint);
     const std::span<const engine::BlockHash> chain =
         std::span(full).first(tokens == 0 ? 0 : static_cast<size_t>((tokens - 1) / bs));
-    std::vector<int> slots(picker.size());
-    for (int i = 0; i < picker.size(); ++i) slots[i] = first_slot_ + i;
+    const int n = picker.size();
+    std::vector<int> slots(n);
+    for (int i = 0; i < n; ++i) slots[i] = first_slot_ + i;
     const std::vector<int32_t> overlap = index_.Overlap(slots, chain);
-    std::vector<double> costs(picker.size(), 0.0);
+    // A worker added since (a DNS change) is known to hold nothing.
+    auto overlap_of = [&](int i) { return i < n ? overlap[i] : 0; };
+    std::vector<double> costs(n, 0.0);
     const WorkerPicker::Charge charge = [&](int i) -> int64_t {
       if (role_ == RouteRole::kDecode) return tokens;
-      return std::max<int64_t>(1, tokens - int64_t{overlap[i]} * bs);  // tokens to compute
+      return std::max<int64_t>(1, tokens - int64_t{overlap_of(i)} * bs);  // tokens to compute
     };
     d.pick = picker.Acquire(exclude, charge, [&](int i, const WorkerPicker::Load& load) {
-      costs[i] = options_.overlap_weight * (d.prompt_blocks - overlap[i]) +
-                 options_.load_weight * static_cast<double>(load.in_flight_tokens) / bs;
-      return costs[i];
+      const double c = options_.overlap_weight * (d.prompt_blocks - overlap_of(i)) +
+                       options_.load_weight * static_cast<double>(load.in_flight_tokens) / bs;
+      if (i < n) costs[i] = c;
+      return c;
     });
     if (d.pick.valid() && options_.prediction_ttl > absl::ZeroDuration()) {
       index_.Predict(first_slot_ + d.pick.index(), full, absl::Now() + options_.prediction_ttl);
     }
-    const int32_t best_overlap = *std::max_element(overlap.begin(), overlap.end());
-    if (d.pick.valid()) d.overlap_blocks = overlap[d.pick.index()];
+    const int32_t best_overlap =
+        overlap.empty() ? 0 : *std::max_element(overlap.begin(), overlap.end());
+    if (d.pick.valid()) d.overlap_blocks = overlap_of(d.pick.index());
     if (!exclude.empty()) {
       d.reason = "retry";
     } else if (d.overlap_blocks > 0) {

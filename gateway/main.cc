@@ -11,6 +11,7 @@
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
 #include "gateway/generation_service.h"
+#include "gateway/worker_resolver.h"
 #include "rpc/admission.h"
 #include "rpc/bootstrap.h"
 #include "rpc/metrics.h"
@@ -33,8 +34,14 @@ int main(int argc, char** argv) {
       {.name = "model", .help = "GGUF model file (only its tokenizer is read)", .required = true},
       {.name = "model-name", .default_value = "",
        .help = "name clients use in GenerateRequest.model (default: the file's stem)"},
-      {.name = "prefill", .help = "prefill worker addresses, comma-separated", .required = true},
-      {.name = "decode", .help = "decode worker addresses, comma-separated", .required = true},
+      {.name = "prefill",
+       .help = "prefill workers, comma-separated: host:port, or dns:///host:port for every "
+               "address the name has (a Kubernetes headless Service), looked up again every "
+               "--resolve-interval-ms",
+       .required = true},
+      {.name = "decode", .help = "decode workers, as --prefill", .required = true},
+      {.name = "resolve-interval-ms", .default_value = "5000",
+       .help = "how often dns:/// worker targets are looked up again"},
       {.name = "max-context", .default_value = "0",
        .help = "longest prompt + completion accepted, in tokens (match the workers'); "
                "0 = the model's trained context length"},
@@ -75,6 +82,11 @@ int main(int argc, char** argv) {
                            : args->String("model-name");
   options.prefill_workers = SplitAddresses(args->String("prefill"));
   options.decode_workers = SplitAddresses(args->String("decode"));
+  absl::StatusOr<int32_t> resolve_ms = args->IntInRange("resolve-interval-ms", 100, 3600 * 1000);
+  absl::Status targets = tandem::gateway::ValidateTargets(options.prefill_workers, "--prefill");
+  if (targets.ok()) {
+    targets = tandem::gateway::ValidateTargets(options.decode_workers, "--decode");
+  }
   absl::StatusOr<int32_t> max_context = args->IntInRange("max-context", 0, 1 << 24);
   absl::StatusOr<int32_t> max_stops = args->IntInRange("max-stop-strings", 0, 1024);
   absl::StatusOr<int32_t> timeout_ms =
@@ -97,7 +109,8 @@ int main(int argc, char** argv) {
   for (const absl::Status& s :
        {max_context.status(), max_stops.status(), timeout_ms.status(), channels.status(),
         admission.status(), overlap_weight.status(), load_weight.status(),
-        index_entries.status(), log_level.status(), prediction_ms.status(), router}) {
+        index_entries.status(), log_level.status(), prediction_ms.status(), router,
+        resolve_ms.status(), targets}) {
     if (!s.ok()) {
       std::cerr << "tandem-gateway: " << s.message() << "\n";
       return 2;
@@ -117,6 +130,7 @@ int main(int argc, char** argv) {
                     .load_weight = *load_weight,
                     .prediction_ttl = absl::Milliseconds(*prediction_ms)};
   options.index.max_entries = *index_entries;
+  options.resolve_interval = absl::Milliseconds(*resolve_ms);
   tandem::common::SetLogLevel(*log_level);
 
   absl::StatusOr<std::unique_ptr<tandem::engine::GgufFile>> file =

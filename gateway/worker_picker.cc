@@ -4,8 +4,35 @@
 
 namespace tandem::gateway {
 
-WorkerPicker::WorkerPicker(std::vector<std::string> addresses)
-    : addresses_(std::move(addresses)), load_(addresses_.size()) {}
+WorkerPicker::WorkerPicker(std::vector<std::string> addresses) { SetAddresses(addresses); }
+
+void WorkerPicker::SetAddresses(const std::vector<std::string>& addresses) {
+  absl::MutexLock lock(&mu_);
+  for (Worker& w : workers_) {
+    w.active = std::find(addresses.begin(), addresses.end(), w.address) != addresses.end();
+  }
+  for (const std::string& a : addresses) {
+    auto known = [&a](const Worker& w) { return w.address == a; };
+    if (std::find_if(workers_.begin(), workers_.end(), known) == workers_.end()) {
+      workers_.push_back({.address = a, .active = true, .load = {}});
+    }
+  }
+}
+
+int WorkerPicker::size() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(workers_.size());
+}
+
+bool WorkerPicker::active(int index) const {
+  absl::MutexLock lock(&mu_);
+  return workers_[index].active;
+}
+
+const std::string& WorkerPicker::address(int index) const {
+  absl::MutexLock lock(&mu_);
+  return workers_[index].address;
+}
 
 WorkerPicker::Pick& WorkerPicker::Pick::operator=(Pick&& other) noexcept {
   if (this != &other) {
@@ -24,7 +51,7 @@ WorkerPicker::Pick::~Pick() {
   if (picker_ != nullptr) picker_->Release(index_, tokens_);
 }
 
-const std::string& WorkerPicker::Pick::address() const { return picker_->addresses_[index_]; }
+const std::string& WorkerPicker::Pick::address() const { return picker_->address(index_); }
 
 WorkerPicker::Pick WorkerPicker::Acquire(const std::vector<int>& exclude, int64_t tokens,
                                          const Cost& cost) {
@@ -36,11 +63,13 @@ WorkerPicker::Pick WorkerPicker::Acquire(const std::vector<int>& exclude, const 
   absl::MutexLock lock(&mu_);
   int best = -1;
   double best_cost = 0;
-  for (int i = 0; i < static_cast<int>(addresses_.size()); ++i) {
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+    if (!workers_[i].active) continue;
     if (std::find(exclude.begin(), exclude.end(), i) != exclude.end()) continue;
-    const double c = cost ? cost(i, load_[i]) : static_cast<double>(load_[i].in_flight);
+    const Load& load = workers_[i].load;
+    const double c = cost ? cost(i, load) : static_cast<double>(load.in_flight);
     if (best < 0 || c < best_cost ||
-        (c == best_cost && load_[i].in_flight < load_[best].in_flight)) {
+        (c == best_cost && load.in_flight < workers_[best].load.in_flight)) {
       best = i;
       best_cost = c;
     }
@@ -48,8 +77,8 @@ WorkerPicker::Pick WorkerPicker::Acquire(const std::vector<int>& exclude, const 
   Pick p;
   if (best < 0) return p;
   const int64_t tokens = charge(best);
-  ++load_[best].in_flight;
-  load_[best].in_flight_tokens += tokens;
+  ++workers_[best].load.in_flight;
+  workers_[best].load.in_flight_tokens += tokens;
   p.picker_ = this;
   p.index_ = best;
   p.tokens_ = tokens;
@@ -58,18 +87,18 @@ WorkerPicker::Pick WorkerPicker::Acquire(const std::vector<int>& exclude, const 
 
 int WorkerPicker::in_flight(int index) const {
   absl::MutexLock lock(&mu_);
-  return load_[index].in_flight;
+  return workers_[index].load.in_flight;
 }
 
 int64_t WorkerPicker::in_flight_tokens(int index) const {
   absl::MutexLock lock(&mu_);
-  return load_[index].in_flight_tokens;
+  return workers_[index].load.in_flight_tokens;
 }
 
 void WorkerPicker::Release(int index, int64_t tokens) {
   absl::MutexLock lock(&mu_);
-  --load_[index].in_flight;
-  load_[index].in_flight_tokens -= tokens;
+  --workers_[index].load.in_flight;
+  workers_[index].load.in_flight_tokens -= tokens;
 }
 
 }  // namespace tandem::gateway

@@ -1,12 +1,16 @@
-// Chooses a worker for a request among a fixed list of addresses, skipping
-// any in `exclude`: the one with the lowest cost, by default its requests in
+// Chooses a worker for a request among a set of addresses, skipping any in
+// `exclude`: the one with the lowest cost, by default its requests in
 // flight from this gateway (ties: fewer in flight, then lowest index). A
 // Pick holds its slot, and the prompt tokens it was taken for, until
-// destroyed. Thread-safe.
+// destroyed. The set may change (SetAddresses): each address keeps its
+// index for the picker's life, a vanished one is no longer picked (its
+// picks in flight stay valid) and one that comes back takes its old index.
+// Thread-safe.
 #ifndef TANDEM_GATEWAY_WORKER_PICKER_H_
 #define TANDEM_GATEWAY_WORKER_PICKER_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <string>
 #include <vector>
@@ -53,17 +57,27 @@ class WorkerPicker {
                const Cost& cost = nullptr);
   // The same with a charge that depends on the worker chosen.
   Pick Acquire(const std::vector<int>& exclude, const Charge& charge, const Cost& cost);
-  int size() const { return static_cast<int>(addresses_.size()); }
-  const std::vector<std::string>& addresses() const { return addresses_; }
+  // Replaces the set of addresses picked from.
+  void SetAddresses(const std::vector<std::string>& addresses);
+  // Indices run 0..size()-1 over every address ever set, vanished ones too.
+  int size() const;
+  bool active(int index) const;
+  // The address of index `index` (a stable reference).
+  const std::string& address(int index) const;
   int in_flight(int index) const;
   int64_t in_flight_tokens(int index) const;
 
  private:
   void Release(int index, int64_t tokens);
 
-  const std::vector<std::string> addresses_;
+  struct Worker {
+    std::string address;
+    bool active = true;
+    Load load;
+  };
   mutable absl::Mutex mu_;
-  std::vector<Load> load_ ABSL_GUARDED_BY(mu_);
+  // A deque: references to addresses stay valid as workers are added.
+  std::deque<Worker> workers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tandem::gateway

@@ -218,5 +218,29 @@ TEST_F(RoutingTest, AWorkersDeathEmptiesItsIndexEntries) {
   stack_->Stop();  // worker 1 exits by SIGKILL, not 0
 }
 
+TEST(DnsTargetsTest, WorkersNamedByDnsAreSubscribedAndServe) {
+  StackOptions o;
+  o.model = ModelPath();
+  o.prefill_workers = 2;
+  o.dns_targets = true;
+  auto stack = Stack::Start(o);
+  ASSERT_NE(stack, nullptr);
+  const std::string metrics = stack->gateway_info().metrics_address;
+  const std::vector<int32_t> ids = Prompt(100, 8, 1);
+  const Completion c = Generate(stack->gateway(), Request(ids, 4));
+  ExpectMatches(c, Reference(ids, 4));
+  // Every worker the names resolved to has a stream and an index entry count.
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_GE(MetricValue(metrics, Series("tandem_block_index_entries",
+                                          "worker=\"" + stack->prefill_info(w).grpc_address +
+                                              "\"")),
+              0);
+  }
+  EXPECT_GE(MetricValue(metrics, Series("tandem_block_index_entries",
+                                        "worker=\"" + stack->decode_info().grpc_address + "\"")),
+            0);
+  EXPECT_TRUE(stack->Stop());
+}
+
 }  // namespace
 }  // namespace tandem::testing

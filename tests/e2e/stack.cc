@@ -48,14 +48,14 @@ std::unique_ptr<Stack> Stack::Start(const StackOptions& o) {
     w.proc = StartReady(worker_argv("tandem-prefill"), &w.info);
     if (w.proc == nullptr) return nullptr;
     w.stub = tandem::v1::Prefill::NewStub(Channel(w.info.grpc_address));
-    prefill_addresses.push_back(w.info.grpc_address);
+    prefill_addresses.push_back((o.dns_targets ? "dns:///" : "") + w.info.grpc_address);
   }
   for (int i = 0; i < o.decode_workers; ++i) {
     auto& w = s->decodes_.emplace_back();
     w.proc = StartReady(worker_argv("tandem-decode"), &w.info);
     if (w.proc == nullptr) return nullptr;
     w.stub = tandem::v1::Decode::NewStub(Channel(w.info.grpc_address));
-    decode_addresses.push_back(w.info.grpc_address);
+    decode_addresses.push_back((o.dns_targets ? "dns:///" : "") + w.info.grpc_address);
   }
   std::vector<std::string> gateway = {Bin("tandem-gateway"), "--model", o.model,
                                       "--prefill", absl::StrJoin(prefill_addresses, ","),

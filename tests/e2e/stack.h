@@ -24,6 +24,9 @@ struct StackOptions {
   std::vector<std::string> gateway_flags;
   int prefill_workers = 1;
   int decode_workers = 1;
+  // Name each worker to the gateway as dns:///127.0.0.1:PORT (the resolver's
+  // path) instead of 127.0.0.1:PORT.
+  bool dns_targets = false;
 };
 
 class Stack {

@@ -161,5 +161,35 @@ TEST(BlockEventSubscriberTest, AGapOrANewEpochResyncsToAConsistentIndex) {
   rpc::ShutdownServer(*server->server, absl::ZeroDuration());
 }
 
+TEST(BlockEventSubscriberTest, WorkersThatComeAndGoAreSubscribedAndDropped) {
+  prometheus::Registry registry;
+  Worker a(registry), b(registry);
+  a.publisher.Publish(Stored({1, 2}));
+  b.publisher.Publish(Stored({1}));
+  BlockIndex index;
+  rpc::ChannelCache channels;
+  BlockEventSubscriber sub(index, channels, std::vector<BlockEventSubscriber::Worker>{}, registry);
+  sub.SetWorkers({{.slot = 0, .address = a.server.address}});
+  ASSERT_TRUE(sub.AwaitSynced(0, kWait));
+  EXPECT_EQ(index.entries_of(0), 2);
+  // b appears (a DNS name gained an address).
+  sub.SetWorkers({{.slot = 0, .address = a.server.address}, {.slot = 3, .address = b.server.address}});
+  ASSERT_TRUE(sub.AwaitSynced(3, kWait));
+  EXPECT_EQ(index.entries_of(3), 1);
+  EXPECT_EQ(a.publisher.subscribers(), 1);  // a's stream was left alone
+  // a vanishes: its entries go at once and its stream is cancelled.
+  sub.SetWorkers({{.slot = 3, .address = b.server.address}});
+  EXPECT_EQ(index.entries_of(0), 0);
+  ASSERT_TRUE(sub.AwaitDisconnected(0, kWait));
+  a.publisher.Publish(Stored({5}));  // no longer heard
+  b.publisher.Publish(Stored({6}));
+  ASSERT_TRUE(sub.AwaitApplied(3, b.publisher.epoch(), 2, kWait));
+  EXPECT_EQ(index.entries_of(0), 0);
+  EXPECT_EQ(index.entries_of(3), 2);
+  absl::Time deadline = absl::Now() + kWait;
+  while (a.publisher.subscribers() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(a.publisher.subscribers(), 0);
+}
+
 }  // namespace
 }  // namespace tandem::gateway

@@ -41,5 +41,27 @@ TEST(WorkerPickerTest, SkipsExcludedWorkersAndSaysWhenNoneIsLeft) {
   EXPECT_FALSE(none.Acquire().valid());
 }
 
+TEST(WorkerPickerTest, AddressesThatComeAndGoKeepTheirIndex) {
+  WorkerPicker picker({"a:1", "b:2"});
+  WorkerPicker::Pick on_b = picker.Acquire({0});
+  EXPECT_EQ(on_b.address(), "b:2");
+  picker.SetAddresses({"a:1", "c:3"});  // b vanishes, c appears
+  EXPECT_EQ(picker.size(), 3);
+  EXPECT_FALSE(picker.active(1));
+  EXPECT_EQ(on_b.address(), "b:2");  // a pick in flight stays valid
+  EXPECT_EQ(picker.in_flight(1), 1);
+  WorkerPicker::Pick p = picker.Acquire({0});
+  EXPECT_EQ(p.address(), "c:3");  // never the vanished b
+  EXPECT_EQ(p.index(), 2);
+  on_b = WorkerPicker::Pick();
+  EXPECT_EQ(picker.in_flight(1), 0);
+  picker.SetAddresses({"b:2"});  // b comes back where it was
+  EXPECT_TRUE(picker.active(1));
+  WorkerPicker::Pick again = picker.Acquire();
+  EXPECT_EQ(again.index(), 1);
+  picker.SetAddresses({});
+  EXPECT_FALSE(picker.Acquire().valid());
+}
+
 }  // namespace
 }  // namespace tandem::gateway
