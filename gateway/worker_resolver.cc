@@ -87,9 +87,10 @@ WorkerResolver::WorkerResolver(std::vector<std::string> targets, absl::Duration 
     : targets_(std::move(targets)),
       interval_(interval),
       on_change_(std::move(on_change)),
-      lookup_(std::move(lookup)) {
+      lookup_(std::move(lookup)),
+      has_dns_(std::any_of(targets_.begin(), targets_.end(), IsDns)) {
   Refresh();
-  if (std::any_of(targets_.begin(), targets_.end(), IsDns)) {
+  if (has_dns_) {
     thread_ = std::thread([this] {
       while (!stop_.WaitForNotificationWithTimeout(interval_)) Refresh();
     });
@@ -119,7 +120,7 @@ void WorkerResolver::Refresh() {
     if (*expanded == addresses_) return;
     addresses_ = *expanded;
   }
-  if (thread_.joinable() && common::LogEnabled(common::LogLevel::kInfo)) {
+  if (has_dns_ && common::LogEnabled(common::LogLevel::kInfo)) {
     // A DNS name changed (static lists are not worth a line).
     common::LogLine("resolver") << "workers now: " << absl::StrJoin(*expanded, ",");
   }

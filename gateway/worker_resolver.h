@@ -57,6 +57,7 @@ class WorkerResolver {
   const absl::Duration interval_;
   const OnChange on_change_;
   const HostLookup lookup_;
+  const bool has_dns_;  // any target is a DNS name: looked up again
   absl::Notification stop_;
   mutable absl::Mutex mu_;
   std::vector<std::string> addresses_ ABSL_GUARDED_BY(mu_);
