@@ -25,15 +25,10 @@ constexpr int32_t kBlockSize = 16;  // the workers' default
 
 std::string ModelPath() {
   static const std::string path = [] {
-    engine::SyntheticModelOptions o;
+    // The tiny test model with a vocabulary and context for long prompts.
+    engine::SyntheticModelOptions o = engine::testing::TinyOptions();
     o.n_vocab = 512;
-    o.n_embd = 64;
-    o.n_layer = 2;
-    o.n_head = 4;
-    o.n_head_kv = 2;
-    o.n_ff = 128;
     o.context_length = 2048;
-    o.seed = 7;
     const std::string p = ::testing::TempDir() + "/tandem_prefix_reuse_model.gguf";
     const absl::Status s = engine::WriteSyntheticModel(o, p);
     EXPECT_TRUE(s.ok()) << s;
