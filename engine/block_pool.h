@@ -122,6 +122,12 @@ class BlockPool {
   std::optional<BlockId> AcquireCached(const BlockHash& hash);
   // Whether some block (used or cached) holds `hash`; takes no reference.
   bool ContainsHash(const BlockHash& hash) const { return by_hash_.contains(hash); }
+  // The block holding `hash` (used or cached), without taking a reference:
+  // for reading it now, on the engine thread.
+  std::optional<BlockId> FindHash(const BlockHash& hash) const {
+    const auto it = by_hash_.find(hash);
+    return it == by_hash_.end() ? std::nullopt : std::optional<BlockId>(it->second);
+  }
   // One more reference on used block `id` (to Append to another list).
   void Ref(BlockId id);
 

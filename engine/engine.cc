@@ -97,24 +97,7 @@ absl::Status Engine::ValidateRequest(const GenerationRequest& request) const {
 
 absl::Status Engine::ValidateSnapshot(const GenerationRequest& request,
                                       const KvSnapshot& kv) const {
-  const ModelConfig& c = model_.config();
-  auto mismatch = [](const char* field, int64_t got, int64_t want) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "kv.", field, " is ", got, " but this worker uses ", want));
-  };
-  if (kv.model_fingerprint != model_.fingerprint()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "kv.model_fingerprint ", kv.model_fingerprint, " differs from this worker's model (",
-        model_.fingerprint(), ")"));
-  }
-  if (kv.block_size != kv_->block_size()) return mismatch("block_size", kv.block_size, kv_->block_size());
-  if (kv.n_layer != c.n_layer) return mismatch("n_layer", kv.n_layer, c.n_layer);
-  if (kv.kv_dim != c.kv_dim()) return mismatch("kv_dim", kv.kv_dim, c.kv_dim());
-  if (kv.dtype != kv_->dtype()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "kv.dtype is ", std::string(GgmlTypeName(kv.dtype)), " but this worker uses ",
-        std::string(GgmlTypeName(kv_->dtype()))));
-  }
+  RETURN_IF_ERROR(ValidateShape(kv));
   if (kv.n_tokens != static_cast<int32_t>(request.prompt.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "kv.n_tokens ", kv.n_tokens, " differs from the prompt's ", request.prompt.size(),
@@ -133,6 +116,28 @@ absl::Status Engine::ValidateSnapshot(const GenerationRequest& request,
     return absl::InvalidArgumentError(absl::StrCat(
         "kv.blocks has ", kv.blocks.size(), " blocks; ", kv.n_tokens, " tokens from block ",
         kv.first_block, " need ", want_blocks));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::ValidateShape(const KvSnapshot& kv) const {
+  const ModelConfig& c = model_.config();
+  auto mismatch = [](const char* field, int64_t got, int64_t want) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "kv.", field, " is ", got, " but this worker uses ", want));
+  };
+  if (kv.model_fingerprint != model_.fingerprint()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "kv.model_fingerprint ", kv.model_fingerprint, " differs from this worker's model (",
+        model_.fingerprint(), ")"));
+  }
+  if (kv.block_size != kv_->block_size()) return mismatch("block_size", kv.block_size, kv_->block_size());
+  if (kv.n_layer != c.n_layer) return mismatch("n_layer", kv.n_layer, c.n_layer);
+  if (kv.kv_dim != c.kv_dim()) return mismatch("kv_dim", kv.kv_dim, c.kv_dim());
+  if (kv.dtype != kv_->dtype()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "kv.dtype is ", std::string(GgmlTypeName(kv.dtype)), " but this worker uses ",
+        std::string(GgmlTypeName(kv_->dtype()))));
   }
   for (size_t i = 0; i < kv.blocks.size(); ++i) {
     if (static_cast<int64_t>(kv.blocks[i].size()) != kv_->block_bytes()) {
@@ -179,7 +184,29 @@ int64_t Engine::Enqueue(GenerationRequest request, std::shared_ptr<const KvSnaps
 
 absl::StatusOr<int64_t> Engine::Add(GenerationRequest request) {
   RETURN_IF_ERROR(ValidateRequest(request));
-  return Enqueue(std::move(request), nullptr, nullptr);
+  std::shared_ptr<const KvSnapshot> prefix = std::move(request.prefix_kv);
+  request.prefix_kv = nullptr;
+  if (prefix != nullptr) {
+    RETURN_IF_ERROR(ValidatePrefix(request, *prefix));
+    if (!request.generated.empty()) {
+      return absl::InvalidArgumentError("generated: must be empty with a pulled prefix");
+    }
+  }
+  return Enqueue(std::move(request), std::move(prefix), nullptr);
+}
+
+absl::Status Engine::ValidatePrefix(const GenerationRequest& request, const KvSnapshot& kv) const {
+  RETURN_IF_ERROR(ValidateShape(kv));
+  const int32_t bs = kv_->block_size();
+  const int32_t n = static_cast<int32_t>(request.prompt.size());
+  if (kv.first_block != 0 || kv.n_tokens % bs != 0 || kv.n_tokens < bs || kv.n_tokens >= n ||
+      kv.blocks.size() != static_cast<size_t>(kv.n_tokens / bs)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prefix_kv: ", kv.blocks.size(), " blocks from block ", kv.first_block, " for ",
+        kv.n_tokens, " tokens must be whole blocks from position 0 that leave some of the ", n,
+        "-token prompt to compute"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> Engine::AddWithKv(GenerationRequest request, const SampledToken& first,
@@ -212,8 +239,11 @@ void Engine::Cancel(int64_t seq_id) {
 
 void Engine::CopyImport(Sequence& seq) {
   const KvSnapshot& kv = *seq.import;
-  for (size_t i = 0; i < kv.blocks.size(); ++i) {
-    kv.blocks[i].CopyTo(kv_->BlockData((*seq.blocks)[kv.first_block + static_cast<int32_t>(i)]));
+  // kv.blocks[i] is block first_block + i; those before import_from_block
+  // came from the cache.
+  for (int32_t b = std::max(seq.import_from_block, kv.first_block);
+       b < kv.first_block + static_cast<int32_t>(kv.blocks.size()); ++b) {
+    kv.blocks[b - kv.first_block].CopyTo(kv_->BlockData((*seq.blocks)[b]));
   }
   seq.import.reset();  // from here on an ordinary sequence whose prompt is computed
 }
@@ -233,6 +263,28 @@ std::shared_ptr<const KvSnapshot> Engine::Export(const Sequence& seq) {
     const uint8_t* data = kv_->BlockData((*seq.blocks)[i]);
     kv->blocks.emplace_back(data, data + kv_->block_bytes());
   }
+  return kv;
+}
+
+std::shared_ptr<const KvSnapshot> Engine::ExportCachedPrefix(std::span<const int32_t> tokens) {
+  const int32_t bs = kv_->block_size();
+  const ModelConfig& c = model_.config();
+  auto kv = std::make_shared<KvSnapshot>();
+  kv->model_fingerprint = model_.fingerprint();
+  kv->block_size = bs;
+  kv->n_layer = c.n_layer;
+  kv->kv_dim = c.kv_dim();
+  kv->dtype = kv_->dtype();
+  // Hashed blocks are never written again, so a cached or shared one can
+  // be copied as it is.
+  for (const BlockHash& hash : PrefixBlockHashes(tokens, bs, model_.fingerprint())) {
+    const std::optional<BlockId> id = kv_->pool().FindHash(hash);
+    if (!id.has_value()) break;
+    const uint8_t* data = kv_->BlockData(*id);
+    kv->blocks.emplace_back(data, data + kv_->block_bytes());
+  }
+  if (kv->blocks.empty()) return nullptr;
+  kv->n_tokens = static_cast<int32_t>(kv->blocks.size()) * bs;
   return kv;
 }
 
@@ -328,6 +380,7 @@ EngineStats Engine::stats() const {
       .prefix_queried_tokens = scheduler_.prefix_queried_tokens(),
       .prefix_hit_tokens = scheduler_.prefix_hit_tokens(),
       .delta_fallbacks = scheduler_.delta_fallbacks(),
+      .prefix_pulled_tokens = scheduler_.prefix_pulled_tokens(),
   };
 }
 

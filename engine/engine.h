@@ -50,6 +50,12 @@ class StepEngine {
   virtual int32_t max_context() const = 0;
   virtual int32_t kv_block_size() const = 0;
   virtual GgmlType kv_dtype() const = 0;
+  // A copy of the leading full blocks of `tokens` that the prefix cache
+  // holds (null when none), for another worker to pull.
+  virtual std::shared_ptr<const KvSnapshot> ExportCachedPrefix(std::span<const int32_t> tokens) {
+    (void)tokens;
+    return nullptr;
+  }
 };
 
 class Engine final : public StepEngine {
@@ -91,6 +97,7 @@ class Engine final : public StepEngine {
   int32_t max_context() const override { return options_.max_context; }
   int32_t kv_block_size() const override { return kv_->block_size(); }
   GgmlType kv_dtype() const override { return kv_->dtype(); }
+  std::shared_ptr<const KvSnapshot> ExportCachedPrefix(std::span<const int32_t> tokens) override;
 
  private:
   Engine(const Model& model, std::unique_ptr<Backend> backend, const EngineOptions& options,
@@ -98,6 +105,9 @@ class Engine final : public StepEngine {
 
   absl::Status ValidateRequest(const GenerationRequest& request) const;
   absl::Status ValidateSnapshot(const GenerationRequest& request, const KvSnapshot& kv) const;
+  // Model, block size, layers, KV width, dtype and block bytes.
+  absl::Status ValidateShape(const KvSnapshot& kv) const;
+  absl::Status ValidatePrefix(const GenerationRequest& request, const KvSnapshot& kv) const;
   int64_t Enqueue(GenerationRequest request, std::shared_ptr<const KvSnapshot> import,
                   const SampledToken* first);
   // Copies an admitted sequence's imported KV into its blocks.

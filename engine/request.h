@@ -38,6 +38,10 @@ struct GenerationRequest {
   // against max_tokens, and the sampler skips the draws that made them, so
   // the continuation equals an uninterrupted run.
   std::vector<int32_t> generated;
+  // A prefix of the prompt's KV pulled from another worker (full blocks from
+  // position 0, fewer positions than the prompt): at admission the blocks
+  // this engine's cache lacks are copied in instead of computed.
+  std::shared_ptr<const KvSnapshot> prefix_kv = nullptr;
 };
 
 struct TokenEvent {
@@ -82,6 +86,8 @@ struct EngineStats {
   // Delta transfers whose leading blocks were evicted between the fetch and
   // admission: their prompt was computed from where the cache ended.
   int64_t delta_fallbacks = 0;
+  // Prompt tokens whose KV came from a pulled prefix (prefix_kv).
+  int64_t prefix_pulled_tokens = 0;
 };
 
 }  // namespace tandem::engine

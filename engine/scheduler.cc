@@ -88,24 +88,33 @@ void Scheduler::AttachCachedPrefix(Sequence& seq, int32_t max_blocks) {
 }
 
 bool Scheduler::AdmitImport(Sequence& seq, StepPlan& plan) {
-  const int32_t skip = seq.import->first_block;
-  if (skip > 0) {
-    AttachCachedPrefix(seq, skip);
-    if (seq.n_cached < skip * block_size_) {
-      // Evicted between the fetch and now: the imported blocks cannot be
-      // placed, so the prompt is computed from where the cache ends (the
-      // sampler state and the first token stay as they are).
-      seq.import.reset();
-      ++delta_fallbacks_;
-      return true;
-    }
+  const KvSnapshot& kv = *seq.import;
+  const bool prefix = seq.import_is_prefix();
+  // A hand-off's skipped blocks must come from the cache; a pulled prefix
+  // takes from the cache what it can and the rest from the import.
+  const int32_t from_cache = prefix ? kv.n_tokens / block_size_ : kv.first_block;
+  if (from_cache > 0) AttachCachedPrefix(seq, from_cache);
+  if (!prefix && seq.n_cached < kv.first_block * block_size_) {
+    // Evicted between the fetch and now: the imported blocks cannot be
+    // placed, so the prompt is computed from where the cache ends (the
+    // sampler state and the first token stay as they are).
+    seq.import.reset();
+    ++delta_fallbacks_;
+    return true;
   }
-  // Room for the imported positions and the token that follows them.
-  if (!EnsureBlocks(seq, seq.import->n_tokens + 1)) {
+  if (prefix && seq.n_cached >= kv.n_tokens) {
+    seq.import.reset();  // the cache had all of it
+    return true;
+  }
+  // Room for the imported positions and, after a hand-off, the token that
+  // follows them.
+  if (!EnsureBlocks(seq, kv.n_tokens + (prefix ? 0 : 1))) {
     UndoAdmission(seq);
     return false;
   }
-  seq.n_computed = seq.import->n_tokens;
+  seq.import_from_block = seq.n_cached / block_size_;
+  if (prefix) seq.n_cached = kv.n_tokens;
+  seq.n_computed = kv.n_tokens;
   plan.imported.push_back(seq.id);
   return true;
 }
@@ -138,11 +147,17 @@ StepPlan Scheduler::Schedule() {
   while (budget > 0 && !waiting_.empty() &&
          static_cast<int32_t>(running_.size()) < options_.max_running) {
     Sequence& seq = *waiting_.front();
+    // A hand-off's sequence is not a prefix-cache query: its prompt came
+    // computed.
+    const bool query = seq.import == nullptr || seq.import_is_prefix();
     if (seq.import != nullptr) {
       if (!AdmitImport(seq, plan)) break;
     } else if (!seq.blocks.has_value()) {
       AttachCachedPrefix(seq);
     }
+    // Of n_cached, what a pulled prefix brought (the rest the pool had).
+    const int32_t pulled =
+        seq.import_is_prefix() ? seq.n_cached - seq.import_from_block * block_size_ : 0;
     const int32_t count = std::min(seq.pending(), budget);
     if (!EnsureBlocks(seq, seq.n_computed + count)) {
       // Not admitted after all: give back what admission took (cached
@@ -151,9 +166,10 @@ StepPlan Scheduler::Schedule() {
       UndoAdmission(seq);
       break;
     }
-    if (seq.import == nullptr) {
+    if (query) {
       prefix_queried_tokens_ += static_cast<int64_t>(seq.tokens.size());
-      prefix_hit_tokens_ += seq.n_cached;
+      prefix_hit_tokens_ += seq.n_cached - pulled;
+      prefix_pulled_tokens_ += pulled;
     }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();

@@ -40,8 +40,9 @@ struct ScheduledChunk {
 struct StepPlan {
   std::vector<ScheduledChunk> chunks;  // in running order
   // Sequences admitted this step with imported KV: their blocks are
-  // allocated and n_computed counts the imported positions, whose bytes the
-  // Engine copies in before the forward pass.
+  // allocated and n_computed counts the imported positions, whose bytes
+  // (from block import_from_block on) the Engine copies in before the
+  // forward pass.
   std::vector<int64_t> imported;
 };
 
@@ -71,6 +72,8 @@ class Scheduler {
   // Imports whose leading blocks (KvSnapshot::first_block) were gone at
   // admission, so the prompt was computed instead.
   int64_t delta_fallbacks() const { return delta_fallbacks_; }
+  // Prompt tokens taken from pulled prefixes at admission.
+  int64_t prefix_pulled_tokens() const { return prefix_pulled_tokens_; }
 
  private:
   // Grows seq's block table to hold `n_slots` KV slots; false (nothing
@@ -83,8 +86,9 @@ class Scheduler {
   // of the step.
   void AttachCachedPrefix(Sequence& seq, int32_t max_blocks = INT32_MAX);
   // Admission of a sequence whose KV came with it (seq.import): attaches the
-  // leading blocks a delta transfer left out (falling back to computing the
-  // prompt when they were evicted since) and room for the rest. False
+  // leading blocks the cache holds (for a hand-off, those a delta transfer
+  // left out, falling back to computing the prompt when they were evicted
+  // since; for a pulled prefix, any it has) and room for the rest. False
   // (nothing changed) when the pool is short.
   bool AdmitImport(Sequence& seq, StepPlan& plan);
   // Drops what admission gave the sequence, when it could not be admitted.
@@ -97,6 +101,7 @@ class Scheduler {
   int64_t prefix_queried_tokens_ = 0;
   int64_t prefix_hit_tokens_ = 0;
   int64_t delta_fallbacks_ = 0;
+  int64_t prefix_pulled_tokens_ = 0;
   // running_ keeps admission order: the newest is preempted first.
   std::list<std::unique_ptr<Sequence>> running_;
   std::deque<std::unique_ptr<Sequence>> waiting_;

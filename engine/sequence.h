@@ -29,8 +29,8 @@ struct Sequence {
   std::vector<int32_t> positions;
   int32_t n_computed = 0;  // KV slots filled: [0, n_computed)
   int32_t n_generated = 0;
-  // Leading tokens whose KV came from the prefix cache at admission (whole
-  // blocks; the rest were computed).
+  // Leading tokens whose KV was not computed here at admission (whole
+  // blocks): from the prefix cache, then from a pulled prefix.
   int32_t n_cached = 0;
   std::optional<BlockList> blocks;
   // Leading full blocks whose hashes are known (published when the pool
@@ -38,8 +38,17 @@ struct Sequence {
   int32_t n_hashed = 0;
   BlockHash last_hash = kRootParentHash;
   Sampler sampler;
-  // Prompt KV computed elsewhere, copied into `blocks` when admitted.
+  // KV computed elsewhere, copied into `blocks` when admitted: the whole
+  // prompt (a prefill worker's hand-off, n_tokens == prompt size, the first
+  // token appended) or a pulled prefix of it (GenerationRequest::prefix_kv).
   std::shared_ptr<const KvSnapshot> import;
+  // The import's blocks from this one on are copied (those before came
+  // from the prefix cache); set at admission.
+  int32_t import_from_block = 0;
+
+  bool import_is_prefix() const {
+    return import != nullptr && import->n_tokens < static_cast<int32_t>(request.prompt.size());
+  }
 
   // Appends a token at the position after the last one.
   void Append(int32_t token) {

@@ -106,7 +106,7 @@ void BlockIndex::Drop(int worker) {
 
 std::vector<int32_t> BlockIndex::Overlap(std::span<const int> workers,
                                          std::span<const engine::BlockHash> chain,
-                                         absl::Time now) const {
+                                         absl::Time now, bool with_predictions) const {
   std::vector<int32_t> overlap(workers.size(), 0);
   std::vector<bool> matching(workers.size(), true);
   size_t still = workers.size();
@@ -114,7 +114,9 @@ std::vector<int32_t> BlockIndex::Overlap(std::span<const int> workers,
   std::vector<const WorkerState*> states(workers.size(), nullptr);
   for (size_t k = 0; k < workers.size(); ++k) {
     auto it = workers_.find(workers[k]);
-    if (it != workers_.end() && !it->second.predicted.empty()) states[k] = &it->second;
+    if (with_predictions && it != workers_.end() && !it->second.predicted.empty()) {
+      states[k] = &it->second;
+    }
   }
   auto predicted = [&](size_t k, const engine::BlockHash& h) {
     if (states[k] == nullptr) return false;

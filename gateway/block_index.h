@@ -62,7 +62,7 @@ class BlockIndex {
   // is predicted to hold at `now`).
   std::vector<int32_t> Overlap(std::span<const int> workers,
                                std::span<const engine::BlockHash> chain,
-                               absl::Time now = absl::Now()) const;
+                               absl::Time now = absl::Now(), bool with_predictions = true) const;
   // What the workers hash with, once one has reported.
   std::optional<BlockHashParams> params() const;
 

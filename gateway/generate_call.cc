@@ -137,10 +137,17 @@ void GenerateCall::StartPrefill() {
   {
     absl::MutexLock lock(&mu_);
     if (ending_) return;
-    WorkerPicker::Pick pick =
-        env_.prefill_router != nullptr
-            ? env_.prefill_router->Route(*env_.prefill, request_.prompt_ids, tried_).pick
-            : env_.prefill->Acquire(tried_, static_cast<int64_t>(request_.prompt_ids.size()));
+    RouteDecision route;
+    if (env_.prefill_router != nullptr) {
+      route = env_.prefill_router->Route(*env_.prefill, request_.prompt_ids, tried_);
+    } else {
+      route.pick =
+          env_.prefill->Acquire(tried_, static_cast<int64_t>(request_.prompt_ids.size()));
+    }
+    WorkerPicker::Pick pick = std::move(route.pick);
+    // Another worker holds more of the prefix: the chosen one pulls it.
+    prefill_request_.set_prefix_holder(route.pull_from);
+    prefill_request_.set_prefix_blocks(route.pull_blocks);
     if (!pick.valid()) {
       next = End(tried_.empty()
                      ? absl::UnavailableError("prefill: no prefill worker is available")

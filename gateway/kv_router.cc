@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "engine/block_hash.h"
@@ -17,7 +18,10 @@ KvRouter::KvRouter(BlockIndex& index, int first_slot, const RouterOptions& optio
       role_(role),
       role_name_(role == RouteRole::kPrefill ? "prefill" : "decode"),
       decisions_(rpc::CounterFamily(registry, "tandem_router_decisions_total",
-                                    "Routing decisions, by worker role and reason")) {}
+                                    "Routing decisions, by worker role and reason")),
+      pulls_(rpc::CounterMetric(registry, "tandem_router_prefix_pulls_total",
+                                "Prefills sent with another worker to pull their prefix from",
+                                {{"role", role_name_}})) {}
 
 RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> prompt,
                               const std::vector<int>& exclude) {
@@ -54,12 +58,31 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
       if (i < n) costs[i] = c;
       return c;
     });
+    if (d.pick.valid()) d.overlap_blocks = overlap_of(d.pick.index());
+    if (d.pick.valid() && role_ == RouteRole::kPrefill && options_.pull_min_blocks > 0) {
+      // A holder that has reported the blocks (not a prediction: those are
+      // still being computed) and has enough more of them than the chosen
+      // worker: pulling them beats computing them.
+      const std::vector<int32_t> held = index_.Overlap(slots, chain, absl::Now(), false);
+      int best = -1;
+      for (int i = 0; i < n; ++i) {
+        if (i == d.pick.index() || !picker.active(i) ||
+            std::find(exclude.begin(), exclude.end(), i) != exclude.end()) {
+          continue;
+        }
+        if (best < 0 || held[i] > held[best]) best = i;
+      }
+      if (best >= 0 && held[best] - d.overlap_blocks >= options_.pull_min_blocks) {
+        d.pull_from = picker.address(best);
+        d.pull_blocks = held[best];
+        pulls_.Increment();
+      }
+    }
     if (d.pick.valid() && options_.prediction_ttl > absl::ZeroDuration()) {
       index_.Predict(first_slot_ + d.pick.index(), full, absl::Now() + options_.prediction_ttl);
     }
     const int32_t best_overlap =
         overlap.empty() ? 0 : *std::max_element(overlap.begin(), overlap.end());
-    if (d.pick.valid()) d.overlap_blocks = overlap_of(d.pick.index());
     if (!exclude.empty()) {
       d.reason = "retry";
     } else if (d.overlap_blocks > 0) {
@@ -72,7 +95,11 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
                                 << " reason=" << d.reason << " prompt_blocks="
                                 << d.prompt_blocks << " overlap=["
                                 << absl::StrJoin(overlap, ",") << "] cost=["
-                                << absl::StrJoin(costs, ",") << "]";
+                                << absl::StrJoin(costs, ",") << "]"
+                                << (d.pull_from.empty()
+                                        ? ""
+                                        : absl::StrCat(" pull ", d.pull_blocks, " blocks from ",
+                                                       d.pull_from));
     }
   }
   decisions_.Add({{"role", role_name_}, {"reason", d.reason}}).Increment();

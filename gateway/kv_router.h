@@ -36,6 +36,10 @@ struct RouterOptions {
   // How long a routed prompt's blocks count as held by its worker before the
   // worker reports them; zero: no predictions.
   absl::Duration prediction_ttl = absl::Seconds(10);
+  // Prefill: when another worker reports holding at least this many more
+  // leading blocks than the chosen one, the chosen one pulls them from it
+  // instead of computing them; zero: never.
+  int32_t pull_min_blocks = 4;
 };
 
 enum class RouteRole { kPrefill, kDecode };
@@ -49,6 +53,10 @@ struct RouteDecision {
   // no worker holds any; no_index: no worker has reported its blocks yet;
   // retry: an earlier attempt failed and its workers were excluded.
   std::string reason;
+  // Set when the chosen worker should pull the prompt's first `pull_blocks`
+  // blocks from the worker at `pull_from` (prefill only).
+  std::string pull_from;
+  int32_t pull_blocks = 0;
 };
 
 class KvRouter {
@@ -68,6 +76,7 @@ class KvRouter {
   const RouteRole role_;
   const std::string role_name_;
   prometheus::Family<prometheus::Counter>& decisions_;
+  prometheus::Counter& pulls_;
 };
 
 }  // namespace tandem::gateway

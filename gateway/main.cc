@@ -58,6 +58,9 @@ int main(int argc, char** argv) {
       {.name = "router-load-weight", .default_value = "1.0",
        .help = "router cost per block charged to a worker by requests in flight (prefill: "
                "the blocks it computes; decode: the prompt's blocks)"},
+      {.name = "router-pull-min-blocks", .default_value = "4",
+       .help = "a prefill worker pulls a prompt's prefix from another that has reported at "
+               "least this many more of its leading blocks, instead of computing them; 0 = never"},
       {.name = "router-prediction-ms", .default_value = "10000",
        .help = "how long a routed prompt's blocks count as held by its worker before the "
                "worker reports them; 0 = off"},
@@ -96,6 +99,7 @@ int main(int argc, char** argv) {
       tandem::rpc::AdmissionLimitsFromArgs(*args);
   absl::StatusOr<double> overlap_weight = args->Double("router-overlap-weight");
   absl::StatusOr<double> load_weight = args->Double("router-load-weight");
+  absl::StatusOr<int32_t> pull_min_blocks = args->IntInRange("router-pull-min-blocks", 0, 1 << 20);
   absl::StatusOr<int32_t> prediction_ms =
       args->IntInRange("router-prediction-ms", 0, 24 * 3600 * 1000);
   absl::StatusOr<int32_t> index_entries = args->IntInRange("index-max-entries", 0, 1 << 30);
@@ -110,7 +114,7 @@ int main(int argc, char** argv) {
        {max_context.status(), max_stops.status(), timeout_ms.status(), channels.status(),
         admission.status(), overlap_weight.status(), load_weight.status(),
         index_entries.status(), log_level.status(), prediction_ms.status(), router,
-        resolve_ms.status(), targets}) {
+        resolve_ms.status(), targets, pull_min_blocks.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-gateway: " << s.message() << "\n";
       return 2;
@@ -128,7 +132,8 @@ int main(int argc, char** argv) {
   options.kv_routing = args->String("router") == "kv";
   options.router = {.overlap_weight = *overlap_weight,
                     .load_weight = *load_weight,
-                    .prediction_ttl = absl::Milliseconds(*prediction_ms)};
+                    .prediction_ttl = absl::Milliseconds(*prediction_ms),
+                    .pull_min_blocks = *pull_min_blocks};
   options.index.max_entries = *index_entries;
   options.resolve_interval = absl::Milliseconds(*resolve_ms);
   tandem::common::SetLogLevel(*log_level);

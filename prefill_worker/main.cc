@@ -18,6 +18,15 @@ int main(int argc, char** argv) {
                    .help = "KV leases held at once before Prefill answers RESOURCE_EXHAUSTED"});
   specs.push_back({.name = "max-lease-mb", .default_value = "1024",
                    .help = "KV bytes held under leases before Prefill answers RESOURCE_EXHAUSTED"});
+  specs.push_back({.name = "pull-timeout-ms", .default_value = "2000",
+                   .help = "upper bound on pulling a prompt prefix from another prefill worker "
+                           "(then it is computed)"});
+  specs.push_back({.name = "max-peer-channels", .default_value = "256",
+                   .help = "gRPC channels to other prefill workers kept open (least recently "
+                           "used dropped first)"});
+  specs.push_back({.name = "kv-transfer-streams", .default_value = "2",
+                   .help = "streams (each on its own connection) one prefix pull is striped "
+                           "over, 1..16"});
   int exit_code = 0;
   std::optional<tandem::common::Args> args =
       tandem::common::ParseFlagsOrExit("tandem-prefill", argc, argv, specs, &exit_code);
@@ -25,7 +34,11 @@ int main(int argc, char** argv) {
   absl::StatusOr<int32_t> ttl_ms = args->IntInRange("lease-ttl-ms", 1, 24 * 3600 * 1000);
   absl::StatusOr<int32_t> max_leases = args->IntInRange("max-leases", 1, 1 << 30);
   absl::StatusOr<int32_t> max_lease_mb = args->IntInRange("max-lease-mb", 1, 1 << 24);
-  for (const absl::Status& s : {ttl_ms.status(), max_leases.status(), max_lease_mb.status()}) {
+  absl::StatusOr<int32_t> pull_ms = args->IntInRange("pull-timeout-ms", 1, 24 * 3600 * 1000);
+  absl::StatusOr<int32_t> channels = args->IntInRange("max-peer-channels", 1, 1 << 20);
+  absl::StatusOr<int32_t> streams = args->IntInRange("kv-transfer-streams", 1, 16);
+  for (const absl::Status& s : {ttl_ms.status(), max_leases.status(), max_lease_mb.status(),
+                                pull_ms.status(), channels.status(), streams.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-prefill: " << s.message() << "\n";
       return 2;
@@ -42,7 +55,10 @@ int main(int argc, char** argv) {
       {.leases = {.ttl = absl::Milliseconds(*ttl_ms),
                   .max_leases = *max_leases,
                   .max_bytes = int64_t{*max_lease_mb} << 20},
-       .admission = worker->admission});
+       .admission = worker->admission,
+       .channels = {.max_channels = *channels},
+       .kv_transfer_streams = *streams,
+       .pull_timeout = absl::Milliseconds(*pull_ms)});
   return tandem::rpc::ServeUntilSignal("tandem-prefill", args->String("listen"),
                                        {&service, worker->block_events.get()},
                                        *worker->metrics,

@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "rpc/convert.h"
 #include "rpc/metrics.h"
@@ -32,8 +33,14 @@ class PrefillService::PrefillCall final : public grpc::ServerUnaryReactor,
   }
 
   void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    if (stream_ != nullptr) service_->loop_.Cancel(stream_);  // the stream then ends
+    std::shared_ptr<PrefixPuller::Pull> pull;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      if (stream_ != nullptr) service_->loop_.Cancel(stream_);  // the stream then ends
+      pull = pull_;
+    }
+    if (pull != nullptr) pull->Cancel();  // its callback then ends the call
   }
   void OnDone() override { self_.reset(); }
 
@@ -58,8 +65,44 @@ class PrefillService::PrefillCall final : public grpc::ServerUnaryReactor,
     r.ignore_eos = true;
     r.export_kv = true;
     prompt_ = r.prompt;
+    if (request.prefix_holder().empty() || request.prefix_blocks() == 0) {
+      Submit(std::move(r));
+      return;
+    }
+    // The block holding the last prompt token is computed here, always.
+    const int32_t bs = service_->loop_.kv_block_size();
+    const int32_t n = static_cast<int32_t>(r.prompt.size());
+    if (request.prefix_blocks() < 0 || (n == 0 ? 0 : (n - 1) / bs) < request.prefix_blocks()) {
+      Done(absl::InvalidArgumentError(absl::StrCat(
+          "prefix_blocks: ", request.prefix_blocks(), " is out of range for a ", n,
+          "-token prompt in blocks of ", bs)));
+      return;
+    }
+    const absl::Time deadline =
+        std::min(absl::Now() + service_->options_.pull_timeout, absl::FromChrono(ctx_->deadline()));
+    std::vector<int32_t> prefix(r.prompt.begin(), r.prompt.begin() + request.prefix_blocks() * bs);
+    std::weak_ptr<PrefillCall> weak = weak_from_this();
+    auto pending = std::make_shared<engine::GenerationRequest>(std::move(r));
+    absl::MutexLock lock(&mu_);
+    pull_ = service_->puller_.Start(
+        request.prefix_holder(), std::move(prefix), deadline,
+        [weak, pending](absl::StatusOr<std::shared_ptr<const engine::KvSnapshot>> kv) {
+          std::shared_ptr<PrefillCall> call = weak.lock();
+          if (call == nullptr) return;
+          // A failed pull costs only the compute it meant to save.
+          if (kv.ok()) pending->prefix_kv = std::move(*kv);
+          call->Submit(std::move(*pending));
+        });
+  }
+
+  // Hands the request to the engine thread (after a pull, on a gRPC thread).
+  void Submit(engine::GenerationRequest r) {
     std::weak_ptr<PrefillCall> weak = weak_from_this();
     absl::MutexLock lock(&mu_);
+    if (cancelled_) {
+      Done(absl::CancelledError("prefill cancelled by the caller"));
+      return;
+    }
     stream_ = service_->loop_.Submit(std::move(r), [weak] {
       if (std::shared_ptr<PrefillCall> call = weak.lock()) call->OnEngineEvent();
     });
@@ -126,13 +169,23 @@ class PrefillService::PrefillCall final : public grpc::ServerUnaryReactor,
   std::atomic<bool> finished_{false};
   absl::Mutex mu_;
   std::shared_ptr<worker::SequenceStream> stream_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<PrefixPuller::Pull> pull_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 PrefillService::PrefillService(worker::EngineLoop& loop, prometheus::Registry& registry,
                                const PrefillServiceOptions& options)
     : loop_(loop),
+      options_(options),
       leases_(options.leases, registry),
       admission_("prefill worker", options.admission),
+      channels_(options.channels),
+      releases_(channels_, "tandem-prefill"),
+      fetcher_(channels_, releases_,
+               kvtransfer::ExpectationFor(loop.model().config(), loop.model().fingerprint(),
+                                          loop.kv_block_size(), loop.kv_dtype()),
+               registry, options.kv_transfer_streams, "pull"),
+      puller_(channels_, fetcher_, releases_, loop.kv_block_size(), registry),
       requests_(rpc::CounterFamily(registry, "tandem_requests_total",
                                    "RPCs served, by method and final status code")),
       prompt_tokens_(
@@ -164,6 +217,43 @@ grpc::ServerUnaryReactor* PrefillService::ReleaseKv(grpc::CallbackServerContext*
   leases_.Release(*request);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PrefillService::ExportPrefix(
+    grpc::CallbackServerContext* ctx, const tandem::v1::ExportPrefixRequest* request,
+    tandem::v1::ExportPrefixResponse* response) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (request->prompt_token_ids_size() < loop_.kv_block_size()) {
+    const absl::Status s = absl::InvalidArgumentError(
+        absl::StrCat("prompt_token_ids: ", request->prompt_token_ids_size(),
+                     " tokens hold no full block of ", loop_.kv_block_size()));
+    Count("ExportPrefix", s);
+    reactor->Finish(rpc::ToGrpcStatus(s));
+    return reactor;
+  }
+  std::vector<int32_t> tokens(request->prompt_token_ids().begin(),
+                              request->prompt_token_ids().end());
+  // The copy is made between two engine steps; the lease is taken on the
+  // engine thread, and the call finished from there.
+  loop_.ExportPrefix(tokens, [this, reactor, response,
+                              tokens](std::shared_ptr<const engine::KvSnapshot> kv) {
+    absl::Status s;
+    if (kv == nullptr) {
+      s = absl::NotFoundError("this worker holds none of the prefix's blocks");
+    } else {
+      absl::StatusOr<kvtransfer::KvLeaseServer::Held> held = leases_.Hold(
+          kv, std::vector<int32_t>(tokens.begin(), tokens.begin() + kv->n_tokens));
+      if (held.ok()) {
+        response->set_lease_id(held->lease_id);
+        response->set_num_blocks(held->num_blocks);
+      } else {
+        s = held.status();
+      }
+    }
+    Count("ExportPrefix", s);
+    reactor->Finish(rpc::ToGrpcStatus(s));
+  });
   return reactor;
 }
 

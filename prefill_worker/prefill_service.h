@@ -2,14 +2,19 @@
 // in flight and queued prompt tokens), computes its KV and first token on the
 // engine thread (via EngineLoop), and holds the blocks under a lease in the
 // KvLeaseServer until a decode worker fetches them; FetchKv and ReleaseKv are
-// the lease server's. No thread waits on the engine: the engine thread's
-// listener finishes each call. Thread-safe.
+// the lease server's. A request may name another prefill worker holding its
+// prefix: the blocks are pulled from there (PrefixPuller) rather than
+// computed; ExportPrefix is the holder's side. No thread waits on the
+// engine: the engine thread's listener finishes each call. Thread-safe.
 #ifndef TANDEM_PREFILL_WORKER_PREFILL_SERVICE_H_
 #define TANDEM_PREFILL_WORKER_PREFILL_SERVICE_H_
 
 #include <memory>
 
+#include "kvtransfer/rpc/kv_fetcher.h"
 #include "kvtransfer/rpc/lease_server.h"
+#include "kvtransfer/rpc/release_client.h"
+#include "prefill_worker/prefix_puller.h"
 #include "prometheus/counter.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
@@ -22,6 +27,10 @@ namespace tandem::prefill {
 struct PrefillServiceOptions {
   kvtransfer::LeaseTableOptions leases;
   rpc::AdmissionLimits admission;
+  // Pulling prefixes from other prefill workers (PrefillRequest.prefix_holder).
+  rpc::ChannelCacheOptions channels;
+  int32_t kv_transfer_streams = 2;
+  absl::Duration pull_timeout = absl::Seconds(2);
 };
 
 // FetchKv is served raw (ByteBuffer): the lease server assembles each
@@ -45,6 +54,9 @@ class PrefillService final
   grpc::ServerUnaryReactor* GetWorkerStats(grpc::CallbackServerContext* ctx,
                                            const tandem::v1::WorkerStatsRequest* request,
                                            tandem::v1::WorkerStats* response) override;
+  grpc::ServerUnaryReactor* ExportPrefix(grpc::CallbackServerContext* ctx,
+                                         const tandem::v1::ExportPrefixRequest* request,
+                                         tandem::v1::ExportPrefixResponse* response) override;
 
   const kvtransfer::KvLeaseServer& leases() const { return leases_; }
   const rpc::Admission& admission() const { return admission_; }
@@ -54,8 +66,13 @@ class PrefillService final
   void Count(const char* method, const absl::Status& status);
 
   worker::EngineLoop& loop_;
+  const PrefillServiceOptions options_;
   kvtransfer::KvLeaseServer leases_;
   rpc::Admission admission_;
+  rpc::ChannelCache channels_;
+  kvtransfer::ReleaseClient releases_;
+  kvtransfer::KvFetcher fetcher_;
+  PrefixPuller puller_;
 
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Counter& prompt_tokens_;

@@ -76,7 +76,11 @@ EngineLoop::~EngineLoop() {
   }
   for (auto& [id, stream] : streams_) stream->Fail(absl::UnavailableError("worker shutting down"));
   for (Op& op : unapplied) {
-    if (op.kind != Op::Kind::kCancel) op.stream->Fail(absl::UnavailableError("worker shutting down"));
+    if (op.kind == Op::Kind::kExport) {
+      op.export_done(nullptr);
+    } else if (op.kind != Op::Kind::kCancel) {
+      op.stream->Fail(absl::UnavailableError("worker shutting down"));
+    }
   }
 }
 
@@ -84,7 +88,7 @@ std::shared_ptr<SequenceStream> EngineLoop::Submit(engine::GenerationRequest req
                                                    SequenceStream::Listener listener) {
   auto stream = std::make_shared<SequenceStream>(std::move(listener));
   Post({.kind = Op::Kind::kAdd, .stream = stream, .request = std::move(request),
-        .first = {}, .kv = nullptr});
+        .first = {}, .kv = nullptr, .export_done = nullptr});
   return stream;
 }
 
@@ -93,12 +97,20 @@ std::shared_ptr<SequenceStream> EngineLoop::SubmitWithKv(
     std::shared_ptr<const engine::KvSnapshot> kv, SequenceStream::Listener listener) {
   auto stream = std::make_shared<SequenceStream>(std::move(listener));
   Post({.kind = Op::Kind::kAddWithKv, .stream = stream, .request = std::move(request),
-        .first = std::move(first), .kv = std::move(kv)});
+        .first = std::move(first), .kv = std::move(kv), .export_done = nullptr});
   return stream;
 }
 
 void EngineLoop::Cancel(const std::shared_ptr<SequenceStream>& stream) {
-  Post({.kind = Op::Kind::kCancel, .stream = stream, .request = {}, .first = {}, .kv = nullptr});
+  Post({.kind = Op::Kind::kCancel, .stream = stream, .request = {}, .first = {}, .kv = nullptr,
+        .export_done = nullptr});
+}
+
+void EngineLoop::ExportPrefix(std::vector<int32_t> tokens, ExportDone done) {
+  engine::GenerationRequest request;
+  request.prompt = std::move(tokens);
+  Post({.kind = Op::Kind::kExport, .stream = nullptr, .request = std::move(request), .first = {},
+        .kv = nullptr, .export_done = std::move(done)});
 }
 
 engine::EngineStats EngineLoop::stats() const {
@@ -131,6 +143,9 @@ void EngineLoop::Apply(Op& op) {
       // Streams that failed validation or already finished have no
       // sequence left to cancel.
       if (streams_.contains(op.stream->seq_id_)) engine_->Cancel(op.stream->seq_id_);
+      return;
+    case Op::Kind::kExport:
+      op.export_done(engine_->ExportCachedPrefix(op.request.prompt));
       return;
   }
 }

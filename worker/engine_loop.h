@@ -95,6 +95,12 @@ class EngineLoop {
                                                SequenceStream::Listener listener = nullptr);
   // Drops the sequence and frees its blocks; its stream ends with Cancelled.
   void Cancel(const std::shared_ptr<SequenceStream>& stream);
+  // Copies the leading full blocks of `tokens` that the engine's prefix
+  // cache holds (StepEngine::ExportCachedPrefix) between two steps, without
+  // queueing behind waiting sequences; `done` runs on the engine thread
+  // with the copy (null when there is none, or the loop is stopping).
+  using ExportDone = std::function<void(std::shared_ptr<const engine::KvSnapshot>)>;
+  void ExportPrefix(std::vector<int32_t> tokens, ExportDone done);
 
   // As of the last step.
   engine::EngineStats stats() const;
@@ -105,11 +111,12 @@ class EngineLoop {
 
  private:
   struct Op {
-    enum class Kind { kAdd, kAddWithKv, kCancel } kind;
+    enum class Kind { kAdd, kAddWithKv, kCancel, kExport } kind;
     std::shared_ptr<SequenceStream> stream;
-    engine::GenerationRequest request;
+    engine::GenerationRequest request;  // kExport: the prompt to export from
     engine::SampledToken first;
     std::shared_ptr<const engine::KvSnapshot> kv;
+    ExportDone export_done = nullptr;
   };
 
   void Post(Op op);

@@ -28,6 +28,9 @@ EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) 
       "Prompt tokens looked up in the prefix cache when their sequence was admitted");
   auto* hit = &rpc::CounterMetric(registry, "tandem_prefix_cache_hit_tokens_total",
                                   "Prompt tokens whose KV the prefix cache supplied");
+  auto* pulled = &rpc::CounterMetric(
+      registry, "tandem_prefix_pulled_tokens_total",
+      "Prompt tokens whose KV was pulled from another worker instead of computed");
   auto* fallbacks = &rpc::CounterMetric(
       registry, "tandem_kv_delta_fallbacks_total",
       "Delta KV transfers whose held leading blocks were evicted before admission (the "
@@ -50,6 +53,7 @@ EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) 
     queried->Increment(static_cast<double>(s.prefix_queried_tokens -
                                            counted.prefix_queried_tokens));
     hit->Increment(static_cast<double>(s.prefix_hit_tokens - counted.prefix_hit_tokens));
+    pulled->Increment(static_cast<double>(s.prefix_pulled_tokens - counted.prefix_pulled_tokens));
     fallbacks->Increment(static_cast<double>(s.delta_fallbacks - counted.delta_fallbacks));
     counted = s;
     step->Observe(absl::ToDoubleSeconds(took));

@@ -276,7 +276,7 @@ void KvFetcher::Transfer::Finish() {
 
 KvFetcher::KvFetcher(rpc::ChannelCache& channels, ReleaseClient& releases,
                      const BlockExpectation& expect, prometheus::Registry& registry,
-                     int32_t streams)
+                     int32_t streams, const std::string& side)
     : channels_(channels),
       releases_(releases),
       expect_(expect),
@@ -292,10 +292,10 @@ KvFetcher::KvFetcher(rpc::ChannelCache& channels, ReleaseClient& releases,
                                          {{"direction", "received"}})),
       transfer_failures_(rpc::CounterMetric(registry, "tandem_kv_transfer_failures_total",
                                             "KV transfers that failed on this side",
-                                            {{"side", "decode"}})),
+                                            {{"side", side}})),
       transfer_seconds_(rpc::LatencyHistogram(registry, "tandem_kv_transfer_seconds",
                                               "Time fetching and verifying KV blocks",
-                                              {{"side", "decode"}})) {}
+                                              {{"side", side}})) {}
 
 KvFetcher::~KvFetcher() {
   absl::MutexLock lock(&mu_);

@@ -62,8 +62,10 @@ class KvFetcher {
   // parallel; blocks are verified on the stream that brought them and
   // chained in order. `channels`, `releases` and `registry` must outlive the
   // fetcher and every fetch it started.
+  // `side` labels its metrics (`decode`; `pull` on a prefill worker).
   KvFetcher(rpc::ChannelCache& channels, ReleaseClient& releases, const BlockExpectation& expect,
-            prometheus::Registry& registry, int32_t streams = 2);
+            prometheus::Registry& registry, int32_t streams = 2,
+            const std::string& side = "decode");
   // Waits for fetches still running (cancel them first to hurry them).
   ~KvFetcher();
 

@@ -114,11 +114,13 @@ TEST(PrefixReuseTest, ADecodeWorkerHoldingThePrefixFetchesOnlyTheNewBlocks) {
 
 class RoutingTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { Start({"--router-pull-min-blocks", "0"}); }
+  void Start(std::vector<std::string> gateway_flags) {
     StackOptions o;
     o.model = ModelPath();
     o.prefill_workers = 2;
     o.gateway_flags = {"--log-level", "debug"};
+    o.gateway_flags.insert(o.gateway_flags.end(), gateway_flags.begin(), gateway_flags.end());
     stack_ = Stack::Start(o);
     ASSERT_NE(stack_, nullptr);
     gateway_metrics_ = stack_->gateway_info().metrics_address;
@@ -211,6 +213,62 @@ TEST_F(RoutingTest, AWorkersDeathEmptiesItsIndexEntries) {
   const Completion c = Generate(stack_->gateway(), Request(Prompt(40, 8, 9), 3));
   EXPECT_TRUE(c.status.ok()) << c.status.error_message();
   stack_->Stop();  // worker 1 exits by SIGKILL, not 0
+}
+
+// Routing that ignores overlap (weight 0) sends the prompt to idle worker 0
+// while worker 1 has reported its prefix: worker 0 pulls the blocks.
+class PullTest : public RoutingTest {
+ protected:
+  void SetUp() override { Start({"--router-overlap-weight", "0"}); }
+  double Pulls(int w, const std::string& outcome) const {
+    return MetricValue(stack_->prefill_info(w).metrics_address,
+                       Series("tandem_prefix_pulls_total", "outcome=\"" + outcome + "\""));
+  }
+};
+
+TEST_F(PullTest, AWorkerWithoutThePrefixPullsItFromTheHolder) {
+  Warm(1, Prompt(768, 0, 0, 3));
+  const std::vector<int32_t> ids = Prompt(768, 40, 6, 3);
+  const Completion c = Generate(stack_->gateway(), Request(ids, 5));
+  ExpectMatches(c, Reference(ids, 5));
+  EXPECT_EQ(c.usage.cached_prompt_tokens(), 768);  // none of it computed
+  EXPECT_EQ(Pulls(0, "ok"), 1);
+  EXPECT_EQ(MetricValue(stack_->prefill_info(0).metrics_address,
+                        "tandem_prefix_pulled_tokens_total"),
+            768);
+  EXPECT_EQ(MetricValue(gateway_metrics_,
+                        Series("tandem_router_prefix_pulls_total", "role=\"prefill\"")),
+            1);
+  EXPECT_TRUE(stack_->Stop());
+}
+
+TEST_F(PullTest, AFailedPullIsComputedInstead) {
+  // Asked directly to pull from an address where nothing listens.
+  const std::vector<int32_t> ids = Prompt(200, 8, 7);
+  tandem::v1::PrefillRequest req;
+  req.mutable_prompt_token_ids()->Assign(ids.begin(), ids.end());
+  req.set_prefix_holder("127.0.0.1:1");
+  req.set_prefix_blocks(8);
+  {
+    // Contexts end before Stop(): one holds its connection open.
+    grpc::ClientContext ctx;
+    tandem::v1::PrefillResponse resp;
+    const grpc::Status s = stack_->prefill(0).Prefill(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.cached_prompt_tokens(), 0);
+    EXPECT_EQ(resp.first_token().id(), Reference(ids, 1)[0].id);
+    EXPECT_EQ(Pulls(0, "failed"), 1);
+  }
+  {
+    // A prefix that would leave nothing to compute names the field.
+    grpc::ClientContext ctx;
+    tandem::v1::PrefillResponse resp;
+    req.set_prefix_blocks(13);  // 208 tokens > the 199 before the last
+    const grpc::Status s = stack_->prefill(0).Prefill(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), ::testing::HasSubstr("prefix_blocks"));
+  }
+  EXPECT_TRUE(stack_->Stop());
 }
 
 TEST(DnsTargetsTest, WorkersNamedByDnsAreSubscribedAndServe) {

@@ -251,5 +251,40 @@ TEST_F(DeltaImportTest, ASnapshotMustLeaveTheLastBlock) {
   EXPECT_THAT(id.status().message(), ::testing::HasSubstr("kv.first_block"));
 }
 
+TEST_F(DeltaImportTest, APulledPrefixIsCopiedWhereTheCacheEnds) {
+  const std::vector<int32_t> prompt = Prompt(90, 90, 3);  // 5 full blocks + 10
+  const GenerationRequest r = Request(prompt, 6, 0.0f);
+  auto reference_engine = MakeEngine(*model_);
+  const std::vector<SeqRun> reference = RunAll(*reference_engine, {r});
+  // The holder's KV for the first 4 blocks (64 tokens), as a pull brings it.
+  const Prefilled holder = Prefill(std::vector<int32_t>(prompt.begin(), prompt.begin() + 64));
+  ASSERT_NE(holder.kv, nullptr);
+  for (const int cached_blocks : {0, 2, 4}) {
+    auto engine = MakeEngine(*model_);
+    if (cached_blocks > 0) {
+      RunAll(*engine, {Request(std::vector<int32_t>(prompt.begin(),
+                                                    prompt.begin() + cached_blocks * 16 + 1),
+                               1, 0.0f)});
+    }
+    GenerationRequest pulled = r;
+    pulled.prefix_kv = holder.kv;
+    const SeqRun got = RunAll(*engine, {pulled})[0];
+    ExpectSameTokens(got.tokens, reference[0].tokens,
+                     "cache holding " + std::to_string(cached_blocks) + " blocks");
+    EXPECT_EQ(got.cached, 64);  // none of the prefix was computed here
+    const EngineStats s = engine->stats();
+    EXPECT_EQ(s.prefix_pulled_tokens, 64 - cached_blocks * 16) << cached_blocks;
+    EXPECT_EQ(s.blocks_used, 0);
+  }
+  // A prefix must leave some of the prompt to compute and be whole blocks.
+  auto engine = MakeEngine(*model_);
+  GenerationRequest whole = Request(std::vector<int32_t>(prompt.begin(), prompt.begin() + 64), 2,
+                                    0.0f);
+  whole.prefix_kv = holder.kv;
+  absl::StatusOr<int64_t> id = engine->Add(whole);
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(id.status().message(), ::testing::HasSubstr("prefix_kv"));
+}
+
 }  // namespace
 }  // namespace tandem::engine

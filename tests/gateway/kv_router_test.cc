@@ -134,5 +134,37 @@ TEST(KvRouterTest, TheLastPromptTokensBlockIsNeverCountedAsReusable) {
   EXPECT_EQ(router.Route(picker, Prompt(65), {}).overlap_blocks, 4);
 }
 
+TEST(KvRouterTest, TheChosenWorkerPullsAPrefixAnotherHasReported) {
+  prometheus::Registry registry;
+  BlockIndex index;
+  WorkerPicker picker({"a:1", "b:2"});
+  // Overlap weight 0: routing by load alone, so idle a is chosen.
+  KvRouter router(index, 0, {.overlap_weight = 0.0, .load_weight = 1.0, .pull_min_blocks = 4},
+                  registry, RouteRole::kPrefill);
+  Hold(index, 0, Prompt(32));   // a: 2 blocks of it
+  Hold(index, 1, Prompt(144));  // b: 9 blocks
+  RouteDecision d = router.Route(picker, Prompt(160), {});
+  EXPECT_EQ(d.pick.address(), "a:1");
+  EXPECT_EQ(d.pull_from, "b:2");
+  EXPECT_EQ(d.pull_blocks, 9);
+  d = RouteDecision();  // a idle again
+  // A margin under the threshold is computed, not pulled.
+  Hold(index, 0, Prompt(96));  // a: 6 blocks, b 3 more
+  const RouteDecision close = router.Route(picker, Prompt(160), {});
+  EXPECT_EQ(close.pick.address(), "a:1");
+  EXPECT_TRUE(close.pull_from.empty());
+  // Predicted blocks are still being computed: nothing to pull yet.
+  BlockIndex fresh;
+  Hold(fresh, 0, Prompt(16, 999));
+  fresh.Predict(1, engine::PrefixBlockHashes(Prompt(160), kBlock, kFingerprint),
+                absl::Now() + absl::Seconds(60));
+  KvRouter predicted(fresh, 0, {.overlap_weight = 0.0, .load_weight = 1.0, .pull_min_blocks = 4},
+                     registry, RouteRole::kPrefill);
+  WorkerPicker idle({"a:1", "b:2"});
+  const RouteDecision p = predicted.Route(idle, Prompt(160), {});
+  EXPECT_EQ(p.pick.address(), "a:1");
+  EXPECT_TRUE(p.pull_from.empty());
+}
+
 }  // namespace
 }  // namespace tandem::gateway

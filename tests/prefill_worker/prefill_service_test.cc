@@ -123,7 +123,10 @@ TEST_F(PrefillServiceTest, AReleaseEndsTheLease) {
 
 TEST_F(PrefillServiceTest, TheLeaseByteBudgetRefusesWithARetryHint) {
   // One 40-token prompt's blocks are ~3 x 16 KiB here; 20 KiB holds one block.
-  Start({.leases = {.max_bytes = 20 << 10}, .admission = {.retry_after = absl::Milliseconds(75)}});
+  PrefillServiceOptions o;
+  o.leases.max_bytes = 20 << 10;
+  o.admission.retry_after = absl::Milliseconds(75);
+  Start(o);
   grpc::ClientContext ctx;
   tandem::v1::PrefillResponse resp;
   const grpc::Status s = stub_->Prefill(&ctx, Request(), &resp);
@@ -139,7 +142,10 @@ TEST_F(PrefillServiceTest, TheLeaseByteBudgetRefusesWithARetryHint) {
 }
 
 TEST_F(PrefillServiceTest, OverTheInFlightBoundIsRefusedBeforeAnyWork) {
-  Start({.leases = {}, .admission = {.max_in_flight = 1, .max_queued_tokens = 16}});
+  PrefillServiceOptions o;
+  o.admission.max_in_flight = 1;
+  o.admission.max_queued_tokens = 16;
+  Start(o);
   // A 40-token prompt alone passes the 16-token bound (nothing else queued),
   // so one request always gets through.
   grpc::ClientContext ctx;
