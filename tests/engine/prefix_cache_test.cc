@@ -286,5 +286,22 @@ TEST_F(DeltaImportTest, APulledPrefixIsCopiedWhereTheCacheEnds) {
   EXPECT_THAT(id.status().message(), ::testing::HasSubstr("prefix_kv"));
 }
 
+TEST_F(PrefixCacheTest, TheEnginesBlockEventsAreTheChainTheGatewayComputes) {
+  // The gateway hashes a prompt with PrefixBlockHashes to look it up in the
+  // index; the engine reports what it stores. They must be the same chain.
+  const std::vector<int32_t> prompt = Prompt(83, 83, 4);  // 5 full blocks + 3
+  auto engine = MakeEngine(*model_);
+  ASSERT_TRUE(engine->Add(Request(prompt, 1, 0.0f)).ok());
+  std::vector<BlockHash> stored;
+  while (engine->HasWork()) {
+    absl::StatusOr<StepOutput> step = engine->Step();
+    ASSERT_TRUE(step.ok()) << step.status();
+    for (const BlockEvent& e : step->blocks) {
+      if (e.kind == BlockEvent::Kind::kStored) stored.push_back(e.hash);
+    }
+  }
+  EXPECT_EQ(stored, PrefixBlockHashes(prompt, kBlockSize, model_->fingerprint()));
+}
+
 }  // namespace
 }  // namespace tandem::engine
