@@ -22,8 +22,7 @@ void BlockIndex::AddLocked(int worker, WorkerState& w, const engine::BlockHash& 
   ++entries_;
 }
 
-void BlockIndex::RemoveLocked(int worker, WorkerState& w, const engine::BlockHash& h) {
-  if (w.held.erase(h) == 0) return;
+void BlockIndex::UnholdLocked(int worker, const engine::BlockHash& h) {
   auto it = holders_.find(h);
   if (it == holders_.end()) return;
   auto& v = it->second;
@@ -32,15 +31,12 @@ void BlockIndex::RemoveLocked(int worker, WorkerState& w, const engine::BlockHas
   --entries_;
 }
 
+void BlockIndex::RemoveLocked(int worker, WorkerState& w, const engine::BlockHash& h) {
+  if (w.held.erase(h) > 0) UnholdLocked(worker, h);
+}
+
 void BlockIndex::ClearLocked(int worker, WorkerState& w) {
-  for (const engine::BlockHash& h : w.held) {
-    auto it = holders_.find(h);
-    if (it == holders_.end()) continue;
-    auto& v = it->second;
-    v.erase(std::remove(v.begin(), v.end(), worker), v.end());
-    if (v.empty()) holders_.erase(it);
-    --entries_;
-  }
+  for (const engine::BlockHash& h : w.held) UnholdLocked(worker, h);
   w.held.clear();
   predicted_ -= static_cast<int64_t>(w.predicted.size());
   w.predicted.clear();

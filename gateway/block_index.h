@@ -87,6 +87,8 @@ class BlockIndex {
   void RemoveLocked(int worker, WorkerState& w, const engine::BlockHash& h)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClearLocked(int worker, WorkerState& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes `worker` off the holders of `h` (an entry it had).
+  void UnholdLocked(int worker, const engine::BlockHash& h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const BlockIndexOptions options_;
   mutable absl::Mutex mu_;
