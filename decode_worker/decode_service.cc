@@ -85,6 +85,11 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
     }
     ticket_ = std::move(*ticket);
     request_.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
+    request_.generated.assign(request.generated_token_ids().begin(),
+                              request.generated_token_ids().end());
+    // The positions the lease's blocks hold.
+    std::vector<int32_t> held_tokens = request_.prompt;
+    held_tokens.insert(held_tokens.end(), request_.generated.begin(), request_.generated.end());
     request_.sampling = rpc::SamplingFromProto(request.sampling());
     request_.max_tokens = request.max_tokens();
     request_.top_logprobs = request.top_logprobs();
@@ -100,7 +105,7 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
          .lease_id = request.lease_id(),
          .num_blocks = request.num_blocks(),
          .first_block = *held,
-         .token_ids = request_.prompt,
+         .token_ids = std::move(held_tokens),
          .deadline = std::min(limit, client)},
         [weak](kvtransfer::FetchResult result) {
           if (std::shared_ptr<DecodeCall> call = weak.lock()) call->OnFetched(std::move(result));
@@ -228,17 +233,21 @@ absl::Status DecodeService::Validate(const tandem::v1::DecodeRequest& r) const {
   if (r.prompt_token_ids_size() == 0) {
     return absl::InvalidArgumentError("prompt_token_ids: empty");
   }
-  if (r.num_blocks() < 1 || r.num_blocks() > r.prompt_token_ids_size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_blocks: ", r.num_blocks(), " is out of range for a ",
-                     r.prompt_token_ids_size(), "-token prompt"));
+  const int held = r.prompt_token_ids_size() + r.generated_token_ids_size();
+  if (r.num_blocks() < 1 || r.num_blocks() > held) {
+    return absl::InvalidArgumentError(absl::StrCat("num_blocks: ", r.num_blocks(),
+                                                   " is out of range for ", held,
+                                                   " prompt and generated tokens"));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<int32_t> DecodeService::BlocksHeld(const tandem::v1::DecodeRequest& r) const {
   const int32_t bs = loop_.kv_block_size();
-  const int32_t n = r.prompt_token_ids_size();
+  // The chain runs over every position the lease holds.
+  std::vector<int32_t> tokens(r.prompt_token_ids().begin(), r.prompt_token_ids().end());
+  tokens.insert(tokens.end(), r.generated_token_ids().begin(), r.generated_token_ids().end());
+  const int32_t n = static_cast<int32_t>(tokens.size());
   if (r.block_hashes_size() > n / bs) {
     return absl::InvalidArgumentError(absl::StrCat("block_hashes: ", r.block_hashes_size(),
                                                    " hashes for a ", n, "-token prompt with ",
@@ -247,7 +256,7 @@ absl::StatusOr<int32_t> DecodeService::BlocksHeld(const tandem::v1::DecodeReques
   if (options_.held_blocks == nullptr && r.block_hashes_size() == 0) return 0;
   // The block holding the last prompt position is always fetched.
   const int32_t skippable = (n - 1) / bs;
-  const std::span<const int32_t> prompt(r.prompt_token_ids().data(), n);
+  const std::span<const int32_t> prompt(tokens);
   const std::vector<engine::BlockHash> chain = engine::PrefixBlockHashes(
       prompt.first(static_cast<size_t>(std::max(skippable, r.block_hashes_size())) * bs), bs,
       loop_.model().fingerprint());

@@ -98,10 +98,13 @@ absl::Status Engine::ValidateRequest(const GenerationRequest& request) const {
 absl::Status Engine::ValidateSnapshot(const GenerationRequest& request,
                                       const KvSnapshot& kv) const {
   RETURN_IF_ERROR(ValidateShape(kv));
-  if (kv.n_tokens != static_cast<int32_t>(request.prompt.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "kv.n_tokens ", kv.n_tokens, " differs from the prompt's ", request.prompt.size(),
-        " tokens"));
+  // The KV holds the prompt and any tokens generated before it was taken.
+  const size_t held = request.prompt.size() + request.generated.size();
+  if (kv.n_tokens != static_cast<int32_t>(held)) {
+    return absl::InvalidArgumentError(absl::StrCat("kv.n_tokens ", kv.n_tokens,
+                                                   " differs from the prompt and generated "
+                                                   "tokens' ",
+                                                   held));
   }
   // Only leading full blocks can be held already, and not the one holding
   // the last position.
@@ -213,22 +216,20 @@ absl::StatusOr<int64_t> Engine::AddWithKv(GenerationRequest request, const Sampl
                                           std::shared_ptr<const KvSnapshot> kv) {
   RETURN_IF_ERROR(ValidateRequest(request));
   if (kv == nullptr) return absl::InvalidArgumentError("kv: missing");
-  if (!request.generated.empty()) {
-    return absl::InvalidArgumentError("generated: must be empty when the KV comes with it");
-  }
   RETURN_IF_ERROR(ValidateSnapshot(request, *kv));
   if (!model_.tokenizer().IsValidId(first.id)) {
     return absl::InvalidArgumentError(
         absl::StrCat("first_token.id ", first.id, " is out of range"));
   }
-  if (request.max_tokens < 2) {
-    return absl::InvalidArgumentError(
-        "max_tokens: must be at least 2 when the first token came with the KV");
-  }
-  if (static_cast<int64_t>(request.prompt.size()) + 1 > options_.max_context) {
+  const int64_t held = static_cast<int64_t>(request.prompt.size() + request.generated.size());
+  if (request.max_tokens < static_cast<int64_t>(request.generated.size()) + 2) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "prompt: ", request.prompt.size(), " tokens leave no room under max_context ",
-        options_.max_context));
+        "max_tokens: ", request.max_tokens, " leaves nothing to generate after the ",
+        request.generated.size() + 1, " tokens that came with the KV"));
+  }
+  if (held + 1 > options_.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt: ", held, " tokens leave no room under max_context ", options_.max_context));
   }
   return Enqueue(std::move(request), std::move(kv), &first);
 }

@@ -73,9 +73,10 @@ class Engine final : public StepEngine {
   absl::StatusOr<int64_t> Add(GenerationRequest request) override;
 
   // Queues a sequence whose prompt KV was computed elsewhere: `kv` holds the
-  // prompt's positions and `first` is the token sampled after them, which the
-  // sequence feeds next (decode side of a disaggregated request). The
-  // sampler continues as if it had drawn `first` itself. FailedPrecondition
+  // positions of the prompt and of `request.generated` (a resumed stream's
+  // tokens) and `first` is the token sampled after them, which the sequence
+  // feeds next (decode side of a disaggregated request). The sampler
+  // continues as if it had drawn `generated` and `first` itself. FailedPrecondition
   // naming the field when `kv` comes from another model, dtype or layout;
   // InvalidArgument when its shape does not match the prompt.
   absl::StatusOr<int64_t> AddWithKv(GenerationRequest request, const SampledToken& first,

@@ -13,6 +13,9 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                                              "Tokens streamed to clients")),
       prefill_retries(rpc::CounterMetric(registry, "tandem_prefill_retries_total",
                                             "Prefills retried on another worker")),
+      migrations(rpc::CounterMetric(registry, "tandem_migrations_total",
+                                    "Streams moved to another worker after a worker failed "
+                                    "under them")),
       time_to_first_token(rpc::LatencyHistogram(
           registry, "tandem_time_to_first_token_seconds",
           "From a Generate call's arrival to its first token being sent")),

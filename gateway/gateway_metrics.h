@@ -17,6 +17,7 @@ struct GatewayMetrics {
   prometheus::Counter& prompt_tokens;
   prometheus::Counter& generated_tokens;
   prometheus::Counter& prefill_retries;
+  prometheus::Counter& migrations;
   prometheus::Histogram& time_to_first_token;
   prometheus::Histogram& inter_token_latency;
   prometheus::Histogram& e2e_latency;

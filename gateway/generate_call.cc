@@ -13,6 +13,23 @@ bool Retryable(const grpc::Status& s) {
          s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
 }
 
+// A decode stream that ended this way failed with its worker (or its
+// hand-off), not with the request: another worker may carry it on.
+// Cancellation, deadlines and refusals of the request itself are final.
+bool Migratable(const grpc::Status& s) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case grpc::StatusCode::ABORTED:
+    case grpc::StatusCode::INTERNAL:
+    case grpc::StatusCode::UNKNOWN:
+    case grpc::StatusCode::DATA_LOSS:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 // One Prefill call of a request (a retry is a new attempt). Owns its context
@@ -188,10 +205,13 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status,
     if (status.ok()) {
       ticket_.DoneQueuing();
       lease_held_ = true;
-      usage_.set_queue_seconds(prefill_.queue_seconds());
-      usage_.set_prefill_seconds(prefill_.prefill_seconds());
-      usage_.set_cached_prompt_tokens(prefill_.cached_prompt_tokens());
-      env_.metrics->queue_time.Observe(prefill_.queue_seconds());
+      if (migrations_ == 0) {  // the request's own prefill, not a resumption's
+        usage_.set_queue_seconds(prefill_.queue_seconds());
+        usage_.set_prefill_seconds(prefill_.prefill_seconds());
+        usage_.set_cached_prompt_tokens(prefill_.cached_prompt_tokens());
+        env_.metrics->queue_time.Observe(prefill_.queue_seconds());
+      }
+      generated_ids_.push_back(prefill_.first_token().id());
       std::vector<tandem::v1::Token> out;
       const bool done = emitter_->Push(prefill_.first_token(), &out);
       next.write = Prepare(out);
@@ -226,9 +246,14 @@ void GenerateCall::StartDecode() {
     if (ending_) return;
     // A decode worker holding the prompt's leading blocks fetches only the
     // rest (delta transfer), so decode is routed on overlap and load too.
-    decode_pick_ = env_.decode_router != nullptr
-                       ? env_.decode_router->Route(*env_.decode, request_.prompt_ids, {}).pick
-                       : env_.decode->Acquire();
+    auto pick = [&](const std::vector<int>& exclude) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return env_.decode_router != nullptr
+                 ? env_.decode_router->Route(*env_.decode, request_.prompt_ids, exclude).pick
+                 : env_.decode->Acquire(exclude);
+    };
+    decode_pick_ = pick(decode_tried_);
+    // Every decode worker failed once: one may be back.
+    if (!decode_pick_.valid() && !decode_tried_.empty()) decode_pick_ = pick({});
     if (!decode_pick_.valid()) {
       next = End(absl::UnavailableError("decode: no decode worker is available"));
     } else {
@@ -246,6 +271,7 @@ void GenerateCall::StartDecode() {
       req.set_lease_id(prefill_.lease_id());
       req.set_num_blocks(prefill_.num_blocks());
       *req.mutable_block_hashes() = prefill_.block_hashes();
+      *req.mutable_generated_token_ids() = prefill_request_.generated_token_ids();
       decode_started_ = true;
       relay_ = relay = new DecodeRelay(shared_from_this(), ChildContext(),
                                        env_.channels->Get(decode_pick_.address()),
@@ -271,6 +297,7 @@ void GenerateCall::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
     }
     std::vector<tandem::v1::Token> out;
     for (const tandem::v1::SampledTokenProto& t : message.tokens()) {
+      generated_ids_.push_back(t.id());
       if (emitter_->Push(t, &out)) break;
     }
     if (!emitter_->finished() &&
@@ -292,18 +319,39 @@ void GenerateCall::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
 
 void GenerateCall::OnDecodeDone(const grpc::Status& status) {
   Next next;
+  bool migrate = false;
   {
     absl::MutexLock lock(&mu_);
     relay_ = nullptr;
+    const int failed = decode_pick_.index();
     decode_pick_ = WorkerPicker::Pick();
     if (ending_) return;
     if (status.ok()) {
       next = End(absl::InternalError("decode: the stream ended without a finish reason"));
+    } else if (Migratable(status) && !cancelled_ && migrations_ < env_.max_migrations) {
+      // Resume elsewhere from everything produced so far: prefilled again
+      // (the prompt's blocks are likely cached), decoded on another worker.
+      ++migrations_;
+      usage_.set_migrations(migrations_);
+      env_.metrics->migrations.Increment();
+      if (failed >= 0) decode_tried_.push_back(failed);
+      // The failed worker ended (or never took) the old lease.
+      lease_held_ = false;
+      decode_started_ = false;
+      tried_.clear();
+      last_prefill_error_ = rpc::FromGrpcStatus(status, "decode");
+      prefill_request_.mutable_generated_token_ids()->Assign(generated_ids_.begin(),
+                                                             generated_ids_.end());
+      migrate = true;
     } else {
       next = End(rpc::FromGrpcStatus(status, "decode"));
     }
   }
-  Run(std::move(next));
+  if (migrate) {
+    StartPrefill();
+  } else {
+    Run(std::move(next));
+  }
 }
 
 void GenerateCall::OnWriteDone(bool ok) {

@@ -2,7 +2,11 @@
 // reactor (no thread waits on a worker): admission, prefill on a prefill
 // worker (retried elsewhere when one is unreachable or overloaded), the first
 // token to the client, then the decode worker's stream relayed message by
-// message through the TokenEmitter, one client write outstanding. Child calls
+// message through the TokenEmitter, one client write outstanding. When a
+// decode worker fails under the stream (or its KV hand-off does), the
+// stream migrates: prefilled again from the prompt plus every token already
+// produced, then decoded on another worker, the sampler continuing where it
+// was, so the client sees no gap and no repeat. Child calls
 // carry the client's deadline (capped by the request timeout); a client
 // cancel cancels them at once; every way a request can die after prefill
 // releases its KV lease (ReleaseClient, never blocking).
@@ -71,6 +75,9 @@ struct CallEnv {
   LiveCalls* live;
   // Deadline for worker calls when the client's is later (or unset).
   absl::Duration request_timeout;
+  // How many times a stream may move to another worker after one failed
+  // under it (0: never).
+  int32_t max_migrations;
 };
 
 class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateResponse>,
@@ -138,6 +145,11 @@ class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateR
   absl::Status last_prefill_error_ ABSL_GUARDED_BY(mu_);
   bool decode_started_ ABSL_GUARDED_BY(mu_) = false;
   bool got_decode_message_ ABSL_GUARDED_BY(mu_) = false;
+  // Every token id the workers produced that the emitter took (the first
+  // from prefill, then decode's): what a migrated stream resumes after.
+  std::vector<int32_t> generated_ids_ ABSL_GUARDED_BY(mu_);
+  int32_t migrations_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int> decode_tried_ ABSL_GUARDED_BY(mu_);  // decode workers that failed
   DecodeRelay* relay_ ABSL_GUARDED_BY(mu_) = nullptr;
   tandem::v1::GenerateResponse response_ ABSL_GUARDED_BY(mu_);
   tandem::v1::Usage usage_ ABSL_GUARDED_BY(mu_);

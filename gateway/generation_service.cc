@@ -69,7 +69,8 @@ grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* GenerationService::Gener
                               .admission = &admission_,
                               .metrics = &metrics_,
                               .live = &live_,
-                              .request_timeout = options_.request_timeout},
+                              .request_timeout = options_.request_timeout,
+                              .max_migrations = options_.max_migrations},
                              ctx,
                              ValidateGenerateRequest(*request, *tokenizer_, options_.model_name,
                                                      options_.limits));

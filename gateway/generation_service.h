@@ -37,6 +37,8 @@ struct GatewayOptions {
   absl::Duration resolve_interval = absl::Seconds(5);
   // Applied to Generate calls whose client set no earlier deadline.
   absl::Duration request_timeout = absl::Minutes(10);
+  // Times a stream may move to another worker after one failed under it.
+  int32_t max_migrations = 3;
   rpc::AdmissionLimits admission;
   rpc::ChannelCacheOptions channels;
   // Route prefills by the block index (false: to the least-loaded worker).

@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
                "--resolve-interval-ms",
        .required = true},
       {.name = "decode", .help = "decode workers, as --prefill", .required = true},
+      {.name = "max-migrations", .default_value = "3",
+       .help = "times a stream may move to another worker after one failed under it "
+               "(0 = a worker failure ends the stream)"},
       {.name = "resolve-interval-ms", .default_value = "5000",
        .help = "how often dns:/// worker targets are looked up again"},
       {.name = "max-context", .default_value = "0",
@@ -85,6 +88,7 @@ int main(int argc, char** argv) {
                            : args->String("model-name");
   options.prefill_workers = SplitAddresses(args->String("prefill"));
   options.decode_workers = SplitAddresses(args->String("decode"));
+  absl::StatusOr<int32_t> max_migrations = args->IntInRange("max-migrations", 0, 1000);
   absl::StatusOr<int32_t> resolve_ms = args->IntInRange("resolve-interval-ms", 100, 3600 * 1000);
   absl::Status targets = tandem::gateway::ValidateTargets(options.prefill_workers, "--prefill");
   if (targets.ok()) {
@@ -114,7 +118,7 @@ int main(int argc, char** argv) {
        {max_context.status(), max_stops.status(), timeout_ms.status(), channels.status(),
         admission.status(), overlap_weight.status(), load_weight.status(),
         index_entries.status(), log_level.status(), prediction_ms.status(), router,
-        resolve_ms.status(), targets, pull_min_blocks.status()}) {
+        resolve_ms.status(), targets, pull_min_blocks.status(), max_migrations.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-gateway: " << s.message() << "\n";
       return 2;
@@ -136,6 +140,7 @@ int main(int argc, char** argv) {
                     .pull_min_blocks = *pull_min_blocks};
   options.index.max_entries = *index_entries;
   options.resolve_interval = absl::Milliseconds(*resolve_ms);
+  options.max_migrations = *max_migrations;
   tandem::common::SetLogLevel(*log_level);
 
   absl::StatusOr<std::unique_ptr<tandem::engine::GgufFile>> file =

@@ -61,10 +61,15 @@ class PrefillService::PrefillCall final : public grpc::ServerUnaryReactor,
     r.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
     r.sampling = rpc::SamplingFromProto(request.sampling());
     r.top_logprobs = request.top_logprobs();
-    r.max_tokens = 1;
+    // A resumed stream's tokens are computed with the prompt; the token
+    // sampled after them is the answer.
+    r.generated.assign(request.generated_token_ids().begin(),
+                       request.generated_token_ids().end());
+    r.max_tokens = static_cast<int32_t>(r.generated.size()) + 1;
     r.ignore_eos = true;
     r.export_kv = true;
-    prompt_ = r.prompt;
+    prompt_ = r.prompt;  // the positions the lease holds
+    prompt_.insert(prompt_.end(), r.generated.begin(), r.generated.end());
     if (request.prefix_holder().empty() || request.prefix_blocks() == 0) {
       Submit(std::move(r));
       return;

@@ -52,7 +52,9 @@ std::unique_ptr<Stack> Stack::Start(const StackOptions& o) {
   }
   for (int i = 0; i < o.decode_workers; ++i) {
     auto& w = s->decodes_.emplace_back();
-    w.proc = StartReady(worker_argv("tandem-decode"), &w.info);
+    std::vector<std::string> argv = worker_argv("tandem-decode");
+    argv.insert(argv.end(), o.decode_flags.begin(), o.decode_flags.end());
+    w.proc = StartReady(argv, &w.info);
     if (w.proc == nullptr) return nullptr;
     w.stub = tandem::v1::Decode::NewStub(Channel(w.info.grpc_address));
     decode_addresses.push_back((o.dns_targets ? "dns:///" : "") + w.info.grpc_address);

@@ -21,6 +21,7 @@ namespace tandem::testing {
 struct StackOptions {
   std::string model;
   std::vector<std::string> worker_flags;   // to every worker
+  std::vector<std::string> decode_flags;   // to decode workers only
   std::vector<std::string> gateway_flags;
   int prefill_workers = 1;
   int decode_workers = 1;
@@ -43,6 +44,7 @@ class Stack {
   const common::ReadyInfo& prefill_info(int i = 0) const { return prefills_[i].info; }
   const common::ReadyInfo& decode_info(int i = 0) const { return decodes_[i].info; }
   process::Subprocess& prefill_process(int i = 0) { return *prefills_[i].proc; }
+  process::Subprocess& decode_process(int i = 0) { return *decodes_[i].proc; }
 
   // Stops the processes (gateway first) and returns true if each exited 0.
   bool Stop();

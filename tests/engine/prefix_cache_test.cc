@@ -303,5 +303,46 @@ TEST_F(PrefixCacheTest, TheEnginesBlockEventsAreTheChainTheGatewayComputes) {
   EXPECT_EQ(stored, PrefixBlockHashes(prompt, kBlockSize, model_->fingerprint()));
 }
 
+TEST_F(DeltaImportTest, AResumedStreamContinuesWhereItStood) {
+  // A stream's first 5 tokens were produced before its worker failed: the
+  // prefill side computes prompt + those 5 and samples the 6th; the decode
+  // side takes that KV with them and goes on. Sampled, seeded: the same
+  // tokens as one uninterrupted run.
+  const std::vector<int32_t> prompt = Prompt(37, 37, 5);
+  const GenerationRequest full = Request(prompt, 12, 0.8f);
+  auto reference_engine = MakeEngine(*model_);
+  const std::vector<SampledToken> reference = RunAll(*reference_engine, {full})[0].tokens;
+  ASSERT_EQ(reference.size(), 12u);
+  std::vector<int32_t> produced;
+  for (int i = 0; i < 5; ++i) produced.push_back(reference[i].id);
+
+  auto prefill = MakeEngine(*model_);
+  GenerationRequest resume = full;
+  resume.generated = produced;
+  resume.max_tokens = 6;
+  resume.export_kv = true;
+  ASSERT_TRUE(prefill->Add(resume).ok());
+  SampledToken sixth;
+  std::shared_ptr<const KvSnapshot> kv;
+  while (prefill->HasWork()) {
+    absl::StatusOr<StepOutput> step = prefill->Step();
+    ASSERT_TRUE(step.ok()) << step.status();
+    for (TokenEvent& t : step->tokens) {
+      sixth = t.token;
+      kv = t.kv;
+    }
+  }
+  ASSERT_NE(kv, nullptr);
+  EXPECT_EQ(kv->n_tokens, 37 + 5);
+  ExpectSameTokens({sixth}, {reference[5]}, "the token after the resumed ones");
+
+  auto decode = MakeEngine(*model_);
+  GenerationRequest rest = full;
+  rest.generated = produced;
+  const std::vector<SampledToken> got = Decode(*decode, rest, {.first = sixth, .kv = kv}, kv);
+  ExpectSameTokens(got, std::vector<SampledToken>(reference.begin() + 6, reference.end()),
+                   "after the migration");
+}
+
 }  // namespace
 }  // namespace tandem::engine

@@ -1,0 +1,126 @@
+// Worker faults never reach the client, over real processes: a decode worker
+// killed (kill -9) in the middle of a stream, with a second decode worker
+// up, and the stream completes, equal token for token to an uninterrupted
+// greedy (or seeded) run, with the migration in its usage; a prefill worker
+// killed under its request, and the request is prefilled elsewhere.
+#include <signal.h>
+
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/e2e/stack.h"
+#include "tests/e2e/synthetic.h"
+
+namespace tandem::testing {
+namespace {
+
+// A stream read to its end; the first `pause_after` tokens are read before
+// `at_pause` runs (the fault is injected there).
+Completion ReadWithFault(tandem::v1::Generation::Stub& stub,
+                         const tandem::v1::GenerateRequest& req, size_t pause_after,
+                         const std::function<void()>& at_pause) {
+  Completion c;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  auto reader = stub.Generate(&ctx, req);
+  tandem::v1::GenerateResponse resp;
+  bool paused = false;
+  while (reader->Read(&resp)) {
+    for (const auto& t : resp.tokens()) c.tokens.push_back(t);
+    if (resp.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) c.usage = resp.usage();
+    if (!paused && c.tokens.size() >= pause_after) {
+      paused = true;
+      at_pause();
+    }
+  }
+  c.status = reader->Finish();
+  return c;
+}
+
+// The decode worker that is running a sequence (-1 if none).
+int BusyDecodeWorker(Stack& stack, int workers) {
+  for (int i = 0; i < workers; ++i) {
+    grpc::ClientContext ctx;
+    tandem::v1::WorkerStats stats;
+    if (stack.decode(i).GetWorkerStats(&ctx, {}, &stats).ok() && stats.running() > 0) return i;
+  }
+  return -1;
+}
+
+class DecodeKillTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(DecodeKillTest, ADecodeWorkerKilledMidStreamIsInvisibleToTheClient) {
+  // Greedy, or seeded sampling: the sampler continues where it was.
+  const bool sampled = GetParam();
+  StackOptions o;
+  o.model = ModelPath();
+  o.decode_workers = 2;
+  auto stack = Stack::Start(o);
+  ASSERT_NE(stack, nullptr);
+  const std::vector<int32_t> ids = Prompt(40, 8, 11);
+  constexpr int32_t kTokens = 1500;
+  tandem::v1::GenerateRequest req = Request(ids, kTokens);
+  engine::SamplingParams sampling;
+  if (sampled) {
+    sampling.temperature = 0.8f;
+    sampling.seed = 7;
+    req.mutable_sampling()->set_temperature(0.8f);
+    req.mutable_sampling()->set_seed(7);
+  }
+  int killed = -1;
+  const Completion c = ReadWithFault(stack->gateway(), req, 3, [&] {
+    killed = BusyDecodeWorker(*stack, 2);
+    ASSERT_GE(killed, 0);
+    // Stopped first so it cannot finish the stream before it dies.
+    stack->decode_process(killed).Signal(SIGSTOP);
+    stack->decode_process(killed).Signal(SIGKILL);
+  });
+  ExpectMatches(c, Reference(ids, kTokens, sampling));
+  EXPECT_EQ(c.usage.migrations(), 1);
+  EXPECT_EQ(c.usage.completion_tokens(), kTokens);
+  EXPECT_EQ(MetricValue(stack->gateway_info().metrics_address, "tandem_migrations_total"), 1);
+  stack->Stop();  // the killed worker exits by SIGKILL, not 0
+}
+
+INSTANTIATE_TEST_SUITE_P(GreedyAndSampled, DecodeKillTest, ::testing::Bool());
+
+TEST(MigrationTest, APrefillWorkerDyingUnderItsRequestIsInvisibleToTheClient) {
+  // Two idle prefill workers: a tie goes to worker 0, which is stopped before
+  // the request arrives and killed once the gateway has sent it there; the
+  // request is prefilled again on worker 1.
+  StackOptions o;
+  o.model = ModelPath();
+  o.prefill_workers = 2;
+  auto stack = Stack::Start(o);
+  ASSERT_NE(stack, nullptr);
+  const std::string gateway = stack->gateway_info().metrics_address;
+  // Routed: by the index (nothing cached anywhere), or before the index has
+  // heard from any worker.
+  auto routed = [&] {
+    double n = 0;
+    for (const char* reason : {"no_overlap", "no_index"}) {
+      n += std::max(0.0, MetricValue(gateway, Series("tandem_router_decisions_total",
+                                                      std::string("reason=\"") + reason +
+                                                          "\",role=\"prefill\"")));
+    }
+    return n;
+  };
+  process::Subprocess& p0 = stack->prefill_process(0);
+  p0.Signal(SIGSTOP);
+  const std::vector<int32_t> ids = Prompt(300, 8, 12);
+  Completion c;
+  std::thread client([&] { c = Generate(stack->gateway(), Request(ids, 40)); });
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (routed() < 1 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(routed(), 1);
+  p0.Signal(SIGKILL);
+  client.join();
+  ExpectMatches(c, Reference(ids, 40));
+  EXPECT_EQ(MetricValue(gateway, "tandem_prefill_retries_total"), 1);
+  stack->Stop();  // worker 0 exits by SIGKILL, not 0
+}
+
+}  // namespace
+}  // namespace tandem::testing
