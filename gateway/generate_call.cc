@@ -335,14 +335,23 @@ void GenerateCall::OnDecodeDone(const grpc::Status& status) {
       usage_.set_migrations(migrations_);
       env_.metrics->migrations.Increment();
       if (failed >= 0) decode_tried_.push_back(failed);
-      // The failed worker ended (or never took) the old lease.
+      // The old lease is of no use now (the worker may have died before it
+      // fetched or released it; releasing twice is harmless).
+      env_.releases->Release(prefill_address_, prefill_.lease_id(),
+                             rpc::FromGrpcStatus(status, "decode"));
       lease_held_ = false;
       decode_started_ = false;
       tried_.clear();
       last_prefill_error_ = rpc::FromGrpcStatus(status, "decode");
       prefill_request_.mutable_generated_token_ids()->Assign(generated_ids_.begin(),
                                                              generated_ids_.end());
-      migrate = true;
+      // The resumed prefill's token is written next: after the client's
+      // write in flight, if any (one write outstanding).
+      if (writing_) {
+        migrate_after_write_ = true;
+      } else {
+        migrate = true;
+      }
     } else {
       next = End(rpc::FromGrpcStatus(status, "decode"));
     }
@@ -364,6 +373,9 @@ void GenerateCall::OnWriteDone(bool ok) {
       next.status = end_status_;
     } else if (!ok) {
       next = End(absl::CancelledError("the client went away"));
+    } else if (migrate_after_write_) {
+      migrate_after_write_ = false;
+      next.prefill = true;
     } else if (!decode_started_) {
       next.decode = true;  // the first token is out
     } else {
@@ -396,6 +408,7 @@ void GenerateCall::Run(Next next) {
   if (next.finish) Finish(rpc::ToGrpcStatus(next.status));
   if (relay != nullptr) relay->Read();
   if (next.decode) StartDecode();
+  if (next.prefill) StartPrefill();
 }
 
 bool GenerateCall::Prepare(std::vector<tandem::v1::Token>& tokens) {

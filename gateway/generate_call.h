@@ -102,6 +102,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateR
     bool write = false;        // StartWrite(&response_)
     bool read = false;         // the relay's next read
     bool decode = false;       // start the decode call
+    bool prefill = false;      // start a migration's prefill
     bool finish = false;       // Finish(status)
     absl::Status status;
   };
@@ -149,6 +150,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateR
   // from prefill, then decode's): what a migrated stream resumes after.
   std::vector<int32_t> generated_ids_ ABSL_GUARDED_BY(mu_);
   int32_t migrations_ ABSL_GUARDED_BY(mu_) = 0;
+  bool migrate_after_write_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<int> decode_tried_ ABSL_GUARDED_BY(mu_);  // decode workers that failed
   DecodeRelay* relay_ ABSL_GUARDED_BY(mu_) = nullptr;
   tandem::v1::GenerateResponse response_ ABSL_GUARDED_BY(mu_);

@@ -45,6 +45,7 @@ class FakePrefill final : public tandem::v1::Prefill::Service {
                        tandem::v1::PrefillResponse* out) override {
     absl::MutexLock lock(&mu_);
     ++prefills_;
+    requests_.push_back(*r);
     if (!codes_.empty()) {
       const grpc::StatusCode code = codes_.front();
       codes_.pop_front();
@@ -65,6 +66,10 @@ class FakePrefill final : public tandem::v1::Prefill::Service {
     absl::MutexLock lock(&mu_);
     return prefills_;
   }
+  std::vector<tandem::v1::PrefillRequest> requests() {
+    absl::MutexLock lock(&mu_);
+    return requests_;
+  }
   std::vector<tandem::v1::ReleaseKvRequest> WaitForReleases(size_t n) {
     return releases_.WaitFor(n);
   }
@@ -73,6 +78,7 @@ class FakePrefill final : public tandem::v1::Prefill::Service {
   absl::Mutex mu_;
   std::deque<grpc::StatusCode> codes_ ABSL_GUARDED_BY(mu_);
   int prefills_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<tandem::v1::PrefillRequest> requests_ ABSL_GUARDED_BY(mu_);
   kvtransfer::testing::ReleaseRecorder releases_;
 };
 
@@ -86,19 +92,27 @@ class FakeDecode final : public tandem::v1::Decode::CallbackService {
     grpc::Status end = grpc::Status::OK;
     bool hang = false;
   };
-  void Set(Script s) {
+  void Set(Script s) { SetEach({std::move(s)}); }
+  // Call i follows scripts[i] (the last one for every call after).
+  void SetEach(std::vector<Script> scripts) {
     absl::MutexLock lock(&mu_);
-    script_ = std::move(s);
+    scripts_ = std::move(scripts);
   }
   grpc::ServerWriteReactor<tandem::v1::DecodeResponse>* Decode(
-      grpc::CallbackServerContext*, const tandem::v1::DecodeRequest*) override {
+      grpc::CallbackServerContext*, const tandem::v1::DecodeRequest* r) override {
     absl::MutexLock lock(&mu_);
+    requests_.push_back(*r);
+    const Script& s = scripts_[std::min<size_t>(calls_, scripts_.size() - 1)];
     ++calls_;
-    return new Writer(this, script_);
+    return new Writer(this, s);
+  }
+  std::vector<tandem::v1::DecodeRequest> requests() {
+    absl::MutexLock lock(&mu_);
+    return requests_;
   }
   int calls() {
     absl::MutexLock lock(&mu_);
-    return calls_;
+    return static_cast<int>(calls_);
   }
   void WaitForCancel() { cancelled_.WaitForNotification(); }
   bool cancelled() const { return cancelled_.HasBeenNotified(); }
@@ -150,14 +164,16 @@ class FakeDecode final : public tandem::v1::Decode::CallbackService {
   };
 
   absl::Mutex mu_;
-  Script script_ ABSL_GUARDED_BY(mu_);
-  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<Script> scripts_ ABSL_GUARDED_BY(mu_) = {Script{}};
+  std::vector<tandem::v1::DecodeRequest> requests_ ABSL_GUARDED_BY(mu_);
+  size_t calls_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Notification cancelled_;
 };
 
 class GenerateCallTest : public ::testing::Test {
  protected:
-  void StartGateway(int n_prefill, rpc::AdmissionLimits admission = {}) {
+  void StartGateway(int n_prefill, rpc::AdmissionLimits admission = {},
+                    int32_t max_migrations = 3) {
     for (int i = 0; i < n_prefill; ++i) {
       prefills_.push_back(std::make_unique<FakePrefill>());
       auto s = rpc::StartGrpcServer({}, {prefills_.back().get()});
@@ -181,6 +197,7 @@ class GenerateCallTest : public ::testing::Test {
     for (int i = 0; i < n_prefill; ++i) options.prefill_workers.push_back(servers_[i].address);
     options.decode_workers = {servers_.back().address};
     options.admission = admission;
+    options.max_migrations = max_migrations;
     service_ = std::make_unique<GenerationService>(std::move(*tokenizer), options, registry_);
     auto g = rpc::StartGrpcServer({}, {service_.get()});
     ASSERT_TRUE(g.ok()) << g.status();
@@ -205,6 +222,7 @@ class GenerateCallTest : public ::testing::Test {
     grpc::Status status;
     std::string text;
     tandem::v1::FinishReason finish = tandem::v1::FINISH_REASON_UNSPECIFIED;
+    tandem::v1::Usage usage;
     std::map<std::string, std::string> trailers;  // copied: the context dies
   };
   Result Generate(const tandem::v1::GenerateRequest& request) {
@@ -214,7 +232,10 @@ class GenerateCallTest : public ::testing::Test {
     tandem::v1::GenerateResponse msg;
     while (reader->Read(&msg)) {
       for (const tandem::v1::Token& t : msg.tokens()) r.text += t.text();
-      if (msg.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) r.finish = msg.finish_reason();
+      if (msg.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
+        r.finish = msg.finish_reason();
+        r.usage = msg.usage();
+      }
     }
     r.status = reader->Finish();
     for (const auto& [key, value] : ctx.GetServerTrailingMetadata()) {
@@ -288,7 +309,7 @@ TEST_F(GenerateCallTest, FinishingAtTheFirstTokenReleasesTheLeaseAsDone) {
 }
 
 TEST_F(GenerateCallTest, ADecodeFailureReleasesTheLeaseAsFailed) {
-  StartGateway(1);
+  StartGateway(1, {}, /*max_migrations=*/0);
   decode_.Set({.tokens = {}, .end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode died")});
   const Result r = Generate(Request(4));
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
@@ -297,6 +318,44 @@ TEST_F(GenerateCallTest, ADecodeFailureReleasesTheLeaseAsFailed) {
   ASSERT_EQ(releases.size(), 1u);
   EXPECT_FALSE(releases[0].ok());
   EXPECT_FALSE(releases[0].cancelled());
+  EXPECT_EQ(service_->admission().in_flight(), 0);
+}
+
+TEST_F(GenerateCallTest, ADecodeFailureMidStreamMigratesWithTheTokensSoFar) {
+  StartGateway(1);
+  // The first decode worker dies after two tokens; the stream resumes.
+  decode_.SetEach({{.tokens = {Byte('b'), Byte('c')},
+                    .end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode died")},
+                   {.tokens = {Byte('e'), Byte('f')}, .finish = tandem::v1::FINISH_REASON_LENGTH}});
+  const Result r = Generate(Request(16));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  // Prefill's 'a', decode's "bc", the resumed prefill's 'a', decode's "ef".
+  EXPECT_EQ(r.text, "abcaef");
+  EXPECT_EQ(r.usage.migrations(), 1);
+  const auto prefills = prefills_[0]->requests();
+  ASSERT_EQ(prefills.size(), 2u);
+  EXPECT_EQ(prefills[0].generated_token_ids_size(), 0);
+  EXPECT_THAT(prefills[1].generated_token_ids(),
+              ::testing::ElementsAre(Byte('a'), Byte('b'), Byte('c')));
+  const auto decodes = decode_.requests();
+  ASSERT_EQ(decodes.size(), 2u);
+  EXPECT_THAT(decodes[1].generated_token_ids(),
+              ::testing::ElementsAre(Byte('a'), Byte('b'), Byte('c')));
+  EXPECT_EQ(decodes[1].lease_id(), "lease-2");
+  // The dead stream's lease is released as failed.
+  const auto releases = prefills_[0]->WaitForReleases(1);
+  EXPECT_EQ(releases[0].lease_id(), "lease-1");
+  EXPECT_FALSE(releases[0].ok());
+}
+
+TEST_F(GenerateCallTest, MigrationsStopAtTheLimit) {
+  StartGateway(1, {}, /*max_migrations=*/2);
+  decode_.Set({.tokens = {Byte('b')},
+               .end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode died")});
+  const Result r = Generate(Request(16));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(prefills_[0]->prefills(), 3);
+  EXPECT_EQ(decode_.calls(), 3);
   EXPECT_EQ(service_->admission().in_flight(), 0);
 }
 
