@@ -174,5 +174,6 @@ int main(int argc, char** argv) {
   }
   tandem::gateway::GenerationService service(std::move(*tokenizer), options,
                                              (*metrics)->registry());
-  return tandem::rpc::ServeUntilSignal("tandem-gateway", args->String("listen"), {&service}, **metrics);
+  return tandem::rpc::ServeUntilSignal("tandem-gateway", args->String("listen"), {&service},
+                                       **metrics, nullptr, options.limits.MaxRequestBytes());
 }

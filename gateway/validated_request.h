@@ -5,6 +5,7 @@
 #ifndef TANDEM_GATEWAY_VALIDATED_REQUEST_H_
 #define TANDEM_GATEWAY_VALIDATED_REQUEST_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,6 +26,16 @@ struct GatewayLimits {
   int32_t max_stop_bytes = 256;
   // Bytes of GenerateRequest.prompt, checked before tokenizing it.
   int32_t max_prompt_bytes = 1 << 20;
+
+  // The largest request message these limits could accept (a prompt of
+  // max_prompt_bytes, max_context token ids, every stop string, and room for
+  // the other fields): the public port refuses larger ones before reading
+  // them into memory.
+  int32_t MaxRequestBytes() const {
+    const int64_t bytes = int64_t{max_prompt_bytes} + int64_t{max_context} * 6 +
+                          int64_t{max_stop_strings} * (max_stop_bytes + 8) + (64 << 10);
+    return static_cast<int32_t>(std::min<int64_t>(bytes, 1 << 30));
+  }
 };
 
 struct ValidatedRequest {

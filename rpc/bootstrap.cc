@@ -50,7 +50,8 @@ absl::StatusOr<StartedServer> StartGrpcServer(
   int selected_port = 0;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
                            &selected_port);
-  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxReceiveMessageSize(options.max_receive_bytes > 0 ? options.max_receive_bytes
+                                                                 : options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   for (grpc::Service* service : services) {
     TANDEM_CHECK(service != nullptr, "null service passed to StartGrpcServer");
@@ -110,9 +111,13 @@ void ShutdownServer(grpc::Server& server, absl::Duration grace) {
 
 int ServeUntilSignal(const std::string& name, const std::string& listen,
                      const std::vector<grpc::Service*>& services, const MetricsServer& metrics,
-                     const std::function<void()>& on_signal) {
+                     const std::function<void()>& on_signal, int max_receive_bytes) {
   absl::StatusOr<StartedServer> started =
-      StartGrpcServer({.listen = listen, .max_message_bytes = 64 << 20, .configure = nullptr}, services);
+      StartGrpcServer({.listen = listen,
+                       .max_message_bytes = 64 << 20,
+                       .max_receive_bytes = max_receive_bytes,
+                       .configure = nullptr},
+                      services);
   if (!started.ok()) {
     std::cerr << name << ": " << started.status().message() << "\n";
     return 1;

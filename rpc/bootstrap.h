@@ -27,6 +27,9 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:0";
   // Both directions; KV blocks travel in large messages.
   int max_message_bytes = 64 << 20;
+  // Received messages, when smaller (0: max_message_bytes): a public port
+  // refuses what its limits would refuse anyway before buffering it.
+  int max_receive_bytes = 0;
   // Optional last word on the builder (channel args, an async completion
   // queue, a callback generic service), called after services are added.
   std::function<void(grpc::ServerBuilder&)> configure;
@@ -69,9 +72,11 @@ void ShutdownServer(grpc::Server& server, absl::Duration grace);
 // `name` prefixes the log lines.
 // `on_signal` (optional) runs first when the signal arrives: it ends
 // streams that never end by themselves, so they do not hold the drain.
+// `max_receive_bytes` as in ServerOptions.
 int ServeUntilSignal(const std::string& name, const std::string& listen,
                      const std::vector<grpc::Service*>& services, const MetricsServer& metrics,
-                     const std::function<void()>& on_signal = nullptr);
+                     const std::function<void()>& on_signal = nullptr,
+                     int max_receive_bytes = 0);
 
 }  // namespace tandem::rpc
 

@@ -233,6 +233,20 @@ TEST_F(ServingTest, StopStringsEndTheStreamAndFreeKv) {
   EXPECT_TRUE(WorkersIdle(*stack_, absl::Seconds(30)));
 }
 
+TEST_F(ServingTest, AMessageLargerThanTheLimitsAllowIsRefusedUnread) {
+  // 2 MiB of prompt: over --max-prompt-bytes (1 MiB) and so over the public
+  // port's message limit; a 900 KB one is read and refused by validation.
+  tandem::v1::GenerateRequest req;
+  req.set_prompt(std::string(2 << 20, 'a'));
+  req.set_max_tokens(4);
+  Completion c = Generate(stack_->gateway(), req);
+  EXPECT_EQ(c.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  req.set_prompt(std::string(900 << 10, 'a'));
+  c = Generate(stack_->gateway(), req);
+  EXPECT_EQ(c.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(c.status.error_message(), HasSubstr("prompt"));
+}
+
 TEST_F(ServingTest, TokenizeAndListModels) {
   grpc::ClientContext c1;
   tandem::v1::TokenizeRequest treq;
