@@ -53,5 +53,7 @@ int main(int argc, char** argv) {
   return tandem::rpc::ServeUntilSignal("tandem-decode", args->String("listen"),
                                        {&service, worker->block_events.get()},
                                        *worker->metrics,
-                                       [&worker] { worker->block_events->Close(); });
+                                       {.on_started = nullptr,
+                                        .on_signal = [&worker] { worker->block_events->Close(); },
+                                        .max_receive_bytes = 0});
 }

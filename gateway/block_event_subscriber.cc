@@ -108,6 +108,7 @@ void BlockEventSubscriber::AddSlotLocked(int slot, const std::string& address) {
 
 void BlockEventSubscriber::SetWorkers(const std::vector<Worker>& workers) {
   std::vector<int> gone;
+  bool lost_synced = false;
   {
     absl::MutexLock lock(&mu_);
     absl::flat_hash_map<int, const Worker*> wanted;
@@ -115,6 +116,7 @@ void BlockEventSubscriber::SetWorkers(const std::vector<Worker>& workers) {
     for (auto& [slot, s] : slots_) {
       if (!s.active || wanted.contains(slot)) continue;
       s.active = false;
+      lost_synced |= s.synced;
       s.synced = false;
       if (s.stream != nullptr) s.stream->Cancel();
       s.entries->Set(0);
@@ -127,9 +129,12 @@ void BlockEventSubscriber::SetWorkers(const std::vector<Worker>& workers) {
   }
   // Its entries go now, not when its stream has ended.
   for (int slot : gone) index_.Drop(slot);
-  absl::MutexLock lock(&mu_);
-  hashes_.Set(static_cast<double>(index_.hashes()));
-  entries_total_.Set(static_cast<double>(index_.entries()));
+  {
+    absl::MutexLock lock(&mu_);
+    hashes_.Set(static_cast<double>(index_.hashes()));
+    entries_total_.Set(static_cast<double>(index_.entries()));
+  }
+  if (lost_synced && options_.on_sync_change) options_.on_sync_change();
 }
 
 BlockEventSubscriber::~BlockEventSubscriber() {
@@ -195,34 +200,48 @@ bool BlockEventSubscriber::OnBatch(int worker, const tandem::v1::BlockEventBatch
   if (produced > 0) {
     lag_.Observe(std::max(0.0, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()) - produced));
   }
-  absl::MutexLock lock(&mu_);
-  Slot& s = slots_[worker];
-  if (applied == BlockIndex::Applied::kNeedsResync) {
-    ++resync_count_;
-    resyncs_.Increment();
-    return false;
+  bool became_synced = false;
+  {
+    absl::MutexLock lock(&mu_);
+    Slot& s = slots_[worker];
+    if (applied == BlockIndex::Applied::kNeedsResync) {
+      ++resync_count_;
+      resyncs_.Increment();
+      return false;
+    }
+    if (batch.snapshot()) {
+      became_synced = !s.synced;
+      s.synced = true;
+      s.backoff = options_.retry_min;  // a working stream resets the backoff
+    }
+    s.epoch = batch.epoch();
+    s.sequence = batch.sequence();
+    s.entries->Set(static_cast<double>(index_.entries_of(worker)));
+    hashes_.Set(static_cast<double>(index_.hashes()));
+    entries_total_.Set(static_cast<double>(index_.entries()));
+    const int64_t dropped = index_.dropped_entries();
+    if (dropped > dropped_seen_) {
+      dropped_.Increment(static_cast<double>(dropped - dropped_seen_));
+      dropped_seen_ = dropped;
+    }
   }
-  if (batch.snapshot()) {
-    s.synced = true;
-    s.backoff = options_.retry_min;  // a working stream resets the backoff
-  }
-  s.epoch = batch.epoch();
-  s.sequence = batch.sequence();
-  s.entries->Set(static_cast<double>(index_.entries_of(worker)));
-  hashes_.Set(static_cast<double>(index_.hashes()));
-  entries_total_.Set(static_cast<double>(index_.entries()));
-  const int64_t dropped = index_.dropped_entries();
-  if (dropped > dropped_seen_) {
-    dropped_.Increment(static_cast<double>(dropped - dropped_seen_));
-    dropped_seen_ = dropped;
-  }
+  if (became_synced && options_.on_sync_change) options_.on_sync_change();
   return true;
 }
 
 void BlockEventSubscriber::OnStreamEnded(int worker, bool resync) {
   index_.Drop(worker);  // nothing it said is known to hold any more
-  absl::MutexLock lock(&mu_);
+  bool was_synced = false;
+  {
+    absl::MutexLock lock(&mu_);
+    was_synced = EndStreamLocked(worker, resync);
+  }
+  if (was_synced && options_.on_sync_change) options_.on_sync_change();
+}
+
+bool BlockEventSubscriber::EndStreamLocked(int worker, bool resync) {
   Slot& s = slots_[worker];
+  const bool was_synced = s.synced;
   s.stream = nullptr;
   s.synced = false;
   s.entries->Set(0);
@@ -234,6 +253,7 @@ void BlockEventSubscriber::OnStreamEnded(int worker, bool resync) {
     s.next_attempt = absl::Now() + s.backoff;
     s.backoff = std::min(s.backoff * 2, options_.retry_max);
   }
+  return was_synced;
 }
 
 void BlockEventSubscriber::OnStreamReleased() {
@@ -259,6 +279,15 @@ bool BlockEventSubscriber::AwaitDisconnected(int worker, absl::Duration timeout)
     return it == slots_.end() || !it->second.synced;
   };
   return mu_.AwaitWithTimeout(absl::Condition(&gone), timeout);
+}
+
+std::vector<int> BlockEventSubscriber::synced_slots() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<int> out;
+  for (const auto& [slot, s] : slots_) {
+    if (s.active && s.synced) out.push_back(slot);
+  }
+  return out;
 }
 
 int64_t BlockEventSubscriber::resyncs() const {

@@ -9,6 +9,7 @@
 #ifndef TANDEM_GATEWAY_BLOCK_EVENT_SUBSCRIBER_H_
 #define TANDEM_GATEWAY_BLOCK_EVENT_SUBSCRIBER_H_
 
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +30,10 @@ namespace tandem::gateway {
 struct SubscriberOptions {
   absl::Duration retry_min = absl::Milliseconds(100);
   absl::Duration retry_max = absl::Seconds(5);
+  // Called (on a gRPC thread, no lock held) whenever a worker's stream
+  // becomes synced or stops being: a worker with a synced stream is
+  // reachable.
+  std::function<void()> on_sync_change;
 };
 
 class BlockEventSubscriber {
@@ -56,6 +61,8 @@ class BlockEventSubscriber {
 
   // Resyncs so far (a gap or a new epoch), for tests and metrics.
   int64_t resyncs() const;
+  // The slots whose streams are synced now.
+  std::vector<int> synced_slots() const;
   // Waits until `worker`'s stream has applied a snapshot (or `timeout`).
   bool AwaitSynced(int worker, absl::Duration timeout) const;
   // Waits until `worker`'s stream has applied batch `sequence` of `epoch`
@@ -85,6 +92,8 @@ class BlockEventSubscriber {
   void OnStreamEnded(int worker, bool resync);
   // ...and, after it deleted itself, it no longer touches the subscriber.
   void OnStreamReleased();
+  // OnStreamEnded's bookkeeping; whether the slot was synced.
+  bool EndStreamLocked(int worker, bool resync) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   void AddSlotLocked(int slot, const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

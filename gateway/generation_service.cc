@@ -20,7 +20,8 @@ GenerationService::GenerationService(std::unique_ptr<engine::Tokenizer> tokenize
       prefill_router_(index_, 0, options_.router, registry, RouteRole::kPrefill),
       decode_router_(index_, kDecodeSlotBase, options_.router, registry, RouteRole::kDecode) {
   subscriber_ = std::make_unique<BlockEventSubscriber>(
-      index_, channels_, std::vector<BlockEventSubscriber::Worker>{}, registry);
+      index_, channels_, std::vector<BlockEventSubscriber::Worker>{}, registry,
+      SubscriberOptions{.on_sync_change = [this] { UpdateHealth(); }});
   // Each resolves its targets once here (the first membership) and, for
   // DNS names, again every interval.
   prefill_resolver_ = std::make_unique<WorkerResolver>(
@@ -45,7 +46,31 @@ void GenerationService::OnWorkersChanged(WorkerPicker& picker,
   subscriber_->SetWorkers(workers);
 }
 
-GenerationService::~GenerationService() { live_.AwaitNone(); }
+GenerationService::~GenerationService() {
+  AttachHealth(nullptr);
+  live_.AwaitNone();
+}
+
+void GenerationService::AttachHealth(grpc::HealthCheckServiceInterface* health) {
+  {
+    absl::MutexLock lock(&health_mu_);
+    health_ = health;
+  }
+  UpdateHealth();
+}
+
+void GenerationService::UpdateHealth() {
+  // Under the lock: a detached server is never touched again.
+  absl::MutexLock lock(&health_mu_);
+  if (health_ == nullptr) return;
+  bool prefill = false, decode = false;
+  for (int slot : subscriber_->synced_slots()) {
+    (slot < kDecodeSlotBase ? prefill : decode) = true;
+  }
+  const bool serving = prefill && decode;
+  health_->SetServingStatus(serving);  // "" (this also resets named services)
+  health_->SetServingStatus(tandem::v1::Generation::service_full_name(), serving);
+}
 
 grpc::ServerUnaryReactor* GenerationService::Answer(grpc::CallbackServerContext* ctx,
                                                      const char* method,

@@ -70,10 +70,17 @@ class GenerationService final : public tandem::v1::Generation::CallbackService {
   // Index slots of decode workers start here (prefill worker i is slot i).
   static constexpr int kDecodeSlotBase = 1 << 20;
 
+  // From now on the server's health ("" and tandem.v1.Generation) follows
+  // the workers: SERVING while at least one prefill and one decode worker
+  // are reachable (their block event streams are synced). Null lets go
+  // (before the server goes away).
+  void AttachHealth(grpc::HealthCheckServiceInterface* health);
+
  private:
   // A resolver's new addresses for `picker`: the picker and the subscriber
   // follow them.
   void OnWorkersChanged(WorkerPicker& picker, const std::vector<std::string>& addresses);
+  void UpdateHealth();
 
   grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const char* method,
                                    const absl::Status& status);
@@ -92,6 +99,8 @@ class GenerationService final : public tandem::v1::Generation::CallbackService {
   KvRouter decode_router_;
   std::unique_ptr<BlockEventSubscriber> subscriber_;  // after what it feeds
   absl::Mutex workers_mu_;  // orders membership updates from the resolvers
+  absl::Mutex health_mu_;
+  grpc::HealthCheckServiceInterface* health_ ABSL_GUARDED_BY(health_mu_) = nullptr;
   // After the pickers and the subscriber they update.
   std::unique_ptr<WorkerResolver> prefill_resolver_;
   std::unique_ptr<WorkerResolver> decode_resolver_;

@@ -174,6 +174,9 @@ int main(int argc, char** argv) {
   }
   tandem::gateway::GenerationService service(std::move(*tokenizer), options,
                                              (*metrics)->registry());
-  return tandem::rpc::ServeUntilSignal("tandem-gateway", args->String("listen"), {&service},
-                                       **metrics, nullptr, options.limits.MaxRequestBytes());
+  return tandem::rpc::ServeUntilSignal(
+      "tandem-gateway", args->String("listen"), {&service}, **metrics,
+      {.on_started = [&service](grpc::Server& s) { service.AttachHealth(s.GetHealthCheckService()); },
+       .on_signal = [&service] { service.AttachHealth(nullptr); },
+       .max_receive_bytes = options.limits.MaxRequestBytes()});
 }

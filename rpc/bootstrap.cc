@@ -111,23 +111,24 @@ void ShutdownServer(grpc::Server& server, absl::Duration grace) {
 
 int ServeUntilSignal(const std::string& name, const std::string& listen,
                      const std::vector<grpc::Service*>& services, const MetricsServer& metrics,
-                     const std::function<void()>& on_signal, int max_receive_bytes) {
+                     const ServeHooks& hooks) {
   absl::StatusOr<StartedServer> started =
       StartGrpcServer({.listen = listen,
                        .max_message_bytes = 64 << 20,
-                       .max_receive_bytes = max_receive_bytes,
+                       .max_receive_bytes = hooks.max_receive_bytes,
                        .configure = nullptr},
                       services);
   if (!started.ok()) {
     std::cerr << name << ": " << started.status().message() << "\n";
     return 1;
   }
+  if (hooks.on_started) hooks.on_started(*started->server);
   common::PrintReady(started->address, metrics.address());
   std::cerr << name << ": serving on " << started->address << " (metrics "
             << (metrics.address().empty() ? "off" : metrics.address()) << ")\n";
   const int sig = WaitForShutdownSignal();
   std::cerr << name << ": signal " << sig << ", shutting down\n";
-  if (on_signal) on_signal();
+  if (hooks.on_signal) hooks.on_signal();
   ShutdownServer(*started->server, absl::Seconds(5));
   return 0;
 }

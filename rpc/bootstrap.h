@@ -72,11 +72,18 @@ void ShutdownServer(grpc::Server& server, absl::Duration grace);
 // `name` prefixes the log lines.
 // `on_signal` (optional) runs first when the signal arrives: it ends
 // streams that never end by themselves, so they do not hold the drain.
-// `max_receive_bytes` as in ServerOptions.
+// What a process may add to ServeUntilSignal.
+struct ServeHooks {
+  // Runs once the server is serving (e.g. to hold its health service).
+  std::function<void(grpc::Server&)> on_started;
+  // Runs first when the signal arrives: it ends streams that never end by
+  // themselves, so they do not hold the drain, and lets go of the server.
+  std::function<void()> on_signal;
+  int max_receive_bytes = 0;  // as in ServerOptions
+};
 int ServeUntilSignal(const std::string& name, const std::string& listen,
                      const std::vector<grpc::Service*>& services, const MetricsServer& metrics,
-                     const std::function<void()>& on_signal = nullptr,
-                     int max_receive_bytes = 0);
+                     const ServeHooks& hooks = {});
 
 }  // namespace tandem::rpc
 

@@ -2,7 +2,8 @@
 // killed (kill -9) in the middle of a stream, with a second decode worker
 // up, and the stream completes, equal token for token to an uninterrupted
 // greedy (or seeded) run, with the migration in its usage; a prefill worker
-// killed under its request, and the request is prefilled elsewhere.
+// killed under its request, and the request is prefilled elsewhere; the
+// gateway's health follows whether its workers are reachable.
 #include <signal.h>
 
 #include <thread>
@@ -10,6 +11,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "rpc/health.h"
 #include "tests/e2e/stack.h"
 #include "tests/e2e/synthetic.h"
 
@@ -120,6 +122,31 @@ TEST(MigrationTest, APrefillWorkerDyingUnderItsRequestIsInvisibleToTheClient) {
   ExpectMatches(c, Reference(ids, 40));
   EXPECT_EQ(MetricValue(gateway, "tandem_prefill_retries_total"), 1);
   stack->Stop();  // worker 0 exits by SIGKILL, not 0
+}
+
+// The gateway's health (for "" and for tandem.v1.Generation by name)
+// follows its workers: NOT_SERVING once no prefill worker is reachable.
+TEST(GatewayHealthTest, FollowsTheWorkers) {
+  auto stack = Stack::Start(ModelPath());
+  ASSERT_NE(stack, nullptr);
+  auto channel =
+      grpc::CreateChannel(stack->gateway_info().grpc_address, grpc::InsecureChannelCredentials());
+  auto await = [&](const std::string& service, rpc::HealthState want) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    absl::StatusOr<rpc::HealthState> got = rpc::CheckHealth(channel, service);
+    while ((!got.ok() || *got != want) && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));
+      got = rpc::CheckHealth(channel, service);
+    }
+    return got.ok() && *got == want;
+  };
+  EXPECT_TRUE(await("", rpc::HealthState::kServing));
+  EXPECT_TRUE(await("tandem.v1.Generation", rpc::HealthState::kServing));
+  stack->prefill_process().Signal(SIGKILL);
+  EXPECT_TRUE(await("", rpc::HealthState::kNotServing));
+  EXPECT_TRUE(await("tandem.v1.Generation", rpc::HealthState::kNotServing));
+  channel.reset();
+  stack->Stop();
 }
 
 }  // namespace
