@@ -53,7 +53,9 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
 
   void OnCancel() override {
     CancelWork();
-    Done(absl::CancelledError("decode cancelled by the caller"));
+    Done(absl::FromChrono(ctx_->deadline()) <= absl::Now()
+             ? absl::DeadlineExceededError("decode: the request's deadline passed")
+             : absl::CancelledError("decode cancelled by the caller"));
   }
 
   void OnDone() override { self_.reset(); }

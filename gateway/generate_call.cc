@@ -391,7 +391,10 @@ void GenerateCall::OnCancel() {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
     if (prefill_attempt_ != nullptr) prefill_attempt_->Cancel();
-    next = End(absl::CancelledError("the client cancelled"));
+    // Counted as the client saw it: a deadline that passed is not a cancel.
+    next = End(absl::FromChrono(ctx_->deadline()) <= absl::Now()
+                   ? absl::DeadlineExceededError("the request's deadline passed")
+                   : absl::CancelledError("the client cancelled"));
   }
   Run(std::move(next));
 }

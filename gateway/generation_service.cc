@@ -97,8 +97,17 @@ grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* GenerationService::Gener
                               .request_timeout = options_.request_timeout,
                               .max_migrations = options_.max_migrations},
                              ctx,
-                             ValidateGenerateRequest(*request, *tokenizer_, options_.model_name,
-                                                     options_.limits));
+                             draining_.load()
+                                 ? absl::StatusOr<ValidatedRequest>(absl::UnavailableError(
+                                       "the gateway is draining (shutting down); retry on "
+                                       "another"))
+                                 : ValidateGenerateRequest(*request, *tokenizer_,
+                                                           options_.model_name, options_.limits));
+}
+
+void GenerationService::Drain() {
+  draining_.store(true);
+  AttachHealth(nullptr);
 }
 
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* ctx,

@@ -5,6 +5,7 @@
 #ifndef TANDEM_GATEWAY_GENERATION_SERVICE_H_
 #define TANDEM_GATEWAY_GENERATION_SERVICE_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,6 +76,10 @@ class GenerationService final : public tandem::v1::Generation::CallbackService {
   // are reachable (their block event streams are synced). Null lets go
   // (before the server goes away).
   void AttachHealth(grpc::HealthCheckServiceInterface* health);
+  // SIGTERM: new Generate calls are refused (UNAVAILABLE) while those in
+  // flight finish; health is let go (the server's shutdown reports
+  // NOT_SERVING).
+  void Drain();
 
  private:
   // A resolver's new addresses for `picker`: the picker and the subscriber
@@ -101,6 +106,7 @@ class GenerationService final : public tandem::v1::Generation::CallbackService {
   absl::Mutex workers_mu_;  // orders membership updates from the resolvers
   absl::Mutex health_mu_;
   grpc::HealthCheckServiceInterface* health_ ABSL_GUARDED_BY(health_mu_) = nullptr;
+  std::atomic<bool> draining_{false};
   // After the pickers and the subscriber they update.
   std::unique_ptr<WorkerResolver> prefill_resolver_;
   std::unique_ptr<WorkerResolver> decode_resolver_;

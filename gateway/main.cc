@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
                "--resolve-interval-ms",
        .required = true},
       {.name = "decode", .help = "decode workers, as --prefill", .required = true},
+      tandem::rpc::DrainFlagSpec(),
       {.name = "max-migrations", .default_value = "3",
        .help = "times a stream may move to another worker after one failed under it "
                "(0 = a worker failure ends the stream)"},
@@ -89,6 +90,7 @@ int main(int argc, char** argv) {
   options.prefill_workers = SplitAddresses(args->String("prefill"));
   options.decode_workers = SplitAddresses(args->String("decode"));
   absl::StatusOr<int32_t> max_migrations = args->IntInRange("max-migrations", 0, 1000);
+  absl::StatusOr<int32_t> drain_s = args->IntInRange("drain-timeout-s", 0, 24 * 3600);
   absl::StatusOr<int32_t> resolve_ms = args->IntInRange("resolve-interval-ms", 100, 3600 * 1000);
   absl::Status targets = tandem::gateway::ValidateTargets(options.prefill_workers, "--prefill");
   if (targets.ok()) {
@@ -118,7 +120,8 @@ int main(int argc, char** argv) {
        {max_context.status(), max_stops.status(), timeout_ms.status(), channels.status(),
         admission.status(), overlap_weight.status(), load_weight.status(),
         index_entries.status(), log_level.status(), prediction_ms.status(), router,
-        resolve_ms.status(), targets, pull_min_blocks.status(), max_migrations.status()}) {
+        resolve_ms.status(), targets, pull_min_blocks.status(), max_migrations.status(),
+        drain_s.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-gateway: " << s.message() << "\n";
       return 2;
@@ -177,6 +180,7 @@ int main(int argc, char** argv) {
   return tandem::rpc::ServeUntilSignal(
       "tandem-gateway", args->String("listen"), {&service}, **metrics,
       {.on_started = [&service](grpc::Server& s) { service.AttachHealth(s.GetHealthCheckService()); },
-       .on_signal = [&service] { service.AttachHealth(nullptr); },
-       .max_receive_bytes = options.limits.MaxRequestBytes()});
+       .on_signal = [&service] { service.Drain(); },
+       .max_receive_bytes = options.limits.MaxRequestBytes(),
+       .drain_timeout = absl::Seconds(*drain_s)});
 }

@@ -64,5 +64,6 @@ int main(int argc, char** argv) {
                                        *worker->metrics,
                                        {.on_started = nullptr,
                                         .on_signal = [&worker] { worker->block_events->Close(); },
-                                        .max_receive_bytes = 0});
+                                        .max_receive_bytes = 0,
+                                        .drain_timeout = worker->drain_timeout});
 }

@@ -129,8 +129,13 @@ int ServeUntilSignal(const std::string& name, const std::string& listen,
   const int sig = WaitForShutdownSignal();
   std::cerr << name << ": signal " << sig << ", shutting down\n";
   if (hooks.on_signal) hooks.on_signal();
-  ShutdownServer(*started->server, absl::Seconds(5));
+  ShutdownServer(*started->server, hooks.drain_timeout);
   return 0;
+}
+
+common::FlagSpec DrainFlagSpec() {
+  return {.name = "drain-timeout-s", .default_value = "30",
+          .help = "on SIGTERM: refuse new calls and give those in flight this long to finish"};
 }
 
 }  // namespace tandem::rpc

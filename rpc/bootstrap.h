@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/flags.h"
 #include "common/ready_line.h"  // PrintReady
 #include "rpc/metrics.h"
 
@@ -80,7 +81,13 @@ struct ServeHooks {
   // themselves, so they do not hold the drain, and lets go of the server.
   std::function<void()> on_signal;
   int max_receive_bytes = 0;  // as in ServerOptions
+  // After the signal: new calls are refused (health NOT_SERVING) and calls
+  // in flight have this long to finish before they are cancelled.
+  absl::Duration drain_timeout = absl::Seconds(30);
 };
+
+// The --drain-timeout-s flag every serving process has.
+common::FlagSpec DrainFlagSpec();
 int ServeUntilSignal(const std::string& name, const std::string& listen,
                      const std::vector<grpc::Service*>& services, const MetricsServer& metrics,
                      const ServeHooks& hooks = {});

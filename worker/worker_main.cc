@@ -5,6 +5,7 @@
 #include "common/status_macros.h"
 #include "engine/engine_flags.h"
 #include "rpc/admission.h"
+#include "rpc/bootstrap.h"
 
 namespace tandem::worker {
 
@@ -18,6 +19,7 @@ std::vector<common::FlagSpec> WorkerFlagSpecs() {
   };
   for (common::FlagSpec& s : engine::EngineFlagSpecs()) specs.push_back(std::move(s));
   for (common::FlagSpec& s : rpc::AdmissionFlagSpecs({})) specs.push_back(std::move(s));
+  specs.push_back(rpc::DrainFlagSpec());
   return specs;
 }
 
@@ -27,6 +29,8 @@ absl::StatusOr<Worker> StartWorker(
   Worker w;
   ASSIGN_OR_RETURN(engine::EngineSetup setup, engine::EngineSetupFromArgs(args));
   ASSIGN_OR_RETURN(w.admission, rpc::AdmissionLimitsFromArgs(args));
+  ASSIGN_OR_RETURN(const int32_t drain_s, args.IntInRange("drain-timeout-s", 0, 24 * 3600));
+  w.drain_timeout = absl::Seconds(drain_s);
   ASSIGN_OR_RETURN(w.model, engine::Model::Load(args.String("model")));
   ASSIGN_OR_RETURN(w.metrics, rpc::MetricsServer::Start(args.String("metrics-listen")));
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,

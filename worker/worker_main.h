@@ -33,6 +33,7 @@ struct Worker {
   std::unique_ptr<BlockEventPublisher> block_events;
   std::unique_ptr<EngineLoop> loop;
   rpc::AdmissionLimits admission;  // from --max-inflight and friends
+  absl::Duration drain_timeout;    // --drain-timeout-s
 };
 
 // Loads the model, starts metrics and the engine thread. `observer` builds

@@ -3,7 +3,8 @@
 // up, and the stream completes, equal token for token to an uninterrupted
 // greedy (or seeded) run, with the migration in its usage; a prefill worker
 // killed under its request, and the request is prefilled elsewhere; the
-// gateway's health follows whether its workers are reachable.
+// gateway's health follows whether its workers are reachable; SIGTERM
+// drains the gateway's streams before it exits.
 #include <signal.h>
 
 #include <thread>
@@ -147,6 +148,34 @@ TEST(GatewayHealthTest, FollowsTheWorkers) {
   EXPECT_TRUE(await("tandem.v1.Generation", rpc::HealthState::kNotServing));
   channel.reset();
   stack->Stop();
+}
+
+// SIGTERM drains: the gateway refuses new streams, lets the one in flight
+// finish, and exits 0.
+TEST(DrainTest, ASigtermedGatewayFinishesItsStreamsAndExitsZero) {
+  auto stack = Stack::Start(ModelPath());
+  ASSERT_NE(stack, nullptr);
+  const std::vector<int32_t> ids = Prompt(40, 8, 13);
+  constexpr int32_t kTokens = 1500;
+  Completion late;
+  const Completion c = ReadWithFault(stack->gateway(), Request(ids, kTokens), 3, [&] {
+    stack->gateway_process().Signal(SIGTERM);
+    // Once the drain has begun (health no longer SERVING, or no listener
+    // left), new streams are refused while the old one finishes.
+    auto fresh = grpc::CreateChannel(stack->gateway_info().grpc_address,
+                                     grpc::InsecureChannelCredentials());
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    absl::StatusOr<rpc::HealthState> health = rpc::CheckHealth(fresh);
+    while (health.ok() && *health == rpc::HealthState::kServing && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
+      health = rpc::CheckHealth(fresh);
+    }
+    late = Generate(*tandem::v1::Generation::NewStub(fresh), Request(ids, 4));
+  });
+  ExpectMatches(c, Reference(ids, kTokens));
+  EXPECT_FALSE(late.status.ok());
+  EXPECT_EQ(stack->gateway_process().Wait(), 0);
+  EXPECT_TRUE(stack->Stop());
 }
 
 }  // namespace

@@ -45,6 +45,7 @@ class Stack {
   const common::ReadyInfo& decode_info(int i = 0) const { return decodes_[i].info; }
   process::Subprocess& prefill_process(int i = 0) { return *prefills_[i].proc; }
   process::Subprocess& decode_process(int i = 0) { return *decodes_[i].proc; }
+  process::Subprocess& gateway_process() { return *gateway_proc_; }
 
   // Stops the processes (gateway first) and returns true if each exited 0.
   bool Stop();
