@@ -2,9 +2,9 @@
 // address). Sends --requests streaming Generate calls, --concurrency at a
 // time, of seeded random token-id prompts whose first --shared-prefix-tokens
 // ids are shared within each of --prefix-groups groups (optionally as
-// --turns-turn conversations that resend their history); prints TTFT and inter-token latency p50/p99,
-// output tokens/s and errors as a table, then one JSON line (appended to
-// --out). It reports; it never fails on speed. Flags and wiring only; the
+// --turns-turn conversations that resend their history); prints TTFT and
+// inter-token latency p50/p99, output tokens/s and errors as a table, then
+// one JSON line (appended to --out). It reports; it never fails on speed. Flags and wiring only; the
 // work is in bench/load_runner.cc and bench/load_stats.cc.
 #include <fstream>
 #include <iostream>

@@ -23,14 +23,19 @@ int main(int argc, char** argv) {
   specs.push_back({.name = "no-kv-delta-transfer",
                    .help = "fetch every prompt block, even those this worker already holds",
                    .is_bool = true});
+  for (tandem::common::FlagSpec& s : tandem::rpc::KeepaliveFlagSpecs()) specs.push_back(s);
   int exit_code = 0;
   std::optional<tandem::common::Args> args =
       tandem::common::ParseFlagsOrExit("tandem-decode", argc, argv, specs, &exit_code);
   if (!args.has_value()) return exit_code;
   absl::StatusOr<int32_t> fetch_ms = args->IntInRange("fetch-timeout-ms", 1, 24 * 3600 * 1000);
   absl::StatusOr<int32_t> channels = args->IntInRange("max-peer-channels", 1, 1 << 20);
+  tandem::rpc::ChannelCacheOptions channel_options;
+  const absl::Status keepalive = tandem::rpc::KeepaliveFromArgs(*args, channel_options);
+  if (channels.ok()) channel_options.max_channels = *channels;
   absl::StatusOr<int32_t> streams = args->IntInRange("kv-transfer-streams", 1, 16);
-  for (const absl::Status& s : {fetch_ms.status(), channels.status(), streams.status()}) {
+  for (const absl::Status& s :
+       {fetch_ms.status(), channels.status(), keepalive, streams.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-decode: " << s.message() << "\n";
       return 2;
@@ -45,7 +50,7 @@ int main(int argc, char** argv) {
   tandem::decode::DecodeService service(*worker->loop, worker->metrics->registry(),
                                         {.fetch_timeout = absl::Milliseconds(*fetch_ms),
                                          .admission = worker->admission,
-                                         .channels = {.max_channels = *channels},
+                                         .channels = channel_options,
                                          .kv_transfer_streams = *streams,
                                          .held_blocks = args->Bool("no-kv-delta-transfer")
                                                             ? nullptr

@@ -134,7 +134,8 @@ absl::Status Engine::ValidateShape(const KvSnapshot& kv) const {
         "kv.model_fingerprint ", kv.model_fingerprint, " differs from this worker's model (",
         model_.fingerprint(), ")"));
   }
-  if (kv.block_size != kv_->block_size()) return mismatch("block_size", kv.block_size, kv_->block_size());
+  if (kv.block_size != kv_->block_size())
+    return mismatch("block_size", kv.block_size, kv_->block_size());
   if (kv.n_layer != c.n_layer) return mismatch("n_layer", kv.n_layer, c.n_layer);
   if (kv.kv_dim != c.kv_dim()) return mismatch("kv_dim", kv.kv_dim, c.kv_dim());
   if (kv.dtype != kv_->dtype()) {

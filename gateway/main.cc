@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
        .required = true},
       {.name = "decode", .help = "decode workers, as --prefill", .required = true},
       tandem::rpc::DrainFlagSpec(),
+      tandem::rpc::KeepaliveFlagSpecs()[0],
+      tandem::rpc::KeepaliveFlagSpecs()[1],
       {.name = "max-migrations", .default_value = "3",
        .help = "times a stream may move to another worker after one failed under it "
                "(0 = a worker failure ends the stream)"},
@@ -136,6 +138,10 @@ int main(int argc, char** argv) {
   options.request_timeout = absl::Milliseconds(*timeout_ms);
   options.admission = *admission;
   options.channels.max_channels = *channels;
+  if (absl::Status s = tandem::rpc::KeepaliveFromArgs(*args, options.channels); !s.ok()) {
+    std::cerr << "tandem-gateway: " << s.message() << "\n";
+    return 2;
+  }
   options.kv_routing = args->String("router") == "kv";
   options.router = {.overlap_weight = *overlap_weight,
                     .load_weight = *load_weight,
@@ -179,7 +185,8 @@ int main(int argc, char** argv) {
                                              (*metrics)->registry());
   return tandem::rpc::ServeUntilSignal(
       "tandem-gateway", args->String("listen"), {&service}, **metrics,
-      {.on_started = [&service](grpc::Server& s) { service.AttachHealth(s.GetHealthCheckService()); },
+      {.on_started =
+           [&service](grpc::Server& s) { service.AttachHealth(s.GetHealthCheckService()); },
        .on_signal = [&service] { service.Drain(); },
        .max_receive_bytes = options.limits.MaxRequestBytes(),
        .drain_timeout = absl::Seconds(*drain_s)});

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   specs.push_back({.name = "kv-transfer-streams", .default_value = "2",
                    .help = "streams (each on its own connection) one prefix pull is striped "
                            "over, 1..16"});
+  for (tandem::common::FlagSpec& s : tandem::rpc::KeepaliveFlagSpecs()) specs.push_back(s);
   int exit_code = 0;
   std::optional<tandem::common::Args> args =
       tandem::common::ParseFlagsOrExit("tandem-prefill", argc, argv, specs, &exit_code);
@@ -36,9 +37,12 @@ int main(int argc, char** argv) {
   absl::StatusOr<int32_t> max_lease_mb = args->IntInRange("max-lease-mb", 1, 1 << 24);
   absl::StatusOr<int32_t> pull_ms = args->IntInRange("pull-timeout-ms", 1, 24 * 3600 * 1000);
   absl::StatusOr<int32_t> channels = args->IntInRange("max-peer-channels", 1, 1 << 20);
+  tandem::rpc::ChannelCacheOptions channel_options;
+  const absl::Status keepalive = tandem::rpc::KeepaliveFromArgs(*args, channel_options);
+  if (channels.ok()) channel_options.max_channels = *channels;
   absl::StatusOr<int32_t> streams = args->IntInRange("kv-transfer-streams", 1, 16);
   for (const absl::Status& s : {ttl_ms.status(), max_leases.status(), max_lease_mb.status(),
-                                pull_ms.status(), channels.status(), streams.status()}) {
+                                pull_ms.status(), channels.status(), keepalive, streams.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-prefill: " << s.message() << "\n";
       return 2;
@@ -56,7 +60,7 @@ int main(int argc, char** argv) {
                   .max_leases = *max_leases,
                   .max_bytes = int64_t{*max_lease_mb} << 20},
        .admission = worker->admission,
-       .channels = {.max_channels = *channels},
+       .channels = channel_options,
        .kv_transfer_streams = *streams,
        .pull_timeout = absl::Milliseconds(*pull_ms)});
   return tandem::rpc::ServeUntilSignal("tandem-prefill", args->String("listen"),

@@ -122,7 +122,8 @@ class PrefillService::PrefillCall final : public grpc::ServerUnaryReactor,
     }
     worker::SequenceStream::Batch b = stream->Take();
     if (b.events.empty()) {
-      if (b.done) Done(b.status.ok() ? absl::InternalError("prefill ended without a token") : b.status);
+      if (b.done)
+        Done(b.status.ok() ? absl::InternalError("prefill ended without a token") : b.status);
       return;
     }
     const engine::TokenEvent& first = b.events.back();

@@ -53,6 +53,12 @@ absl::StatusOr<StartedServer> StartGrpcServer(
   builder.SetMaxReceiveMessageSize(options.max_receive_bytes > 0 ? options.max_receive_bytes
                                                                  : options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
+  // Peers ping to detect a worker that stopped answering (ChannelCache's
+  // keepalive): accept pings as often as every second, with or without
+  // calls, and never answer them with GOAWAY.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   for (grpc::Service* service : services) {
     TANDEM_CHECK(service != nullptr, "null service passed to StartGrpcServer");
     builder.RegisterService(service);

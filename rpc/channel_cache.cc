@@ -3,10 +3,30 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace tandem::rpc {
 
 ChannelCache::ChannelCache(const ChannelCacheOptions& options) : options_(options) {}
+
+std::vector<common::FlagSpec> KeepaliveFlagSpecs() {
+  return {
+      {.name = "keepalive-ms", .default_value = "10000",
+       .help = "ping peers this often; one that stops answering fails its calls (and they "
+               "move elsewhere); 0 = off"},
+      {.name = "keepalive-timeout-ms", .default_value = "5000",
+       .help = "how long a ping may go unanswered"},
+  };
+}
+
+absl::Status KeepaliveFromArgs(const common::Args& args, ChannelCacheOptions& options) {
+  ASSIGN_OR_RETURN(const int32_t every, args.IntInRange("keepalive-ms", 0, 24 * 3600 * 1000));
+  ASSIGN_OR_RETURN(const int32_t timeout,
+                   args.IntInRange("keepalive-timeout-ms", 1, 24 * 3600 * 1000));
+  options.keepalive_time = absl::Milliseconds(every);
+  options.keepalive_timeout = absl::Milliseconds(timeout);
+  return absl::OkStatus();
+}
 
 std::shared_ptr<grpc::Channel> ChannelCache::Get(const std::string& address, int connection) {
   const std::string key = connection == 0 ? address : absl::StrCat(address, "#", connection);
@@ -21,6 +41,14 @@ std::shared_ptr<grpc::Channel> ChannelCache::Get(const std::string& address, int
   // gRPC shares a connection between channels whose arguments are equal;
   // this one keeps each numbered connection to itself.
   if (connection != 0) args.SetInt("tandem.connection", connection);
+  if (options_.keepalive_time > absl::ZeroDuration()) {
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+                static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive_time)));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive_timeout)));
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // a long stream may be quiet
+  }
   auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   lru_.push_front(key);
   channels_[key] = Entry{.channel = channel, .lru = lru_.begin()};

@@ -14,14 +14,27 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/flags.h"
 
 namespace tandem::rpc {
 
 struct ChannelCacheOptions {
   int max_message_bytes = 64 << 20;  // both directions
   int max_channels = 256;            // >= 1
+  // HTTP/2 keepalive pings: a peer that stops answering (a stopped process,
+  // a lost host) fails its calls UNAVAILABLE within time + timeout instead
+  // of hanging them. 0 disables.
+  absl::Duration keepalive_time = absl::Seconds(10);
+  absl::Duration keepalive_timeout = absl::Seconds(5);
 };
+
+// --keepalive-ms and --keepalive-timeout-ms, for processes that call peers.
+std::vector<common::FlagSpec> KeepaliveFlagSpecs();
+// Sets `options`' keepalive from those flags; InvalidArgument naming the flag.
+absl::Status KeepaliveFromArgs(const common::Args& args, ChannelCacheOptions& options);
 
 class ChannelCache {
  public:

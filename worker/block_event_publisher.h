@@ -46,7 +46,8 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackServic
   void Close();
 
   grpc::ServerWriteReactor<tandem::v1::BlockEventBatch>* Watch(
-      grpc::CallbackServerContext* ctx, const tandem::v1::WatchBlockEventsRequest* request) override;
+      grpc::CallbackServerContext* ctx,
+      const tandem::v1::WatchBlockEventsRequest* request) override;
 
   uint64_t epoch() const { return epoch_; }
   int32_t subscribers() const;

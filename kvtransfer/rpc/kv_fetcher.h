@@ -1,8 +1,9 @@
 // The fetching side of KV transfers over the gRPC stream transport: streams a
 // lease's blocks from the worker that holds them (striped over several
-// streams), checks their order, decodes and verifies each one as it arrives (checksum, model, shape, hash chain
-// over the prompt's tokens), and ends the lease with the outcome through the
-// ReleaseClient without waiting for the answer. Used by the decode worker.
+// streams), checks their order, decodes and verifies each one as it arrives
+// (checksum, model, shape, hash chain over the prompt's tokens), and ends the
+// lease with the outcome through the ReleaseClient without waiting for the
+// answer. Used by the decode worker and by prefix pulls.
 // Thread-safe; each fetch's callback runs once, on a gRPC thread.
 #ifndef TANDEM_KVTRANSFER_RPC_KV_FETCHER_H_
 #define TANDEM_KVTRANSFER_RPC_KV_FETCHER_H_

@@ -28,8 +28,8 @@ void DeleteHeld(void* held) {
 }  // namespace
 
 // One FetchKv stream: one stripe of the lease's blocks from first_block on
-// (every one of them when the fetch is not striped). Each block goes out as a KvBlockMessage in protobuf
-// wire format assembled from slices: the framing and block header (copied,
+// (every one of them when the fetch is not striped). Each block goes out as
+// a KvBlockMessage in protobuf wire format assembled from slices: the framing and block header (copied,
 // ~80 bytes), the payload straight from the leased snapshot (no copy; the
 // slice holds a reference to the lease's blocks) and the checksum. Only the
 // last, partial block is encoded into a buffer (its unused slots are

@@ -178,5 +178,30 @@ TEST(DrainTest, ASigtermedGatewayFinishesItsStreamsAndExitsZero) {
   EXPECT_TRUE(stack->Stop());
 }
 
+// A decode worker that stops answering (SIGSTOP) is found out by the
+// gateway's keepalive pings and the stream moves on.
+TEST(MigrationTest, AStoppedDecodeWorkerIsLeftWithinTheKeepalive) {
+  StackOptions o;
+  o.model = ModelPath();
+  o.decode_workers = 2;
+  o.gateway_flags = {"--keepalive-ms", "300", "--keepalive-timeout-ms", "300"};
+  auto stack = Stack::Start(o);
+  ASSERT_NE(stack, nullptr);
+  const std::vector<int32_t> ids = Prompt(40, 8, 14);
+  constexpr int32_t kTokens = 1500;
+  int stopped = -1;
+  const absl::Time start = absl::Now();
+  const Completion c = ReadWithFault(stack->gateway(), Request(ids, kTokens), 3, [&] {
+    stopped = BusyDecodeWorker(*stack, 2);
+    ASSERT_GE(stopped, 0);
+    stack->decode_process(stopped).Signal(SIGSTOP);
+  });
+  ExpectMatches(c, Reference(ids, kTokens));
+  EXPECT_EQ(c.usage.migrations(), 1);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  stack->decode_process(stopped).Signal(SIGKILL);
+  stack->Stop();
+}
+
 }  // namespace
 }  // namespace tandem::testing

@@ -22,7 +22,8 @@ engine::BlockHash H(uint64_t v) { return engine::BlockHash{.low = v, .high = ~v}
 
 std::vector<engine::BlockEvent> Stored(std::vector<uint64_t> v) {
   std::vector<engine::BlockEvent> out;
-  for (uint64_t x : v) out.push_back({.kind = engine::BlockEvent::Kind::kStored, .hash = H(x), .parent_hash = {}});
+  for (uint64_t x : v)
+    out.push_back({.kind = engine::BlockEvent::Kind::kStored, .hash = H(x), .parent_hash = {}});
   return out;
 }
 
@@ -173,7 +174,8 @@ TEST(BlockEventSubscriberTest, WorkersThatComeAndGoAreSubscribedAndDropped) {
   ASSERT_TRUE(sub.AwaitSynced(0, kWait));
   EXPECT_EQ(index.entries_of(0), 2);
   // b appears (a DNS name gained an address).
-  sub.SetWorkers({{.slot = 0, .address = a.server.address}, {.slot = 3, .address = b.server.address}});
+  sub.SetWorkers(
+      {{.slot = 0, .address = a.server.address}, {.slot = 3, .address = b.server.address}});
   ASSERT_TRUE(sub.AwaitSynced(3, kWait));
   EXPECT_EQ(index.entries_of(3), 1);
   EXPECT_EQ(a.publisher.subscribers(), 1);  // a's stream was left alone
@@ -187,7 +189,9 @@ TEST(BlockEventSubscriberTest, WorkersThatComeAndGoAreSubscribedAndDropped) {
   EXPECT_EQ(index.entries_of(0), 0);
   EXPECT_EQ(index.entries_of(3), 2);
   absl::Time deadline = absl::Now() + kWait;
-  while (a.publisher.subscribers() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  while (a.publisher.subscribers() > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   EXPECT_EQ(a.publisher.subscribers(), 0);
 }
 

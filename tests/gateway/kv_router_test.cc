@@ -79,8 +79,10 @@ TEST(KvRouterTest, RoutesToTheHolderUnlessItIsLoaded) {
   EXPECT_EQ(fresh.pick.address(), "a:1");
   EXPECT_EQ(fresh.reason, "no_overlap");
   const std::string text = rpc::ScrapeText(registry);
-  EXPECT_THAT(text, HasSubstr("tandem_router_decisions_total{reason=\"kv_overlap\",role=\"prefill\"} 9"));
-  EXPECT_THAT(text, HasSubstr("tandem_router_decisions_total{reason=\"no_overlap\",role=\"prefill\"} 1"));
+  EXPECT_THAT(text,
+              HasSubstr("tandem_router_decisions_total{reason=\"kv_overlap\",role=\"prefill\"} 9"));
+  EXPECT_THAT(text,
+              HasSubstr("tandem_router_decisions_total{reason=\"no_overlap\",role=\"prefill\"} 1"));
 }
 
 TEST(KvRouterTest, APromptFollowsTheOneOfItsPrefixRoutedBeforeIt) {

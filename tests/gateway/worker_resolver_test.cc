@@ -18,9 +18,10 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 TEST(ExpandTargetsTest, DnsNamesBecomeOneAddressPerIp) {
-  const HostLookup lookup = [](const std::string& host)
-      -> absl::StatusOr<std::vector<std::string>> {
-    if (host == "prefill.ns.svc") return std::vector<std::string>{"10.0.0.9", "10.0.0.3", "fd00::1"};
+  const HostLookup lookup =
+      [](const std::string& host) -> absl::StatusOr<std::vector<std::string>> {
+    if (host == "prefill.ns.svc")
+      return std::vector<std::string>{"10.0.0.9", "10.0.0.3", "fd00::1"};
     if (host == "127.0.0.1") return std::vector<std::string>{"127.0.0.1"};
     return absl::NotFoundError("no such host");
   };

@@ -195,7 +195,8 @@ TEST(KvSnapshotCodecTest, HeadersCarryIndexCountsAndTheHashChain) {
   const std::vector<int32_t> tokens = Tokens(n);
   const std::vector<std::string> wire =
       EncodeSnapshot(MakeSnapshot(n, GgmlType::kF32, 1), tokens, /*tenant_salt=*/9);
-  const std::vector<engine::BlockHash> full = engine::PrefixBlockHashes(tokens, kBlockSize, kFingerprint, 9);
+  const std::vector<engine::BlockHash> full =
+      engine::PrefixBlockHashes(tokens, kBlockSize, kFingerprint, 9);
   ASSERT_EQ(full.size(), 2u);
   ASSERT_EQ(wire.size(), 3u);
   engine::BlockHash parent = engine::kRootParentHash;
@@ -209,8 +210,8 @@ TEST(KvSnapshotCodecTest, HeadersCarryIndexCountsAndTheHashChain) {
       EXPECT_EQ(d->header.block_hash, full[i]);  // what the gateway computes
     } else {
       EXPECT_EQ(d->header.token_count, 3u);
-      EXPECT_EQ(d->header.block_hash,
-                engine::HashBlock(parent, std::span(tokens).subspan(8, 3), kFingerprint, kBlockSize, 9));
+      EXPECT_EQ(d->header.block_hash, engine::HashBlock(parent, std::span(tokens).subspan(8, 3),
+                                                        kFingerprint, kBlockSize, 9));
     }
     parent = d->header.block_hash;
   }
