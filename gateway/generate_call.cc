@@ -122,6 +122,13 @@ void GenerateCall::Begin(absl::StatusOr<ValidatedRequest> request) {
     } else {
       const int64_t prompt_tokens = static_cast<int64_t>(request->prompt_ids.size());
       absl::StatusOr<rpc::Admission::Ticket> ticket = env_.admission->TryAdmit(prompt_tokens);
+      // Every request in flight holds (or will hold) a decode stream.
+      if (ticket.ok() && env_.decode_capacity &&
+          env_.admission->in_flight() > env_.decode_capacity()) {
+        ticket = absl::ResourceExhaustedError(absl::StrCat(
+            "decode capacity: ", env_.decode_capacity(),
+            " streams are in flight on the decode workers; retry later"));
+      }
       if (!ticket.ok()) {
         rpc::AddRetryHint(*ctx_, env_.admission->retry_after());
         next = End(ticket.status());

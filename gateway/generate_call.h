@@ -78,6 +78,10 @@ struct CallEnv {
   // How many times a stream may move to another worker after one failed
   // under it (0: never).
   int32_t max_migrations;
+  // Streams the decode workers can take now (their number times each one's
+  // capacity): a request past it is refused before any work, never after
+  // its first token.
+  std::function<int64_t()> decode_capacity;
 };
 
 class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateResponse>,

@@ -95,7 +95,15 @@ grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* GenerationService::Gener
                               .metrics = &metrics_,
                               .live = &live_,
                               .request_timeout = options_.request_timeout,
-                              .max_migrations = options_.max_migrations},
+                              .max_migrations = options_.max_migrations,
+                              .decode_capacity =
+                                  [this] {
+                                    int64_t workers = 0;
+                                    for (int i = 0; i < decode_.size(); ++i) {
+                                      workers += decode_.active(i) ? 1 : 0;
+                                    }
+                                    return workers * options_.streams_per_decode_worker;
+                                  }},
                              ctx,
                              draining_.load()
                                  ? absl::StatusOr<ValidatedRequest>(absl::UnavailableError(

@@ -40,6 +40,9 @@ struct GatewayOptions {
   absl::Duration request_timeout = absl::Minutes(10);
   // Times a stream may move to another worker after one failed under it.
   int32_t max_migrations = 3;
+  // Streams one decode worker takes (match its --max-inflight): requests
+  // past decode workers x this are refused at admission.
+  int32_t streams_per_decode_worker = 1024;
   rpc::AdmissionLimits admission;
   rpc::ChannelCacheOptions channels;
   // Route prefills by the block index (false: to the least-loaded worker).

@@ -43,6 +43,9 @@ int main(int argc, char** argv) {
       tandem::rpc::DrainFlagSpec(),
       tandem::rpc::KeepaliveFlagSpecs()[0],
       tandem::rpc::KeepaliveFlagSpecs()[1],
+      {.name = "decode-worker-streams", .default_value = "1024",
+       .help = "streams one decode worker takes (match its --max-inflight): requests past "
+               "the decode workers' total are refused before any work is done"},
       {.name = "max-migrations", .default_value = "3",
        .help = "times a stream may move to another worker after one failed under it "
                "(0 = a worker failure ends the stream)"},
@@ -92,6 +95,7 @@ int main(int argc, char** argv) {
   options.prefill_workers = SplitAddresses(args->String("prefill"));
   options.decode_workers = SplitAddresses(args->String("decode"));
   absl::StatusOr<int32_t> max_migrations = args->IntInRange("max-migrations", 0, 1000);
+  absl::StatusOr<int32_t> decode_streams = args->IntInRange("decode-worker-streams", 1, 1 << 24);
   absl::StatusOr<int32_t> drain_s = args->IntInRange("drain-timeout-s", 0, 24 * 3600);
   absl::StatusOr<int32_t> resolve_ms = args->IntInRange("resolve-interval-ms", 100, 3600 * 1000);
   absl::Status targets = tandem::gateway::ValidateTargets(options.prefill_workers, "--prefill");
@@ -123,7 +127,7 @@ int main(int argc, char** argv) {
         admission.status(), overlap_weight.status(), load_weight.status(),
         index_entries.status(), log_level.status(), prediction_ms.status(), router,
         resolve_ms.status(), targets, pull_min_blocks.status(), max_migrations.status(),
-        drain_s.status()}) {
+        drain_s.status(), decode_streams.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-gateway: " << s.message() << "\n";
       return 2;
@@ -150,6 +154,7 @@ int main(int argc, char** argv) {
   options.index.max_entries = *index_entries;
   options.resolve_interval = absl::Milliseconds(*resolve_ms);
   options.max_migrations = *max_migrations;
+  options.streams_per_decode_worker = *decode_streams;
   tandem::common::SetLogLevel(*log_level);
 
   absl::StatusOr<std::unique_ptr<tandem::engine::GgufFile>> file =

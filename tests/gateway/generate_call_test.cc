@@ -173,7 +173,7 @@ class FakeDecode final : public tandem::v1::Decode::CallbackService {
 class GenerateCallTest : public ::testing::Test {
  protected:
   void StartGateway(int n_prefill, rpc::AdmissionLimits admission = {},
-                    int32_t max_migrations = 3) {
+                    int32_t max_migrations = 3, int32_t decode_streams = 1024) {
     for (int i = 0; i < n_prefill; ++i) {
       prefills_.push_back(std::make_unique<FakePrefill>());
       auto s = rpc::StartGrpcServer({}, {prefills_.back().get()});
@@ -198,6 +198,7 @@ class GenerateCallTest : public ::testing::Test {
     options.decode_workers = {servers_.back().address};
     options.admission = admission;
     options.max_migrations = max_migrations;
+    options.streams_per_decode_worker = decode_streams;
     service_ = std::make_unique<GenerationService>(std::move(*tokenizer), options, registry_);
     auto g = rpc::StartGrpcServer({}, {service_.get()});
     ASSERT_TRUE(g.ok()) << g.status();
@@ -410,6 +411,27 @@ TEST_F(GenerateCallTest, OverTheInFlightBoundIsRefusedAtOnceWithARetryHint) {
   auto hint = refused.trailers.find(rpc::kRetryAfterMsKey);
   ASSERT_NE(hint, refused.trailers.end());
   EXPECT_EQ(hint->second, "250");
+  EXPECT_EQ(prefills_[0]->prefills(), 1);  // no work was done for it
+
+  ctx.TryCancel();
+  held->Finish();
+}
+
+TEST_F(GenerateCallTest, PastTheDecodeWorkersCapacityIsRefusedBeforeAnyWork) {
+  // One decode worker taking one stream: a second request would be refused
+  // by the decode worker after its first token, so the gateway refuses it
+  // before its prefill.
+  StartGateway(1, {.retry_after = absl::Milliseconds(100)}, 3, /*decode_streams=*/1);
+  decode_.Set({.tokens = {Byte('b')}, .hang = true});
+  grpc::ClientContext ctx;
+  auto held = stub_->Generate(&ctx, Request(16));
+  tandem::v1::GenerateResponse msg;
+  ASSERT_TRUE(held->Read(&msg));  // admitted and streaming
+
+  const Result refused = Generate(Request(4));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("decode capacity"));
+  EXPECT_NE(refused.trailers.find(rpc::kRetryAfterMsKey), refused.trailers.end());
   EXPECT_EQ(prefills_[0]->prefills(), 1);  // no work was done for it
 
   ctx.TryCancel();
