@@ -6,3 +6,6 @@ bash scripts/install_deps.sh
 bash scripts/build.sh
 cd build
 ctest --output-on-failure -j "${TANDEM_TEST_JOBS:-2}" --timeout 900
+cd ..
+# libFuzzer targets (ASan + UBSan), a short fixed run each.
+bash scripts/fuzz.sh "${TANDEM_FUZZ_RUNS:-2000}"
