@@ -24,6 +24,7 @@ bool Migratable(const grpc::Status& s) {
     case grpc::StatusCode::INTERNAL:
     case grpc::StatusCode::UNKNOWN:
     case grpc::StatusCode::DATA_LOSS:
+    case grpc::StatusCode::NOT_FOUND:  // the lease's worker restarted
       return true;
     default:
       return false;

@@ -1,5 +1,7 @@
 #include "gateway/generation_service.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "gateway/generate_call.h"
 #include "rpc/status.h"
@@ -47,7 +49,7 @@ void GenerationService::OnWorkersChanged(WorkerPicker& picker,
 }
 
 GenerationService::~GenerationService() {
-  AttachHealth(nullptr);
+  Detach();
   live_.AwaitNone();
 }
 
@@ -59,14 +61,28 @@ void GenerationService::AttachHealth(grpc::HealthCheckServiceInterface* health) 
   UpdateHealth();
 }
 
-void GenerationService::UpdateHealth() {
-  // Under the lock: a detached server is never touched again.
+void GenerationService::Detach() {
   absl::MutexLock lock(&health_mu_);
-  if (health_ == nullptr) return;
+  health_ = nullptr;
+  attached_ = false;
+}
+
+void GenerationService::UpdateHealth() {
+  // Under the lock: a detached server is never touched again, and a
+  // service being destroyed has detached.
+  absl::MutexLock lock(&health_mu_);
+  if (!attached_) return;
+  const std::vector<int> synced = subscriber_->synced_slots();
   bool prefill = false, decode = false;
-  for (int slot : subscriber_->synced_slots()) {
-    (slot < kDecodeSlotBase ? prefill : decode) = true;
+  for (int slot : synced) (slot < kDecodeSlotBase ? prefill : decode) = true;
+  // The pickers try reachable workers first.
+  for (const auto& [picker, base] : {std::pair<WorkerPicker*, int>{&prefill_, 0},
+                                     std::pair<WorkerPicker*, int>{&decode_, kDecodeSlotBase}}) {
+    for (int i = 0; i < picker->size(); ++i) {
+      picker->SetReachable(i, std::find(synced.begin(), synced.end(), base + i) != synced.end());
+    }
   }
+  if (health_ == nullptr) return;
   const bool serving = prefill && decode;
   health_->SetServingStatus(serving);  // "" (this also resets named services)
   health_->SetServingStatus(tandem::v1::Generation::service_full_name(), serving);

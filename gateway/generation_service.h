@@ -88,7 +88,10 @@ class GenerationService final : public tandem::v1::Generation::CallbackService {
   // A resolver's new addresses for `picker`: the picker and the subscriber
   // follow them.
   void OnWorkersChanged(WorkerPicker& picker, const std::vector<std::string>& addresses);
+  // Follows which workers are reachable: the pickers prefer them and the
+  // health (once attached) reports whether the gateway can serve.
   void UpdateHealth();
+  void Detach();
 
   grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const char* method,
                                    const absl::Status& status);
@@ -109,6 +112,8 @@ class GenerationService final : public tandem::v1::Generation::CallbackService {
   absl::Mutex workers_mu_;  // orders membership updates from the resolvers
   absl::Mutex health_mu_;
   grpc::HealthCheckServiceInterface* health_ ABSL_GUARDED_BY(health_mu_) = nullptr;
+  // False once destruction began: worker reachability is no longer followed.
+  bool attached_ ABSL_GUARDED_BY(health_mu_) = true;
   std::atomic<bool> draining_{false};
   // After the pickers and the subscriber they update.
   std::unique_ptr<WorkerResolver> prefill_resolver_;

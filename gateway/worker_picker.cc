@@ -19,6 +19,13 @@ void WorkerPicker::SetAddresses(const std::vector<std::string>& addresses) {
   }
 }
 
+void WorkerPicker::SetReachable(int index, bool reachable) {
+  absl::MutexLock lock(&mu_);
+  if (index >= 0 && index < static_cast<int>(workers_.size())) {
+    workers_[index].reachable = reachable;
+  }
+}
+
 int WorkerPicker::size() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(workers_.size());
@@ -63,16 +70,20 @@ WorkerPicker::Pick WorkerPicker::Acquire(const std::vector<int>& exclude, const 
   absl::MutexLock lock(&mu_);
   int best = -1;
   double best_cost = 0;
-  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
-    if (!workers_[i].active) continue;
-    if (std::find(exclude.begin(), exclude.end(), i) != exclude.end()) continue;
-    const Load& load = workers_[i].load;
-    const double c = cost ? cost(i, load) : static_cast<double>(load.in_flight);
-    if (best < 0 || c < best_cost ||
-        (c == best_cost && load.in_flight < workers_[best].load.in_flight)) {
-      best = i;
-      best_cost = c;
+  // Reachable candidates first; the others only when none is left.
+  for (const bool want_reachable : {true, false}) {
+    for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+      if (!workers_[i].active || workers_[i].reachable != want_reachable) continue;
+      if (std::find(exclude.begin(), exclude.end(), i) != exclude.end()) continue;
+      const Load& load = workers_[i].load;
+      const double c = cost ? cost(i, load) : static_cast<double>(load.in_flight);
+      if (best < 0 || c < best_cost ||
+          (c == best_cost && load.in_flight < workers_[best].load.in_flight)) {
+        best = i;
+        best_cost = c;
+      }
     }
+    if (best >= 0) break;
   }
   Pick p;
   if (best < 0) return p;

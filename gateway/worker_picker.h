@@ -59,6 +59,11 @@ class WorkerPicker {
   Pick Acquire(const std::vector<int>& exclude, const Charge& charge, const Cost& cost);
   // Replaces the set of addresses picked from.
   void SetAddresses(const std::vector<std::string>& addresses);
+  // Whether worker `index` is known reachable (its block event stream is
+  // live). Unreachable workers are picked only when no reachable candidate
+  // is left, so a dead worker is not tried again and again before it is
+  // back. Workers start reachable.
+  void SetReachable(int index, bool reachable);
   // Indices run 0..size()-1 over every address ever set, vanished ones too.
   int size() const;
   bool active(int index) const;
@@ -73,6 +78,7 @@ class WorkerPicker {
   struct Worker {
     std::string address;
     bool active = true;
+    bool reachable = true;
     Load load;
   };
   mutable absl::Mutex mu_;

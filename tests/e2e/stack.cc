@@ -1,5 +1,7 @@
 #include "tests/e2e/stack.h"
 
+#include <signal.h>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -45,16 +47,17 @@ std::unique_ptr<Stack> Stack::Start(const StackOptions& o) {
   std::vector<std::string> prefill_addresses, decode_addresses;
   for (int i = 0; i < o.prefill_workers; ++i) {
     auto& w = s->prefills_.emplace_back();
-    w.proc = StartReady(worker_argv("tandem-prefill"), &w.info);
+    w.argv = worker_argv("tandem-prefill");
+    w.proc = StartReady(w.argv, &w.info);
     if (w.proc == nullptr) return nullptr;
     w.stub = tandem::v1::Prefill::NewStub(Channel(w.info.grpc_address));
     prefill_addresses.push_back((o.dns_targets ? "dns:///" : "") + w.info.grpc_address);
   }
   for (int i = 0; i < o.decode_workers; ++i) {
     auto& w = s->decodes_.emplace_back();
-    std::vector<std::string> argv = worker_argv("tandem-decode");
-    argv.insert(argv.end(), o.decode_flags.begin(), o.decode_flags.end());
-    w.proc = StartReady(argv, &w.info);
+    w.argv = worker_argv("tandem-decode");
+    w.argv.insert(w.argv.end(), o.decode_flags.begin(), o.decode_flags.end());
+    w.proc = StartReady(w.argv, &w.info);
     if (w.proc == nullptr) return nullptr;
     w.stub = tandem::v1::Decode::NewStub(Channel(w.info.grpc_address));
     decode_addresses.push_back((o.dns_targets ? "dns:///" : "") + w.info.grpc_address);
@@ -68,6 +71,22 @@ std::unique_ptr<Stack> Stack::Start(const StackOptions& o) {
   s->gateway_ = tandem::v1::Generation::NewStub(Channel(s->gateway_info_.grpc_address));
   return s;
 }
+
+template <typename Stub>
+bool Stack::Restart(Worker<Stub>& w) {
+  w.proc->Signal(SIGKILL);
+  w.proc->Wait();
+  std::vector<std::string> argv = w.argv;
+  argv.insert(argv.end(), {"--listen", w.info.grpc_address});
+  common::ReadyInfo info;
+  w.proc = StartReady(argv, &info);
+  if (w.proc == nullptr || info.grpc_address != w.info.grpc_address) return false;
+  w.info = info;
+  return true;
+}
+
+bool Stack::RestartPrefill(int i) { return Restart(prefills_[i]); }
+bool Stack::RestartDecode(int i) { return Restart(decodes_[i]); }
 
 bool Stack::Stop() {
   // A server's shutdown waits for its clients' connections to close (up to

@@ -47,6 +47,11 @@ class Stack {
   process::Subprocess& decode_process(int i = 0) { return *decodes_[i].proc; }
   process::Subprocess& gateway_process() { return *gateway_proc_; }
 
+  // Kills worker `i` (SIGKILL) and starts it again on the same address (a
+  // new process: a new epoch, empty caches). False if it did not come back.
+  bool RestartPrefill(int i);
+  bool RestartDecode(int i);
+
   // Stops the processes (gateway first) and returns true if each exited 0.
   bool Stop();
 
@@ -56,7 +61,10 @@ class Stack {
     std::unique_ptr<process::Subprocess> proc;
     common::ReadyInfo info;
     std::unique_ptr<Stub> stub;
+    std::vector<std::string> argv;  // as started
   };
+  template <typename Stub>
+  static bool Restart(Worker<Stub>& w);
   std::vector<Worker<tandem::v1::Prefill::Stub>> prefills_;
   std::vector<Worker<tandem::v1::Decode::Stub>> decodes_;
   std::unique_ptr<process::Subprocess> gateway_proc_;
