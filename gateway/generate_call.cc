@@ -235,6 +235,27 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status,
       env_.metrics->prefill_retries.Increment();
       last_prefill_error_ = rpc::FromGrpcStatus(status, "prefill");
       retry = true;
+    } else if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !cancelled_ &&
+               waited_ < env_.unavailable_wait) {
+      // Every worker tried is down (restarting, say): wait, then try them
+      // all again, up to unavailable_wait in all.
+      env_.metrics->prefill_retries.Increment();
+      last_prefill_error_ = rpc::FromGrpcStatus(status, "prefill");
+      // 100 ms, doubling to 1.6 s.
+      ++wait_rounds_;
+      const absl::Duration pause =
+          std::min(absl::Milliseconds(100) * (1 << std::min(wait_rounds_ - 1, 4)),
+                   env_.unavailable_wait - waited_);
+      waited_ += pause;
+      retry_alarm_ = std::make_unique<grpc::Alarm>();
+      // Weak: the alarm, a member, keeps its callback; the server call keeps
+      // this object alive while it waits.
+      std::weak_ptr<GenerateCall> weak = weak_from_this();
+      retry_alarm_->Set(absl::ToChronoTime(absl::Now() + pause), [weak](bool ok) {
+        if (std::shared_ptr<GenerateCall> self = weak.lock(); ok && self != nullptr) {
+          self->RetryRound();
+        }
+      });
     } else {
       next = End(rpc::FromGrpcStatus(status, "prefill"));
     }
@@ -244,6 +265,15 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status,
   } else {
     Run(std::move(next));
   }
+}
+
+void GenerateCall::RetryRound() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (ending_) return;
+    tried_.clear();
+  }
+  StartPrefill();
 }
 
 void GenerateCall::StartDecode() {
@@ -399,6 +429,7 @@ void GenerateCall::OnCancel() {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
     if (prefill_attempt_ != nullptr) prefill_attempt_->Cancel();
+    if (retry_alarm_ != nullptr) retry_alarm_->Cancel();
     // Counted as the client saw it: a deadline that passed is not a cancel.
     next = End(absl::FromChrono(ctx_->deadline()) <= absl::Now()
                    ? absl::DeadlineExceededError("the request's deadline passed")

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
@@ -82,6 +83,9 @@ struct CallEnv {
   // capacity): a request past it is refused before any work, never after
   // its first token.
   std::function<int64_t()> decode_capacity;
+  // When every prefill worker tried was unavailable, the request waits and
+  // tries them all again, for this long in all (a worker restarting).
+  absl::Duration unavailable_wait;
 };
 
 class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateResponse>,
@@ -114,6 +118,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateR
   GenerateCall(const CallEnv& env, grpc::CallbackServerContext* ctx);
   void Begin(absl::StatusOr<ValidatedRequest> request);
   void StartPrefill() ABSL_LOCKS_EXCLUDED(mu_);
+  // After a wait: every prefill worker may be tried again.
+  void RetryRound() ABSL_LOCKS_EXCLUDED(mu_);
   void OnPrefillDone(const grpc::Status& status, const tandem::v1::PrefillResponse& response)
       ABSL_LOCKS_EXCLUDED(mu_);
   void StartDecode() ABSL_LOCKS_EXCLUDED(mu_);
@@ -154,6 +160,10 @@ class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateR
   // from prefill, then decode's): what a migrated stream resumes after.
   std::vector<int32_t> generated_ids_ ABSL_GUARDED_BY(mu_);
   int32_t migrations_ ABSL_GUARDED_BY(mu_) = 0;
+  // Waiting for unavailable workers to come back (RetryRound).
+  std::unique_ptr<grpc::Alarm> retry_alarm_ ABSL_GUARDED_BY(mu_);
+  absl::Duration waited_ ABSL_GUARDED_BY(mu_);
+  int wait_rounds_ ABSL_GUARDED_BY(mu_) = 0;
   bool migrate_after_write_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<int> decode_tried_ ABSL_GUARDED_BY(mu_);  // decode workers that failed
   DecodeRelay* relay_ ABSL_GUARDED_BY(mu_) = nullptr;

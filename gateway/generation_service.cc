@@ -119,7 +119,8 @@ grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* GenerationService::Gener
                                       workers += decode_.active(i) ? 1 : 0;
                                     }
                                     return workers * options_.streams_per_decode_worker;
-                                  }},
+                                  },
+                              .unavailable_wait = options_.unavailable_wait},
                              ctx,
                              draining_.load()
                                  ? absl::StatusOr<ValidatedRequest>(absl::UnavailableError(

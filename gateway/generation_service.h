@@ -43,6 +43,8 @@ struct GatewayOptions {
   // Streams one decode worker takes (match its --max-inflight): requests
   // past decode workers x this are refused at admission.
   int32_t streams_per_decode_worker = 1024;
+  // How long a request waits for an unavailable prefill worker to come back.
+  absl::Duration unavailable_wait = absl::Seconds(10);
   rpc::AdmissionLimits admission;
   rpc::ChannelCacheOptions channels;
   // Route prefills by the block index (false: to the least-loaded worker).

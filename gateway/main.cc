@@ -46,6 +46,9 @@ int main(int argc, char** argv) {
       {.name = "decode-worker-streams", .default_value = "1024",
        .help = "streams one decode worker takes (match its --max-inflight): requests past "
                "the decode workers' total are refused before any work is done"},
+      {.name = "unavailable-wait-ms", .default_value = "10000",
+       .help = "when every prefill worker tried is unavailable, how long a request waits for "
+               "one to come back (retrying) before it fails"},
       {.name = "max-migrations", .default_value = "3",
        .help = "times a stream may move to another worker after one failed under it "
                "(0 = a worker failure ends the stream)"},
@@ -96,6 +99,8 @@ int main(int argc, char** argv) {
   options.decode_workers = SplitAddresses(args->String("decode"));
   absl::StatusOr<int32_t> max_migrations = args->IntInRange("max-migrations", 0, 1000);
   absl::StatusOr<int32_t> decode_streams = args->IntInRange("decode-worker-streams", 1, 1 << 24);
+  absl::StatusOr<int32_t> unavailable_ms =
+      args->IntInRange("unavailable-wait-ms", 0, 24 * 3600 * 1000);
   absl::StatusOr<int32_t> drain_s = args->IntInRange("drain-timeout-s", 0, 24 * 3600);
   absl::StatusOr<int32_t> resolve_ms = args->IntInRange("resolve-interval-ms", 100, 3600 * 1000);
   absl::Status targets = tandem::gateway::ValidateTargets(options.prefill_workers, "--prefill");
@@ -127,7 +132,7 @@ int main(int argc, char** argv) {
         admission.status(), overlap_weight.status(), load_weight.status(),
         index_entries.status(), log_level.status(), prediction_ms.status(), router,
         resolve_ms.status(), targets, pull_min_blocks.status(), max_migrations.status(),
-        drain_s.status(), decode_streams.status()}) {
+        drain_s.status(), decode_streams.status(), unavailable_ms.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-gateway: " << s.message() << "\n";
       return 2;
@@ -155,6 +160,7 @@ int main(int argc, char** argv) {
   options.resolve_interval = absl::Milliseconds(*resolve_ms);
   options.max_migrations = *max_migrations;
   options.streams_per_decode_worker = *decode_streams;
+  options.unavailable_wait = absl::Milliseconds(*unavailable_ms);
   tandem::common::SetLogLevel(*log_level);
 
   absl::StatusOr<std::unique_ptr<tandem::engine::GgufFile>> file =

@@ -41,6 +41,11 @@ std::shared_ptr<grpc::Channel> ChannelCache::Get(const std::string& address, int
   // gRPC shares a connection between channels whose arguments are equal;
   // this one keeps each numbered connection to itself.
   if (connection != 0) args.SetInt("tandem.connection", connection);
+  const int min_reconnect_ms = static_cast<int>(absl::ToInt64Milliseconds(options_.min_reconnect));
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, min_reconnect_ms);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, min_reconnect_ms);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options_.max_reconnect)));
   if (options_.keepalive_time > absl::ZeroDuration()) {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
                 static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive_time)));

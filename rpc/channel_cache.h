@@ -29,6 +29,10 @@ struct ChannelCacheOptions {
   // of hanging them. 0 disables.
   absl::Duration keepalive_time = absl::Seconds(10);
   absl::Duration keepalive_timeout = absl::Seconds(5);
+  // Reconnect backoff after a failed connection (gRPC's default grows to
+  // 120 s): a restarted worker is found again within max_reconnect.
+  absl::Duration min_reconnect = absl::Milliseconds(100);
+  absl::Duration max_reconnect = absl::Seconds(1);
 };
 
 // --keepalive-ms and --keepalive-timeout-ms, for processes that call peers.

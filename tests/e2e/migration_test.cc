@@ -110,6 +110,11 @@ TEST(MigrationTest, APrefillWorkerDyingUnderItsRequestIsInvisibleToTheClient) {
     }
     return n;
   };
+  // Every worker's snapshot applied (one lag sample each), so the gateway
+  // knows both prefill workers reachable and a tie goes to worker 0.
+  EXPECT_GE(AwaitMetric(gateway, "tandem_block_event_lag_seconds_count",
+                        [](double v) { return v >= 3; }, absl::Seconds(30)),
+            3);
   process::Subprocess& p0 = stack->prefill_process(0);
   p0.Signal(SIGSTOP);
   const std::vector<int32_t> ids = Prompt(300, 8, 12);

@@ -199,6 +199,7 @@ class GenerateCallTest : public ::testing::Test {
     options.admission = admission;
     options.max_migrations = max_migrations;
     options.streams_per_decode_worker = decode_streams;
+    options.unavailable_wait = unavailable_wait_;
     service_ = std::make_unique<GenerationService>(std::move(*tokenizer), options, registry_);
     auto g = rpc::StartGrpcServer({}, {service_.get()});
     ASSERT_TRUE(g.ok()) << g.status();
@@ -245,6 +246,7 @@ class GenerateCallTest : public ::testing::Test {
     return r;
   }
 
+  absl::Duration unavailable_wait_ = absl::ZeroDuration();  // per test
   std::vector<std::unique_ptr<FakePrefill>> prefills_;
   FakeDecode decode_;
   std::vector<rpc::StartedServer> servers_;
@@ -286,6 +288,20 @@ TEST_F(GenerateCallTest, EveryPrefillWorkerFailingIsUnavailableNeverOk) {
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(r.status.error_message(), HasSubstr("prefill"));
   EXPECT_EQ(decode_.calls(), 0);
+}
+
+TEST_F(GenerateCallTest, WhenEveryPrefillWorkerIsDownTheRequestWaitsForOne) {
+  unavailable_wait_ = absl::Seconds(10);
+  StartGateway(2);
+  decode_.Set({.tokens = {Byte('b')}, .finish = tandem::v1::FINISH_REASON_LENGTH});
+  // Both down once (restarting, say), then back: the request waits and
+  // tries them again instead of failing.
+  prefills_[0]->Script({grpc::StatusCode::UNAVAILABLE});
+  prefills_[1]->Script({grpc::StatusCode::UNAVAILABLE});
+  const Result r = Generate(Request(2));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "ab");
+  EXPECT_EQ(prefills_[0]->prefills() + prefills_[1]->prefills(), 3);
 }
 
 TEST_F(GenerateCallTest, NonRetryablePrefillErrorIsNotRetried) {
