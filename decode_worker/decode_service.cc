@@ -79,7 +79,13 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
       Done(ticket.status());
       return;
     }
-    absl::StatusOr<int32_t> held = service_->BlocksHeld(request);
+    // The positions the lease's blocks hold: the prompt, then any tokens a
+    // resumed stream produced before.
+    std::vector<int32_t> held_tokens(request.prompt_token_ids().begin(),
+                                     request.prompt_token_ids().end());
+    held_tokens.insert(held_tokens.end(), request.generated_token_ids().begin(),
+                       request.generated_token_ids().end());
+    absl::StatusOr<int32_t> held = service_->BlocksHeld(request, held_tokens);
     if (!held.ok()) {
       service_->releases_.Release(request.prefill_address(), request.lease_id(), held.status());
       Done(held.status());
@@ -89,9 +95,6 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
     request_.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
     request_.generated.assign(request.generated_token_ids().begin(),
                               request.generated_token_ids().end());
-    // The positions the lease's blocks hold.
-    std::vector<int32_t> held_tokens = request_.prompt;
-    held_tokens.insert(held_tokens.end(), request_.generated.begin(), request_.generated.end());
     request_.sampling = rpc::SamplingFromProto(request.sampling());
     request_.max_tokens = request.max_tokens();
     request_.top_logprobs = request.top_logprobs();
@@ -244,11 +247,9 @@ absl::Status DecodeService::Validate(const tandem::v1::DecodeRequest& r) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int32_t> DecodeService::BlocksHeld(const tandem::v1::DecodeRequest& r) const {
+absl::StatusOr<int32_t> DecodeService::BlocksHeld(const tandem::v1::DecodeRequest& r,
+                                                  std::span<const int32_t> tokens) const {
   const int32_t bs = loop_.kv_block_size();
-  // The chain runs over every position the lease holds.
-  std::vector<int32_t> tokens(r.prompt_token_ids().begin(), r.prompt_token_ids().end());
-  tokens.insert(tokens.end(), r.generated_token_ids().begin(), r.generated_token_ids().end());
   const int32_t n = static_cast<int32_t>(tokens.size());
   if (r.block_hashes_size() > n / bs) {
     return absl::InvalidArgumentError(absl::StrCat("block_hashes: ", r.block_hashes_size(),
@@ -258,9 +259,8 @@ absl::StatusOr<int32_t> DecodeService::BlocksHeld(const tandem::v1::DecodeReques
   if (options_.held_blocks == nullptr && r.block_hashes_size() == 0) return 0;
   // The block holding the last prompt position is always fetched.
   const int32_t skippable = (n - 1) / bs;
-  const std::span<const int32_t> prompt(tokens);
   const std::vector<engine::BlockHash> chain = engine::PrefixBlockHashes(
-      prompt.first(static_cast<size_t>(std::max(skippable, r.block_hashes_size())) * bs), bs,
+      tokens.first(static_cast<size_t>(std::max(skippable, r.block_hashes_size())) * bs), bs,
       loop_.model().fingerprint());
   for (int32_t i = 0; i < r.block_hashes_size(); ++i) {
     const engine::BlockHash named = rpc::BlockHashFromProto(r.block_hashes(i));

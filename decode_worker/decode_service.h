@@ -9,6 +9,7 @@
 #define TANDEM_DECODE_WORKER_DECODE_SERVICE_H_
 
 #include <memory>
+#include <span>
 
 #include "kvtransfer/rpc/kv_fetcher.h"
 #include "kvtransfer/rpc/release_client.h"
@@ -52,11 +53,12 @@ class DecodeService final : public tandem::v1::Decode::CallbackService {
  private:
   class DecodeCall;
   absl::Status Validate(const tandem::v1::DecodeRequest& request) const;
-  // Delta transfer: how many of the prompt's leading blocks this worker
-  // holds and need not fetch (0 without `held_blocks`). FailedPrecondition
-  // when the hand-off's block_hashes differ from this worker's chain (another
-  // model or block size).
-  absl::StatusOr<int32_t> BlocksHeld(const tandem::v1::DecodeRequest& request) const;
+  // Delta transfer: how many leading blocks of `tokens` (the positions the
+  // lease holds) this worker holds and need not fetch (0 without
+  // `held_blocks`). FailedPrecondition when the hand-off's block_hashes
+  // differ from this worker's chain (another model or block size).
+  absl::StatusOr<int32_t> BlocksHeld(const tandem::v1::DecodeRequest& request,
+                                     std::span<const int32_t> tokens) const;
   void Count(const absl::Status& status);
 
   worker::EngineLoop& loop_;

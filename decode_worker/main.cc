@@ -14,28 +14,23 @@ int main(int argc, char** argv) {
   std::vector<tandem::common::FlagSpec> specs = tandem::worker::WorkerFlagSpecs();
   specs.push_back({.name = "fetch-timeout-ms", .default_value = "60000",
                    .help = "upper bound on fetching one request's KV from a prefill worker"});
-  specs.push_back({.name = "max-peer-channels", .default_value = "256",
-                   .help = "gRPC channels to prefill workers kept open (least recently used "
-                           "dropped first)"});
   specs.push_back({.name = "kv-transfer-streams", .default_value = "2",
                    .help = "streams (each on its own connection) one KV fetch is striped "
                            "over, 1..16"});
   specs.push_back({.name = "no-kv-delta-transfer",
                    .help = "fetch every prompt block, even those this worker already holds",
                    .is_bool = true});
-  for (tandem::common::FlagSpec& s : tandem::rpc::KeepaliveFlagSpecs()) specs.push_back(s);
+  for (tandem::common::FlagSpec& s : tandem::rpc::PeerChannelFlagSpecs()) specs.push_back(s);
   int exit_code = 0;
   std::optional<tandem::common::Args> args =
       tandem::common::ParseFlagsOrExit("tandem-decode", argc, argv, specs, &exit_code);
   if (!args.has_value()) return exit_code;
   absl::StatusOr<int32_t> fetch_ms = args->IntInRange("fetch-timeout-ms", 1, 24 * 3600 * 1000);
-  absl::StatusOr<int32_t> channels = args->IntInRange("max-peer-channels", 1, 1 << 20);
-  tandem::rpc::ChannelCacheOptions channel_options;
-  const absl::Status keepalive = tandem::rpc::KeepaliveFromArgs(*args, channel_options);
-  if (channels.ok()) channel_options.max_channels = *channels;
+  absl::StatusOr<tandem::rpc::ChannelCacheOptions> channels =
+      tandem::rpc::PeerChannelOptionsFromArgs(*args);
   absl::StatusOr<int32_t> streams = args->IntInRange("kv-transfer-streams", 1, 16);
   for (const absl::Status& s :
-       {fetch_ms.status(), channels.status(), keepalive, streams.status()}) {
+       {fetch_ms.status(), channels.status(), streams.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-decode: " << s.message() << "\n";
       return 2;
@@ -50,7 +45,7 @@ int main(int argc, char** argv) {
   tandem::decode::DecodeService service(*worker->loop, worker->metrics->registry(),
                                         {.fetch_timeout = absl::Milliseconds(*fetch_ms),
                                          .admission = worker->admission,
-                                         .channels = channel_options,
+                                         .channels = *channels,
                                          .kv_transfer_streams = *streams,
                                          .held_blocks = args->Bool("no-kv-delta-transfer")
                                                             ? nullptr

@@ -41,8 +41,6 @@ int main(int argc, char** argv) {
        .required = true},
       {.name = "decode", .help = "decode workers, as --prefill", .required = true},
       tandem::rpc::DrainFlagSpec(),
-      tandem::rpc::KeepaliveFlagSpecs()[0],
-      tandem::rpc::KeepaliveFlagSpecs()[1],
       {.name = "decode-worker-streams", .default_value = "1024",
        .help = "streams one decode worker takes (match its --max-inflight): requests past "
                "the decode workers' total are refused before any work is done"},
@@ -60,8 +58,6 @@ int main(int argc, char** argv) {
       {.name = "max-stop-strings", .default_value = "16", .help = "stop strings per request"},
       {.name = "request-timeout-ms", .default_value = "600000",
        .help = "deadline for Generate calls that set none"},
-      {.name = "max-peer-channels", .default_value = "256",
-       .help = "gRPC channels to workers kept open (least recently used dropped first)"},
       {.name = "router", .default_value = "kv",
        .help = "how prefill workers are chosen: kv (by the block index and load) or "
                "least-loaded"},
@@ -85,6 +81,7 @@ int main(int argc, char** argv) {
        tandem::rpc::AdmissionFlagSpecs({.max_in_flight = 4096, .max_queued_tokens = 1 << 20})) {
     specs.push_back(std::move(s));
   }
+  for (tandem::common::FlagSpec& s : tandem::rpc::PeerChannelFlagSpecs()) specs.push_back(s);
   int exit_code = 0;
   std::optional<tandem::common::Args> args =
       tandem::common::ParseFlagsOrExit("tandem-gateway", argc, argv, specs, &exit_code);
@@ -111,7 +108,8 @@ int main(int argc, char** argv) {
   absl::StatusOr<int32_t> max_stops = args->IntInRange("max-stop-strings", 0, 1024);
   absl::StatusOr<int32_t> timeout_ms =
       args->IntInRange("request-timeout-ms", 1, 24 * 3600 * 1000);
-  absl::StatusOr<int32_t> channels = args->IntInRange("max-peer-channels", 1, 1 << 20);
+  absl::StatusOr<tandem::rpc::ChannelCacheOptions> channels =
+      tandem::rpc::PeerChannelOptionsFromArgs(*args);
   absl::StatusOr<tandem::rpc::AdmissionLimits> admission =
       tandem::rpc::AdmissionLimitsFromArgs(*args);
   absl::StatusOr<double> overlap_weight = args->Double("router-overlap-weight");
@@ -146,11 +144,7 @@ int main(int argc, char** argv) {
   options.limits.max_stop_strings = static_cast<int32_t>(*max_stops);
   options.request_timeout = absl::Milliseconds(*timeout_ms);
   options.admission = *admission;
-  options.channels.max_channels = *channels;
-  if (absl::Status s = tandem::rpc::KeepaliveFromArgs(*args, options.channels); !s.ok()) {
-    std::cerr << "tandem-gateway: " << s.message() << "\n";
-    return 2;
-  }
+  options.channels = *channels;
   options.kv_routing = args->String("router") == "kv";
   options.router = {.overlap_weight = *overlap_weight,
                     .load_weight = *load_weight,

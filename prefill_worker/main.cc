@@ -21,13 +21,10 @@ int main(int argc, char** argv) {
   specs.push_back({.name = "pull-timeout-ms", .default_value = "2000",
                    .help = "upper bound on pulling a prompt prefix from another prefill worker "
                            "(then it is computed)"});
-  specs.push_back({.name = "max-peer-channels", .default_value = "256",
-                   .help = "gRPC channels to other prefill workers kept open (least recently "
-                           "used dropped first)"});
   specs.push_back({.name = "kv-transfer-streams", .default_value = "2",
                    .help = "streams (each on its own connection) one prefix pull is striped "
                            "over, 1..16"});
-  for (tandem::common::FlagSpec& s : tandem::rpc::KeepaliveFlagSpecs()) specs.push_back(s);
+  for (tandem::common::FlagSpec& s : tandem::rpc::PeerChannelFlagSpecs()) specs.push_back(s);
   int exit_code = 0;
   std::optional<tandem::common::Args> args =
       tandem::common::ParseFlagsOrExit("tandem-prefill", argc, argv, specs, &exit_code);
@@ -36,13 +33,11 @@ int main(int argc, char** argv) {
   absl::StatusOr<int32_t> max_leases = args->IntInRange("max-leases", 1, 1 << 30);
   absl::StatusOr<int32_t> max_lease_mb = args->IntInRange("max-lease-mb", 1, 1 << 24);
   absl::StatusOr<int32_t> pull_ms = args->IntInRange("pull-timeout-ms", 1, 24 * 3600 * 1000);
-  absl::StatusOr<int32_t> channels = args->IntInRange("max-peer-channels", 1, 1 << 20);
-  tandem::rpc::ChannelCacheOptions channel_options;
-  const absl::Status keepalive = tandem::rpc::KeepaliveFromArgs(*args, channel_options);
-  if (channels.ok()) channel_options.max_channels = *channels;
+  absl::StatusOr<tandem::rpc::ChannelCacheOptions> channels =
+      tandem::rpc::PeerChannelOptionsFromArgs(*args);
   absl::StatusOr<int32_t> streams = args->IntInRange("kv-transfer-streams", 1, 16);
   for (const absl::Status& s : {ttl_ms.status(), max_leases.status(), max_lease_mb.status(),
-                                pull_ms.status(), channels.status(), keepalive, streams.status()}) {
+                                pull_ms.status(), channels.status(), streams.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-prefill: " << s.message() << "\n";
       return 2;
@@ -60,7 +55,7 @@ int main(int argc, char** argv) {
                   .max_leases = *max_leases,
                   .max_bytes = int64_t{*max_lease_mb} << 20},
        .admission = worker->admission,
-       .channels = channel_options,
+       .channels = *channels,
        .kv_transfer_streams = *streams,
        .pull_timeout = absl::Milliseconds(*pull_ms)});
   return tandem::rpc::ServeUntilSignal("tandem-prefill", args->String("listen"),

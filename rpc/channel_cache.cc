@@ -9,8 +9,10 @@ namespace tandem::rpc {
 
 ChannelCache::ChannelCache(const ChannelCacheOptions& options) : options_(options) {}
 
-std::vector<common::FlagSpec> KeepaliveFlagSpecs() {
+std::vector<common::FlagSpec> PeerChannelFlagSpecs() {
   return {
+      {.name = "max-peer-channels", .default_value = "256",
+       .help = "gRPC channels to peers kept open (least recently used dropped first)"},
       {.name = "keepalive-ms", .default_value = "10000",
        .help = "ping peers this often; one that stops answering fails its calls (and they "
                "move elsewhere); 0 = off"},
@@ -19,13 +21,15 @@ std::vector<common::FlagSpec> KeepaliveFlagSpecs() {
   };
 }
 
-absl::Status KeepaliveFromArgs(const common::Args& args, ChannelCacheOptions& options) {
+absl::StatusOr<ChannelCacheOptions> PeerChannelOptionsFromArgs(const common::Args& args) {
+  ChannelCacheOptions options;
+  ASSIGN_OR_RETURN(options.max_channels, args.IntInRange("max-peer-channels", 1, 1 << 20));
   ASSIGN_OR_RETURN(const int32_t every, args.IntInRange("keepalive-ms", 0, 24 * 3600 * 1000));
   ASSIGN_OR_RETURN(const int32_t timeout,
                    args.IntInRange("keepalive-timeout-ms", 1, 24 * 3600 * 1000));
   options.keepalive_time = absl::Milliseconds(every);
   options.keepalive_timeout = absl::Milliseconds(timeout);
-  return absl::OkStatus();
+  return options;
 }
 
 std::shared_ptr<grpc::Channel> ChannelCache::Get(const std::string& address, int connection) {

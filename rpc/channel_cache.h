@@ -14,7 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
@@ -35,10 +35,11 @@ struct ChannelCacheOptions {
   absl::Duration max_reconnect = absl::Seconds(1);
 };
 
-// --keepalive-ms and --keepalive-timeout-ms, for processes that call peers.
-std::vector<common::FlagSpec> KeepaliveFlagSpecs();
-// Sets `options`' keepalive from those flags; InvalidArgument naming the flag.
-absl::Status KeepaliveFromArgs(const common::Args& args, ChannelCacheOptions& options);
+// --max-peer-channels, --keepalive-ms and --keepalive-timeout-ms: every
+// process that calls peers has them.
+std::vector<common::FlagSpec> PeerChannelFlagSpecs();
+// The options those flags say; InvalidArgument naming the flag.
+absl::StatusOr<ChannelCacheOptions> PeerChannelOptionsFromArgs(const common::Args& args);
 
 class ChannelCache {
  public:

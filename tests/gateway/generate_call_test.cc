@@ -220,6 +220,29 @@ class GenerateCallTest : public ::testing::Test {
     return r;
   }
 
+  // A stream admitted and left open (the decode worker hangs after one
+  // token); cancelled and finished when it goes out of scope.
+  struct HeldStream {
+    std::unique_ptr<grpc::ClientContext> ctx = std::make_unique<grpc::ClientContext>();
+    std::unique_ptr<grpc::ClientReader<tandem::v1::GenerateResponse>> reader;
+    bool streaming = false;
+    HeldStream() = default;
+    HeldStream(HeldStream&&) = default;
+    ~HeldStream() {
+      if (reader == nullptr) return;
+      ctx->TryCancel();
+      reader->Finish();
+    }
+  };
+  HeldStream Hold() {
+    decode_.Set({.tokens = {Byte('b')}, .hang = true});
+    HeldStream h;
+    h.reader = stub_->Generate(h.ctx.get(), Request(16));
+    tandem::v1::GenerateResponse msg;
+    h.streaming = h.reader->Read(&msg);
+    return h;
+  }
+
   struct Result {
     grpc::Status status;
     std::string text;
@@ -415,11 +438,8 @@ TEST_F(GenerateCallTest, AClientCancelCancelsDecodeAndReleasesTheLease) {
 
 TEST_F(GenerateCallTest, OverTheInFlightBoundIsRefusedAtOnceWithARetryHint) {
   StartGateway(1, {.max_in_flight = 1, .retry_after = absl::Milliseconds(250)});
-  decode_.Set({.tokens = {Byte('b')}, .hang = true});
-  grpc::ClientContext ctx;
-  auto held = stub_->Generate(&ctx, Request(16));
-  tandem::v1::GenerateResponse msg;
-  ASSERT_TRUE(held->Read(&msg));  // admitted and streaming
+  HeldStream held = Hold();
+  ASSERT_TRUE(held.streaming);
 
   const Result refused = Generate(Request(4));
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
@@ -429,8 +449,6 @@ TEST_F(GenerateCallTest, OverTheInFlightBoundIsRefusedAtOnceWithARetryHint) {
   EXPECT_EQ(hint->second, "250");
   EXPECT_EQ(prefills_[0]->prefills(), 1);  // no work was done for it
 
-  ctx.TryCancel();
-  held->Finish();
 }
 
 TEST_F(GenerateCallTest, PastTheDecodeWorkersCapacityIsRefusedBeforeAnyWork) {
@@ -438,11 +456,8 @@ TEST_F(GenerateCallTest, PastTheDecodeWorkersCapacityIsRefusedBeforeAnyWork) {
   // by the decode worker after its first token, so the gateway refuses it
   // before its prefill.
   StartGateway(1, {.retry_after = absl::Milliseconds(100)}, 3, /*decode_streams=*/1);
-  decode_.Set({.tokens = {Byte('b')}, .hang = true});
-  grpc::ClientContext ctx;
-  auto held = stub_->Generate(&ctx, Request(16));
-  tandem::v1::GenerateResponse msg;
-  ASSERT_TRUE(held->Read(&msg));  // admitted and streaming
+  HeldStream held = Hold();
+  ASSERT_TRUE(held.streaming);
 
   const Result refused = Generate(Request(4));
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
@@ -450,8 +465,6 @@ TEST_F(GenerateCallTest, PastTheDecodeWorkersCapacityIsRefusedBeforeAnyWork) {
   EXPECT_NE(refused.trailers.find(rpc::kRetryAfterMsKey), refused.trailers.end());
   EXPECT_EQ(prefills_[0]->prefills(), 1);  // no work was done for it
 
-  ctx.TryCancel();
-  held->Finish();
 }
 
 TEST_F(GenerateCallTest, AnInvalidRequestNamesTheField) {
