@@ -50,11 +50,5 @@ int main(int argc, char** argv) {
                                          .held_blocks = args->Bool("no-kv-delta-transfer")
                                                             ? nullptr
                                                             : worker->block_events.get()});
-  return tandem::rpc::ServeUntilSignal("tandem-decode", args->String("listen"),
-                                       {&service, worker->block_events.get()},
-                                       *worker->metrics,
-                                       {.on_started = nullptr,
-                                        .on_signal = [&worker] { worker->block_events->Close(); },
-                                        .max_receive_bytes = 0,
-                                        .drain_timeout = worker->drain_timeout});
+  return tandem::worker::ServeWorker("tandem-decode", *args, {&service}, *worker);
 }

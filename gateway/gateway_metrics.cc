@@ -16,6 +16,9 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
       migrations(rpc::CounterMetric(registry, "tandem_migrations_total",
                                     "Streams moved to another worker after a worker failed "
                                     "under them")),
+      progress_timeouts(rpc::CounterMetric(
+          registry, "tandem_progress_timeouts_total",
+          "Decode workers given up on for sending nothing within --progress-timeout-ms")),
       time_to_first_token(rpc::LatencyHistogram(
           registry, "tandem_time_to_first_token_seconds",
           "From a Generate call's arrival to its first token being sent")),

@@ -18,6 +18,7 @@ struct GatewayMetrics {
   prometheus::Counter& generated_tokens;
   prometheus::Counter& prefill_retries;
   prometheus::Counter& migrations;
+  prometheus::Counter& progress_timeouts;
   prometheus::Histogram& time_to_first_token;
   prometheus::Histogram& inter_token_latency;
   prometheus::Histogram& e2e_latency;

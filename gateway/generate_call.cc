@@ -314,6 +314,7 @@ void GenerateCall::StartDecode() {
       relay_ = relay = new DecodeRelay(shared_from_this(), ChildContext(),
                                        env_.channels->Get(decode_pick_.address()),
                                        std::move(req));
+      AwaitDecodeMessage();
     }
   }
   if (relay != nullptr) {
@@ -327,7 +328,8 @@ void GenerateCall::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
   Next next;
   {
     absl::MutexLock lock(&mu_);
-    if (ending_) return;  // the relay is being cancelled
+    if (ending_ || decode_stalled_) return;  // the relay is being cancelled
+    awaiting_decode_ = false;
     if (!got_decode_message_) {
       got_decode_message_ = true;
       usage_.set_kv_transfer_seconds(message.kv_transfer_seconds());
@@ -350,20 +352,70 @@ void GenerateCall::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
       next.status = end.status;
     } else if (!next.write) {
       next.read = true;
+      AwaitDecodeMessage();
     }
   }
   Run(std::move(next));
 }
 
-void GenerateCall::OnDecodeDone(const grpc::Status& status) {
+void GenerateCall::AwaitDecodeMessage() {
+  awaiting_decode_ = true;
+  awaiting_since_ = absl::Now();
+  if (env_.progress_timeout > absl::ZeroDuration() && !progress_alarm_set_) {
+    ArmProgressAlarm(awaiting_since_ + env_.progress_timeout);
+  }
+}
+
+void GenerateCall::ArmProgressAlarm(absl::Time at) {
+  progress_alarm_set_ = true;
+  progress_alarm_ = std::make_unique<grpc::Alarm>();
+  // Weak, as the retry alarm's: the server call keeps this object alive.
+  std::weak_ptr<GenerateCall> weak = weak_from_this();
+  progress_alarm_->Set(absl::ToChronoTime(at), [weak](bool ok) {
+    if (std::shared_ptr<GenerateCall> self = weak.lock(); ok && self != nullptr) {
+      self->CheckProgress();
+    }
+  });
+}
+
+void GenerateCall::CheckProgress() {
+  DecodeRelay* stalled = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    progress_alarm_set_ = false;
+    if (ending_ || relay_ == nullptr || !awaiting_decode_) return;  // set again on the next read
+    const absl::Time due = awaiting_since_ + env_.progress_timeout;
+    if (absl::Now() < due) {
+      ArmProgressAlarm(due);
+      return;
+    }
+    // The worker is alive enough to hold the call open but makes no
+    // progress (its engine is stuck, or its process stopped before the
+    // keepalive noticed): it is treated as failed.
+    decode_stalled_ = true;
+    env_.metrics->progress_timeouts.Increment();
+    stalled = relay_;
+  }
+  stalled->Cancel();  // OnDecodeDone follows and migrates the stream
+}
+
+void GenerateCall::OnDecodeDone(const grpc::Status& result) {
   Next next;
   bool migrate = false;
   {
     absl::MutexLock lock(&mu_);
     relay_ = nullptr;
+    awaiting_decode_ = false;
     const int failed = decode_pick_.index();
     decode_pick_ = WorkerPicker::Pick();
     if (ending_) return;
+    const grpc::Status status =
+        decode_stalled_
+            ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                           absl::StrCat("the decode worker made no progress in ",
+                                        absl::FormatDuration(env_.progress_timeout)))
+            : result;
+    decode_stalled_ = false;
     if (status.ok()) {
       next = End(absl::InternalError("decode: the stream ended without a finish reason"));
     } else if (Migratable(status) && !cancelled_ && migrations_ < env_.max_migrations) {
@@ -418,6 +470,7 @@ void GenerateCall::OnWriteDone(bool ok) {
       next.decode = true;  // the first token is out
     } else {
       next.read = true;
+      AwaitDecodeMessage();
     }
   }
   Run(std::move(next));

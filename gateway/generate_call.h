@@ -86,6 +86,10 @@ struct CallEnv {
   // When every prefill worker tried was unavailable, the request waits and
   // tries them all again, for this long in all (a worker restarting).
   absl::Duration unavailable_wait;
+  // A decode worker that sends nothing for this long while the gateway
+  // waits on it (its first message, covering the KV fetch, or the next
+  // step's tokens) is treated as failed and the stream migrates; zero: off.
+  absl::Duration progress_timeout;
 };
 
 class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateResponse>,
@@ -124,7 +128,15 @@ class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateR
       ABSL_LOCKS_EXCLUDED(mu_);
   void StartDecode() ABSL_LOCKS_EXCLUDED(mu_);
   void OnDecodeMessage(const tandem::v1::DecodeResponse& message) ABSL_LOCKS_EXCLUDED(mu_);
-  void OnDecodeDone(const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnDecodeDone(const grpc::Status& result) ABSL_LOCKS_EXCLUDED(mu_);
+  // The relay's next read is about to be issued: the decode worker owes a
+  // message within the progress timeout from now.
+  void AwaitDecodeMessage() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The progress alarm rang: a decode worker silent past the timeout is
+  // given up on (its call cancelled, the stream migrated); otherwise the
+  // alarm is set again for the read outstanding.
+  void CheckProgress() ABSL_LOCKS_EXCLUDED(mu_);
+  void ArmProgressAlarm(absl::Time at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run(Next next) ABSL_LOCKS_EXCLUDED(mu_);
   // Builds response_ from `tokens` (and the finish, when the emitter is
   // done); false when there is nothing to send.
@@ -167,6 +179,14 @@ class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateR
   bool migrate_after_write_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<int> decode_tried_ ABSL_GUARDED_BY(mu_);  // decode workers that failed
   DecodeRelay* relay_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // A read from the decode worker is outstanding since `awaiting_since_`;
+  // the alarm checks it (one alarm set at a time, while decoding).
+  bool awaiting_decode_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time awaiting_since_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<grpc::Alarm> progress_alarm_ ABSL_GUARDED_BY(mu_);
+  bool progress_alarm_set_ ABSL_GUARDED_BY(mu_) = false;
+  // The relay was cancelled here because its worker made no progress.
+  bool decode_stalled_ ABSL_GUARDED_BY(mu_) = false;
   tandem::v1::GenerateResponse response_ ABSL_GUARDED_BY(mu_);
   tandem::v1::Usage usage_ ABSL_GUARDED_BY(mu_);
   absl::Time last_token_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

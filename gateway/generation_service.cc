@@ -120,7 +120,8 @@ grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* GenerationService::Gener
                                     }
                                     return workers * options_.streams_per_decode_worker;
                                   },
-                              .unavailable_wait = options_.unavailable_wait},
+                              .unavailable_wait = options_.unavailable_wait,
+                              .progress_timeout = options_.progress_timeout},
                              ctx,
                              draining_.load()
                                  ? absl::StatusOr<ValidatedRequest>(absl::UnavailableError(

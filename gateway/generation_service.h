@@ -45,6 +45,8 @@ struct GatewayOptions {
   int32_t streams_per_decode_worker = 1024;
   // How long a request waits for an unavailable prefill worker to come back.
   absl::Duration unavailable_wait = absl::Seconds(10);
+  // A decode worker silent this long while owing a message is given up on.
+  absl::Duration progress_timeout = absl::Seconds(20);
   rpc::AdmissionLimits admission;
   rpc::ChannelCacheOptions channels;
   // Route prefills by the block index (false: to the least-loaded worker).

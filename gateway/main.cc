@@ -47,6 +47,10 @@ int main(int argc, char** argv) {
       {.name = "unavailable-wait-ms", .default_value = "10000",
        .help = "when every prefill worker tried is unavailable, how long a request waits for "
                "one to come back (retrying) before it fails"},
+      {.name = "progress-timeout-ms", .default_value = "20000",
+       .help = "a decode worker that sends nothing this long while a stream waits on it (the "
+               "KV fetch and first step, or any later step) is treated as failed and the "
+               "stream moves on; 0 = off"},
       {.name = "max-migrations", .default_value = "3",
        .help = "times a stream may move to another worker after one failed under it "
                "(0 = a worker failure ends the stream)"},
@@ -98,6 +102,8 @@ int main(int argc, char** argv) {
   absl::StatusOr<int32_t> decode_streams = args->IntInRange("decode-worker-streams", 1, 1 << 24);
   absl::StatusOr<int32_t> unavailable_ms =
       args->IntInRange("unavailable-wait-ms", 0, 24 * 3600 * 1000);
+  absl::StatusOr<int32_t> progress_ms =
+      args->IntInRange("progress-timeout-ms", 0, 24 * 3600 * 1000);
   absl::StatusOr<int32_t> drain_s = args->IntInRange("drain-timeout-s", 0, 24 * 3600);
   absl::StatusOr<int32_t> resolve_ms = args->IntInRange("resolve-interval-ms", 100, 3600 * 1000);
   absl::Status targets = tandem::gateway::ValidateTargets(options.prefill_workers, "--prefill");
@@ -130,7 +136,8 @@ int main(int argc, char** argv) {
         admission.status(), overlap_weight.status(), load_weight.status(),
         index_entries.status(), log_level.status(), prediction_ms.status(), router,
         resolve_ms.status(), targets, pull_min_blocks.status(), max_migrations.status(),
-        drain_s.status(), decode_streams.status(), unavailable_ms.status()}) {
+        drain_s.status(), decode_streams.status(), unavailable_ms.status(),
+        progress_ms.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-gateway: " << s.message() << "\n";
       return 2;
@@ -155,6 +162,7 @@ int main(int argc, char** argv) {
   options.max_migrations = *max_migrations;
   options.streams_per_decode_worker = *decode_streams;
   options.unavailable_wait = absl::Milliseconds(*unavailable_ms);
+  options.progress_timeout = absl::Milliseconds(*progress_ms);
   tandem::common::SetLogLevel(*log_level);
 
   absl::StatusOr<std::unique_ptr<tandem::engine::GgufFile>> file =

@@ -58,11 +58,5 @@ int main(int argc, char** argv) {
        .channels = *channels,
        .kv_transfer_streams = *streams,
        .pull_timeout = absl::Milliseconds(*pull_ms)});
-  return tandem::rpc::ServeUntilSignal("tandem-prefill", args->String("listen"),
-                                       {&service, worker->block_events.get()},
-                                       *worker->metrics,
-                                       {.on_started = nullptr,
-                                        .on_signal = [&worker] { worker->block_events->Close(); },
-                                        .max_receive_bytes = 0,
-                                        .drain_timeout = worker->drain_timeout});
+  return tandem::worker::ServeWorker("tandem-prefill", *args, {&service}, *worker);
 }

@@ -11,10 +11,12 @@
 namespace tandem::worker {
 namespace {
 
-// A Watch that arrives after Close().
+// A Watch that arrives after Close() or while suspended.
 class Refused final : public grpc::ServerWriteReactor<tandem::v1::BlockEventBatch> {
  public:
-  Refused() { Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker shutting down")); }
+  explicit Refused(const std::string& why) {
+    Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, why));
+  }
   void OnDone() override { delete this; }
 };
 
@@ -148,10 +150,24 @@ void BlockEventPublisher::Close() {
   for (Subscription* s : subscriptions_) s->End(grpc::Status::OK);
 }
 
+void BlockEventPublisher::Suspend(const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  suspended_ = why;
+  for (Subscription* s : subscriptions_) {
+    s->End(grpc::Status(grpc::StatusCode::UNAVAILABLE, why));
+  }
+}
+
+void BlockEventPublisher::Resume() {
+  absl::MutexLock lock(&mu_);
+  suspended_.clear();
+}
+
 grpc::ServerWriteReactor<tandem::v1::BlockEventBatch>* BlockEventPublisher::Watch(
     grpc::CallbackServerContext*, const tandem::v1::WatchBlockEventsRequest*) {
   absl::MutexLock lock(&mu_);
-  if (closed_) return new Refused();
+  if (closed_) return new Refused("worker shutting down");
+  if (!suspended_.empty()) return new Refused(suspended_);
   auto* s = new Subscription(this, std::max(options_.max_pending_batches, 1));
   subscriptions_.push_back(s);
   subscribers_gauge_.Set(static_cast<double>(subscriptions_.size()));

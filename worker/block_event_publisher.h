@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -44,6 +45,11 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackServic
   // Ends every subscription (OK: the worker is going away) and refuses new
   // ones (UNAVAILABLE), so a server shutdown need not wait for them.
   void Close();
+  // Ends every subscription with UNAVAILABLE `why` and refuses new ones
+  // until Resume(): the worker cannot serve for now (its engine stalled),
+  // and gateways stop routing to it while they are not subscribed.
+  void Suspend(const std::string& why);
+  void Resume();
 
   grpc::ServerWriteReactor<tandem::v1::BlockEventBatch>* Watch(
       grpc::CallbackServerContext* ctx,
@@ -70,6 +76,7 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackServic
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;  // the last batch published
   std::vector<Subscription*> subscriptions_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::string suspended_ ABSL_GUARDED_BY(mu_);  // why, while suspended
 };
 
 }  // namespace tandem::worker

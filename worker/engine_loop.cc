@@ -196,6 +196,7 @@ void EngineLoop::Run() {
       if (stop_) return;
       ops.swap(inbox_);
     }
+    busy_since_ns_.store(absl::ToUnixNanos(absl::Now()), std::memory_order_relaxed);
     for (Op& op : ops) Apply(op);
     if (engine_->HasWork()) {
       StepOnce();
@@ -204,7 +205,14 @@ void EngineLoop::Run() {
       absl::MutexLock lock(&mu_);
       stats_ = stats;
     }
+    busy_since_ns_.store(0, std::memory_order_relaxed);
   }
+}
+
+absl::Duration EngineLoop::BusyFor() const {
+  const int64_t since = busy_since_ns_.load(std::memory_order_relaxed);
+  if (since == 0) return absl::ZeroDuration();
+  return std::max(absl::ZeroDuration(), absl::Now() - absl::FromUnixNanos(since));
 }
 
 }  // namespace tandem::worker

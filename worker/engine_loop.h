@@ -5,6 +5,7 @@
 #ifndef TANDEM_WORKER_ENGINE_LOOP_H_
 #define TANDEM_WORKER_ENGINE_LOOP_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -104,6 +105,10 @@ class EngineLoop {
 
   // As of the last step.
   engine::EngineStats stats() const;
+  // How long the engine thread has been in its current round (applying
+  // queued operations and one step); zero while it waits for work. A value
+  // far above a step's usual time means the engine is stuck.
+  absl::Duration BusyFor() const;
   const engine::Model& model() const { return engine_->model(); }
   int32_t max_context() const { return engine_->max_context(); }
   int32_t kv_block_size() const { return engine_->kv_block_size(); }
@@ -129,6 +134,8 @@ class EngineLoop {
   // Engine thread only: live sequences by engine id.
   absl::flat_hash_map<int64_t, std::shared_ptr<SequenceStream>> streams_;
 
+  // When the current round began (absl::ToUnixNanos); 0 while idle.
+  std::atomic<int64_t> busy_since_ns_{0};
   mutable absl::Mutex mu_;
   std::deque<Op> inbox_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

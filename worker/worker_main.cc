@@ -2,10 +2,13 @@
 
 #include <iostream>
 
+#include "absl/synchronization/mutex.h"
+
 #include "common/status_macros.h"
 #include "engine/engine_flags.h"
 #include "rpc/admission.h"
 #include "rpc/bootstrap.h"
+#include "worker/stall_watchdog.h"
 
 namespace tandem::worker {
 
@@ -20,6 +23,9 @@ std::vector<common::FlagSpec> WorkerFlagSpecs() {
   for (common::FlagSpec& s : engine::EngineFlagSpecs()) specs.push_back(std::move(s));
   for (common::FlagSpec& s : rpc::AdmissionFlagSpecs({})) specs.push_back(std::move(s));
   specs.push_back(rpc::DrainFlagSpec());
+  specs.push_back({.name = "engine-stall-timeout-ms", .default_value = "30000",
+                   .help = "an engine step (with its queued operations) running longer than "
+                           "this marks the worker NOT_SERVING until it ends; 0 = off"});
   return specs;
 }
 
@@ -31,6 +37,9 @@ absl::StatusOr<Worker> StartWorker(
   ASSIGN_OR_RETURN(w.admission, rpc::AdmissionLimitsFromArgs(args));
   ASSIGN_OR_RETURN(const int32_t drain_s, args.IntInRange("drain-timeout-s", 0, 24 * 3600));
   w.drain_timeout = absl::Seconds(drain_s);
+  ASSIGN_OR_RETURN(const int32_t stall_ms,
+                   args.IntInRange("engine-stall-timeout-ms", 0, 24 * 3600 * 1000));
+  w.stall_timeout = absl::Milliseconds(stall_ms);
   ASSIGN_OR_RETURN(w.model, engine::Model::Load(args.String("model")));
   ASSIGN_OR_RETURN(w.metrics, rpc::MetricsServer::Start(args.String("metrics-listen")));
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
@@ -50,6 +59,73 @@ absl::StatusOr<Worker> StartWorker(
         publisher->Publish(out.blocks);
       });
   return w;
+}
+
+namespace {
+
+// What the watchdog's thread and the serving thread share: the health
+// service once the server runs, and whether the drain has begun (health
+// then stays NOT_SERVING).
+class ServingState {
+ public:
+  explicit ServingState(BlockEventPublisher& events) : events_(events) {}
+  void Started(grpc::HealthCheckServiceInterface* health) {
+    absl::MutexLock lock(&mu_);
+    health_ = health;
+    if (stalled_ && health_ != nullptr) health_->SetServingStatus(false);
+  }
+  void Stalled(bool stalled) {
+    absl::MutexLock lock(&mu_);
+    stalled_ = stalled;
+    if (draining_) return;
+    if (stalled) {
+      events_.Suspend("the worker's engine is stalled");
+    } else {
+      events_.Resume();
+    }
+    if (health_ != nullptr) health_->SetServingStatus(!stalled);
+  }
+  void Draining() {
+    absl::MutexLock lock(&mu_);
+    draining_ = true;
+    health_ = nullptr;  // the server's shutdown sets NOT_SERVING
+    events_.Close();
+  }
+
+ private:
+  BlockEventPublisher& events_;
+  absl::Mutex mu_;
+  grpc::HealthCheckServiceInterface* health_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool stalled_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+int ServeWorker(const std::string& name, const common::Args& args,
+                std::vector<grpc::Service*> services, Worker& worker) {
+  services.push_back(worker.block_events.get());
+  ServingState state(*worker.block_events);
+  std::unique_ptr<StallWatchdog> watchdog;
+  if (worker.stall_timeout > absl::ZeroDuration()) {
+    EngineLoop* loop = worker.loop.get();
+    watchdog = std::make_unique<StallWatchdog>(
+        worker.stall_timeout, [loop] { return loop->BusyFor(); },
+        [&state, &name](bool stalled) {
+          std::cerr << name << ": "
+                    << (stalled ? "engine thread stalled; NOT_SERVING until it moves"
+                                : "engine thread moving again; SERVING")
+                    << "\n";
+          state.Stalled(stalled);
+        },
+        worker.metrics->registry());
+  }
+  return rpc::ServeUntilSignal(
+      name, args.String("listen"), services, *worker.metrics,
+      {.on_started = [&state](grpc::Server& s) { state.Started(s.GetHealthCheckService()); },
+       .on_signal = [&state] { state.Draining(); },
+       .max_receive_bytes = 0,
+       .drain_timeout = worker.drain_timeout});
 }
 
 }  // namespace tandem::worker

@@ -21,8 +21,8 @@
 
 namespace tandem::worker {
 
-// --listen, --metrics-listen, --model, the engine flags and the admission
-// flags.
+// --listen, --metrics-listen, --model, the engine flags, the admission
+// flags, --drain-timeout-s and --engine-stall-timeout-ms.
 std::vector<common::FlagSpec> WorkerFlagSpecs();
 
 struct Worker {
@@ -34,6 +34,7 @@ struct Worker {
   std::unique_ptr<EngineLoop> loop;
   rpc::AdmissionLimits admission;  // from --max-inflight and friends
   absl::Duration drain_timeout;    // --drain-timeout-s
+  absl::Duration stall_timeout;    // --engine-stall-timeout-ms; zero: not watched
 };
 
 // Loads the model, starts metrics and the engine thread. `observer` builds
@@ -42,6 +43,14 @@ struct Worker {
 absl::StatusOr<Worker> StartWorker(
     const common::Args& args,
     const std::function<EngineLoop::StepObserver(prometheus::Registry&)>& observer);
+
+// Serves `services` and the worker's block events on --listen until SIGINT
+// or SIGTERM, then drains (rpc::ServeUntilSignal). While the engine thread
+// is stalled past the worker's stall timeout, health ("") is NOT_SERVING and
+// block event streams are refused, so gateways route elsewhere. Returns
+// main()'s exit code.
+int ServeWorker(const std::string& name, const common::Args& args,
+                std::vector<grpc::Service*> services, Worker& worker);
 
 }  // namespace tandem::worker
 

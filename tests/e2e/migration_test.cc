@@ -2,7 +2,9 @@
 // killed (kill -9) in the middle of a stream, with a second decode worker
 // up, and the stream completes, equal token for token to an uninterrupted
 // greedy (or seeded) run, with the migration in its usage; a prefill worker
-// killed under its request, and the request is prefilled elsewhere; the
+// killed under its request or during its hand-off, and the request is
+// prefilled elsewhere; a stopped worker left at the keepalive or at the
+// progress deadline; the
 // gateway's health follows whether its workers are reachable; SIGTERM
 // drains the gateway's streams before it exits.
 #include <signal.h>
@@ -206,6 +208,67 @@ TEST(MigrationTest, AStoppedDecodeWorkerIsLeftWithinTheKeepalive) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
   stack->decode_process(stopped).Signal(SIGKILL);
   stack->Stop();
+}
+
+// With keepalive off, the per-step progress deadline alone finds a decode
+// worker that holds its stream open but sends nothing (SIGSTOP), and the
+// stream moves on.
+TEST(MigrationTest, ASilentDecodeWorkerIsLeftAtTheProgressDeadline) {
+  StackOptions o;
+  o.model = ModelPath();
+  o.decode_workers = 2;
+  o.gateway_flags = {"--keepalive-ms", "0", "--progress-timeout-ms", "500"};
+  auto stack = Stack::Start(o);
+  ASSERT_NE(stack, nullptr);
+  const std::vector<int32_t> ids = Prompt(40, 8, 15);
+  constexpr int32_t kTokens = 1500;
+  int stopped = -1;
+  const Completion c = ReadWithFault(stack->gateway(), Request(ids, kTokens), 3, [&] {
+    stopped = BusyDecodeWorker(*stack, 2);
+    ASSERT_GE(stopped, 0);
+    stack->decode_process(stopped).Signal(SIGSTOP);
+  });
+  ExpectMatches(c, Reference(ids, kTokens));
+  EXPECT_EQ(c.usage.migrations(), 1);
+  EXPECT_EQ(MetricValue(stack->gateway_info().metrics_address, "tandem_progress_timeouts_total"),
+            1);
+  stack->decode_process(stopped).Signal(SIGKILL);
+  stack->Stop();
+}
+
+// A prefill worker that dies after its prefill answered but before the
+// decode worker fetched the KV (the hand-off): the decode worker is held
+// (SIGSTOP) while the request's first token reaches the client, the prefill
+// worker holding the lease is killed, and the decode worker let go: its
+// fetch fails, and the stream is prefilled again on the other worker.
+TEST(MigrationTest, APrefillWorkerDyingDuringTheHandOffIsInvisibleToTheClient) {
+  StackOptions o;
+  o.model = ModelPath();
+  o.prefill_workers = 2;
+  auto stack = Stack::Start(o);
+  ASSERT_NE(stack, nullptr);
+  const std::vector<int32_t> ids = Prompt(300, 8, 16);
+  process::Subprocess& decode = stack->decode_process();
+  decode.Signal(SIGSTOP);
+  int killed = -1;
+  const Completion c = ReadWithFault(stack->gateway(), Request(ids, 40), 1, [&] {
+    // The first token came from a prefill whose lease waits for the
+    // stopped decode worker.
+    for (int i = 0; i < 2 && killed < 0; ++i) {
+      grpc::ClientContext ctx;
+      tandem::v1::WorkerStats stats;
+      if (stack->prefill(i).GetWorkerStats(&ctx, {}, &stats).ok() && stats.leases() > 0) {
+        killed = i;
+      }
+    }
+    ASSERT_GE(killed, 0);
+    stack->prefill_process(killed).Signal(SIGKILL);
+    stack->prefill_process(killed).Wait();
+    decode.Signal(SIGCONT);
+  });
+  ExpectMatches(c, Reference(ids, 40));
+  EXPECT_EQ(c.usage.migrations(), 1);
+  stack->Stop();  // the killed worker exits by SIGKILL, not 0
 }
 
 }  // namespace

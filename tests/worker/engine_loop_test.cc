@@ -11,7 +11,9 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "prometheus/registry.h"
 #include "tests/engine/test_models.h"
+#include "worker/stall_watchdog.h"
 
 namespace tandem::worker {
 namespace {
@@ -177,6 +179,35 @@ TEST_F(EngineLoopTest, AFailedStepFailsItsSequencesAndFreesTheirBlocks) {
   }
   EXPECT_EQ(loop_->stats().running, 0);
   EXPECT_EQ(loop_->stats().blocks_used, 0);
+}
+
+// A step that does not end is seen by the watchdog as a stall, reported
+// once; when the step ends, the recovery is reported.
+TEST_F(EngineLoopTest, TheWatchdogReportsAStuckStepAndItsEnd) {
+  EXPECT_EQ(loop_->BusyFor(), absl::ZeroDuration());  // idle
+  absl::Mutex mu;
+  std::vector<bool> changes;
+  absl::Notification stalled;
+  absl::Notification moving;
+  prometheus::Registry registry;
+  StallWatchdog watchdog(
+      absl::Milliseconds(50), [this] { return loop_->BusyFor(); },
+      [&](bool s) {
+        absl::MutexLock lock(&mu);
+        changes.push_back(s);
+        (s ? stalled : moving).Notify();
+      },
+      registry);
+  gate_->Hold();
+  auto stream = loop_->Submit(Request(3));
+  gate_->WaitInStep();
+  stalled.WaitForNotification();
+  EXPECT_GT(loop_->BusyFor(), absl::Milliseconds(50));
+  gate_->Release();
+  moving.WaitForNotification();
+  EXPECT_TRUE(Drain(*stream).status.ok());
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(changes, (std::vector<bool>{true, false}));
 }
 
 TEST_F(EngineLoopTest, AnInvalidRequestEndsWithItsValidationError) {
