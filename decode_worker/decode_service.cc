@@ -105,6 +105,7 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
     const absl::Time client = absl::FromChrono(ctx_->deadline());
     std::weak_ptr<DecodeCall> weak = weak_from_this();
     absl::MutexLock lock(&mu_);
+    keep_lease_ = service_->lease_keeper_.Keep(request.prefill_address(), request.lease_id());
     fetch_ = service_->fetcher_.Start(
         {.address = request.prefill_address(),
          .lease_id = request.lease_id(),
@@ -119,6 +120,10 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
 
   // gRPC thread: the blocks arrived (or did not).
   void OnFetched(kvtransfer::FetchResult result) {
+    {
+      absl::MutexLock lock(&mu_);
+      keep_lease_.Reset();  // fetched (and released) or failed: nothing left to keep
+    }
     if (!result.kv.ok()) {
       Done(result.kv.status());
       return;
@@ -183,6 +188,7 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
       absl::MutexLock lock(&mu_);
       if (finished_) return;
       finished_ = true;
+      keep_lease_.Reset();
     }
     if (absl::IsResourceExhausted(status)) {
       rpc::AddRetryHint(*ctx_, service_->admission_.retry_after());
@@ -205,6 +211,7 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
 
   absl::Mutex mu_;
   std::shared_ptr<kvtransfer::KvFetcher::Fetch> fetch_ ABSL_GUARDED_BY(mu_);
+  kvtransfer::LeaseKeeper::Handle keep_lease_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<worker::SequenceStream> stream_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -221,6 +228,7 @@ DecodeService::DecodeService(worker::EngineLoop& loop, prometheus::Registry& reg
                kvtransfer::ExpectationFor(loop.model().config(), loop.model().fingerprint(),
                                           loop.kv_block_size(), loop.kv_dtype()),
                registry, options.kv_transfer_streams),
+      lease_keeper_(channels_, options.lease_heartbeat),
       admission_("decode worker", options.admission),
       requests_(rpc::CounterFamily(registry, "tandem_requests_total",
                                    "RPCs served, by method and final status code")),

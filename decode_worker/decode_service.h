@@ -12,6 +12,7 @@
 #include <span>
 
 #include "kvtransfer/rpc/kv_fetcher.h"
+#include "kvtransfer/rpc/lease_keeper.h"
 #include "kvtransfer/rpc/release_client.h"
 #include "prometheus/counter.h"
 #include "prometheus/histogram.h"
@@ -34,6 +35,9 @@ struct DecodeServiceOptions {
   // Delta transfer: the blocks this worker's engine holds. A fetch skips the
   // prompt's leading blocks found here; nullptr fetches every block.
   const worker::BlockEventPublisher* held_blocks = nullptr;
+  // The hand-off's heartbeat: a request's lease is renewed this often from
+  // its arrival until its fetch ends (zero: off).
+  absl::Duration lease_heartbeat = absl::Seconds(5);
 };
 
 class DecodeService final : public tandem::v1::Decode::CallbackService {
@@ -66,6 +70,7 @@ class DecodeService final : public tandem::v1::Decode::CallbackService {
   rpc::ChannelCache channels_;
   kvtransfer::ReleaseClient releases_;
   kvtransfer::KvFetcher fetcher_;
+  kvtransfer::LeaseKeeper lease_keeper_;
   rpc::Admission admission_;
 
   prometheus::Family<prometheus::Counter>& requests_;

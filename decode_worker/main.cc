@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   specs.push_back({.name = "no-kv-delta-transfer",
                    .help = "fetch every prompt block, even those this worker already holds",
                    .is_bool = true});
+  specs.push_back(tandem::kvtransfer::LeaseHeartbeatFlagSpec());
   for (tandem::common::FlagSpec& s : tandem::rpc::PeerChannelFlagSpecs()) specs.push_back(s);
   int exit_code = 0;
   std::optional<tandem::common::Args> args =
@@ -29,8 +30,10 @@ int main(int argc, char** argv) {
   absl::StatusOr<tandem::rpc::ChannelCacheOptions> channels =
       tandem::rpc::PeerChannelOptionsFromArgs(*args);
   absl::StatusOr<int32_t> streams = args->IntInRange("kv-transfer-streams", 1, 16);
+  absl::StatusOr<int32_t> heartbeat_ms =
+      args->IntInRange("lease-heartbeat-ms", 0, 24 * 3600 * 1000);
   for (const absl::Status& s :
-       {fetch_ms.status(), channels.status(), streams.status()}) {
+       {fetch_ms.status(), channels.status(), streams.status(), heartbeat_ms.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-decode: " << s.message() << "\n";
       return 2;
@@ -49,6 +52,7 @@ int main(int argc, char** argv) {
                                          .kv_transfer_streams = *streams,
                                          .held_blocks = args->Bool("no-kv-delta-transfer")
                                                             ? nullptr
-                                                            : worker->block_events.get()});
+                                                            : worker->block_events.get(),
+                                         .lease_heartbeat = absl::Milliseconds(*heartbeat_ms)});
   return tandem::worker::ServeWorker("tandem-decode", *args, {&service}, *worker);
 }

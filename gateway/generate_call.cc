@@ -213,6 +213,7 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status,
     if (status.ok()) {
       ticket_.DoneQueuing();
       lease_held_ = true;
+      keep_lease_ = env_.lease_keeper->Keep(prefill_address_, prefill_.lease_id());
       if (migrations_ == 0) {  // the request's own prefill, not a resumption's
         usage_.set_queue_seconds(prefill_.queue_seconds());
         usage_.set_prefill_seconds(prefill_.prefill_seconds());
@@ -330,6 +331,7 @@ void GenerateCall::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
     absl::MutexLock lock(&mu_);
     if (ending_ || decode_stalled_) return;  // the relay is being cancelled
     awaiting_decode_ = false;
+    keep_lease_.Reset();  // the decode worker fetched the blocks
     if (!got_decode_message_) {
       got_decode_message_ = true;
       usage_.set_kv_transfer_seconds(message.kv_transfer_seconds());
@@ -406,6 +408,7 @@ void GenerateCall::OnDecodeDone(const grpc::Status& result) {
     absl::MutexLock lock(&mu_);
     relay_ = nullptr;
     awaiting_decode_ = false;
+    keep_lease_.Reset();
     const int failed = decode_pick_.index();
     decode_pick_ = WorkerPicker::Pick();
     if (ending_) return;
@@ -541,6 +544,7 @@ GenerateCall::Next GenerateCall::End(absl::Status status) {
     env_.releases->Release(prefill_address_, prefill_.lease_id(), status);
   }
   lease_held_ = false;
+  keep_lease_.Reset();
   if (relay_ != nullptr) relay_->Cancel();
   if (status.ok()) env_.metrics->e2e_latency.Observe(absl::ToDoubleSeconds(absl::Now() - start_));
   env_.metrics->requests

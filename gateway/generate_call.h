@@ -30,6 +30,7 @@
 #include "gateway/kv_router.h"
 #include "gateway/validated_request.h"
 #include "gateway/worker_picker.h"
+#include "kvtransfer/rpc/lease_keeper.h"
 #include "kvtransfer/rpc/release_client.h"
 #include "rpc/admission.h"
 #include "rpc/channel_cache.h"
@@ -71,6 +72,9 @@ struct CallEnv {
   KvRouter* decode_router;  // null: least-loaded decode worker
   rpc::ChannelCache* channels;
   kvtransfer::ReleaseClient* releases;
+  // Renews a lease from the prefill's answer until the decode worker takes
+  // over (its first message) or the request ends.
+  kvtransfer::LeaseKeeper* lease_keeper;
   rpc::Admission* admission;
   GatewayMetrics* metrics;
   LiveCalls* live;
@@ -165,6 +169,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateR
   tandem::v1::PrefillResponse prefill_ ABSL_GUARDED_BY(mu_);
   std::string prefill_address_ ABSL_GUARDED_BY(mu_);
   bool lease_held_ ABSL_GUARDED_BY(mu_) = false;  // ours to release on failure
+  kvtransfer::LeaseKeeper::Handle keep_lease_ ABSL_GUARDED_BY(mu_);  // the heartbeat
   absl::Status last_prefill_error_ ABSL_GUARDED_BY(mu_);
   bool decode_started_ ABSL_GUARDED_BY(mu_) = false;
   bool got_decode_message_ ABSL_GUARDED_BY(mu_) = false;

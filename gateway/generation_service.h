@@ -19,6 +19,7 @@
 #include "gateway/worker_resolver.h"
 #include "gateway/validated_request.h"
 #include "gateway/worker_picker.h"
+#include "kvtransfer/rpc/lease_keeper.h"
 #include "kvtransfer/rpc/release_client.h"
 #include "prometheus/registry.h"
 #include "rpc/admission.h"
@@ -47,6 +48,8 @@ struct GatewayOptions {
   absl::Duration unavailable_wait = absl::Seconds(10);
   // A decode worker silent this long while owing a message is given up on.
   absl::Duration progress_timeout = absl::Seconds(20);
+  // How often a lease waiting for its decode worker is renewed (zero: off).
+  absl::Duration lease_heartbeat = absl::Seconds(5);
   rpc::AdmissionLimits admission;
   rpc::ChannelCacheOptions channels;
   // Route prefills by the block index (false: to the least-loaded worker).
@@ -106,6 +109,7 @@ class GenerationService final : public tandem::v1::Generation::CallbackService {
   WorkerPicker decode_;
   rpc::ChannelCache channels_;
   kvtransfer::ReleaseClient releases_;
+  kvtransfer::LeaseKeeper lease_keeper_;
   rpc::Admission admission_;
   GatewayMetrics metrics_;
   // Slots: prefill picker index i; kDecodeSlotBase + decode picker index i.

@@ -12,6 +12,7 @@
 #include "engine/tokenizer.h"
 #include "gateway/generation_service.h"
 #include "gateway/worker_resolver.h"
+#include "kvtransfer/rpc/lease_keeper.h"
 #include "rpc/admission.h"
 #include "rpc/bootstrap.h"
 #include "rpc/metrics.h"
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
        tandem::rpc::AdmissionFlagSpecs({.max_in_flight = 4096, .max_queued_tokens = 1 << 20})) {
     specs.push_back(std::move(s));
   }
+  specs.push_back(tandem::kvtransfer::LeaseHeartbeatFlagSpec());
   for (tandem::common::FlagSpec& s : tandem::rpc::PeerChannelFlagSpecs()) specs.push_back(s);
   int exit_code = 0;
   std::optional<tandem::common::Args> args =
@@ -104,6 +106,8 @@ int main(int argc, char** argv) {
       args->IntInRange("unavailable-wait-ms", 0, 24 * 3600 * 1000);
   absl::StatusOr<int32_t> progress_ms =
       args->IntInRange("progress-timeout-ms", 0, 24 * 3600 * 1000);
+  absl::StatusOr<int32_t> heartbeat_ms =
+      args->IntInRange("lease-heartbeat-ms", 0, 24 * 3600 * 1000);
   absl::StatusOr<int32_t> drain_s = args->IntInRange("drain-timeout-s", 0, 24 * 3600);
   absl::StatusOr<int32_t> resolve_ms = args->IntInRange("resolve-interval-ms", 100, 3600 * 1000);
   absl::Status targets = tandem::gateway::ValidateTargets(options.prefill_workers, "--prefill");
@@ -137,7 +141,7 @@ int main(int argc, char** argv) {
         index_entries.status(), log_level.status(), prediction_ms.status(), router,
         resolve_ms.status(), targets, pull_min_blocks.status(), max_migrations.status(),
         drain_s.status(), decode_streams.status(), unavailable_ms.status(),
-        progress_ms.status()}) {
+        progress_ms.status(), heartbeat_ms.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-gateway: " << s.message() << "\n";
       return 2;
@@ -163,6 +167,7 @@ int main(int argc, char** argv) {
   options.streams_per_decode_worker = *decode_streams;
   options.unavailable_wait = absl::Milliseconds(*unavailable_ms);
   options.progress_timeout = absl::Milliseconds(*progress_ms);
+  options.lease_heartbeat = absl::Milliseconds(*heartbeat_ms);
   tandem::common::SetLogLevel(*log_level);
 
   absl::StatusOr<std::unique_ptr<tandem::engine::GgufFile>> file =

@@ -226,6 +226,14 @@ grpc::ServerUnaryReactor* PrefillService::ReleaseKv(grpc::CallbackServerContext*
   return reactor;
 }
 
+grpc::ServerUnaryReactor* PrefillService::RenewKv(grpc::CallbackServerContext* ctx,
+                                                  const tandem::v1::RenewKvRequest* request,
+                                                  tandem::v1::RenewKvResponse* response) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(rpc::ToGrpcStatus(leases_.Renew(*request, response)));
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* PrefillService::ExportPrefix(
     grpc::CallbackServerContext* ctx, const tandem::v1::ExportPrefixRequest* request,
     tandem::v1::ExportPrefixResponse* response) {

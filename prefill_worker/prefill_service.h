@@ -51,6 +51,9 @@ class PrefillService final
   grpc::ServerUnaryReactor* ReleaseKv(grpc::CallbackServerContext* ctx,
                                       const tandem::v1::ReleaseKvRequest* request,
                                       tandem::v1::ReleaseKvResponse* response) override;
+  grpc::ServerUnaryReactor* RenewKv(grpc::CallbackServerContext* ctx,
+                                    const tandem::v1::RenewKvRequest* request,
+                                    tandem::v1::RenewKvResponse* response) override;
   grpc::ServerUnaryReactor* GetWorkerStats(grpc::CallbackServerContext* ctx,
                                            const tandem::v1::WorkerStatsRequest* request,
                                            tandem::v1::WorkerStats* response) override;

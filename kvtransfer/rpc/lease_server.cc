@@ -11,6 +11,7 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
 
+#include "absl/strings/str_cat.h"
 #include "kvtransfer/kv_snapshot_codec.h"
 #include "kvtransfer/rpc/block_message.h"
 #include "rpc/metrics.h"
@@ -144,6 +145,8 @@ KvLeaseServer::KvLeaseServer(const LeaseTableOptions& options, prometheus::Regis
                                      {{"direction", "sent"}})),
       leases_expired_(rpc::CounterMetric(registry, "tandem_kv_leases_expired_total",
                                          "KV leases dropped because their TTL lapsed")),
+      lease_renewals_(rpc::CounterMetric(registry, "tandem_kv_lease_renewals_total",
+                                         "KV lease TTLs renewed by a hand-off's heartbeat")),
       transfer_failures_(rpc::CounterMetric(
           registry, "tandem_kv_transfer_failures_total",
           "KV transfers that failed: broken off, or reported failed by the fetching side",
@@ -205,6 +208,22 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* KvLeaseServer::Fetch(
     parsed.Clear();  // answered NOT_FOUND like any unknown lease
   }
   return new FetchReactor(this, parsed);
+}
+
+absl::Status KvLeaseServer::Renew(const tandem::v1::RenewKvRequest& request,
+                                 tandem::v1::RenewKvResponse* response) {
+  if (request.lease_ids_size() > kMaxRenewIds) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lease_ids: ", request.lease_ids_size(), " ids, at most ", kMaxRenewIds, " per call"));
+  }
+  for (const std::string& id : request.lease_ids()) {
+    if (leases_.Renew(id)) {
+      lease_renewals_.Increment();
+    } else {
+      response->add_unknown_lease_ids(id);
+    }
+  }
+  return absl::OkStatus();
 }
 
 void KvLeaseServer::Release(const tandem::v1::ReleaseKvRequest& request) {

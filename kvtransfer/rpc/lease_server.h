@@ -58,6 +58,11 @@ class KvLeaseServer {
                                                     const grpc::ByteBuffer* request);
   // Ends a lease at the peer's word; a reported failure is counted and logged.
   void Release(const tandem::v1::ReleaseKvRequest& request);
+  // A hand-off's heartbeat: renews each named lease's TTL and names those
+  // that are gone. InvalidArgument when more than kMaxRenewIds are named.
+  static constexpr int kMaxRenewIds = 1 << 16;
+  absl::Status Renew(const tandem::v1::RenewKvRequest& request,
+                     tandem::v1::RenewKvResponse* response);
 
   LeaseStats stats() const { return leases_.stats(); }
   const LeaseTable& table() const { return leases_; }
@@ -72,6 +77,7 @@ class KvLeaseServer {
   prometheus::Counter& blocks_sent_;
   prometheus::Counter& bytes_sent_;
   prometheus::Counter& leases_expired_;
+  prometheus::Counter& lease_renewals_;
   prometheus::Counter& transfer_failures_;
   prometheus::Histogram& transfer_seconds_;
   prometheus::Gauge& leases_held_;
