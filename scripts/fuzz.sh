@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (clang, ASan + UBSan; build-fuzz/) and runs
+# Builds the libFuzzer targets (clang, ASan + UBSan; build-fuzz/, where
+# scripts/asan_tests.sh also builds and runs the test suite) and runs
 # each for RUNS inputs from its seed corpus in tests/fuzz/corpus/ (copied:
 # the repository is not written). Fails on any crash, leak or sanitizer
 # report. The tokenizer and request targets run with stories260K from

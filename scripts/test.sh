@@ -7,5 +7,7 @@ bash scripts/build.sh
 cd build
 ctest --output-on-failure -j "${TANDEM_TEST_JOBS:-2}" --timeout 900
 cd ..
-# libFuzzer targets (ASan + UBSan), a short fixed run each.
+# The whole suite again under ASan + UBSan (clang, build-fuzz/).
+bash scripts/asan_tests.sh
+# libFuzzer targets (ASan + UBSan, the same build), a short fixed run each.
 bash scripts/fuzz.sh "${TANDEM_FUZZ_RUNS:-2000}"

@@ -39,6 +39,16 @@ void operator delete(void* p) noexcept {
   std::free(base);
 }
 void operator delete(void* p, size_t) noexcept { operator delete(p); }
+// The nothrow forms (std::stable_sort's buffer) come here too: a sanitizer
+// runtime replaces them otherwise, and their blocks would lack the header.
+void* operator new(size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return operator new(n);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept { operator delete(p); }
 
 namespace tandem::engine {
 namespace {
