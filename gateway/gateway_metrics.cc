@@ -7,6 +7,10 @@ namespace tandem::gateway {
 GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
     : requests(rpc::CounterFamily(registry, "tandem_requests_total",
                                      "RPCs served, by method and final status code")),
+      malformed_requests(rpc::CounterFamily(
+          registry, "tandem_malformed_requests_total",
+          "Requests that were no valid message (e.g. invalid UTF-8 in a string field), by "
+          "method")),
       prompt_tokens(rpc::CounterMetric(registry, "tandem_prompt_tokens_total",
                                           "Prompt tokens of accepted requests")),
       generated_tokens(rpc::CounterMetric(registry, "tandem_generated_tokens_total",

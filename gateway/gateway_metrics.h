@@ -14,6 +14,9 @@ struct GatewayMetrics {
   explicit GatewayMetrics(prometheus::Registry& registry);
 
   prometheus::Family<prometheus::Counter>& requests;  // by method and code
+  // Requests whose bytes were no valid message (by method); also counted in
+  // `requests` as INVALID_ARGUMENT.
+  prometheus::Family<prometheus::Counter>& malformed_requests;
   prometheus::Counter& prompt_tokens;
   prometheus::Counter& generated_tokens;
   prometheus::Counter& prefill_retries;

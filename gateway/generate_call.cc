@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "rpc/convert.h"
 #include "rpc/status.h"
+#include "rpc/wire_parse.h"
 
 namespace tandem::gateway {
 namespace {
@@ -502,7 +503,7 @@ void GenerateCall::Run(Next next) {
     absl::MutexLock lock(&mu_);
     relay = relay_;
   }
-  if (next.write) StartWrite(&response_);
+  if (next.write) StartWrite(&write_buffer_);
   if (next.finish) Finish(rpc::ToGrpcStatus(next.status));
   if (relay != nullptr) relay->Read();
   if (next.decode) StartDecode();
@@ -529,6 +530,7 @@ bool GenerateCall::Prepare(std::vector<tandem::v1::Token>& tokens) {
     usage_.set_completion_tokens(emitter_->completion_tokens());
     *response_.mutable_usage() = usage_;
   }
+  write_buffer_ = rpc::SerializeMessage(response_);
   writing_ = true;
   return true;
 }

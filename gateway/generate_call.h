@@ -96,7 +96,10 @@ struct CallEnv {
   absl::Duration progress_timeout;
 };
 
-class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateResponse>,
+// On the raw form of Generate (the service parses requests itself, to say
+// what is wrong with one gRPC could not parse): each GenerateResponse goes
+// out serialized.
+class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
                            public std::enable_shared_from_this<GenerateCall> {
  public:
   // Starts the call for `request` (or finishes it at once with the
@@ -115,7 +118,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateR
   class DecodeRelay;
   // What to do after a state change, done outside `mu_`.
   struct Next {
-    bool write = false;        // StartWrite(&response_)
+    bool write = false;        // StartWrite(&write_buffer_)
     bool read = false;         // the relay's next read
     bool decode = false;       // start the decode call
     bool prefill = false;      // start a migration's prefill
@@ -142,8 +145,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateR
   void CheckProgress() ABSL_LOCKS_EXCLUDED(mu_);
   void ArmProgressAlarm(absl::Time at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run(Next next) ABSL_LOCKS_EXCLUDED(mu_);
-  // Builds response_ from `tokens` (and the finish, when the emitter is
-  // done); false when there is nothing to send.
+  // Builds response_ (and write_buffer_) from `tokens` (and the finish, when
+  // the emitter is done); false when there is nothing to send.
   bool Prepare(std::vector<tandem::v1::Token>& tokens) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the call with `status` after any write outstanding; releases the
   // lease when the request failed after prefill.
@@ -193,6 +196,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<tandem::v1::GenerateR
   // The relay was cancelled here because its worker made no progress.
   bool decode_stalled_ ABSL_GUARDED_BY(mu_) = false;
   tandem::v1::GenerateResponse response_ ABSL_GUARDED_BY(mu_);
+  grpc::ByteBuffer write_buffer_;  // response_ serialized; the write in flight
   tandem::v1::Usage usage_ ABSL_GUARDED_BY(mu_);
   absl::Time last_token_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool writing_ ABSL_GUARDED_BY(mu_) = false;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "gateway/generate_call.h"
 #include "rpc/status.h"
+#include "rpc/wire_parse.h"
 
 namespace tandem::gateway {
 
@@ -99,8 +100,18 @@ grpc::ServerUnaryReactor* GenerationService::Answer(grpc::CallbackServerContext*
   return reactor;
 }
 
-grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* GenerationService::Generate(
-    grpc::CallbackServerContext* ctx, const tandem::v1::GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw) {
+  tandem::v1::GenerateRequest request;
+  absl::StatusOr<ValidatedRequest> validated;
+  if (absl::Status parsed = rpc::ParseMessage(*raw, &request); !parsed.ok()) {
+    metrics_.malformed_requests.Add({{"method", "Generate"}}).Increment();
+    validated = std::move(parsed);
+  } else if (draining_.load()) {
+    validated = absl::UnavailableError("the gateway is draining (shutting down); retry on another");
+  } else {
+    validated = ValidateGenerateRequest(request, *tokenizer_, options_.model_name, options_.limits);
+  }
   return GenerateCall::Start({.tokenizer = tokenizer_.get(),
                               .prefill = &prefill_,
                               .prefill_router = options_.kv_routing ? &prefill_router_ : nullptr,
@@ -124,13 +135,7 @@ grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* GenerationService::Gener
                                   },
                               .unavailable_wait = options_.unavailable_wait,
                               .progress_timeout = options_.progress_timeout},
-                             ctx,
-                             draining_.load()
-                                 ? absl::StatusOr<ValidatedRequest>(absl::UnavailableError(
-                                       "the gateway is draining (shutting down); retry on "
-                                       "another"))
-                                 : ValidateGenerateRequest(*request, *tokenizer_,
-                                                           options_.model_name, options_.limits));
+                             ctx, std::move(validated));
 }
 
 void GenerationService::Drain() {
@@ -139,8 +144,14 @@ void GenerationService::Drain() {
 }
 
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* ctx,
-                                                      const tandem::v1::TokenizeRequest* request,
-                                                      tandem::v1::TokenizeResponse* response) {
+                                                      const grpc::ByteBuffer* raw,
+                                                      grpc::ByteBuffer* raw_response) {
+  tandem::v1::TokenizeRequest parsed;
+  if (absl::Status s = rpc::ParseMessage(*raw, &parsed); !s.ok()) {
+    metrics_.malformed_requests.Add({{"method", "Tokenize"}}).Increment();
+    return Answer(ctx, "Tokenize", s);
+  }
+  const tandem::v1::TokenizeRequest* request = &parsed;
   if (!request->model().empty() && request->model() != options_.model_name) {
     return Answer(ctx, "Tokenize", absl::InvalidArgumentError(absl::StrCat(
                                        "model: unknown model \"", request->model(),
@@ -153,10 +164,12 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
                                        options_.limits.max_prompt_bytes)));
   }
   const bool special = !request->no_special();
+  tandem::v1::TokenizeResponse response;
   for (int32_t id : tokenizer_->Encode(request->text(),
                                        {.add_special = special, .parse_special = special})) {
-    response->add_token_ids(id);
+    response.add_token_ids(id);
   }
+  *raw_response = rpc::SerializeMessage(response);
   return Answer(ctx, "Tokenize", absl::OkStatus());
 }
 

@@ -58,7 +58,15 @@ struct GatewayOptions {
   BlockIndexOptions index;
 };
 
-class GenerationService final : public tandem::v1::Generation::CallbackService {
+// Generate and Tokenize are served on their raw (ByteBuffer) forms: requests
+// are parsed here (rpc::ParseMessage), so one gRPC's generated code could not
+// parse (invalid UTF-8 in a string field) is answered INVALID_ARGUMENT naming
+// the field, and counted, instead of a bare UNIMPLEMENTED.
+using GenerationServiceBase = tandem::v1::Generation::WithRawCallbackMethod_Generate<
+    tandem::v1::Generation::WithRawCallbackMethod_Tokenize<
+        tandem::v1::Generation::CallbackService>>;
+
+class GenerationService final : public GenerationServiceBase {
  public:
   GenerationService(std::unique_ptr<engine::Tokenizer> tokenizer, GatewayOptions options,
                     prometheus::Registry& registry);
@@ -66,11 +74,11 @@ class GenerationService final : public tandem::v1::Generation::CallbackService {
   // server was shut down, every one of them is ending).
   ~GenerationService() override;
 
-  grpc::ServerWriteReactor<tandem::v1::GenerateResponse>* Generate(
-      grpc::CallbackServerContext* ctx, const tandem::v1::GenerateRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
-                                     const tandem::v1::TokenizeRequest* request,
-                                     tandem::v1::TokenizeResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx,
                                        const tandem::v1::ListModelsRequest* request,
                                        tandem::v1::ListModelsResponse* response) override;

@@ -248,6 +248,12 @@ TEST(MigrationTest, APrefillWorkerDyingDuringTheHandOffIsInvisibleToTheClient) {
   auto stack = Stack::Start(o);
   ASSERT_NE(stack, nullptr);
   const std::vector<int32_t> ids = Prompt(300, 8, 16);
+  // Connected to every worker (their snapshots applied) before the decode
+  // worker stops: the Decode call then waits on an open connection.
+  EXPECT_GE(AwaitMetric(stack->gateway_info().metrics_address,
+                        "tandem_block_event_lag_seconds_count", [](double v) { return v >= 3; },
+                        absl::Seconds(30)),
+            3);
   process::Subprocess& decode = stack->decode_process();
   decode.Signal(SIGSTOP);
   int killed = -1;

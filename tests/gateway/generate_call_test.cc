@@ -475,5 +475,37 @@ TEST_F(GenerateCallTest, AnInvalidRequestNamesTheField) {
   EXPECT_EQ(prefills_[0]->prefills(), 0);
 }
 
+// A message gRPC's generated code could not parse (invalid UTF-8 in a
+// string field; a client's protobuf sends it anyway) is refused before any
+// work, naming the field, and counted.
+TEST_F(GenerateCallTest, InvalidUtf8IsRefusedNamingTheFieldAndCounted) {
+  StartGateway(1);
+  tandem::v1::GenerateRequest req = Request(4);
+  req.add_stop("fine");
+  req.add_stop("bad \xff");
+  const Result r = Generate(req);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("stop[1]: not valid UTF-8"));
+
+  tandem::v1::TokenizeRequest tokenize;
+  tokenize.set_text("overlong \xc0\x80");
+  tandem::v1::TokenizeResponse tokens;
+  grpc::ClientContext ctx;
+  const grpc::Status t = stub_->Tokenize(&ctx, tokenize, &tokens);
+  EXPECT_EQ(t.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(t.error_message(), HasSubstr("text: not valid UTF-8"));
+
+  EXPECT_EQ(prefills_[0]->prefills(), 0);
+  std::map<std::string, double> malformed;
+  for (const prometheus::MetricFamily& family : registry_.Collect()) {
+    if (family.name != "tandem_malformed_requests_total") continue;
+    for (const prometheus::ClientMetric& m : family.metric) {
+      malformed[m.label.at(0).value] = m.counter.value;
+    }
+  }
+  EXPECT_EQ(malformed["Generate"], 1);
+  EXPECT_EQ(malformed["Tokenize"], 1);
+}
+
 }  // namespace
 }  // namespace tandem::gateway
