@@ -216,6 +216,8 @@ bool BlockEventSubscriber::OnBatch(int worker, const tandem::v1::BlockEventBatch
     }
     s.epoch = batch.epoch();
     s.sequence = batch.sequence();
+    s.kv_capacity_blocks = batch.kv_capacity_blocks();
+    s.block_size = std::max(batch.block_size(), 1);
     s.entries->Set(static_cast<double>(index_.entries_of(worker)));
     hashes_.Set(static_cast<double>(index_.hashes()));
     entries_total_.Set(static_cast<double>(index_.entries()));
@@ -279,6 +281,17 @@ bool BlockEventSubscriber::AwaitDisconnected(int worker, absl::Duration timeout)
     return it == slots_.end() || !it->second.synced;
   };
   return mu_.AwaitWithTimeout(absl::Condition(&gone), timeout);
+}
+
+BlockEventSubscriber::KvCapacity BlockEventSubscriber::SyncedKvCapacity(int min_slot) const {
+  absl::MutexLock lock(&mu_);
+  KvCapacity c;
+  for (const auto& [slot, s] : slots_) {
+    if (slot < min_slot || !s.synced || !s.active) continue;
+    c.tokens += s.kv_capacity_blocks * s.block_size;
+    c.block_size = std::max(c.block_size, s.block_size);
+  }
+  return c;
 }
 
 std::vector<int> BlockEventSubscriber::synced_slots() const {

@@ -63,6 +63,13 @@ class BlockEventSubscriber {
   int64_t resyncs() const;
   // The slots whose streams are synced now.
   std::vector<int> synced_slots() const;
+  // The KV pools the synced workers in slots >= `min_slot` report: their
+  // sum in tokens, and the largest block size among them.
+  struct KvCapacity {
+    int64_t tokens = 0;
+    int32_t block_size = 1;
+  };
+  KvCapacity SyncedKvCapacity(int min_slot) const;
   // Waits until `worker`'s stream has applied a snapshot (or `timeout`).
   bool AwaitSynced(int worker, absl::Duration timeout) const;
   // Waits until `worker`'s stream has applied batch `sequence` of `epoch`
@@ -82,6 +89,8 @@ class BlockEventSubscriber {
     bool synced = false;
     uint64_t epoch = 0;
     uint64_t sequence = 0;  // the last batch applied
+    int64_t kv_capacity_blocks = 0;  // as the worker last reported
+    int32_t block_size = 1;
     prometheus::Gauge* entries = nullptr;
   };
 

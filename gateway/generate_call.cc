@@ -131,6 +131,16 @@ void GenerateCall::Begin(absl::StatusOr<ValidatedRequest> request) {
             "decode capacity: ", env_.decode_capacity(),
             " streams are in flight on the decode workers; retry later"));
       }
+      if (ticket.ok()) {
+        // The most KV its decode worker will hold for it.
+        absl::StatusOr<KvBudget::Ticket> kv =
+            env_.kv_budget->TryCharge(prompt_tokens + request->max_tokens);
+        if (kv.ok()) {
+          kv_ticket_ = std::move(*kv);
+        } else {
+          ticket = kv.status();
+        }
+      }
       if (!ticket.ok()) {
         rpc::AddRetryHint(*ctx_, env_.admission->retry_after());
         next = End(ticket.status());
@@ -553,6 +563,7 @@ GenerateCall::Next GenerateCall::End(absl::Status status) {
       .Add({{"method", "Generate"}, {"code", absl::StatusCodeToString(status.code())}})
       .Increment();
   ticket_ = rpc::Admission::Ticket();
+  kv_ticket_.Reset();
   if (!writing_) {
     finished_ = next.finish = true;
     next.status = std::move(status);

@@ -27,6 +27,7 @@
 #include "engine/tokenizer.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/token_emitter.h"
+#include "gateway/kv_budget.h"
 #include "gateway/kv_router.h"
 #include "gateway/validated_request.h"
 #include "gateway/worker_picker.h"
@@ -76,6 +77,7 @@ struct CallEnv {
   // over (its first message) or the request ends.
   kvtransfer::LeaseKeeper* lease_keeper;
   rpc::Admission* admission;
+  KvBudget* kv_budget;  // the decode workers' KV, charged per request
   GatewayMetrics* metrics;
   LiveCalls* live;
   // Deadline for worker calls when the client's is later (or unset).
@@ -158,6 +160,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   const absl::Time start_ = absl::Now();
   std::shared_ptr<GenerateCall> self_;  // until OnDone
   rpc::Admission::Ticket ticket_;
+  KvBudget::Ticket kv_ticket_;  // guarded by the reactor's order: Begin, then End
 
   absl::Mutex mu_;
   ValidatedRequest request_ ABSL_GUARDED_BY(mu_);

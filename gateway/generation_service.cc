@@ -19,6 +19,7 @@ GenerationService::GenerationService(std::unique_ptr<engine::Tokenizer> tokenize
       releases_(channels_, "tandem-gateway"),
       lease_keeper_(channels_, options_.lease_heartbeat),
       admission_("gateway", options_.admission),
+      kv_budget_(options_.kv_overcommit, registry),
       metrics_(registry),
       index_(options_.index),
       prefill_router_(index_, 0, options_.router, registry, RouteRole::kPrefill),
@@ -84,6 +85,8 @@ void GenerationService::UpdateHealth() {
       picker->SetReachable(i, std::find(synced.begin(), synced.end(), base + i) != synced.end());
     }
   }
+  const BlockEventSubscriber::KvCapacity kv = subscriber_->SyncedKvCapacity(kDecodeSlotBase);
+  kv_budget_.SetCapacity(kv.tokens, kv.block_size);
   if (health_ == nullptr) return;
   const bool serving = prefill && decode;
   health_->SetServingStatus(serving);  // "" (this also resets named services)
@@ -121,6 +124,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
                               .releases = &releases_,
                               .lease_keeper = &lease_keeper_,
                               .admission = &admission_,
+                              .kv_budget = &kv_budget_,
                               .metrics = &metrics_,
                               .live = &live_,
                               .request_timeout = options_.request_timeout,

@@ -15,6 +15,7 @@
 #include "gateway/block_index.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/generate_call.h"
+#include "gateway/kv_budget.h"
 #include "gateway/kv_router.h"
 #include "gateway/worker_resolver.h"
 #include "gateway/validated_request.h"
@@ -51,6 +52,9 @@ struct GatewayOptions {
   // How often a lease waiting for its decode worker is renewed (zero: off).
   absl::Duration lease_heartbeat = absl::Seconds(5);
   rpc::AdmissionLimits admission;
+  // Requests are charged prompt + max_tokens of KV until they end, against
+  // the decode workers' reported KV times this (<= 0: not checked).
+  double kv_overcommit = 1.0;
   rpc::ChannelCacheOptions channels;
   // Route prefills by the block index (false: to the least-loaded worker).
   bool kv_routing = true;
@@ -119,6 +123,7 @@ class GenerationService final : public GenerationServiceBase {
   kvtransfer::ReleaseClient releases_;
   kvtransfer::LeaseKeeper lease_keeper_;
   rpc::Admission admission_;
+  KvBudget kv_budget_;
   GatewayMetrics metrics_;
   // Slots: prefill picker index i; kDecodeSlotBase + decode picker index i.
   BlockIndex index_;

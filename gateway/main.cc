@@ -52,6 +52,10 @@ int main(int argc, char** argv) {
        .help = "a decode worker that sends nothing this long while a stream waits on it (the "
                "KV fetch and first step, or any later step) is treated as failed and the "
                "stream moves on; 0 = off"},
+      {.name = "kv-overcommit", .default_value = "1.0",
+       .help = "requests in flight may be charged (prompt + max_tokens each) this many times "
+               "the KV the decode workers report; past it a request is refused before any "
+               "work (RESOURCE_EXHAUSTED); 0 = off"},
       {.name = "max-migrations", .default_value = "3",
        .help = "times a stream may move to another worker after one failed under it "
                "(0 = a worker failure ends the stream)"},
@@ -124,6 +128,11 @@ int main(int argc, char** argv) {
       tandem::rpc::AdmissionLimitsFromArgs(*args);
   absl::StatusOr<double> overlap_weight = args->Double("router-overlap-weight");
   absl::StatusOr<double> load_weight = args->Double("router-load-weight");
+  absl::StatusOr<double> overcommit = args->Double("kv-overcommit");
+  if (overcommit.ok() && (*overcommit < 0 || *overcommit > 1000)) {
+    overcommit = absl::InvalidArgumentError(
+        absl::StrCat("--kv-overcommit: ", *overcommit, " is outside [0, 1000]"));
+  }
   absl::StatusOr<int32_t> pull_min_blocks = args->IntInRange("router-pull-min-blocks", 0, 1 << 20);
   absl::StatusOr<int32_t> prediction_ms =
       args->IntInRange("router-prediction-ms", 0, 24 * 3600 * 1000);
@@ -141,7 +150,7 @@ int main(int argc, char** argv) {
         index_entries.status(), log_level.status(), prediction_ms.status(), router,
         resolve_ms.status(), targets, pull_min_blocks.status(), max_migrations.status(),
         drain_s.status(), decode_streams.status(), unavailable_ms.status(),
-        progress_ms.status(), heartbeat_ms.status()}) {
+        progress_ms.status(), heartbeat_ms.status(), overcommit.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-gateway: " << s.message() << "\n";
       return 2;
@@ -155,6 +164,7 @@ int main(int argc, char** argv) {
   options.limits.max_stop_strings = static_cast<int32_t>(*max_stops);
   options.request_timeout = absl::Milliseconds(*timeout_ms);
   options.admission = *admission;
+  options.kv_overcommit = *overcommit;
   options.channels = *channels;
   options.kv_routing = args->String("router") == "kv";
   options.router = {.overlap_weight = *overlap_weight,

@@ -115,6 +115,7 @@ tandem::v1::BlockEventBatch BlockEventPublisher::SnapshotLocked() const {
   b.set_snapshot(true);
   b.set_model_fingerprint(options_.model_fingerprint);
   b.set_block_size(options_.block_size);
+  b.set_kv_capacity_blocks(options_.kv_capacity_blocks);
   b.set_produced_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
   b.mutable_stored()->Reserve(static_cast<int>(held_.size()));
   for (const engine::BlockHash& h : held_) rpc::BlockHashToProto(h, b.add_stored());
@@ -129,6 +130,7 @@ void BlockEventPublisher::Publish(std::span<const engine::BlockEvent> events) {
   batch.set_sequence(++sequence_);
   batch.set_model_fingerprint(options_.model_fingerprint);
   batch.set_block_size(options_.block_size);
+  batch.set_kv_capacity_blocks(options_.kv_capacity_blocks);
   batch.set_produced_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
   for (const engine::BlockEvent& e : events) {
     if (e.kind == engine::BlockEvent::Kind::kStored) {

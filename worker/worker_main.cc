@@ -47,7 +47,8 @@ absl::StatusOr<Worker> StartWorker(
                                           setup.engine));
   w.block_events = std::make_unique<BlockEventPublisher>(
       BlockEventPublisherOptions{.model_fingerprint = w.model->fingerprint(),
-                                 .block_size = eng->kv_block_size()},
+                                 .block_size = eng->kv_block_size(),
+                                 .kv_capacity_blocks = eng->stats().blocks_total},
       w.metrics->registry());
   EngineLoop::StepObserver metrics = observer(w.metrics->registry());
   BlockEventPublisher* publisher = w.block_events.get();
