@@ -181,9 +181,13 @@ void GenerateCall::StartPrefill() {
           env_.prefill->Acquire(tried_, static_cast<int64_t>(request_.prompt_ids.size()));
     }
     WorkerPicker::Pick pick = std::move(route.pick);
-    // Another worker holds more of the prefix: the chosen one pulls it.
-    prefill_request_.set_prefix_holder(route.pull_from);
-    prefill_request_.set_prefix_blocks(route.pull_blocks);
+    // Another worker holds more of the prefix: the chosen one pulls it. A
+    // resumed stream (tokens generated before a migration) computes what its
+    // worker lacks instead: the engine imports a pulled prefix only under a
+    // fresh prompt.
+    const bool resumed = prefill_request_.generated_token_ids_size() > 0;
+    prefill_request_.set_prefix_holder(resumed ? "" : route.pull_from);
+    prefill_request_.set_prefix_blocks(resumed ? 0 : route.pull_blocks);
     if (!pick.valid()) {
       next = End(tried_.empty()
                      ? absl::UnavailableError("prefill: no prefill worker is available")

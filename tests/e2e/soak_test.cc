@@ -2,8 +2,9 @@
 // a seeded killer kill -9s a random worker and restarts it on the same
 // address, over and over. No client may see an error: every stream
 // completes with all its tokens. Prints the requests, the kills, the
-// migrations and every process's RSS at start and end. Runs for
-// $TANDEM_SOAK_SECONDS (default 60; the soak benchmark runs it for 600).
+// migrations, the errors by code and every process's RSS at start and end.
+// Runs for $TANDEM_SOAK_SECONDS (default 60; bench/soak.sh runs it for 600)
+// with $TANDEM_SOAK_CLIENTS concurrent sessions (default 64).
 #include <signal.h>
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/synchronization/mutex.h"
 #include "tests/e2e/stack.h"
@@ -45,9 +47,15 @@ std::string RssLine(Stack& s) {
          std::to_string(RssKb(s.decode_process(1).pid()) / 1024) + " MB";
 }
 
+std::string StatusCodeName(grpc::StatusCode code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
 TEST(SoakTest, WorkersKilledAndRestartedAtRandomNeverReachAClient) {
   int seconds = 60;
   if (const char* env = std::getenv("TANDEM_SOAK_SECONDS")) (void)absl::SimpleAtoi(env, &seconds);
+  int clients_n = 64;
+  if (const char* env = std::getenv("TANDEM_SOAK_CLIENTS")) (void)absl::SimpleAtoi(env, &clients_n);
   StackOptions o;
   o.model = ModelPath();
   o.prefill_workers = 2;
@@ -64,10 +72,9 @@ TEST(SoakTest, WorkersKilledAndRestartedAtRandomNeverReachAClient) {
   std::atomic<int64_t> ok{0}, tokens{0}, migrations{0};
   absl::Mutex mu;
   std::map<std::string, int> errors;  // guarded by mu
-  constexpr int kClients = 8;
   constexpr int32_t kTokens = 48;
   std::vector<std::thread> clients;
-  for (int c = 0; c < kClients; ++c) {
+  for (int c = 0; c < clients_n; ++c) {
     clients.emplace_back([&, c] {
       for (int i = 0; absl::Now() < end; ++i) {
         // Conversations of a few prompts share prefixes (the cache and the
@@ -80,8 +87,9 @@ TEST(SoakTest, WorkersKilledAndRestartedAtRandomNeverReachAClient) {
           migrations += r.usage.migrations();
         } else {
           absl::MutexLock lock(&mu);
-          ++errors[r.status.ok() ? "SHORT" : std::to_string(r.status.error_code()) + " " +
-                                                 r.status.error_message()];
+          ++errors[r.status.ok() ? "OK but short"
+                                 : StatusCodeName(r.status.error_code()) + ": " +
+                                       r.status.error_message()];
         }
       }
     });
@@ -99,7 +107,7 @@ TEST(SoakTest, WorkersKilledAndRestartedAtRandomNeverReachAClient) {
   for (std::thread& t : clients) t.join();
   const std::string end_rss = RssLine(*stack);
 
-  std::cout << "soak: " << seconds << " s, " << kClients << " clients, " << ok << " streams ("
+  std::cout << "soak: " << seconds << " s, " << clients_n << " clients, " << ok << " streams ("
             << tokens << " tokens), " << kills << " workers killed and restarted, "
             << migrations << " migrations\n"
             << "soak: RSS at start: " << start_rss << "\nsoak: RSS at end:   " << end_rss
