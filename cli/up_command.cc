@@ -52,7 +52,8 @@ struct UpConfig {
   int max_context = 0;
   int kv_budget_mb = 512;
   absl::Duration ready_timeout;
-  absl::Duration stop_grace;
+  absl::Duration drain_timeout;  // passed to every process
+  absl::Duration stop_grace;     // after the drain, before SIGKILL
 };
 
 std::vector<common::FlagSpec> UpFlagSpecs() {
@@ -74,8 +75,11 @@ std::vector<common::FlagSpec> UpFlagSpecs() {
       {.name = "kv-budget-mb", .default_value = "512", .help = "KV cache memory per worker, MiB"},
       {.name = "ready-timeout-s", .default_value = "300",
        .help = "seconds each process may take to print READY"},
+      {.name = "drain-timeout-s", .default_value = "30",
+       .help = "on Ctrl-C/SIGTERM each process refuses new calls and gives those in flight "
+               "this long to finish (its --drain-timeout-s)"},
       {.name = "stop-grace-s", .default_value = "10",
-       .help = "seconds each process may take to exit after SIGTERM before SIGKILL"},
+       .help = "seconds each process may take to exit after its drain before SIGKILL"},
   };
 }
 
@@ -95,6 +99,8 @@ absl::StatusOr<UpConfig> ConfigFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(c.kv_budget_mb, args.IntInRange("kv-budget-mb", 1, 1 << 20));
   ASSIGN_OR_RETURN(int ready_s, args.IntInRange("ready-timeout-s", 1, 86400));
   ASSIGN_OR_RETURN(int grace_s, args.IntInRange("stop-grace-s", 0, 3600));
+  ASSIGN_OR_RETURN(int drain_s, args.IntInRange("drain-timeout-s", 0, 24 * 3600));
+  c.drain_timeout = absl::Seconds(drain_s);
   c.ready_timeout = absl::Seconds(ready_s);
   c.stop_grace = absl::Seconds(grace_s);
   return c;
@@ -225,7 +231,8 @@ class Up {
                            {"--listen", HostPort(config_.host, config_.port), "--metrics-listen",
                             HostPort(config_.host, base), "--model", model, "--prefill",
                             prefill->ready.grpc_address, "--decode", decode->ready.grpc_address,
-                            "--max-context", absl::StrCat(config_.max_context)}));
+                            "--max-context", absl::StrCat(config_.max_context),
+                            "--drain-timeout-s", DrainSeconds()}));
     return AwaitReady(*gateway);
   }
 
@@ -235,14 +242,20 @@ class Up {
             "--model",        model,
             "--threads",      absl::StrCat(threads),
             "--max-context",  absl::StrCat(config_.max_context),
-            "--kv-budget-mb", absl::StrCat(config_.kv_budget_mb)};
+            "--kv-budget-mb", absl::StrCat(config_.kv_budget_mb),
+            "--drain-timeout-s", DrainSeconds()};
+  }
+
+  std::string DrainSeconds() const {
+    return absl::StrCat(absl::ToInt64Seconds(config_.drain_timeout));
   }
 
   absl::StatusOr<Child*> Start(const std::string& name, const std::vector<std::string>& flags) {
     std::vector<std::string> argv = {process::SiblingBinary(name)};
     argv.insert(argv.end(), flags.begin(), flags.end());
     process::SubprocessOptions options;
-    options.terminate_grace = config_.stop_grace;
+    // A child drains its streams before it exits.
+    options.terminate_grace = config_.drain_timeout + config_.stop_grace;
     // Our stdout carries only our own READY line; anything else a child
     // prints goes to stderr, tagged with its name.
     options.on_stdout_line = [this, name](const std::string& line) {

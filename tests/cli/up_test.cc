@@ -105,7 +105,8 @@ class UpTest : public ::testing::Test {
 
 TEST_F(UpTest, PrintsGatewayReadyLineAndStopsCleanlyOnSigterm) {
   auto up = StartUp({"--model", "/models/m.gguf", "--port", "0", "--prefill-threads", "3",
-                     "--decode-threads", "2", "--max-context", "1024", "--kv-budget-mb", "64"});
+                     "--decode-threads", "2", "--max-context", "1024", "--kv-budget-mb", "64",
+                     "--drain-timeout-s", "7"});
   ASSERT_NE(up, nullptr);
   absl::StatusOr<tandem::common::ReadyInfo> ready = up->WaitReady(absl::Seconds(60));
   ASSERT_TRUE(ready.ok()) << ready.status() << "\n" << Stderr();
@@ -114,13 +115,14 @@ TEST_F(UpTest, PrintsGatewayReadyLineAndStopsCleanlyOnSigterm) {
 
   EXPECT_EQ(Args("prefill"),
             "--listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --model /models/m.gguf "
-            "--threads 3 --max-context 1024 --kv-budget-mb 64\n");
+            "--threads 3 --max-context 1024 --kv-budget-mb 64 --drain-timeout-s 7\n");
   EXPECT_EQ(Args("decode"),
             "--listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --model /models/m.gguf "
-            "--threads 2 --max-context 1024 --kv-budget-mb 64\n");
+            "--threads 2 --max-context 1024 --kv-budget-mb 64 --drain-timeout-s 7\n");
   EXPECT_EQ(Args("gateway"),
             "--listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --model /models/m.gguf "
-            "--prefill 127.0.0.1:1001 --decode 127.0.0.1:1002 --max-context 1024\n");
+            "--prefill 127.0.0.1:1001 --decode 127.0.0.1:1002 --max-context 1024 "
+            "--drain-timeout-s 7\n");
 
   up->Signal(SIGTERM);
   absl::StatusOr<int> code = up->WaitFor(absl::Seconds(60));
