@@ -9,7 +9,8 @@
 namespace tandem::prefill {
 
 // One pull: the ExportPrefix call, then the fetch. Keeps itself alive
-// through the callbacks it hands out.
+// through the callbacks it hands out; the fetch it holds holds it back until
+// Finish lets go of the fetch.
 class PrefixPuller::Call final : public PrefixPuller::Pull,
                                  public std::enable_shared_from_this<Call> {
  public:
@@ -57,24 +58,33 @@ class PrefixPuller::Call final : public PrefixPuller::Pull,
       return;
     }
     std::shared_ptr<Call> self = shared_from_this();
-    absl::MutexLock lock(&mu_);
-    if (cancelled_) {
-      const absl::Status cancelled = absl::CancelledError("prefix pull cancelled");
-      puller_->releases_.Release(holder_, response_.lease_id(), cancelled);
-      Finish(cancelled);
-      return;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!cancelled_) {
+        fetch_ = puller_->fetcher_.Start(
+            {.address = holder_,
+             .lease_id = response_.lease_id(),
+             .num_blocks = blocks,
+             .first_block = 0,
+             .token_ids = std::vector<int32_t>(prefix_.begin(), prefix_.begin() + tokens),
+             .deadline = deadline_},
+            [self](kvtransfer::FetchResult r) { self->Finish(std::move(r.kv)); });
+        return;
+      }
     }
-    fetch_ = puller_->fetcher_.Start(
-        {.address = holder_,
-         .lease_id = response_.lease_id(),
-         .num_blocks = blocks,
-         .first_block = 0,
-         .token_ids = std::vector<int32_t>(prefix_.begin(), prefix_.begin() + tokens),
-         .deadline = deadline_},
-        [self](kvtransfer::FetchResult r) { self->Finish(std::move(r.kv)); });
+    const absl::Status cancelled = absl::CancelledError("prefix pull cancelled");
+    puller_->releases_.Release(holder_, response_.lease_id(), cancelled);
+    Finish(cancelled);
   }
 
   void Finish(absl::StatusOr<std::shared_ptr<const engine::KvSnapshot>> kv) {
+    std::shared_ptr<kvtransfer::KvFetcher::Fetch> fetch;
+    {
+      // The fetch's callback holds this call: letting go of the fetch ends
+      // the cycle (the fetch goes once its callback has returned).
+      absl::MutexLock lock(&mu_);
+      fetch = std::move(fetch_);
+    }
     puller_->Count(kv.status(), absl::Now() - start_);
     done_(std::move(kv));
   }

@@ -5,7 +5,8 @@
 # the repository is not written). Fails on any crash, leak or sanitizer
 # report. The tokenizer and request targets run with stories260K from
 # ../shared (when present) and with a synthetic model, which the main build
-# (build/bin/tandem) writes.
+# (build/bin/tandem) writes; the tokenizer target also with two byte-level
+# BPE vocabularies it writes itself.
 # Usage: scripts/fuzz.sh [RUNS]   (CI: 2000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +29,7 @@ run() {  # run TARGET [MODEL]
   mkdir -p "$corpus"
   cp tests/fuzz/corpus/"$1"/* "$corpus"/ 2>/dev/null || true
   [ "$1" = gguf ] && for m in "${models[@]}"; do cp "$m" "$corpus"/; done
-  echo "fuzz: $1${2:+ (model $(basename "$2"))}, $runs runs"
+  echo "fuzz: $1${2:+ (model ${2##*/})}, $runs runs"
   if ! TANDEM_FUZZ_MODEL=${2:-} build-fuzz/bin/"$1"_fuzz -runs="$runs" -max_len=65536 -seed=1 \
       -print_final_stats=1 -artifact_prefix="$work/" "$corpus" >"$log" 2>&1; then
     tail -n 60 "$log"
@@ -42,4 +43,9 @@ run gguf
 for m in "${models[@]}"; do
   run tokenizer "$m"
   run request "$m"
+done
+# Byte-level BPE vocabularies (GPT-2 and Llama 3 pre-tokenizers), written by
+# the target itself.
+for pre in gpt-2 llama3; do
+  run tokenizer "bpe:$pre"
 done
