@@ -357,6 +357,8 @@ void GenerateCall::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
       generated_ids_.push_back(t.id());
       if (emitter_->Push(t, &out)) break;
     }
+    // The worker ends its call after this message by itself.
+    decode_finishing_ = message.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED;
     if (!emitter_->finished() &&
         message.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
       emitter_->Finish(message.finish_reason(), &out);
@@ -449,6 +451,7 @@ void GenerateCall::OnDecodeDone(const grpc::Status& result) {
                              rpc::FromGrpcStatus(status, "decode"));
       lease_held_ = false;
       decode_started_ = false;
+      decode_finishing_ = false;
       tried_.clear();
       last_prefill_error_ = rpc::FromGrpcStatus(status, "decode");
       prefill_request_.mutable_generated_token_ids()->Assign(generated_ids_.begin(),
@@ -561,7 +564,9 @@ GenerateCall::Next GenerateCall::End(absl::Status status) {
   }
   lease_held_ = false;
   keep_lease_.Reset();
-  if (relay_ != nullptr) relay_->Cancel();
+  // A decode call still producing is stopped (a stop string matched, the
+  // client went away); one that sent its finish ends by itself.
+  if (relay_ != nullptr && !decode_finishing_) relay_->Cancel();
   if (status.ok()) env_.metrics->e2e_latency.Observe(absl::ToDoubleSeconds(absl::Now() - start_));
   env_.metrics->requests
       .Add({{"method", "Generate"}, {"code", absl::StatusCodeToString(status.code())}})

@@ -179,6 +179,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   absl::Status last_prefill_error_ ABSL_GUARDED_BY(mu_);
   bool decode_started_ ABSL_GUARDED_BY(mu_) = false;
   bool got_decode_message_ ABSL_GUARDED_BY(mu_) = false;
+  bool decode_finishing_ ABSL_GUARDED_BY(mu_) = false;  // its finish reason came
   // Every token id the workers produced that the emitter took (the first
   // from prefill, then decode's): what a migrated stream resumes after.
   std::vector<int32_t> generated_ids_ ABSL_GUARDED_BY(mu_);

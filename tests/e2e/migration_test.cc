@@ -185,42 +185,26 @@ TEST(DrainTest, ASigtermedGatewayFinishesItsStreamsAndExitsZero) {
   EXPECT_TRUE(stack->Stop());
 }
 
-// A decode worker that stops answering (SIGSTOP) is found out by the
-// gateway's keepalive pings and the stream moves on.
-TEST(MigrationTest, AStoppedDecodeWorkerIsLeftWithinTheKeepalive) {
+// A decode worker that stops answering (SIGSTOP) mid-stream is found out,
+// and the stream moves on: by the gateway's keepalive pings, or, with
+// keepalive off, by the per-step progress deadline alone (the worker holds
+// its stream open but sends nothing).
+struct StoppedWorkerCase {
+  const char* name;
+  std::vector<std::string> gateway_flags;
+  double progress_timeouts;  // tandem_progress_timeouts_total after the stream
+};
+
+class StoppedDecodeWorkerTest : public ::testing::TestWithParam<StoppedWorkerCase> {};
+
+TEST_P(StoppedDecodeWorkerTest, TheStreamMovesOn) {
   StackOptions o;
   o.model = ModelPath();
   o.decode_workers = 2;
-  o.gateway_flags = {"--keepalive-ms", "300", "--keepalive-timeout-ms", "300"};
+  o.gateway_flags = GetParam().gateway_flags;
   auto stack = Stack::Start(o);
   ASSERT_NE(stack, nullptr);
   const std::vector<int32_t> ids = Prompt(40, 8, 14);
-  constexpr int32_t kTokens = 1500;
-  int stopped = -1;
-  const absl::Time start = absl::Now();
-  const Completion c = ReadWithFault(stack->gateway(), Request(ids, kTokens), 3, [&] {
-    stopped = BusyDecodeWorker(*stack, 2);
-    ASSERT_GE(stopped, 0);
-    stack->decode_process(stopped).Signal(SIGSTOP);
-  });
-  ExpectMatches(c, Reference(ids, kTokens));
-  EXPECT_EQ(c.usage.migrations(), 1);
-  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
-  stack->decode_process(stopped).Signal(SIGKILL);
-  stack->Stop();
-}
-
-// With keepalive off, the per-step progress deadline alone finds a decode
-// worker that holds its stream open but sends nothing (SIGSTOP), and the
-// stream moves on.
-TEST(MigrationTest, ASilentDecodeWorkerIsLeftAtTheProgressDeadline) {
-  StackOptions o;
-  o.model = ModelPath();
-  o.decode_workers = 2;
-  o.gateway_flags = {"--keepalive-ms", "0", "--progress-timeout-ms", "500"};
-  auto stack = Stack::Start(o);
-  ASSERT_NE(stack, nullptr);
-  const std::vector<int32_t> ids = Prompt(40, 8, 15);
   constexpr int32_t kTokens = 1500;
   int stopped = -1;
   const Completion c = ReadWithFault(stack->gateway(), Request(ids, kTokens), 3, [&] {
@@ -231,10 +215,21 @@ TEST(MigrationTest, ASilentDecodeWorkerIsLeftAtTheProgressDeadline) {
   ExpectMatches(c, Reference(ids, kTokens));
   EXPECT_EQ(c.usage.migrations(), 1);
   EXPECT_EQ(MetricValue(stack->gateway_info().metrics_address, "tandem_progress_timeouts_total"),
-            1);
+            GetParam().progress_timeouts);
   stack->decode_process(stopped).Signal(SIGKILL);
   stack->Stop();
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    KeepaliveOrProgressDeadline, StoppedDecodeWorkerTest,
+    ::testing::Values(
+        StoppedWorkerCase{"Keepalive",
+                          {"--keepalive-ms", "300", "--keepalive-timeout-ms", "300"},
+                          0},
+        StoppedWorkerCase{"ProgressDeadline",
+                          {"--keepalive-ms", "0", "--progress-timeout-ms", "500"},
+                          1}),
+    [](const ::testing::TestParamInfo<StoppedWorkerCase>& info) { return info.param.name; });
 
 // A prefill worker that dies after its prefill answered but before the
 // decode worker fetched the KV (the hand-off): the decode worker is held

@@ -269,6 +269,11 @@ TEST_F(ServingTest, EveryProcessServesMetricsAndHealth) {
   req.set_prompt("Once upon a time");
   req.set_max_tokens(8);
   ASSERT_TRUE(Generate(stack_->gateway(), req).status.ok());
+  // The client's stream can end before the decode worker's call does.
+  EXPECT_EQ(AwaitMetric(stack_->decode_info().metrics_address,
+                        "tandem_requests_total{code=\"OK\",method=\"Decode\"}",
+                        [](double v) { return v >= 1; }, absl::Seconds(30)),
+            1);
   struct Expect {
     const common::ReadyInfo& info;
     std::vector<std::string> names;
