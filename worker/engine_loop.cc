@@ -1,5 +1,6 @@
 #include "worker/engine_loop.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace tandem::worker {
@@ -33,6 +34,7 @@ absl::Time SequenceStream::first_step_started() const {
 void SequenceStream::Push(engine::TokenEvent event, absl::Time step_started) {
   {
     absl::MutexLock lock(&mu_);
+    if (done_) return;  // failed from outside (EngineLoop::FailAll)
     if (first_step_started_ == absl::InfinitePast()) first_step_started_ = step_started;
     if (event.finish == engine::FinishReason::kCancelled) {
       done_ = true;
@@ -87,6 +89,7 @@ EngineLoop::~EngineLoop() {
 std::shared_ptr<SequenceStream> EngineLoop::Submit(engine::GenerationRequest request,
                                                    SequenceStream::Listener listener) {
   auto stream = std::make_shared<SequenceStream>(std::move(listener));
+  Track(stream);
   Post({.kind = Op::Kind::kAdd, .stream = stream, .request = std::move(request),
         .first = {}, .kv = nullptr, .export_done = nullptr});
   return stream;
@@ -96,6 +99,7 @@ std::shared_ptr<SequenceStream> EngineLoop::SubmitWithKv(
     engine::GenerationRequest request, engine::SampledToken first,
     std::shared_ptr<const engine::KvSnapshot> kv, SequenceStream::Listener listener) {
   auto stream = std::make_shared<SequenceStream>(std::move(listener));
+  Track(stream);
   Post({.kind = Op::Kind::kAddWithKv, .stream = stream, .request = std::move(request),
         .first = std::move(first), .kv = std::move(kv), .export_done = nullptr});
   return stream;
@@ -104,6 +108,33 @@ std::shared_ptr<SequenceStream> EngineLoop::SubmitWithKv(
 void EngineLoop::Cancel(const std::shared_ptr<SequenceStream>& stream) {
   Post({.kind = Op::Kind::kCancel, .stream = stream, .request = {}, .first = {}, .kv = nullptr,
         .export_done = nullptr});
+}
+
+void EngineLoop::Track(const std::shared_ptr<SequenceStream>& stream) {
+  absl::MutexLock lock(&mu_);
+  if (open_.size() >= prune_at_) {
+    open_.erase(std::remove_if(open_.begin(), open_.end(),
+                               [](const std::weak_ptr<SequenceStream>& s) { return s.expired(); }),
+                open_.end());
+    prune_at_ = std::max<size_t>(64, 2 * open_.size());
+  }
+  open_.push_back(stream);
+}
+
+void EngineLoop::FailAll(const absl::Status& status) {
+  std::vector<std::shared_ptr<SequenceStream>> open;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::weak_ptr<SequenceStream>& weak : open_) {
+      if (std::shared_ptr<SequenceStream> s = weak.lock()) open.push_back(std::move(s));
+    }
+    open_.clear();
+  }
+  // Outside the lock: listeners may call back into the loop.
+  for (const std::shared_ptr<SequenceStream>& s : open) {
+    s->Fail(status);
+    Cancel(s);
+  }
 }
 
 void EngineLoop::ExportPrefix(std::vector<int32_t> tokens, ExportDone done) {

@@ -96,6 +96,11 @@ class EngineLoop {
                                                SequenceStream::Listener listener = nullptr);
   // Drops the sequence and frees its blocks; its stream ends with Cancelled.
   void Cancel(const std::shared_ptr<SequenceStream>& stream);
+  // Ends every open stream with `status` now, from any thread, even while
+  // the engine thread is stuck in a step (the stall watchdog's way of
+  // treating a stuck worker as a dead one: callers retry elsewhere), and
+  // cancels their sequences once the engine thread moves again.
+  void FailAll(const absl::Status& status);
   // Copies the leading full blocks of `tokens` that the engine's prefix
   // cache holds (StepEngine::ExportCachedPrefix) between two steps, without
   // queueing behind waiting sequences; `done` runs on the engine thread
@@ -125,6 +130,8 @@ class EngineLoop {
   };
 
   void Post(Op op);
+  // Remembers a submitted stream for FailAll.
+  void Track(const std::shared_ptr<SequenceStream>& stream);
   void Run();
   void Apply(Op& op);
   void StepOnce();
@@ -134,6 +141,10 @@ class EngineLoop {
   // Engine thread only: live sequences by engine id.
   absl::flat_hash_map<int64_t, std::shared_ptr<SequenceStream>> streams_;
 
+  // Every stream submitted and maybe not ended yet (FailAll's reach);
+  // expired ones are pruned as it grows.
+  std::vector<std::weak_ptr<SequenceStream>> open_ ABSL_GUARDED_BY(mu_);
+  size_t prune_at_ ABSL_GUARDED_BY(mu_) = 64;
   // When the current round began (absl::ToUnixNanos); 0 while idle.
   std::atomic<int64_t> busy_since_ns_{0};
   mutable absl::Mutex mu_;

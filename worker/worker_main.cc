@@ -69,7 +69,7 @@ namespace {
 // then stays NOT_SERVING).
 class ServingState {
  public:
-  explicit ServingState(BlockEventPublisher& events) : events_(events) {}
+  ServingState(BlockEventPublisher& events, EngineLoop& loop) : events_(events), loop_(loop) {}
   void Started(grpc::HealthCheckServiceInterface* health) {
     absl::MutexLock lock(&mu_);
     health_ = health;
@@ -81,6 +81,9 @@ class ServingState {
     if (draining_) return;
     if (stalled) {
       events_.Suspend("the worker's engine is stalled");
+      // Its calls in flight end UNAVAILABLE, so gateways retry or migrate
+      // them elsewhere instead of waiting on a stuck step.
+      loop_.FailAll(absl::UnavailableError("the worker's engine is stalled"));
     } else {
       events_.Resume();
     }
@@ -95,6 +98,7 @@ class ServingState {
 
  private:
   BlockEventPublisher& events_;
+  EngineLoop& loop_;
   absl::Mutex mu_;
   grpc::HealthCheckServiceInterface* health_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool stalled_ ABSL_GUARDED_BY(mu_) = false;
@@ -106,7 +110,7 @@ class ServingState {
 int ServeWorker(const std::string& name, const common::Args& args,
                 std::vector<grpc::Service*> services, Worker& worker) {
   services.push_back(worker.block_events.get());
-  ServingState state(*worker.block_events);
+  ServingState state(*worker.block_events, *worker.loop);
   std::unique_ptr<StallWatchdog> watchdog;
   if (worker.stall_timeout > absl::ZeroDuration()) {
     EngineLoop* loop = worker.loop.get();

@@ -210,6 +210,29 @@ TEST_F(EngineLoopTest, TheWatchdogReportsAStuckStepAndItsEnd) {
   EXPECT_EQ(changes, (std::vector<bool>{true, false}));
 }
 
+// FailAll ends every open stream at once while the engine thread is stuck
+// in a step; once the step ends, the sequences are cancelled and their
+// blocks freed, and nothing more reaches the failed streams.
+TEST_F(EngineLoopTest, FailAllEndsStreamsWhileAStepIsStuck) {
+  gate_->Hold();
+  auto running = loop_->Submit(Request(100000));
+  gate_->WaitInStep();
+  auto queued = loop_->Submit(Request(3));
+  loop_->FailAll(absl::UnavailableError("the worker's engine is stalled"));
+  for (const auto& stream : {running, queued}) {
+    const Outcome o = Drain(*stream);
+    EXPECT_TRUE(o.done);
+    EXPECT_EQ(o.status.code(), absl::StatusCode::kUnavailable);
+  }
+  gate_->Release();
+  // The cancels apply after the stuck step, before a later request runs.
+  auto after = loop_->Submit(Request(2));
+  EXPECT_TRUE(Drain(*after).status.ok());
+  EXPECT_EQ(loop_->stats().running, 0);
+  EXPECT_EQ(loop_->stats().blocks_used, 0);
+  EXPECT_TRUE(running->Take().events.empty());
+}
+
 TEST_F(EngineLoopTest, AnInvalidRequestEndsWithItsValidationError) {
   engine::GenerationRequest r = Request(0);  // max_tokens must be >= 1
   auto stream = loop_->Submit(std::move(r));
