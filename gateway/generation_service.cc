@@ -113,7 +113,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
   } else if (draining_.load()) {
     validated = absl::UnavailableError("the gateway is draining (shutting down); retry on another");
   } else {
-    validated = ValidateGenerateRequest(request, *tokenizer_, options_.model_name, options_.limits);
+    validated = ValidateGenerateRequest(request, *tokenizer_, options_.model_name, options_.limits,
+                                        &options_.chat_template);
   }
   return GenerateCall::Start({.tokenizer = tokenizer_.get(),
                               .prefill = &prefill_,

@@ -33,6 +33,8 @@ struct GatewayOptions {
   std::string model_name;
   std::string architecture;
   GatewayLimits limits;
+  // Renders GenerateRequest.messages (the model's, or --chat-template).
+  engine::ChatTemplate chat_template = engine::ChatTemplate::Detect("");
   // Targets: "host:port" or "dns:///host:port" (every address the name has,
   // looked up again every `resolve_interval`).
   std::vector<std::string> prefill_workers;

@@ -64,6 +64,11 @@ int main(int argc, char** argv) {
       {.name = "max-context", .default_value = "0",
        .help = "longest prompt + completion accepted, in tokens (match the workers'); "
                "0 = the model's trained context length"},
+      {.name = "chat-template", .default_value = "",
+       .help = "how GenerateRequest.messages are rendered: empty = the family of the model's "
+               "tokenizer.chat_template (plain User:/Assistant: when it has none), or one of "
+               "plain, chatml, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1, "
+               "mistral-v3, mistral-v3-tekken, mistral-v7, llama3, gemma, phi3, zephyr"},
       {.name = "max-stop-strings", .default_value = "16", .help = "stop strings per request"},
       {.name = "request-timeout-ms", .default_value = "600000",
        .help = "deadline for Generate calls that set none"},
@@ -200,6 +205,22 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.limits.max_context = static_cast<int32_t>(*trained);
+  }
+  if (args->String("chat-template").empty()) {
+    absl::StatusOr<std::string_view> jinja = (*file)->GetString("tokenizer.chat_template");
+    options.chat_template = tandem::engine::ChatTemplate::Detect(jinja.ok() ? *jinja : "");
+    if (!options.chat_template.recognised()) {
+      std::cerr << "tandem-gateway: the model's chat template is of no known family; messages "
+                   "are rendered plainly (pass --chat-template)\n";
+    }
+  } else {
+    absl::StatusOr<tandem::engine::ChatTemplate> chat =
+        tandem::engine::ChatTemplate::FromName(args->String("chat-template"));
+    if (!chat.ok()) {
+      std::cerr << "tandem-gateway: --chat-template: " << chat.status().message() << "\n";
+      return 2;
+    }
+    options.chat_template = *chat;
   }
   file->reset();
 

@@ -96,9 +96,36 @@ struct ParsedPrompt {
   const char* field;
 };
 
+// The conversation in request.messages, rendered and tokenized.
+absl::StatusOr<ParsedPrompt> ParseMessages(const tandem::v1::GenerateRequest& request,
+                                           const engine::Tokenizer& tokenizer,
+                                           const GatewayLimits& limits,
+                                           const engine::ChatTemplate& chat) {
+  if (!request.prompt().empty() || !request.prompt_token_ids().empty()) {
+    return FieldError("messages", "set together with prompt or prompt_token_ids; send one");
+  }
+  std::vector<engine::ChatMessage> messages;
+  size_t bytes = 0;
+  for (const tandem::v1::ChatMessage& m : request.messages()) {
+    bytes += m.role().size() + m.content().size();
+    if (bytes > static_cast<size_t>(limits.max_prompt_bytes)) {
+      return FieldError("messages", absl::StrCat("more than the limit of ",
+                                                 limits.max_prompt_bytes, " bytes"));
+    }
+    messages.push_back({.role = m.role(), .content = m.content()});
+  }
+  ASSIGN_OR_RETURN(std::string text, chat.Render(messages, /*add_generation_prompt=*/true));
+  std::vector<int32_t> ids =
+      tokenizer.Encode(text, {.add_special = true, .parse_special = true});
+  if (ids.empty()) return FieldError("messages", "render to no tokens");
+  return ParsedPrompt{.ids = std::move(ids), .field = "messages"};
+}
+
 absl::StatusOr<ParsedPrompt> ParsePrompt(const tandem::v1::GenerateRequest& request,
                                          const engine::Tokenizer& tokenizer,
-                                         const GatewayLimits& limits) {
+                                         const GatewayLimits& limits,
+                                         const engine::ChatTemplate& chat) {
+  if (!request.messages().empty()) return ParseMessages(request, tokenizer, limits, chat);
   if (!request.prompt_token_ids().empty()) {
     const auto& ids = request.prompt_token_ids();
     for (int i = 0; i < ids.size(); ++i) {
@@ -110,7 +137,7 @@ absl::StatusOr<ParsedPrompt> ParsePrompt(const tandem::v1::GenerateRequest& requ
     return ParsedPrompt{.ids = {ids.begin(), ids.end()}, .field = "prompt_token_ids"};
   }
   const std::string& prompt = request.prompt();
-  if (prompt.empty()) return FieldError("prompt", "empty prompt and no prompt_token_ids");
+  if (prompt.empty()) return FieldError("prompt", "empty prompt and no prompt_token_ids or messages");
   if (prompt.size() > static_cast<size_t>(limits.max_prompt_bytes)) {
     return FieldError("prompt", absl::StrCat(prompt.size(), " bytes is more than the limit of ",
                                              limits.max_prompt_bytes));
@@ -125,7 +152,8 @@ absl::StatusOr<ParsedPrompt> ParsePrompt(const tandem::v1::GenerateRequest& requ
 
 absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(
     const tandem::v1::GenerateRequest& request, const engine::Tokenizer& tokenizer,
-    const std::string& model_name, const GatewayLimits& limits) {
+    const std::string& model_name, const GatewayLimits& limits,
+    const engine::ChatTemplate* chat) {
   // Cheap checks first; tokenizing the prompt comes last.
   RETURN_IF_ERROR(ValidateModel(request.model(), model_name));
   if (request.max_tokens() < 1) {
@@ -138,7 +166,9 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(
   ASSIGN_OR_RETURN(out.stop, ParseStop(request.stop(), limits));
   out.ignore_eos = request.ignore_eos();
 
-  ASSIGN_OR_RETURN(ParsedPrompt prompt, ParsePrompt(request, tokenizer, limits));
+  static const engine::ChatTemplate kPlain = engine::ChatTemplate::Detect("");
+  ASSIGN_OR_RETURN(ParsedPrompt prompt,
+                   ParsePrompt(request, tokenizer, limits, chat != nullptr ? *chat : kPlain));
   const int64_t prompt_tokens = static_cast<int64_t>(prompt.ids.size());
   if (prompt_tokens >= limits.max_context) {
     return FieldError(prompt.field,

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/sampling_params.h"
+#include "engine/chat_template.h"
 #include "engine/tokenizer.h"
 #include "tandem/v1/generation.pb.h"
 
@@ -63,9 +64,11 @@ struct ValidatedRequest {
 // "model: unknown model \"x\"; this gateway serves \"y\"".
 // `model_name` is the one model this gateway serves; an empty
 // request.model selects it.
+// `chat` renders request.messages (null: the plain rendering).
 absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(
     const tandem::v1::GenerateRequest& request, const engine::Tokenizer& tokenizer,
-    const std::string& model_name, const GatewayLimits& limits);
+    const std::string& model_name, const GatewayLimits& limits,
+    const engine::ChatTemplate* chat = nullptr);
 
 }  // namespace tandem::gateway
 

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 runs=${1:-2000}
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_FUZZ=ON \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
-ninja -C build-fuzz -j2 block_fuzz gguf_fuzz tokenizer_fuzz request_fuzz
+ninja -C build-fuzz -j2 block_fuzz gguf_fuzz tokenizer_fuzz request_fuzz chat_template_fuzz
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work"
@@ -40,6 +40,7 @@ run() {  # run TARGET [MODEL]
 }
 run block
 run gguf
+run chat_template
 for m in "${models[@]}"; do
   run tokenizer "$m"
   run request "$m"

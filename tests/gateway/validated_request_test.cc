@@ -101,6 +101,43 @@ TEST_F(ValidatedRequestTest, PromptReadsSpecialTokenText) {
   EXPECT_EQ(v->prompt_ids.back(), 2);
 }
 
+// messages are rendered with the chat template given (plain without one)
+// and tokenized as a prompt is: BOS added, special-token text read as tokens.
+TEST_F(ValidatedRequestTest, MessagesAreRenderedWithTheChatTemplate) {
+  tandem::v1::GenerateRequest request = Good();
+  request.clear_prompt();
+  auto* system = request.add_messages();
+  system->set_role("system");
+  system->set_content("Be brief.");
+  auto* user = request.add_messages();
+  user->set_role("user");
+  user->set_content("Hello</s>");
+  auto plain = Validate(request);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->prompt_ids, tok_->Encode("Be brief.\n\nUser: Hello</s>\nAssistant:",
+                                            {.add_special = true, .parse_special = true}));
+  const engine::ChatTemplate llama2 = engine::ChatTemplate::Detect("[INST] <<SYS>>");
+  auto rendered = ValidateGenerateRequest(request, *tok_, kModel, limits_, &llama2);
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  EXPECT_EQ(rendered->prompt_ids,
+            tok_->Encode("[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHello</s> [/INST]",
+                         {.add_special = true, .parse_special = true}));
+}
+
+TEST_F(ValidatedRequestTest, MessagesAreCheckedByField) {
+  tandem::v1::GenerateRequest request = Good();  // has a prompt
+  auto* m = request.add_messages();
+  m->set_role("user");
+  m->set_content("hi");
+  EXPECT_THAT(Error(request), HasSubstr("messages: set together with prompt"));
+  request.clear_prompt();
+  m->set_role("tool");
+  EXPECT_THAT(Error(request), HasSubstr("messages[0].role: \"tool\""));
+  m->set_role("user");
+  m->set_content(std::string(limits_.max_prompt_bytes + 1, 'a'));
+  EXPECT_THAT(Error(request), HasSubstr("messages: more than the limit"));
+}
+
 TEST_F(ValidatedRequestTest, PromptTokenIdsAreUsedInsteadOfPrompt) {
   tandem::v1::GenerateRequest request = Good();
   for (int id : {1, 403, 7}) request.add_prompt_token_ids(id);
@@ -124,7 +161,7 @@ TEST_F(ValidatedRequestTest, PromptTokenIdOutOfRange) {
 TEST_F(ValidatedRequestTest, EmptyPrompt) {
   tandem::v1::GenerateRequest request = Good();
   request.clear_prompt();
-  EXPECT_EQ(Error(request), "prompt: empty prompt and no prompt_token_ids");
+  EXPECT_EQ(Error(request), "prompt: empty prompt and no prompt_token_ids or messages");
 }
 
 TEST_F(ValidatedRequestTest, PromptTooManyBytes) {
