@@ -24,12 +24,13 @@ import sys
 ENGINE_NO_KERNELS = frozenset({
     "engine/gguf.h", "engine/gguf_writer.h", "engine/tensor_type.h", "engine/tokenizer.h",
     "engine/unicode.h", "engine/sampling_params.h", "engine/model_fingerprint.h",
-    "engine/model_config.h", "engine/block_hash.h",
+    "engine/model_config.h", "engine/block_hash.h", "engine/chat_template.h",
 })
 TOKENIZER_LIBRARY_SOURCES = {
     "tensor_type", "gguf", "gguf_parser", "gguf_writer", "tokenizer", "tokenizer_vocab",
     "tokenizer_spm", "tokenizer_bpe", "pretokenizer", "pretokenizer_regex", "unicode",
     "symbol_merge", "sampling_params", "model_fingerprint", "model_config", "block_hash",
+    "chat_template",
 }
 
 # folder -> folders (or "folder/file.h" sets) it may include from.
