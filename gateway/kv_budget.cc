@@ -8,21 +8,6 @@
 
 namespace tandem::gateway {
 
-KvBudget::Ticket& KvBudget::Ticket::operator=(Ticket&& other) noexcept {
-  if (this != &other) {
-    Reset();
-    budget_ = other.budget_;
-    tokens_ = other.tokens_;
-    other.budget_ = nullptr;
-  }
-  return *this;
-}
-
-void KvBudget::Ticket::Reset() {
-  if (budget_ != nullptr) budget_->Return(tokens_);
-  budget_ = nullptr;
-}
-
 KvBudget::KvBudget(double overcommit, prometheus::Registry& registry)
     : overcommit_(overcommit),
       charged_gauge_(rpc::GaugeMetric(
@@ -53,7 +38,7 @@ absl::StatusOr<KvBudget::Ticket> KvBudget::TryCharge(int64_t tokens) {
   }
   charged_ += need;
   charged_gauge_.Set(static_cast<double>(charged_));
-  return Ticket(this, need);
+  return Ticket([this, need] { Return(need); });
 }
 
 void KvBudget::Return(int64_t tokens) {

@@ -13,6 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/scoped_release.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 
@@ -21,20 +22,7 @@ namespace tandem::gateway {
 class KvBudget {
  public:
   // A request's charge, returned when the ticket goes (movable).
-  class Ticket {
-   public:
-    Ticket() = default;
-    Ticket(Ticket&& other) noexcept { *this = std::move(other); }
-    Ticket& operator=(Ticket&& other) noexcept;
-    ~Ticket() { Reset(); }
-    void Reset();
-
-   private:
-    friend class KvBudget;
-    Ticket(KvBudget* budget, int64_t tokens) : budget_(budget), tokens_(tokens) {}
-    KvBudget* budget_ = nullptr;
-    int64_t tokens_ = 0;
-  };
+  using Ticket = common::ScopedRelease;
 
   // `overcommit` <= 0 turns the check off (charges are still counted).
   // `registry` must outlive the budget.

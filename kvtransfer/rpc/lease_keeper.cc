@@ -20,21 +20,6 @@ common::FlagSpec LeaseHeartbeatFlagSpec() {
                   "(keep it well under the prefill workers' --lease-ttl-ms); 0 = off"};
 }
 
-LeaseKeeper::Handle& LeaseKeeper::Handle::operator=(Handle&& other) noexcept {
-  if (this != &other) {
-    Reset();
-    keeper_ = other.keeper_;
-    id_ = other.id_;
-    other.keeper_ = nullptr;
-  }
-  return *this;
-}
-
-void LeaseKeeper::Handle::Reset() {
-  if (keeper_ != nullptr) keeper_->Drop(id_);
-  keeper_ = nullptr;
-}
-
 LeaseKeeper::LeaseKeeper(rpc::ChannelCache& channels, absl::Duration period)
     : channels_(channels), period_(period) {
   if (period_ > absl::ZeroDuration()) thread_ = std::thread([this] { Run(); });
@@ -56,7 +41,7 @@ LeaseKeeper::Handle LeaseKeeper::Keep(const std::string& address, const std::str
   absl::MutexLock lock(&mu_);
   const int64_t id = next_id_++;
   leases_[id] = Lease{.address = address, .lease_id = lease_id};
-  return Handle(this, id);
+  return Handle([this, id] { Drop(id); });
 }
 
 void LeaseKeeper::Drop(int64_t id) {

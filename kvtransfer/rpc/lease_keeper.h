@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
+#include "common/scoped_release.h"
 #include "rpc/channel_cache.h"
 
 namespace tandem::kvtransfer {
@@ -29,20 +30,7 @@ class LeaseKeeper {
  public:
   // A lease kept alive for as long as the handle lives (movable; empty
   // when default-constructed or moved from).
-  class Handle {
-   public:
-    Handle() = default;
-    Handle(Handle&& other) noexcept { *this = std::move(other); }
-    Handle& operator=(Handle&& other) noexcept;
-    ~Handle() { Reset(); }
-    void Reset();
-
-   private:
-    friend class LeaseKeeper;
-    Handle(LeaseKeeper* keeper, int64_t id) : keeper_(keeper), id_(id) {}
-    LeaseKeeper* keeper_ = nullptr;
-    int64_t id_ = 0;
-  };
+  using Handle = common::ScopedRelease;
 
   // `channels` must outlive the keeper. A zero `period` keeps nothing.
   LeaseKeeper(rpc::ChannelCache& channels, absl::Duration period);
