@@ -173,11 +173,19 @@ absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> me
   std::string out;
   switch (family_) {
     case ChatFamily::kPlain:
+      // A reply generated after "Assistant:" starts with its own space; it
+      // is dropped here so that the next turn's prompt extends the previous
+      // one byte for byte (the prefix cache reuses its KV), as
+      // `tandem chat` renders its transcript.
       for (const ChatMessage& m : messages) {
         if (m.role == "system") {
           Append(&out, {m.content, "\n\n"});
+        } else if (m.role == "user") {
+          Append(&out, {"User: ", m.content, "\n"});
         } else {
-          Append(&out, {m.role == "user" ? "User: " : "Assistant: ", m.content, "\n"});
+          std::string_view reply = m.content;
+          while (!reply.empty() && reply.front() == ' ') reply.remove_prefix(1);
+          Append(&out, {"Assistant: ", reply, "\n"});
         }
       }
       if (add_generation_prompt) out.append("Assistant:");

@@ -95,8 +95,20 @@ TEST(ChatTemplateTest, RendersEachFamily) {
             "<|user|>\nAnother question<|endoftext|>\n<|assistant|>\n");
   EXPECT_EQ(Render("plain"),
             "You are a helpful assistant\n\nUser: Hello\nAssistant: Hi there\n"
-            "User: Who are you\nAssistant:    I am an assistant   \n"
+            "User: Who are you\nAssistant: I am an assistant   \n"
             "User: Another question\nAssistant:");
+}
+
+// A plain reply as generated (" Hi") continues the previous turn's prompt
+// ("...Assistant:") byte for byte.
+TEST(ChatTemplateTest, APlainConversationExtendsItsPreviousPrompt) {
+  const ChatTemplate plain = ChatTemplate::Detect("");
+  std::vector<ChatMessage> turns = {{"user", "Hello"}};
+  const std::string first = *plain.Render(turns, true);
+  turns.push_back({"assistant", " Hi"});
+  turns.push_back({"user", "Bye"});
+  const std::string second = *plain.Render(turns, true);
+  EXPECT_EQ(second.substr(0, first.size() + 3), first + " Hi");
 }
 
 TEST(ChatTemplateTest, TheGenerationPromptIsOptional) {
