@@ -88,6 +88,13 @@ bool Stack::Restart(Worker<Stub>& w) {
 bool Stack::RestartPrefill(int i) { return Restart(prefills_[i]); }
 bool Stack::RestartDecode(int i) { return Restart(decodes_[i]); }
 
+bool Stack::AwaitGatewaySynced() {
+  const double workers = static_cast<double>(prefills_.size() + decodes_.size());
+  return AwaitMetric(gateway_info_.metrics_address, "tandem_block_event_lag_seconds_count",
+                     [workers](double v) { return v >= workers; },
+                     absl::Seconds(30)) >= workers;
+}
+
 bool Stack::Stop() {
   // A server's shutdown waits for its clients' connections to close (up to
   // its grace period), so the test's own connections close first.

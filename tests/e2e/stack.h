@@ -52,6 +52,11 @@ class Stack {
   bool RestartPrefill(int i);
   bool RestartDecode(int i);
 
+  // Waits until the gateway has applied every worker's block event snapshot
+  // (one lag sample each): it knows them all reachable and is connected to
+  // each. False if that did not happen within 30 s.
+  bool AwaitGatewaySynced();
+
   // Stops the processes (gateway first) and returns true if each exited 0.
   bool Stop();
 
