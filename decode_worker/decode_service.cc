@@ -99,6 +99,7 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
     request_.max_tokens = request.max_tokens();
     request_.top_logprobs = request.top_logprobs();
     request_.ignore_eos = request.ignore_eos();
+    request_.pin_key = request.session_id();
     first_ = rpc::SampledTokenFromProto(request.first_token());
 
     const auto limit = absl::Now() + service_->options_.fetch_timeout;
@@ -230,6 +231,8 @@ DecodeService::DecodeService(worker::EngineLoop& loop, prometheus::Registry& reg
                registry, options.kv_transfer_streams),
       lease_keeper_(channels_, options.lease_heartbeat),
       admission_("decode worker", options.admission),
+      sessions_({.max_sessions = options.max_sessions},
+                [&loop](const std::string& id) { loop.Unpin(id); }),
       requests_(rpc::CounterFamily(registry, "tandem_requests_total",
                                    "RPCs served, by method and final status code")),
       generated_tokens_(
@@ -300,6 +303,46 @@ grpc::ServerUnaryReactor* DecodeService::GetWorkerStats(grpc::CallbackServerCont
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
+}
+
+grpc::ServerUnaryReactor* DecodeService::Answer(grpc::CallbackServerContext* ctx,
+                                                const char* method, const absl::Status& status) {
+  requests_.Add({{"method", method}, {"code", absl::StatusCodeToString(status.code())}})
+      .Increment();
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(rpc::ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DecodeService::PutSession(grpc::CallbackServerContext* ctx,
+                                                    const tandem::v1::PutSessionRequest* request,
+                                                    tandem::v1::PutSessionResponse*) {
+  const std::string& id = request->record().session_id();
+  absl::Status status = sessions_.Put(request->record());
+  if (status.ok() && request->release_kv()) loop_.Unpin(id);
+  return Answer(ctx, "PutSession", status);
+}
+
+grpc::ServerUnaryReactor* DecodeService::GetSession(grpc::CallbackServerContext* ctx,
+                                                    const tandem::v1::SessionKey* request,
+                                                    tandem::v1::SessionRecord* response) {
+  absl::StatusOr<tandem::v1::SessionRecord> record = sessions_.Get(request->session_id());
+  if (record.ok()) *response = std::move(*record);
+  return Answer(ctx, "GetSession", record.status());
+}
+
+grpc::ServerUnaryReactor* DecodeService::DropSession(grpc::CallbackServerContext* ctx,
+                                                     const tandem::v1::SessionKey* request,
+                                                     tandem::v1::DropSessionResponse*) {
+  sessions_.Drop(request->session_id());
+  return Answer(ctx, "DropSession", absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* DecodeService::ListSessions(
+    grpc::CallbackServerContext* ctx, const tandem::v1::ListSessionRecordsRequest*,
+    tandem::v1::ListSessionRecordsResponse* response) {
+  for (tandem::v1::SessionRecord& r : sessions_.List()) *response->add_records() = std::move(r);
+  return Answer(ctx, "ListSessions", absl::OkStatus());
 }
 
 }  // namespace tandem::decode

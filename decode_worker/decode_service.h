@@ -4,6 +4,8 @@
 // submits the sequence to the engine's continuous batch (via EngineLoop) and
 // streams its tokens, one write outstanding, driven by the engine thread's
 // listener. Cancelling the call cancels the fetch or the sequence at once.
+// A session's turn (DecodeRequest.session_id) leaves its blocks pinned for
+// the next one; the gateways keep session records here (SessionStore).
 // Thread-safe.
 #ifndef TANDEM_DECODE_WORKER_DECODE_SERVICE_H_
 #define TANDEM_DECODE_WORKER_DECODE_SERVICE_H_
@@ -11,6 +13,7 @@
 #include <memory>
 #include <span>
 
+#include "decode_worker/session_store.h"
 #include "kvtransfer/rpc/kv_fetcher.h"
 #include "kvtransfer/rpc/lease_keeper.h"
 #include "kvtransfer/rpc/release_client.h"
@@ -38,6 +41,8 @@ struct DecodeServiceOptions {
   // The hand-off's heartbeat: a request's lease is renewed this often from
   // its arrival until its fetch ends (zero: off).
   absl::Duration lease_heartbeat = absl::Seconds(5);
+  // The session store's limit (--max-sessions).
+  int32_t max_sessions = 4096;
 };
 
 class DecodeService final : public tandem::v1::Decode::CallbackService {
@@ -51,6 +56,18 @@ class DecodeService final : public tandem::v1::Decode::CallbackService {
   grpc::ServerUnaryReactor* GetWorkerStats(grpc::CallbackServerContext* ctx,
                                            const tandem::v1::WorkerStatsRequest* request,
                                            tandem::v1::WorkerStats* response) override;
+  grpc::ServerUnaryReactor* PutSession(grpc::CallbackServerContext* ctx,
+                                       const tandem::v1::PutSessionRequest* request,
+                                       tandem::v1::PutSessionResponse* response) override;
+  grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* ctx,
+                                       const tandem::v1::SessionKey* request,
+                                       tandem::v1::SessionRecord* response) override;
+  grpc::ServerUnaryReactor* DropSession(grpc::CallbackServerContext* ctx,
+                                        const tandem::v1::SessionKey* request,
+                                        tandem::v1::DropSessionResponse* response) override;
+  grpc::ServerUnaryReactor* ListSessions(grpc::CallbackServerContext* ctx,
+                                         const tandem::v1::ListSessionRecordsRequest* request,
+                                         tandem::v1::ListSessionRecordsResponse* response) override;
 
   const rpc::Admission& admission() const { return admission_; }
 
@@ -64,6 +81,9 @@ class DecodeService final : public tandem::v1::Decode::CallbackService {
   absl::StatusOr<int32_t> BlocksHeld(const tandem::v1::DecodeRequest& request,
                                      std::span<const int32_t> tokens) const;
   void Count(const absl::Status& status);
+  // Finishes a unary session call with `status`, counted under `method`.
+  grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const char* method,
+                                   const absl::Status& status);
 
   worker::EngineLoop& loop_;
   const DecodeServiceOptions options_;
@@ -72,6 +92,7 @@ class DecodeService final : public tandem::v1::Decode::CallbackService {
   kvtransfer::KvFetcher fetcher_;
   kvtransfer::LeaseKeeper lease_keeper_;
   rpc::Admission admission_;
+  SessionStore sessions_;  // lets go of a session's pinned KV through loop_
 
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Counter& generated_tokens_;

@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   specs.push_back({.name = "no-kv-delta-transfer",
                    .help = "fetch every prompt block, even those this worker already holds",
                    .is_bool = true});
+  specs.push_back({.name = "max-sessions", .default_value = "4096",
+                   .help = "session records this worker keeps for the gateways"});
   specs.push_back(tandem::kvtransfer::LeaseHeartbeatFlagSpec());
   for (tandem::common::FlagSpec& s : tandem::rpc::PeerChannelFlagSpecs()) specs.push_back(s);
   int exit_code = 0;
@@ -32,8 +34,9 @@ int main(int argc, char** argv) {
   absl::StatusOr<int32_t> streams = args->IntInRange("kv-transfer-streams", 1, 16);
   absl::StatusOr<int32_t> heartbeat_ms =
       args->IntInRange("lease-heartbeat-ms", 0, 24 * 3600 * 1000);
-  for (const absl::Status& s :
-       {fetch_ms.status(), channels.status(), streams.status(), heartbeat_ms.status()}) {
+  absl::StatusOr<int32_t> max_sessions = args->IntInRange("max-sessions", 0, 1 << 24);
+  for (const absl::Status& s : {fetch_ms.status(), channels.status(), streams.status(),
+                                heartbeat_ms.status(), max_sessions.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-decode: " << s.message() << "\n";
       return 2;
@@ -53,6 +56,7 @@ int main(int argc, char** argv) {
                                          .held_blocks = args->Bool("no-kv-delta-transfer")
                                                             ? nullptr
                                                             : worker->block_events.get(),
-                                         .lease_heartbeat = absl::Milliseconds(*heartbeat_ms)});
+                                         .lease_heartbeat = absl::Milliseconds(*heartbeat_ms),
+                                         .max_sessions = *max_sessions});
   return tandem::worker::ServeWorker("tandem-decode", *args, {&service}, *worker);
 }

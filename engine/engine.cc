@@ -236,7 +236,46 @@ absl::StatusOr<int64_t> Engine::AddWithKv(GenerationRequest request, const Sampl
 }
 
 void Engine::Cancel(int64_t seq_id) {
+  if (const Sequence* seq = scheduler_.Find(seq_id); seq != nullptr) PinBlocks(*seq);
   if (scheduler_.Remove(seq_id)) cancelled_.push_back(seq_id);
+}
+
+void Engine::PinBlocks(const Sequence& seq) {
+  if (seq.request.pin_key.empty()) return;
+  BlockList pinned(&kv_->pool());
+  if (seq.blocks.has_value()) {
+    // Only blocks the prefix cache can find: a block left private (another
+    // one holds its hash) ends the run.
+    const int32_t n = std::min(seq.n_hashed, seq.blocks->size());
+    for (int32_t i = 0; i < n; ++i) {
+      const BlockId id = (*seq.blocks)[i];
+      if (!kv_->pool().hash(id).has_value()) break;
+      kv_->pool().Ref(id);
+      pinned.Append(id);
+    }
+  }
+  Unpin(seq.request.pin_key);
+  if (pinned.empty()) return;
+  pinned_blocks_ += pinned.size();
+  pins_[seq.request.pin_key] = Pin{.blocks = std::move(pinned), .stamp = ++pin_stamp_};
+  const double limit = options_.max_pinned_fraction * kv_->num_blocks();
+  while (!pins_.empty() && static_cast<double>(pinned_blocks_) > limit) DropOldestPin();
+}
+
+void Engine::Unpin(const std::string& key) {
+  const auto it = pins_.find(key);
+  if (it == pins_.end()) return;
+  pinned_blocks_ -= it->second.blocks.size();
+  pins_.erase(it);  // the blocks go back to the prefix cache's LRU
+}
+
+void Engine::DropOldestPin() {
+  auto oldest = pins_.begin();
+  for (auto it = pins_.begin(); it != pins_.end(); ++it) {
+    if (it->second.stamp < oldest->second.stamp) oldest = it;
+  }
+  ++pins_dropped_;
+  Unpin(std::string(oldest->first));
 }
 
 void Engine::CopyImport(Sequence& seq) {
@@ -313,7 +352,13 @@ absl::StatusOr<StepOutput> Engine::Step() {
     out.tokens.push_back({.seq_id = id, .token = {}, .finish = FinishReason::kCancelled});
   }
   cancelled_.clear();
-  const StepPlan plan = scheduler_.Schedule();
+  StepPlan plan = scheduler_.Schedule();
+  // Pins never hold back work: sequences wait with nothing running while
+  // pinned blocks would make room.
+  while (plan.chunks.empty() && scheduler_.num_waiting() > 0 && !pins_.empty()) {
+    DropOldestPin();
+    plan = scheduler_.Schedule();
+  }
   for (int64_t id : plan.imported) CopyImport(*scheduler_.Find(id));
   if (!plan.chunks.empty()) {
     std::vector<BatchChunk> chunks;
@@ -365,7 +410,10 @@ void Engine::Update(const StepPlan& plan, const ForwardResult& result, StepOutpu
     if (ev.finish != FinishReason::kNone && seq.request.export_kv) ev.kv = Export(seq);
     const bool finished = ev.finish != FinishReason::kNone;
     out.tokens.push_back(std::move(ev));
-    if (finished) scheduler_.Remove(seq.id);  // frees its blocks (full ones stay cached)
+    if (finished) {
+      PinBlocks(seq);
+      scheduler_.Remove(seq.id);  // frees its blocks (full ones stay cached)
+    }
   }
 }
 
@@ -383,6 +431,9 @@ EngineStats Engine::stats() const {
       .prefix_hit_tokens = scheduler_.prefix_hit_tokens(),
       .delta_fallbacks = scheduler_.delta_fallbacks(),
       .prefix_pulled_tokens = scheduler_.prefix_pulled_tokens(),
+      .pins = static_cast<int32_t>(pins_.size()),
+      .blocks_pinned = static_cast<int32_t>(pinned_blocks_),
+      .pins_dropped = pins_dropped_,
   };
 }
 

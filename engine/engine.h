@@ -9,8 +9,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
 #include "engine/forward.h"
@@ -32,6 +34,9 @@ struct EngineOptions {
   int32_t max_batch_tokens = 512;   // tokens per forward step (prefill chunking)
   int32_t max_running = 64;         // sequences in the running batch
   int32_t max_waiting = 1024;       // queued sequences before Add refuses
+  // Most of the pool that sessions' pinned blocks may hold; past it the
+  // least recently pinned keys are dropped.
+  double max_pinned_fraction = 0.5;
 };
 
 // What an engine thread drives (worker/engine_loop.h): the Engine below, or
@@ -56,6 +61,9 @@ class StepEngine {
     (void)tokens;
     return nullptr;
   }
+  // Releases the blocks pinned under `key` (GenerationRequest::pin_key);
+  // unknown keys are ignored.
+  virtual void Unpin(const std::string& key) { (void)key; }
 };
 
 class Engine final : public StepEngine {
@@ -99,8 +107,13 @@ class Engine final : public StepEngine {
   int32_t kv_block_size() const override { return kv_->block_size(); }
   GgmlType kv_dtype() const override { return kv_->dtype(); }
   std::shared_ptr<const KvSnapshot> ExportCachedPrefix(std::span<const int32_t> tokens) override;
+  void Unpin(const std::string& key) override;
 
  private:
+  struct Pin {
+    BlockList blocks;
+    int64_t stamp = 0;  // when pinned, in pin order
+  };
   Engine(const Model& model, std::unique_ptr<Backend> backend, const EngineOptions& options,
          std::unique_ptr<KvCache> kv);
 
@@ -125,6 +138,10 @@ class Engine final : public StepEngine {
                              int64_t{kv_->num_blocks()} * kv_->block_size());
   }
   void Update(const StepPlan& plan, const ForwardResult& result, StepOutput& out);
+  // Pins the leading hashed blocks of an ending sequence added with a
+  // pin_key, then drops the oldest pins past max_pinned_fraction.
+  void PinBlocks(const Sequence& seq);
+  void DropOldestPin();
 
   const Model& model_;
   EngineOptions options_;
@@ -137,6 +154,11 @@ class Engine final : public StepEngine {
   std::vector<int64_t> cancelled_;
   // Hashes of cached blocks the pool evicted since the last step.
   std::vector<BlockHash> evicted_;
+  // Sessions' kept KV by pin key (after kv_: released before the pool goes).
+  absl::flat_hash_map<std::string, Pin> pins_;
+  int64_t pinned_blocks_ = 0;
+  int64_t pin_stamp_ = 0;
+  int64_t pins_dropped_ = 0;
 };
 
 }  // namespace tandem::engine

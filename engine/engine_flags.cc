@@ -19,6 +19,9 @@ std::vector<common::FlagSpec> EngineFlagSpecs() {
       {.name = "max-running", .default_value = "64", .help = "sequences decoded together"},
       {.name = "max-waiting", .default_value = "1024",
        .help = "sequences queued for the running batch before new ones are refused"},
+      {.name = "session-kv-percent", .default_value = "50",
+       .help = "most of the KV pool that sessions' kept blocks (pinned between turns) may "
+               "hold, 0..100; past it the least recently used sessions' are let go"},
   };
 }
 
@@ -41,6 +44,8 @@ absl::StatusOr<EngineSetup> EngineSetupFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(s.engine.max_batch_tokens, args.IntInRange("max-batch-tokens", 1, 1 << 20));
   ASSIGN_OR_RETURN(s.engine.max_running, args.IntInRange("max-running", 1, 1 << 16));
   ASSIGN_OR_RETURN(s.engine.max_waiting, args.IntInRange("max-waiting", 0, 1 << 24));
+  ASSIGN_OR_RETURN(int32_t session_percent, args.IntInRange("session-kv-percent", 0, 100));
+  s.engine.max_pinned_fraction = session_percent / 100.0;
   return s;
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/block_hash.h"
@@ -42,6 +43,10 @@ struct GenerationRequest {
   // position 0, fewer positions than the prompt): at admission the blocks
   // this engine's cache lacks are copied in instead of computed.
   std::shared_ptr<const KvSnapshot> prefix_kv = nullptr;
+  // A session's turn: when the sequence ends (however it ends), its full
+  // blocks stay pinned under this key, replacing the key's previous pin, so
+  // the session's next turn finds them in the prefix cache. Empty: none.
+  std::string pin_key;
 };
 
 struct TokenEvent {
@@ -88,6 +93,12 @@ struct EngineStats {
   int64_t delta_fallbacks = 0;
   // Prompt tokens whose KV came from a pulled prefix (prefix_kv).
   int64_t prefix_pulled_tokens = 0;
+  // Sessions' kept KV: keys pinned, the blocks their pins hold (a block
+  // shared by two pins counted twice), and pins dropped to bound them or to
+  // make room for waiting sequences.
+  int32_t pins = 0;
+  int32_t blocks_pinned = 0;
+  int64_t pins_dropped = 0;
 };
 
 }  // namespace tandem::engine

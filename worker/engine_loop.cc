@@ -80,7 +80,7 @@ EngineLoop::~EngineLoop() {
   for (Op& op : unapplied) {
     if (op.kind == Op::Kind::kExport) {
       op.export_done(nullptr);
-    } else if (op.kind != Op::Kind::kCancel) {
+    } else if (op.kind != Op::Kind::kCancel && op.kind != Op::Kind::kUnpin) {
       op.stream->Fail(absl::UnavailableError("worker shutting down"));
     }
   }
@@ -144,6 +144,13 @@ void EngineLoop::ExportPrefix(std::vector<int32_t> tokens, ExportDone done) {
         .kv = nullptr, .export_done = std::move(done)});
 }
 
+void EngineLoop::Unpin(std::string key) {
+  engine::GenerationRequest request;
+  request.pin_key = std::move(key);
+  Post({.kind = Op::Kind::kUnpin, .stream = nullptr, .request = std::move(request), .first = {},
+        .kv = nullptr, .export_done = nullptr});
+}
+
 engine::EngineStats EngineLoop::stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;
@@ -177,6 +184,9 @@ void EngineLoop::Apply(Op& op) {
       return;
     case Op::Kind::kExport:
       op.export_done(engine_->ExportCachedPrefix(op.request.prompt));
+      return;
+    case Op::Kind::kUnpin:
+      engine_->Unpin(op.request.pin_key);
       return;
   }
 }

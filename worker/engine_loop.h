@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -107,6 +108,9 @@ class EngineLoop {
   // with the copy (null when there is none, or the loop is stopping).
   using ExportDone = std::function<void(std::shared_ptr<const engine::KvSnapshot>)>;
   void ExportPrefix(std::vector<int32_t> tokens, ExportDone done);
+  // Lets go of the blocks a session's turns kept pinned under `key`
+  // (GenerationRequest::pin_key), between two steps.
+  void Unpin(std::string key);
 
   // As of the last step.
   engine::EngineStats stats() const;
@@ -121,9 +125,10 @@ class EngineLoop {
 
  private:
   struct Op {
-    enum class Kind { kAdd, kAddWithKv, kCancel, kExport } kind;
+    enum class Kind { kAdd, kAddWithKv, kCancel, kExport, kUnpin } kind;
     std::shared_ptr<SequenceStream> stream;
-    engine::GenerationRequest request;  // kExport: the prompt to export from
+    // kExport: the prompt to export from; kUnpin: the pin_key.
+    engine::GenerationRequest request;
     engine::SampledToken first;
     std::shared_ptr<const engine::KvSnapshot> kv;
     ExportDone export_done = nullptr;

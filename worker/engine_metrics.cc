@@ -35,6 +35,13 @@ EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) 
       registry, "tandem_kv_delta_fallbacks_total",
       "Delta KV transfers whose held leading blocks were evicted before admission (the "
       "prompt was computed instead)");
+  auto* pinned = &rpc::GaugeMetric(registry, "tandem_session_kv_blocks_pinned",
+                                  "KV blocks kept pinned for sessions' next turns");
+  auto* pins = &rpc::GaugeMetric(registry, "tandem_session_kv_pins",
+                                "Sessions whose KV this worker keeps between turns");
+  auto* pins_dropped = &rpc::CounterMetric(
+      registry, "tandem_session_kv_pins_dropped_total",
+      "Sessions' kept KV let go early (over --session-kv-percent, or to make room)");
   auto* step = &rpc::LatencyHistogram(registry, "tandem_engine_step_seconds",
                                  "Duration of one engine step (forward pass + sampling)");
   // EngineStats counts since start; the counters take the deltas.
@@ -46,6 +53,9 @@ EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) 
     used->Set(s.blocks_used);
     free->Set(s.blocks_free);
     cached->Set(s.blocks_cached);
+    pinned->Set(s.blocks_pinned);
+    pins->Set(s.pins);
+    pins_dropped->Increment(static_cast<double>(s.pins_dropped - counted.pins_dropped));
     for (const engine::BlockEvent& e : out.blocks) {
       (e.kind == engine::BlockEvent::Kind::kStored ? stored : removed)->Increment();
     }
