@@ -1,5 +1,7 @@
 #include "gateway/generate_call.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "rpc/convert.h"
 #include "rpc/status.h"
@@ -30,6 +32,15 @@ bool Migratable(const grpc::Status& s) {
     default:
       return false;
   }
+}
+
+// The index of the decode worker at `address`, or -1 (none named, or gone).
+int HolderIndex(const WorkerPicker& picker, const std::string& address) {
+  if (address.empty()) return -1;
+  for (int i = 0; i < picker.size(); ++i) {
+    if (picker.active(i) && picker.address(i) == address) return i;
+  }
+  return -1;
 }
 
 }  // namespace
@@ -104,10 +115,16 @@ class GenerateCall::DecodeRelay final
 
 GenerateCall* GenerateCall::Start(const CallEnv& env, grpc::CallbackServerContext* ctx,
                                   absl::StatusOr<ValidatedRequest> request) {
-  std::shared_ptr<GenerateCall> call(new GenerateCall(env, ctx));
-  call->self_ = call;
+  std::shared_ptr<GenerateCall> call = Open(env, ctx);
   call->Begin(std::move(request));
   return call.get();
+}
+
+std::shared_ptr<GenerateCall> GenerateCall::Open(const CallEnv& env,
+                                                 grpc::CallbackServerContext* ctx) {
+  std::shared_ptr<GenerateCall> call(new GenerateCall(env, ctx));
+  call->self_ = call;
+  return call;
 }
 
 GenerateCall::GenerateCall(const CallEnv& env, grpc::CallbackServerContext* ctx)
@@ -115,10 +132,12 @@ GenerateCall::GenerateCall(const CallEnv& env, grpc::CallbackServerContext* ctx)
   env_.live->Enter();
 }
 
-void GenerateCall::Begin(absl::StatusOr<ValidatedRequest> request) {
+void GenerateCall::Begin(absl::StatusOr<ValidatedRequest> request, SessionTurn turn) {
   Next next;
   {
     absl::MutexLock lock(&mu_);
+    if (ending_) return;  // the client went away first
+    turn_ = std::move(turn);
     if (!request.ok()) {
       next = End(request.status());
     } else {
@@ -240,9 +259,10 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status,
       const bool done = emitter_->Push(prefill_.first_token(), &out);
       next.write = Prepare(out);
       if (done) {
-        Next end = End(absl::OkStatus());
+        Next end = Complete();
         next.finish = end.finish;
         next.status = end.status;
+        next.commit = end.commit;
       } else if (!next.write) {
         next.decode = true;  // the first token's text is held back
       }
@@ -301,6 +321,14 @@ void GenerateCall::StartDecode() {
     // A decode worker holding the prompt's leading blocks fetches only the
     // rest (delta transfer), so decode is routed on overlap and load too.
     auto pick = [&](const std::vector<int>& exclude) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      // A session's turn goes where its KV is kept while that worker is
+      // reachable (one that is not is picked only when no other is left).
+      const int holder = HolderIndex(*env_.decode, turn_.kv_holder);
+      if (holder >= 0 && std::find(exclude.begin(), exclude.end(), holder) == exclude.end()) {
+        return env_.decode->Acquire(exclude, 0, [holder](int i, const WorkerPicker::Load& l) {
+          return i == holder ? -1.0 : static_cast<double>(l.in_flight);
+        });
+      }
       return env_.decode_router != nullptr
                  ? env_.decode_router->Route(*env_.decode, request_.prompt_ids, exclude).pick
                  : env_.decode->Acquire(exclude);
@@ -326,7 +354,9 @@ void GenerateCall::StartDecode() {
       req.set_num_blocks(prefill_.num_blocks());
       *req.mutable_block_hashes() = prefill_.block_hashes();
       *req.mutable_generated_token_ids() = prefill_request_.generated_token_ids();
+      req.set_session_id(turn_.session_id);
       decode_started_ = true;
+      decode_address_ = decode_pick_.address();
       relay_ = relay = new DecodeRelay(shared_from_this(), ChildContext(),
                                        env_.channels->Get(decode_pick_.address()),
                                        std::move(req));
@@ -344,7 +374,8 @@ void GenerateCall::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
   Next next;
   {
     absl::MutexLock lock(&mu_);
-    if (ending_ || decode_stalled_) return;  // the relay is being cancelled
+    // The relay is being cancelled, or the reply is complete.
+    if (ending_ || decode_stalled_ || committing_ || committed_) return;
     awaiting_decode_ = false;
     keep_lease_.Reset();  // the decode worker fetched the blocks
     if (!got_decode_message_) {
@@ -366,9 +397,10 @@ void GenerateCall::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
     next.write = Prepare(out);
     if (emitter_->finished()) {
       // Done here (e.g. a stop string matched): stop the decode worker.
-      Next end = End(absl::OkStatus());
+      Next end = Complete();
       next.finish = end.finish;
       next.status = end.status;
+      next.commit = end.commit;
     } else if (!next.write) {
       next.read = true;
       AwaitDecodeMessage();
@@ -428,7 +460,7 @@ void GenerateCall::OnDecodeDone(const grpc::Status& result) {
     keep_lease_.Reset();
     const int failed = decode_pick_.index();
     decode_pick_ = WorkerPicker::Pick();
-    if (ending_) return;
+    if (ending_ || committing_ || committed_) return;
     const grpc::Status status =
         decode_stalled_
             ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -525,9 +557,62 @@ void GenerateCall::Run(Next next) {
   if (relay != nullptr) relay->Read();
   if (next.decode) StartDecode();
   if (next.prefill) StartPrefill();
+  if (next.commit) Commit();
+}
+
+GenerateCall::Next GenerateCall::Complete() {
+  if (!turn_.commit || committed_) return End(absl::OkStatus());
+  Next next;
+  if (committing_) return next;
+  committing_ = true;
+  // A decode call still producing (a stop string matched) is stopped; its
+  // worker keeps the KV computed so far for the session.
+  if (relay_ != nullptr && !decode_finishing_) relay_->Cancel();
+  next.commit = true;
+  return next;
+}
+
+void GenerateCall::Commit() {
+  std::string reply, address;
+  {
+    absl::MutexLock lock(&mu_);
+    reply = reply_;
+    address = decode_address_;
+  }
+  turn_.commit(std::move(reply), std::move(address),
+               [self = shared_from_this()](absl::Status status, tandem::v1::Usage usage) {
+                 self->OnCommitted(std::move(status), usage);
+               });
+}
+
+void GenerateCall::OnCommitted(absl::Status status, const tandem::v1::Usage& usage) {
+  Next next;
+  {
+    absl::MutexLock lock(&mu_);
+    committing_ = false;
+    committed_ = true;
+    if (ending_) return;  // the client went away meanwhile
+    if (status.ok()) {
+      usage_.MergeFrom(usage);
+      std::vector<tandem::v1::Token> out = std::move(final_tokens_);
+      next.write = Prepare(out);
+    }
+    Next end = End(std::move(status));
+    next.finish = end.finish;
+    next.status = end.status;
+  }
+  Run(std::move(next));
 }
 
 bool GenerateCall::Prepare(std::vector<tandem::v1::Token>& tokens) {
+  if (turn_.commit && !committed_) {
+    for (const tandem::v1::Token& t : tokens) reply_ += t.text();
+    if (emitter_->finished()) {
+      // The last message waits for the turn's commit (OnCommitted).
+      for (tandem::v1::Token& t : tokens) final_tokens_.push_back(std::move(t));
+      return false;
+    }
+  }
   if (tokens.empty() && !emitter_->finished()) return false;
   response_.Clear();
   const absl::Time now = absl::Now();
@@ -569,7 +654,8 @@ GenerateCall::Next GenerateCall::End(absl::Status status) {
   if (relay_ != nullptr && !decode_finishing_) relay_->Cancel();
   if (status.ok()) env_.metrics->e2e_latency.Observe(absl::ToDoubleSeconds(absl::Now() - start_));
   env_.metrics->requests
-      .Add({{"method", "Generate"}, {"code", absl::StatusCodeToString(status.code())}})
+      .Add({{"method", turn_.commit ? "Chat" : "Generate"},
+            {"code", absl::StatusCodeToString(status.code())}})
       .Increment();
   ticket_ = rpc::Admission::Ticket();
   kv_ticket_.Reset();

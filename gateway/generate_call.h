@@ -98,6 +98,25 @@ struct CallEnv {
   absl::Duration progress_timeout;
 };
 
+// A session's turn, run as a Generate call of its truncated conversation
+// (Chat).
+struct SessionTurn {
+  // Named to the decode worker, which keeps the turn's KV pinned for the
+  // next one.
+  std::string session_id;
+  // The decode worker keeping the session's KV: decode goes there while it
+  // is reachable.
+  std::string kv_holder;
+  // Done with the turn's status and the usage fields it adds.
+  using CommitDone = std::function<void(absl::Status, tandem::v1::Usage)>;
+  // Runs once the reply is complete (`reply`: its text; `decode_address`:
+  // the decode worker that produced it, "" when the prefill's token ended
+  // it), before the last message goes out, and calls `done` exactly once,
+  // from any thread. The last message carries the usage it adds; an error
+  // ends the call with it instead.
+  std::function<void(std::string reply, std::string decode_address, CommitDone done)> commit;
+};
+
 // On the raw form of Generate (the service parses requests itself, to say
 // what is wrong with one gRPC could not parse): each GenerateResponse goes
 // out serialized.
@@ -108,6 +127,14 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   // validation error); the reactor owns itself until OnDone.
   static GenerateCall* Start(const CallEnv& env, grpc::CallbackServerContext* ctx,
                              absl::StatusOr<ValidatedRequest> request);
+  // A call whose request comes later (Begin), once the session it belongs
+  // to is read; the reactor owns itself until OnDone, and the caller's
+  // reference keeps it alive until Begin.
+  static std::shared_ptr<GenerateCall> Open(const CallEnv& env,
+                                            grpc::CallbackServerContext* ctx);
+  // Runs `request` (or finishes with its error); `turn`: a session's.
+  // Nothing happens when the client already went away.
+  void Begin(absl::StatusOr<ValidatedRequest> request, SessionTurn turn = {});
 
   ~GenerateCall() override { env_.live->Exit(); }
 
@@ -124,12 +151,17 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     bool read = false;         // the relay's next read
     bool decode = false;       // start the decode call
     bool prefill = false;      // start a migration's prefill
+    bool commit = false;       // run the session turn's commit
     bool finish = false;       // Finish(status)
     absl::Status status;
   };
 
   GenerateCall(const CallEnv& env, grpc::CallbackServerContext* ctx);
-  void Begin(absl::StatusOr<ValidatedRequest> request);
+  // The reply is complete: commit the session's turn first when there is
+  // one (the last message waits for it), else end.
+  Next Complete() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Commit() ABSL_LOCKS_EXCLUDED(mu_);
+  void OnCommitted(absl::Status status, const tandem::v1::Usage& usage) ABSL_LOCKS_EXCLUDED(mu_);
   void StartPrefill() ABSL_LOCKS_EXCLUDED(mu_);
   // After a wait: every prefill worker may be tried again.
   void RetryRound() ABSL_LOCKS_EXCLUDED(mu_);
@@ -208,6 +240,13 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   bool ending_ ABSL_GUARDED_BY(mu_) = false;    // End() ran; Finish follows the write
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish() was called
   absl::Status end_status_ ABSL_GUARDED_BY(mu_);
+  SessionTurn turn_ ABSL_GUARDED_BY(mu_);
+  std::string reply_ ABSL_GUARDED_BY(mu_);           // a session turn's text so far
+  std::string decode_address_ ABSL_GUARDED_BY(mu_);  // the last decode worker started
+  // The commit runs; the last message's tokens wait in final_tokens_.
+  bool committing_ ABSL_GUARDED_BY(mu_) = false;
+  bool committed_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<tandem::v1::Token> final_tokens_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tandem::gateway

@@ -23,7 +23,9 @@ GenerationService::GenerationService(std::unique_ptr<engine::Tokenizer> tokenize
       metrics_(registry),
       index_(options_.index),
       prefill_router_(index_, 0, options_.router, registry, RouteRole::kPrefill),
-      decode_router_(index_, kDecodeSlotBase, options_.router, registry, RouteRole::kDecode) {
+      decode_router_(index_, kDecodeSlotBase, options_.router, registry, RouteRole::kDecode),
+      sessions_(channels_, [this] { return DecodeAddresses(); }, options_.sessions.replicas,
+                options_.sessions.store_timeout) {
   subscriber_ = std::make_unique<BlockEventSubscriber>(
       index_, channels_, std::vector<BlockEventSubscriber::Worker>{}, registry,
       SubscriberOptions{.on_sync_change = [this] { UpdateHealth(); }});
@@ -96,10 +98,8 @@ void GenerationService::UpdateHealth() {
 grpc::ServerUnaryReactor* GenerationService::Answer(grpc::CallbackServerContext* ctx,
                                                      const char* method,
                                                      const absl::Status& status) {
-  metrics_.requests.Add({{"method", method}, {"code", absl::StatusCodeToString(status.code())}})
-      .Increment();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(rpc::ToGrpcStatus(status));
+  FinishUnary(reactor, method, status);
   return reactor;
 }
 
@@ -116,31 +116,47 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
     validated = ValidateGenerateRequest(request, *tokenizer_, options_.model_name, options_.limits,
                                         &options_.chat_template);
   }
-  return GenerateCall::Start({.tokenizer = tokenizer_.get(),
-                              .prefill = &prefill_,
-                              .prefill_router = options_.kv_routing ? &prefill_router_ : nullptr,
-                              .decode = &decode_,
-                              .decode_router = options_.kv_routing ? &decode_router_ : nullptr,
-                              .channels = &channels_,
-                              .releases = &releases_,
-                              .lease_keeper = &lease_keeper_,
-                              .admission = &admission_,
-                              .kv_budget = &kv_budget_,
-                              .metrics = &metrics_,
-                              .live = &live_,
-                              .request_timeout = options_.request_timeout,
-                              .max_migrations = options_.max_migrations,
-                              .decode_capacity =
-                                  [this] {
-                                    int64_t workers = 0;
-                                    for (int i = 0; i < decode_.size(); ++i) {
-                                      workers += decode_.active(i) ? 1 : 0;
-                                    }
-                                    return workers * options_.streams_per_decode_worker;
-                                  },
-                              .unavailable_wait = options_.unavailable_wait,
-                              .progress_timeout = options_.progress_timeout},
-                             ctx, std::move(validated));
+  return GenerateCall::Start(MakeCallEnv(), ctx, std::move(validated));
+}
+
+CallEnv GenerationService::MakeCallEnv() {
+  return {.tokenizer = tokenizer_.get(),
+          .prefill = &prefill_,
+          .prefill_router = options_.kv_routing ? &prefill_router_ : nullptr,
+          .decode = &decode_,
+          .decode_router = options_.kv_routing ? &decode_router_ : nullptr,
+          .channels = &channels_,
+          .releases = &releases_,
+          .lease_keeper = &lease_keeper_,
+          .admission = &admission_,
+          .kv_budget = &kv_budget_,
+          .metrics = &metrics_,
+          .live = &live_,
+          .request_timeout = options_.request_timeout,
+          .max_migrations = options_.max_migrations,
+          .decode_capacity =
+              [this] {
+                int64_t workers = 0;
+                for (int i = 0; i < decode_.size(); ++i) workers += decode_.active(i) ? 1 : 0;
+                return workers * options_.streams_per_decode_worker;
+              },
+          .unavailable_wait = options_.unavailable_wait,
+          .progress_timeout = options_.progress_timeout};
+}
+
+std::vector<std::string> GenerationService::DecodeAddresses() const {
+  std::vector<std::string> out;
+  for (int i = 0; i < decode_.size(); ++i) {
+    if (decode_.active(i)) out.push_back(decode_.address(i));
+  }
+  return out;
+}
+
+void GenerationService::FinishUnary(grpc::ServerUnaryReactor* reactor, const char* method,
+                                    const absl::Status& status) {
+  metrics_.requests.Add({{"method", method}, {"code", absl::StatusCodeToString(status.code())}})
+      .Increment();
+  reactor->Finish(rpc::ToGrpcStatus(status));
 }
 
 void GenerationService::Drain() {

@@ -17,6 +17,7 @@
 #include "gateway/generate_call.h"
 #include "gateway/kv_budget.h"
 #include "gateway/kv_router.h"
+#include "gateway/session_store_client.h"
 #include "gateway/worker_resolver.h"
 #include "gateway/validated_request.h"
 #include "gateway/worker_picker.h"
@@ -28,6 +29,19 @@
 #include "tandem/v1/generation.grpc.pb.h"
 
 namespace tandem::gateway {
+
+// Sessions (CreateSession, Chat, ...); set from flags.
+struct SessionOptions {
+  // Window of a session that names none, in tokens (at most max_context).
+  int32_t default_window = 4096;
+  // Idle TTL of a session that names none, and the most one may name.
+  int32_t default_ttl_seconds = 1800;
+  int32_t max_ttl_seconds = 86400;
+  // Decode workers each record is written to (the KV holder first).
+  int32_t replicas = 2;
+  // Deadline of each call to a decode worker's session store.
+  absl::Duration store_timeout = absl::Seconds(5);
+};
 
 struct GatewayOptions {
   std::string model_name;
@@ -62,6 +76,7 @@ struct GatewayOptions {
   bool kv_routing = true;
   RouterOptions router;
   BlockIndexOptions index;
+  SessionOptions sessions;
 };
 
 // Generate and Tokenize are served on their raw (ByteBuffer) forms: requests
@@ -70,7 +85,8 @@ struct GatewayOptions {
 // the field, and counted, instead of a bare UNIMPLEMENTED.
 using GenerationServiceBase = tandem::v1::Generation::WithRawCallbackMethod_Generate<
     tandem::v1::Generation::WithRawCallbackMethod_Tokenize<
-        tandem::v1::Generation::CallbackService>>;
+        tandem::v1::Generation::WithRawCallbackMethod_Chat<
+            tandem::v1::Generation::CallbackService>>>;
 
 class GenerationService final : public GenerationServiceBase {
  public:
@@ -88,6 +104,24 @@ class GenerationService final : public GenerationServiceBase {
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx,
                                        const tandem::v1::ListModelsRequest* request,
                                        tandem::v1::ListModelsResponse* response) override;
+
+  // Sessions (session_rpcs.cc): records kept on the decode workers
+  // (SessionStoreClient), each turn run as a GenerateCall of the window's
+  // conversation (PlanTurn) and committed before its last message.
+  grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* ctx,
+                                          const tandem::v1::CreateSessionRequest* request,
+                                          tandem::v1::SessionInfo* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Chat(grpc::CallbackServerContext* ctx,
+                                                   const grpc::ByteBuffer* request) override;
+  grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* ctx,
+                                       const tandem::v1::GetSessionRequest* request,
+                                       tandem::v1::SessionInfo* response) override;
+  grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* ctx,
+                                         const tandem::v1::CloseSessionRequest* request,
+                                         tandem::v1::CloseSessionResponse* response) override;
+  grpc::ServerUnaryReactor* ListSessions(grpc::CallbackServerContext* ctx,
+                                         const tandem::v1::ListSessionsRequest* request,
+                                         tandem::v1::ListSessionsResponse* response) override;
 
   const rpc::Admission& admission() const { return admission_; }
   const BlockIndex& block_index() const { return index_; }
@@ -116,6 +150,16 @@ class GenerationService final : public GenerationServiceBase {
 
   grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const char* method,
                                    const absl::Status& status);
+  // Counts a unary call that ends asynchronously and finishes `reactor`.
+  void FinishUnary(grpc::ServerUnaryReactor* reactor, const char* method,
+                   const absl::Status& status);
+  CallEnv MakeCallEnv();
+  // The session's turn `request` once its record is read: the window's
+  // conversation validated as a Generate request, and how to commit it.
+  void BeginTurn(std::shared_ptr<GenerateCall> call, const tandem::v1::ChatRequest& request,
+                 absl::StatusOr<tandem::v1::SessionRecord> record);
+  // The decode workers' addresses (where session records live).
+  std::vector<std::string> DecodeAddresses() const;
 
   std::unique_ptr<engine::Tokenizer> tokenizer_;
   const GatewayOptions options_;
@@ -132,6 +176,7 @@ class GenerationService final : public GenerationServiceBase {
   KvRouter prefill_router_;
   KvRouter decode_router_;
   std::unique_ptr<BlockEventSubscriber> subscriber_;  // after what it feeds
+  SessionStoreClient sessions_;
   absl::Mutex workers_mu_;  // orders membership updates from the resolvers
   absl::Mutex health_mu_;
   grpc::HealthCheckServiceInterface* health_ ABSL_GUARDED_BY(health_mu_) = nullptr;

@@ -56,6 +56,18 @@ int main(int argc, char** argv) {
        .help = "requests in flight may be charged (prompt + max_tokens each) this many times "
                "the KV the decode workers report; past it a request is refused before any "
                "work (RESOURCE_EXHAUSTED); 0 = off"},
+      {.name = "session-window", .default_value = "4096",
+       .help = "tokens a session holds when CreateSession names no window (at most "
+               "--max-context)"},
+      {.name = "session-ttl-s", .default_value = "1800",
+       .help = "idle seconds after which a session that names no TTL expires"},
+      {.name = "max-session-ttl-s", .default_value = "86400",
+       .help = "the longest idle TTL a session may name"},
+      {.name = "session-replicas", .default_value = "2",
+       .help = "decode workers each session record is kept on (its KV holder first), so a "
+               "session outlives the loss of all but one of them"},
+      {.name = "session-store-timeout-ms", .default_value = "5000",
+       .help = "deadline of each call to a decode worker's session store"},
       {.name = "max-migrations", .default_value = "3",
        .help = "times a stream may move to another worker after one failed under it "
                "(0 = a worker failure ends the stream)"},
@@ -142,6 +154,13 @@ int main(int argc, char** argv) {
   absl::StatusOr<int32_t> prediction_ms =
       args->IntInRange("router-prediction-ms", 0, 24 * 3600 * 1000);
   absl::StatusOr<int32_t> index_entries = args->IntInRange("index-max-entries", 0, 1 << 30);
+  absl::StatusOr<int32_t> session_window = args->IntInRange("session-window", 2, 1 << 24);
+  absl::StatusOr<int32_t> max_ttl = args->IntInRange("max-session-ttl-s", 1, 365 * 24 * 3600);
+  absl::StatusOr<int32_t> session_ttl =
+      args->IntInRange("session-ttl-s", 1, max_ttl.ok() ? *max_ttl : 365 * 24 * 3600);
+  absl::StatusOr<int32_t> replicas = args->IntInRange("session-replicas", 1, 16);
+  absl::StatusOr<int32_t> store_ms =
+      args->IntInRange("session-store-timeout-ms", 1, 24 * 3600 * 1000);
   absl::StatusOr<tandem::common::LogLevel> log_level =
       tandem::common::ParseLogLevel(args->String("log-level"));
   absl::Status router = absl::OkStatus();
@@ -155,7 +174,9 @@ int main(int argc, char** argv) {
         index_entries.status(), log_level.status(), prediction_ms.status(), router,
         resolve_ms.status(), targets, pull_min_blocks.status(), max_migrations.status(),
         drain_s.status(), decode_streams.status(), unavailable_ms.status(),
-        progress_ms.status(), heartbeat_ms.status(), overcommit.status()}) {
+        progress_ms.status(), heartbeat_ms.status(), overcommit.status(),
+        session_window.status(), max_ttl.status(), session_ttl.status(), replicas.status(),
+        store_ms.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-gateway: " << s.message() << "\n";
       return 2;
@@ -183,6 +204,11 @@ int main(int argc, char** argv) {
   options.unavailable_wait = absl::Milliseconds(*unavailable_ms);
   options.progress_timeout = absl::Milliseconds(*progress_ms);
   options.lease_heartbeat = absl::Milliseconds(*heartbeat_ms);
+  options.sessions = {.default_window = *session_window,
+                      .default_ttl_seconds = *session_ttl,
+                      .max_ttl_seconds = *max_ttl,
+                      .replicas = *replicas,
+                      .store_timeout = absl::Milliseconds(*store_ms)};
   tandem::common::SetLogLevel(*log_level);
 
   absl::StatusOr<std::unique_ptr<tandem::engine::GgufFile>> file =

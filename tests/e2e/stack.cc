@@ -62,13 +62,16 @@ std::unique_ptr<Stack> Stack::Start(const StackOptions& o) {
     w.stub = tandem::v1::Decode::NewStub(Channel(w.info.grpc_address));
     decode_addresses.push_back((o.dns_targets ? "dns:///" : "") + w.info.grpc_address);
   }
-  std::vector<std::string> gateway = {Bin("tandem-gateway"), "--model", o.model,
-                                      "--prefill", absl::StrJoin(prefill_addresses, ","),
-                                      "--decode", absl::StrJoin(decode_addresses, ",")};
-  gateway.insert(gateway.end(), o.gateway_flags.begin(), o.gateway_flags.end());
-  s->gateway_proc_ = StartReady(gateway, &s->gateway_info_);
-  if (s->gateway_proc_ == nullptr) return nullptr;
-  s->gateway_ = tandem::v1::Generation::NewStub(Channel(s->gateway_info_.grpc_address));
+  for (int i = 0; i < o.gateways; ++i) {
+    auto& g = s->gateways_.emplace_back();
+    g.argv = {Bin("tandem-gateway"), "--model", o.model,
+              "--prefill", absl::StrJoin(prefill_addresses, ","),
+              "--decode", absl::StrJoin(decode_addresses, ",")};
+    g.argv.insert(g.argv.end(), o.gateway_flags.begin(), o.gateway_flags.end());
+    g.proc = StartReady(g.argv, &g.info);
+    if (g.proc == nullptr) return nullptr;
+    g.stub = tandem::v1::Generation::NewStub(Channel(g.info.grpc_address));
+  }
   return s;
 }
 
@@ -90,15 +93,20 @@ bool Stack::RestartDecode(int i) { return Restart(decodes_[i]); }
 
 bool Stack::AwaitGatewaySynced() {
   const double workers = static_cast<double>(prefills_.size() + decodes_.size());
-  return AwaitMetric(gateway_info_.metrics_address, "tandem_block_event_lag_seconds_count",
-                     [workers](double v) { return v >= workers; },
-                     absl::Seconds(30)) >= workers;
+  for (const auto& g : gateways_) {
+    if (AwaitMetric(g.info.metrics_address, "tandem_block_event_lag_seconds_count",
+                    [workers](double v) { return v >= workers; },
+                    absl::Seconds(30)) < workers) {
+      return false;
+    }
+  }
+  return true;
 }
 
 bool Stack::Stop() {
   // A server's shutdown waits for its clients' connections to close (up to
   // its grace period), so the test's own connections close first.
-  gateway_.reset();
+  for (auto& g : gateways_) g.stub.reset();
   for (auto& w : prefills_) w.stub.reset();
   for (auto& w : decodes_) w.stub.reset();
   bool ok = true;
@@ -108,7 +116,7 @@ bool Stack::Stop() {
     ok &= p->Wait() == 0;
     p.reset();
   };
-  stop(gateway_proc_);
+  for (auto& g : gateways_) stop(g.proc);
   for (auto& w : decodes_) stop(w.proc);
   for (auto& w : prefills_) stop(w.proc);
   return ok;

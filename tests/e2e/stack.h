@@ -25,6 +25,8 @@ struct StackOptions {
   std::vector<std::string> gateway_flags;
   int prefill_workers = 1;
   int decode_workers = 1;
+  // Gateway processes, each over every worker.
+  int gateways = 1;
   // Name each worker to the gateway as dns:///127.0.0.1:PORT (the resolver's
   // path) instead of 127.0.0.1:PORT.
   bool dns_targets = false;
@@ -37,24 +39,24 @@ class Stack {
                                       const std::vector<std::string>& worker_flags = {});
   static std::unique_ptr<Stack> Start(const StackOptions& options);
 
-  tandem::v1::Generation::Stub& gateway() { return *gateway_; }
+  tandem::v1::Generation::Stub& gateway(int i = 0) { return *gateways_[i].stub; }
   tandem::v1::Prefill::Stub& prefill(int i = 0) { return *prefills_[i].stub; }
   tandem::v1::Decode::Stub& decode(int i = 0) { return *decodes_[i].stub; }
-  const common::ReadyInfo& gateway_info() const { return gateway_info_; }
+  const common::ReadyInfo& gateway_info(int i = 0) const { return gateways_[i].info; }
   const common::ReadyInfo& prefill_info(int i = 0) const { return prefills_[i].info; }
   const common::ReadyInfo& decode_info(int i = 0) const { return decodes_[i].info; }
   process::Subprocess& prefill_process(int i = 0) { return *prefills_[i].proc; }
   process::Subprocess& decode_process(int i = 0) { return *decodes_[i].proc; }
-  process::Subprocess& gateway_process() { return *gateway_proc_; }
+  process::Subprocess& gateway_process(int i = 0) { return *gateways_[i].proc; }
 
   // Kills worker `i` (SIGKILL) and starts it again on the same address (a
   // new process: a new epoch, empty caches). False if it did not come back.
   bool RestartPrefill(int i);
   bool RestartDecode(int i);
 
-  // Waits until the gateway has applied every worker's block event snapshot
-  // (one lag sample each): it knows them all reachable and is connected to
-  // each. False if that did not happen within 30 s.
+  // Waits until each gateway has applied every worker's block event
+  // snapshot (one lag sample each): it knows them all reachable and is
+  // connected to each. False if that did not happen within 30 s.
   bool AwaitGatewaySynced();
 
   // Stops the processes (gateway first) and returns true if each exited 0.
@@ -72,9 +74,7 @@ class Stack {
   static bool Restart(Worker<Stub>& w);
   std::vector<Worker<tandem::v1::Prefill::Stub>> prefills_;
   std::vector<Worker<tandem::v1::Decode::Stub>> decodes_;
-  std::unique_ptr<process::Subprocess> gateway_proc_;
-  common::ReadyInfo gateway_info_;
-  std::unique_ptr<tandem::v1::Generation::Stub> gateway_;
+  std::vector<Worker<tandem::v1::Generation::Stub>> gateways_;
 };
 
 // A streamed Generate call, gathered.

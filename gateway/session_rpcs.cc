@@ -1,0 +1,288 @@
+// GenerationService's session methods: CreateSession, Chat, GetSession,
+// CloseSession, ListSessions. A session's record lives on the decode
+// workers (SessionStoreClient); every handler returns at once and answers
+// from the store's callbacks.
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/json.h"
+#include "common/status_macros.h"
+#include "gateway/generation_service.h"
+#include "gateway/session_window.h"
+#include "rpc/status.h"
+#include "rpc/wire_parse.h"
+
+namespace tandem::gateway {
+namespace {
+
+absl::Status FieldError(const std::string& field, const std::string& message) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
+}
+
+// 128 random bits as 32 hex digits.
+std::string NewSessionId() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return absl::StrFormat("%016x%016x", rng(), rng());
+}
+
+tandem::v1::SessionInfo Info(const tandem::v1::SessionRecord& r) {
+  tandem::v1::SessionInfo info;
+  info.set_session_id(r.session_id());
+  info.set_model(r.model());
+  *info.mutable_window() = r.window();
+  info.set_idle_ttl_seconds(r.idle_ttl_seconds());
+  info.set_turns_held(r.turns_size() / 2);
+  info.set_tokens_held(r.tokens_held());
+  info.set_turns_evicted(r.turns_evicted());
+  info.set_tokens_evicted(r.tokens_evicted());
+  for (const engine::ChatMessage& m : SessionMessages(r)) {
+    tandem::v1::ChatMessage* out = info.add_messages();
+    out->set_role(m.role);
+    out->set_content(m.content);
+  }
+  info.set_created_unix_seconds(r.created_unix_seconds());
+  return info;
+}
+
+absl::Status ValidateSessionId(const std::string& id) {
+  if (id.empty()) return FieldError("session_id", "empty");
+  if (id.size() > 128) return FieldError("session_id", "longer than 128 bytes");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* GenerationService::CreateSession(
+    grpc::CallbackServerContext* ctx, const tandem::v1::CreateSessionRequest* request,
+    tandem::v1::SessionInfo* response) {
+  const char* kMethod = "CreateSession";
+  if (draining_.load()) {
+    return Answer(ctx, kMethod,
+                  absl::UnavailableError("the gateway is draining (shutting down); retry on "
+                                         "another"));
+  }
+  if (!request->model().empty() && request->model() != options_.model_name) {
+    return Answer(ctx, kMethod,
+                  FieldError("model", absl::StrCat("unknown model \"",
+                                                   SanitizeUtf8(request->model()),
+                                                   "\"; this gateway serves \"",
+                                                   options_.model_name, "\"")));
+  }
+  if (static_cast<int64_t>(request->system_prompt().size()) > options_.limits.max_prompt_bytes) {
+    return Answer(ctx, kMethod,
+                  FieldError("system_prompt", absl::StrCat(request->system_prompt().size(),
+                                                           " bytes exceed the limit of ",
+                                                           options_.limits.max_prompt_bytes)));
+  }
+  const tandem::v1::SessionWindow& w = request->window();
+  const int32_t max_context = options_.limits.max_context;
+  tandem::v1::SessionRecord record;
+  tandem::v1::SessionWindow* window = record.mutable_window();
+  if (w.max_tokens() < 0 || w.max_tokens() > max_context) {
+    return Answer(ctx, kMethod,
+                  FieldError("window.max_tokens",
+                             absl::StrCat(w.max_tokens(), " is out of range [0, max_context ",
+                                          max_context, "] (0: the gateway's --session-window)")));
+  }
+  window->set_max_tokens(w.max_tokens() > 0
+                             ? w.max_tokens()
+                             : std::min(options_.sessions.default_window, max_context));
+  switch (w.policy()) {
+    case tandem::v1::WINDOW_POLICY_UNSPECIFIED:
+    case tandem::v1::WINDOW_POLICY_REPREFILL:
+      window->set_policy(tandem::v1::WINDOW_POLICY_REPREFILL);
+      break;
+    case tandem::v1::WINDOW_POLICY_SHIFT:
+      return Answer(ctx, kMethod,
+                    absl::UnimplementedError("window.policy: WINDOW_POLICY_SHIFT is not "
+                                             "implemented yet; use WINDOW_POLICY_REPREFILL"));
+    default:
+      return Answer(ctx, kMethod,
+                    FieldError("window.policy", absl::StrCat("unknown value ", w.policy())));
+  }
+  if (request->idle_ttl_seconds() < 0 ||
+      request->idle_ttl_seconds() > options_.sessions.max_ttl_seconds) {
+    return Answer(ctx, kMethod,
+                  FieldError("idle_ttl_seconds",
+                             absl::StrCat(request->idle_ttl_seconds(), " is out of range [0, ",
+                                          options_.sessions.max_ttl_seconds,
+                                          "] (0: the gateway's --session-ttl-s; the most is "
+                                          "--max-session-ttl-s)")));
+  }
+  record.set_idle_ttl_seconds(request->idle_ttl_seconds() > 0
+                                  ? request->idle_ttl_seconds()
+                                  : options_.sessions.default_ttl_seconds);
+  record.set_system_prompt(request->system_prompt());
+  // The system prompt alone, as every turn's prompt begins.
+  absl::StatusOr<std::vector<int32_t>> system =
+      RenderTokens(SessionMessages(record), false, *tokenizer_, options_.chat_template);
+  if (!system.ok()) return Answer(ctx, kMethod, system.status());
+  const int32_t system_tokens = static_cast<int32_t>(system->size());
+  if (system_tokens >= window->max_tokens()) {
+    return Answer(ctx, kMethod,
+                  FieldError("system_prompt",
+                             absl::StrCat(system_tokens, " tokens leave no room in "
+                                          "window.max_tokens ", window->max_tokens())));
+  }
+  if (w.keep_first() < 0 || w.keep_first() >= window->max_tokens()) {
+    return Answer(ctx, kMethod,
+                  FieldError("window.keep_first",
+                             absl::StrCat(w.keep_first(), " is out of range [0, window.max_tokens ",
+                                          window->max_tokens(), ")")));
+  }
+  window->set_keep_first(w.keep_first() > 0 ? w.keep_first() : system_tokens);
+  record.set_session_id(NewSessionId());
+  record.set_version(1);
+  record.set_model(options_.model_name);
+  record.set_tokens_held(system_tokens);
+  record.set_created_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  *response = Info(record);
+  sessions_.Save(record, "", [this, reactor](absl::Status status) {
+    FinishUnary(reactor, "CreateSession", status);
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationService::GetSession(
+    grpc::CallbackServerContext* ctx, const tandem::v1::GetSessionRequest* request,
+    tandem::v1::SessionInfo* response) {
+  if (absl::Status s = ValidateSessionId(request->session_id()); !s.ok()) {
+    return Answer(ctx, "GetSession", s);
+  }
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  sessions_.Load(request->session_id(),
+                 [this, reactor, response](absl::StatusOr<tandem::v1::SessionRecord> record) {
+                   if (record.ok()) *response = Info(*record);
+                   FinishUnary(reactor, "GetSession", record.status());
+                 });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationService::CloseSession(
+    grpc::CallbackServerContext* ctx, const tandem::v1::CloseSessionRequest* request,
+    tandem::v1::CloseSessionResponse*) {
+  if (absl::Status s = ValidateSessionId(request->session_id()); !s.ok()) {
+    return Answer(ctx, "CloseSession", s);
+  }
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  // Unknown sessions are an error, as for every other session method.
+  sessions_.Load(request->session_id(),
+                 [this, reactor](absl::StatusOr<tandem::v1::SessionRecord> record) {
+                   if (!record.ok()) {
+                     FinishUnary(reactor, "CloseSession", record.status());
+                     return;
+                   }
+                   sessions_.Drop(record->session_id(), [this, reactor](absl::Status status) {
+                     FinishUnary(reactor, "CloseSession", status);
+                   });
+                 });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationService::ListSessions(
+    grpc::CallbackServerContext* ctx, const tandem::v1::ListSessionsRequest*,
+    tandem::v1::ListSessionsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  sessions_.List([this, reactor, response](std::vector<tandem::v1::SessionRecord> records) {
+    for (const tandem::v1::SessionRecord& r : records) *response->add_sessions() = Info(r);
+    FinishUnary(reactor, "ListSessions", absl::OkStatus());
+  });
+  return reactor;
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Chat(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw) {
+  std::shared_ptr<GenerateCall> call = GenerateCall::Open(MakeCallEnv(), ctx);
+  tandem::v1::ChatRequest request;
+  absl::Status status = rpc::ParseMessage(*raw, &request);
+  if (!status.ok()) {
+    metrics_.malformed_requests.Add({{"method", "Chat"}}).Increment();
+  } else if (draining_.load()) {
+    status = absl::UnavailableError("the gateway is draining (shutting down); retry on another");
+  } else if (status = ValidateSessionId(request.session_id()); status.ok()) {
+    if (request.message().empty()) {
+      status = FieldError("message", "empty");
+    } else if (static_cast<int64_t>(request.message().size()) >
+               options_.limits.max_prompt_bytes) {
+      status = FieldError("message", absl::StrCat(request.message().size(),
+                                                  " bytes exceed the limit of ",
+                                                  options_.limits.max_prompt_bytes));
+    } else if (request.max_tokens() < 1) {
+      status = FieldError("max_tokens", absl::StrCat("must be >= 1, got ", request.max_tokens()));
+    }
+  }
+  if (!status.ok()) {
+    call->Begin(status);
+    return call.get();
+  }
+  const std::string id = request.session_id();
+  sessions_.Load(id, [this, call, request = std::move(request)](
+                         absl::StatusOr<tandem::v1::SessionRecord> record) mutable {
+    BeginTurn(std::move(call), request, std::move(record));
+  });
+  return call.get();
+}
+
+void GenerationService::BeginTurn(std::shared_ptr<GenerateCall> call,
+                                  const tandem::v1::ChatRequest& request,
+                                  absl::StatusOr<tandem::v1::SessionRecord> record) {
+  if (!record.ok()) {
+    call->Begin(record.status());
+    return;
+  }
+  absl::StatusOr<TurnPlan> plan = PlanTurn(*record, request.message(), request.max_tokens(),
+                                           *tokenizer_, options_.chat_template);
+  if (!plan.ok()) {
+    call->Begin(plan.status());
+    return;
+  }
+  tandem::v1::GenerateRequest generate;
+  generate.mutable_prompt_token_ids()->Assign(plan->prompt_ids.begin(), plan->prompt_ids.end());
+  generate.set_max_tokens(plan->max_tokens);
+  *generate.mutable_sampling() = request.sampling();
+  generate.set_top_logprobs(request.top_logprobs());
+  *generate.mutable_stop() = request.stop();
+  generate.set_ignore_eos(request.ignore_eos());
+  absl::StatusOr<ValidatedRequest> validated = ValidateGenerateRequest(
+      generate, *tokenizer_, options_.model_name, options_.limits, &options_.chat_template);
+
+  SessionTurn turn;
+  turn.session_id = record->session_id();
+  turn.kv_holder = record->kv_holder();
+  turn.commit = [this, record = std::move(*record), plan = std::move(*plan),
+                 message = request.message()](std::string reply, std::string decode_address,
+                                              SessionTurn::CommitDone done) {
+    tandem::v1::SessionRecord next = record;
+    next.set_version(record.version() + 1);
+    next.clear_turns();
+    for (const tandem::v1::ChatMessage& m : plan.kept_turns) *next.add_turns() = m;
+    tandem::v1::ChatMessage* user = next.add_turns();
+    user->set_role("user");
+    user->set_content(message);
+    tandem::v1::ChatMessage* assistant = next.add_turns();
+    assistant->set_role("assistant");
+    assistant->set_content(std::move(reply));
+    next.set_turns_evicted(record.turns_evicted() + plan.turns_evicted);
+    next.set_tokens_evicted(record.tokens_evicted() + plan.tokens_evicted);
+    absl::StatusOr<std::vector<int32_t>> held =
+        RenderTokens(SessionMessages(next), false, *tokenizer_, options_.chat_template);
+    next.set_tokens_held(held.ok() ? static_cast<int32_t>(held->size()) : 0);
+    if (!decode_address.empty()) next.set_kv_holder(decode_address);
+    tandem::v1::Usage usage;
+    usage.set_session_tokens_evicted(static_cast<int32_t>(plan.tokens_evicted));
+    usage.set_session_tokens_held(next.tokens_held());
+    usage.set_session_rebuilt(!record.kv_holder().empty() && !decode_address.empty() &&
+                              decode_address != record.kv_holder());
+    sessions_.Save(next, record.kv_holder(),
+                   [done = std::move(done), usage](absl::Status status) {
+                     done(std::move(status), usage);
+                   });
+  };
+  call->Begin(std::move(validated), std::move(turn));
+}
+
+}  // namespace tandem::gateway

@@ -1,0 +1,352 @@
+// Sessions over real processes with stories260K: a REPREFILL session's
+// every turn equals a fresh stateless Generate of the truncated
+// conversation (ids and logprobs) over many evictions; turns alternating
+// between two gateways equal a single-gateway run; a decode worker killed
+// (kill -9) between turns loses no session; a 1000-turn conversation keeps
+// the decode worker's pinned KV within its window; idle sessions expire;
+// bad session requests name their field.
+#include <signal.h>
+
+#include <fstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "tests/e2e/stack.h"
+
+namespace tandem::testing {
+namespace {
+
+std::string StoriesPath() { return std::string(TANDEM_SHARED_MODELS_DIR) + "/stories260K.gguf"; }
+
+tandem::v1::SessionInfo Create(tandem::v1::Generation::Stub& stub, int32_t window,
+                               grpc::Status* status = nullptr, int32_t ttl = 0) {
+  grpc::ClientContext ctx;
+  tandem::v1::CreateSessionRequest req;
+  req.set_system_prompt("A story about a cat named Tom.");
+  req.mutable_window()->set_max_tokens(window);
+  req.set_idle_ttl_seconds(ttl);
+  tandem::v1::SessionInfo info;
+  const grpc::Status s = stub.CreateSession(&ctx, req, &info);
+  if (status != nullptr) {
+    *status = s;
+  } else {
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  return info;
+}
+
+Completion Chat(tandem::v1::Generation::Stub& stub, const std::string& session,
+                const std::string& message, int32_t max_tokens = 24) {
+  tandem::v1::ChatRequest req;
+  req.set_session_id(session);
+  req.set_message(message);
+  req.set_max_tokens(max_tokens);
+  req.set_top_logprobs(3);
+  Completion c;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  auto reader = stub.Chat(&ctx, req);
+  tandem::v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    for (const auto& t : resp.tokens()) {
+      c.tokens.push_back(t);
+      c.text += t.text();
+    }
+    if (resp.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
+      c.finish = resp.finish_reason();
+      c.usage = resp.usage();
+    }
+  }
+  c.status = reader->Finish();
+  return c;
+}
+
+tandem::v1::SessionInfo Get(tandem::v1::Generation::Stub& stub, const std::string& session,
+                            grpc::Status* status = nullptr) {
+  grpc::ClientContext ctx;
+  tandem::v1::GetSessionRequest req;
+  req.set_session_id(session);
+  tandem::v1::SessionInfo info;
+  const grpc::Status s = stub.GetSession(&ctx, req, &info);
+  if (status != nullptr) {
+    *status = s;
+  } else {
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  return info;
+}
+
+std::string Message(int turn) { return absl::StrCat("Tell me what Tom did on day ", turn, "."); }
+
+// The stateless request a client without sessions would send for the turn
+// that produced the last reply of `info`: the conversation before it.
+tandem::v1::GenerateRequest Stateless(const tandem::v1::SessionInfo& info, int32_t max_tokens) {
+  tandem::v1::GenerateRequest req;
+  for (int i = 0; i + 1 < info.messages_size(); ++i) *req.add_messages() = info.messages(i);
+  req.set_max_tokens(max_tokens);
+  req.set_top_logprobs(3);
+  return req;
+}
+
+void ExpectSameTokens(const Completion& got, const Completion& want, const std::string& what) {
+  ASSERT_EQ(got.tokens.size(), want.tokens.size()) << what;
+  for (size_t i = 0; i < got.tokens.size(); ++i) {
+    EXPECT_EQ(got.tokens[i].id(), want.tokens[i].id()) << what << " token " << i;
+    EXPECT_NEAR(got.tokens[i].logprob(), want.tokens[i].logprob(), 1e-4) << what;
+    ASSERT_EQ(got.tokens[i].top_logprobs_size(), want.tokens[i].top_logprobs_size()) << what;
+    for (int k = 0; k < got.tokens[i].top_logprobs_size(); ++k) {
+      EXPECT_EQ(got.tokens[i].top_logprobs(k).id(), want.tokens[i].top_logprobs(k).id()) << what;
+    }
+  }
+}
+
+tandem::v1::WorkerStats Stats(Stack& stack, int decode) {
+  grpc::ClientContext ctx;
+  tandem::v1::WorkerStats stats;
+  EXPECT_TRUE(stack.decode(decode).GetWorkerStats(&ctx, {}, &stats).ok());
+  return stats;
+}
+
+// VmRSS of process `pid`, in KiB (-1 if unreadable).
+int64_t RssKib(int pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      int64_t kib = -1;
+      std::string digits;
+      for (char c : line) {
+        if (c >= '0' && c <= '9') digits += c;
+      }
+      return absl::SimpleAtoi(digits, &kib) ? kib : -1;
+    }
+  }
+  return -1;
+}
+
+TEST(SessionTest, ReprefillTurnsEqualFreshRequestsOverManyEvictions) {
+  auto stack = Stack::Start(StoriesPath());
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  constexpr int32_t kWindow = 160;
+  const tandem::v1::SessionInfo created = Create(stack->gateway(), kWindow);
+  ASSERT_FALSE(created.session_id().empty());
+  EXPECT_EQ(created.window().max_tokens(), kWindow);
+  EXPECT_EQ(created.window().policy(), tandem::v1::WINDOW_POLICY_REPREFILL);
+  EXPECT_GT(created.window().keep_first(), 0);  // the system prompt's tokens
+  int64_t evicted = 0;
+  for (int turn = 0; turn < 14; ++turn) {
+    const Completion reply = Chat(stack->gateway(), created.session_id(), Message(turn));
+    ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+    ASSERT_FALSE(reply.tokens.empty());
+    const int32_t prompt = reply.usage.prompt_tokens();
+    EXPECT_LE(prompt + reply.usage.completion_tokens(), kWindow) << "turn " << turn;
+    evicted += reply.usage.session_tokens_evicted();
+    const tandem::v1::SessionInfo info = Get(stack->gateway(), created.session_id());
+    ASSERT_GE(info.messages_size(), 3);
+    EXPECT_EQ(info.messages(0).role(), "system");
+    EXPECT_EQ(info.messages(info.messages_size() - 2).content(), Message(turn));
+    EXPECT_EQ(info.messages(info.messages_size() - 1).content(), reply.text);
+    EXPECT_EQ(info.tokens_evicted(), evicted);
+    const Completion fresh =
+        Generate(stack->gateway(), Stateless(info, std::min(24, kWindow - prompt)));
+    ASSERT_TRUE(fresh.status.ok()) << fresh.status.error_message();
+    EXPECT_EQ(fresh.usage.prompt_tokens(), prompt) << "turn " << turn;
+    ExpectSameTokens(reply, fresh, absl::StrCat("turn ", turn));
+  }
+  const tandem::v1::SessionInfo info = Get(stack->gateway(), created.session_id());
+  EXPECT_GE(info.turns_evicted(), 5);
+  EXPECT_GT(evicted, 0);
+  EXPECT_EQ(info.turns_held() + info.turns_evicted(), 14);
+  // The kept system prompt's blocks came from the cache on later turns.
+  EXPECT_GT(MetricValue(stack->decode_info().metrics_address,
+                        "tandem_prefix_cache_hit_tokens_total") +
+                MetricValue(stack->prefill_info().metrics_address,
+                            "tandem_prefix_cache_hit_tokens_total"),
+            0);
+  EXPECT_TRUE(stack->Stop());
+}
+
+TEST(SessionTest, TurnsAlternatingBetweenTwoGatewaysEqualOneGateway) {
+  StackOptions o;
+  o.model = StoriesPath();
+  o.gateways = 2;
+  auto stack = Stack::Start(o);
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  const std::string alternating = Create(stack->gateway(0), 128).session_id();
+  const std::string single = Create(stack->gateway(0), 128).session_id();
+  for (int turn = 0; turn < 8; ++turn) {
+    const Completion a = Chat(stack->gateway(turn % 2), alternating, Message(turn));
+    const Completion b = Chat(stack->gateway(0), single, Message(turn));
+    ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+    ASSERT_TRUE(b.status.ok()) << b.status.error_message();
+    ExpectSameTokens(a, b, absl::StrCat("turn ", turn));
+  }
+  const tandem::v1::SessionInfo from_second = Get(stack->gateway(1), alternating);
+  EXPECT_EQ(from_second.turns_held() + from_second.turns_evicted(), 8);
+  grpc::ClientContext ctx;
+  tandem::v1::ListSessionsResponse list;
+  ASSERT_TRUE(stack->gateway(1).ListSessions(&ctx, {}, &list).ok());
+  EXPECT_EQ(list.sessions_size(), 2);
+  EXPECT_TRUE(stack->Stop());
+}
+
+TEST(SessionTest, DecodeWorkerKilledBetweenTurnsLosesNoSession) {
+  StackOptions o;
+  o.model = StoriesPath();
+  o.decode_workers = 2;
+  auto stack = Stack::Start(o);
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  const std::string id = Create(stack->gateway(), 128).session_id();
+  ASSERT_TRUE(Chat(stack->gateway(), id, Message(0)).status.ok());
+  ASSERT_TRUE(Chat(stack->gateway(), id, Message(1)).status.ok());
+  // The worker keeping the session's KV.
+  int holder = -1;
+  for (int i = 0; i < 2; ++i) {
+    if (Stats(*stack, i).sessions_pinned() > 0) holder = i;
+  }
+  ASSERT_GE(holder, 0);
+  stack->decode_process(holder).Signal(SIGKILL);
+  stack->decode_process(holder).Wait();
+
+  const Completion reply = Chat(stack->gateway(), id, Message(2));
+  ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+  EXPECT_TRUE(reply.usage.session_rebuilt());
+  const tandem::v1::SessionInfo info = Get(stack->gateway(), id);
+  EXPECT_EQ(info.turns_held() + info.turns_evicted(), 3);
+  const Completion fresh = Generate(
+      stack->gateway(), Stateless(info, std::min(24, 128 - reply.usage.prompt_tokens())));
+  ASSERT_TRUE(fresh.status.ok()) << fresh.status.error_message();
+  ExpectSameTokens(reply, fresh, "after the kill");
+  // The survivor holds the session's KV now.
+  EXPECT_GT(Stats(*stack, 1 - holder).sessions_pinned(), 0);
+  // A dead worker exits non-zero; only the others are checked.
+  EXPECT_FALSE(stack->Stop());
+}
+
+TEST(SessionTest, ThousandTurnsStayWithinTheWindowsBlocks) {
+  constexpr int32_t kWindow = 256;
+  constexpr int32_t kBlockSize = 16;
+  // A 4 MiB pool (100 blocks): every page of it is touched within the first
+  // turns (the prefix cache keeps what it can), so later growth would be a
+  // leak, not the pool filling.
+  auto stack = Stack::Start(StoriesPath(),
+                            {"--block-size", absl::StrCat(kBlockSize), "--kv-budget-mb", "4"});
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  const std::string id = Create(stack->gateway(), kWindow).session_id();
+  const int pid = stack->decode_process().pid();
+  int64_t rss_at_100 = 0, max_pinned = 0, max_used = 0;
+  for (int turn = 0; turn < 1000; ++turn) {
+    const Completion reply = Chat(stack->gateway(), id, Message(turn), 16);
+    ASSERT_TRUE(reply.status.ok()) << "turn " << turn << ": " << reply.status.error_message();
+    const tandem::v1::WorkerStats stats = Stats(*stack, 0);
+    max_pinned = std::max<int64_t>(max_pinned, stats.kv_blocks_pinned());
+    max_used = std::max<int64_t>(max_used, stats.kv_blocks_used());
+    ASSERT_LE(stats.kv_blocks_used(), kWindow / kBlockSize + 2) << "turn " << turn;
+    if (turn == 100) rss_at_100 = RssKib(pid);
+  }
+  const int64_t rss_at_1000 = RssKib(pid);
+  const tandem::v1::SessionInfo info = Get(stack->gateway(), id);
+  EXPECT_EQ(info.turns_held() + info.turns_evicted(), 1000);
+  EXPECT_LE(info.tokens_held(), kWindow);
+  std::cout << "[ figures ] 1000 turns, window " << kWindow << ": decode worker KV blocks used "
+            << "at most " << max_used << " (pinned " << max_pinned << "), RSS " << rss_at_100
+            << " KiB at turn 100, " << rss_at_1000 << " KiB at turn 1000\n";
+  EXPECT_GT(max_pinned, 0);
+  EXPECT_LT(rss_at_1000 - rss_at_100, 8 * 1024);
+  EXPECT_TRUE(stack->Stop());
+}
+
+TEST(SessionTest, IdleSessionsExpireAndCloseFreesAtOnce) {
+  auto stack = Stack::Start(StoriesPath());
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  const std::string closing = Create(stack->gateway(), 128).session_id();
+  ASSERT_TRUE(Chat(stack->gateway(), closing, Message(0)).status.ok());
+  EXPECT_GT(Stats(*stack, 0).kv_blocks_pinned(), 0);
+  {
+    grpc::ClientContext ctx;
+    tandem::v1::CloseSessionRequest req;
+    req.set_session_id(closing);
+    tandem::v1::CloseSessionResponse resp;
+    ASSERT_TRUE(stack->gateway().CloseSession(&ctx, req, &resp).ok());
+  }
+  grpc::Status status;
+  Get(stack->gateway(), closing, &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), ::testing::HasSubstr("session_id"));
+  EXPECT_EQ(Stats(*stack, 0).kv_blocks_pinned(), 0);
+
+  const std::string idle = Create(stack->gateway(), 128, nullptr, /*ttl=*/1).session_id();
+  ASSERT_TRUE(Chat(stack->gateway(), idle, Message(0)).status.ok());
+  // ListSessions does not keep a session alive; wait for it to go.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  int listed = 1;
+  while (listed > 0 && absl::Now() < deadline) {
+    grpc::ClientContext ctx;
+    tandem::v1::ListSessionsResponse list;
+    ASSERT_TRUE(stack->gateway().ListSessions(&ctx, {}, &list).ok());
+    listed = list.sessions_size();
+    if (listed > 0) absl::SleepFor(absl::Milliseconds(100));  // polling a clock-driven expiry
+  }
+  EXPECT_EQ(listed, 0);
+  const absl::Time unpin_deadline = absl::Now() + absl::Seconds(30);
+  while (Stats(*stack, 0).kv_blocks_pinned() > 0 && absl::Now() < unpin_deadline) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(Stats(*stack, 0).kv_blocks_pinned(), 0);
+  EXPECT_TRUE(stack->Stop());
+}
+
+TEST(SessionTest, BadSessionRequestsNameTheirField) {
+  auto stack = Stack::Start(StoriesPath());
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  grpc::Status status;
+  Create(stack->gateway(), -1, &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), ::testing::HasSubstr("window.max_tokens"));
+  Create(stack->gateway(), 1 << 20, &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  Create(stack->gateway(), 4, &status);  // the system prompt alone overflows it
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), ::testing::HasSubstr("system_prompt"));
+  Create(stack->gateway(), 128, &status, /*ttl=*/-5);
+  EXPECT_THAT(status.error_message(), ::testing::HasSubstr("idle_ttl_seconds"));
+  {
+    grpc::ClientContext ctx;
+    tandem::v1::CreateSessionRequest req;
+    req.mutable_window()->set_policy(tandem::v1::WINDOW_POLICY_SHIFT);
+    tandem::v1::SessionInfo info;
+    status = stack->gateway().CreateSession(&ctx, req, &info);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_THAT(status.error_message(), ::testing::HasSubstr("window.policy"));
+  }
+  const Completion unknown = Chat(stack->gateway(), "no-such-session", "hello");
+  EXPECT_EQ(unknown.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(unknown.status.error_message(), ::testing::HasSubstr("session_id"));
+  const std::string id = Create(stack->gateway(), 64).session_id();
+  EXPECT_EQ(Chat(stack->gateway(), id, "").status.error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Chat(stack->gateway(), id, "hi", 0).status.error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  // A message that cannot fit the window even alone.
+  std::string huge;
+  for (int i = 0; i < 100; ++i) huge += "Tom ran to the big red house. ";
+  const Completion too_long = Chat(stack->gateway(), id, huge);
+  EXPECT_EQ(too_long.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(too_long.status.error_message(), ::testing::HasSubstr("message"));
+  // The session is untouched by the failed turns.
+  EXPECT_EQ(Get(stack->gateway(), id).turns_held(), 0);
+  EXPECT_TRUE(stack->Stop());
+}
+
+}  // namespace
+}  // namespace tandem::testing
