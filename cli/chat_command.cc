@@ -1,9 +1,11 @@
-// `tandem chat`: an interactive client for a person. Reads one line per turn
-// from stdin, sends the conversation so far (cli/chat_transcript.h) to the
-// gateway's Generation.Generate, prints the reply as it streams in, and puts
-// token counts and timings on stderr after each turn. Commands: /quit (or
-// EOF) ends, /reset forgets the conversation. Single-threaded: the blocking
-// gRPC stub runs on the calling thread.
+// `tandem chat`: an interactive client for a person, on a session
+// (Generation.CreateSession, then one Generation.Chat per line read from
+// stdin): the service keeps the conversation in a rolling window, so only
+// each new line is sent and a conversation never outgrows the context. The
+// reply streams to stdout; token counts, timings and the window's state go
+// to stderr after each turn. Commands: /quit (or EOF) ends and closes the
+// session, /reset starts a new one. Single-threaded: the blocking gRPC stub
+// runs on the calling thread.
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,7 +22,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/flags.h"
-#include "cli/chat_transcript.h"
 #include "cli/commands.h"
 #include "common/status_macros.h"
 #include "rpc/status.h"
@@ -32,13 +33,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr char kHelpTail[] =
-    "Each line you type is one user turn; the reply streams to stdout and token\n"
-    "stats go to stderr. The conversation is sent as one growing prompt:\n"
-    "  {system}\\n\\n                         (only with --system)\n"
-    "  User: {turn}\\nAssistant:{reply}\\n   (each earlier turn)\n"
-    "  User: {this turn}\\nAssistant:\n"
-    "and a reply stops before the model writes \"\\nUser:\" itself.\n"
-    "Commands: /quit (or end of input) exits; /reset forgets the conversation.\n";
+    "Each line you type is one user turn of a session the service keeps: the\n"
+    "reply streams to stdout and token stats go to stderr. Turns are rendered\n"
+    "with the model's chat template (plain \"User:\" / \"Assistant:\" lines when\n"
+    "it has none); when the window fills, the oldest turns after the system\n"
+    "text are evicted. A reply stops before the model writes \"\\nUser:\" itself.\n"
+    "Commands: /quit (or end of input) exits; /reset starts a new session.\n";
+
+// Plain-rendered models go on to write the user's next line themselves.
+constexpr char kStopString[] = "\nUser:";
 
 struct ChatConfig {
   std::string addr;
@@ -48,6 +51,7 @@ struct ChatConfig {
   float top_p = 1;
   uint64_t seed = 0;  // 0: a fresh random seed each turn
   std::string system;
+  int32_t window = 0;  // 0: the gateway's --session-window
   int timeout_s = 300;
   int connect_timeout_s = 10;
 };
@@ -62,7 +66,10 @@ std::vector<common::FlagSpec> ChatFlagSpecs() {
       {.name = "top-p", .default_value = "1", .help = "nucleus sampling mass, (0, 1]"},
       {.name = "seed", .default_value = "0",
        .help = "sampling seed for every turn; 0 = a fresh random seed each turn"},
-      {.name = "system", .help = "system text put before the conversation"},
+      {.name = "system", .help = "system text put before the conversation (never evicted)"},
+      {.name = "window", .default_value = "0",
+       .help = "tokens the session keeps (the oldest turns are evicted past it); 0 = the "
+               "gateway's --session-window"},
       {.name = "timeout-s", .default_value = "300", .help = "deadline of each reply, seconds"},
       {.name = "connect-timeout-s", .default_value = "10",
        .help = "deadline of the first call (ListModels), seconds"},
@@ -84,6 +91,7 @@ absl::StatusOr<ChatConfig> ConfigFromArgs(const common::Args& args) {
     return static_cast<int>(v);
   };
   ASSIGN_OR_RETURN(c.max_tokens, int_in("max-tokens", 1, 1 << 24));
+  ASSIGN_OR_RETURN(c.window, int_in("window", 0, 1 << 24));
   ASSIGN_OR_RETURN(c.timeout_s, int_in("timeout-s", 1, 86400));
   ASSIGN_OR_RETURN(c.connect_timeout_s, int_in("connect-timeout-s", 1, 3600));
   ASSIGN_OR_RETURN(double temperature, args.Double("temperature"));
@@ -126,7 +134,6 @@ class Chat {
       : config_(std::move(config)),
         out_(out),
         err_(err),
-        transcript_(config_.system),
         stub_(v1::Generation::NewStub(
             grpc::CreateChannel(config_.addr, grpc::InsecureChannelCredentials()))),
         seeds_(std::random_device{}()) {}
@@ -146,7 +153,7 @@ class Chat {
       if (config_.model.empty() || m.id() == config_.model) {
         err_ << "tandem chat: " << config_.addr << " serves " << m.id() << " ("
              << m.architecture() << ", context " << m.max_context()
-             << " tokens). /quit exits, /reset forgets.\n";
+             << " tokens). /quit exits, /reset starts over.\n";
         return 0;
       }
     }
@@ -165,21 +172,55 @@ class Chat {
       if (text.empty()) continue;
       if (text == "/quit" || text == "/exit") break;
       if (text == "/reset") {
-        transcript_.Reset();
+        Close();
         err_ << "[conversation cleared]\n";
         continue;
       }
       Turn(text);
     }
+    Close();
   }
 
  private:
-  void Turn(const std::string& user_text) {
-    v1::GenerateRequest request;
+  // The session, created at the first turn (again after /reset or a failed
+  // creation); false when it could not be.
+  bool EnsureSession() {
+    if (!session_id_.empty()) return true;
+    v1::CreateSessionRequest request;
     request.set_model(config_.model);
-    request.set_prompt(transcript_.PromptFor(user_text));
+    request.set_system_prompt(config_.system);
+    request.mutable_window()->set_max_tokens(config_.window);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(config_.connect_timeout_s));
+    v1::SessionInfo info;
+    const grpc::Status status = stub_->CreateSession(&ctx, request, &info);
+    if (!status.ok()) {
+      err_ << "tandem chat: " << Describe(status) << "\n";
+      return false;
+    }
+    session_id_ = info.session_id();
+    return true;
+  }
+
+  void Close() {
+    if (session_id_.empty()) return;
+    v1::CloseSessionRequest request;
+    request.set_session_id(session_id_);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(DeadlineIn(config_.connect_timeout_s));
+    v1::CloseSessionResponse response;
+    // Best effort: an unclosed session expires after its idle TTL.
+    (void)stub_->CloseSession(&ctx, request, &response);
+    session_id_.clear();
+  }
+
+  void Turn(const std::string& user_text) {
+    if (!EnsureSession()) return;
+    v1::ChatRequest request;
+    request.set_session_id(session_id_);
+    request.set_message(user_text);
     request.set_max_tokens(config_.max_tokens);
-    request.add_stop(ChatTranscript::kStopString);
+    request.add_stop(kStopString);
     v1::SamplingParams* sampling = request.mutable_sampling();
     sampling->set_temperature(config_.temperature);
     sampling->set_top_p(config_.top_p);
@@ -190,16 +231,14 @@ class Chat {
     const Clock::time_point sent = Clock::now();
     Clock::time_point first;
     std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
-        stub_->Generate(&ctx, request);
+        stub_->Chat(&ctx, request);
     v1::GenerateResponse response;
-    std::string reply;
     int64_t n_tokens = 0;
     v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
     v1::Usage usage;
     while (reader->Read(&response)) {
       for (const v1::Token& t : response.tokens()) {
         if (n_tokens++ == 0) first = Clock::now();
-        reply += t.text();
         out_ << t.text();
       }
       out_.flush();
@@ -212,28 +251,34 @@ class Chat {
     const Clock::time_point done = Clock::now();
     if (n_tokens > 0) out_ << "\n" << std::flush;
     if (!status.ok()) {
-      // The turn is not kept: the next one is asked as if this never was.
+      // The session does not keep a failed turn: the next one is asked as if
+      // this never was.
       err_ << "tandem chat: " << Describe(status) << "\n";
-      if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
-        err_ << "[the turn was dropped; /reset starts over if the conversation is too long]\n";
+      if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        session_id_.clear();  // expired or lost: the next turn starts a new one
+        err_ << "[the session is gone; the next line starts a new one]\n";
       }
       return;
     }
-    transcript_.Commit(user_text, reply);
     const double ttft = std::chrono::duration<double>(first - sent).count();
     const double decode_s = std::chrono::duration<double>(done - first).count();
     err_ << absl::StrFormat(
-        "[%d tokens, finish %s; prompt %d tokens (%d cached); TTFT %.3f s; %.1f tokens/s]\n",
+        "[%d tokens, finish %s; prompt %d tokens (%d cached); TTFT %.3f s; %.1f tokens/s; "
+        "session holds %d tokens%s]\n",
         n_tokens, FinishName(finish), usage.prompt_tokens(), usage.cached_prompt_tokens(),
         n_tokens > 0 ? ttft : 0.0,
-        n_tokens > 1 ? static_cast<double>(n_tokens - 1) / std::max(decode_s, 1e-9) : 0.0);
+        n_tokens > 1 ? static_cast<double>(n_tokens - 1) / std::max(decode_s, 1e-9) : 0.0,
+        usage.session_tokens_held(),
+        usage.session_tokens_evicted() > 0
+            ? absl::StrCat(", this turn evicted ", usage.session_tokens_evicted())
+            : std::string());
   }
 
   const ChatConfig config_;
   std::ostream& out_;
   std::ostream& err_;
-  ChatTranscript transcript_;
   std::unique_ptr<v1::Generation::Stub> stub_;
+  std::string session_id_;  // empty until the first turn
   std::mt19937_64 seeds_;  // per-turn seeds when --seed is 0
 };
 

@@ -574,12 +574,14 @@ GenerateCall::Next GenerateCall::Complete() {
 
 void GenerateCall::Commit() {
   std::string reply, address;
+  std::function<void(std::string, std::string, SessionTurn::CommitDone)> commit;
   {
     absl::MutexLock lock(&mu_);
     reply = reply_;
     address = decode_address_;
+    commit = turn_.commit;
   }
-  turn_.commit(std::move(reply), std::move(address),
+  commit(std::move(reply), std::move(address),
                [self = shared_from_this()](absl::Status status, tandem::v1::Usage usage) {
                  self->OnCommitted(std::move(status), usage);
                });

@@ -132,6 +132,9 @@ class FakeDecode final : public tandem::v1::Decode::CallbackService {
     }
     void OnCancel() override {
       if (!owner_->cancelled_.HasBeenNotified()) owner_->cancelled_.Notify();
+      // OnCancel may run beside a write's completion: whichever of the two
+      // sees the other's flag finishes the call.
+      cancel_seen_.store(true);
       if (script_.hang && written_all_.load()) {
         FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
       }
@@ -148,6 +151,9 @@ class FakeDecode final : public tandem::v1::Decode::CallbackService {
       if (next_ == script_.tokens.size()) {
         written_all_.store(true);
         if (!script_.hang) FinishOnce(script_.end);
+        if (script_.hang && cancel_seen_.load()) {
+          FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+        }
         return;  // a hanging stream finishes in OnCancel
       }
       msg_.Clear();
@@ -159,6 +165,7 @@ class FakeDecode final : public tandem::v1::Decode::CallbackService {
     Script script_;
     size_t next_ = 0;  // reactions only (one at a time)
     std::atomic<bool> written_all_{false};
+    std::atomic<bool> cancel_seen_{false};
     std::atomic<bool> finished_{false};
     tandem::v1::DecodeResponse msg_;
   };
