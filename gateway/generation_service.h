@@ -39,6 +39,8 @@ struct SessionOptions {
   int32_t max_ttl_seconds = 86400;
   // Decode workers each record is written to (the KV holder first).
   int32_t replicas = 2;
+  // A turn that overflows its window evicts down to this fraction of it.
+  double evict_to = 0.75;
   // Deadline of each call to a decode worker's session store.
   absl::Duration store_timeout = absl::Seconds(5);
 };

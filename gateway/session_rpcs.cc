@@ -234,8 +234,9 @@ void GenerationService::BeginTurn(std::shared_ptr<GenerateCall> call,
     call->Begin(record.status());
     return;
   }
-  absl::StatusOr<TurnPlan> plan = PlanTurn(*record, request.message(), request.max_tokens(),
-                                           *tokenizer_, options_.chat_template);
+  absl::StatusOr<TurnPlan> plan =
+      PlanTurn(*record, request.message(), request.max_tokens(), *tokenizer_,
+               options_.chat_template, options_.sessions.evict_to);
   if (!plan.ok()) {
     call->Begin(plan.status());
     return;

@@ -31,7 +31,7 @@ absl::StatusOr<std::vector<int32_t>> RenderTokens(const std::vector<engine::Chat
 absl::StatusOr<TurnPlan> PlanTurn(const tandem::v1::SessionRecord& record,
                                   const std::string& message, int32_t max_tokens,
                                   const engine::Tokenizer& tokenizer,
-                                  const engine::ChatTemplate& chat) {
+                                  const engine::ChatTemplate& chat, double evict_to) {
   const int64_t window = record.window().max_tokens();
   const int64_t keep_first = record.window().keep_first();
   TurnPlan plan;
@@ -64,8 +64,12 @@ absl::StatusOr<TurnPlan> PlanTurn(const tandem::v1::SessionRecord& record,
       before.push_back(plan.messages[system + i + 1]);
     }
   }
-  while (static_cast<int64_t>(plan.prompt_ids.size()) + max_tokens > window &&
-         plan.kept_turns.size() >= 2 * protected_turns + 2) {
+  auto over = [&](double limit) {
+    return static_cast<double>(plan.prompt_ids.size()) + max_tokens > limit;
+  };
+  const double target = std::clamp(evict_to, 0.0, 1.0) * static_cast<double>(window);
+  const bool overflow = over(static_cast<double>(window));
+  while (overflow && over(target) && plan.kept_turns.size() >= 2 * protected_turns + 2) {
     const auto first = plan.kept_turns.begin() + static_cast<std::ptrdiff_t>(2 * protected_turns);
     plan.kept_turns.erase(first, first + 2);
     ++plan.turns_evicted;

@@ -47,15 +47,19 @@ struct TurnPlan {
   int32_t max_tokens = 0;
 };
 
-// Plans the turn `message` with up to `max_tokens` of reply. Turns are
-// evicted oldest first, never one that starts inside the window's
-// keep_first tokens, until prompt + max_tokens fits window.max_tokens.
+// Plans the turn `message` with up to `max_tokens` of reply. When prompt +
+// max_tokens would overflow window.max_tokens, turns are evicted oldest
+// first, never one that starts inside the window's keep_first tokens, until
+// prompt + max_tokens fits `evict_to` (in (0, 1]) of the window: evicting
+// past what this turn needs leaves room for the next turns, whose prompts
+// then extend this one and reuse its KV instead of computing the window
+// again after every eviction.
 // InvalidArgument naming `message` when even the kept prefix and the new
 // message leave no room for one token of reply.
 absl::StatusOr<TurnPlan> PlanTurn(const tandem::v1::SessionRecord& record,
                                   const std::string& message, int32_t max_tokens,
                                   const engine::Tokenizer& tokenizer,
-                                  const engine::ChatTemplate& chat);
+                                  const engine::ChatTemplate& chat, double evict_to = 1.0);
 
 }  // namespace tandem::gateway
 

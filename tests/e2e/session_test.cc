@@ -189,10 +189,14 @@ TEST(SessionTest, TurnsAlternatingBetweenTwoGatewaysEqualOneGateway) {
   }
   const tandem::v1::SessionInfo from_second = Get(stack->gateway(1), alternating);
   EXPECT_EQ(from_second.turns_held() + from_second.turns_evicted(), 8);
-  grpc::ClientContext ctx;
-  tandem::v1::ListSessionsResponse list;
-  ASSERT_TRUE(stack->gateway(1).ListSessions(&ctx, {}, &list).ok());
-  EXPECT_EQ(list.sessions_size(), 2);
+  {
+    // Scoped: a live context keeps its connection, which the gateway's
+    // shutdown would wait for.
+    grpc::ClientContext ctx;
+    tandem::v1::ListSessionsResponse list;
+    ASSERT_TRUE(stack->gateway(1).ListSessions(&ctx, {}, &list).ok());
+    EXPECT_EQ(list.sessions_size(), 2);
+  }
   EXPECT_TRUE(stack->Stop());
 }
 
