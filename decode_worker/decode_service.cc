@@ -65,6 +65,7 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
       : service_(service), ctx_(ctx) {}
 
   void Begin(const tandem::v1::DecodeRequest& request) {
+    local_ = request.prefill_address().empty() && request.lease_id().empty();
     if (absl::Status s = service_->Validate(request); !s.ok()) {
       // The lease, if named, is of no use to anyone now.
       if (!request.prefill_address().empty() && !request.lease_id().empty()) {
@@ -75,8 +76,16 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
     }
     absl::StatusOr<rpc::Admission::Ticket> ticket = service_->admission_.TryAdmit(0);
     if (!ticket.ok()) {
-      service_->releases_.Release(request.prefill_address(), request.lease_id(), ticket.status());
+      if (!local_) {
+        service_->releases_.Release(request.prefill_address(), request.lease_id(),
+                                    ticket.status());
+      }
       Done(ticket.status());
+      return;
+    }
+    if (local_) {
+      ticket_ = std::move(*ticket);
+      SubmitLocal(request);
       return;
     }
     // The positions the lease's blocks hold: the prompt, then any tokens a
@@ -119,6 +128,26 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
         });
   }
 
+  // Conditional disaggregation: the engine computes the prompt (its prefix
+  // cache supplies what it holds) and samples the first token.
+  void SubmitLocal(const tandem::v1::DecodeRequest& request) {
+    engine::GenerationRequest r;
+    r.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
+    r.generated.assign(request.generated_token_ids().begin(),
+                       request.generated_token_ids().end());
+    r.sampling = rpc::SamplingFromProto(request.sampling());
+    r.max_tokens = request.max_tokens();
+    r.top_logprobs = request.top_logprobs();
+    r.ignore_eos = request.ignore_eos();
+    r.pin_key = request.session_id();
+    std::weak_ptr<DecodeCall> weak = weak_from_this();
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return;
+    stream_ = service_->loop_.Submit(std::move(r), [weak] {
+      if (auto call = weak.lock()) call->Pump();
+    });
+  }
+
   // gRPC thread: the blocks arrived (or did not).
   void OnFetched(kvtransfer::FetchResult result) {
     {
@@ -157,6 +186,7 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
           const double first_decode = absl::ToDoubleSeconds(absl::Now() - start_);
           response_.set_kv_transfer_seconds(absl::ToDoubleSeconds(transfer_));
           response_.set_first_decode_seconds(first_decode);
+          if (local_) response_.set_cached_prompt_tokens(b.events.front().cached_tokens);
           service_->first_decode_seconds_.Observe(first_decode);
           first_write_ = false;
         }
@@ -209,6 +239,7 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
   absl::Duration transfer_;
   tandem::v1::DecodeResponse response_;  // the write outstanding, if any
   bool first_write_ = true;  // guarded by the one-writer rule (mu_ in Pump)
+  bool local_ = false;        // set in Begin: this worker prefills the prompt
 
   absl::Mutex mu_;
   std::shared_ptr<kvtransfer::KvFetcher::Fetch> fetch_ ABSL_GUARDED_BY(mu_);
@@ -242,6 +273,17 @@ DecodeService::DecodeService(worker::EngineLoop& loop, prometheus::Registry& reg
           "Time from a Decode call's arrival to its first decoded token")) {}
 
 absl::Status DecodeService::Validate(const tandem::v1::DecodeRequest& r) const {
+  if (r.prefill_address().empty() && r.lease_id().empty()) {
+    // Local prefill: nothing to fetch.
+    if (r.prompt_token_ids_size() == 0) {
+      return absl::InvalidArgumentError("prompt_token_ids: empty");
+    }
+    if (r.num_blocks() != 0 || r.block_hashes_size() != 0) {
+      return absl::InvalidArgumentError(
+          "num_blocks: a local prefill (no prefill_address or lease_id) names no blocks");
+    }
+    return absl::OkStatus();
+  }
   if (r.prefill_address().empty()) {
     return absl::InvalidArgumentError("prefill_address: empty");
   }

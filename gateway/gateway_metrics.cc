@@ -23,6 +23,10 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
       progress_timeouts(rpc::CounterMetric(
           registry, "tandem_progress_timeouts_total",
           "Decode workers given up on for sending nothing within --progress-timeout-ms")),
+      local_prefills(rpc::CounterMetric(
+          registry, "tandem_local_prefills_total",
+          "Session turns prefilled on the decode worker keeping their KV (few new tokens: "
+          "conditional disaggregation)")),
       time_to_first_token(rpc::LatencyHistogram(
           registry, "tandem_time_to_first_token_seconds",
           "From a Generate call's arrival to its first token being sent")),

@@ -22,6 +22,8 @@ struct GatewayMetrics {
   prometheus::Counter& prefill_retries;
   prometheus::Counter& migrations;
   prometheus::Counter& progress_timeouts;
+  // Session turns whose prompt their decode worker computed itself.
+  prometheus::Counter& local_prefills;
   prometheus::Histogram& time_to_first_token;
   prometheus::Histogram& inter_token_latency;
   prometheus::Histogram& e2e_latency;

@@ -179,8 +179,15 @@ void GenerateCall::Begin(absl::StatusOr<ValidatedRequest> request, SessionTurn t
       }
     }
   }
+  bool local = false;
+  if (!next.finish) {
+    absl::MutexLock lock(&mu_);
+    local = turn_.local_prefill;
+  }
   if (next.finish) {
     Run(std::move(next));
+  } else if (local) {
+    StartDecode();
   } else {
     StartPrefill();
   }
@@ -315,6 +322,7 @@ void GenerateCall::RetryRound() {
 void GenerateCall::StartDecode() {
   DecodeRelay* relay = nullptr;
   Next next;
+  bool fall_back = false;  // to a prefill worker, when a local prefill cannot run
   {
     absl::MutexLock lock(&mu_);
     if (ending_) return;
@@ -333,26 +341,36 @@ void GenerateCall::StartDecode() {
                  ? env_.decode_router->Route(*env_.decode, request_.prompt_ids, exclude).pick
                  : env_.decode->Acquire(exclude);
     };
+    // A local prefill runs on the session's KV holder or not at all.
+    local_ = turn_.local_prefill && migrations_ == 0 && prefill_.lease_id().empty();
     decode_pick_ = pick(decode_tried_);
     // Every decode worker failed once: one may be back.
     if (!decode_pick_.valid() && !decode_tried_.empty()) decode_pick_ = pick({});
-    if (!decode_pick_.valid()) {
+    if (local_ && (!decode_pick_.valid() || decode_pick_.address() != turn_.kv_holder)) {
+      decode_pick_ = WorkerPicker::Pick();
+      local_ = false;
+      turn_.local_prefill = false;
+      fall_back = true;
+    } else if (!decode_pick_.valid()) {
       next = End(absl::UnavailableError("decode: no decode worker is available"));
     } else {
       tandem::v1::DecodeRequest req;
       req.mutable_prompt_token_ids()->Assign(request_.prompt_ids.begin(),
                                              request_.prompt_ids.end());
-      *req.mutable_first_token() = prefill_.first_token();
+      if (local_) env_.metrics->local_prefills.Increment();
+      if (!local_) *req.mutable_first_token() = prefill_.first_token();
       rpc::SamplingToProto(request_.sampling, req.mutable_sampling());
       req.set_max_tokens(request_.max_tokens);
       req.set_top_logprobs(request_.top_logprobs);
       // Stop strings and EOS are judged here, on text; the worker stops at
       // EOS too unless told to ignore it.
       req.set_ignore_eos(request_.ignore_eos);
-      req.set_prefill_address(prefill_address_);
-      req.set_lease_id(prefill_.lease_id());
-      req.set_num_blocks(prefill_.num_blocks());
-      *req.mutable_block_hashes() = prefill_.block_hashes();
+      if (!local_) {
+        req.set_prefill_address(prefill_address_);
+        req.set_lease_id(prefill_.lease_id());
+        req.set_num_blocks(prefill_.num_blocks());
+        *req.mutable_block_hashes() = prefill_.block_hashes();
+      }
       *req.mutable_generated_token_ids() = prefill_request_.generated_token_ids();
       req.set_session_id(turn_.session_id);
       decode_started_ = true;
@@ -365,6 +383,8 @@ void GenerateCall::StartDecode() {
   }
   if (relay != nullptr) {
     relay->Start();
+  } else if (fall_back) {
+    StartPrefill();
   } else {
     Run(std::move(next));
   }
@@ -382,6 +402,13 @@ void GenerateCall::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
       got_decode_message_ = true;
       usage_.set_kv_transfer_seconds(message.kv_transfer_seconds());
       usage_.set_first_decode_seconds(message.first_decode_seconds());
+      if (local_ && migrations_ == 0) {
+        // The decode worker prefilled the prompt: its first message holds
+        // the first token.
+        ticket_.DoneQueuing();
+        usage_.set_prefill_seconds(message.first_decode_seconds());
+        usage_.set_cached_prompt_tokens(message.cached_prompt_tokens());
+      }
     }
     std::vector<tandem::v1::Token> out;
     for (const tandem::v1::SampledTokenProto& t : message.tokens()) {
@@ -478,9 +505,13 @@ void GenerateCall::OnDecodeDone(const grpc::Status& result) {
       env_.metrics->migrations.Increment();
       if (failed >= 0) decode_tried_.push_back(failed);
       // The old lease is of no use now (the worker may have died before it
-      // fetched or released it; releasing twice is harmless).
-      env_.releases->Release(prefill_address_, prefill_.lease_id(),
-                             rpc::FromGrpcStatus(status, "decode"));
+      // fetched or released it; releasing twice is harmless). A local
+      // prefill had none.
+      if (!local_) {
+        env_.releases->Release(prefill_address_, prefill_.lease_id(),
+                               rpc::FromGrpcStatus(status, "decode"));
+      }
+      local_ = false;
       lease_held_ = false;
       decode_started_ = false;
       decode_finishing_ = false;

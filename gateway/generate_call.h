@@ -107,6 +107,11 @@ struct SessionTurn {
   // The decode worker keeping the session's KV: decode goes there while it
   // is reachable.
   std::string kv_holder;
+  // Conditional disaggregation: the holder has all but a few of the
+  // prompt's tokens, so it computes them itself (no prefill worker, no
+  // transfer). Falls back to the prefill worker when the holder cannot be
+  // picked.
+  bool local_prefill = false;
   // Done with the turn's status and the usage fields it adds.
   using CommitDone = std::function<void(absl::Status, tandem::v1::Usage)>;
   // Runs once the reply is complete (`reply`: its text; `decode_address`:
@@ -210,6 +215,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   kvtransfer::LeaseKeeper::Handle keep_lease_ ABSL_GUARDED_BY(mu_);  // the heartbeat
   absl::Status last_prefill_error_ ABSL_GUARDED_BY(mu_);
   bool decode_started_ ABSL_GUARDED_BY(mu_) = false;
+  // The decode call in flight prefills the prompt itself (local prefill).
+  bool local_ ABSL_GUARDED_BY(mu_) = false;
   bool got_decode_message_ ABSL_GUARDED_BY(mu_) = false;
   bool decode_finishing_ ABSL_GUARDED_BY(mu_) = false;  // its finish reason came
   // Every token id the workers produced that the emitter took (the first

@@ -39,6 +39,9 @@ struct SessionOptions {
   int32_t max_ttl_seconds = 86400;
   // Decode workers each record is written to (the KV holder first).
   int32_t replicas = 2;
+  // A turn whose decode worker holds all but at most this many of its
+  // prompt tokens is prefilled there (0: always on a prefill worker).
+  int32_t local_prefill_tokens = 512;
   // A turn that overflows its window evicts down to this fraction of it.
   double evict_to = 0.75;
   // Deadline of each call to a decode worker's session store.
@@ -160,6 +163,11 @@ class GenerationService final : public GenerationServiceBase {
   // conversation validated as a Generate request, and how to commit it.
   void BeginTurn(std::shared_ptr<GenerateCall> call, const tandem::v1::ChatRequest& request,
                  absl::StatusOr<tandem::v1::SessionRecord> record);
+  // The prompt tokens decode worker `decode_worker` would compute for
+  // `prompt` (those its reported blocks do not cover); max when it is not
+  // known reachable.
+  int64_t TokensToCompute(const std::string& decode_worker,
+                          std::span<const int32_t> prompt) const;
   // The decode workers' addresses (where session records live).
   std::vector<std::string> DecodeAddresses() const;
 

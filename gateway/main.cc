@@ -66,6 +66,10 @@ int main(int argc, char** argv) {
       {.name = "session-replicas", .default_value = "2",
        .help = "decode workers each session record is kept on (its KV holder first), so a "
                "session outlives the loss of all but one of them"},
+      {.name = "session-local-prefill-tokens", .default_value = "512",
+       .help = "a session turn whose decode worker holds all but at most this many of its "
+               "prompt tokens is prefilled there, without a prefill worker or a KV transfer "
+               "(conditional disaggregation); 0 = always on a prefill worker"},
       {.name = "session-evict-percent", .default_value = "75",
        .help = "a session turn that would overflow its window evicts its oldest turns until "
                "prompt + max_tokens fits this percent of the window (100: only what the turn "
@@ -164,6 +168,8 @@ int main(int argc, char** argv) {
       args->IntInRange("session-ttl-s", 1, max_ttl.ok() ? *max_ttl : 365 * 24 * 3600);
   absl::StatusOr<int32_t> replicas = args->IntInRange("session-replicas", 1, 16);
   absl::StatusOr<int32_t> evict_percent = args->IntInRange("session-evict-percent", 1, 100);
+  absl::StatusOr<int32_t> local_prefill = args->IntInRange("session-local-prefill-tokens", 0,
+                                                           1 << 24);
   absl::StatusOr<int32_t> store_ms =
       args->IntInRange("session-store-timeout-ms", 1, 24 * 3600 * 1000);
   absl::StatusOr<tandem::common::LogLevel> log_level =
@@ -181,7 +187,7 @@ int main(int argc, char** argv) {
         drain_s.status(), decode_streams.status(), unavailable_ms.status(),
         progress_ms.status(), heartbeat_ms.status(), overcommit.status(),
         session_window.status(), max_ttl.status(), session_ttl.status(), replicas.status(),
-        store_ms.status(), evict_percent.status()}) {
+        store_ms.status(), evict_percent.status(), local_prefill.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-gateway: " << s.message() << "\n";
       return 2;
@@ -213,6 +219,7 @@ int main(int argc, char** argv) {
                       .default_ttl_seconds = *session_ttl,
                       .max_ttl_seconds = *max_ttl,
                       .replicas = *replicas,
+                      .local_prefill_tokens = *local_prefill,
                       .evict_to = *evict_percent / 100.0,
                       .store_timeout = absl::Milliseconds(*store_ms)};
   tandem::common::SetLogLevel(*log_level);

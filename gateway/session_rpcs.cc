@@ -2,7 +2,10 @@
 // CloseSession, ListSessions. A session's record lives on the decode
 // workers (SessionStoreClient); every handler returns at once and answers
 // from the store's callbacks.
+#include <algorithm>
+#include <limits>
 #include <random>
+#include <span>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -53,6 +56,30 @@ absl::Status ValidateSessionId(const std::string& id) {
 }
 
 }  // namespace
+
+int64_t GenerationService::TokensToCompute(const std::string& decode_worker,
+                                           std::span<const int32_t> prompt) const {
+  constexpr int64_t kUnknown = std::numeric_limits<int64_t>::max();
+  const std::optional<BlockHashParams> params = index_.params();
+  if (decode_worker.empty() || !params.has_value()) return kUnknown;
+  int index = -1;
+  for (int i = 0; i < decode_.size(); ++i) {
+    if (decode_.active(i) && decode_.address(i) == decode_worker) index = i;
+  }
+  const std::vector<int> synced = subscriber_->synced_slots();
+  if (index < 0 || std::find(synced.begin(), synced.end(), kDecodeSlotBase + index) ==
+                       synced.end()) {
+    return kUnknown;  // gone, or not known reachable
+  }
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  const int32_t bs = params->block_size;
+  // The block holding the last prompt token is always computed.
+  const std::vector<engine::BlockHash> chain = engine::PrefixBlockHashes(
+      prompt.first(static_cast<size_t>((n - 1) / bs) * bs), bs, params->model_fingerprint);
+  const std::vector<int> slot = {kDecodeSlotBase + index};
+  const std::vector<int32_t> held = index_.Overlap(slot, chain, absl::Now(), false);
+  return n - int64_t{held[0]} * bs;
+}
 
 grpc::ServerUnaryReactor* GenerationService::CreateSession(
     grpc::CallbackServerContext* ctx, const tandem::v1::CreateSessionRequest* request,
@@ -254,6 +281,11 @@ void GenerationService::BeginTurn(std::shared_ptr<GenerateCall> call,
   SessionTurn turn;
   turn.session_id = record->session_id();
   turn.kv_holder = record->kv_holder();
+  if (validated.ok()) {
+    turn.local_prefill = options_.sessions.local_prefill_tokens > 0 &&
+                         TokensToCompute(record->kv_holder(), validated->prompt_ids) <=
+                             options_.sessions.local_prefill_tokens;
+  }
   turn.commit = [this, record = std::move(*record), plan = std::move(*plan),
                  message = request.message()](std::string reply, std::string decode_address,
                                               SessionTurn::CommitDone done) {

@@ -1,6 +1,8 @@
 // Sessions over real processes with stories260K: a REPREFILL session's
 // every turn equals a fresh stateless Generate of the truncated
-// conversation (ids and logprobs) over many evictions; turns alternating
+// conversation (ids and logprobs) over many evictions, whether a turn was
+// prefilled on a prefill worker or, holding all but its new tokens, on its
+// decode worker; turns alternating
 // between two gateways equal a single-gateway run; a decode worker killed
 // (kill -9) between turns loses no session; a 1000-turn conversation keeps
 // the decode worker's pinned KV within its window; idle sessions expire;
@@ -162,6 +164,10 @@ TEST(SessionTest, ReprefillTurnsEqualFreshRequestsOverManyEvictions) {
   EXPECT_GE(info.turns_evicted(), 5);
   EXPECT_GT(evicted, 0);
   EXPECT_EQ(info.turns_held() + info.turns_evicted(), 14);
+  // Turns whose decode worker held all but their new tokens were prefilled
+  // there (conditional disaggregation), and still equal the fresh requests.
+  EXPECT_GT(MetricValue(stack->gateway_info().metrics_address, "tandem_local_prefills_total"),
+            0);
   // The kept system prompt's blocks came from the cache on later turns.
   EXPECT_GT(MetricValue(stack->decode_info().metrics_address,
                         "tandem_prefix_cache_hit_tokens_total") +
