@@ -190,6 +190,9 @@ absl::StatusOr<int64_t> Engine::Add(GenerationRequest request) {
   RETURN_IF_ERROR(ValidateRequest(request));
   std::shared_ptr<const KvSnapshot> prefix = std::move(request.prefix_kv);
   request.prefix_kv = nullptr;
+  if (request.private_kv && prefix == nullptr && request.generated.empty()) {
+    prefix = ShiftPinned(request);
+  }
   if (prefix != nullptr) {
     RETURN_IF_ERROR(ValidatePrefix(request, *prefix));
     if (!request.generated.empty()) {
@@ -240,10 +243,97 @@ void Engine::Cancel(int64_t seq_id) {
   if (scheduler_.Remove(seq_id)) cancelled_.push_back(seq_id);
 }
 
+std::shared_ptr<const KvSnapshot> Engine::ShiftPinned(const GenerationRequest& request) {
+  const auto it = pins_.find(request.pin_key);
+  if (it == pins_.end() || it->second.tokens.empty()) return nullptr;
+  const Pin& pin = it->second;
+  const int32_t bs = kv_->block_size();
+  const int32_t held = static_cast<int32_t>(pin.tokens.size());
+  const int32_t from = std::clamp(request.shift_from, 0, held);
+  const int32_t cut = std::clamp(request.shift_count, 0, held - from);
+  // The pinned tokens with the cut dropped, as far as the prompt has them
+  // (its last token is always computed), in whole blocks.
+  const int32_t n = static_cast<int32_t>(request.prompt.size());
+  int32_t agree = 0;
+  while (agree < held - cut && agree < n - 1) {
+    const int32_t src = agree < from ? agree : agree + cut;
+    if (pin.tokens[src] != request.prompt[agree]) break;
+    ++agree;
+  }
+  const int32_t blocks = agree / bs;
+  std::shared_ptr<KvSnapshot> kv;
+  if (blocks > 0) {
+    const ModelConfig& c = model_.config();
+    kv = std::make_shared<KvSnapshot>();
+    kv->model_fingerprint = model_.fingerprint();
+    kv->n_tokens = blocks * bs;
+    kv->block_size = bs;
+    kv->n_layer = c.n_layer;
+    kv->kv_dim = c.kv_dim();
+    kv->dtype = kv_->dtype();
+    const int32_t kv_dim = c.kv_dim();
+    const bool f16 = kv_->dtype() == GgmlType::kF16;
+    const int64_t elem = f16 ? 2 : 4;
+    std::vector<float> k(kv_dim);
+    std::vector<uint8_t> block(kv_->block_bytes());
+    for (int32_t b = 0; b < blocks; ++b) {
+      for (int32_t slot = 0; slot < bs; ++slot) {
+        const int32_t dst = b * bs + slot;
+        const int32_t src = dst < from ? dst : dst + cut;
+        const uint8_t* src_block = kv_->BlockData(pin.blocks[src / bs]);
+        for (int32_t layer = 0; layer < c.n_layer; ++layer) {
+          const PagedKvView view = kv_->LayerView(layer);
+          const int64_t src_off = int64_t{src % bs} * kv_dim * elem;
+          const int64_t dst_off = int64_t{slot} * kv_dim * elem;
+          const uint8_t* sk = src_block + view.k_offset + src_off;
+          uint8_t* dk = block.data() + view.k_offset + dst_off;
+          std::memcpy(block.data() + view.v_offset + dst_off,
+                      src_block + view.v_offset + src_off, kv_dim * elem);
+          if (dst == src) {
+            std::memcpy(dk, sk, kv_dim * elem);
+            continue;
+          }
+          // The key moves `cut` positions back: rotate it by -cut.
+          for (int32_t i = 0; i < kv_dim; ++i) {
+            if (f16) {
+              uint16_t h;
+              std::memcpy(&h, sk + 2 * i, 2);
+              k[i] = Fp16ToFp32(h);
+            } else {
+              std::memcpy(&k[i], sk + 4 * i, 4);
+            }
+          }
+          rope_.ApplyDelta(k.data(), c.n_head_kv, c.head_dim, -cut);
+          for (int32_t i = 0; i < kv_dim; ++i) {
+            if (f16) {
+              const uint16_t h = Fp32ToFp16(k[i]);
+              std::memcpy(dk + 2 * i, &h, 2);
+            } else {
+              std::memcpy(dk + 4 * i, &k[i], 4);
+            }
+          }
+        }
+      }
+      kv->blocks.emplace_back(block);
+    }
+  }
+  Unpin(request.pin_key);  // the sequence holds its own copy from here on
+  return kv;
+}
+
 void Engine::PinBlocks(const Sequence& seq) {
   if (seq.request.pin_key.empty()) return;
   BlockList pinned(&kv_->pool());
-  if (seq.blocks.has_value()) {
+  std::vector<int32_t> tokens;
+  if (seq.request.private_kv && seq.blocks.has_value()) {
+    // Private KV has no hashes: every full computed block, with its tokens.
+    const int32_t n = std::min(seq.n_computed / kv_->block_size(), seq.blocks->size());
+    for (int32_t i = 0; i < n; ++i) {
+      kv_->pool().Ref((*seq.blocks)[i]);
+      pinned.Append((*seq.blocks)[i]);
+    }
+    tokens.assign(seq.tokens.begin(), seq.tokens.begin() + int64_t{n} * kv_->block_size());
+  } else if (seq.blocks.has_value()) {
     // Only blocks the prefix cache can find: a block left private (another
     // one holds its hash) ends the run.
     const int32_t n = std::min(seq.n_hashed, seq.blocks->size());
@@ -257,7 +347,8 @@ void Engine::PinBlocks(const Sequence& seq) {
   Unpin(seq.request.pin_key);
   if (pinned.empty()) return;
   pinned_blocks_ += pinned.size();
-  pins_[seq.request.pin_key] = Pin{.blocks = std::move(pinned), .stamp = ++pin_stamp_};
+  pins_[seq.request.pin_key] =
+      Pin{.blocks = std::move(pinned), .stamp = ++pin_stamp_, .tokens = std::move(tokens)};
   const double limit = options_.max_pinned_fraction * kv_->num_blocks();
   while (!pins_.empty() && static_cast<double>(pinned_blocks_) > limit) DropOldestPin();
 }
@@ -330,6 +421,8 @@ std::shared_ptr<const KvSnapshot> Engine::ExportCachedPrefix(std::span<const int
 }
 
 void Engine::HashFullBlocks(Sequence& seq, std::vector<BlockEvent>& events) {
+  // A SHIFT session's KV is its own: never shared, never reported.
+  if (seq.request.private_kv) return;
   const int32_t bs = kv_->block_size();
   const int32_t full = seq.n_computed / bs;
   for (; seq.n_hashed < full; ++seq.n_hashed) {

@@ -113,6 +113,8 @@ class Engine final : public StepEngine {
   struct Pin {
     BlockList blocks;
     int64_t stamp = 0;  // when pinned, in pin order
+    // A private pin (a SHIFT session's): the tokens its full blocks hold.
+    std::vector<int32_t> tokens;
   };
   Engine(const Model& model, std::unique_ptr<Backend> backend, const EngineOptions& options,
          std::unique_ptr<KvCache> kv);
@@ -142,6 +144,11 @@ class Engine final : public StepEngine {
   // pin_key, then drops the oldest pins past max_pinned_fraction.
   void PinBlocks(const Sequence& seq);
   void DropOldestPin();
+  // A SHIFT turn's starting KV (GenerationRequest::private_kv): the pin of
+  // request.pin_key with its cut dropped and the keys after it re-rotated,
+  // whole blocks as far as they agree with the prompt; null when nothing is
+  // usable. The pin is let go either way.
+  std::shared_ptr<const KvSnapshot> ShiftPinned(const GenerationRequest& request);
 
   const Model& model_;
   EngineOptions options_;

@@ -47,6 +47,16 @@ struct GenerationRequest {
   // blocks stay pinned under this key, replacing the key's previous pin, so
   // the session's next turn finds them in the prefix cache. Empty: none.
   std::string pin_key;
+  // A SHIFT session's turn (WINDOW_POLICY_SHIFT; with pin_key): the
+  // sequence's KV is private, never hashed into the prefix cache or
+  // reported, and pinned whole when it ends. It starts from the KV pinned
+  // under pin_key: of the pinned tokens, [shift_from, shift_from +
+  // shift_count) are dropped and the keys after them rotated back by
+  // shift_count positions (RoPE composes), as far as the pinned tokens so
+  // shifted agree with the prompt; the rest of the prompt is computed.
+  bool private_kv = false;
+  int32_t shift_from = 0;
+  int32_t shift_count = 0;
 };
 
 struct TokenEvent {

@@ -93,7 +93,8 @@ bool Scheduler::AdmitImport(Sequence& seq, StepPlan& plan) {
   // A hand-off's skipped blocks must come from the cache; a pulled prefix
   // takes from the cache what it can and the rest from the import.
   const int32_t from_cache = prefix ? kv.n_tokens / block_size_ : kv.first_block;
-  if (from_cache > 0) AttachCachedPrefix(seq, from_cache);
+  // Private KV (a SHIFT session's) takes nothing from the shared cache.
+  if (from_cache > 0 && !seq.request.private_kv) AttachCachedPrefix(seq, from_cache);
   if (!prefix && seq.n_cached < kv.first_block * block_size_) {
     // Evicted between the fetch and now: the imported blocks cannot be
     // placed, so the prompt is computed from where the cache ends (the
@@ -152,7 +153,7 @@ StepPlan Scheduler::Schedule() {
     const bool query = seq.import == nullptr || seq.import_is_prefix();
     if (seq.import != nullptr) {
       if (!AdmitImport(seq, plan)) break;
-    } else if (!seq.blocks.has_value()) {
+    } else if (!seq.blocks.has_value() && !seq.request.private_kv) {
       AttachCachedPrefix(seq);
     }
     // Of n_cached, what a pulled prefix brought (the rest the pool had).
