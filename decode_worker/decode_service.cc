@@ -94,7 +94,11 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
                                      request.prompt_token_ids().end());
     held_tokens.insert(held_tokens.end(), request.generated_token_ids().begin(),
                        request.generated_token_ids().end());
-    absl::StatusOr<int32_t> held = service_->BlocksHeld(request, held_tokens);
+    // Private KV takes nothing from this worker's shared cache: every block
+    // is fetched.
+    absl::StatusOr<int32_t> held = request.private_kv()
+                                       ? absl::StatusOr<int32_t>(0)
+                                       : service_->BlocksHeld(request, held_tokens);
     if (!held.ok()) {
       service_->releases_.Release(request.prefill_address(), request.lease_id(), held.status());
       Done(held.status());
@@ -109,6 +113,7 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
     request_.top_logprobs = request.top_logprobs();
     request_.ignore_eos = request.ignore_eos();
     request_.pin_key = request.session_id();
+    request_.private_kv = request.private_kv();
     first_ = rpc::SampledTokenFromProto(request.first_token());
 
     const auto limit = absl::Now() + service_->options_.fetch_timeout;
@@ -140,6 +145,9 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
     r.top_logprobs = request.top_logprobs();
     r.ignore_eos = request.ignore_eos();
     r.pin_key = request.session_id();
+    r.private_kv = request.private_kv();
+    r.shift_from = request.shift_from();
+    r.shift_count = request.shift_count();
     std::weak_ptr<DecodeCall> weak = weak_from_this();
     absl::MutexLock lock(&mu_);
     if (cancelled_) return;

@@ -373,6 +373,9 @@ void GenerateCall::StartDecode() {
       }
       *req.mutable_generated_token_ids() = prefill_request_.generated_token_ids();
       req.set_session_id(turn_.session_id);
+      req.set_private_kv(turn_.private_kv);
+      req.set_shift_from(turn_.shift_from);
+      req.set_shift_count(turn_.shift_count);
       decode_started_ = true;
       decode_address_ = decode_pick_.address();
       relay_ = relay = new DecodeRelay(shared_from_this(), ChildContext(),
@@ -605,14 +608,16 @@ GenerateCall::Next GenerateCall::Complete() {
 
 void GenerateCall::Commit() {
   std::string reply, address;
-  std::function<void(std::string, std::string, SessionTurn::CommitDone)> commit;
+  std::vector<int32_t> reply_ids;
+  SessionTurn::Commit commit;
   {
     absl::MutexLock lock(&mu_);
     reply = reply_;
+    reply_ids = reply_ids_;
     address = decode_address_;
     commit = turn_.commit;
   }
-  commit(std::move(reply), std::move(address),
+  commit(std::move(reply), std::move(reply_ids), std::move(address),
                [self = shared_from_this()](absl::Status status, tandem::v1::Usage usage) {
                  self->OnCommitted(std::move(status), usage);
                });
@@ -639,7 +644,10 @@ void GenerateCall::OnCommitted(absl::Status status, const tandem::v1::Usage& usa
 
 bool GenerateCall::Prepare(std::vector<tandem::v1::Token>& tokens) {
   if (turn_.commit && !committed_) {
-    for (const tandem::v1::Token& t : tokens) reply_ += t.text();
+    for (const tandem::v1::Token& t : tokens) {
+      reply_ += t.text();
+      reply_ids_.push_back(t.id());
+    }
     if (emitter_->finished()) {
       // The last message waits for the turn's commit (OnCommitted).
       for (tandem::v1::Token& t : tokens) final_tokens_.push_back(std::move(t));

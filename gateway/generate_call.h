@@ -112,14 +112,22 @@ struct SessionTurn {
   // transfer). Falls back to the prefill worker when the holder cannot be
   // picked.
   bool local_prefill = false;
+  // WINDOW_POLICY_SHIFT: the KV is private to its holder, and this turn
+  // cuts [shift_from, shift_from + shift_count) out of the holder's tokens.
+  bool private_kv = false;
+  int32_t shift_from = 0;
+  int32_t shift_count = 0;
   // Done with the turn's status and the usage fields it adds.
   using CommitDone = std::function<void(absl::Status, tandem::v1::Usage)>;
-  // Runs once the reply is complete (`reply`: its text; `decode_address`:
-  // the decode worker that produced it, "" when the prefill's token ended
-  // it), before the last message goes out, and calls `done` exactly once,
-  // from any thread. The last message carries the usage it adds; an error
-  // ends the call with it instead.
-  std::function<void(std::string reply, std::string decode_address, CommitDone done)> commit;
+  // Runs once the reply is complete (`reply`: its text, `reply_ids`: the
+  // ids of the tokens sent; `decode_address`: the decode worker that
+  // produced it, "" when the prefill's token ended it), before the last
+  // message goes out, and calls `done` exactly once, from any thread. The
+  // last message carries the usage it adds; an error ends the call with it
+  // instead.
+  using Commit = std::function<void(std::string reply, std::vector<int32_t> reply_ids,
+                                    std::string decode_address, CommitDone done)>;
+  Commit commit;
 };
 
 // On the raw form of Generate (the service parses requests itself, to say
@@ -249,6 +257,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   absl::Status end_status_ ABSL_GUARDED_BY(mu_);
   SessionTurn turn_ ABSL_GUARDED_BY(mu_);
   std::string reply_ ABSL_GUARDED_BY(mu_);           // a session turn's text so far
+  std::vector<int32_t> reply_ids_ ABSL_GUARDED_BY(mu_);  // and its tokens' ids
   std::string decode_address_ ABSL_GUARDED_BY(mu_);  // the last decode worker started
   // The commit runs; the last message's tokens wait in final_tokens_.
   bool committing_ ABSL_GUARDED_BY(mu_) = false;

@@ -122,9 +122,8 @@ grpc::ServerUnaryReactor* GenerationService::CreateSession(
       window->set_policy(tandem::v1::WINDOW_POLICY_REPREFILL);
       break;
     case tandem::v1::WINDOW_POLICY_SHIFT:
-      return Answer(ctx, kMethod,
-                    absl::UnimplementedError("window.policy: WINDOW_POLICY_SHIFT is not "
-                                             "implemented yet; use WINDOW_POLICY_REPREFILL"));
+      window->set_policy(tandem::v1::WINDOW_POLICY_SHIFT);
+      break;
     default:
       return Answer(ctx, kMethod,
                     FieldError("window.policy", absl::StrCat("unknown value ", w.policy())));
@@ -261,9 +260,12 @@ void GenerationService::BeginTurn(std::shared_ptr<GenerateCall> call,
     call->Begin(record.status());
     return;
   }
+  const bool shift = record->window().policy() == tandem::v1::WINDOW_POLICY_SHIFT;
   absl::StatusOr<TurnPlan> plan =
-      PlanTurn(*record, request.message(), request.max_tokens(), *tokenizer_,
-               options_.chat_template, options_.sessions.evict_to);
+      shift ? PlanShiftTurn(*record, request.message(), request.max_tokens(), *tokenizer_,
+                            options_.chat_template, options_.sessions.evict_to)
+            : PlanTurn(*record, request.message(), request.max_tokens(), *tokenizer_,
+                       options_.chat_template, options_.sessions.evict_to);
   if (!plan.ok()) {
     call->Begin(plan.status());
     return;
@@ -281,14 +283,23 @@ void GenerationService::BeginTurn(std::shared_ptr<GenerateCall> call,
   SessionTurn turn;
   turn.session_id = record->session_id();
   turn.kv_holder = record->kv_holder();
-  if (validated.ok()) {
+  if (shift) {
+    // The KV is the holder's alone (the index knows none of it): the turn
+    // goes there, or is rebuilt from its tokens on another worker.
+    turn.local_prefill = !record->kv_holder().empty();
+    turn.private_kv = true;
+    turn.shift_from = plan->shift_from;
+    turn.shift_count = plan->shift_count;
+  } else if (validated.ok()) {
     turn.local_prefill = options_.sessions.local_prefill_tokens > 0 &&
                          TokensToCompute(record->kv_holder(), validated->prompt_ids) <=
                              options_.sessions.local_prefill_tokens;
   }
   turn.commit = [this, record = std::move(*record), plan = std::move(*plan),
-                 message = request.message()](std::string reply, std::string decode_address,
-                                              SessionTurn::CommitDone done) {
+                 message = request.message(), shift](std::string reply,
+                                                     std::vector<int32_t> reply_ids,
+                                                     std::string decode_address,
+                                                     SessionTurn::CommitDone done) {
     tandem::v1::SessionRecord next = record;
     next.set_version(record.version() + 1);
     next.clear_turns();
@@ -301,9 +312,21 @@ void GenerationService::BeginTurn(std::shared_ptr<GenerateCall> call,
     assistant->set_content(std::move(reply));
     next.set_turns_evicted(record.turns_evicted() + plan.turns_evicted);
     next.set_tokens_evicted(record.tokens_evicted() + plan.tokens_evicted);
-    absl::StatusOr<std::vector<int32_t>> held =
-        RenderTokens(SessionMessages(next), false, *tokenizer_, options_.chat_template);
-    next.set_tokens_held(held.ok() ? static_cast<int32_t>(held->size()) : 0);
+    if (shift) {
+      // What the holder's KV is built from: the prompt, then the reply's
+      // tokens (an end-of-generation token left out: the template's own
+      // end of turn follows in the next turn's tokens).
+      next.mutable_kv_token_ids()->Assign(plan.prompt_ids.begin(), plan.prompt_ids.end());
+      if (!reply_ids.empty() && tokenizer_->IsEog(reply_ids.back())) reply_ids.pop_back();
+      next.mutable_kv_token_ids()->Add(reply_ids.begin(), reply_ids.end());
+      next.mutable_turn_token_offsets()->Assign(plan.turn_offsets.begin(),
+                                                plan.turn_offsets.end());
+      next.set_tokens_held(next.kv_token_ids_size());
+    } else {
+      absl::StatusOr<std::vector<int32_t>> held =
+          RenderTokens(SessionMessages(next), false, *tokenizer_, options_.chat_template);
+      next.set_tokens_held(held.ok() ? static_cast<int32_t>(held->size()) : 0);
+    }
     if (!decode_address.empty()) next.set_kv_holder(decode_address);
     tandem::v1::Usage usage;
     usage.set_session_tokens_evicted(static_cast<int32_t>(plan.tokens_evicted));

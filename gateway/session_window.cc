@@ -87,4 +87,72 @@ absl::StatusOr<TurnPlan> PlanTurn(const tandem::v1::SessionRecord& record,
   return plan;
 }
 
+absl::StatusOr<TurnPlan> PlanShiftTurn(const tandem::v1::SessionRecord& record,
+                                       const std::string& message, int32_t max_tokens,
+                                       const engine::Tokenizer& tokenizer,
+                                       const engine::ChatTemplate& chat, double evict_to) {
+  const int64_t window = record.window().max_tokens();
+  const int64_t keep_first = record.window().keep_first();
+  std::vector<engine::ChatMessage> held = SessionMessages(record);
+  ASSIGN_OR_RETURN(const std::string before, chat.Render(held, false));
+  held.push_back({.role = "user", .content = message});
+  ASSIGN_OR_RETURN(const std::string after, chat.Render(held, true));
+  if (after.compare(0, before.size(), before) != 0) {
+    return absl::FailedPreconditionError(
+        "window.policy: WINDOW_POLICY_SHIFT needs a chat template whose text grows turn by "
+        "turn; this model's re-renders earlier turns (use WINDOW_POLICY_REPREFILL)");
+  }
+  std::vector<int32_t> kv(record.kv_token_ids().begin(), record.kv_token_ids().end());
+  if (kv.empty()) kv = tokenizer.Encode(before, {.add_special = true, .parse_special = true});
+  const std::vector<int32_t> added = tokenizer.Encode(
+      after.substr(before.size()), {.add_special = kv.empty(), .parse_special = true});
+  std::vector<int32_t> offsets(record.turn_token_offsets().begin(),
+                               record.turn_token_offsets().end());
+  const size_t turns = offsets.size();
+  if (static_cast<size_t>(record.turns_size()) != 2 * turns) {
+    return absl::InternalError("session: its turns and their token offsets disagree");
+  }
+
+  TurnPlan plan;
+  size_t protected_turns = 0;
+  while (protected_turns < turns && offsets[protected_turns] < keep_first) ++protected_turns;
+  const int64_t need = static_cast<int64_t>(kv.size() + added.size()) + max_tokens;
+  size_t last = protected_turns;  // evicts turns [protected_turns, last)
+  int64_t cut = 0;
+  if (need > window) {
+    const double target = std::clamp(evict_to, 0.0, 1.0) * static_cast<double>(window);
+    const int64_t from = protected_turns < turns ? offsets[protected_turns] : 0;
+    while (last < turns && static_cast<double>(need - cut) > target) {
+      ++last;
+      cut = (last < turns ? offsets[last] : static_cast<int64_t>(kv.size())) - from;
+    }
+  }
+  const int32_t from = protected_turns < turns ? offsets[protected_turns] : 0;
+  plan.shift_from = cut > 0 ? from : 0;
+  plan.shift_count = static_cast<int32_t>(cut);
+  plan.turns_evicted = static_cast<int32_t>(last - protected_turns);
+  plan.tokens_evicted = cut;
+  for (size_t t = 0; t < turns; ++t) {
+    if (t >= protected_turns && t < last) continue;
+    plan.kept_turns.push_back(record.turns(static_cast<int>(2 * t)));
+    plan.kept_turns.push_back(record.turns(static_cast<int>(2 * t + 1)));
+    plan.turn_offsets.push_back(t < protected_turns ? offsets[t]
+                                                    : offsets[t] - static_cast<int32_t>(cut));
+  }
+  plan.prompt_ids.assign(kv.begin(), kv.begin() + plan.shift_from);
+  plan.prompt_ids.insert(plan.prompt_ids.end(), kv.begin() + plan.shift_from + cut, kv.end());
+  plan.turn_offsets.push_back(static_cast<int32_t>(plan.prompt_ids.size()));
+  plan.prompt_ids.insert(plan.prompt_ids.end(), added.begin(), added.end());
+  plan.messages = SessionMessages(record);  // for reference only: the held conversation
+  const int64_t prompt = static_cast<int64_t>(plan.prompt_ids.size());
+  if (prompt >= window) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "message: the turn is ", prompt, " tokens after the kept prefix (", keep_first,
+        " tokens) and every evictable turn, leaving no room to reply within window.max_tokens ",
+        window));
+  }
+  plan.max_tokens = static_cast<int32_t>(std::min<int64_t>(max_tokens, window - prompt));
+  return plan;
+}
+
 }  // namespace tandem::gateway

@@ -45,6 +45,12 @@ struct TurnPlan {
   // The reply's room: the request's max_tokens, clamped to what the window
   // leaves after the prompt.
   int32_t max_tokens = 0;
+  // WINDOW_POLICY_SHIFT: the span of the KV's tokens this turn cuts out
+  // (the evicted turns), and where each held turn starts in the prompt
+  // (this one last).
+  int32_t shift_from = 0;
+  int32_t shift_count = 0;
+  std::vector<int32_t> turn_offsets;
 };
 
 // Plans the turn `message` with up to `max_tokens` of reply. When prompt +
@@ -60,6 +66,17 @@ absl::StatusOr<TurnPlan> PlanTurn(const tandem::v1::SessionRecord& record,
                                   const std::string& message, int32_t max_tokens,
                                   const engine::Tokenizer& tokenizer,
                                   const engine::ChatTemplate& chat, double evict_to = 1.0);
+
+// The same for a WINDOW_POLICY_SHIFT session: the prompt is the token ids
+// its KV holds (record.kv_token_ids) with the evicted turns' span cut out,
+// then the new turn's tokens (the text its rendering adds after the
+// conversation so far), so the KV holder computes only those and re-rotates
+// the keys after the cut. FailedPrecondition naming window.policy when the
+// chat template re-renders earlier turns instead of extending the text.
+absl::StatusOr<TurnPlan> PlanShiftTurn(const tandem::v1::SessionRecord& record,
+                                       const std::string& message, int32_t max_tokens,
+                                       const engine::Tokenizer& tokenizer,
+                                       const engine::ChatTemplate& chat, double evict_to = 1.0);
 
 }  // namespace tandem::gateway
 

@@ -24,12 +24,14 @@ namespace {
 
 std::string StoriesPath() { return std::string(TANDEM_SHARED_MODELS_DIR) + "/stories260K.gguf"; }
 
-tandem::v1::SessionInfo Create(tandem::v1::Generation::Stub& stub, int32_t window,
-                               grpc::Status* status = nullptr, int32_t ttl = 0) {
+tandem::v1::SessionInfo Create(
+    tandem::v1::Generation::Stub& stub, int32_t window, grpc::Status* status = nullptr,
+    int32_t ttl = 0, tandem::v1::WindowPolicy policy = tandem::v1::WINDOW_POLICY_UNSPECIFIED) {
   grpc::ClientContext ctx;
   tandem::v1::CreateSessionRequest req;
   req.set_system_prompt("A story about a cat named Tom.");
   req.mutable_window()->set_max_tokens(window);
+  req.mutable_window()->set_policy(policy);
   req.set_idle_ttl_seconds(ttl);
   tandem::v1::SessionInfo info;
   const grpc::Status s = stub.CreateSession(&ctx, req, &info);
@@ -315,6 +317,65 @@ TEST(SessionTest, IdleSessionsExpireAndCloseFreesAtOnce) {
   EXPECT_TRUE(stack->Stop());
 }
 
+TEST(SessionTest, ShiftSessionsKeepTheirKvAcrossEvictionsPrivately) {
+  StackOptions o;
+  o.model = StoriesPath();
+  o.decode_workers = 2;
+  auto stack = Stack::Start(o);
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  // Turns of ~55 tokens: an eviction (down to 75%) keeps the later turns,
+  // whose KV is shifted.
+  constexpr int32_t kWindow = 256;
+  const tandem::v1::SessionInfo created =
+      Create(stack->gateway(), kWindow, nullptr, 0, tandem::v1::WINDOW_POLICY_SHIFT);
+  EXPECT_EQ(created.window().policy(), tandem::v1::WINDOW_POLICY_SHIFT);
+  int shifted_turns = 0;
+  for (int turn = 0; turn < 14; ++turn) {
+    const Completion reply = Chat(stack->gateway(), created.session_id(), Message(turn));
+    ASSERT_TRUE(reply.status.ok()) << "turn " << turn << ": " << reply.status.error_message();
+    ASSERT_FALSE(reply.tokens.empty());
+    const int32_t prompt = reply.usage.prompt_tokens();
+    EXPECT_LE(prompt + reply.usage.completion_tokens(), kWindow);
+    EXPECT_LE(reply.usage.session_tokens_held(), kWindow);
+    if (turn > 0) {
+      // Only the new turn's tokens (~30) and at most two partial blocks (the
+      // pin's tail, the cut's) are computed, also right after an eviction:
+      // the KV after the cut was shifted, not recomputed.
+      EXPECT_GE(reply.usage.cached_prompt_tokens(), prompt - 64) << "turn " << turn;
+    }
+    if (reply.usage.session_tokens_evicted() > 0) {
+      ++shifted_turns;
+      EXPECT_GT(reply.usage.cached_prompt_tokens(), 64) << "turn " << turn;  // after the cut too
+    }
+  }
+  EXPECT_GE(shifted_turns, 2);
+  const tandem::v1::SessionInfo info = Get(stack->gateway(), created.session_id());
+  EXPECT_GE(info.turns_evicted(), 4);
+  EXPECT_EQ(info.turns_held() + info.turns_evicted(), 14);
+  // The shifted KV was never offered to the index.
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(MetricValue(stack->decode_info(i).metrics_address,
+                          "tandem_kv_block_events_total{event=\"stored\"}"),
+              0)
+        << "decode worker " << i;
+  }
+  // Losing the holder: the next turn is rebuilt from the session's tokens
+  // on the other decode worker.
+  int holder = -1;
+  for (int i = 0; i < 2; ++i) {
+    if (Stats(*stack, i).sessions_pinned() > 0) holder = i;
+  }
+  ASSERT_GE(holder, 0);
+  stack->decode_process(holder).Signal(SIGKILL);
+  stack->decode_process(holder).Wait();
+  const Completion rebuilt = Chat(stack->gateway(), created.session_id(), Message(14));
+  ASSERT_TRUE(rebuilt.status.ok()) << rebuilt.status.error_message();
+  EXPECT_TRUE(rebuilt.usage.session_rebuilt());
+  EXPECT_GT(Stats(*stack, 1 - holder).sessions_pinned(), 0);
+  EXPECT_FALSE(stack->Stop());  // the killed worker's exit is not 0
+}
+
 TEST(SessionTest, BadSessionRequestsNameTheirField) {
   auto stack = Stack::Start(StoriesPath());
   ASSERT_NE(stack, nullptr);
@@ -333,10 +394,10 @@ TEST(SessionTest, BadSessionRequestsNameTheirField) {
   {
     grpc::ClientContext ctx;
     tandem::v1::CreateSessionRequest req;
-    req.mutable_window()->set_policy(tandem::v1::WINDOW_POLICY_SHIFT);
+    req.mutable_window()->set_policy(static_cast<tandem::v1::WindowPolicy>(7));
     tandem::v1::SessionInfo info;
     status = stack->gateway().CreateSession(&ctx, req, &info);
-    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(status.error_message(), ::testing::HasSubstr("window.policy"));
   }
   const Completion unknown = Chat(stack->gateway(), "no-such-session", "hello");
