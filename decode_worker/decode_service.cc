@@ -114,6 +114,8 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
     request_.ignore_eos = request.ignore_eos();
     request_.pin_key = request.session_id();
     request_.private_kv = request.private_kv();
+    request_.roll_window = request.roll_window();
+    request_.roll_keep = request.roll_keep();
     first_ = rpc::SampledTokenFromProto(request.first_token());
 
     const auto limit = absl::Now() + service_->options_.fetch_timeout;
@@ -148,6 +150,8 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
     r.private_kv = request.private_kv();
     r.shift_from = request.shift_from();
     r.shift_count = request.shift_count();
+    r.roll_window = request.roll_window();
+    r.roll_keep = request.roll_keep();
     std::weak_ptr<DecodeCall> weak = weak_from_this();
     absl::MutexLock lock(&mu_);
     if (cancelled_) return;

@@ -51,6 +51,12 @@ void BlockList::DropFront(int32_t n) {
   ids_.erase(ids_.begin(), ids_.begin() + n);
 }
 
+void BlockList::Erase(int32_t index) {
+  TANDEM_CHECK(index >= 0 && index < size(), "Erase index outside [0, size())");
+  pool_->Release(ids_[static_cast<size_t>(index)]);
+  ids_.erase(ids_.begin() + index);
+}
+
 void BlockList::Reset() { Truncate(0); }
 
 BlockList BlockList::Share() const {

@@ -57,6 +57,9 @@ class BlockList {
   void Truncate(int32_t size);
   // Releases the first `n` blocks (a rolling window dropping its oldest).
   void DropFront(int32_t n);
+  // Releases block `index`; the ones after it move down one place (a
+  // rolling window dropping its oldest block after a kept prefix).
+  void Erase(int32_t index);
   // Releases every block; the list stays bound to its pool.
   void Reset();
   // A second list over the same blocks, with a reference of its own on each

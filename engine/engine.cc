@@ -73,6 +73,13 @@ absl::Status Engine::ValidateRequest(const GenerationRequest& request) const {
         "generated: ", request.generated.size(), " tokens leave nothing of max_tokens ",
         request.max_tokens));
   }
+  if (request.roll_window != 0 &&
+      (request.roll_keep < 0 ||
+       request.roll_window < request.roll_keep + 2 * kv_->block_size() + 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "roll_window: ", request.roll_window, " must leave two blocks of ", kv_->block_size(),
+        " tokens after roll_keep ", request.roll_keep, " (or be 0)"));
+  }
   if (request.top_logprobs < 0 || request.top_logprobs > kMaxTopLogprobs) {
     return absl::InvalidArgumentError(absl::StrCat(
         "top_logprobs: ", request.top_logprobs, " is out of range [0, ", kMaxTopLogprobs, "]"));
@@ -236,6 +243,23 @@ absl::StatusOr<int64_t> Engine::AddWithKv(GenerationRequest request, const Sampl
         "prompt: ", held, " tokens leave no room under max_context ", options_.max_context));
   }
   return Enqueue(std::move(request), std::move(kv), &first);
+}
+
+void Engine::Roll(Sequence& seq) {
+  const int32_t bs = kv_->block_size();
+  // The next step computes the last token: the KV then holds every token.
+  while (static_cast<int32_t>(seq.tokens.size()) > seq.request.roll_window &&
+         seq.blocks.has_value()) {
+    const int32_t k = (seq.request.roll_keep + bs - 1) / bs;  // first block after the kept
+    if (k >= seq.n_computed / bs) return;  // no full computed block to drop
+    seq.blocks->Erase(k);
+    const auto first = static_cast<std::ptrdiff_t>(int64_t{k} * bs);
+    seq.tokens.erase(seq.tokens.begin() + first, seq.tokens.begin() + first + bs);
+    seq.positions.erase(seq.positions.begin() + first, seq.positions.begin() + first + bs);
+    seq.n_computed -= bs;
+    seq.n_hashed = std::min(seq.n_hashed, k);
+    seq.rolled = true;
+  }
 }
 
 void Engine::Cancel(int64_t seq_id) {
@@ -421,8 +445,9 @@ std::shared_ptr<const KvSnapshot> Engine::ExportCachedPrefix(std::span<const int
 }
 
 void Engine::HashFullBlocks(Sequence& seq, std::vector<BlockEvent>& events) {
-  // A SHIFT session's KV is its own: never shared, never reported.
-  if (seq.request.private_kv) return;
+  // A SHIFT session's KV is its own, and so is a rolled window's: never
+  // shared, never reported.
+  if (seq.request.private_kv || seq.rolled) return;
   const int32_t bs = kv_->block_size();
   const int32_t full = seq.n_computed / bs;
   for (; seq.n_hashed < full; ++seq.n_hashed) {
@@ -502,6 +527,7 @@ void Engine::Update(const StepPlan& plan, const ForwardResult& result, StepOutpu
     }
     if (ev.finish != FinishReason::kNone && seq.request.export_kv) ev.kv = Export(seq);
     const bool finished = ev.finish != FinishReason::kNone;
+    if (!finished && seq.request.roll_window > 0) Roll(seq);
     out.tokens.push_back(std::move(ev));
     if (finished) {
       PinBlocks(seq);

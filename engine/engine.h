@@ -144,6 +144,10 @@ class Engine final : public StepEngine {
   // pin_key, then drops the oldest pins past max_pinned_fraction.
   void PinBlocks(const Sequence& seq);
   void DropOldestPin();
+  // A rolling window (GenerationRequest::roll_window): drops the oldest
+  // whole blocks after the kept prefix while the sequence holds more tokens
+  // than the window.
+  void Roll(Sequence& seq);
   // A SHIFT turn's starting KV (GenerationRequest::private_kv): the pin of
   // request.pin_key with its cut dropped and the keys after it re-rotated,
   // whole blocks as far as they agree with the prompt; null when nothing is

@@ -57,6 +57,12 @@ struct GenerationRequest {
   bool private_kv = false;
   int32_t shift_from = 0;
   int32_t shift_count = 0;
+  // A rolling window (a session's): when the sequence would hold more than
+  // roll_window tokens of KV, its oldest whole block after the first
+  // roll_keep tokens is dropped (the tokens after it keep their positions;
+  // from then on the sequence's KV is its own, never hashed). 0: off.
+  int32_t roll_window = 0;
+  int32_t roll_keep = 0;
 };
 
 struct TokenEvent {

@@ -37,6 +37,9 @@ struct Sequence {
   // took them), and the hash of the last of them: the chain continues there.
   int32_t n_hashed = 0;
   BlockHash last_hash = kRootParentHash;
+  // A rolling window dropped blocks: the KV no longer matches a prefix of
+  // `tokens` as the cache hashes them.
+  bool rolled = false;
   Sampler sampler;
   // KV computed elsewhere, copied into `blocks` when admitted: the whole
   // prompt (a prefill worker's hand-off, n_tokens == prompt size, the first

@@ -376,6 +376,8 @@ void GenerateCall::StartDecode() {
       req.set_private_kv(turn_.private_kv);
       req.set_shift_from(turn_.shift_from);
       req.set_shift_count(turn_.shift_count);
+      req.set_roll_window(turn_.roll_window);
+      req.set_roll_keep(turn_.roll_keep);
       decode_started_ = true;
       decode_address_ = decode_pick_.address();
       relay_ = relay = new DecodeRelay(shared_from_this(), ChildContext(),

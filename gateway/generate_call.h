@@ -117,6 +117,9 @@ struct SessionTurn {
   bool private_kv = false;
   int32_t shift_from = 0;
   int32_t shift_count = 0;
+  // The window the decode worker rolls the reply in (0: none).
+  int32_t roll_window = 0;
+  int32_t roll_keep = 0;
   // Done with the turn's status and the usage fields it adds.
   using CommitDone = std::function<void(absl::Status, tandem::v1::Usage)>;
   // Runs once the reply is complete (`reply`: its text, `reply_ids`: the

@@ -261,11 +261,18 @@ void GenerationService::BeginTurn(std::shared_ptr<GenerateCall> call,
     return;
   }
   const bool shift = record->window().policy() == tandem::v1::WINDOW_POLICY_SHIFT;
+  // The decode worker rolls a reply that outgrows the window (it needs two
+  // blocks after the kept prefix; the block size is the workers').
+  const std::optional<BlockHashParams> params = index_.params();
+  const int32_t window = record->window().max_tokens();
+  const int32_t keep = record->window().keep_first();
+  const bool can_roll =
+      params.has_value() && window >= keep + 2 * params->block_size + 1;
   absl::StatusOr<TurnPlan> plan =
       shift ? PlanShiftTurn(*record, request.message(), request.max_tokens(), *tokenizer_,
-                            options_.chat_template, options_.sessions.evict_to)
+                            options_.chat_template, options_.sessions.evict_to, can_roll)
             : PlanTurn(*record, request.message(), request.max_tokens(), *tokenizer_,
-                       options_.chat_template, options_.sessions.evict_to);
+                       options_.chat_template, options_.sessions.evict_to, can_roll);
   if (!plan.ok()) {
     call->Begin(plan.status());
     return;
@@ -283,6 +290,10 @@ void GenerationService::BeginTurn(std::shared_ptr<GenerateCall> call,
   SessionTurn turn;
   turn.session_id = record->session_id();
   turn.kv_holder = record->kv_holder();
+  if (can_roll) {
+    turn.roll_window = window;
+    turn.roll_keep = keep;
+  }
   if (shift) {
     // The KV is the holder's alone (the index knows none of it): the turn
     // goes there, or is rebuilt from its tokens on another worker.

@@ -7,6 +7,14 @@
 #include "common/status_macros.h"
 
 namespace tandem::gateway {
+namespace {
+
+// The room a turn makes for its reply: up to a quarter of the window.
+int32_t ReplyRoom(int64_t window, int32_t max_tokens) {
+  return static_cast<int32_t>(std::min<int64_t>(max_tokens, std::max<int64_t>(window / 4, 1)));
+}
+
+}  // namespace
 
 std::vector<engine::ChatMessage> SessionMessages(const tandem::v1::SessionRecord& record) {
   std::vector<engine::ChatMessage> messages;
@@ -31,8 +39,10 @@ absl::StatusOr<std::vector<int32_t>> RenderTokens(const std::vector<engine::Chat
 absl::StatusOr<TurnPlan> PlanTurn(const tandem::v1::SessionRecord& record,
                                   const std::string& message, int32_t max_tokens,
                                   const engine::Tokenizer& tokenizer,
-                                  const engine::ChatTemplate& chat, double evict_to) {
+                                  const engine::ChatTemplate& chat, double evict_to,
+                                  bool can_roll) {
   const int64_t window = record.window().max_tokens();
+  const int32_t room = ReplyRoom(window, max_tokens);
   const int64_t keep_first = record.window().keep_first();
   TurnPlan plan;
   plan.kept_turns.assign(record.turns().begin(), record.turns().end());
@@ -65,7 +75,7 @@ absl::StatusOr<TurnPlan> PlanTurn(const tandem::v1::SessionRecord& record,
     }
   }
   auto over = [&](double limit) {
-    return static_cast<double>(plan.prompt_ids.size()) + max_tokens > limit;
+    return static_cast<double>(plan.prompt_ids.size()) + room > limit;
   };
   const double target = std::clamp(evict_to, 0.0, 1.0) * static_cast<double>(window);
   const bool overflow = over(static_cast<double>(window));
@@ -83,15 +93,18 @@ absl::StatusOr<TurnPlan> PlanTurn(const tandem::v1::SessionRecord& record,
         "window.max_tokens ", window));
   }
   plan.tokens_evicted = full - prompt;
-  plan.max_tokens = static_cast<int32_t>(std::min<int64_t>(max_tokens, window - prompt));
+  plan.max_tokens =
+      can_roll ? max_tokens : static_cast<int32_t>(std::min<int64_t>(max_tokens, window - prompt));
   return plan;
 }
 
 absl::StatusOr<TurnPlan> PlanShiftTurn(const tandem::v1::SessionRecord& record,
                                        const std::string& message, int32_t max_tokens,
                                        const engine::Tokenizer& tokenizer,
-                                       const engine::ChatTemplate& chat, double evict_to) {
+                                       const engine::ChatTemplate& chat, double evict_to,
+                                       bool can_roll) {
   const int64_t window = record.window().max_tokens();
+  const int32_t room = ReplyRoom(window, max_tokens);
   const int64_t keep_first = record.window().keep_first();
   std::vector<engine::ChatMessage> held = SessionMessages(record);
   ASSIGN_OR_RETURN(const std::string before, chat.Render(held, false));
@@ -116,7 +129,7 @@ absl::StatusOr<TurnPlan> PlanShiftTurn(const tandem::v1::SessionRecord& record,
   TurnPlan plan;
   size_t protected_turns = 0;
   while (protected_turns < turns && offsets[protected_turns] < keep_first) ++protected_turns;
-  const int64_t need = static_cast<int64_t>(kv.size() + added.size()) + max_tokens;
+  const int64_t need = static_cast<int64_t>(kv.size() + added.size()) + room;
   size_t last = protected_turns;  // evicts turns [protected_turns, last)
   int64_t cut = 0;
   if (need > window) {
@@ -151,7 +164,8 @@ absl::StatusOr<TurnPlan> PlanShiftTurn(const tandem::v1::SessionRecord& record,
         " tokens) and every evictable turn, leaving no room to reply within window.max_tokens ",
         window));
   }
-  plan.max_tokens = static_cast<int32_t>(std::min<int64_t>(max_tokens, window - prompt));
+  plan.max_tokens =
+      can_roll ? max_tokens : static_cast<int32_t>(std::min<int64_t>(max_tokens, window - prompt));
   return plan;
 }
 

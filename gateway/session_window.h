@@ -53,8 +53,10 @@ struct TurnPlan {
   std::vector<int32_t> turn_offsets;
 };
 
-// Plans the turn `message` with up to `max_tokens` of reply. When prompt +
-// max_tokens would overflow window.max_tokens, turns are evicted oldest
+// Plans the turn `message` with up to `max_tokens` of reply, of which it
+// makes room for at most a quarter of the window (a longer reply rolls in the
+// window as it grows: `can_roll`; without it the reply is clamped to the
+// room left). When prompt + that room would overflow window.max_tokens, turns are evicted oldest
 // first, never one that starts inside the window's keep_first tokens, until
 // prompt + max_tokens fits `evict_to` (in (0, 1]) of the window: evicting
 // past what this turn needs leaves room for the next turns, whose prompts
@@ -65,7 +67,8 @@ struct TurnPlan {
 absl::StatusOr<TurnPlan> PlanTurn(const tandem::v1::SessionRecord& record,
                                   const std::string& message, int32_t max_tokens,
                                   const engine::Tokenizer& tokenizer,
-                                  const engine::ChatTemplate& chat, double evict_to = 1.0);
+                                  const engine::ChatTemplate& chat, double evict_to = 1.0,
+                                  bool can_roll = false);
 
 // The same for a WINDOW_POLICY_SHIFT session: the prompt is the token ids
 // its KV holds (record.kv_token_ids) with the evicted turns' span cut out,
@@ -76,7 +79,8 @@ absl::StatusOr<TurnPlan> PlanTurn(const tandem::v1::SessionRecord& record,
 absl::StatusOr<TurnPlan> PlanShiftTurn(const tandem::v1::SessionRecord& record,
                                        const std::string& message, int32_t max_tokens,
                                        const engine::Tokenizer& tokenizer,
-                                       const engine::ChatTemplate& chat, double evict_to = 1.0);
+                                       const engine::ChatTemplate& chat, double evict_to = 1.0,
+                                       bool can_roll = false);
 
 }  // namespace tandem::gateway
 

@@ -44,11 +44,12 @@ tandem::v1::SessionInfo Create(
 }
 
 Completion Chat(tandem::v1::Generation::Stub& stub, const std::string& session,
-                const std::string& message, int32_t max_tokens = 24) {
+                const std::string& message, int32_t max_tokens = 24, bool ignore_eos = false) {
   tandem::v1::ChatRequest req;
   req.set_session_id(session);
   req.set_message(message);
   req.set_max_tokens(max_tokens);
+  req.set_ignore_eos(ignore_eos);
   req.set_top_logprobs(3);
   Completion c;
   grpc::ClientContext ctx;
@@ -382,6 +383,34 @@ TEST(SessionTest, ShiftSessionsKeepTheirKvAcrossEvictionsPrivately) {
   EXPECT_TRUE(rebuilt.usage.session_rebuilt());
   EXPECT_GT(Stats(*stack, 1 - holder).sessions_pinned(), 0);
   EXPECT_FALSE(stack->Stop());  // the killed worker's exit is not 0
+}
+
+TEST(SessionTest, AReplyLongerThanTheWindowRollsInIt) {
+  auto stack = Stack::Start(StoriesPath());
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  for (auto policy : {tandem::v1::WINDOW_POLICY_REPREFILL, tandem::v1::WINDOW_POLICY_SHIFT}) {
+    const std::string id = Create(stack->gateway(), 128, nullptr, 0, policy).session_id();
+    ASSERT_TRUE(Chat(stack->gateway(), id, Message(0)).status.ok());
+    const Completion longer = Chat(stack->gateway(), id, Message(1), 300, /*ignore_eos=*/true);
+    ASSERT_TRUE(longer.status.ok()) << longer.status.error_message();
+    EXPECT_EQ(longer.tokens.size(), 300u);  // far past the window's 128
+    EXPECT_EQ(longer.finish, tandem::v1::FINISH_REASON_LENGTH);
+    // What the decode worker keeps of it stays within the window.
+    EXPECT_LE(Stats(*stack, 0).kv_blocks_pinned(), 128 / 16 + 2);
+    // The next turn evicts the long one and goes on.
+    const Completion next = Chat(stack->gateway(), id, Message(2));
+    ASSERT_TRUE(next.status.ok()) << next.status.error_message();
+    EXPECT_GT(next.usage.session_tokens_evicted(), 0);
+    EXPECT_LE(next.usage.prompt_tokens(), 128);
+    grpc::ClientContext ctx;
+    tandem::v1::CloseSessionRequest close;
+    close.set_session_id(id);
+    tandem::v1::CloseSessionResponse closed;
+    ASSERT_TRUE(stack->gateway().CloseSession(&ctx, close, &closed).ok());
+    EXPECT_EQ(AwaitUnpinned(*stack), 0);
+  }
+  EXPECT_TRUE(stack->Stop());
 }
 
 TEST(SessionTest, BadSessionRequestsNameTheirField) {

@@ -214,5 +214,39 @@ TEST(ShiftPrivacyTest, PrivateKvIsNeitherReportedNorShared) {
   EXPECT_EQ(engine->stats().blocks_used, 0);
 }
 
+// A generation longer than its rolling window: the KV never holds more than
+// the window (the kept prefix and the newest tokens), every token comes,
+// and its positions keep counting.
+TEST(RollTest, AGenerationLongerThanItsWindowRollsTokenWise) {
+  auto model = LoadSynthetic(TinyOptions());
+  auto engine = MakeEngine(*model, GgmlType::kF32);
+  GenerationRequest r;
+  r.prompt = Prompt(20, 3);
+  r.max_tokens = 200;
+  r.ignore_eos = true;
+  r.roll_window = 64;
+  r.roll_keep = 16;
+  ASSERT_TRUE(engine->Add(r).ok());
+  int tokens = 0, max_used = 0, stored_after_roll = 0;
+  bool rolled = false;
+  while (engine->HasWork()) {
+    absl::StatusOr<StepOutput> out = engine->Step();
+    ASSERT_TRUE(out.ok()) << out.status();
+    tokens += static_cast<int>(out->tokens.size());
+    max_used = std::max(max_used, engine->stats().blocks_used);
+    if (rolled) {
+      for (const BlockEvent& b : out->blocks) stored_after_roll += b.kind == BlockEvent::Kind::kStored;
+    }
+    rolled = rolled || tokens + 20 > 64;
+  }
+  EXPECT_EQ(tokens, 200);
+  EXPECT_LE(max_used, 64 / kBlock + 1);
+  EXPECT_EQ(stored_after_roll, 0);  // a rolled window's blocks are its own
+  EXPECT_EQ(engine->stats().blocks_used, 0);
+
+  r.roll_window = 40;  // not two blocks after the kept 16
+  EXPECT_EQ(engine->Add(r).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace tandem::engine
