@@ -38,6 +38,7 @@ struct Config {
   std::string out;
   std::string label;
   std::string mode = "both";
+  v1::WindowPolicy policy = v1::WINDOW_POLICY_REPREFILL;
 };
 
 struct TurnResult {
@@ -94,6 +95,7 @@ std::vector<TurnResult> RunSession(v1::Generation::Stub& stub, const Config& c) 
   v1::CreateSessionRequest create;
   create.set_system_prompt(kSystem);
   create.mutable_window()->set_max_tokens(c.window);
+  create.mutable_window()->set_policy(c.policy);
   v1::SessionInfo info;
   {
     grpc::ClientContext ctx;
@@ -215,6 +217,12 @@ absl::StatusOr<Config> ConfigFromArgs(const common::Args& args) {
   c.out = args.String("out");
   c.label = args.String("label");
   c.mode = args.String("mode");
+  if (args.String("policy") == "shift") {
+    c.policy = v1::WINDOW_POLICY_SHIFT;
+  } else if (args.String("policy") != "reprefill") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--policy: \"", args.String("policy"), "\" is not reprefill or shift"));
+  }
   if (c.mode != "both" && c.mode != "sessions" && c.mode != "stateless") {
     return absl::InvalidArgumentError(
         absl::StrCat("--mode: \"", c.mode, "\" is not sessions, stateless or both"));
@@ -233,6 +241,8 @@ int main(int argc, char** argv) {
       {.name = "message-words", .default_value = "24", .help = "words per user message"},
       {.name = "max-tokens", .default_value = "32", .help = "tokens per reply (EOS ignored)"},
       {.name = "label", .help = "put in the JSON lines (the model, say)"},
+      {.name = "policy", .default_value = "reprefill",
+       .help = "the session's window policy: reprefill or shift"},
       {.name = "mode", .default_value = "both",
        .help = "sessions, stateless or both (one after the other: the second then finds the "
                "first's blocks in the prefix cache; use fresh processes to compare)"},
@@ -250,7 +260,8 @@ int main(int argc, char** argv) {
   auto stub = tandem::v1::Generation::NewStub(
       grpc::CreateChannel(config->addr, grpc::InsecureChannelCredentials()));
   if (config->mode != "stateless") {
-    tandem::bench::Report("sessions", tandem::bench::RunSession(*stub, *config), *config);
+    tandem::bench::Report(config->policy == tandem::v1::WINDOW_POLICY_SHIFT ? "shift" : "reprefill",
+                          tandem::bench::RunSession(*stub, *config), *config);
   }
   if (config->mode != "sessions") {
     tandem::bench::Report("stateless", tandem::bench::RunStateless(*stub, *config), *config);
