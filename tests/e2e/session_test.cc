@@ -19,6 +19,19 @@
 #include "absl/strings/str_cat.h"
 #include "tests/e2e/stack.h"
 
+// ASan's quarantine and shadow memory grow RSS by themselves; leaks there are
+// LeakSanitizer's to find.
+#if defined(__SANITIZE_ADDRESS__)
+#define TANDEM_RSS_IS_MEANINGFUL 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TANDEM_RSS_IS_MEANINGFUL 0
+#endif
+#endif
+#ifndef TANDEM_RSS_IS_MEANINGFUL
+#define TANDEM_RSS_IS_MEANINGFUL 1
+#endif
+
 namespace tandem::testing {
 namespace {
 
@@ -284,7 +297,9 @@ TEST(SessionTest, ThousandTurnsStayWithinTheWindowsBlocks) {
             << "at most " << max_used << " (pinned " << max_pinned << "), RSS " << rss_at_100
             << " KiB at turn 100, " << rss_at_1000 << " KiB at turn 1000\n";
   EXPECT_GT(max_pinned, 0);
-  EXPECT_LT(rss_at_1000 - rss_at_100, 8 * 1024);
+  if (TANDEM_RSS_IS_MEANINGFUL) {
+    EXPECT_LT(rss_at_1000 - rss_at_100, 8 * 1024);
+  }
   EXPECT_TRUE(stack->Stop());
 }
 
