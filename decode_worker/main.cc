@@ -5,7 +5,9 @@
 #include "decode_worker/decode_service.h"
 #include "common/malloc_tuning.h"
 #include "rpc/bootstrap.h"
+#include "rpc/metrics.h"
 #include "worker/engine_metrics.h"
+#include "worker/kv_export.h"
 #include "worker/worker_main.h"
 
 int main(int argc, char** argv) {
@@ -23,6 +25,8 @@ int main(int argc, char** argv) {
   specs.push_back({.name = "max-sessions", .default_value = "4096",
                    .help = "session records this worker keeps for the gateways"});
   specs.push_back(tandem::kvtransfer::LeaseHeartbeatFlagSpec());
+  // Leases on the blocks prefill workers pull from here (a session's).
+  for (tandem::common::FlagSpec& s : tandem::worker::LeaseFlagSpecs()) specs.push_back(s);
   for (tandem::common::FlagSpec& s : tandem::rpc::PeerChannelFlagSpecs()) specs.push_back(s);
   int exit_code = 0;
   std::optional<tandem::common::Args> args =
@@ -35,8 +39,11 @@ int main(int argc, char** argv) {
   absl::StatusOr<int32_t> heartbeat_ms =
       args->IntInRange("lease-heartbeat-ms", 0, 24 * 3600 * 1000);
   absl::StatusOr<int32_t> max_sessions = args->IntInRange("max-sessions", 0, 1 << 24);
+  absl::StatusOr<tandem::kvtransfer::LeaseTableOptions> leases =
+      tandem::worker::LeaseOptionsFromArgs(*args);
   for (const absl::Status& s : {fetch_ms.status(), channels.status(), streams.status(),
-                                heartbeat_ms.status(), max_sessions.status()}) {
+                                heartbeat_ms.status(), max_sessions.status(),
+                                leases.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-decode: " << s.message() << "\n";
       return 2;
@@ -58,5 +65,16 @@ int main(int argc, char** argv) {
                                                             : worker->block_events.get(),
                                          .lease_heartbeat = absl::Milliseconds(*heartbeat_ms),
                                          .max_sessions = *max_sessions});
-  return tandem::worker::ServeWorker("tandem-decode", *args, {&service}, *worker);
+  auto& requests = tandem::rpc::CounterFamily(worker->metrics->registry(),
+                                              "tandem_requests_total",
+                                              "RPCs served, by method and final status code");
+  tandem::worker::KvExporter exporter(
+      *worker->loop, *leases, worker->metrics->registry(),
+      [&requests](const char* method, const absl::Status& s) {
+        requests.Add({{"method", method}, {"code", absl::StatusCodeToString(s.code())}})
+            .Increment();
+      });
+  tandem::worker::KvExportService export_service(exporter);
+  return tandem::worker::ServeWorker("tandem-decode", *args, {&service, &export_service},
+                                     *worker);
 }

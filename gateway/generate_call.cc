@@ -214,6 +214,12 @@ void GenerateCall::StartPrefill() {
     const bool resumed = prefill_request_.generated_token_ids_size() > 0;
     prefill_request_.set_prefix_holder(resumed ? "" : route.pull_from);
     prefill_request_.set_prefix_blocks(resumed ? 0 : route.pull_blocks);
+    // A session's decode worker holding more of the prompt than any
+    // prefill worker: the chosen one takes the session's blocks from it.
+    if (!resumed && turn_.holder_blocks > std::max(route.overlap_blocks, route.pull_blocks)) {
+      prefill_request_.set_prefix_holder(turn_.kv_holder);
+      prefill_request_.set_prefix_blocks(turn_.holder_blocks);
+    }
     if (!pick.valid()) {
       next = End(tried_.empty()
                      ? absl::UnavailableError("prefill: no prefill worker is available")

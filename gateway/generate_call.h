@@ -112,6 +112,9 @@ struct SessionTurn {
   // transfer). Falls back to the prefill worker when the holder cannot be
   // picked.
   bool local_prefill = false;
+  // Leading prompt blocks the holder has reported: a prefill worker holding
+  // fewer pulls them from it (ExportPrefix on the decode worker).
+  int32_t holder_blocks = 0;
   // WINDOW_POLICY_SHIFT: the KV is private to its holder, and this turn
   // cuts [shift_from, shift_from + shift_count) out of the holder's tokens.
   bool private_kv = false;

@@ -163,11 +163,10 @@ class GenerationService final : public GenerationServiceBase {
   // conversation validated as a Generate request, and how to commit it.
   void BeginTurn(std::shared_ptr<GenerateCall> call, const tandem::v1::ChatRequest& request,
                  absl::StatusOr<tandem::v1::SessionRecord> record);
-  // The prompt tokens decode worker `decode_worker` would compute for
-  // `prompt` (those its reported blocks do not cover); max when it is not
+  // How many leading blocks of `prompt` decode worker `decode_worker` has
+  // reported (never the one holding the last token); -1 when it is not
   // known reachable.
-  int64_t TokensToCompute(const std::string& decode_worker,
-                          std::span<const int32_t> prompt) const;
+  int32_t HeldBlocks(const std::string& decode_worker, std::span<const int32_t> prompt) const;
   // The decode workers' addresses (where session records live).
   std::vector<std::string> DecodeAddresses() const;
 

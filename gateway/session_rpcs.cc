@@ -3,7 +3,6 @@
 // workers (SessionStoreClient); every handler returns at once and answers
 // from the store's callbacks.
 #include <algorithm>
-#include <limits>
 #include <random>
 #include <span>
 #include <utility>
@@ -57,9 +56,9 @@ absl::Status ValidateSessionId(const std::string& id) {
 
 }  // namespace
 
-int64_t GenerationService::TokensToCompute(const std::string& decode_worker,
-                                           std::span<const int32_t> prompt) const {
-  constexpr int64_t kUnknown = std::numeric_limits<int64_t>::max();
+int32_t GenerationService::HeldBlocks(const std::string& decode_worker,
+                                      std::span<const int32_t> prompt) const {
+  constexpr int32_t kUnknown = -1;
   const std::optional<BlockHashParams> params = index_.params();
   if (decode_worker.empty() || !params.has_value()) return kUnknown;
   int index = -1;
@@ -77,8 +76,7 @@ int64_t GenerationService::TokensToCompute(const std::string& decode_worker,
   const std::vector<engine::BlockHash> chain = engine::PrefixBlockHashes(
       prompt.first(static_cast<size_t>((n - 1) / bs) * bs), bs, params->model_fingerprint);
   const std::vector<int> slot = {kDecodeSlotBase + index};
-  const std::vector<int32_t> held = index_.Overlap(slot, chain, absl::Now(), false);
-  return n - int64_t{held[0]} * bs;
+  return index_.Overlap(slot, chain, absl::Now(), false)[0];
 }
 
 grpc::ServerUnaryReactor* GenerationService::CreateSession(
@@ -301,10 +299,15 @@ void GenerationService::BeginTurn(std::shared_ptr<GenerateCall> call,
     turn.private_kv = true;
     turn.shift_from = plan->shift_from;
     turn.shift_count = plan->shift_count;
-  } else if (validated.ok()) {
-    turn.local_prefill = options_.sessions.local_prefill_tokens > 0 &&
-                         TokensToCompute(record->kv_holder(), validated->prompt_ids) <=
-                             options_.sessions.local_prefill_tokens;
+  } else if (validated.ok() && params.has_value()) {
+    // Few tokens to compute: the holder prefills them itself. Otherwise a
+    // prefill worker does, pulling the blocks the holder keeps.
+    const int32_t held = HeldBlocks(record->kv_holder(), validated->prompt_ids);
+    const int64_t to_compute =
+        static_cast<int64_t>(validated->prompt_ids.size()) - int64_t{held} * params->block_size;
+    turn.local_prefill = held >= 0 && options_.sessions.local_prefill_tokens > 0 &&
+                         to_compute <= options_.sessions.local_prefill_tokens;
+    turn.holder_blocks = std::max(held, 0);
   }
   turn.commit = [this, record = std::move(*record), plan = std::move(*plan),
                  message = request.message(), shift](std::string reply,

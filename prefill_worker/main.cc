@@ -12,12 +12,7 @@ int main(int argc, char** argv) {
   tandem::rpc::BlockShutdownSignals();
   tandem::common::KeepLargeBuffersInHeap();  // KV blocks: no mmap churn per block
   std::vector<tandem::common::FlagSpec> specs = tandem::worker::WorkerFlagSpecs();
-  specs.push_back({.name = "lease-ttl-ms", .default_value = "30000",
-                   .help = "how long unclaimed KV blocks are held for a decode worker"});
-  specs.push_back({.name = "max-leases", .default_value = "4096",
-                   .help = "KV leases held at once before Prefill answers RESOURCE_EXHAUSTED"});
-  specs.push_back({.name = "max-lease-mb", .default_value = "1024",
-                   .help = "KV bytes held under leases before Prefill answers RESOURCE_EXHAUSTED"});
+  for (tandem::common::FlagSpec& s : tandem::worker::LeaseFlagSpecs()) specs.push_back(s);
   specs.push_back({.name = "pull-timeout-ms", .default_value = "2000",
                    .help = "upper bound on pulling a prompt prefix from another prefill worker "
                            "(then it is computed)"});
@@ -29,15 +24,14 @@ int main(int argc, char** argv) {
   std::optional<tandem::common::Args> args =
       tandem::common::ParseFlagsOrExit("tandem-prefill", argc, argv, specs, &exit_code);
   if (!args.has_value()) return exit_code;
-  absl::StatusOr<int32_t> ttl_ms = args->IntInRange("lease-ttl-ms", 1, 24 * 3600 * 1000);
-  absl::StatusOr<int32_t> max_leases = args->IntInRange("max-leases", 1, 1 << 30);
-  absl::StatusOr<int32_t> max_lease_mb = args->IntInRange("max-lease-mb", 1, 1 << 24);
+  absl::StatusOr<tandem::kvtransfer::LeaseTableOptions> leases =
+      tandem::worker::LeaseOptionsFromArgs(*args);
   absl::StatusOr<int32_t> pull_ms = args->IntInRange("pull-timeout-ms", 1, 24 * 3600 * 1000);
   absl::StatusOr<tandem::rpc::ChannelCacheOptions> channels =
       tandem::rpc::PeerChannelOptionsFromArgs(*args);
   absl::StatusOr<int32_t> streams = args->IntInRange("kv-transfer-streams", 1, 16);
-  for (const absl::Status& s : {ttl_ms.status(), max_leases.status(), max_lease_mb.status(),
-                                pull_ms.status(), channels.status(), streams.status()}) {
+  for (const absl::Status& s :
+       {leases.status(), pull_ms.status(), channels.status(), streams.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-prefill: " << s.message() << "\n";
       return 2;
@@ -51,9 +45,7 @@ int main(int argc, char** argv) {
   }
   tandem::prefill::PrefillService service(
       *worker->loop, worker->metrics->registry(),
-      {.leases = {.ttl = absl::Milliseconds(*ttl_ms),
-                  .max_leases = *max_leases,
-                  .max_bytes = int64_t{*max_lease_mb} << 20},
+      {.leases = *leases,
        .admission = worker->admission,
        .channels = *channels,
        .kv_transfer_streams = *streams,

@@ -134,7 +134,7 @@ class PrefillService::PrefillCall final : public grpc::ServerUnaryReactor,
     const absl::Time done = absl::Now();
     ticket_.DoneQueuing();
     absl::StatusOr<kvtransfer::KvLeaseServer::Held> held =
-        service_->leases_.Hold(first.kv, std::move(prompt_));
+        service_->export_.leases().Hold(first.kv, std::move(prompt_));
     if (!held.ok()) {
       Done(held.status());
       return;
@@ -183,7 +183,8 @@ PrefillService::PrefillService(worker::EngineLoop& loop, prometheus::Registry& r
                                const PrefillServiceOptions& options)
     : loop_(loop),
       options_(options),
-      leases_(options.leases, registry),
+      export_(loop, options.leases, registry,
+              [this](const char* method, const absl::Status& s) { Count(method, s); }),
       admission_("prefill worker", options.admission),
       channels_(options.channels),
       releases_(channels_, "tandem-prefill"),
@@ -214,68 +215,32 @@ grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* c
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* PrefillService::FetchKv(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) {
-  return leases_.Fetch(ctx, request);
+  return export_.FetchKv(ctx, request);
 }
 
 grpc::ServerUnaryReactor* PrefillService::ReleaseKv(grpc::CallbackServerContext* ctx,
                                                     const tandem::v1::ReleaseKvRequest* request,
                                                     tandem::v1::ReleaseKvResponse*) {
-  leases_.Release(*request);
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return export_.ReleaseKv(ctx, request);
 }
 
 grpc::ServerUnaryReactor* PrefillService::RenewKv(grpc::CallbackServerContext* ctx,
                                                   const tandem::v1::RenewKvRequest* request,
                                                   tandem::v1::RenewKvResponse* response) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(rpc::ToGrpcStatus(leases_.Renew(*request, response)));
-  return reactor;
+  return export_.RenewKv(ctx, request, response);
 }
 
 grpc::ServerUnaryReactor* PrefillService::ExportPrefix(
     grpc::CallbackServerContext* ctx, const tandem::v1::ExportPrefixRequest* request,
     tandem::v1::ExportPrefixResponse* response) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  if (request->prompt_token_ids_size() < loop_.kv_block_size()) {
-    const absl::Status s = absl::InvalidArgumentError(
-        absl::StrCat("prompt_token_ids: ", request->prompt_token_ids_size(),
-                     " tokens hold no full block of ", loop_.kv_block_size()));
-    Count("ExportPrefix", s);
-    reactor->Finish(rpc::ToGrpcStatus(s));
-    return reactor;
-  }
-  std::vector<int32_t> tokens(request->prompt_token_ids().begin(),
-                              request->prompt_token_ids().end());
-  // The copy is made between two engine steps; the lease is taken on the
-  // engine thread, and the call finished from there.
-  loop_.ExportPrefix(tokens, [this, reactor, response,
-                              tokens](std::shared_ptr<const engine::KvSnapshot> kv) {
-    absl::Status s;
-    if (kv == nullptr) {
-      s = absl::NotFoundError("this worker holds none of the prefix's blocks");
-    } else {
-      absl::StatusOr<kvtransfer::KvLeaseServer::Held> held = leases_.Hold(
-          kv, std::vector<int32_t>(tokens.begin(), tokens.begin() + kv->n_tokens));
-      if (held.ok()) {
-        response->set_lease_id(held->lease_id);
-        response->set_num_blocks(held->num_blocks);
-      } else {
-        s = held.status();
-      }
-    }
-    Count("ExportPrefix", s);
-    reactor->Finish(rpc::ToGrpcStatus(s));
-  });
-  return reactor;
+  return export_.ExportPrefix(ctx, request, response);
 }
 
 grpc::ServerUnaryReactor* PrefillService::GetWorkerStats(grpc::CallbackServerContext* ctx,
                                                          const tandem::v1::WorkerStatsRequest*,
                                                          tandem::v1::WorkerStats* response) {
   worker::EngineStatsToProto(loop_.stats(), response);
-  const kvtransfer::LeaseStats l = leases_.stats();
+  const kvtransfer::LeaseStats l = export_.leases().stats();
   response->set_leases(l.leases);
   response->set_kv_blocks_leased(l.blocks);
   response->set_in_flight(admission_.in_flight());

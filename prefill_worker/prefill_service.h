@@ -21,6 +21,7 @@
 #include "rpc/admission.h"
 #include "tandem/v1/worker.grpc.pb.h"
 #include "worker/engine_loop.h"
+#include "worker/kv_export.h"
 
 namespace tandem::prefill {
 
@@ -61,7 +62,7 @@ class PrefillService final
                                          const tandem::v1::ExportPrefixRequest* request,
                                          tandem::v1::ExportPrefixResponse* response) override;
 
-  const kvtransfer::KvLeaseServer& leases() const { return leases_; }
+  const kvtransfer::KvLeaseServer& leases() const { return export_.leases(); }
   const rpc::Admission& admission() const { return admission_; }
 
  private:
@@ -70,7 +71,7 @@ class PrefillService final
 
   worker::EngineLoop& loop_;
   const PrefillServiceOptions options_;
-  kvtransfer::KvLeaseServer leases_;
+  worker::KvExporter export_;  // the lease server, FetchKv ... ExportPrefix
   rpc::Admission admission_;
   rpc::ChannelCache channels_;
   kvtransfer::ReleaseClient releases_;

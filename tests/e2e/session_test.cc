@@ -157,8 +157,17 @@ int64_t RssKib(int pid) {
   return -1;
 }
 
-TEST(SessionTest, ReprefillTurnsEqualFreshRequestsOverManyEvictions) {
-  auto stack = Stack::Start(StoriesPath());
+// Param: turns may be prefilled on their decode worker (conditional
+// disaggregation), or always on a prefill worker, which then pulls the
+// session's blocks from the decode worker keeping them.
+class ReprefillTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ReprefillTest, TurnsEqualFreshRequestsOverManyEvictions) {
+  const bool local = GetParam();
+  StackOptions o;
+  o.model = StoriesPath();
+  if (!local) o.gateway_flags = {"--session-local-prefill-tokens", "0"};
+  auto stack = Stack::Start(o);
   ASSERT_NE(stack, nullptr);
   ASSERT_TRUE(stack->AwaitGatewaySynced());
   constexpr int32_t kWindow = 160;
@@ -191,10 +200,22 @@ TEST(SessionTest, ReprefillTurnsEqualFreshRequestsOverManyEvictions) {
   EXPECT_GE(info.turns_evicted(), 5);
   EXPECT_GT(evicted, 0);
   EXPECT_EQ(info.turns_held() + info.turns_evicted(), 14);
-  // Turns whose decode worker held all but their new tokens were prefilled
-  // there (conditional disaggregation), and still equal the fresh requests.
-  EXPECT_GT(MetricValue(stack->gateway_info().metrics_address, "tandem_local_prefills_total"),
-            0);
+  const double local_prefills =
+      MetricValue(stack->gateway_info().metrics_address, "tandem_local_prefills_total");
+  if (local) {
+    // Turns whose decode worker held all but their new tokens were
+    // prefilled there, and still equal the fresh requests.
+    EXPECT_GT(local_prefills, 0);
+  } else {
+    EXPECT_EQ(local_prefills, 0);
+    // The prefill worker took the session's blocks from the decode worker.
+    EXPECT_GT(MetricValue(stack->decode_info().metrics_address,
+                          "tandem_requests_total{code=\"OK\",method=\"ExportPrefix\"}"),
+              0);
+    EXPECT_GT(MetricValue(stack->prefill_info().metrics_address,
+                          "tandem_prefix_pulled_tokens_total"),
+              0);
+  }
   // The kept system prompt's blocks came from the cache on later turns.
   EXPECT_GT(MetricValue(stack->decode_info().metrics_address,
                         "tandem_prefix_cache_hit_tokens_total") +
@@ -203,6 +224,9 @@ TEST(SessionTest, ReprefillTurnsEqualFreshRequestsOverManyEvictions) {
             0);
   EXPECT_TRUE(stack->Stop());
 }
+
+INSTANTIATE_TEST_SUITE_P(LocalPrefill, ReprefillTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "OnDecode" : "Pulled"; });
 
 TEST(SessionTest, TurnsAlternatingBetweenTwoGatewaysEqualOneGateway) {
   StackOptions o;
