@@ -20,6 +20,25 @@ tandem::v1::FinishReason ToProto(engine::FinishReason r) {
   }
 }
 
+// The engine's request for a Decode call: the prompt (and a resumed
+// stream's tokens), sampling, and a session's pin, window and shift.
+engine::GenerationRequest EngineRequest(const tandem::v1::DecodeRequest& request) {
+  engine::GenerationRequest r;
+  r.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
+  r.generated.assign(request.generated_token_ids().begin(), request.generated_token_ids().end());
+  r.sampling = rpc::SamplingFromProto(request.sampling());
+  r.max_tokens = request.max_tokens();
+  r.top_logprobs = request.top_logprobs();
+  r.ignore_eos = request.ignore_eos();
+  r.pin_key = request.session_id();
+  r.private_kv = request.private_kv();
+  r.shift_from = request.shift_from();
+  r.shift_count = request.shift_count();
+  r.roll_window = request.roll_window();
+  r.roll_keep = request.roll_keep();
+  return r;
+}
+
 }  // namespace
 
 // One Decode stream: fetch -> submit -> relay. Owned by itself (self_) until
@@ -105,17 +124,7 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
       return;
     }
     ticket_ = std::move(*ticket);
-    request_.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
-    request_.generated.assign(request.generated_token_ids().begin(),
-                              request.generated_token_ids().end());
-    request_.sampling = rpc::SamplingFromProto(request.sampling());
-    request_.max_tokens = request.max_tokens();
-    request_.top_logprobs = request.top_logprobs();
-    request_.ignore_eos = request.ignore_eos();
-    request_.pin_key = request.session_id();
-    request_.private_kv = request.private_kv();
-    request_.roll_window = request.roll_window();
-    request_.roll_keep = request.roll_keep();
+    request_ = EngineRequest(request);
     first_ = rpc::SampledTokenFromProto(request.first_token());
 
     const auto limit = absl::Now() + service_->options_.fetch_timeout;
@@ -138,24 +147,10 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
   // Conditional disaggregation: the engine computes the prompt (its prefix
   // cache supplies what it holds) and samples the first token.
   void SubmitLocal(const tandem::v1::DecodeRequest& request) {
-    engine::GenerationRequest r;
-    r.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
-    r.generated.assign(request.generated_token_ids().begin(),
-                       request.generated_token_ids().end());
-    r.sampling = rpc::SamplingFromProto(request.sampling());
-    r.max_tokens = request.max_tokens();
-    r.top_logprobs = request.top_logprobs();
-    r.ignore_eos = request.ignore_eos();
-    r.pin_key = request.session_id();
-    r.private_kv = request.private_kv();
-    r.shift_from = request.shift_from();
-    r.shift_count = request.shift_count();
-    r.roll_window = request.roll_window();
-    r.roll_keep = request.roll_keep();
     std::weak_ptr<DecodeCall> weak = weak_from_this();
     absl::MutexLock lock(&mu_);
     if (cancelled_) return;
-    stream_ = service_->loop_.Submit(std::move(r), [weak] {
+    stream_ = service_->loop_.Submit(EngineRequest(request), [weak] {
       if (auto call = weak.lock()) call->Pump();
     });
   }

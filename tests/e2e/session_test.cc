@@ -64,23 +64,7 @@ Completion Chat(tandem::v1::Generation::Stub& stub, const std::string& session,
   req.set_max_tokens(max_tokens);
   req.set_ignore_eos(ignore_eos);
   req.set_top_logprobs(3);
-  Completion c;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-  auto reader = stub.Chat(&ctx, req);
-  tandem::v1::GenerateResponse resp;
-  while (reader->Read(&resp)) {
-    for (const auto& t : resp.tokens()) {
-      c.tokens.push_back(t);
-      c.text += t.text();
-    }
-    if (resp.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
-      c.finish = resp.finish_reason();
-      c.usage = resp.usage();
-    }
-  }
-  c.status = reader->Finish();
-  return c;
+  return testing::Chat(stub, req);
 }
 
 tandem::v1::SessionInfo Get(tandem::v1::Generation::Stub& stub, const std::string& session,

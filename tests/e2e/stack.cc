@@ -122,11 +122,15 @@ bool Stack::Stop() {
   return ok;
 }
 
-Completion Generate(tandem::v1::Generation::Stub& stub, const tandem::v1::GenerateRequest& req) {
+namespace {
+
+// Reads a Generate or Chat stream to its end (120 s deadline).
+template <typename Request, typename Start>
+Completion Gather(const Request& req, Start start) {
   Completion c;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-  auto reader = stub.Generate(&ctx, req);
+  std::unique_ptr<grpc::ClientReader<tandem::v1::GenerateResponse>> reader = start(&ctx, req);
   tandem::v1::GenerateResponse resp;
   while (reader->Read(&resp)) {
     for (const auto& t : resp.tokens()) {
@@ -140,6 +144,20 @@ Completion Generate(tandem::v1::Generation::Stub& stub, const tandem::v1::Genera
   }
   c.status = reader->Finish();
   return c;
+}
+
+}  // namespace
+
+Completion Generate(tandem::v1::Generation::Stub& stub, const tandem::v1::GenerateRequest& req) {
+  return Gather(req, [&stub](grpc::ClientContext* ctx, const tandem::v1::GenerateRequest& r) {
+    return stub.Generate(ctx, r);
+  });
+}
+
+Completion Chat(tandem::v1::Generation::Stub& stub, const tandem::v1::ChatRequest& req) {
+  return Gather(req, [&stub](grpc::ClientContext* ctx, const tandem::v1::ChatRequest& r) {
+    return stub.Chat(ctx, r);
+  });
 }
 
 double MetricValue(const std::string& metrics_address, const std::string& series) {

@@ -86,6 +86,8 @@ struct Completion {
   std::string text;
 };
 Completion Generate(tandem::v1::Generation::Stub& stub, const tandem::v1::GenerateRequest& req);
+// A session's turn (Generation.Chat), gathered the same way.
+Completion Chat(tandem::v1::Generation::Stub& stub, const tandem::v1::ChatRequest& req);
 
 // The value of one series (`name` or `name{labels}` exactly as exposed) on
 // the /metrics page at `metrics_address`; -1 when absent or unreadable.
