@@ -124,6 +124,19 @@ int32_t AwaitUnpinned(Stack& stack) {
   return pinned;
 }
 
+// Kills (kill -9) the one of two decode workers keeping a session's KV and
+// returns its index (-1 when neither keeps any).
+int KillKvHolder(Stack& stack) {
+  for (int i = 0; i < 2; ++i) {
+    if (Stats(stack, i).sessions_pinned() > 0) {
+      stack.decode_process(i).Signal(SIGKILL);
+      stack.decode_process(i).Wait();
+      return i;
+    }
+  }
+  return -1;
+}
+
 // VmRSS of process `pid`, in KiB (-1 if unreadable).
 int64_t RssKib(int pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
@@ -252,13 +265,8 @@ TEST(SessionTest, DecodeWorkerKilledBetweenTurnsLosesNoSession) {
   ASSERT_TRUE(Chat(stack->gateway(), id, Message(0)).status.ok());
   ASSERT_TRUE(Chat(stack->gateway(), id, Message(1)).status.ok());
   // The worker keeping the session's KV.
-  int holder = -1;
-  for (int i = 0; i < 2; ++i) {
-    if (Stats(*stack, i).sessions_pinned() > 0) holder = i;
-  }
+  const int holder = KillKvHolder(*stack);
   ASSERT_GE(holder, 0);
-  stack->decode_process(holder).Signal(SIGKILL);
-  stack->decode_process(holder).Wait();
 
   const Completion reply = Chat(stack->gateway(), id, Message(2));
   ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
@@ -394,13 +402,8 @@ TEST(SessionTest, ShiftSessionsKeepTheirKvAcrossEvictionsPrivately) {
   }
   // Losing the holder: the next turn is rebuilt from the session's tokens
   // on the other decode worker.
-  int holder = -1;
-  for (int i = 0; i < 2; ++i) {
-    if (Stats(*stack, i).sessions_pinned() > 0) holder = i;
-  }
+  const int holder = KillKvHolder(*stack);
   ASSERT_GE(holder, 0);
-  stack->decode_process(holder).Signal(SIGKILL);
-  stack->decode_process(holder).Wait();
   const Completion rebuilt = Chat(stack->gateway(), created.session_id(), Message(14));
   ASSERT_TRUE(rebuilt.status.ok()) << rebuilt.status.error_message();
   EXPECT_TRUE(rebuilt.usage.session_rebuilt());
