@@ -47,14 +47,15 @@ absl::StatusOr<TurnPlan> PlanTurn(const tandem::v1::SessionRecord& record,
   TurnPlan plan;
   plan.kept_turns.assign(record.turns().begin(), record.turns().end());
   const size_t system = record.system_prompt().empty() ? 0 : 1;
-
+  // The conversation the prompt renders (system, kept turns, the new message).
+  std::vector<engine::ChatMessage> messages;
   auto render = [&]() -> absl::Status {
     tandem::v1::SessionRecord view;
     view.set_system_prompt(record.system_prompt());
     for (const tandem::v1::ChatMessage& m : plan.kept_turns) *view.add_turns() = m;
-    plan.messages = SessionMessages(view);
-    plan.messages.push_back({.role = "user", .content = message});
-    ASSIGN_OR_RETURN(plan.prompt_ids, RenderTokens(plan.messages, true, tokenizer, chat));
+    messages = SessionMessages(view);
+    messages.push_back({.role = "user", .content = message});
+    ASSIGN_OR_RETURN(plan.prompt_ids, RenderTokens(messages, true, tokenizer, chat));
     return absl::OkStatus();
   };
   RETURN_IF_ERROR(render());
@@ -64,14 +65,13 @@ absl::StatusOr<TurnPlan> PlanTurn(const tandem::v1::SessionRecord& record,
   // turn i (messages 2i, 2i+1) starts where the conversation before it ends.
   size_t protected_turns = 0;
   {
-    std::vector<engine::ChatMessage> before(plan.messages.begin(),
-                                            plan.messages.begin() + system);
+    std::vector<engine::ChatMessage> before(messages.begin(), messages.begin() + system);
     for (size_t i = 0; i + 1 < plan.kept_turns.size(); i += 2) {
       ASSIGN_OR_RETURN(std::vector<int32_t> ids, RenderTokens(before, false, tokenizer, chat));
       if (static_cast<int64_t>(ids.size()) >= keep_first) break;
       ++protected_turns;
-      before.push_back(plan.messages[system + i]);
-      before.push_back(plan.messages[system + i + 1]);
+      before.push_back(messages[system + i]);
+      before.push_back(messages[system + i + 1]);
     }
   }
   auto over = [&](double limit) {
@@ -156,7 +156,6 @@ absl::StatusOr<TurnPlan> PlanShiftTurn(const tandem::v1::SessionRecord& record,
   plan.prompt_ids.insert(plan.prompt_ids.end(), kv.begin() + plan.shift_from + cut, kv.end());
   plan.turn_offsets.push_back(static_cast<int32_t>(plan.prompt_ids.size()));
   plan.prompt_ids.insert(plan.prompt_ids.end(), added.begin(), added.end());
-  plan.messages = SessionMessages(record);  // for reference only: the held conversation
   const int64_t prompt = static_cast<int64_t>(plan.prompt_ids.size());
   if (prompt >= window) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -31,9 +31,7 @@ absl::StatusOr<std::vector<int32_t>> RenderTokens(const std::vector<engine::Chat
                                                   const engine::ChatTemplate& chat);
 
 struct TurnPlan {
-  // The truncated conversation with the new user message last, and its
-  // prompt tokens.
-  std::vector<engine::ChatMessage> messages;
+  // The prompt: the truncated conversation with the new user message last.
   std::vector<int32_t> prompt_ids;
   // The record's turns left after eviction (user, assistant, ...), without
   // the new message.
