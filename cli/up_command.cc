@@ -51,6 +51,12 @@ struct UpConfig {
   int decode_threads = 1;
   int max_context = 0;
   int kv_budget_mb = 512;
+  // Cache tiers, passed on to both workers; each worker gets its own
+  // subdirectory of disk_cache_dir (a directory serves one process).
+  int host_cache_mb = 1024;
+  std::string disk_cache_dir;
+  int disk_cache_mb = 10240;
+  bool hot_cache_only = false;
   absl::Duration ready_timeout;
   absl::Duration drain_timeout;  // passed to every process
   absl::Duration stop_grace;     // after the drain, before SIGKILL
@@ -73,6 +79,13 @@ std::vector<common::FlagSpec> UpFlagSpecs() {
        .help = "cap on each sequence's tokens (workers and gateway); 0 = the model's "
                "trained context length"},
       {.name = "kv-budget-mb", .default_value = "512", .help = "KV cache memory per worker, MiB"},
+      {.name = "host-cache-mb", .default_value = "1024",
+       .help = "host RAM KV tier per worker, MiB; 0 = off"},
+      {.name = "disk-cache-dir", .default_value = "",
+       .help = "disk KV tier: each worker uses DIR/prefill or DIR/decode; empty = off"},
+      {.name = "disk-cache-mb", .default_value = "10240", .help = "disk KV tier per worker, MiB"},
+      {.name = "hot-cache-only", .default_value = "false",
+       .help = "no disk tier (no directory, no writer thread, no file I/O)", .is_bool = true},
       {.name = "ready-timeout-s", .default_value = "300",
        .help = "seconds each process may take to print READY"},
       {.name = "drain-timeout-s", .default_value = "30",
@@ -97,6 +110,10 @@ absl::StatusOr<UpConfig> ConfigFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(c.decode_threads, args.IntInRange("decode-threads", 1, 256));
   ASSIGN_OR_RETURN(c.max_context, args.IntInRange("max-context", 0, 1 << 24));
   ASSIGN_OR_RETURN(c.kv_budget_mb, args.IntInRange("kv-budget-mb", 1, 1 << 20));
+  ASSIGN_OR_RETURN(c.host_cache_mb, args.IntInRange("host-cache-mb", 0, 1 << 30));
+  ASSIGN_OR_RETURN(c.disk_cache_mb, args.IntInRange("disk-cache-mb", 1, 1 << 30));
+  c.disk_cache_dir = args.String("disk-cache-dir");
+  c.hot_cache_only = args.Bool("hot-cache-only");
   ASSIGN_OR_RETURN(int ready_s, args.IntInRange("ready-timeout-s", 1, 86400));
   ASSIGN_OR_RETURN(int grace_s, args.IntInRange("stop-grace-s", 0, 3600));
   ASSIGN_OR_RETURN(int drain_s, args.IntInRange("drain-timeout-s", 0, 24 * 3600));
@@ -219,10 +236,12 @@ class Up {
     const int base = config_.metrics_port_base;
     ASSIGN_OR_RETURN(Child * prefill,
                      Start("tandem-prefill",
-                           WorkerArgs(model, config_.prefill_threads, base == 0 ? 0 : base + 1)));
+                           WorkerArgs(model, "prefill", config_.prefill_threads,
+                                      base == 0 ? 0 : base + 1)));
     ASSIGN_OR_RETURN(Child * decode,
                      Start("tandem-decode",
-                           WorkerArgs(model, config_.decode_threads, base == 0 ? 0 : base + 2)));
+                           WorkerArgs(model, "decode", config_.decode_threads,
+                                      base == 0 ? 0 : base + 2)));
     // Both workers load the model concurrently; wait for each in turn.
     RETURN_IF_ERROR(AwaitReady(*prefill));
     RETURN_IF_ERROR(AwaitReady(*decode));
@@ -236,14 +255,24 @@ class Up {
     return AwaitReady(*gateway);
   }
 
-  std::vector<std::string> WorkerArgs(const std::string& model, int threads, int metrics_port) {
-    return {"--listen",       HostPort(kLoopback, 0),
-            "--metrics-listen", HostPort(kLoopback, metrics_port),
-            "--model",        model,
-            "--threads",      absl::StrCat(threads),
-            "--max-context",  absl::StrCat(config_.max_context),
-            "--kv-budget-mb", absl::StrCat(config_.kv_budget_mb),
-            "--drain-timeout-s", DrainSeconds()};
+  std::vector<std::string> WorkerArgs(const std::string& model, const std::string& role,
+                                      int threads, int metrics_port) {
+    std::vector<std::string> args = {
+        "--listen",        HostPort(kLoopback, 0),
+        "--metrics-listen", HostPort(kLoopback, metrics_port),
+        "--model",         model,
+        "--threads",       absl::StrCat(threads),
+        "--max-context",   absl::StrCat(config_.max_context),
+        "--kv-budget-mb",  absl::StrCat(config_.kv_budget_mb),
+        "--host-cache-mb", absl::StrCat(config_.host_cache_mb),
+        "--disk-cache-mb", absl::StrCat(config_.disk_cache_mb),
+        "--drain-timeout-s", DrainSeconds()};
+    if (!config_.disk_cache_dir.empty()) {
+      args.insert(args.end(),
+                  {"--disk-cache-dir", absl::StrCat(config_.disk_cache_dir, "/", role)});
+    }
+    if (config_.hot_cache_only) args.push_back("--hot-cache-only");
+    return args;
   }
 
   std::string DrainSeconds() const {

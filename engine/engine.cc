@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "common/status_macros.h"
 
 namespace tandem::engine {
@@ -39,10 +40,33 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
       scheduler_({.max_batch_tokens = options.max_batch_tokens,
                   .max_running = options.max_running,
                   .model_fingerprint = model.fingerprint()},
-                 kv_->pool(), kv_->block_size()) {
-  // Runs inside an allocation on the engine thread; the next Step reports it.
-  kv_->pool().set_eviction_callback(
-      [this](BlockId, const BlockHash& hash) { evicted_.push_back(hash); });
+                 kv_->pool(), kv_->block_size(), options.tiers != nullptr ? this : nullptr) {
+  // Runs inside an allocation on the engine thread, before the block's
+  // memory is reused: the lower tiers take their copy now, and the next
+  // Step reports the block removed from the pool.
+  kv_->pool().set_eviction_callback([this](BlockId id, const BlockHash& hash) {
+    if (options_.tiers != nullptr) options_.tiers->OnEvicted(hash, BlockSpan(id));
+    pending_blocks_.push_back({.kind = BlockEvent::Kind::kRemoved, .hash = hash, .parent_hash = {},
+                               .tier = KvTier::kDevice});
+  });
+}
+
+std::optional<KvTier> Engine::Promote(const BlockHash& hash, BlockList& list) {
+  std::optional<TierBlock> found = options_.tiers->Lookup(hash);
+  if (!found.has_value()) return std::nullopt;
+  TANDEM_CHECK(static_cast<int64_t>(found->bytes.size()) == kv_->block_bytes(),
+               "a tier returned a block of another size")
+      << found->bytes.size() << " vs " << kv_->block_bytes();
+  if (!kv_->pool().Extend(list, 1)) return std::nullopt;
+  const BlockId id = list.ids().back();
+  found->bytes.CopyTo(kv_->BlockData(id));
+  // The pool lacked `hash` (the caller looked it up first), so it takes it.
+  TANDEM_CHECK(kv_->pool().SetHash(id, hash), "a promoted block's hash was already held");
+  options_.tiers->Promoted(hash, found->tier);
+  pending_blocks_.push_back(
+      {.kind = BlockEvent::Kind::kStored, .hash = hash, .parent_hash = {},
+       .tier = KvTier::kDevice});
+  return found->tier;
 }
 
 absl::Status Engine::ValidateRequest(const GenerationRequest& request) const {
@@ -433,11 +457,19 @@ std::shared_ptr<const KvSnapshot> Engine::ExportCachedPrefix(std::span<const int
   kv->dtype = kv_->dtype();
   // Hashed blocks are never written again, so a cached or shared one can
   // be copied as it is.
+  // The lower tiers' copies are frozen already: shared, not copied again.
   for (const BlockHash& hash : PrefixBlockHashes(tokens, bs, model_.fingerprint())) {
-    const std::optional<BlockId> id = kv_->pool().FindHash(hash);
-    if (!id.has_value()) break;
-    const uint8_t* data = kv_->BlockData(*id);
-    kv->blocks.emplace_back(data, data + kv_->block_bytes());
+    if (const std::optional<BlockId> id = kv_->pool().FindHash(hash); id.has_value()) {
+      const uint8_t* data = kv_->BlockData(*id);
+      kv->blocks.emplace_back(data, data + kv_->block_bytes());
+      continue;
+    }
+    std::optional<TierBlock> found =
+        options_.tiers != nullptr ? options_.tiers->Lookup(hash) : std::nullopt;
+    if (!found.has_value() || static_cast<int64_t>(found->bytes.size()) != kv_->block_bytes()) {
+      break;
+    }
+    kv->blocks.push_back(std::move(found->bytes));
   }
   if (kv->blocks.empty()) return nullptr;
   kv->n_tokens = static_cast<int32_t>(kv->blocks.size()) * bs;
@@ -457,9 +489,13 @@ void Engine::HashFullBlocks(Sequence& seq, std::vector<BlockEvent>& events) {
         model_.fingerprint(), bs);
     // A block filled and never written again: the pool may share it. When
     // another block already holds this hash the block stays private.
-    if (kv_->pool().SetHash((*seq.blocks)[seq.n_hashed], seq.last_hash)) {
+    const BlockId id = (*seq.blocks)[seq.n_hashed];
+    if (kv_->pool().SetHash(id, seq.last_hash)) {
       events.push_back({.kind = BlockEvent::Kind::kStored, .hash = seq.last_hash,
-                        .parent_hash = parent});
+                        .parent_hash = parent, .tier = KvTier::kDevice});
+      if (options_.tiers != nullptr) {
+        options_.tiers->OnStored(seq.last_hash, parent, seq.n_hashed, BlockSpan(id));
+      }
     }
   }
 }
@@ -477,6 +513,10 @@ absl::StatusOr<StepOutput> Engine::Step() {
     DropOldestPin();
     plan = scheduler_.Schedule();
   }
+  // What scheduling evicted and promoted comes before what this step's
+  // forward pass stores: a hash evicted and then computed again ends held.
+  out.blocks = std::move(pending_blocks_);
+  pending_blocks_.clear();
   for (int64_t id : plan.imported) CopyImport(*scheduler_.Find(id));
   if (!plan.chunks.empty()) {
     std::vector<BatchChunk> chunks;
@@ -494,10 +534,6 @@ absl::StatusOr<StepOutput> Engine::Step() {
     ASSIGN_OR_RETURN(ForwardResult result, forward_.Run(chunks));
     Update(plan, result, out);
   }
-  for (const BlockHash& hash : evicted_) {
-    out.blocks.push_back({.kind = BlockEvent::Kind::kRemoved, .hash = hash, .parent_hash = {}});
-  }
-  evicted_.clear();
   return out;
 }
 
@@ -545,9 +581,11 @@ EngineStats Engine::stats() const {
       .blocks_free = pool.num_free(),
       .blocks_total = pool.num_blocks(),
       .blocks_cached = pool.num_cached(),
+      .block_bytes = kv_->block_bytes(),
       .preemptions = scheduler_.preemptions(),
       .prefix_queried_tokens = scheduler_.prefix_queried_tokens(),
       .prefix_hit_tokens = scheduler_.prefix_hit_tokens(),
+      .prefix_hit_tokens_by_tier = scheduler_.prefix_hit_tokens_by_tier(),
       .delta_fallbacks = scheduler_.delta_fallbacks(),
       .prefix_pulled_tokens = scheduler_.prefix_pulled_tokens(),
       .pins = static_cast<int32_t>(pins_.size()),

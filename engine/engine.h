@@ -18,6 +18,7 @@
 #include "engine/forward.h"
 #include "engine/kv_cache.h"
 #include "engine/kv_snapshot.h"
+#include "engine/kv_tier.h"
 #include "engine/model.h"
 #include "engine/request.h"
 #include "engine/rope.h"
@@ -37,6 +38,9 @@ struct EngineOptions {
   // Most of the pool that sessions' pinned blocks may hold; past it the
   // least recently pinned keys are dropped.
   double max_pinned_fraction = 0.5;
+  // The cache tiers below the pool (worker/kv_tiers.h); null: none. Must
+  // outlive the engine; called on the engine thread only.
+  KvTierStore* tiers = nullptr;
 };
 
 // What an engine thread drives (worker/engine_loop.h): the Engine below, or
@@ -66,7 +70,7 @@ class StepEngine {
   virtual void Unpin(const std::string& key) { (void)key; }
 };
 
-class Engine final : public StepEngine {
+class Engine final : public StepEngine, private TierPromoter {
  public:
   // The model must outlive the engine.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const Model& model,
@@ -119,6 +123,11 @@ class Engine final : public StepEngine {
   Engine(const Model& model, std::unique_ptr<Backend> backend, const EngineOptions& options,
          std::unique_ptr<KvCache> kv);
 
+  // TierPromoter: a block the tiers hold, copied into a new pool block.
+  std::optional<KvTier> Promote(const BlockHash& hash, BlockList& list) override;
+  std::span<const uint8_t> BlockSpan(BlockId id) {
+    return {kv_->BlockData(id), static_cast<size_t>(kv_->block_bytes())};
+  }
   absl::Status ValidateRequest(const GenerationRequest& request) const;
   absl::Status ValidateSnapshot(const GenerationRequest& request, const KvSnapshot& kv) const;
   // Model, block size, layers, KV width, dtype and block bytes.
@@ -163,8 +172,8 @@ class Engine final : public StepEngine {
   Scheduler scheduler_;
   int64_t next_id_ = 1;
   std::vector<int64_t> cancelled_;
-  // Hashes of cached blocks the pool evicted since the last step.
-  std::vector<BlockHash> evicted_;
+  // Pool blocks evicted and promoted since the last step reported them.
+  std::vector<BlockEvent> pending_blocks_;
   // Sessions' kept KV by pin key (after kv_: released before the pool goes).
   absl::flat_hash_map<std::string, Pin> pins_;
   int64_t pinned_blocks_ = 0;

@@ -6,6 +6,7 @@
 #ifndef TANDEM_ENGINE_REQUEST_H_
 #define TANDEM_ENGINE_REQUEST_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "engine/block_hash.h"
 #include "engine/kv_snapshot.h"
+#include "engine/kv_tier.h"
 #include "engine/sampling_params.h"
 
 namespace tandem::engine {
@@ -76,14 +78,16 @@ struct TokenEvent {
   std::shared_ptr<const KvSnapshot> kv = nullptr;
 };
 
-// A change in the full blocks this engine holds, for the block index:
-// `stored` when a block fills (its hash chains from `parent_hash`),
-// `removed` when its memory is reused for something else.
+// A change in the full blocks this worker holds, for the block index:
+// `stored` when a block fills or lands in a tier (its hash chains from
+// `parent_hash` when known), `removed` when it leaves that tier. The
+// engine reports its pool's (kDevice); the lower tiers report their own.
 struct BlockEvent {
   enum class Kind { kStored, kRemoved };
   Kind kind = Kind::kStored;
   BlockHash hash;
   BlockHash parent_hash;  // kStored only
+  KvTier tier = KvTier::kDevice;
 };
 
 // What one step produced.
@@ -99,11 +103,14 @@ struct EngineStats {
   int32_t blocks_free = 0;
   int32_t blocks_total = 0;
   int32_t blocks_cached = 0;  // free blocks that still hold a hashed block
+  int64_t block_bytes = 0;    // one KV block, all layers
   int64_t preemptions = 0;
   // Prefix cache since start: prompt tokens of sequences admitted without
   // imported KV, and those whose KV came from the cache.
   int64_t prefix_queried_tokens = 0;
   int64_t prefix_hit_tokens = 0;
+  // Of prefix_hit_tokens, those each tier supplied (KvTier order).
+  std::array<int64_t, kNumKvTiers> prefix_hit_tokens_by_tier = {};
   // Delta transfers whose leading blocks were evicted between the fetch and
   // admission: their prompt was computed from where the cache ended.
   int64_t delta_fallbacks = 0;

@@ -4,8 +4,9 @@
 
 namespace tandem::engine {
 
-Scheduler::Scheduler(const SchedulerOptions& options, BlockPool& pool, int32_t block_size)
-    : options_(options), pool_(pool), block_size_(block_size) {}
+Scheduler::Scheduler(const SchedulerOptions& options, BlockPool& pool, int32_t block_size,
+                     TierPromoter* promoter)
+    : options_(options), pool_(pool), block_size_(block_size), promoter_(promoter) {}
 
 void Scheduler::Enqueue(std::unique_ptr<Sequence> seq) {
   by_id_[seq->id] = seq.get();
@@ -55,6 +56,7 @@ void Scheduler::UndoAdmission(Sequence& seq) {
   seq.blocks.reset();
   seq.n_computed = 0;
   seq.n_cached = 0;
+  seq.n_cached_by_tier = {};
   seq.n_hashed = 0;
   seq.last_hash = kRootParentHash;
 }
@@ -69,15 +71,29 @@ void Scheduler::AttachCachedPrefix(Sequence& seq, int32_t max_blocks) {
   std::optional<BlockList> list = pool_.Allocate(0);
   BlockHash parent = kRootParentHash;
   int32_t found = 0;
+  seq.n_cached_by_tier = {};
+  // The pool first; from its first miss on, the lower tiers (a block they
+  // return lands in the pool, so the chain stays one run of pool blocks).
+  bool pool_run = true;
   for (; found < max_blocks; ++found) {
     const BlockHash hash =
         HashBlock(parent,
                   std::span<const int32_t>(seq.tokens).subspan(int64_t{found} * block_size_,
                                                                block_size_),
                   options_.model_fingerprint, block_size_);
-    std::optional<BlockId> id = pool_.AcquireCached(hash);
-    if (!id.has_value()) break;
-    list->Append(*id);
+    KvTier tier = KvTier::kDevice;
+    std::optional<BlockId> id;
+    if (pool_run) id = pool_.AcquireCached(hash);
+    if (id.has_value()) {
+      list->Append(*id);
+    } else {
+      pool_run = false;
+      if (promoter_ == nullptr) break;
+      const std::optional<KvTier> from = promoter_->Promote(hash, *list);
+      if (!from.has_value()) break;
+      tier = *from;
+    }
+    seq.n_cached_by_tier[static_cast<size_t>(tier)] += block_size_;
     parent = hash;
   }
   seq.blocks = std::move(list);
@@ -170,6 +186,10 @@ StepPlan Scheduler::Schedule() {
     if (query) {
       prefix_queried_tokens_ += static_cast<int64_t>(seq.tokens.size());
       prefix_hit_tokens_ += seq.n_cached - pulled;
+      for (int t = 0; t < kNumKvTiers; ++t) {
+        prefix_hit_tokens_by_tier_[static_cast<size_t>(t)] +=
+            seq.n_cached_by_tier[static_cast<size_t>(t)];
+      }
       prefix_pulled_tokens_ += pulled;
     }
     running_.push_back(std::move(waiting_.front()));

@@ -4,12 +4,14 @@
 // blocks allow. When blocks run out the newest running sequence is
 // preempted by recompute (its blocks freed, back to the front of the queue).
 // A sequence admitted without KV first takes the leading blocks the pool's
-// prefix cache holds for its tokens and computes only the rest.
+// prefix cache holds for its tokens, then those the lower cache tiers hold
+// (promoted into pool blocks: TierPromoter), and computes only the rest.
 // Owns the sequences; returns a value-type StepPlan that the Engine runs
 // (Schedule -> Forward -> Update). Engine-thread only.
 #ifndef TANDEM_ENGINE_SCHEDULER_H_
 #define TANDEM_ENGINE_SCHEDULER_H_
 
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <deque>
@@ -19,6 +21,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "engine/block_pool.h"
+#include "engine/kv_tier.h"
 #include "engine/sequence.h"
 
 namespace tandem::engine {
@@ -46,10 +49,22 @@ struct StepPlan {
   std::vector<int64_t> imported;
 };
 
+// The lower cache tiers as admission uses them (the Engine implements it
+// over its KvTierStore and KV memory).
+class TierPromoter {
+ public:
+  virtual ~TierPromoter() = default;
+  // Appends to `list` a new pool block holding the block under `hash`, copied
+  // from a lower tier and hashed, and returns that tier; nullopt (nothing
+  // changed) on a miss or when the pool has no block to give.
+  virtual std::optional<KvTier> Promote(const BlockHash& hash, BlockList& list) = 0;
+};
+
 class Scheduler {
  public:
-  // `pool` must outlive the scheduler.
-  Scheduler(const SchedulerOptions& options, BlockPool& pool, int32_t block_size);
+  // `pool` and `promoter` (null: no lower tiers) must outlive the scheduler.
+  Scheduler(const SchedulerOptions& options, BlockPool& pool, int32_t block_size,
+            TierPromoter* promoter = nullptr);
 
   // Queues a new sequence at the back.
   void Enqueue(std::unique_ptr<Sequence> seq);
@@ -69,6 +84,10 @@ class Scheduler {
   // Prefix cache: prompt tokens looked up at admission, and those found.
   int64_t prefix_queried_tokens() const { return prefix_queried_tokens_; }
   int64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
+  // Of prefix_hit_tokens, those each tier supplied (KvTier order).
+  const std::array<int64_t, kNumKvTiers>& prefix_hit_tokens_by_tier() const {
+    return prefix_hit_tokens_by_tier_;
+  }
   // Imports whose leading blocks (KvSnapshot::first_block) were gone at
   // admission, so the prompt was computed instead.
   int64_t delta_fallbacks() const { return delta_fallbacks_; }
@@ -81,7 +100,8 @@ class Scheduler {
   bool EnsureBlocks(Sequence& seq, int32_t n_slots);
   void Preempt(Sequence& seq);
   // Gives a sequence without blocks the longest run of its leading full
-  // blocks that the pool holds (shared, refcounted), at most `max_blocks`,
+  // blocks that the pool holds (shared, refcounted) and then the lower tiers
+  // hold (promoted into new pool blocks), at most `max_blocks`,
   // leaving at least its last token to compute so that its logits come out
   // of the step.
   void AttachCachedPrefix(Sequence& seq, int32_t max_blocks = INT32_MAX);
@@ -97,9 +117,11 @@ class Scheduler {
   const SchedulerOptions options_;
   BlockPool& pool_;
   const int32_t block_size_;
+  TierPromoter* const promoter_;
   int64_t preemptions_ = 0;
   int64_t prefix_queried_tokens_ = 0;
   int64_t prefix_hit_tokens_ = 0;
+  std::array<int64_t, kNumKvTiers> prefix_hit_tokens_by_tier_ = {};
   int64_t delta_fallbacks_ = 0;
   int64_t prefix_pulled_tokens_ = 0;
   // running_ keeps admission order: the newest is preempted first.

@@ -4,6 +4,7 @@
 #ifndef TANDEM_ENGINE_SEQUENCE_H_
 #define TANDEM_ENGINE_SEQUENCE_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -12,6 +13,7 @@
 #include "engine/block_hash.h"
 #include "engine/block_pool.h"
 #include "engine/kv_snapshot.h"
+#include "engine/kv_tier.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 
@@ -32,6 +34,9 @@ struct Sequence {
   // Leading tokens whose KV was not computed here at admission (whole
   // blocks): from the prefix cache, then from a pulled prefix.
   int32_t n_cached = 0;
+  // Of n_cached, the tokens whose blocks came from each tier (KvTier order:
+  // the pool itself, then promotions from host RAM and disk).
+  std::array<int32_t, kNumKvTiers> n_cached_by_tier = {};
   std::optional<BlockList> blocks;
   // Leading full blocks whose hashes are known (published when the pool
   // took them), and the hash of the last of them: the chain continues there.

@@ -10,16 +10,44 @@ namespace tandem::gateway {
 
 BlockIndex::BlockIndex(const BlockIndexOptions& options) : options_(options) {}
 
-void BlockIndex::AddLocked(int worker, WorkerState& w, const engine::BlockHash& h) {
+namespace {
+
+uint8_t TierBit(int tier) { return static_cast<uint8_t>(1u << tier); }
+
+// The fastest tier in `bits` (bit t: tier t).
+int FastestTier(uint8_t bits) {
+  int t = 0;
+  while (t < kNumTiers - 1 && (bits & TierBit(t)) == 0) ++t;
+  return t;
+}
+
+}  // namespace
+
+void BlockIndex::AddLocked(int worker, WorkerState& w, const engine::BlockHash& h, int tier) {
   if (w.predicted.erase(h) > 0) --predicted_;  // confirmed
-  if (w.held.contains(h)) return;
+  if (auto it = w.held.find(h); it != w.held.end()) {
+    it->second |= TierBit(tier);
+    return;
+  }
   if (entries_ >= options_.max_entries) {
     ++dropped_;
     return;
   }
-  w.held.insert(h);
+  w.held.emplace(h, TierBit(tier));
   holders_[h].push_back(worker);
   ++entries_;
+}
+
+void BlockIndex::ApplyTiersLocked(int worker, WorkerState& w,
+                                  const tandem::v1::BlockEventBatch& batch) {
+  for (const tandem::v1::TierBlockEvents& t : batch.tiers()) {
+    const int tier = static_cast<int>(t.tier());
+    if (tier <= 0 || tier >= kNumTiers) continue;  // a tier this gateway predates
+    for (const auto& h : t.stored()) AddLocked(worker, w, rpc::BlockHashFromProto(h), tier);
+    for (const auto& h : t.removed()) {
+      RemoveLocked(worker, w, rpc::BlockHashFromProto(h), tier);
+    }
+  }
 }
 
 void BlockIndex::UnholdLocked(int worker, const engine::BlockHash& h) {
@@ -31,12 +59,18 @@ void BlockIndex::UnholdLocked(int worker, const engine::BlockHash& h) {
   --entries_;
 }
 
-void BlockIndex::RemoveLocked(int worker, WorkerState& w, const engine::BlockHash& h) {
-  if (w.held.erase(h) > 0) UnholdLocked(worker, h);
+void BlockIndex::RemoveLocked(int worker, WorkerState& w, const engine::BlockHash& h,
+                              int tier) {
+  auto it = w.held.find(h);
+  if (it == w.held.end()) return;
+  it->second &= static_cast<uint8_t>(~TierBit(tier));
+  if (it->second != 0) return;
+  w.held.erase(it);
+  UnholdLocked(worker, h);
 }
 
 void BlockIndex::ClearLocked(int worker, WorkerState& w) {
-  for (const engine::BlockHash& h : w.held) UnholdLocked(worker, h);
+  for (const auto& [h, tiers] : w.held) UnholdLocked(worker, h);
   w.held.clear();
   predicted_ -= static_cast<int64_t>(w.predicted.size());
   w.predicted.clear();
@@ -76,14 +110,18 @@ BlockIndex::Applied BlockIndex::Apply(int worker, const tandem::v1::BlockEventBa
     w.epoch = batch.epoch();
     w.sequence = batch.sequence();
     w.synced = true;
-    for (const auto& h : batch.stored()) AddLocked(worker, w, rpc::BlockHashFromProto(h));
+    for (const auto& h : batch.stored()) AddLocked(worker, w, rpc::BlockHashFromProto(h), 0);
+    ApplyTiersLocked(worker, w, batch);
   } else {
     if (!w.synced || batch.epoch() != w.epoch || batch.sequence() != w.sequence + 1) {
       return Applied::kNeedsResync;
     }
     w.sequence = batch.sequence();
-    for (const auto& h : batch.stored()) AddLocked(worker, w, rpc::BlockHashFromProto(h));
-    for (const auto& h : batch.removed()) RemoveLocked(worker, w, rpc::BlockHashFromProto(h));
+    for (const auto& h : batch.stored()) AddLocked(worker, w, rpc::BlockHashFromProto(h), 0);
+    for (const auto& h : batch.removed()) {
+      RemoveLocked(worker, w, rpc::BlockHashFromProto(h), 0);
+    }
+    ApplyTiersLocked(worker, w, batch);
   }
   if (!params_.has_value() && batch.block_size() > 0) {
     params_ = BlockHashParams{.model_fingerprint = batch.model_fingerprint(),
@@ -103,36 +141,36 @@ void BlockIndex::Drop(int worker) {
 std::vector<int32_t> BlockIndex::Overlap(std::span<const int> workers,
                                          std::span<const engine::BlockHash> chain,
                                          absl::Time now, bool with_predictions) const {
-  std::vector<int32_t> overlap(workers.size(), 0);
-  std::vector<bool> matching(workers.size(), true);
-  size_t still = workers.size();
+  const std::vector<TieredOverlap> tiered = OverlapByTier(workers, chain, now, with_predictions);
+  std::vector<int32_t> overlap(tiered.size());
+  for (size_t k = 0; k < tiered.size(); ++k) overlap[k] = tiered[k].blocks;
+  return overlap;
+}
+
+std::vector<TieredOverlap> BlockIndex::OverlapByTier(std::span<const int> workers,
+                                                     std::span<const engine::BlockHash> chain,
+                                                     absl::Time now,
+                                                     bool with_predictions) const {
+  std::vector<TieredOverlap> overlap(workers.size());
   absl::ReaderMutexLock lock(&mu_);
-  std::vector<const WorkerState*> states(workers.size(), nullptr);
   for (size_t k = 0; k < workers.size(); ++k) {
     auto it = workers_.find(workers[k]);
-    if (with_predictions && it != workers_.end() && !it->second.predicted.empty()) {
-      states[k] = &it->second;
-    }
-  }
-  auto predicted = [&](size_t k, const engine::BlockHash& h) {
-    if (states[k] == nullptr) return false;
-    auto it = states[k]->predicted.find(h);
-    return it != states[k]->predicted.end() && it->second > now;
-  };
-  for (size_t i = 0; i < chain.size() && still > 0; ++i) {
-    auto it = holders_.find(chain[i]);
-    for (size_t k = 0; k < workers.size(); ++k) {
-      if (!matching[k]) continue;
-      const bool holds = (it != holders_.end() &&
-                          std::find(it->second.begin(), it->second.end(), workers[k]) !=
-                              it->second.end()) ||
-                         predicted(k, chain[i]);
-      if (holds) {
-        ++overlap[k];
-      } else {
-        matching[k] = false;
-        --still;
+    if (it == workers_.end()) continue;
+    const WorkerState& w = it->second;
+    const bool predicting = with_predictions && !w.predicted.empty();
+    TieredOverlap& o = overlap[k];
+    for (const engine::BlockHash& h : chain) {
+      int tier = -1;
+      if (auto held = w.held.find(h); held != w.held.end()) {
+        tier = FastestTier(held->second);
+      } else if (predicting) {
+        // Being computed into the worker's pool.
+        auto p = w.predicted.find(h);
+        if (p != w.predicted.end() && p->second > now) tier = 0;
       }
+      if (tier < 0) break;
+      ++o.blocks;
+      ++o.by_tier[static_cast<size_t>(tier)];
     }
   }
   return overlap;

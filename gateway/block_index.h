@@ -1,4 +1,5 @@
-// The gateway's block index: which workers hold which full KV blocks, fed by
+// The gateway's block index: which workers hold which full KV blocks, and in
+// which tiers (pool, host RAM, disk: a worker may hold a block in several), fed by
 // every worker's BlockEvents stream (gateway/block_event_subscriber.h) and
 // read by the router. Workers are the gateway's numbered worker slots. A
 // batch that does not follow the last one applied (a gap, or a new epoch)
@@ -17,6 +18,7 @@
 #ifndef TANDEM_GATEWAY_BLOCK_INDEX_H_
 #define TANDEM_GATEWAY_BLOCK_INDEX_H_
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -24,7 +26,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -36,6 +37,16 @@ namespace tandem::gateway {
 
 struct BlockIndexOptions {
   int64_t max_entries = 4 << 20;  // (hash, worker) pairs
+};
+
+// Tiers a worker reports (tandem.v1.KvTier: device, host, disk).
+inline constexpr int kNumTiers = tandem::v1::KvTier_ARRAYSIZE;
+
+// A worker's run of a prompt's leading blocks, and the fastest tier it holds
+// each of them in (predicted blocks count as the pool's).
+struct TieredOverlap {
+  int32_t blocks = 0;
+  std::array<int32_t, kNumTiers> by_tier = {};  // tier order; sums to blocks
 };
 
 // How the workers hash blocks (they report it with their events).
@@ -63,6 +74,11 @@ class BlockIndex {
   std::vector<int32_t> Overlap(std::span<const int> workers,
                                std::span<const engine::BlockHash> chain,
                                absl::Time now = absl::Now(), bool with_predictions = true) const;
+  // The same run, with the tier each block would come from.
+  std::vector<TieredOverlap> OverlapByTier(std::span<const int> workers,
+                                           std::span<const engine::BlockHash> chain,
+                                           absl::Time now = absl::Now(),
+                                           bool with_predictions = true) const;
   // What the workers hash with, once one has reported.
   std::optional<BlockHashParams> params() const;
 
@@ -77,14 +93,18 @@ class BlockIndex {
     uint64_t epoch = 0;
     uint64_t sequence = 0;
     bool synced = false;  // a snapshot has been applied
-    absl::flat_hash_set<engine::BlockHash> held;
+    // Each hash held, with a bit per tier holding it (1 << KvTier).
+    absl::flat_hash_map<engine::BlockHash, uint8_t> held;
     absl::flat_hash_map<engine::BlockHash, absl::Time> predicted;  // -> until
   };
   // Drops `w`'s expired predictions.
   void PruneLocked(WorkerState& w, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AddLocked(int worker, WorkerState& w, const engine::BlockHash& h)
+  void AddLocked(int worker, WorkerState& w, const engine::BlockHash& h, int tier)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RemoveLocked(int worker, WorkerState& w, const engine::BlockHash& h)
+  void RemoveLocked(int worker, WorkerState& w, const engine::BlockHash& h, int tier)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The batch's lower-tier events (`tiers`).
+  void ApplyTiersLocked(int worker, WorkerState& w, const tandem::v1::BlockEventBatch& batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClearLocked(int worker, WorkerState& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes `worker` off the holders of `h` (an entry it had).

@@ -44,16 +44,26 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
     const int n = picker.size();
     std::vector<int> slots(n);
     for (int i = 0; i < n; ++i) slots[i] = first_slot_ + i;
-    const std::vector<int32_t> overlap = index_.Overlap(slots, chain);
+    const std::vector<TieredOverlap> tiered = index_.OverlapByTier(slots, chain);
+    std::vector<int32_t> overlap(tiered.size());
+    std::vector<double> credit(tiered.size(), 0.0);
+    for (size_t i = 0; i < tiered.size(); ++i) {
+      overlap[i] = tiered[i].blocks;
+      for (int t = 0; t < kNumTiers; ++t) {
+        credit[i] += options_.tier_weights[static_cast<size_t>(t)] *
+                     tiered[i].by_tier[static_cast<size_t>(t)];
+      }
+    }
     // A worker added since (a DNS change) is known to hold nothing.
     auto overlap_of = [&](int i) { return i < n ? overlap[i] : 0; };
+    auto credit_of = [&](int i) { return i < n ? credit[i] : 0.0; };
     std::vector<double> costs(n, 0.0);
     const WorkerPicker::Charge charge = [&](int i) -> int64_t {
       if (role_ == RouteRole::kDecode) return tokens;
       return std::max<int64_t>(1, tokens - int64_t{overlap_of(i)} * bs);  // tokens to compute
     };
     d.pick = picker.Acquire(exclude, charge, [&](int i, const WorkerPicker::Load& load) {
-      const double c = options_.overlap_weight * (d.prompt_blocks - overlap_of(i)) +
+      const double c = options_.overlap_weight * (d.prompt_blocks - credit_of(i)) +
                        options_.load_weight * static_cast<double>(load.in_flight_tokens) / bs;
       if (i < n) costs[i] = c;
       return c;

@@ -1,8 +1,11 @@
 // KV-aware routing: picks the worker for a prompt by what it would cost
 // there, the way Dynamo's router does. For each candidate worker,
 //   overlap = the prompt's leading full blocks the block index says it holds
-//             (or is predicted to hold: see BlockIndex),
-//   cost    = overlap_weight x (prompt blocks it would compute)
+//             (or is predicted to hold: see BlockIndex), each credited by
+//             the fastest tier holding it (tier_weights: a pool block 1, a
+//             host RAM block less, a disk block less again, as Dynamo
+//             credits its KV block manager's tiers),
+//   cost    = overlap_weight x (prompt blocks - credit)
 //           + load_weight x (blocks charged to it by requests in flight from
 //             this gateway),
 // and the lowest cost wins (ties: fewer requests in flight, lower index).
@@ -17,6 +20,7 @@
 #ifndef TANDEM_GATEWAY_KV_ROUTER_H_
 #define TANDEM_GATEWAY_KV_ROUTER_H_
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -32,6 +36,9 @@ namespace tandem::gateway {
 
 struct RouterOptions {
   double overlap_weight = 1.0;  // per prompt block the worker would compute
+  // Credit per held block by the fastest tier holding it: device (the
+  // pool), host, disk.
+  std::array<double, kNumTiers> tier_weights = {1.0, 0.8, 0.5};
   double load_weight = 1.0;     // per block charged to it by requests in flight
   // How long a routed prompt's blocks count as held by its worker before the
   // worker reports them; zero: no predictions.

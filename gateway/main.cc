@@ -3,6 +3,7 @@
 // and serves.
 #include <filesystem>
 #include <iostream>
+#include <utility>
 
 #include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
@@ -97,6 +98,11 @@ int main(int argc, char** argv) {
                "least-loaded"},
       {.name = "router-overlap-weight", .default_value = "1.0",
        .help = "router cost per prompt block a worker would have to compute"},
+      {.name = "router-host-tier-weight", .default_value = "0.8",
+       .help = "credit, as a fraction of a block held in a worker's pool, for a prompt block "
+               "it holds only in host RAM (it is copied back, not computed); [0, 1]"},
+      {.name = "router-disk-tier-weight", .default_value = "0.5",
+       .help = "the same for a block held only on the worker's disk tier; [0, 1]"},
       {.name = "router-load-weight", .default_value = "1.0",
        .help = "router cost per block charged to a worker by requests in flight (prefill: "
                "the blocks it computes; decode: the prompt's blocks)"},
@@ -153,6 +159,14 @@ int main(int argc, char** argv) {
       tandem::rpc::AdmissionLimitsFromArgs(*args);
   absl::StatusOr<double> overlap_weight = args->Double("router-overlap-weight");
   absl::StatusOr<double> load_weight = args->Double("router-load-weight");
+  absl::StatusOr<double> host_weight = args->Double("router-host-tier-weight");
+  absl::StatusOr<double> disk_weight = args->Double("router-disk-tier-weight");
+  for (auto [w, name] : {std::pair{&host_weight, "host"}, std::pair{&disk_weight, "disk"}}) {
+    if (w->ok() && (**w < 0 || **w > 1)) {
+      *w = absl::InvalidArgumentError(
+          absl::StrCat("--router-", name, "-tier-weight: ", **w, " is outside [0, 1]"));
+    }
+  }
   absl::StatusOr<double> overcommit = args->Double("kv-overcommit");
   if (overcommit.ok() && (*overcommit < 0 || *overcommit > 1000)) {
     overcommit = absl::InvalidArgumentError(
@@ -182,6 +196,7 @@ int main(int argc, char** argv) {
   for (const absl::Status& s :
        {max_context.status(), max_stops.status(), timeout_ms.status(), channels.status(),
         admission.status(), overlap_weight.status(), load_weight.status(),
+        host_weight.status(), disk_weight.status(),
         index_entries.status(), log_level.status(), prediction_ms.status(), router,
         resolve_ms.status(), targets, pull_min_blocks.status(), max_migrations.status(),
         drain_s.status(), decode_streams.status(), unavailable_ms.status(),
@@ -205,6 +220,7 @@ int main(int argc, char** argv) {
   options.channels = *channels;
   options.kv_routing = args->String("router") == "kv";
   options.router = {.overlap_weight = *overlap_weight,
+                    .tier_weights = {1.0, *host_weight, *disk_weight},
                     .load_weight = *load_weight,
                     .prediction_ttl = absl::Milliseconds(*prediction_ms),
                     .pull_min_blocks = *pull_min_blocks};

@@ -205,6 +205,54 @@ BlockExpectation ExpectationFor(const engine::ModelConfig& config, uint64_t fing
   };
 }
 
+namespace {
+
+// The header's fields (after CheckCompatible passed on them).
+absl::StatusOr<BlockHeader> ParseHeader(const char* p, const BlockExpectation& expect) {
+  BlockHeader h;
+  h.model_fingerprint = LoadLe64(p + kFingerprintOffset);
+  h.block_hash = {.low = LoadLe64(p + kBlockHashOffset),
+                  .high = LoadLe64(p + kBlockHashOffset + 8)};
+  h.parent_hash = {.low = LoadLe64(p + kParentHashOffset),
+                   .high = LoadLe64(p + kParentHashOffset + 8)};
+  h.block_index = LoadLe32(p + kBlockIndexOffset);
+  h.token_count = LoadLe32(p + kTokenCountOffset);
+  h.block_size = LoadLe32(p + kBlockSizeOffset);
+  h.layer_count = LoadLe32(p + kLayerCountOffset);
+  h.kv_dim = LoadLe32(p + kKvDimOffset);
+  h.dtype = expect.dtype;  // equal to the wire id, checked by CheckCompatible
+  if (h.token_count < 1 || h.token_count > h.block_size) {
+    // Intact but impossible: the sender is broken, so treat it as corrupt.
+    return absl::DataLossError(absl::StrCat("KV block token_count: got ", h.token_count,
+                                            ", expected 1..", h.block_size, " (block_size)"));
+  }
+  return h;
+}
+
+}  // namespace
+
+absl::StatusOr<BlockHeader> DecodeBlockHeader(std::string_view header, uint64_t total_bytes,
+                                              const BlockExpectation& expect) {
+  if (header.size() < kBlockHeaderBytes) {
+    return absl::DataLossError(absl::StrCat("KV block truncated: ", header.size(),
+                                            " header bytes, expected ", kBlockHeaderBytes));
+  }
+  const char* p = header.data();
+  if (const std::string_view magic(p, kBlockMagic.size()); magic != kBlockMagic) {
+    return absl::DataLossError(absl::StrCat("KV block magic: got \"",
+                                            absl::CHexEscape(ToAbsl(magic)), "\", expected \"",
+                                            ToAbsl(kBlockMagic), "\""));
+  }
+  const uint64_t payload_bytes = LoadLe64(p + kPayloadBytesOffset);
+  if (total_bytes != kBlockHeaderBytes + payload_bytes + kBlockChecksumBytes) {
+    return absl::DataLossError(absl::StrCat("KV block payload_bytes: header says ",
+                                            payload_bytes, ", the ", total_bytes,
+                                            "-byte block holds another size"));
+  }
+  RETURN_IF_ERROR(CheckCompatible(header.substr(0, kBlockHeaderBytes), expect));
+  return ParseHeader(p, expect);
+}
+
 absl::StatusOr<DecodedBlockPieces> DecodeBlockPieces(std::span<const std::string_view> pieces,
                                                      const BlockExpectation& expect) {
   constexpr size_t kFramingBytes = kBlockHeaderBytes + kBlockChecksumBytes;
@@ -267,25 +315,8 @@ absl::StatusOr<DecodedBlockPieces> DecodeBlockPieces(std::span<const std::string
                                             ", computed ", Hex64(computed)));
   }
   RETURN_IF_ERROR(CheckCompatible(std::string_view(header, kBlockHeaderBytes), expect));
-
   DecodedBlockPieces block;
-  BlockHeader& h = block.header;
-  h.model_fingerprint = LoadLe64(p + kFingerprintOffset);
-  h.block_hash = {.low = LoadLe64(p + kBlockHashOffset),
-                  .high = LoadLe64(p + kBlockHashOffset + 8)};
-  h.parent_hash = {.low = LoadLe64(p + kParentHashOffset),
-                   .high = LoadLe64(p + kParentHashOffset + 8)};
-  h.block_index = LoadLe32(p + kBlockIndexOffset);
-  h.token_count = LoadLe32(p + kTokenCountOffset);
-  h.block_size = LoadLe32(p + kBlockSizeOffset);
-  h.layer_count = LoadLe32(p + kLayerCountOffset);
-  h.kv_dim = LoadLe32(p + kKvDimOffset);
-  h.dtype = expect.dtype;  // equal to the wire id, checked above
-  if (h.token_count < 1 || h.token_count > h.block_size) {
-    // Intact but impossible: the sender is broken, so treat it as corrupt.
-    return absl::DataLossError(absl::StrCat("KV block token_count: got ", h.token_count,
-                                            ", expected 1..", h.block_size, " (block_size)"));
-  }
+  ASSIGN_OR_RETURN(block.header, ParseHeader(p, expect));
   for_range(kBlockHeaderBytes, checked, [&](std::string_view part) {
     block.payload.emplace_back(reinterpret_cast<const uint8_t*>(part.data()), part.size());
   });

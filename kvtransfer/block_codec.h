@@ -111,6 +111,13 @@ BlockExpectation ExpectationFor(const engine::ModelConfig& config, uint64_t fing
 // kv_dim or payload size). Every message names the field and both values.
 absl::StatusOr<DecodedBlock> DecodeBlock(std::string_view bytes, const BlockExpectation& expect);
 
+// The header alone (its first kBlockHeaderBytes bytes) of a block whose
+// encoding is `total_bytes` long, checked as DecodeBlock does except for the
+// checksum, which needs the whole block: for indexing stored blocks without
+// reading them. The same errors as DecodeBlock.
+absl::StatusOr<BlockHeader> DecodeBlockHeader(std::string_view header, uint64_t total_bytes,
+                                              const BlockExpectation& expect);
+
 // The same for a block that arrived in pieces (a transport's receive
 // buffers, in order, their boundaries anywhere), decoded where it lies: the
 // checksum is computed over the pieces and the payload returned as views

@@ -108,37 +108,69 @@ BlockEventPublisher::BlockEventPublisher(const BlockEventPublisherOptions& optio
 
 BlockEventPublisher::~BlockEventPublisher() = default;
 
-tandem::v1::BlockEventBatch BlockEventPublisher::SnapshotLocked() const {
+namespace {
+
+uint8_t TierBit(engine::KvTier tier) { return static_cast<uint8_t>(1u << static_cast<int>(tier)); }
+
+// The batch's entry for a lower tier, added on first use.
+tandem::v1::TierBlockEvents* TierEntry(tandem::v1::BlockEventBatch& b, engine::KvTier tier) {
+  const auto proto_tier = static_cast<tandem::v1::KvTier>(static_cast<int>(tier));
+  for (tandem::v1::TierBlockEvents& t : *b.mutable_tiers()) {
+    if (t.tier() == proto_tier) return &t;
+  }
+  tandem::v1::TierBlockEvents* t = b.add_tiers();
+  t->set_tier(proto_tier);
+  return t;
+}
+
+}  // namespace
+
+tandem::v1::BlockEventBatch BlockEventPublisher::NewBatchLocked() const {
   tandem::v1::BlockEventBatch b;
   b.set_epoch(epoch_);
   b.set_sequence(sequence_);
-  b.set_snapshot(true);
   b.set_model_fingerprint(options_.model_fingerprint);
   b.set_block_size(options_.block_size);
   b.set_kv_capacity_blocks(options_.kv_capacity_blocks);
   b.set_produced_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  return b;
+}
+
+tandem::v1::BlockEventBatch BlockEventPublisher::SnapshotLocked() const {
+  tandem::v1::BlockEventBatch b = NewBatchLocked();
+  b.set_snapshot(true);
   b.mutable_stored()->Reserve(static_cast<int>(held_.size()));
-  for (const engine::BlockHash& h : held_) rpc::BlockHashToProto(h, b.add_stored());
+  for (const auto& [h, tiers] : held_) {
+    for (int t = 0; t < engine::kNumKvTiers; ++t) {
+      const auto tier = static_cast<engine::KvTier>(t);
+      if ((tiers & TierBit(tier)) == 0) continue;
+      rpc::BlockHashToProto(h, tier == engine::KvTier::kDevice
+                                   ? b.add_stored()
+                                   : TierEntry(b, tier)->add_stored());
+    }
+  }
   return b;
 }
 
 void BlockEventPublisher::Publish(std::span<const engine::BlockEvent> events) {
   if (events.empty()) return;
   absl::MutexLock lock(&mu_);
-  tandem::v1::BlockEventBatch batch;
-  batch.set_epoch(epoch_);
-  batch.set_sequence(++sequence_);
-  batch.set_model_fingerprint(options_.model_fingerprint);
-  batch.set_block_size(options_.block_size);
-  batch.set_kv_capacity_blocks(options_.kv_capacity_blocks);
-  batch.set_produced_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  ++sequence_;
+  tandem::v1::BlockEventBatch batch = NewBatchLocked();
   for (const engine::BlockEvent& e : events) {
+    const bool device = e.tier == engine::KvTier::kDevice;
+    const uint8_t bit = TierBit(e.tier);
     if (e.kind == engine::BlockEvent::Kind::kStored) {
-      held_.insert(e.hash);
-      rpc::BlockHashToProto(e.hash, batch.add_stored());
+      held_[e.hash] |= bit;
+      rpc::BlockHashToProto(e.hash,
+                            device ? batch.add_stored() : TierEntry(batch, e.tier)->add_stored());
     } else {
-      held_.erase(e.hash);
-      rpc::BlockHashToProto(e.hash, batch.add_removed());
+      if (const auto it = held_.find(e.hash); it != held_.end()) {
+        it->second &= static_cast<uint8_t>(~bit);
+        if (it->second == 0) held_.erase(it);
+      }
+      rpc::BlockHashToProto(e.hash, device ? batch.add_removed()
+                                           : TierEntry(batch, e.tier)->add_removed());
     }
   }
   for (Subscription* s : subscriptions_) {

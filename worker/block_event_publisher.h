@@ -1,5 +1,6 @@
 // The BlockEvents service of a worker: tells every subscribed gateway which
-// full KV blocks its engine holds. A subscriber first gets a snapshot of
+// full KV blocks it holds, and in which tiers (its engine's pool, host RAM,
+// disk). A subscriber first gets a snapshot of
 // every hash held, then one batch per engine step that stored or removed
 // blocks, numbered consecutively within this process's epoch. A subscriber
 // that falls more than `max_pending_batches` behind gets a fresh snapshot
@@ -17,7 +18,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/block_hash.h"
 #include "engine/request.h"
@@ -41,7 +42,7 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackServic
   // Every subscription must have ended (the gRPC server is shut down first).
   ~BlockEventPublisher() override;
 
-  // One engine step's block events, in order.
+  // One engine step's block events, or a lower tier's, in order.
   void Publish(std::span<const engine::BlockEvent> events);
   // Ends every subscription (OK: the worker is going away) and refuses new
   // ones (UNAVAILABLE), so a server shutdown need not wait for them.
@@ -58,14 +59,17 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackServic
 
   uint64_t epoch() const { return epoch_; }
   int32_t subscribers() const;
+  // Distinct hashes held in any tier.
   int64_t blocks_held() const;
-  // How many leading hashes of `chain` the engine held as of its last
-  // published step (the first one missing ends the run).
+  // How many leading hashes of `chain` the worker held in any tier as of
+  // its last published events (the first one missing ends the run).
   int32_t LeadingHeld(std::span<const engine::BlockHash> chain) const;
 
  private:
   class Subscription;
 
+  // A batch numbered sequence_ with the worker's fields, no events.
+  tandem::v1::BlockEventBatch NewBatchLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   tandem::v1::BlockEventBatch SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unsubscribe(Subscription* s);
 
@@ -73,7 +77,8 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackServic
   const uint64_t epoch_;
   prometheus::Gauge& subscribers_gauge_;
   mutable absl::Mutex mu_;
-  absl::flat_hash_set<engine::BlockHash> held_ ABSL_GUARDED_BY(mu_);
+  // Each hash held, with a bit per tier holding it (1 << KvTier).
+  absl::flat_hash_map<engine::BlockHash, uint8_t> held_ ABSL_GUARDED_BY(mu_);
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;  // the last batch published
   std::vector<Subscription*> subscriptions_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

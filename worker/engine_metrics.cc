@@ -1,5 +1,8 @@
 #include "worker/engine_metrics.h"
 
+#include <array>
+#include <string>
+
 #include "rpc/metrics.h"
 
 namespace tandem::worker {
@@ -26,8 +29,24 @@ EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) 
   auto* queried = &rpc::CounterMetric(
       registry, "tandem_prefix_cache_queried_tokens_total",
       "Prompt tokens looked up in the prefix cache when their sequence was admitted");
-  auto* hit = &rpc::CounterMetric(registry, "tandem_prefix_cache_hit_tokens_total",
-                                  "Prompt tokens whose KV the prefix cache supplied");
+  // By the tier that held the blocks: the pool (device), or host RAM and
+  // disk, whose blocks were copied back into the pool.
+  std::array<prometheus::Counter*, engine::kNumKvTiers> hit;
+  for (int t = 0; t < engine::kNumKvTiers; ++t) {
+    const std::string tier(engine::KvTierName(static_cast<engine::KvTier>(t)));
+    hit[t] = &rpc::CounterMetric(registry, "tandem_prefix_cache_hit_tokens_total",
+                                 "Prompt tokens whose KV the prefix cache supplied, by the "
+                                 "tier that held it",
+                                 {{"tier", tier}});
+  }
+  auto* device_bytes = &rpc::GaugeMetric(registry, "tandem_kv_tier_bytes",
+                                        "Bytes of KV blocks each cache tier holds",
+                                        {{"tier", "device"}});
+  auto* device_blocks = &rpc::GaugeMetric(registry, "tandem_kv_tier_blocks",
+                                         "KV blocks each cache tier holds", {{"tier", "device"}});
+  auto* device_evictions = &rpc::CounterMetric(registry, "tandem_kv_tier_evictions_total",
+                                              "KV blocks a cache tier let go, by cause",
+                                              {{"tier", "device"}, {"cause", "capacity"}});
   auto* pulled = &rpc::CounterMetric(
       registry, "tandem_prefix_pulled_tokens_total",
       "Prompt tokens whose KV was pulled from another worker instead of computed");
@@ -56,13 +75,21 @@ EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) 
     pinned->Set(s.blocks_pinned);
     pins->Set(s.pins);
     pins_dropped->Increment(static_cast<double>(s.pins_dropped - counted.pins_dropped));
+    // Blocks holding KV: in use, or cached for reuse.
+    device_blocks->Set(s.blocks_used + s.blocks_cached);
+    device_bytes->Set(
+        static_cast<double>(int64_t{s.blocks_used + s.blocks_cached} * s.block_bytes));
     for (const engine::BlockEvent& e : out.blocks) {
       (e.kind == engine::BlockEvent::Kind::kStored ? stored : removed)->Increment();
+      if (e.kind == engine::BlockEvent::Kind::kRemoved) device_evictions->Increment();
     }
     preemptions->Increment(static_cast<double>(s.preemptions - counted.preemptions));
     queried->Increment(static_cast<double>(s.prefix_queried_tokens -
                                            counted.prefix_queried_tokens));
-    hit->Increment(static_cast<double>(s.prefix_hit_tokens - counted.prefix_hit_tokens));
+    for (size_t t = 0; t < hit.size(); ++t) {
+      hit[t]->Increment(static_cast<double>(s.prefix_hit_tokens_by_tier[t] -
+                                            counted.prefix_hit_tokens_by_tier[t]));
+    }
     pulled->Increment(static_cast<double>(s.prefix_pulled_tokens - counted.prefix_pulled_tokens));
     fallbacks->Increment(static_cast<double>(s.delta_fallbacks - counted.delta_fallbacks));
     counted = s;

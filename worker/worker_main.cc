@@ -6,6 +6,7 @@
 
 #include "common/status_macros.h"
 #include "engine/engine_flags.h"
+#include "kvtransfer/block_codec.h"
 #include "rpc/admission.h"
 #include "rpc/bootstrap.h"
 #include "worker/stall_watchdog.h"
@@ -21,6 +22,7 @@ std::vector<common::FlagSpec> WorkerFlagSpecs() {
       {.name = "model", .help = "GGUF model file", .required = true},
   };
   for (common::FlagSpec& s : engine::EngineFlagSpecs()) specs.push_back(std::move(s));
+  for (common::FlagSpec& s : KvTierFlagSpecs()) specs.push_back(std::move(s));
   for (common::FlagSpec& s : rpc::AdmissionFlagSpecs({})) specs.push_back(std::move(s));
   specs.push_back(rpc::DrainFlagSpec());
   specs.push_back({.name = "engine-stall-timeout-ms", .default_value = "30000",
@@ -40,8 +42,16 @@ absl::StatusOr<Worker> StartWorker(
   ASSIGN_OR_RETURN(const int32_t stall_ms,
                    args.IntInRange("engine-stall-timeout-ms", 0, 24 * 3600 * 1000));
   w.stall_timeout = absl::Milliseconds(stall_ms);
+  ASSIGN_OR_RETURN(const KvTierOptions tier_options, KvTierOptionsFromArgs(args));
   ASSIGN_OR_RETURN(w.model, engine::Model::Load(args.String("model")));
   ASSIGN_OR_RETURN(w.metrics, rpc::MetricsServer::Start(args.String("metrics-listen")));
+  ASSIGN_OR_RETURN(w.tiers,
+                   TieredKvStore::Create(tier_options,
+                                         kvtransfer::ExpectationFor(
+                                             w.model->config(), w.model->fingerprint(),
+                                             setup.engine.kv.block_size, setup.engine.kv.dtype),
+                                         w.metrics->registry()));
+  setup.engine.tiers = w.tiers.get();
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
                    engine::Engine::Create(*w.model, engine::MakeCpuBackend(setup.backend),
                                           setup.engine));
@@ -50,14 +60,18 @@ absl::StatusOr<Worker> StartWorker(
                                  .block_size = eng->kv_block_size(),
                                  .kv_capacity_blocks = eng->stats().blocks_total},
       w.metrics->registry());
-  EngineLoop::StepObserver metrics = observer(w.metrics->registry());
   BlockEventPublisher* publisher = w.block_events.get();
+  TieredKvStore* tiers = w.tiers.get();
+  tiers->AttachSink(
+      [publisher](std::span<const engine::BlockEvent> events) { publisher->Publish(events); });
+  EngineLoop::StepObserver metrics = observer(w.metrics->registry());
   w.loop = std::make_unique<EngineLoop>(
-      std::move(eng), [metrics = std::move(metrics), publisher](
+      std::move(eng), [metrics = std::move(metrics), publisher, tiers](
                           const engine::EngineStats& stats, const engine::StepOutput& out,
                           absl::Duration took) {
         if (metrics) metrics(stats, out, took);
         publisher->Publish(out.blocks);
+        tiers->PublishPending();
       });
   return w;
 }

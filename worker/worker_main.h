@@ -18,11 +18,13 @@
 #include "rpc/metrics.h"
 #include "worker/block_event_publisher.h"
 #include "worker/engine_loop.h"
+#include "worker/kv_tiers.h"
 
 namespace tandem::worker {
 
-// --listen, --metrics-listen, --model, the engine flags, the admission
-// flags, --drain-timeout-s and --engine-stall-timeout-ms.
+// --listen, --metrics-listen, --model, the engine flags, the cache tier
+// flags, the admission flags, --drain-timeout-s and
+// --engine-stall-timeout-ms.
 std::vector<common::FlagSpec> WorkerFlagSpecs();
 
 struct Worker {
@@ -31,6 +33,9 @@ struct Worker {
   // Publishes the engine's block events (serve it with the worker's
   // service). Declared before `loop`, whose thread feeds it.
   std::unique_ptr<BlockEventPublisher> block_events;
+  // The cache tiers below the engine's pool; outlive the engine, and send
+  // their events to `block_events`.
+  std::unique_ptr<TieredKvStore> tiers;
   std::unique_ptr<EngineLoop> loop;
   rpc::AdmissionLimits admission;  // from --max-inflight and friends
   absl::Duration drain_timeout;    // --drain-timeout-s

@@ -23,7 +23,8 @@ engine::BlockHash H(uint64_t v) { return engine::BlockHash{.low = v, .high = ~v}
 std::vector<engine::BlockEvent> Stored(std::vector<uint64_t> v) {
   std::vector<engine::BlockEvent> out;
   for (uint64_t x : v)
-    out.push_back({.kind = engine::BlockEvent::Kind::kStored, .hash = H(x), .parent_hash = {}});
+    out.push_back({.kind = engine::BlockEvent::Kind::kStored, .hash = H(x), .parent_hash = {},
+                   .tier = engine::KvTier::kDevice});
   return out;
 }
 
@@ -64,7 +65,8 @@ TEST(BlockEventSubscriberTest, TheIndexFollowsTheWorkersBlocks) {
 
   w.publisher.Publish(Stored({3}));
   std::vector<engine::BlockEvent> removed = {
-      {.kind = engine::BlockEvent::Kind::kRemoved, .hash = H(1), .parent_hash = {}}};
+      {.kind = engine::BlockEvent::Kind::kRemoved, .hash = H(1), .parent_hash = {},
+       .tier = engine::KvTier::kDevice}};
   w.publisher.Publish(removed);
   ASSERT_TRUE(sub.AwaitApplied(0, w.publisher.epoch(), 3, kWait));
   EXPECT_EQ(OverlapOf(index, {1, 2, 3}), std::vector<int32_t>{0});
