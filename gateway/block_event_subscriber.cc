@@ -176,12 +176,17 @@ void BlockEventSubscriber::Run() {
       mu_.Lock();
       continue;
     }
-    // Woken early when a stream ends (OnStreamEnded) or on stop.
-    auto due = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    // Woken early when a stream ends (OnStreamEnded) or on stop. A stream
+    // that ends with a retry time before `wake` wakes the loop too, to wait
+    // for that time instead: the condition is only evaluated when the
+    // mutex changes hands, so nothing else would notice the time pass.
+    auto due = [this, wake]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
       if (stop_) return true;
       const absl::Time t = absl::Now();
       for (const auto& [slot, s] : slots_) {
-        if (s.active && s.stream == nullptr && s.next_attempt <= t) return true;
+        if (s.active && s.stream == nullptr && (s.next_attempt <= t || s.next_attempt < wake)) {
+          return true;
+        }
       }
       return false;
     };

@@ -97,7 +97,7 @@ class RoutingTest : public ::testing::Test {
   }
   double PrefixHits(int w) const {
     return MetricValue(stack_->prefill_info(w).metrics_address,
-                       "tandem_prefix_cache_hit_tokens_total");
+                       "tandem_prefix_cache_hit_tokens_total{tier=\"device\"}");
   }
 
   std::unique_ptr<Stack> stack_;

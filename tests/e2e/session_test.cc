@@ -215,9 +215,9 @@ TEST_P(ReprefillTest, TurnsEqualFreshRequestsOverManyEvictions) {
   }
   // The kept system prompt's blocks came from the cache on later turns.
   EXPECT_GT(MetricValue(stack->decode_info().metrics_address,
-                        "tandem_prefix_cache_hit_tokens_total") +
+                        "tandem_prefix_cache_hit_tokens_total{tier=\"device\"}") +
                 MetricValue(stack->prefill_info().metrics_address,
-                            "tandem_prefix_cache_hit_tokens_total"),
+                            "tandem_prefix_cache_hit_tokens_total{tier=\"device\"}"),
             0);
   EXPECT_TRUE(stack->Stop());
 }

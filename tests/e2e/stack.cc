@@ -48,6 +48,7 @@ std::unique_ptr<Stack> Stack::Start(const StackOptions& o) {
   for (int i = 0; i < o.prefill_workers; ++i) {
     auto& w = s->prefills_.emplace_back();
     w.argv = worker_argv("tandem-prefill");
+    w.argv.insert(w.argv.end(), o.prefill_flags.begin(), o.prefill_flags.end());
     w.proc = StartReady(w.argv, &w.info);
     if (w.proc == nullptr) return nullptr;
     w.stub = tandem::v1::Prefill::NewStub(Channel(w.info.grpc_address));

@@ -21,6 +21,7 @@ namespace tandem::testing {
 struct StackOptions {
   std::string model;
   std::vector<std::string> worker_flags;   // to every worker
+  std::vector<std::string> prefill_flags;  // to prefill workers only
   std::vector<std::string> decode_flags;   // to decode workers only
   std::vector<std::string> gateway_flags;
   int prefill_workers = 1;

@@ -2,7 +2,8 @@
 // real gRPC in one process: the index follows the worker's stored and
 // removed blocks; a gap in the numbering makes the subscriber resync and
 // end consistent; a worker that goes away loses its entries at once; a
-// restarted worker (new epoch) replaces what was known.
+// restarted worker (new epoch) replaces what was known, and one restarted
+// on its address is subscribed again after its stream broke.
 #include "gateway/block_event_subscriber.h"
 
 #include <gtest/gtest.h>
@@ -36,9 +37,11 @@ std::vector<int32_t> OverlapOf(const BlockIndex& index, std::vector<uint64_t> ch
 }
 
 struct Worker {
-  explicit Worker(prometheus::Registry& registry)
+  explicit Worker(prometheus::Registry& registry, const std::string& listen = "127.0.0.1:0")
       : publisher({.model_fingerprint = 5, .block_size = 16}, registry) {
-    auto s = rpc::StartGrpcServer({}, {&publisher});
+    rpc::ServerOptions options;
+    options.listen = listen;
+    auto s = rpc::StartGrpcServer(options, {&publisher});
     EXPECT_TRUE(s.ok());
     server = std::move(*s);
   }
@@ -162,6 +165,26 @@ TEST(BlockEventSubscriberTest, AGapOrANewEpochResyncsToAConsistentIndex) {
   EXPECT_EQ(OverlapOf(index, {9}), std::vector<int32_t>{1});
   EXPECT_EQ(OverlapOf(index, {1}), std::vector<int32_t>{0});
   rpc::ShutdownServer(*server->server, absl::ZeroDuration());
+}
+
+TEST(BlockEventSubscriberTest, AWorkerRestartedOnItsAddressIsSubscribedAgain) {
+  prometheus::Registry registry;
+  auto before = std::make_unique<Worker>(registry);
+  const std::string address = before->server.address;
+  before->publisher.Publish(Stored({1, 2}));
+  BlockIndex index;
+  rpc::ChannelCache channels;
+  BlockEventSubscriber sub(index, channels, {address}, registry);
+  ASSERT_TRUE(sub.AwaitSynced(0, kWait));
+  // The process dies (its stream breaks: a retry after a backoff, not a
+  // resync) and a new one comes up on the same address.
+  before.reset();
+  ASSERT_TRUE(sub.AwaitDisconnected(0, kWait));
+  Worker after(registry, address);
+  ASSERT_EQ(after.server.address, address);
+  after.publisher.Publish(Stored({3, 4, 5}));
+  ASSERT_TRUE(sub.AwaitApplied(0, after.publisher.epoch(), 1, kWait));
+  EXPECT_EQ(index.entries_of(0), 3);
 }
 
 TEST(BlockEventSubscriberTest, WorkersThatComeAndGoAreSubscribedAndDropped) {

@@ -126,3 +126,52 @@ TEST(BlockIndexTest, PredictionsCountUntilTheirDeadlineOrTheWorkersOwnReport) {
 
 }  // namespace
 }  // namespace tandem::gateway
+
+namespace tandem::gateway {
+namespace {
+
+void AddTier(tandem::v1::BlockEventBatch& b, tandem::v1::KvTier tier,
+             const std::vector<uint64_t>& stored, const std::vector<uint64_t>& removed = {}) {
+  tandem::v1::TierBlockEvents* t = b.add_tiers();
+  t->set_tier(tier);
+  for (uint64_t v : stored) {
+    t->add_stored()->set_low(H(v).low);
+    t->mutable_stored(t->stored_size() - 1)->set_high(H(v).high);
+  }
+  for (uint64_t v : removed) {
+    t->add_removed()->set_low(H(v).low);
+    t->mutable_removed(t->removed_size() - 1)->set_high(H(v).high);
+  }
+}
+
+TEST(BlockIndexTest, TiersAreKeptPerBlockAndTheFastestIsCredited) {
+  BlockIndex index;
+  // Blocks 1, 2 in the pool; 2 (too), 3 in host RAM; 3 (too), 4 on disk.
+  tandem::v1::BlockEventBatch snap = Batch(9, 1, true, {1, 2});
+  AddTier(snap, tandem::v1::KV_TIER_HOST, {2, 3});
+  AddTier(snap, tandem::v1::KV_TIER_DISK, {3, 4});
+  ASSERT_EQ(index.Apply(0, snap), BlockIndex::Applied::kApplied);
+  EXPECT_EQ(index.entries_of(0), 4);
+  const std::vector<int> workers = {0};
+  std::vector<TieredOverlap> o = index.OverlapByTier(workers, Chain({1, 2, 3, 4, 5}));
+  ASSERT_EQ(o.size(), 1u);
+  EXPECT_EQ(o[0].blocks, 4);
+  EXPECT_EQ(o[0].by_tier, (std::array<int32_t, kNumTiers>{2, 1, 1}));
+
+  // The pool lets 2 go (host still has it) and host lets 3 go (disk has it).
+  tandem::v1::BlockEventBatch delta = Batch(9, 2, false, {}, {2});
+  AddTier(delta, tandem::v1::KV_TIER_HOST, {}, {3});
+  ASSERT_EQ(index.Apply(0, delta), BlockIndex::Applied::kApplied);
+  o = index.OverlapByTier(workers, Chain({1, 2, 3, 4}));
+  EXPECT_EQ(o[0].blocks, 4);
+  EXPECT_EQ(o[0].by_tier, (std::array<int32_t, kNumTiers>{1, 1, 2}));
+  // Gone from its last tier: gone.
+  tandem::v1::BlockEventBatch gone = Batch(9, 3, false, {});
+  AddTier(gone, tandem::v1::KV_TIER_DISK, {}, {3});
+  ASSERT_EQ(index.Apply(0, gone), BlockIndex::Applied::kApplied);
+  EXPECT_EQ(index.Overlap(workers, Chain({1, 2, 3, 4})), std::vector<int32_t>{2});
+  EXPECT_EQ(index.entries_of(0), 3);
+}
+
+}  // namespace
+}  // namespace tandem::gateway
