@@ -114,6 +114,8 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& 
   std::unique_ptr<DiskTier> tier(new DiskTier(options, fd, registry));
   tier->Scan();
   tier->writer_ = std::thread([t = tier.get()] { t->WriterLoop(); });
+  // Named from here, so that it has its name once Open returns.
+  pthread_setname_np(tier->writer_.native_handle(), "tandem-kvdisk");
   return tier;
 }
 
@@ -377,7 +379,6 @@ int64_t DiskTier::queued_blocks() const {
 }
 
 void DiskTier::WriterLoop() {
-  pthread_setname_np(pthread_self(), "tandem-kvdisk");
   absl::MutexLock lock(&mu_);
   bool dir_dirty = false;  // renames since the directory was last synced
   // Events go out in batches: when the queue drains, or every 64 blocks.

@@ -106,19 +106,26 @@ class UpTest : public ::testing::Test {
 TEST_F(UpTest, PrintsGatewayReadyLineAndStopsCleanlyOnSigterm) {
   auto up = StartUp({"--model", "/models/m.gguf", "--port", "0", "--prefill-threads", "3",
                      "--decode-threads", "2", "--max-context", "1024", "--kv-budget-mb", "64",
-                     "--drain-timeout-s", "7"});
+                     "--drain-timeout-s", "7", "--host-cache-mb", "256",
+                     "--disk-cache-dir", "/cache", "--disk-cache-mb", "900", "--hot-cache-only"});
   ASSERT_NE(up, nullptr);
   absl::StatusOr<tandem::common::ReadyInfo> ready = up->WaitReady(absl::Seconds(60));
   ASSERT_TRUE(ready.ok()) << ready.status() << "\n" << Stderr();
   EXPECT_EQ(ready->grpc_address, "127.0.0.1:1003");
   EXPECT_EQ(ready->metrics_address, "127.0.0.1:1103");
 
+  // The cache tier flags go to both workers, each with a directory of its
+  // own.
   EXPECT_EQ(Args("prefill"),
             "--listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --model /models/m.gguf "
-            "--threads 3 --max-context 1024 --kv-budget-mb 64 --drain-timeout-s 7\n");
+            "--threads 3 --max-context 1024 --kv-budget-mb 64 --host-cache-mb 256 "
+            "--disk-cache-mb 900 --drain-timeout-s 7 --disk-cache-dir /cache/prefill "
+            "--hot-cache-only\n");
   EXPECT_EQ(Args("decode"),
             "--listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --model /models/m.gguf "
-            "--threads 2 --max-context 1024 --kv-budget-mb 64 --drain-timeout-s 7\n");
+            "--threads 2 --max-context 1024 --kv-budget-mb 64 --host-cache-mb 256 "
+            "--disk-cache-mb 900 --drain-timeout-s 7 --disk-cache-dir /cache/decode "
+            "--hot-cache-only\n");
   EXPECT_EQ(Args("gateway"),
             "--listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --model /models/m.gguf "
             "--prefill 127.0.0.1:1001 --decode 127.0.0.1:1002 --max-context 1024 "

@@ -286,11 +286,12 @@ TEST(SessionTest, DecodeWorkerKilledBetweenTurnsLosesNoSession) {
 TEST(SessionTest, ThousandTurnsStayWithinTheWindowsBlocks) {
   constexpr int32_t kWindow = 256;
   constexpr int32_t kBlockSize = 16;
-  // A 4 MiB pool (100 blocks): every page of it is touched within the first
-  // turns (the prefix cache keeps what it can), so later growth would be a
-  // leak, not the pool filling.
-  auto stack = Stack::Start(StoriesPath(),
-                            {"--block-size", absl::StrCat(kBlockSize), "--kv-budget-mb", "4"});
+  // A 4 MiB pool (100 blocks) and a 1 MiB host tier: every page of both is
+  // touched within the first turns (the prefix cache keeps what it can, the
+  // host tier what the pool evicts), so later growth would be a leak, not a
+  // cache filling.
+  auto stack = Stack::Start(StoriesPath(), {"--block-size", absl::StrCat(kBlockSize),
+                                            "--kv-budget-mb", "4", "--host-cache-mb", "1"});
   ASSERT_NE(stack, nullptr);
   ASSERT_TRUE(stack->AwaitGatewaySynced());
   const std::string id = Create(stack->gateway(), kWindow).session_id();
