@@ -49,8 +49,8 @@ ALLOWED = {
                        "prefill_worker", "proto", "grpc"},
     "decode_worker": {"common", "engine", "kvtransfer", "kvtransfer/rpc", "rpc", "worker",
                       "decode_worker", "proto", "grpc"},
-    "bench": {"common", "engine", "kvtransfer", "kvtransfer/rpc", "rpc", "process", "bench",
-              "proto", "grpc"},
+    "bench": {"common", "engine", "kvtransfer", "kvtransfer/rpc", "rpc", "process", "worker",
+              "bench", "proto", "grpc"},
     "cli": None,  # may use anything
 }
 
