@@ -2,7 +2,9 @@
 // goes to the worker holding its prefix; when that worker is loaded enough
 // that computing elsewhere is cheaper, it does not; without index data it
 // is least-loaded; a prompt follows an earlier one of its prefix still being
-// computed (predictions); every decision is counted by reason.
+// computed (predictions); a block in a worker's pool counts more than one in
+// its host RAM, which counts more than one on its disk; every decision is
+// counted by reason.
 #include "gateway/kv_router.h"
 
 #include <gmock/gmock.h>
@@ -26,16 +28,23 @@ std::vector<int32_t> Prompt(int n, int32_t first = 1) {
   return p;
 }
 
-// Worker `slot` holds the full blocks of `tokens`.
-void Hold(BlockIndex& index, int slot, const std::vector<int32_t>& tokens) {
+// Worker `slot` holds the full blocks of `tokens`, in its pool or only in
+// a lower tier.
+void Hold(BlockIndex& index, int slot, const std::vector<int32_t>& tokens,
+          tandem::v1::KvTier tier = tandem::v1::KV_TIER_DEVICE) {
   tandem::v1::BlockEventBatch b;
   b.set_epoch(1);
   b.set_sequence(1);
   b.set_snapshot(true);
   b.set_model_fingerprint(kFingerprint);
   b.set_block_size(kBlock);
+  tandem::v1::TierBlockEvents* lower = nullptr;
+  if (tier != tandem::v1::KV_TIER_DEVICE) {
+    lower = b.add_tiers();
+    lower->set_tier(tier);
+  }
   for (const engine::BlockHash& h : engine::PrefixBlockHashes(tokens, kBlock, kFingerprint)) {
-    auto* p = b.add_stored();
+    auto* p = lower != nullptr ? lower->add_stored() : b.add_stored();
     p->set_low(h.low);
     p->set_high(h.high);
   }
@@ -83,6 +92,33 @@ TEST(KvRouterTest, RoutesToTheHolderUnlessItIsLoaded) {
               HasSubstr("tandem_router_decisions_total{reason=\"kv_overlap\",role=\"prefill\"} 9"));
   EXPECT_THAT(text,
               HasSubstr("tandem_router_decisions_total{reason=\"no_overlap\",role=\"prefill\"} 1"));
+}
+
+TEST(KvRouterTest, APoolHitOutweighsAHostHitWhichOutweighsADiskHit) {
+  prometheus::Registry registry;
+  BlockIndex index;
+  WorkerPicker picker({"disk:1", "host:2", "pool:3"});
+  KvRouter router(index, 0,
+                  {.overlap_weight = 1.0, .tier_weights = {1.0, 0.8, 0.5}, .load_weight = 1.0,
+                   .prediction_ttl = absl::ZeroDuration()},
+                  registry, RouteRole::kPrefill);
+  const std::vector<int32_t> prompt = Prompt(160);  // 9 reusable blocks
+  Hold(index, 0, Prompt(144), tandem::v1::KV_TIER_DISK);
+  Hold(index, 1, Prompt(144), tandem::v1::KV_TIER_HOST);
+  Hold(index, 2, Prompt(144));
+  // Every holder computes one block, whatever the tier: each request
+  // charges one block to its worker. Costs 10 - credit + requests in
+  // flight: pool 1 + k, host 2.8 + k, disk 5.5 + k. Only when the pool and
+  // host holders are busy enough does the disk holder win.
+  std::vector<RouteDecision> held;
+  for (const char* want : {"pool:3", "pool:3", "host:2", "pool:3", "host:2", "pool:3", "host:2",
+                           "pool:3", "disk:1"}) {
+    held.push_back(router.Route(picker, prompt, {}));
+    ASSERT_TRUE(held.back().pick.valid());
+    EXPECT_EQ(held.back().pick.address(), want) << held.size();
+    EXPECT_EQ(held.back().overlap_blocks, 9);
+    EXPECT_EQ(held.back().reason, "kv_overlap");
+  }
 }
 
 TEST(KvRouterTest, APromptFollowsTheOneOfItsPrefixRoutedBeforeIt) {

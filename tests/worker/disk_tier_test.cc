@@ -236,7 +236,7 @@ TEST(DiskTierTest, ADirectoryHeldByAnotherProcessIsRefusedAtStart) {
   EXPECT_NE(OpenTier(dir, registry), nullptr);  // free again
 }
 
-TEST(DiskTierTest, APathThatCannotBeADirectoryIsRefusedAtStart) {
+TEST(DiskTierTest, ADirectoryThatCannotBeUsedIsRefusedAtStart) {
   const std::string file = FreshDir("file");
   std::ofstream(file) << "not a directory";
   prometheus::Registry registry;
@@ -247,6 +247,17 @@ TEST(DiskTierTest, APathThatCannotBeADirectoryIsRefusedAtStart) {
     ASSERT_FALSE(tier.ok()) << dir;
     EXPECT_EQ(tier.status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(tier.status().message(), HasSubstr("--disk-cache-dir " + dir));
+  }
+  if (::geteuid() != 0) {  // root writes anywhere: only checked as a user
+    const std::string read_only = FreshDir("read_only");
+    fs::create_directories(read_only);
+    fs::permissions(read_only, fs::perms::owner_read | fs::perms::owner_exec);
+    absl::StatusOr<std::unique_ptr<DiskTier>> tier = DiskTier::Open(
+        {.dir = read_only, .budget_bytes = 1 << 20, .max_queue_bytes = 1 << 20,
+         .expect = Expect()},
+        registry);
+    ASSERT_FALSE(tier.ok());
+    EXPECT_THAT(tier.status().message(), HasSubstr("not writable"));
   }
   absl::StatusOr<std::unique_ptr<DiskTier>> small = DiskTier::Open(
       {.dir = FreshDir("small"), .budget_bytes = 100, .max_queue_bytes = 1 << 20,
