@@ -336,7 +336,7 @@ std::optional<engine::KvBlockBytes> DiskTier::Read(const engine::BlockHash& hash
   return std::nullopt;
 }
 
-bool DiskTier::DropLocked(const engine::BlockHash& hash, std::vector<engine::BlockEvent>& events) {
+bool DiskTier::DropLocked(engine::BlockHash hash, std::vector<engine::BlockEvent>& events) {
   const auto it = index_.find(hash);
   if (it == index_.end()) return false;
   bytes_ -= it->second->bytes;

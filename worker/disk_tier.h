@@ -115,8 +115,9 @@ class DiskTier {
   // Deletes least recently used files until `incoming` more bytes fit.
   void MakeRoomLocked(int64_t incoming, std::vector<engine::BlockEvent>& events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Forgets `hash` and deletes its file; false when not held.
-  bool DropLocked(const engine::BlockHash& hash, std::vector<engine::BlockEvent>& events)
+  // Forgets `hash` and deletes its file; false when not held. By value: the
+  // caller's may be the entry this erases.
+  bool DropLocked(engine::BlockHash hash, std::vector<engine::BlockEvent>& events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EmitLocked(const std::vector<engine::BlockEvent>& events)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
