@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "tests/common/thread_names.h"
 #include "tests/e2e/stack.h"
 #include "tests/e2e/synthetic.h"
 
@@ -26,18 +27,6 @@ std::string FreshDir(const std::string& name) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/tiers_e2e_", name, "_", getpid());
   fs::remove_all(dir);
   return dir;
-}
-
-// The names of process `pid`'s threads.
-std::vector<std::string> ThreadNames(pid_t pid) {
-  std::vector<std::string> names;
-  for (const auto& task : fs::directory_iterator(absl::StrCat("/proc/", pid, "/task"))) {
-    std::ifstream comm(task.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    names.push_back(name);
-  }
-  return names;
 }
 
 TEST(TiersTest, ARestartedWorkerServesAPrefixFromItsDiskTier) {

@@ -67,6 +67,16 @@ double Metric(prometheus::Registry& registry, const std::string& series) {
   return -1;
 }
 
+// Every event the tier sends, in order.
+struct EventLog {
+  explicit EventLog(DiskTier& tier) {
+    tier.AttachSink([this](const std::vector<engine::BlockEvent>& e) {
+      events.insert(events.end(), e.begin(), e.end());
+    });
+  }
+  std::vector<engine::BlockEvent> events;
+};
+
 std::unique_ptr<DiskTier> OpenTier(const std::string& dir, prometheus::Registry& registry,
                                    int64_t budget = 1 << 20, uint64_t fingerprint = 7) {
   absl::StatusOr<std::unique_ptr<DiskTier>> tier = DiskTier::Open(
@@ -102,10 +112,8 @@ TEST(DiskTierTest, WritesBlocksAndReadsThemBackAfterARestart) {
     prometheus::Registry registry;
     auto tier = OpenTier(dir, registry);
     ASSERT_NE(tier, nullptr);
-    std::vector<engine::BlockEvent> events;
-    tier->AttachSink([&](const std::vector<engine::BlockEvent>& e) {
-      events.insert(events.end(), e.begin(), e.end());
-    });
+    EventLog log(*tier);
+    std::vector<engine::BlockEvent>& events = log.events;
     for (uint64_t i = 1; i <= 3; ++i) EXPECT_TRUE(tier->Enqueue(H(i), H(i - 1), i, Bytes(i)));
     EXPECT_FALSE(tier->Enqueue(H(1), H(0), 1, Bytes(1)));  // queued or held already
     tier->Flush();
@@ -124,11 +132,8 @@ TEST(DiskTierTest, WritesBlocksAndReadsThemBackAfterARestart) {
   prometheus::Registry registry;
   auto tier = OpenTier(dir, registry);
   ASSERT_NE(tier, nullptr);
-  std::vector<engine::BlockEvent> events;
-  tier->AttachSink([&](const std::vector<engine::BlockEvent>& e) {
-    events.insert(events.end(), e.begin(), e.end());
-  });
-  EXPECT_EQ(events.size(), 3u);  // what it holds, announced at once
+  EventLog log(*tier);
+  EXPECT_EQ(log.events.size(), 3u);  // what it holds, announced at once
   EXPECT_EQ(tier->blocks(), 3);
   EXPECT_FALSE(fs::exists(absl::StrCat(dir, "/", H(8).ToHex(), ".kvb.tmp")));
   for (uint64_t i = 1; i <= 3; ++i) {
@@ -163,10 +168,8 @@ TEST(DiskTierTest, ACorruptedOrTruncatedFileIsDeletedAndCountedNeverReturned) {
   prometheus::Registry registry;
   auto tier = OpenTier(dir, registry);
   ASSERT_NE(tier, nullptr);
-  std::vector<engine::BlockEvent> events;
-  tier->AttachSink([&](const std::vector<engine::BlockEvent>& e) {
-    events.insert(events.end(), e.begin(), e.end());
-  });
+  EventLog log(*tier);
+  std::vector<engine::BlockEvent>& events = log.events;
   tier->Enqueue(H(1), H(0), 0, Bytes(1));
   tier->Enqueue(H(2), H(1), 1, Bytes(2));
   tier->Flush();

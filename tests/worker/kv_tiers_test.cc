@@ -15,6 +15,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "tests/common/thread_names.h"
 #include "engine/block_hash.h"
 #include "engine/engine.h"
 #include "rpc/metrics.h"
@@ -269,18 +270,6 @@ TEST_F(KvTiersTest, APeerCanPullAPrefixTheTiersHold) {
   EXPECT_EQ(e->stats().blocks_cached, kPoolBlocks - 1);  // the export promoted nothing
 }
 
-// The names of this process's threads.
-std::vector<std::string> ThreadNames() {
-  std::vector<std::string> names;
-  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    names.push_back(name);
-  }
-  return names;
-}
-
 TEST_F(KvTiersTest, HotCacheOnlyCreatesNoDirectoryAndStartsNoWriter) {
   const std::string dir = FreshDir("hot_only");
   {
@@ -288,7 +277,8 @@ TEST_F(KvTiersTest, HotCacheOnlyCreatesNoDirectoryAndStartsNoWriter) {
     ASSERT_NE(hot, nullptr);
     EXPECT_EQ(hot->disk(), nullptr);
     EXPECT_FALSE(fs::exists(dir));
-    EXPECT_THAT(ThreadNames(), ::testing::Not(::testing::Contains("tandem-kvdisk")));
+    EXPECT_THAT(tandem::testing::ThreadNames(),
+                ::testing::Not(::testing::Contains("tandem-kvdisk")));
     auto e = MakeEngine(*model_, hot.get());
     Generate(*e, Prompt(40, 10));
     Fill(*e, 11);
@@ -298,7 +288,7 @@ TEST_F(KvTiersTest, HotCacheOnlyCreatesNoDirectoryAndStartsNoWriter) {
   auto cold = Tiers(Options(1 << 20, dir));
   ASSERT_NE(cold, nullptr);
   EXPECT_TRUE(fs::is_directory(dir));
-  EXPECT_THAT(ThreadNames(), ::testing::Contains("tandem-kvdisk"));
+  EXPECT_THAT(tandem::testing::ThreadNames(), ::testing::Contains("tandem-kvdisk"));
 }
 
 }  // namespace
