@@ -1,9 +1,8 @@
 # Sourced by the bench scripts: start_tandem_up BIN_DIR MODEL [FLAGS...]
 # starts `tandem up` (with FLAGS) in the background on an ephemeral port,
 # waits for its READY line and sets $addr (the gateway), $up_pid and $up_log
-# (its stderr, which lists every
-# process with its pid and metrics address). The caller's EXIT trap should
-# call stop_tandem_up.
+# (its stderr, which lists every process with its pid and metrics address).
+# The caller's EXIT trap should call stop_tandem_up.
 start_tandem_up() {
   up_log=$(mktemp)
   "$1/tandem" up --model "$2" --port 0 "${@:3}" >"$up_log.out" 2>"$up_log" &
