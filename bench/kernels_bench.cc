@@ -49,26 +49,12 @@ OwnedWeights MakeWeights(GgmlType type, int64_t rows, int64_t cols, uint32_t see
   w.bytes.resize(rows * row_bytes + 64);
   uint8_t* base = w.bytes.data() + (32 - reinterpret_cast<uintptr_t>(w.bytes.data()) % 32) % 32;
   std::vector<float> row(cols);
-  std::vector<BlockQ8_0> blocks(cols / kQ8_0BlockSize);
   for (int64_t r = 0; r < rows; ++r) {
     for (float& f : row) f = dist(rng);
     uint8_t* dst = base + r * row_bytes;
-    switch (type) {
-      case GgmlType::kF32:
-        std::memcpy(dst, row.data(), row_bytes);
-        break;
-      case GgmlType::kF16:
-      case GgmlType::kBF16:
-        for (int64_t c = 0; c < cols; ++c) {
-          const uint16_t h = type == GgmlType::kF16 ? Fp32ToFp16(row[c]) : Fp32ToBf16(row[c]);
-          std::memcpy(dst + 2 * c, &h, 2);
-        }
-        break;
-      case GgmlType::kQ8_0:
-        QuantizeRowQ8_0(row.data(), blocks.data(), cols);
-        std::memcpy(dst, blocks.data(), row_bytes);
-        break;
-    }
+    std::vector<uint8_t> encoded(row_bytes);
+    QuantizeRow(type, row.data(), encoded.data(), cols);
+    std::memcpy(dst, encoded.data(), row_bytes);
   }
   w.matrix = {type, base, rows, cols};
   return w;

@@ -13,6 +13,7 @@ namespace tandem::cli {
 int RunGenerate(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 int RunTokenize(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 int RunMakeModel(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
+int RunQuantize(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 // Starts prefill, decode and gateway processes and supervises them; blocks
 // SIGINT/SIGTERM/SIGHUP/SIGCHLD first, so call it before any thread exists.
 int RunUp(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);

@@ -114,6 +114,11 @@ std::optional<GgufValueType> GgufFile::ArrayElementType(std::string_view key) co
 
 std::vector<std::string> GgufFile::Keys() const { return key_order_; }
 
+absl::StatusOr<GgufFile::EncodedValue> GgufFile::GetEncoded(std::string_view key) const {
+  ASSIGN_OR_RETURN(const Value* v, Find(key));
+  return EncodedValue{.type = v->type, .bytes = v->encoded};
+}
+
 absl::StatusOr<const GgufFile::Value*> GgufFile::Find(std::string_view key) const {
   auto it = kv_.find(ToAbsl(key));
   if (it == kv_.end()) {

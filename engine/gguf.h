@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -102,6 +103,15 @@ class GgufFile {
   absl::StatusOr<float> GetFloatOr(std::string_view key, float fallback) const;
   absl::StatusOr<bool> GetBoolOr(std::string_view key, bool fallback) const;
 
+  // A value as the file encodes it (an array with its element type and
+  // count), with its type: for copying metadata into another file
+  // (GgufWriter::SetEncoded).
+  struct EncodedValue {
+    GgufValueType type;
+    std::span<const uint8_t> bytes;
+  };
+  absl::StatusOr<EncodedValue> GetEncoded(std::string_view key) const;
+
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* FindTensor(std::string_view name) const;
 
@@ -111,6 +121,8 @@ class GgufFile {
     GgufValueType array_type = GgufValueType::kUint8;  // arrays only
     uint64_t count = 0;                                // arrays only
     const uint8_t* data = nullptr;  // start of the value (after array header)
+    // The value as the file encodes it (arrays with their header).
+    std::span<const uint8_t> encoded;
   };
   class Parser;
 

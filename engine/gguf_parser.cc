@@ -189,7 +189,9 @@ absl::Status GgufFile::Parser::ParseKv(uint64_t index) {
         absl::StrCat(what, ": unknown value type ", type_id, " at offset ", type_offset));
   }
   Value value;
+  const uint64_t value_offset = pos_;
   RETURN_IF_ERROR(ParseValue(key, static_cast<GgufValueType>(type_id), value));
+  value.encoded = {file_.base_ + value_offset, static_cast<size_t>(pos_ - value_offset)};
   file_.kv_.emplace(key, value);
   file_.key_order_.push_back(std::move(key));
   return absl::OkStatus();

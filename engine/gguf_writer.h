@@ -5,6 +5,7 @@
 #define TANDEM_ENGINE_GGUF_WRITER_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +31,10 @@ class GgufWriter {
   void SetStringArray(std::string key, const std::vector<std::string>& values);
   void SetFloat32Array(std::string key, const std::vector<float>& values);
   void SetInt32Array(std::string key, const std::vector<int32_t>& values);
+  // A value already encoded as GGUF stores it (GgufFile::GetEncoded).
+  void SetEncoded(std::string key, GgufValueType type, std::span<const uint8_t> bytes) {
+    Set(std::move(key), type, std::vector<uint8_t>(bytes.begin(), bytes.end()));
+  }
 
   // `ne` in ggml order (ne[0] contiguous); `data` holds the raw bytes,
   // GgmlRowBytes(type, ne[0]) * ne[1] * ... of them.

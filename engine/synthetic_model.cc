@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -39,22 +40,7 @@ class Rng {
 std::vector<uint8_t> Encode(const std::vector<float>& values, GgmlType type) {
   const int64_t n = static_cast<int64_t>(values.size());
   std::vector<uint8_t> out(GgmlRowBytes(type, n));
-  switch (type) {
-    case GgmlType::kF32:
-      std::memcpy(out.data(), values.data(), out.size());
-      break;
-    case GgmlType::kF16:
-    case GgmlType::kBF16: {
-      auto* h = reinterpret_cast<uint16_t*>(out.data());
-      for (int64_t i = 0; i < n; ++i) {
-        h[i] = type == GgmlType::kF16 ? Fp32ToFp16(values[i]) : Fp32ToBf16(values[i]);
-      }
-      break;
-    }
-    case GgmlType::kQ8_0:
-      QuantizeRowQ8_0(values.data(), reinterpret_cast<BlockQ8_0*>(out.data()), n);
-      break;
-  }
+  QuantizeRow(type, values.data(), out.data(), n);
   return out;
 }
 
@@ -148,9 +134,11 @@ absl::Status ValidateSyntheticModelOptions(const SyntheticModelOptions& o) {
   if (o.n_head % o.n_head_kv != 0) {
     return absl::InvalidArgumentError("n_head must be a multiple of n_head_kv");
   }
-  if (o.type == GgmlType::kQ8_0 &&
-      (o.n_embd % 32 != 0 || o.n_ff % 32 != 0 || o.n_embd / o.n_head * o.n_head_kv % 32 != 0)) {
-    return absl::InvalidArgumentError("type q8_0 needs n_embd, n_ff and the KV width to be multiples of 32");
+  const int64_t bs = GgmlBlockSize(o.type);
+  if (o.n_embd % bs != 0 || o.n_ff % bs != 0 || o.n_embd / o.n_head * o.n_head_kv % bs != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("type ", absl::AsciiStrToLower(std::string(GgmlTypeName(o.type))),
+                     " needs n_embd, n_ff and the KV width to be multiples of ", bs));
   }
   return absl::OkStatus();
 }

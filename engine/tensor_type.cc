@@ -1,88 +1,159 @@
 #include "engine/tensor_type.h"
 
 #include <cmath>
+#include <cstring>
+#include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "engine/quant_formats.h"
 
 namespace tandem::engine {
 namespace {
 
-std::string_view KnownGgmlName(uint32_t id) {
-  // Names of ggml types this engine does not compute with, for error messages.
+// Names of ggml types this engine does not compute with, for error messages.
+std::string_view UnsupportedGgmlName(uint32_t id) {
   switch (id) {
-    case 2: return "Q4_0";
-    case 3: return "Q4_1";
-    case 6: return "Q5_0";
-    case 7: return "Q5_1";
     case 9: return "Q8_1";
-    case 10: return "Q2_K";
-    case 11: return "Q3_K";
-    case 12: return "Q4_K";
-    case 13: return "Q5_K";
-    case 14: return "Q6_K";
     case 15: return "Q8_K";
+    case 16: return "IQ2_XXS";
+    case 17: return "IQ2_XS";
+    case 18: return "IQ3_XXS";
+    case 19: return "IQ1_S";
+    case 20: return "IQ4_NL";
+    case 21: return "IQ3_S";
+    case 22: return "IQ2_S";
+    case 23: return "IQ4_XS";
     case 24: return "I8";
     case 25: return "I16";
     case 26: return "I32";
     case 27: return "I64";
     case 28: return "F64";
+    case 29: return "IQ1_M";
+    case 34: return "TQ1_0";
+    case 35: return "TQ2_0";
+    case 39: return "MXFP4";
     default: return "";
   }
+}
+
+void F32ToFloat(const void* src, float* dst, int64_t n) {
+  std::memcpy(dst, src, n * sizeof(float));
+}
+void FloatToF32(const float* src, void* dst, int64_t n) {
+  std::memcpy(dst, src, n * sizeof(float));
+}
+void F16ToFloat(const void* src, float* dst, int64_t n) {
+  const auto* h = static_cast<const uint16_t*>(src);
+  for (int64_t i = 0; i < n; ++i) dst[i] = Fp16ToFp32(h[i]);
+}
+void FloatToF16(const float* src, void* dst, int64_t n) {
+  auto* h = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) h[i] = Fp32ToFp16(src[i]);
+}
+void Bf16ToFloat(const void* src, float* dst, int64_t n) {
+  const auto* h = static_cast<const uint16_t*>(src);
+  for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToFp32(h[i]);
+}
+void FloatToBf16(const float* src, void* dst, int64_t n) {
+  auto* h = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) h[i] = Fp32ToBf16(src[i]);
+}
+
+// Adapts a typed block (de)quantizer to the table's untyped signature.
+template <typename Block, void (*kFn)(const Block*, float*, int64_t)>
+void ToFloat(const void* src, float* dst, int64_t n) {
+  kFn(static_cast<const Block*>(src), dst, n);
+}
+template <typename Block, void (*kFn)(const float*, Block*, int64_t)>
+void FromFloat(const float* src, void* dst, int64_t n) {
+  kFn(src, static_cast<Block*>(dst), n);
+}
+
+struct TypeTraits {
+  GgmlType type;
+  std::string_view name;
+  int64_t block_size;
+  int64_t block_bytes;
+  void (*to_float)(const void* src, float* dst, int64_t n);
+  void (*from_float)(const float* src, void* dst, int64_t n);
+};
+
+#define TANDEM_QUANT_TRAITS(T, NAME, QK)                                            \
+  TypeTraits {                                                                      \
+    GgmlType::k##T, NAME, QK, sizeof(Block##T), &ToFloat<Block##T, &DequantizeRow##T>, \
+        &FromFloat<Block##T, &QuantizeRow##T>                                       \
+  }
+
+constexpr TypeTraits kTraits[] = {
+    {GgmlType::kF32, "F32", 1, 4, &F32ToFloat, &FloatToF32},
+    {GgmlType::kF16, "F16", 1, 2, &F16ToFloat, &FloatToF16},
+    {GgmlType::kBF16, "BF16", 1, 2, &Bf16ToFloat, &FloatToBf16},
+    TANDEM_QUANT_TRAITS(Q8_0, "Q8_0", kQ8_0BlockSize),
+    TANDEM_QUANT_TRAITS(Q4_0, "Q4_0", kQK4),
+    TANDEM_QUANT_TRAITS(Q4_1, "Q4_1", kQK4),
+    TANDEM_QUANT_TRAITS(Q5_0, "Q5_0", kQK4),
+    TANDEM_QUANT_TRAITS(Q5_1, "Q5_1", kQK4),
+    TANDEM_QUANT_TRAITS(Q2_K, "Q2_K", kQKK),
+    TANDEM_QUANT_TRAITS(Q3_K, "Q3_K", kQKK),
+    TANDEM_QUANT_TRAITS(Q4_K, "Q4_K", kQKK),
+    TANDEM_QUANT_TRAITS(Q5_K, "Q5_K", kQKK),
+    TANDEM_QUANT_TRAITS(Q6_K, "Q6_K", kQKK),
+};
+
+#undef TANDEM_QUANT_TRAITS
+
+const TypeTraits* FindTraits(uint32_t id) {
+  for (const TypeTraits& t : kTraits) {
+    if (static_cast<uint32_t>(t.type) == id) return &t;
+  }
+  return nullptr;
+}
+
+const TypeTraits& Traits(GgmlType type) {
+  const TypeTraits* t = FindTraits(static_cast<uint32_t>(type));
+  TANDEM_CHECK(t != nullptr, "a GgmlType value outside the table") << static_cast<int>(type);
+  return *t;
+}
+
+std::string SupportedNames() {
+  std::string names;
+  for (const TypeTraits& t : kTraits) {
+    absl::StrAppend(&names, names.empty() ? "" : ", ", std::string(t.name));
+  }
+  return names;
 }
 
 }  // namespace
 
 absl::StatusOr<GgmlType> GgmlTypeFromId(uint32_t id) {
-  switch (id) {
-    case 0: return GgmlType::kF32;
-    case 1: return GgmlType::kF16;
-    case 8: return GgmlType::kQ8_0;
-    case 30: return GgmlType::kBF16;
-    default: break;
-  }
-  std::string_view known = KnownGgmlName(id);
+  if (const TypeTraits* t = FindTraits(id); t != nullptr) return t->type;
+  std::string_view known = UnsupportedGgmlName(id);
   if (!known.empty()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "tensor type ", std::string(known), " (id ", id,
-        ") is not supported; supported: F32, F16, BF16, Q8_0"));
+    return absl::UnimplementedError(absl::StrCat("tensor type ", std::string(known), " (id ", id,
+                                                 ") is not supported; supported: ",
+                                                 SupportedNames()));
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown tensor type id ", id));
 }
 
-std::string_view GgmlTypeName(GgmlType type) {
-  switch (type) {
-    case GgmlType::kF32: return "F32";
-    case GgmlType::kF16: return "F16";
-    case GgmlType::kQ8_0: return "Q8_0";
-    case GgmlType::kBF16: return "BF16";
-  }
-  return "?";
-}
+std::string_view GgmlTypeName(GgmlType type) { return Traits(type).name; }
 
 absl::StatusOr<GgmlType> GgmlTypeFromName(std::string_view name) {
-  std::string lower = absl::AsciiStrToLower(absl::string_view(name.data(), name.size()));
-  if (lower == "f32") return GgmlType::kF32;
-  if (lower == "f16") return GgmlType::kF16;
-  if (lower == "bf16") return GgmlType::kBF16;
-  if (lower == "q8_0") return GgmlType::kQ8_0;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown type name \"", lower, "\"; expected f32, f16, bf16 or q8_0"));
-}
-
-int64_t GgmlBlockSize(GgmlType type) {
-  return type == GgmlType::kQ8_0 ? kQ8_0BlockSize : 1;
-}
-
-int64_t GgmlBlockBytes(GgmlType type) {
-  switch (type) {
-    case GgmlType::kF32: return 4;
-    case GgmlType::kF16: return 2;
-    case GgmlType::kBF16: return 2;
-    case GgmlType::kQ8_0: return sizeof(BlockQ8_0);
+  const std::string upper = absl::AsciiStrToUpper(absl::string_view(name.data(), name.size()));
+  for (const TypeTraits& t : kTraits) {
+    if (t.name == upper) return t.type;
   }
-  return 0;
+  return absl::InvalidArgumentError(absl::StrCat("unknown type name \"", std::string(name),
+                                                 "\"; expected one of ", SupportedNames()));
 }
+
+int64_t GgmlBlockSize(GgmlType type) { return Traits(type).block_size; }
+
+int64_t GgmlBlockBytes(GgmlType type) { return Traits(type).block_bytes; }
+
+bool GgmlIsQuantized(GgmlType type) { return Traits(type).block_size > 1; }
 
 float Fp16ToFp32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
@@ -167,24 +238,11 @@ void DequantizeRowQ8_0(const BlockQ8_0* x, float* y, int64_t n) {
 }
 
 void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n) {
-  switch (type) {
-    case GgmlType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
-      return;
-    case GgmlType::kF16: {
-      const auto* h = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; ++i) dst[i] = Fp16ToFp32(h[i]);
-      return;
-    }
-    case GgmlType::kBF16: {
-      const auto* h = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToFp32(h[i]);
-      return;
-    }
-    case GgmlType::kQ8_0:
-      DequantizeRowQ8_0(static_cast<const BlockQ8_0*>(src), dst, n);
-      return;
-  }
+  Traits(type).to_float(src, dst, n);
+}
+
+void QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n) {
+  Traits(type).from_float(src, dst, n);
 }
 
 }  // namespace tandem::engine

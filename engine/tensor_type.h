@@ -12,11 +12,21 @@
 
 namespace tandem::engine {
 
-// Values are the on-disk ids of ggml's `ggml_type`.
+// Values are the on-disk ids of ggml's `ggml_type`. The block-quantized
+// layouts other than Q8_0 are in engine/quant_formats.h.
 enum class GgmlType : uint32_t {
   kF32 = 0,
   kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
   kQ8_0 = 8,
+  kQ2_K = 10,
+  kQ3_K = 11,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
   kBF16 = 30,
 };
 
@@ -25,13 +35,16 @@ enum class GgmlType : uint32_t {
 absl::StatusOr<GgmlType> GgmlTypeFromId(uint32_t id);
 
 std::string_view GgmlTypeName(GgmlType type);
-// Parses "f32", "f16", "bf16", "q8_0" (case-insensitive).
+// Parses a type's name: "f32", "q4_k", ... (case-insensitive).
 absl::StatusOr<GgmlType> GgmlTypeFromName(std::string_view name);
 
-// Elements per block (1 for plain types, 32 for Q8_0).
+// Elements per block (1 for plain types, 32 for Q8_0 and the legacy
+// quants, 256 for the K-quants).
 int64_t GgmlBlockSize(GgmlType type);
 // Bytes per block.
 int64_t GgmlBlockBytes(GgmlType type);
+// Block-quantized (block size > 1).
+bool GgmlIsQuantized(GgmlType type);
 // Bytes of a row of `n` elements; `n` must be a multiple of the block size.
 inline int64_t GgmlRowBytes(GgmlType type, int64_t n) {
   return n / GgmlBlockSize(type) * GgmlBlockBytes(type);
@@ -61,8 +74,12 @@ uint16_t Fp32ToBf16(float f);  // round to nearest even, NaN kept quiet
 void QuantizeRowQ8_0(const float* x, BlockQ8_0* y, int64_t n);
 void DequantizeRowQ8_0(const BlockQ8_0* x, float* y, int64_t n);
 
-// Converts one row of `n` elements of `type` at `src` to floats.
+// Converts one row of `n` elements (a multiple of the block size) of `type`
+// at `src` to floats: the reference dequantizer of each format.
 void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n);
+// The reverse: `n` floats into `type` at `dst` (GgmlRowBytes(type, n)
+// bytes).
+void QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n);
 
 }  // namespace tandem::engine
 

@@ -338,7 +338,11 @@ TANDEM_AVX512 void GemvAvx512(const GemvArgs& a, int64_t row_begin, int64_t row_
     case GgmlType::kF16: GemvFloatRows<WKind::kF16>(a, row_begin, row_end); return;
     case GgmlType::kBF16: GemvFloatRows<WKind::kBF16>(a, row_begin, row_end); return;
     case GgmlType::kQ8_0: GemvQ8Rows(a, row_begin, row_end); return;
+    default: break;
   }
+  // The other block formats (matmul.cc sends them to quant_dot.h; this is
+  // the table's contract for any type): dequantized row by row.
+  PortableKernels().gemv(a, row_begin, row_end);
 }
 
 TANDEM_AVX512 void QuantizeQ8Avx512(const float* x, int64_t n, int64_t cols,
@@ -386,6 +390,11 @@ TANDEM_AVX512 void DequantizeRowsAvx512(GgmlType type, const uint8_t* src, int64
     case GgmlType::kF16: ConvertRows<WKind::kF16>(src, row_bytes, rows, cols, dst); return;
     case GgmlType::kBF16: ConvertRows<WKind::kBF16>(src, row_bytes, rows, cols, dst); return;
     case GgmlType::kQ8_0: break;
+    default:
+      for (int64_t r = 0; r < rows; ++r) {
+        DequantizeRow(type, src + r * row_bytes, dst + r * cols, cols);
+      }
+      return;
   }
   const float* f16 = Fp16ToFp32Table();
   for (int64_t r = 0; r < rows; ++r) {

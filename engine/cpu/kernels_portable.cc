@@ -77,6 +77,9 @@ void DequantizeRowsPortable(GgmlType type, const uint8_t* src, int64_t row_bytes
           for (int i = 0; i < kQ8_0BlockSize; ++i) out[b * kQ8_0BlockSize + i] = d * qs[i];
         }
         break;
+      default:  // the other block formats: their reference dequantizers
+        DequantizeRow(type, row, out, cols);
+        break;
     }
   }
 }

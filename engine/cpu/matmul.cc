@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "engine/cpu/quant_dot.h"
 #include "oneapi/dnnl/dnnl.h"
 
 namespace tandem::engine::cpu {
@@ -58,8 +59,8 @@ int MatMulRunner::ThreadsFor(int64_t macs) const {
 
 void MatMulRunner::Run(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
                        MatMulPath path) {
-  TANDEM_CHECK(w.type != GgmlType::kQ8_0 || w.cols % kQ8_0BlockSize == 0,
-               "Q8_0 rows are whole blocks") << "cols=" << w.cols;
+  TANDEM_CHECK(w.cols % GgmlBlockSize(w.type) == 0, "rows are whole blocks")
+      << GgmlTypeName(w.type) << " cols=" << w.cols;
   if (n_tokens <= 0 || w.rows <= 0) return;
   if (w.cols == 0) {
     std::memset(y, 0, n_tokens * w.rows * sizeof(float));
@@ -85,7 +86,36 @@ Q8Activations MatMulRunner::ActivationBuffers(ScratchBuffer& buffer, int64_t n_t
   return xq;
 }
 
+void MatMulRunner::RunQuantGemv(const WeightMatrix& w, const float* x, int64_t n_tokens,
+                                float* y) {
+  // The activations quantized once (cheap next to the weights), then rows
+  // split over the threads.
+  const int64_t x_bytes = QuantActivationBytes(w.type, w.cols);
+  auto* xq = static_cast<uint8_t*>(shared_activations_.Get(n_tokens * x_bytes));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    QuantizeActivations(w.type, x + t * w.cols, w.cols, xq + t * x_bytes);
+  }
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  const int64_t row_bytes = GgmlRowBytes(w.type, w.cols);
+  const int nth = ThreadsFor(w.rows * w.cols * n_tokens);
+#pragma omp parallel num_threads(nth)
+  {
+    const int tid = omp_get_thread_num();
+    const int parts = omp_get_num_threads();
+    const int64_t end = RowSplit(w.rows, tid + 1, parts);
+    for (int64_t r = RowSplit(w.rows, tid, parts); r < end; ++r) {
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        y[t * w.rows + r] = VecDotRow(w.type, data + r * row_bytes, xq + t * x_bytes, w.cols);
+      }
+    }
+  }
+}
+
 void MatMulRunner::RunGemv(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
+  if (HasQuantDot(w.type)) {
+    RunQuantGemv(w, x, n_tokens, y);
+    return;
+  }
   GemvArgs args;
   args.type = w.type;
   args.w = static_cast<const uint8_t*>(w.data);

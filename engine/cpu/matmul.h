@@ -66,6 +66,9 @@ class MatMulRunner {
  private:
   void RunGemv(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
   void RunGemm(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
+  // The block formats with a quantized-activation dot product
+  // (engine/cpu/quant_dot.h).
+  void RunQuantGemv(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
   int ThreadsFor(int64_t macs) const;
 
   // Carves Q8Activations for n_tokens x cols out of `buffer`.

@@ -56,24 +56,7 @@ TestWeights MakeWeights(GgmlType type, int64_t rows, int64_t cols, int64_t offse
   for (int64_t r = 0; r < rows; ++r) {
     const float* src = values.data() + r * cols;
     uint8_t* dst = base + r * row_bytes;
-    switch (type) {
-      case GgmlType::kF32:
-        std::memcpy(dst, src, row_bytes);
-        break;
-      case GgmlType::kF16:
-      case GgmlType::kBF16:
-        for (int64_t c = 0; c < cols; ++c) {
-          const uint16_t h = type == GgmlType::kF16 ? Fp32ToFp16(src[c]) : Fp32ToBf16(src[c]);
-          std::memcpy(dst + 2 * c, &h, 2);
-        }
-        break;
-      case GgmlType::kQ8_0: {
-        std::vector<BlockQ8_0> blocks(cols / kQ8_0BlockSize);
-        QuantizeRowQ8_0(src, blocks.data(), cols);
-        std::memcpy(dst, blocks.data(), row_bytes);
-        break;
-      }
-    }
+    QuantizeRow(type, src, dst, cols);
   }
   w.matrix = {type, base, rows, cols};
   return w;

@@ -30,7 +30,7 @@ TOKENIZER_LIBRARY_SOURCES = {
     "tensor_type", "gguf", "gguf_parser", "gguf_writer", "tokenizer", "tokenizer_vocab",
     "tokenizer_spm", "tokenizer_bpe", "pretokenizer", "pretokenizer_regex", "unicode",
     "symbol_merge", "sampling_params", "model_fingerprint", "model_config", "block_hash",
-    "chat_template",
+    "chat_template", "quant_formats",
 }
 
 # folder -> folders (or "folder/file.h" sets) it may include from.
