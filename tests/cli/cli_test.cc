@@ -1,5 +1,5 @@
-// The `tandem` binary end to end: make-model, generate (plain and --jsonl),
-// tokenize, and clear errors for bad flags.
+// The `tandem` binary end to end: make-model, quantize, generate (plain and
+// --jsonl), tokenize, and clear errors for bad flags.
 #include <sys/wait.h>
 
 #include <array>
@@ -86,6 +86,27 @@ TEST(CliTest, MakeModelThenGenerate) {
                      " --prompt 'the little girl' --max-tokens 8 --ignore-eos --temperature 0.9"
                      " --seed 5 --jsonl 2>/dev/null");
   EXPECT_EQ(again.out, gen.out);
+}
+
+TEST(CliTest, QuantizeWritesAModelThatGenerates) {
+  const std::string path = ::testing::TempDir() + "/cli_stories_q4km.gguf";
+  Result q = Shell(Tandem() + " quantize --in " + Stories() + " --out " + path +
+                   " --type q4_k_m 2>&1");
+  ASSERT_EQ(q.exit_code, 0) << q.out;
+  EXPECT_THAT(q.out, HasSubstr("48 tensors"));
+  Result gen = Shell(Tandem() + " generate --model " + path +
+                     " --prompt 'Once upon a time' --max-tokens 8 2>/dev/null");
+  ASSERT_EQ(gen.exit_code, 0);
+  EXPECT_THAT(gen.out, HasSubstr("there was a little girl"));
+  Result bad = Shell(Tandem() + " quantize --in " + Stories() + " --out " + path +
+                     " --type Q9_X 2>&1");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.out, HasSubstr("--type"));
+  EXPECT_THAT(bad.out, HasSubstr("Q4_K_M"));
+  Result missing = Shell(Tandem() + " quantize --in /nonexistent.gguf --out " + path +
+                         " --type q8_0 2>&1");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.out, HasSubstr("/nonexistent.gguf"));
 }
 
 TEST(CliTest, BadFlagsNameTheFlag) {
