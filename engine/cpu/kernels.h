@@ -77,6 +77,10 @@ struct KernelTable {
                    int64_t dim, float eps, float* y);
   void (*swiglu)(const float* gate, const float* up, int64_t n, float* out);
   void (*add)(float* x, const float* y, int64_t n);
+  // One row of a block-quantized type with a quantized-activation dot
+  // product (engine/cpu/quant_dot.h: HasQuantDot) against one token's
+  // activations quantized by QuantizeActivations.
+  float (*quant_dot)(GgmlType type, const uint8_t* w, const void* xq, int64_t cols);
 };
 
 // The table for `isa`; `isa` must be supported (CHECKed by callers via

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/quant_dot.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -471,6 +472,7 @@ const KernelTable& Avx512Kernels() {
       .rms_norm = RmsNormAvx512,
       .swiglu = SwiGluAvx512,
       .add = AddAvx512,
+      .quant_dot = VecDotRowAvx2,  // AVX-512 machines run the AVX2 kernels
   };
   return table;
 }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/quant_dot.h"
 
 // -O2's "very cheap" vectorizer cost model skips loops of unknown trip count,
 // which is every loop here; ask for the dynamic model in this file only.
@@ -196,6 +197,7 @@ const KernelTable& PortableKernels() {
       .rms_norm = RmsNormPortable,
       .swiglu = SwiGluPortable,
       .add = AddPortable,
+      .quant_dot = VecDotRow,
   };
   return table;
 }

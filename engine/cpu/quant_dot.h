@@ -5,8 +5,9 @@
 //   Q4_0, Q5_0 x Q8_0 (32 int8, fp16 scale);
 //   Q4_1, Q5_1 x Q8_1 (the same plus fp16 d * sum of the block);
 //   Q2_K .. Q6_K x Q8_K (256 int8, f32 scale, sums of each 16).
-// Portable code; callers: engine/cpu/matmul.cc and the kernel tests. Pure
-// functions; callers own the buffers.
+// Portable code and AVX2 versions of the common types (through the kernel
+// tables, engine/cpu/kernels.h); callers: engine/cpu/matmul.cc and the
+// kernel tests. Pure functions; callers own the buffers.
 #ifndef TANDEM_ENGINE_CPU_QUANT_DOT_H_
 #define TANDEM_ENGINE_CPU_QUANT_DOT_H_
 
@@ -43,8 +44,14 @@ int64_t QuantActivationBytes(GgmlType type, int64_t cols);
 void QuantizeActivations(GgmlType type, const float* x, int64_t cols, void* out);
 
 // sum_c w[c] * x[c] for one weight row of `type` and one token's quantized
-// activations.
+// activations: portable code.
 float VecDotRow(GgmlType type, const uint8_t* w, const void* xq, int64_t cols);
+
+// The same with AVX2 + FMA + F16C for Q4_0, Q4_K, Q5_K and Q6_K (the same
+// integer sums; f32 summation order differs), portable for the others.
+// Needs QuantDotAvx2Supported() (engine/cpu/quant_dot_avx2.cc).
+bool QuantDotAvx2Supported();
+float VecDotRowAvx2(GgmlType type, const uint8_t* w, const void* xq, int64_t cols);
 
 }  // namespace tandem::engine::cpu
 

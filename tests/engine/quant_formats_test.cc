@@ -321,6 +321,29 @@ TEST(QuantDotTest, MatchesTheDequantizedDot) {
   }
 }
 
+// The AVX2 kernels compute the portable kernels' integer sums: equal up to
+// f32 summation order, on rows of many super-blocks.
+TEST(QuantDotTest, Avx2MatchesPortable) {
+  if (!cpu::QuantDotAvx2Supported()) GTEST_SKIP() << "no AVX2 + FMA + F16C here";
+  constexpr int64_t kCols = 4096;
+  for (GgmlType type : kNewTypes) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    for (uint32_t seed = 1; seed <= 6; ++seed) {
+      const std::vector<float> w = Gaussian(kCols, seed, 0.05f);
+      const std::vector<float> x = Gaussian(kCols, 50 + seed, seed == 6 ? 100.0f : 1.0f);
+      std::vector<uint8_t> wq(GgmlRowBytes(type, kCols));
+      QuantizeRow(type, w.data(), wq.data(), kCols);
+      std::vector<uint8_t> xq(cpu::QuantActivationBytes(type, kCols));
+      cpu::QuantizeActivations(type, x.data(), kCols, xq.data());
+      const float portable = cpu::VecDotRow(type, wq.data(), xq.data(), kCols);
+      const float avx2 = cpu::VecDotRowAvx2(type, wq.data(), xq.data(), kCols);
+      double magnitude = 0;
+      for (int64_t c = 0; c < kCols; ++c) magnitude += std::fabs(double{w[c]} * x[c]);
+      EXPECT_NEAR(avx2, portable, 1e-5 * magnitude) << "seed " << seed;
+    }
+  }
+}
+
 // Every matmul path on every new type: against f32 math on the dequantized
 // weights, within what quantizing the activations may move.
 TEST(QuantDotTest, EveryMatMulPathOnEveryType) {
