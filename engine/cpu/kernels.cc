@@ -1,5 +1,9 @@
 #include "engine/cpu/kernels.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
 #include "common/check.h"
 
 namespace tandem::engine::cpu {
@@ -33,7 +37,24 @@ bool IsaSupported(Isa isa) {
 }
 
 Isa DetectIsa() {
-  static const Isa isa = IsaSupported(Isa::kAvx512) ? Isa::kAvx512 : Isa::kPortable;
+  static const Isa isa = [] {
+    const Isa best = IsaSupported(Isa::kAvx512) ? Isa::kAvx512 : Isa::kPortable;
+    // TANDEM_ISA forces a lower table (to test or measure it on a machine
+    // with a higher one); one this CPU lacks, or an unknown name, is ignored
+    // with a warning.
+    const char* forced = std::getenv("TANDEM_ISA");
+    if (forced == nullptr || *forced == '\0') return best;
+    for (Isa candidate : {Isa::kPortable, Isa::kAvx512}) {
+      if (IsaName(candidate) != forced) continue;
+      if (IsaSupported(candidate)) return candidate;
+      std::fprintf(stderr, "TANDEM_ISA=%s: this CPU lacks it; using %s\n", forced,
+                   std::string(IsaName(best)).c_str());
+      return best;
+    }
+    std::fprintf(stderr, "TANDEM_ISA=%s: not portable or avx512; using %s\n", forced,
+                 std::string(IsaName(best)).c_str());
+    return best;
+  }();
   return isa;
 }
 

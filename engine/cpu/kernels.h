@@ -21,7 +21,8 @@ enum class Isa {
 };
 
 std::string_view IsaName(Isa isa);
-// The best ISA this CPU supports; detected once.
+// The best ISA this CPU supports, or the one the environment variable
+// TANDEM_ISA names ("portable", "avx512") when this CPU has it; decided once.
 Isa DetectIsa();
 bool IsaSupported(Isa isa);
 

@@ -112,22 +112,42 @@ float DotWithMin(const uint8_t* wrow, const void* xq, int64_t cols) {
   return sum;
 }
 
-// Element e (0..255) of a Q2_K / Q3_K super-block: its qs byte and shift.
-int PlaneByte(int e) { return 32 * (e / 128) + e % 32; }
-int PlaneShift(int e) { return 2 * ((e % 128) / 32); }
+
+// Q2_K / Q3_K: the 2-bit planes of a super-block as 256 small integers in
+// element order (each 128-half: 32 bytes, four planes of 32 elements).
+void UnpackPlanes(const uint8_t* qs, int8_t* q) {
+  for (int half = 0; half < 2; ++half) {
+    for (int plane = 0; plane < 4; ++plane) {
+      int8_t* out = q + 128 * half + 32 * plane;
+      for (int l = 0; l < 32; ++l) {
+        out[l] = static_cast<int8_t>((qs[32 * half + l] >> (2 * plane)) & 3);
+      }
+    }
+  }
+}
+
+// sum of q * x over each of the 16 sub-blocks of 16.
+void SubBlockSums(const int8_t* q, const int8_t* x, int* sums) {
+  for (int s = 0; s < 16; ++s) {
+    int sum = 0;
+    for (int i = 0; i < 16; ++i) sum += q[16 * s + i] * x[16 * s + i];
+    sums[s] = sum;
+  }
+}
 
 float DotQ2K(const uint8_t* wrow, const void* xq, int64_t cols) {
   const auto* w = reinterpret_cast<const BlockQ2_K*>(wrow);
   const auto* x = static_cast<const BlockQ8K*>(xq);
   float sum = 0;
+  int8_t q[kQKK];
+  int sums[16];
   for (int64_t b = 0; b < cols / kQKK; ++b) {
     int mins = 0;
     for (int j = 0; j < 16; ++j) mins += x[b].bsums[j] * (w[b].scales[j] >> 4);
+    UnpackPlanes(w[b].qs, q);
+    SubBlockSums(q, x[b].qs, sums);
     int isum = 0;
-    for (int e = 0; e < kQKK; ++e) {
-      const int q = (w[b].qs[PlaneByte(e)] >> PlaneShift(e)) & 3;
-      isum += x[b].qs[e] * q * (w[b].scales[e / 16] & 0xF);
-    }
+    for (int s = 0; s < 16; ++s) isum += (w[b].scales[s] & 0xF) * sums[s];
     sum += x[b].d * H(w[b].d) * isum - x[b].d * H(w[b].dmin) * mins;
   }
   return sum;
@@ -137,15 +157,25 @@ float DotQ3K(const uint8_t* wrow, const void* xq, int64_t cols) {
   const auto* w = reinterpret_cast<const BlockQ3_K*>(wrow);
   const auto* x = static_cast<const BlockQ8K*>(xq);
   float sum = 0;
-  float deq[kQKK];
+  int8_t q[kQKK];
+  int sums[16];
   for (int64_t b = 0; b < cols / kQKK; ++b) {
-    // The reference dequantizer with d = 1 gives scale * q exactly (small
-    // integers), which the dot needs as integers.
-    BlockQ3_K unit = w[b];
-    unit.d = Fp32ToFp16(1.0f);
-    DequantizeRowQ3_K(&unit, deq, kQKK);
+    UnpackPlanes(w[b].qs, q);
+    // The high bit clear means 4 less.
+    for (int e = 0; e < kQKK; ++e) {
+      const int hbit = (w[b].hmask[e % 32] >> (4 * (e / 128) + (e % 128) / 32)) & 1;
+      q[e] = static_cast<int8_t>(q[e] - (hbit ? 0 : 4));
+    }
+    SubBlockSums(q, x[b].qs, sums);
+    // The signed 6-bit scales, unpacked as the reference dequantizer does.
+    int scales[16];
+    for (int j = 0; j < 16; ++j) {
+      const int low = j < 8 ? w[b].scales[j] & 0xF : w[b].scales[j - 8] >> 4;
+      const int high = (w[b].scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+      scales[j] = (low | (high << 4)) - 32;
+    }
     int isum = 0;
-    for (int e = 0; e < kQKK; ++e) isum += x[b].qs[e] * static_cast<int>(deq[e]);
+    for (int s = 0; s < 16; ++s) isum += scales[s] * sums[s];
     sum += x[b].d * H(w[b].d) * isum;
   }
   return sum;
@@ -191,20 +221,23 @@ float DotQ6K(const uint8_t* wrow, const void* xq, int64_t cols) {
   const auto* w = reinterpret_cast<const BlockQ6_K*>(wrow);
   const auto* x = static_cast<const BlockQ8K*>(xq);
   float sum = 0;
+  int8_t q[kQKK];
+  int sums[16];
   for (int64_t b = 0; b < cols / kQKK; ++b) {
-    int isum = 0;
-    for (int s = 0; s < 16; ++s) {
-      int sub_sum = 0;
-      for (int i = 0; i < 16; ++i) {
-        const int e = 16 * s + i;
-        const int half = e / 128, k = (e % 128) / 32, l = e % 32;
-        const uint8_t low_byte = w[b].ql[64 * half + l + 32 * (k % 2)];
-        const int low = k < 2 ? low_byte & 0xF : low_byte >> 4;
-        const int high = (w[b].qh[32 * half + l] >> (2 * k)) & 3;
-        sub_sum += ((low | (high << 4)) - 32) * x[b].qs[e];
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* ql = w[b].ql + 64 * half;
+      const uint8_t* qh = w[b].qh + 32 * half;
+      int8_t* out = q + 128 * half;
+      for (int l = 0; l < 32; ++l) {
+        out[l] = static_cast<int8_t>(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+        out[l + 32] = static_cast<int8_t>(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+        out[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+        out[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
       }
-      isum += w[b].scales[s] * sub_sum;
     }
+    SubBlockSums(q, x[b].qs, sums);
+    int isum = 0;
+    for (int s = 0; s < 16; ++s) isum += w[b].scales[s] * sums[s];
     sum += x[b].d * H(w[b].d) * isum;
   }
   return sum;
