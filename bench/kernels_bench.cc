@@ -219,6 +219,8 @@ bool ParseOwnFlags(int* argc, char** argv) {
       const std::string isa = arg.substr(6);
       if (isa == "portable") {
         Config().isa = Isa::kPortable;
+      } else if (isa == "avx2" && IsaSupported(Isa::kAvx2)) {
+        Config().isa = Isa::kAvx2;
       } else if (isa == "avx512" && IsaSupported(Isa::kAvx512)) {
         Config().isa = Isa::kAvx512;
       } else {

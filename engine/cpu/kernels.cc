@@ -11,6 +11,7 @@ namespace tandem::engine::cpu {
 std::string_view IsaName(Isa isa) {
   switch (isa) {
     case Isa::kPortable: return "portable";
+    case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
   }
   return "?";
@@ -20,6 +21,16 @@ bool IsaSupported(Isa isa) {
   switch (isa) {
     case Isa::kPortable:
       return true;
+    case Isa::kAvx2: {
+#if defined(__x86_64__) && defined(__GNUC__)
+      static const bool supported = __builtin_cpu_supports("avx2") &&
+                                    __builtin_cpu_supports("fma") &&
+                                    __builtin_cpu_supports("f16c");
+      return supported;
+#else
+      return false;
+#endif
+    }
     case Isa::kAvx512: {
 #if defined(__x86_64__) && defined(__GNUC__)
       // libgcc only reports AVX-512 features when the OS saves ZMM state.
@@ -38,20 +49,22 @@ bool IsaSupported(Isa isa) {
 
 Isa DetectIsa() {
   static const Isa isa = [] {
-    const Isa best = IsaSupported(Isa::kAvx512) ? Isa::kAvx512 : Isa::kPortable;
+    const Isa best = IsaSupported(Isa::kAvx512) ? Isa::kAvx512
+                     : IsaSupported(Isa::kAvx2) ? Isa::kAvx2
+                                                : Isa::kPortable;
     // TANDEM_ISA forces a lower table (to test or measure it on a machine
     // with a higher one); one this CPU lacks, or an unknown name, is ignored
     // with a warning.
     const char* forced = std::getenv("TANDEM_ISA");
     if (forced == nullptr || *forced == '\0') return best;
-    for (Isa candidate : {Isa::kPortable, Isa::kAvx512}) {
+    for (Isa candidate : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
       if (IsaName(candidate) != forced) continue;
       if (IsaSupported(candidate)) return candidate;
       std::fprintf(stderr, "TANDEM_ISA=%s: this CPU lacks it; using %s\n", forced,
                    std::string(IsaName(best)).c_str());
       return best;
     }
-    std::fprintf(stderr, "TANDEM_ISA=%s: not portable or avx512; using %s\n", forced,
+    std::fprintf(stderr, "TANDEM_ISA=%s: not portable, avx2 or avx512; using %s\n", forced,
                  std::string(IsaName(best)).c_str());
     return best;
   }();
@@ -62,6 +75,7 @@ const KernelTable& Kernels(Isa isa) {
   TANDEM_CHECK(IsaSupported(isa), "kernels requested for an ISA this CPU lacks");
   switch (isa) {
     case Isa::kPortable: return PortableKernels();
+    case Isa::kAvx2: return Avx2Kernels();
     case Isa::kAvx512: return Avx512Kernels();
   }
   return PortableKernels();

@@ -17,12 +17,14 @@ namespace tandem::engine::cpu {
 // the baseline target and runs anywhere.
 enum class Isa {
   kPortable,
+  kAvx2,    // AVX2 + FMA + F16C
   kAvx512,  // AVX-512 F/BW/VL/DQ + VNNI + F16C
 };
 
 std::string_view IsaName(Isa isa);
 // The best ISA this CPU supports, or the one the environment variable
-// TANDEM_ISA names ("portable", "avx512") when this CPU has it; decided once.
+// TANDEM_ISA names ("portable", "avx2", "avx512") when this CPU has it;
+// decided once.
 Isa DetectIsa();
 bool IsaSupported(Isa isa);
 
@@ -88,8 +90,10 @@ struct KernelTable {
 // IsaSupported when forced).
 const KernelTable& Kernels(Isa isa);
 
-// Per-ISA tables, defined in kernels_portable.cc / kernels_avx512.cc.
+// Per-ISA tables, defined in kernels_portable.cc / kernels_avx2.cc /
+// kernels_avx512.cc.
 const KernelTable& PortableKernels();
+const KernelTable& Avx2Kernels();
 const KernelTable& Avx512Kernels();
 
 }  // namespace tandem::engine::cpu

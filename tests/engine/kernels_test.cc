@@ -26,6 +26,7 @@ namespace {
 
 std::vector<Isa> SupportedIsas() {
   std::vector<Isa> isas = {Isa::kPortable};
+  if (IsaSupported(Isa::kAvx2)) isas.push_back(Isa::kAvx2);
   if (IsaSupported(Isa::kAvx512)) isas.push_back(Isa::kAvx512);
   return isas;
 }
