@@ -79,9 +79,10 @@ absl::Status Generate(const common::Args& args, std::ostream& out, std::ostream&
   const engine::Tokenizer& tok = model->tokenizer();
   ASSIGN_OR_RETURN(engine::GenerationRequest request, RequestFromArgs(args, tok));
   const size_t n_prompt = request.prompt.size();
+  std::unique_ptr<engine::Backend> backend = engine::MakeCpuBackend(setup.backend);
+  const std::string backend_name(backend->name());
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
-                   engine::Engine::Create(*model, engine::MakeCpuBackend(setup.backend),
-                                          setup.engine));
+                   engine::Engine::Create(*model, std::move(backend), setup.engine));
   RETURN_IF_ERROR(eng->Add(std::move(request)).status());
 
   const bool jsonl = args.Bool("jsonl");
@@ -108,9 +109,10 @@ absl::Status Generate(const common::Args& args, std::ostream& out, std::ostream&
   const double prefill_s = std::chrono::duration<double>(first_token - start).count();
   const double decode_s = std::chrono::duration<double>(end - first_token).count();
   err << absl::StrFormat(
-      "prompt: %d tokens in %.3f s (%.1f t/s); generated: %d tokens (%.1f t/s decode)\n",
+      "prompt: %d tokens in %.3f s (%.1f t/s); generated: %d tokens (%.1f t/s decode); "
+      "backend %s\n",
       n_prompt, prefill_s, n_prompt / std::max(prefill_s, 1e-9), n_generated,
-      n_generated > 1 ? (n_generated - 1) / std::max(decode_s, 1e-9) : 0.0);
+      n_generated > 1 ? (n_generated - 1) / std::max(decode_s, 1e-9) : 0.0, backend_name);
   return absl::OkStatus();
 }
 

@@ -88,6 +88,24 @@ TEST(CliTest, MakeModelThenGenerate) {
   EXPECT_EQ(again.out, gen.out);
 }
 
+// TANDEM_ISA forces a lower kernel table; every table gives the same story.
+TEST(CliTest, EveryKernelTableTellsTheSameStory) {
+  const std::string run = " generate --model " + Stories() +
+                          " --prompt 'Once upon a time' --max-tokens 24 2>&1";
+  const Result best = Shell(Tandem() + run);
+  ASSERT_EQ(best.exit_code, 0);
+  for (const std::string isa : {"portable", "avx2", "avx512"}) {
+    const Result r = Shell("TANDEM_ISA=" + isa + " " + Tandem() + run);
+    ASSERT_EQ(r.exit_code, 0) << isa;
+    const std::string story = r.out.substr(0, r.out.find("prompt:"));
+    EXPECT_EQ(story, best.out.substr(0, best.out.find("prompt:"))) << isa;
+    // The table runs where this CPU has it; else the best one, with a warning.
+    if (r.out.find("lacks it") == std::string::npos) {
+      EXPECT_THAT(r.out, HasSubstr("backend cpu-" + isa));
+    }
+  }
+}
+
 TEST(CliTest, QuantizeWritesAModelThatGenerates) {
   const std::string path = ::testing::TempDir() + "/cli_stories_q4km.gguf";
   Result q = Shell(Tandem() + " quantize --in " + Stories() + " --out " + path +
