@@ -1,5 +1,6 @@
 #include "engine/cpu/attention.h"
 
+#include "engine/cpu/attention_avx2.h"
 #include "engine/cpu/attention_avx512.h"
 
 #include <omp.h>
@@ -149,7 +150,8 @@ void PagedAttention(const AttentionArgs& a, const CpuAttentionOptions& options) 
   }
   work *= static_cast<int64_t>(a.n_head) * a.head_dim;
   // Below this much work a parallel region costs more than it saves.
-  const bool avx512 = options.use_avx512 && CanUseAvx512Attention(a.head_dim);
+  const bool avx512 = options.isa == Isa::kAvx512 && CanUseAvx512Attention(a.head_dim);
+  const bool avx2 = !avx512 && options.isa != Isa::kPortable && CanUseAvx2Attention(a.head_dim);
   const bool parallel = options.threads > 1 && n_tasks > 1 && work > (1 << 16);
 #pragma omp parallel num_threads(options.threads) if (parallel)
   {
@@ -158,6 +160,8 @@ void PagedAttention(const AttentionArgs& a, const CpuAttentionOptions& options) 
     for (int32_t t = 0; t < n_tasks; ++t) {
       if (avx512) {
         AttendGroupAvx512(a, a.seqs[t / a.n_head_kv], t % a.n_head_kv, scratch);
+      } else if (avx2) {
+        AttendGroupAvx2(a, a.seqs[t / a.n_head_kv], t % a.n_head_kv, scratch);
       } else {
         AttendGroup(a, a.seqs[t / a.n_head_kv], t % a.n_head_kv, scratch);
       }

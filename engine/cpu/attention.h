@@ -9,15 +9,17 @@
 #include <span>
 
 #include "engine/backend.h"
+#include "engine/cpu/kernels.h"
 
 namespace tandem::engine::cpu {
 
 // CPU-only knobs of the kernel.
 struct CpuAttentionOptions {
   int threads = 1;
-  // Use the AVX-512 kernel where the CPU and head_dim allow (tests turn it
-  // off to check the portable kernel).
-  bool use_avx512 = true;
+  // The highest instruction set the kernel may use (the backend's kernel
+  // table): the AVX-512 or AVX2 kernel where the CPU and head_dim allow,
+  // else portable code. Tests lower it to check each kernel.
+  Isa isa = Isa::kAvx512;
 };
 
 // Softmax(q k^T / sqrt(head_dim)) v with online (streaming) softmax over the

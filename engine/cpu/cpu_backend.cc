@@ -61,7 +61,7 @@ class CpuBackend final : public Backend {
   }
 
   void PagedAttention(const AttentionArgs& args) override {
-    cpu::PagedAttention(args, {.threads = threads_, .use_avx512 = kernels_.isa == Isa::kAvx512});
+    cpu::PagedAttention(args, {.threads = threads_, .isa = kernels_.isa});
   }
 
   void Add(float* x, const float* y, int64_t n) override {

@@ -7,9 +7,11 @@
 // accumulators in registers, each weight vector loaded and converted once
 // per T tokens. Q8_0 multiplies |w| by the activations carrying w's sign
 // with maddubs (the activations as Q8Activations lays them out; only its qs
-// and scale are read). Token quantization and SwiGLU use the portable code.
+// and scale are read). Token quantization uses the portable code; SwiGLU
+// is in attention_avx2.cc, beside the exp it shares.
 #include <cstring>
 
+#include "engine/cpu/attention_avx2.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/quant_dot.h"
 
@@ -224,7 +226,7 @@ const KernelTable& Avx2Kernels() {
       .quantize_q8 = PortableKernels().quantize_q8,
       .dequantize_rows = DequantizeRowsAvx2,
       .rms_norm = RmsNormAvx2,
-      .swiglu = PortableKernels().swiglu,
+      .swiglu = SwiGluAvx2,
       .add = AddAvx2,
       .quant_dot = VecDotRowAvx2,
   };

@@ -66,14 +66,14 @@ TEST_P(AttentionTest, MatchesReference) {
                      .kv = kv->LayerView(0), .seqs = seqs};
   args.out = want.data();
   PagedAttentionReference(args);
-  // Both kernels: AVX-512 where this CPU has it (else it falls back), and
-  // the portable one.
-  for (bool avx512 : {true, false}) {
+  // Every kernel: AVX-512 and AVX2 where this CPU has them (else each falls
+  // back to the next), and the portable one.
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kPortable}) {
     std::fill(got.begin(), got.end(), 0.0f);
     args.out = got.data();
-    PagedAttention(args, {.threads = 2, .use_avx512 = avx512});
+    PagedAttention(args, {.threads = 2, .isa = isa});
     for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_NEAR(got[i], want[i], 2e-5f) << i << (avx512 ? " avx512" : " portable");
+      ASSERT_NEAR(got[i], want[i], 2e-5f) << i << " " << IsaName(isa);
     }
   }
 }
