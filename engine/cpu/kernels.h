@@ -81,9 +81,11 @@ struct KernelTable {
   void (*swiglu)(const float* gate, const float* up, int64_t n, float* out);
   void (*add)(float* x, const float* y, int64_t n);
   // One row of a block-quantized type with a quantized-activation dot
-  // product (engine/cpu/quant_dot.h: HasQuantDot) against one token's
-  // activations quantized by QuantizeActivations.
-  float (*quant_dot)(GgmlType type, const uint8_t* w, const void* xq, int64_t cols);
+  // product (engine/cpu/quant_dot.h: HasQuantDot) against n tokens'
+  // activations quantized by QuantizeActivations (token t's at xq + t *
+  // x_bytes): y[t * ldy] for each.
+  void (*quant_dot)(GgmlType type, const uint8_t* w, const uint8_t* xq, int64_t x_bytes,
+                    int64_t n, int64_t cols, float* y, int64_t ldy);
 };
 
 // The table for `isa`; `isa` must be supported (CHECKed by callers via

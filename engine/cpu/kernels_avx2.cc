@@ -228,7 +228,7 @@ const KernelTable& Avx2Kernels() {
       .rms_norm = RmsNormAvx2,
       .swiglu = SwiGluAvx2,
       .add = AddAvx2,
-      .quant_dot = VecDotRowAvx2,
+      .quant_dot = VecDotRowsAvx2,
   };
   return table;
 }

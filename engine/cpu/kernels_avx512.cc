@@ -472,7 +472,7 @@ const KernelTable& Avx512Kernels() {
       .rms_norm = RmsNormAvx512,
       .swiglu = SwiGluAvx512,
       .add = AddAvx512,
-      .quant_dot = VecDotRowAvx2,  // AVX-512 machines run the AVX2 kernels
+      .quant_dot = VecDotRowsAvx2,  // AVX-512 machines run the AVX2 kernels
   };
   return table;
 }

@@ -197,7 +197,7 @@ const KernelTable& PortableKernels() {
       .rms_norm = RmsNormPortable,
       .swiglu = SwiGluPortable,
       .add = AddPortable,
-      .quant_dot = VecDotRow,
+      .quant_dot = VecDotRows,
   };
   return table;
 }

@@ -104,10 +104,8 @@ void MatMulRunner::RunQuantGemv(const WeightMatrix& w, const float* x, int64_t n
     const int parts = omp_get_num_threads();
     const int64_t end = RowSplit(w.rows, tid + 1, parts);
     for (int64_t r = RowSplit(w.rows, tid, parts); r < end; ++r) {
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        y[t * w.rows + r] =
-            kernels_.quant_dot(w.type, data + r * row_bytes, xq + t * x_bytes, w.cols);
-      }
+      kernels_.quant_dot(w.type, data + r * row_bytes, xq, x_bytes, n_tokens, w.cols, y + r,
+                         w.rows);
     }
   }
 }

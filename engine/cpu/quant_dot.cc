@@ -309,4 +309,9 @@ float VecDotRow(GgmlType type, const uint8_t* w, const void* xq, int64_t cols) {
   }
 }
 
+void VecDotRows(GgmlType type, const uint8_t* w, const uint8_t* xq, int64_t x_bytes, int64_t n,
+                int64_t cols, float* y, int64_t ldy) {
+  for (int64_t t = 0; t < n; ++t) y[t * ldy] = VecDotRow(type, w, xq + t * x_bytes, cols);
+}
+
 }  // namespace tandem::engine::cpu

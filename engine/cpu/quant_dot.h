@@ -47,11 +47,18 @@ void QuantizeActivations(GgmlType type, const float* x, int64_t cols, void* out)
 // activations: portable code.
 float VecDotRow(GgmlType type, const uint8_t* w, const void* xq, int64_t cols);
 
+// One weight row against n tokens' activations (token t's at xq + t *
+// x_bytes): y[t * ldy] = VecDotRow of token t. Portable code.
+void VecDotRows(GgmlType type, const uint8_t* w, const uint8_t* xq, int64_t x_bytes, int64_t n,
+                int64_t cols, float* y, int64_t ldy);
+
 // The same with AVX2 + FMA + F16C for Q4_0, Q4_K, Q5_K and Q6_K (the same
-// integer sums; f32 summation order differs), portable for the others.
-// Needs QuantDotAvx2Supported() (engine/cpu/quant_dot_avx2.cc).
+// integer sums; f32 summation order differs; each block unpacked once for
+// all the tokens), portable for the others. Needs QuantDotAvx2Supported()
+// (engine/cpu/quant_dot_avx2.cc).
 bool QuantDotAvx2Supported();
-float VecDotRowAvx2(GgmlType type, const uint8_t* w, const void* xq, int64_t cols);
+void VecDotRowsAvx2(GgmlType type, const uint8_t* w, const uint8_t* xq, int64_t x_bytes,
+                    int64_t n, int64_t cols, float* y, int64_t ldy);
 
 }  // namespace tandem::engine::cpu
 

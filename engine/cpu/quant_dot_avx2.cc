@@ -1,14 +1,15 @@
 // AVX2 versions of the quantized-activation dot products for the types most
 // models use (Q4_0, Q4_K, Q5_K, Q6_K): unsigned quants times signed 8-bit
 // activations with maddubs, scaled per sub-block with madd, one f32 multiply
-// per block, the same integer sums as the portable code. Other types fall
-// back to it.
+// per block, the same integer sums as the portable code; each block is
+// unpacked once for every token of a batch. Other types fall back to it.
 #include "engine/cpu/quant_dot.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #define TANDEM_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -30,25 +31,43 @@ TANDEM_AVX2 inline __m256i DotU8S8(__m256i a, __m256i b, __m256i scale16) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), scale16);
 }
 
-TANDEM_AVX2 float DotQ4_0(const uint8_t* wrow, const void* xq, int64_t cols) {
+// Each kernel takes one weight row against T tokens (token t's activation
+// blocks at xq + t * x_bytes; T a compile-time count, so the accumulators
+// live in registers): a block's weights are unpacked once and dotted with
+// every token. VecDotRowsAvx2 splits a batch into chunks of 8, 4, 2 and 1.
+
+template <typename XBlock>
+inline const XBlock& Act(const uint8_t* xq, int64_t x_bytes, int64_t t, int64_t b) {
+  return reinterpret_cast<const XBlock*>(xq + t * x_bytes)[b];
+}
+
+template <int T>
+TANDEM_AVX2 void RowsQ4_0(const uint8_t* wrow, const uint8_t* xq, int64_t x_bytes, int64_t cols,
+                          float* y, int64_t ldy) {
   const auto* w = reinterpret_cast<const BlockQ4_0*>(wrow);
-  const auto* x = static_cast<const BlockQ8_0*>(xq);
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i eight = _mm256_set1_epi8(8);
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc[T];
+  #pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < cols / kQK4; ++b) {
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
-    const __m256i q = _mm256_and_si256(
-        _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low4);  // elements 0..31
-    const __m256i ws = _mm256_sub_epi8(q, eight);                      // -8..7
-    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+    const __m256i ws = _mm256_sub_epi8(
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low4), eight);
     // |w| times x carrying w's sign: maddubs needs one unsigned operand.
-    const __m256i dot = DotU8S8(_mm256_sign_epi8(ws, ws), _mm256_sign_epi8(xv, ws), ones);
-    const float d = H(w[b].d) * H(x[b].d);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(dot), acc);
+    const __m256i wabs = _mm256_sign_epi8(ws, ws);
+    const float dw = H(w[b].d);
+    #pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const BlockQ8_0& x = Act<BlockQ8_0>(xq, x_bytes, t, b);
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+      const __m256i dot = DotU8S8(wabs, _mm256_sign_epi8(xv, ws), ones);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * H(x.d)), _mm256_cvtepi32_ps(dot), acc[t]);
+    }
   }
-  return HorizontalSum(acc);
+  #pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) y[t * ldy] = HorizontalSum(acc[t]);
 }
 
 // Q4_K / Q5_K: the 6-bit scales and mins of the 8 sub-blocks.
@@ -63,81 +82,115 @@ inline void ScalesMins(const uint8_t* q, uint8_t* sc, uint8_t* m) {
   }
 }
 
-template <bool kFiveBits, typename Block>
-TANDEM_AVX2 float DotQ45K(const uint8_t* wrow, const void* xq, int64_t cols) {
+template <int T, bool kFiveBits, typename Block>
+TANDEM_AVX2 void RowsQ45K(const uint8_t* wrow, const uint8_t* xq, int64_t x_bytes, int64_t cols,
+                          float* y, int64_t ldy) {
   const auto* w = reinterpret_cast<const Block*>(wrow);
-  const auto* x = static_cast<const BlockQ8K*>(xq);
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i one = _mm256_set1_epi8(1);
-  __m256 acc = _mm256_setzero_ps();
-  float mins_sum = 0;
+  __m256 acc[T];
+  float mins_sum[T];
+  #pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+    acc[t] = _mm256_setzero_ps();
+    mins_sum[t] = 0;
+  }
   for (int64_t b = 0; b < cols / kQKK; ++b) {
     uint8_t sc[8], m[8];
     ScalesMins(w[b].scales, sc, m);
-    int mins = 0;
-    for (int j = 0; j < 8; ++j) mins += m[j] * (x[b].bsums[2 * j] + x[b].bsums[2 * j + 1]);
+    // The 256 quants as 8 vectors of 32 (sub-block order).
+    __m256i q[8];
     [[maybe_unused]] __m256i qh;
-    if constexpr (kFiveBits) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh));
-    __m256i isum = _mm256_setzero_si256();
+    if constexpr (kFiveBits) {
+      qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh));
+    }
+    #pragma GCC unroll 8
     for (int g = 0; g < 4; ++g) {
-      const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs + 32 * g));
-      __m256i lo = _mm256_and_si256(packed, low4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+      const __m256i packed =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs + 32 * g));
+      q[2 * g] = _mm256_and_si256(packed, low4);
+      q[2 * g + 1] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
       if constexpr (kFiveBits) {
         const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g), one);
         const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * g + 1), one);
-        lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
-        hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+        q[2 * g] = _mm256_or_si256(q[2 * g], _mm256_slli_epi16(h0, 4));
+        q[2 * g + 1] = _mm256_or_si256(q[2 * g + 1], _mm256_slli_epi16(h1, 4));
       }
-      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 64 * g));
-      const __m256i x1 =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 64 * g + 32));
-      isum = _mm256_add_epi32(isum, DotU8S8(lo, x0, _mm256_set1_epi16(sc[2 * g])));
-      isum = _mm256_add_epi32(isum, DotU8S8(hi, x1, _mm256_set1_epi16(sc[2 * g + 1])));
     }
-    const float d = x[b].d * H(w[b].d);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(isum), acc);
-    mins_sum += x[b].d * H(w[b].dmin) * static_cast<float>(mins);
+    const float dw = H(w[b].d), dmw = H(w[b].dmin);
+    #pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const BlockQ8K& x = Act<BlockQ8K>(xq, x_bytes, t, b);
+      __m256i isum = _mm256_setzero_si256();
+      #pragma GCC unroll 8
+      for (int s = 0; s < 8; ++s) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * s));
+        isum = _mm256_add_epi32(isum, DotU8S8(q[s], xv, _mm256_set1_epi16(sc[s])));
+      }
+      int mins = 0;
+      #pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) mins += m[j] * (x.bsums[2 * j] + x.bsums[2 * j + 1]);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * dw), _mm256_cvtepi32_ps(isum), acc[t]);
+      mins_sum[t] += x.d * dmw * static_cast<float>(mins);
+    }
   }
-  return HorizontalSum(acc) - mins_sum;
+  #pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) y[t * ldy] = HorizontalSum(acc[t]) - mins_sum[t];
 }
 
-TANDEM_AVX2 float DotQ6K(const uint8_t* wrow, const void* xq, int64_t cols) {
+template <int T>
+TANDEM_AVX2 void RowsQ6K(const uint8_t* wrow, const uint8_t* xq, int64_t x_bytes, int64_t cols,
+                         float* y, int64_t ldy) {
   const auto* w = reinterpret_cast<const BlockQ6_K*>(wrow);
-  const auto* x = static_cast<const BlockQ8K*>(xq);
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i three = _mm256_set1_epi8(3);
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc[T];
+  #pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < cols / kQKK; ++b) {
-    // q - 32 = q + (-32): the -32 goes through the activations' sums.
-    int offset = 0;
-    for (int s = 0; s < 16; ++s) offset += w[b].scales[s] * x[b].bsums[s];
-    __m256i isum = _mm256_setzero_si256();
+    // The 256 quants (0..63) as 8 vectors of 32, and each vector's two
+    // sub-block scales.
+    __m256i q[8], scales[8];
+    #pragma GCC unroll 8
     for (int half = 0; half < 2; ++half) {
       const uint8_t* ql = w[b].ql + 64 * half;
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh + 32 * half));
+      const __m256i qh =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh + 32 * half));
       const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
       const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      #pragma GCC unroll 8
       for (int k = 0; k < 4; ++k) {
         const __m256i low_src = k % 2 == 0 ? ql0 : ql1;
         const __m256i low = k < 2 ? _mm256_and_si256(low_src, low4)
                                   : _mm256_and_si256(_mm256_srli_epi16(low_src, 4), low4);
         const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), three);
-        const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));  // 0..63
+        q[4 * half + k] = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
         const int sub = 8 * half + 2 * k;
-        const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(w[b].scales[sub + 1]),
+        scales[4 * half + k] = _mm256_set_m128i(_mm_set1_epi16(w[b].scales[sub + 1]),
                                                 _mm_set1_epi16(w[b].scales[sub]));
-        const __m256i xv = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(x[b].qs + 128 * half + 32 * k));
-        isum = _mm256_add_epi32(isum, DotU8S8(q, xv, scales));
       }
     }
-    const float d = x[b].d * H(w[b].d);
-    const __m256 sum = _mm256_sub_ps(_mm256_cvtepi32_ps(isum),
-                                     _mm256_set_ps(0, 0, 0, 0, 0, 0, 0, 32.0f * offset));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), sum, acc);
+    const float dw = H(w[b].d);
+    #pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const BlockQ8K& x = Act<BlockQ8K>(xq, x_bytes, t, b);
+      // q - 32 = q + (-32): the -32 goes through the activations' sums.
+      int offset = 0;
+      #pragma GCC unroll 8
+      for (int s = 0; s < 16; ++s) offset += w[b].scales[s] * x.bsums[s];
+      __m256i isum = _mm256_setzero_si256();
+      #pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * v));
+        isum = _mm256_add_epi32(isum, DotU8S8(q[v], xv, scales[v]));
+      }
+      const __m256 sum = _mm256_sub_ps(_mm256_cvtepi32_ps(isum),
+                                       _mm256_set_ps(0, 0, 0, 0, 0, 0, 0, 32.0f * offset));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * dw), sum, acc[t]);
+    }
   }
-  return HorizontalSum(acc);
+  #pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) y[t * ldy] = HorizontalSum(acc[t]);
 }
 
 }  // namespace
@@ -148,13 +201,53 @@ bool QuantDotAvx2Supported() {
   return supported;
 }
 
-float VecDotRowAvx2(GgmlType type, const uint8_t* w, const void* xq, int64_t cols) {
+namespace {
+
+// Runs kernel<T> on the tokens in chunks of T = 8, 4, 2, 1.
+template <void (*kEight)(const uint8_t*, const uint8_t*, int64_t, int64_t, float*, int64_t),
+          void (*kFour)(const uint8_t*, const uint8_t*, int64_t, int64_t, float*, int64_t),
+          void (*kTwo)(const uint8_t*, const uint8_t*, int64_t, int64_t, float*, int64_t),
+          void (*kOne)(const uint8_t*, const uint8_t*, int64_t, int64_t, float*, int64_t)>
+void Chunked(const uint8_t* w, const uint8_t* xq, int64_t x_bytes, int64_t n, int64_t cols,
+             float* y, int64_t ldy) {
+  int64_t t = 0;
+  for (; t + 8 <= n; t += 8) kEight(w, xq + t * x_bytes, x_bytes, cols, y + t * ldy, ldy);
+  if (n - t >= 4) {
+    kFour(w, xq + t * x_bytes, x_bytes, cols, y + t * ldy, ldy);
+    t += 4;
+  }
+  if (n - t >= 2) {
+    kTwo(w, xq + t * x_bytes, x_bytes, cols, y + t * ldy, ldy);
+    t += 2;
+  }
+  if (n - t >= 1) kOne(w, xq + t * x_bytes, x_bytes, cols, y + t * ldy, ldy);
+}
+
+}  // namespace
+
+void VecDotRowsAvx2(GgmlType type, const uint8_t* w, const uint8_t* xq, int64_t x_bytes,
+                    int64_t n, int64_t cols, float* y, int64_t ldy) {
   switch (type) {
-    case GgmlType::kQ4_0: return DotQ4_0(w, xq, cols);
-    case GgmlType::kQ4_K: return DotQ45K<false, BlockQ4_K>(w, xq, cols);
-    case GgmlType::kQ5_K: return DotQ45K<true, BlockQ5_K>(w, xq, cols);
-    case GgmlType::kQ6_K: return DotQ6K(w, xq, cols);
-    default: return VecDotRow(type, w, xq, cols);
+    case GgmlType::kQ4_0:
+      Chunked<RowsQ4_0<8>, RowsQ4_0<4>, RowsQ4_0<2>, RowsQ4_0<1>>(w, xq, x_bytes, n, cols, y,
+                                                                   ldy);
+      return;
+    case GgmlType::kQ4_K:
+      Chunked<RowsQ45K<8, false, BlockQ4_K>, RowsQ45K<4, false, BlockQ4_K>,
+              RowsQ45K<2, false, BlockQ4_K>, RowsQ45K<1, false, BlockQ4_K>>(w, xq, x_bytes, n,
+                                                                          cols, y, ldy);
+      return;
+    case GgmlType::kQ5_K:
+      Chunked<RowsQ45K<8, true, BlockQ5_K>, RowsQ45K<4, true, BlockQ5_K>,
+              RowsQ45K<2, true, BlockQ5_K>, RowsQ45K<1, true, BlockQ5_K>>(w, xq, x_bytes, n,
+                                                                        cols, y, ldy);
+      return;
+    case GgmlType::kQ6_K:
+      Chunked<RowsQ6K<8>, RowsQ6K<4>, RowsQ6K<2>, RowsQ6K<1>>(w, xq, x_bytes, n, cols, y, ldy);
+      return;
+    default:
+      VecDotRows(type, w, xq, x_bytes, n, cols, y, ldy);
+      return;
   }
 }
 
@@ -164,8 +257,9 @@ float VecDotRowAvx2(GgmlType type, const uint8_t* w, const void* xq, int64_t col
 
 namespace tandem::engine::cpu {
 bool QuantDotAvx2Supported() { return false; }
-float VecDotRowAvx2(GgmlType type, const uint8_t* w, const void* xq, int64_t cols) {
-  return VecDotRow(type, w, xq, cols);
+void VecDotRowsAvx2(GgmlType type, const uint8_t* w, const uint8_t* xq, int64_t x_bytes,
+                    int64_t n, int64_t cols, float* y, int64_t ldy) {
+  VecDotRows(type, w, xq, x_bytes, n, cols, y, ldy);
 }
 }  // namespace tandem::engine::cpu
 

@@ -322,24 +322,34 @@ TEST(QuantDotTest, MatchesTheDequantizedDot) {
 }
 
 // The AVX2 kernels compute the portable kernels' integer sums: equal up to
-// f32 summation order, on rows of many super-blocks.
+// f32 summation order, on rows of many super-blocks, for one token and for
+// batches that fill a chunk of tokens and leave a partial one.
 TEST(QuantDotTest, Avx2MatchesPortable) {
   if (!cpu::QuantDotAvx2Supported()) GTEST_SKIP() << "no AVX2 + FMA + F16C here";
   constexpr int64_t kCols = 4096;
   for (GgmlType type : kNewTypes) {
     SCOPED_TRACE(GgmlTypeName(type));
-    for (uint32_t seed = 1; seed <= 6; ++seed) {
-      const std::vector<float> w = Gaussian(kCols, seed, 0.05f);
-      const std::vector<float> x = Gaussian(kCols, 50 + seed, seed == 6 ? 100.0f : 1.0f);
+    for (int64_t n : {1, 11}) {
+      const std::vector<float> w = Gaussian(kCols, 3 + static_cast<uint32_t>(n), 0.05f);
       std::vector<uint8_t> wq(GgmlRowBytes(type, kCols));
       QuantizeRow(type, w.data(), wq.data(), kCols);
-      std::vector<uint8_t> xq(cpu::QuantActivationBytes(type, kCols));
-      cpu::QuantizeActivations(type, x.data(), kCols, xq.data());
-      const float portable = cpu::VecDotRow(type, wq.data(), xq.data(), kCols);
-      const float avx2 = cpu::VecDotRowAvx2(type, wq.data(), xq.data(), kCols);
-      double magnitude = 0;
-      for (int64_t c = 0; c < kCols; ++c) magnitude += std::fabs(double{w[c]} * x[c]);
-      EXPECT_NEAR(avx2, portable, 1e-5 * magnitude) << "seed " << seed;
+      const int64_t x_bytes = cpu::QuantActivationBytes(type, kCols);
+      std::vector<uint8_t> xq(n * x_bytes);
+      std::vector<double> magnitude(n);
+      for (int64_t t = 0; t < n; ++t) {
+        // Token 5 is large: the scales must not overflow.
+        const std::vector<float> x =
+            Gaussian(kCols, 50 + static_cast<uint32_t>(t), t == 5 ? 100.0f : 1.0f);
+        cpu::QuantizeActivations(type, x.data(), kCols, xq.data() + t * x_bytes);
+        for (int64_t c = 0; c < kCols; ++c) magnitude[t] += std::fabs(double{w[c]} * x[c]);
+      }
+      std::vector<float> avx2(n * 3, -1.0f);
+      cpu::VecDotRowsAvx2(type, wq.data(), xq.data(), x_bytes, n, kCols, avx2.data(), 3);
+      for (int64_t t = 0; t < n; ++t) {
+        const float portable = cpu::VecDotRow(type, wq.data(), xq.data() + t * x_bytes, kCols);
+        EXPECT_NEAR(avx2[t * 3], portable, 1e-5 * magnitude[t]) << "n " << n << " token " << t;
+        EXPECT_EQ(avx2[t * 3 + 1], -1.0f);  // only its column is written
+      }
     }
   }
 }
