@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "engine/cpu/attention_tile.h"
 #include "engine/cpu/kernels.h"
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -19,7 +20,7 @@
 namespace tandem::engine::cpu {
 namespace {
 
-constexpr int kTile = 16;         // keys per tile: two ymm of scores
+constexpr int kTile = kAttentionTile;  // two ymm of scores
 constexpr int kMaxHeadDim = 256;  // 32 ymm per head vector
 
 // e^x on 8 lanes: the same degree-7 polynomial on |r| <= ln2/2 as the
@@ -64,16 +65,9 @@ TANDEM_AVX2 inline float Max8(__m256 v) {
 // Elements d..d+7 of one key or value row, as f32.
 TANDEM_AVX2 inline __m256 Load8(const uint8_t* row, GgmlType dtype, int32_t d) {
   if (dtype == GgmlType::kF32) return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + d);
-  return _mm256_cvtph_ps(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + d)));
+  const auto* halves = reinterpret_cast<const uint16_t*>(row) + d;
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(halves)));
 }
-
-struct TileView {
-  const uint8_t* k;
-  const uint8_t* v;
-  int64_t row_bytes;
-  int32_t n;
-};
 
 // Scores of one query against the tile's keys read in place (decode).
 TANDEM_AVX2 inline void ScoresDirect(const float* q, const TileView& t, GgmlType dtype,
@@ -107,11 +101,6 @@ TANDEM_AVX2 inline void ScoresTransposed(const float* q, const float* kt, int32_
   _mm256_storeu_ps(s + 8, _mm256_add_ps(hi0, hi1));
 }
 
-struct RowState {
-  float max;
-  float sum;
-};
-
 // Folds one tile's (scaled) scores into a row's running softmax and output.
 TANDEM_AVX2 inline void Accumulate(const float* scores, int32_t visible, const TileView& t,
                                    GgmlType dtype, int32_t nv, RowState& st, float* acc) {
@@ -140,7 +129,9 @@ TANDEM_AVX2 inline void Accumulate(const float* scores, int32_t visible, const T
   for (int32_t base = 0; base < nv; base += 8) {
     const int32_t n = std::min(8, nv - base);
     __m256 out[8];
-    for (int32_t i = 0; i < n; ++i) out[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * (base + i)), corr);
+    for (int32_t i = 0; i < n; ++i) {
+      out[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * (base + i)), corr);
+    }
     for (int32_t j = 0; j < visible; ++j) {
       const __m256 w = _mm256_set1_ps(pj[j]);
       const uint8_t* row = t.v + j * t.row_bytes;
@@ -169,36 +160,22 @@ TANDEM_AVX2 void AttendGroupAvx2(const AttentionArgs& a, const AttentionSequence
   const int32_t bs = a.kv.block_size;
   const int32_t n_rows_heads = seq.n_rows * group;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t elem = GgmlBlockBytes(a.kv.dtype);
-  const int64_t row_bytes = static_cast<int64_t>(a.kv.kv_dim) * elem;
   const bool transpose = n_rows_heads >= 16;
 
-  // Scratch: kt [hd][16] | acc [rows*group][hd] | state [rows*group]
-  scratch.resize(static_cast<size_t>(hd) * kTile + static_cast<size_t>(n_rows_heads) * (hd + 2) +
-                 16);
-  float* kt = reinterpret_cast<float*>(
-      (reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t{63});
-  float* acc = kt + hd * kTile;
-  auto* state = reinterpret_cast<RowState*>(acc + static_cast<size_t>(n_rows_heads) * hd);
-  std::fill(acc, acc + static_cast<size_t>(n_rows_heads) * hd, 0.0f);
-  for (int32_t i = 0; i < n_rows_heads; ++i) {
-    state[i] = {-std::numeric_limits<float>::infinity(), 0.0f};
-  }
+  const GroupScratch scr = PrepareGroupScratch(scratch, hd, n_rows_heads);
+  float* kt = scr.kt;
+  float* acc = scr.acc;
+  RowState* state = scr.state;
   int32_t tile_n = 0;
   for (int32_t start = 0; start < n_ctx; start += tile_n) {
-    tile_n = std::min({bs - start % bs, kTile, n_ctx - start});
-    const uint8_t* block_base = a.kv.base + seq.blocks[start / bs] * a.kv.block_bytes;
-    const int64_t off = (start % bs) * row_bytes + static_cast<int64_t>(g) * hd * elem;
-    const TileView t{.k = block_base + a.kv.k_offset + off,
-                     .v = block_base + a.kv.v_offset + off,
-                     .row_bytes = row_bytes,
-                     .n = tile_n};
+    tile_n = TileKeys(bs, start, n_ctx);
+    const TileView t = TileAt(a, seq, g, start, tile_n);
     if (transpose) {
       alignas(32) float row[kMaxHeadDim];
       for (int32_t j = 0; j < kTile; ++j) {
         if (j < tile_n) {
           for (int32_t i = 0; i < nv; ++i) {
-            _mm256_store_ps(row + 8 * i, Load8(t.k + j * row_bytes, a.kv.dtype, 8 * i));
+            _mm256_store_ps(row + 8 * i, Load8(t.k + j * t.row_bytes, a.kv.dtype, 8 * i));
           }
         } else {
           std::fill(row, row + hd, 0.0f);
@@ -228,7 +205,8 @@ TANDEM_AVX2 void AttendGroupAvx2(const AttentionArgs& a, const AttentionSequence
     for (int32_t j = 0; j < group; ++j) {
       const size_t idx = static_cast<size_t>(r) * group + j;
       const __m256 inv = _mm256_set1_ps(1.0f / state[idx].sum);
-      float* dst = a.out + static_cast<int64_t>(seq.first_row + r) * q_stride + (g * group + j) * hd;
+      float* dst =
+          a.out + static_cast<int64_t>(seq.first_row + r) * q_stride + (g * group + j) * hd;
       for (int32_t i = 0; i < nv; ++i) {
         _mm256_storeu_ps(dst + 8 * i, _mm256_mul_ps(_mm256_loadu_ps(acc + idx * hd + 8 * i), inv));
       }

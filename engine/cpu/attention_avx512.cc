@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "engine/cpu/avx512_math.h"
+#include "engine/cpu/attention_tile.h"
 #include "engine/cpu/kernels.h"
 
 // GCC 12's _mm512_cvtph_ps starts from _mm512_undefined_ps(), which its
@@ -18,7 +19,7 @@
 namespace tandem::engine::cpu {
 namespace {
 
-constexpr int kTile = 16;         // keys per tile: one zmm of scores
+constexpr int kTile = kAttentionTile;  // one zmm of scores
 constexpr int kMaxHeadDim = 256;  // 16 zmm per head vector
 
 // 16 keys' or values' `d`-th..`d+15`-th elements of one row, as f32.
@@ -27,13 +28,6 @@ TANDEM_AVX512 inline __m512 Load16(const uint8_t* row, GgmlType dtype, int32_t d
   return _mm512_cvtph_ps(
       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(row) + d)));
 }
-
-struct TileView {
-  const uint8_t* k;  // first key row of the tile (this KV head's slice)
-  const uint8_t* v;
-  int64_t row_bytes;  // stride between slots
-  int32_t n;          // keys in the tile
-};
 
 // Scores of one query against the tile's keys, reading key rows in place
 // (decode: one or few rows per sequence, no transpose worth its cost).
@@ -68,11 +62,6 @@ TANDEM_AVX512 inline __m512 ScoresTransposed(const float* q, const float* kt, in
   }
   return _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
 }
-
-struct RowState {
-  float max;
-  float sum;
-};
 
 // Folds one tile's scores into a row's running softmax and output.
 TANDEM_AVX512 inline void Accumulate(__m512 s, int32_t visible, const TileView& t,
@@ -116,40 +105,26 @@ TANDEM_AVX512 void AttendGroupAvx512(const AttentionArgs& a, const AttentionSequ
   const int32_t bs = a.kv.block_size;
   const int32_t n_rows_heads = seq.n_rows * group;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t elem = GgmlBlockBytes(a.kv.dtype);
-  const int64_t row_bytes = static_cast<int64_t>(a.kv.kv_dim) * elem;
   // Transposing a tile costs about as much as scoring 16 rows against it.
   const bool transpose = n_rows_heads >= 16;
 
-  // Scratch: kt [hd][16] | acc [rows*group][hd] | state [rows*group]
-  scratch.resize(static_cast<size_t>(hd) * kTile + static_cast<size_t>(n_rows_heads) * (hd + 2) +
-                 16);
-  float* kt = reinterpret_cast<float*>(
-      (reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t{63});
-  float* acc = kt + hd * kTile;
-  auto* state = reinterpret_cast<RowState*>(acc + static_cast<size_t>(n_rows_heads) * hd);
-  std::fill(acc, acc + static_cast<size_t>(n_rows_heads) * hd, 0.0f);
-  for (int32_t i = 0; i < n_rows_heads; ++i) {
-    state[i] = {-std::numeric_limits<float>::infinity(), 0.0f};
-  }
+  const GroupScratch scr = PrepareGroupScratch(scratch, hd, n_rows_heads);
+  float* kt = scr.kt;
+  float* acc = scr.acc;
+  RowState* state = scr.state;
   // Queries scaled once, so scores come out scaled.
   const __m512 vscale = _mm512_set1_ps(scale);
 
   int32_t tile_n = 0;
   for (int32_t start = 0; start < n_ctx; start += tile_n) {
-    tile_n = std::min({bs - start % bs, kTile, n_ctx - start});
-    const uint8_t* block_base = a.kv.base + seq.blocks[start / bs] * a.kv.block_bytes;
-    const int64_t off = (start % bs) * row_bytes + static_cast<int64_t>(g) * hd * elem;
-    const TileView t{.k = block_base + a.kv.k_offset + off,
-                     .v = block_base + a.kv.v_offset + off,
-                     .row_bytes = row_bytes,
-                     .n = tile_n};
+    tile_n = TileKeys(bs, start, n_ctx);
+    const TileView t = TileAt(a, seq, g, start, tile_n);
     if (transpose) {
       alignas(64) float row[kMaxHeadDim];
       for (int32_t j = 0; j < kTile; ++j) {
         if (j < tile_n) {
           for (int32_t i = 0; i < nv; ++i) {
-            _mm512_store_ps(row + 16 * i, Load16(t.k + j * row_bytes, a.kv.dtype, 16 * i));
+            _mm512_store_ps(row + 16 * i, Load16(t.k + j * t.row_bytes, a.kv.dtype, 16 * i));
           }
         } else {
           std::fill(row, row + hd, 0.0f);
