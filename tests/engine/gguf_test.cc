@@ -516,8 +516,8 @@ TEST(GgufHostileTest, BadValueTypes) {
 
 TEST(GgufHostileTest, BadTensorTypes) {
   EXPECT_TRUE(FailsWith(OneTensorFile({32}, 99), {"tensor 't'", "99"}));
-  EXPECT_TRUE(
-      FailsWith(OneTensorFile({32}, 12), {"tensor 't'", "Q4_K"}, absl::StatusCode::kUnimplemented));
+  EXPECT_TRUE(FailsWith(OneTensorFile({32}, 23), {"tensor 't'", "IQ4_XS"},
+                        absl::StatusCode::kUnimplemented));
 }
 
 TEST(GgufHostileTest, BadShapes) {
@@ -531,6 +531,8 @@ TEST(GgufHostileTest, BadShapes) {
   EXPECT_TRUE(FailsWith(OneTensorFile({1ull << 31, 1ull << 31}), {"tensor 't'", "overflows"}));
   EXPECT_TRUE(FailsWith(OneTensorFile({1ull << 62}), {"tensor 't'", "overflows"}));
   EXPECT_TRUE(FailsWith(OneTensorFile({33}, 8), {"tensor 't'", "ne[0] = 33", "Q8_0", "32"}));
+  // A K-quant row holds whole 256-element super-blocks.
+  EXPECT_TRUE(FailsWith(OneTensorFile({32}, 12), {"tensor 't'", "ne[0] = 32", "Q4_K", "256"}));
 }
 
 TEST(GgufHostileTest, BadTensorOffsets) {

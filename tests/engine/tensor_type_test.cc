@@ -50,11 +50,12 @@ TEST(TensorTypeTest, Q8_0RoundTripIsWithinHalfAStep) {
 }
 
 TEST(TensorTypeTest, UnsupportedTypesAreNamed) {
-  auto s = GgmlTypeFromId(12);
+  auto s = GgmlTypeFromId(23);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("Q4_K"), std::string::npos);
+  EXPECT_NE(s.status().message().find("IQ4_XS"), std::string::npos);
   EXPECT_FALSE(GgmlTypeFromId(999).ok());
   EXPECT_EQ(*GgmlTypeFromId(8), GgmlType::kQ8_0);
+  EXPECT_EQ(*GgmlTypeFromId(12), GgmlType::kQ4_K);
 }
 
 }  // namespace
