@@ -1,6 +1,9 @@
 #include "engine/cpu/kernels.h"
 
 #include <cstdio>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <cstdlib>
 #include <string>
 
@@ -23,9 +26,13 @@ bool IsaSupported(Isa isa) {
       return true;
     case Isa::kAvx2: {
 #if defined(__x86_64__) && defined(__GNUC__)
-      static const bool supported = __builtin_cpu_supports("avx2") &&
-                                    __builtin_cpu_supports("fma") &&
-                                    __builtin_cpu_supports("f16c");
+      // F16C from cpuid leaf 1 (ECX bit 29): not every compiler's
+      // __builtin_cpu_supports knows its name.
+      static const bool supported = [] {
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+        return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+      }();
       return supported;
 #else
       return false;

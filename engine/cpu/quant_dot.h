@@ -52,10 +52,9 @@ float VecDotRow(GgmlType type, const uint8_t* w, const void* xq, int64_t cols);
 void VecDotRows(GgmlType type, const uint8_t* w, const uint8_t* xq, int64_t x_bytes, int64_t n,
                 int64_t cols, float* y, int64_t ldy);
 
-// The same with AVX2 + FMA + F16C for Q4_0, Q4_K, Q5_K and Q6_K (the same
-// integer sums; f32 summation order differs; each block unpacked once for
-// all the tokens), portable for the others. Needs QuantDotAvx2Supported()
-// (engine/cpu/quant_dot_avx2.cc).
+// The same with AVX2 + FMA + F16C (the same integer sums; f32 summation
+// order differs; each block unpacked once for all the tokens). Needs
+// QuantDotAvx2Supported() (engine/cpu/quant_dot_avx2.cc).
 bool QuantDotAvx2Supported();
 void VecDotRowsAvx2(GgmlType type, const uint8_t* w, const uint8_t* xq, int64_t x_bytes,
                     int64_t n, int64_t cols, float* y, int64_t ldy);

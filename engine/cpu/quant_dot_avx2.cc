@@ -1,9 +1,12 @@
-// AVX2 versions of the quantized-activation dot products for the types most
-// models use (Q4_0, Q4_K, Q5_K, Q6_K): unsigned quants times signed 8-bit
-// activations with maddubs, scaled per sub-block with madd, one f32 multiply
-// per block, the same integer sums as the portable code; each block is
-// unpacked once for every token of a batch. Other types fall back to it.
+// AVX2 versions of the quantized-activation dot products for every
+// quantized type but Q8_0 (which has its own gemv): unsigned quants (or |w|
+// with the activations carrying w's sign) times signed 8-bit activations
+// with maddubs, scaled per sub-block with madd, one f32 multiply per block,
+// the same integer sums as the portable code; each block is unpacked once
+// for every token of a batch.
 #include "engine/cpu/quant_dot.h"
+
+#include "engine/cpu/kernels.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
@@ -193,13 +196,190 @@ TANDEM_AVX2 void RowsQ6K(const uint8_t* wrow, const uint8_t* xq, int64_t x_bytes
   for (int t = 0; t < T; ++t) y[t * ldy] = HorizontalSum(acc[t]);
 }
 
+// The fifth bits of a Q5_0 / Q5_1 block (bit j of qh for element j) as
+// 0x10 in the bytes whose bit is set.
+TANDEM_AVX2 inline __m256i FifthBits(const uint8_t* qh_bytes) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  const __m256i shuffle = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202,
+                                             0x0303030303030303);
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), shuffle);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+// The 32 nibbles of a legacy block in element order.
+TANDEM_AVX2 inline __m256i Nibbles(const uint8_t* qs) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed),
+                          _mm256_set1_epi8(0x0F));
+}
+
+template <int T>
+TANDEM_AVX2 void RowsQ5_0(const uint8_t* wrow, const uint8_t* xq, int64_t x_bytes, int64_t cols,
+                          float* y, int64_t ldy) {
+  const auto* w = reinterpret_cast<const BlockQ5_0*>(wrow);
+  const __m256i sixteen = _mm256_set1_epi8(16);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[T];
+  #pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < cols / kQK4; ++b) {
+    const __m256i ws =
+        _mm256_sub_epi8(_mm256_or_si256(Nibbles(w[b].qs), FifthBits(w[b].qh)), sixteen);
+    const __m256i wabs = _mm256_sign_epi8(ws, ws);
+    const float dw = H(w[b].d);
+    #pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const BlockQ8_0& x = Act<BlockQ8_0>(xq, x_bytes, t, b);
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+      const __m256i dot = DotU8S8(wabs, _mm256_sign_epi8(xv, ws), ones);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * H(x.d)), _mm256_cvtepi32_ps(dot), acc[t]);
+    }
+  }
+  #pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) y[t * ldy] = HorizontalSum(acc[t]);
+}
+
+// Q4_1 / Q5_1: unsigned quants, the min through the activations' d * sum.
+template <int T, bool kFiveBits, typename Block>
+TANDEM_AVX2 void RowsWithMin(const uint8_t* wrow, const uint8_t* xq, int64_t x_bytes,
+                             int64_t cols, float* y, int64_t ldy) {
+  const auto* w = reinterpret_cast<const Block*>(wrow);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[T];
+  float mins[T];
+  #pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+    acc[t] = _mm256_setzero_ps();
+    mins[t] = 0;
+  }
+  for (int64_t b = 0; b < cols / kQK4; ++b) {
+    __m256i q = Nibbles(w[b].qs);
+    if constexpr (kFiveBits) q = _mm256_or_si256(q, FifthBits(w[b].qh));
+    const float dw = H(w[b].d), mw = H(w[b].m);
+    #pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const BlockQ8_1& x = Act<BlockQ8_1>(xq, x_bytes, t, b);
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs));
+      const __m256i dot = DotU8S8(q, xv, ones);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * H(x.d)), _mm256_cvtepi32_ps(dot), acc[t]);
+      mins[t] += mw * H(x.s);
+    }
+  }
+  #pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) y[t * ldy] = HorizontalSum(acc[t]) + mins[t];
+}
+
+// Q2_K / Q3_K: the 2-bit planes of a super-block as 8 vectors of 32
+// quants (element order: half h, plane p -> vector 4h + p).
+TANDEM_AVX2 inline void Planes(const uint8_t* qs, __m256i* q) {
+  const __m256i three = _mm256_set1_epi8(3);
+  #pragma GCC unroll 8
+  for (int half = 0; half < 2; ++half) {
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * half));
+    #pragma GCC unroll 8
+    for (int p = 0; p < 4; ++p) {
+      q[4 * half + p] = _mm256_and_si256(_mm256_srli_epi16(bytes, 2 * p), three);
+    }
+  }
+}
+
+template <int T>
+TANDEM_AVX2 void RowsQ2K(const uint8_t* wrow, const uint8_t* xq, int64_t x_bytes, int64_t cols,
+                         float* y, int64_t ldy) {
+  const auto* w = reinterpret_cast<const BlockQ2_K*>(wrow);
+  __m256 acc[T];
+  float mins_sum[T];
+  #pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+    acc[t] = _mm256_setzero_ps();
+    mins_sum[t] = 0;
+  }
+  for (int64_t b = 0; b < cols / kQKK; ++b) {
+    __m256i q[8], scales[8];
+    Planes(w[b].qs, q);
+    #pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) {
+      scales[v] = _mm256_set_m128i(_mm_set1_epi16(w[b].scales[2 * v + 1] & 0xF),
+                                   _mm_set1_epi16(w[b].scales[2 * v] & 0xF));
+    }
+    const float dw = H(w[b].d), dmw = H(w[b].dmin);
+    #pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const BlockQ8K& x = Act<BlockQ8K>(xq, x_bytes, t, b);
+      __m256i isum = _mm256_setzero_si256();
+      #pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * v));
+        isum = _mm256_add_epi32(isum, DotU8S8(q[v], xv, scales[v]));
+      }
+      int mins = 0;
+      #pragma GCC unroll 8
+      for (int j = 0; j < 16; ++j) mins += x.bsums[j] * (w[b].scales[j] >> 4);
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * dw), _mm256_cvtepi32_ps(isum), acc[t]);
+      mins_sum[t] += x.d * dmw * static_cast<float>(mins);
+    }
+  }
+  #pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) y[t * ldy] = HorizontalSum(acc[t]) - mins_sum[t];
+}
+
+template <int T>
+TANDEM_AVX2 void RowsQ3K(const uint8_t* wrow, const uint8_t* xq, int64_t x_bytes, int64_t cols,
+                         float* y, int64_t ldy) {
+  const auto* w = reinterpret_cast<const BlockQ3_K*>(wrow);
+  const __m256i one = _mm256_set1_epi8(1);
+  __m256 acc[T];
+  #pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < cols / kQKK; ++b) {
+    // q = low 2 bits | high bit << 2 (0..7); the value is q - 4, the -4
+    // going through the activations' sums.
+    __m256i q[8], scales[8];
+    Planes(w[b].qs, q);
+    const __m256i hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].hmask));
+    #pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) {
+      const __m256i h = _mm256_and_si256(_mm256_srli_epi16(hmask, v), one);
+      q[v] = _mm256_or_si256(q[v], _mm256_slli_epi16(h, 2));
+    }
+    int16_t sc[16];
+    for (int j = 0; j < 16; ++j) {
+      const int low = j < 8 ? w[b].scales[j] & 0xF : w[b].scales[j - 8] >> 4;
+      const int high = (w[b].scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+      sc[j] = static_cast<int16_t>((low | (high << 4)) - 32);
+    }
+    #pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) {
+      scales[v] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * v + 1]), _mm_set1_epi16(sc[2 * v]));
+    }
+    const float dw = H(w[b].d);
+    #pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const BlockQ8K& x = Act<BlockQ8K>(xq, x_bytes, t, b);
+      int offset = 0;
+      #pragma GCC unroll 8
+      for (int j = 0; j < 16; ++j) offset += sc[j] * x.bsums[j];
+      __m256i isum = _mm256_setzero_si256();
+      #pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * v));
+        isum = _mm256_add_epi32(isum, DotU8S8(q[v], xv, scales[v]));
+      }
+      const __m256 sum = _mm256_sub_ps(_mm256_cvtepi32_ps(isum),
+                                       _mm256_set_ps(0, 0, 0, 0, 0, 0, 0, 4.0f * offset));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * dw), sum, acc[t]);
+    }
+  }
+  #pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) y[t * ldy] = HorizontalSum(acc[t]);
+}
+
 }  // namespace
 
-bool QuantDotAvx2Supported() {
-  static const bool supported = __builtin_cpu_supports("avx2") &&
-                                __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  return supported;
-}
+bool QuantDotAvx2Supported() { return IsaSupported(Isa::kAvx2); }
 
 namespace {
 
@@ -244,6 +424,26 @@ void VecDotRowsAvx2(GgmlType type, const uint8_t* w, const uint8_t* xq, int64_t 
       return;
     case GgmlType::kQ6_K:
       Chunked<RowsQ6K<8>, RowsQ6K<4>, RowsQ6K<2>, RowsQ6K<1>>(w, xq, x_bytes, n, cols, y, ldy);
+      return;
+    case GgmlType::kQ5_0:
+      Chunked<RowsQ5_0<8>, RowsQ5_0<4>, RowsQ5_0<2>, RowsQ5_0<1>>(w, xq, x_bytes, n, cols, y,
+                                                                   ldy);
+      return;
+    case GgmlType::kQ4_1:
+      Chunked<RowsWithMin<8, false, BlockQ4_1>, RowsWithMin<4, false, BlockQ4_1>,
+              RowsWithMin<2, false, BlockQ4_1>, RowsWithMin<1, false, BlockQ4_1>>(
+          w, xq, x_bytes, n, cols, y, ldy);
+      return;
+    case GgmlType::kQ5_1:
+      Chunked<RowsWithMin<8, true, BlockQ5_1>, RowsWithMin<4, true, BlockQ5_1>,
+              RowsWithMin<2, true, BlockQ5_1>, RowsWithMin<1, true, BlockQ5_1>>(
+          w, xq, x_bytes, n, cols, y, ldy);
+      return;
+    case GgmlType::kQ2_K:
+      Chunked<RowsQ2K<8>, RowsQ2K<4>, RowsQ2K<2>, RowsQ2K<1>>(w, xq, x_bytes, n, cols, y, ldy);
+      return;
+    case GgmlType::kQ3_K:
+      Chunked<RowsQ3K<8>, RowsQ3K<4>, RowsQ3K<2>, RowsQ3K<1>>(w, xq, x_bytes, n, cols, y, ldy);
       return;
     default:
       VecDotRows(type, w, xq, x_bytes, n, cols, y, ldy);
