@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <span>
 #include <string_view>
 
@@ -77,6 +78,9 @@ class Backend {
 
 struct CpuBackendOptions {
   int threads = 2;  // size of the compute pool (OpenMP); 0 = all cores
+  // The kernel table: "portable", "avx2" or "avx512", which this CPU must
+  // have; empty: the best it has (or the one TANDEM_ISA names).
+  std::string isa = "";
 };
 
 std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options);

@@ -2,12 +2,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/cpu/kernels.h"
 
 namespace tandem::engine {
 
 std::vector<common::FlagSpec> EngineFlagSpecs() {
   return {
       {.name = "threads", .default_value = "2", .help = "compute threads"},
+      {.name = "isa", .default_value = "",
+       .help = "CPU kernel table: portable, avx2 or avx512 (this CPU must have it); empty = "
+               "the best it has, or the environment variable TANDEM_ISA"},
       {.name = "max-context", .default_value = "0",
        .help = "cap on each sequence's tokens (KV and RoPE tables); 0 = the model's "
                "trained context length"},
@@ -28,6 +32,19 @@ std::vector<common::FlagSpec> EngineFlagSpecs() {
 absl::StatusOr<EngineSetup> EngineSetupFromArgs(const common::Args& args) {
   EngineSetup s;
   ASSIGN_OR_RETURN(s.backend.threads, args.IntInRange("threads", 1, 256));
+  s.backend.isa = args.String("isa");
+  if (!s.backend.isa.empty()) {
+    const std::optional<cpu::Isa> isa = cpu::IsaFromName(s.backend.isa);
+    if (!isa.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--isa: \"", s.backend.isa, "\" is not portable, avx2 or avx512"));
+    }
+    if (!cpu::IsaSupported(*isa)) {
+      return absl::InvalidArgumentError(absl::StrCat("--isa: this CPU lacks ", s.backend.isa,
+                                                     "; its best is ",
+                                                     std::string(cpu::IsaName(cpu::DetectIsa()))));
+    }
+  }
   ASSIGN_OR_RETURN(s.engine.max_context, args.IntInRange("max-context", 0, 1 << 24));
   ASSIGN_OR_RETURN(int32_t mb, args.IntInRange("kv-budget-mb", 1, 1 << 20));
   s.engine.kv.budget_bytes = int64_t{mb} << 20;

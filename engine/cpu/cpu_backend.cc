@@ -95,7 +95,10 @@ std::unique_ptr<Backend> MakeCpuBackendWithIsa(const CpuBackendOptions& options,
 }  // namespace cpu
 
 std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options) {
-  return cpu::MakeCpuBackendWithIsa(options, cpu::DetectIsa());
+  if (options.isa.empty()) return cpu::MakeCpuBackendWithIsa(options, cpu::DetectIsa());
+  const std::optional<cpu::Isa> isa = cpu::IsaFromName(options.isa);
+  TANDEM_CHECK(isa.has_value(), "CpuBackendOptions::isa names a kernel table") << options.isa;
+  return cpu::MakeCpuBackendWithIsa(options, *isa);
 }
 
 }  // namespace tandem::engine

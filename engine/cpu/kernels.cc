@@ -20,6 +20,13 @@ std::string_view IsaName(Isa isa) {
   return "?";
 }
 
+std::optional<Isa> IsaFromName(std::string_view name) {
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+    if (IsaName(isa) == name) return isa;
+  }
+  return std::nullopt;
+}
+
 bool IsaSupported(Isa isa) {
   switch (isa) {
     case Isa::kPortable:
@@ -64,9 +71,8 @@ Isa DetectIsa() {
     // with a warning.
     const char* forced = std::getenv("TANDEM_ISA");
     if (forced == nullptr || *forced == '\0') return best;
-    for (Isa candidate : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
-      if (IsaName(candidate) != forced) continue;
-      if (IsaSupported(candidate)) return candidate;
+    if (const std::optional<Isa> named = IsaFromName(forced); named.has_value()) {
+      if (IsaSupported(*named)) return *named;
       std::fprintf(stderr, "TANDEM_ISA=%s: this CPU lacks it; using %s\n", forced,
                    std::string(IsaName(best)).c_str());
       return best;

@@ -7,6 +7,7 @@
 #define TANDEM_ENGINE_CPU_KERNELS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "engine/tensor_type.h"
@@ -22,6 +23,8 @@ enum class Isa {
 };
 
 std::string_view IsaName(Isa isa);
+// The ISA IsaName gives `name`, or nullopt.
+std::optional<Isa> IsaFromName(std::string_view name);
 // The best ISA this CPU supports, or the one the environment variable
 // TANDEM_ISA names ("portable", "avx2", "avx512") when this CPU has it;
 // decided once.

@@ -102,8 +102,14 @@ TEST(CliTest, EveryKernelTableTellsTheSameStory) {
     // The table runs where this CPU has it; else the best one, with a warning.
     if (r.out.find("lacks it") == std::string::npos) {
       EXPECT_THAT(r.out, HasSubstr("backend cpu-" + isa));
+      // The flag does the same.
+      const Result flag = Shell(Tandem() + run + " --isa " + isa);
+      EXPECT_THAT(flag.out, HasSubstr("backend cpu-" + isa));
     }
   }
+  const Result bad = Shell(Tandem() + run + " --isa avx9000");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.out, HasSubstr("--isa"));
 }
 
 TEST(CliTest, QuantizeWritesAModelThatGenerates) {
