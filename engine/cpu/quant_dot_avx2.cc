@@ -73,6 +73,20 @@ TANDEM_AVX2 void RowsQ4_0(const uint8_t* wrow, const uint8_t* xq, int64_t x_byte
   for (int t = 0; t < T; ++t) y[t * ldy] = HorizontalSum(acc[t]);
 }
 
+// A token's dot with a super-block unpacked to 8 vectors of 32 unsigned
+// quants, each vector's two 16-element halves scaled by its scales (int16
+// lanes): the exact integer sum, in 8 int32 lanes.
+TANDEM_AVX2 inline __m256i SuperBlockDot(const __m256i (&q)[8], const __m256i (&scales)[8],
+                                         const int8_t* xqs) {
+  __m256i isum = _mm256_setzero_si256();
+  #pragma GCC unroll 8
+  for (int v = 0; v < 8; ++v) {
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xqs + 32 * v));
+    isum = _mm256_add_epi32(isum, DotU8S8(q[v], xv, scales[v]));
+  }
+  return isum;
+}
+
 // Q4_K / Q5_K: the 6-bit scales and mins of the 8 sub-blocks.
 inline void ScalesMins(const uint8_t* q, uint8_t* sc, uint8_t* m) {
   for (int j = 0; j < 4; ++j) {
@@ -120,16 +134,14 @@ TANDEM_AVX2 void RowsQ45K(const uint8_t* wrow, const uint8_t* xq, int64_t x_byte
         q[2 * g + 1] = _mm256_or_si256(q[2 * g + 1], _mm256_slli_epi16(h1, 4));
       }
     }
+    __m256i scales[8];
+    #pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) scales[v] = _mm256_set1_epi16(sc[v]);
     const float dw = H(w[b].d), dmw = H(w[b].dmin);
     #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const BlockQ8K& x = Act<BlockQ8K>(xq, x_bytes, t, b);
-      __m256i isum = _mm256_setzero_si256();
-      #pragma GCC unroll 8
-      for (int s = 0; s < 8; ++s) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * s));
-        isum = _mm256_add_epi32(isum, DotU8S8(q[s], xv, _mm256_set1_epi16(sc[s])));
-      }
+      const __m256i isum = SuperBlockDot(q, scales, x.qs);
       int mins = 0;
       #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) mins += m[j] * (x.bsums[2 * j] + x.bsums[2 * j + 1]);
@@ -181,12 +193,7 @@ TANDEM_AVX2 void RowsQ6K(const uint8_t* wrow, const uint8_t* xq, int64_t x_bytes
       int offset = 0;
       #pragma GCC unroll 8
       for (int s = 0; s < 16; ++s) offset += w[b].scales[s] * x.bsums[s];
-      __m256i isum = _mm256_setzero_si256();
-      #pragma GCC unroll 8
-      for (int v = 0; v < 8; ++v) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * v));
-        isum = _mm256_add_epi32(isum, DotU8S8(q[v], xv, scales[v]));
-      }
+      const __m256i isum = SuperBlockDot(q, scales, x.qs);
       const __m256 sum = _mm256_sub_ps(_mm256_cvtepi32_ps(isum),
                                        _mm256_set_ps(0, 0, 0, 0, 0, 0, 0, 32.0f * offset));
       acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * dw), sum, acc[t]);
@@ -309,12 +316,7 @@ TANDEM_AVX2 void RowsQ2K(const uint8_t* wrow, const uint8_t* xq, int64_t x_bytes
     #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const BlockQ8K& x = Act<BlockQ8K>(xq, x_bytes, t, b);
-      __m256i isum = _mm256_setzero_si256();
-      #pragma GCC unroll 8
-      for (int v = 0; v < 8; ++v) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * v));
-        isum = _mm256_add_epi32(isum, DotU8S8(q[v], xv, scales[v]));
-      }
+      const __m256i isum = SuperBlockDot(q, scales, x.qs);
       int mins = 0;
       #pragma GCC unroll 8
       for (int j = 0; j < 16; ++j) mins += x.bsums[j] * (w[b].scales[j] >> 4);
@@ -362,12 +364,7 @@ TANDEM_AVX2 void RowsQ3K(const uint8_t* wrow, const uint8_t* xq, int64_t x_bytes
       int offset = 0;
       #pragma GCC unroll 8
       for (int j = 0; j < 16; ++j) offset += sc[j] * x.bsums[j];
-      __m256i isum = _mm256_setzero_si256();
-      #pragma GCC unroll 8
-      for (int v = 0; v < 8; ++v) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * v));
-        isum = _mm256_add_epi32(isum, DotU8S8(q[v], xv, scales[v]));
-      }
+      const __m256i isum = SuperBlockDot(q, scales, x.qs);
       const __m256 sum = _mm256_sub_ps(_mm256_cvtepi32_ps(isum),
                                        _mm256_set_ps(0, 0, 0, 0, 0, 0, 0, 4.0f * offset));
       acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * dw), sum, acc[t]);
