@@ -87,16 +87,20 @@ TANDEM_AVX2 inline __m256i SuperBlockDot(const __m256i (&q)[8], const __m256i (&
   return isum;
 }
 
-// Q4_K / Q5_K: the 6-bit scales and mins of the 8 sub-blocks.
-inline void ScalesMins(const uint8_t* q, uint8_t* sc, uint8_t* m) {
-  for (int j = 0; j < 4; ++j) {
-    sc[j] = q[j] & 63;
-    m[j] = q[j + 4] & 63;
-  }
-  for (int j = 4; j < 8; ++j) {
-    sc[j] = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    m[j] = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
+// Q4_K / Q5_K: the 8 6-bit scales (bytes 0..7) and mins (bytes 8..15) of
+// a super-block, rearranged from their 12 packed bytes four at a time.
+TANDEM_AVX2 inline __m128i ScalesMins(const uint8_t* packed) {
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, packed, 12);
+  // Sub-blocks 4..7: low 4 bits from bytes 8..11, high 2 from the tops of
+  // bytes 0..3 (scales) and 4..7 (mins).
+  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
+  const uint32_t mins_low = u[1] & kLow6;
+  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
+  u[2] = mins_low;
+  u[0] &= kLow6;
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
 }
 
 template <int T, bool kFiveBits, typename Block>
@@ -113,8 +117,10 @@ TANDEM_AVX2 void RowsQ45K(const uint8_t* wrow, const uint8_t* xq, int64_t x_byte
     mins_sum[t] = 0;
   }
   for (int64_t b = 0; b < cols / kQKK; ++b) {
-    uint8_t sc[8], m[8];
-    ScalesMins(w[b].scales, sc, m);
+    const __m128i sm = ScalesMins(w[b].scales);
+    const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+    // Each scale broadcast to the 16-bit lanes of a vector.
+    const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
     // The 256 quants as 8 vectors of 32 (sub-block order).
     __m256i q[8];
     [[maybe_unused]] __m256i qh;
@@ -136,17 +142,24 @@ TANDEM_AVX2 void RowsQ45K(const uint8_t* wrow, const uint8_t* xq, int64_t x_byte
     }
     __m256i scales[8];
     #pragma GCC unroll 8
-    for (int v = 0; v < 8; ++v) scales[v] = _mm256_set1_epi16(sc[v]);
+    for (int v = 0; v < 8; ++v) {
+      const auto word_v = static_cast<int16_t>(0x0100 * (2 * v + 1) + 2 * v);  // bytes 2v, 2v+1
+      scales[v] = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(word_v));
+    }
     const float dw = H(w[b].d), dmw = H(w[b].dmin);
     #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const BlockQ8K& x = Act<BlockQ8K>(xq, x_bytes, t, b);
       const __m256i isum = SuperBlockDot(q, scales, x.qs);
-      int mins = 0;
-      #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) mins += m[j] * (x.bsums[2 * j] + x.bsums[2 * j + 1]);
+      // sum_j m[j] * (bsums[2j] + bsums[2j + 1]).
+      const __m128i bsums = _mm_hadd_epi16(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums)),
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums + 8)));
+      __m128i mins = _mm_madd_epi16(mins16, bsums);
+      mins = _mm_hadd_epi32(mins, mins);
+      mins = _mm_hadd_epi32(mins, mins);
       acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(x.d * dw), _mm256_cvtepi32_ps(isum), acc[t]);
-      mins_sum[t] += x.d * dmw * static_cast<float>(mins);
+      mins_sum[t] += x.d * dmw * static_cast<float>(_mm_cvtsi128_si32(mins));
     }
   }
   #pragma GCC unroll 8
