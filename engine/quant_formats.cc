@@ -20,17 +20,6 @@ uint32_t LoadU32(const uint8_t* p) {
 
 void StoreU32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
 
-// Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7).
-void ScaleMinK4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 void PackScaleMinK4(const uint8_t* ls, const uint8_t* lm, uint8_t* q) {
   std::memset(q, 0, 12);
   for (int j = 0; j < 8; ++j) {
@@ -42,15 +31,6 @@ void PackScaleMinK4(const uint8_t* ls, const uint8_t* lm, uint8_t* q) {
       q[j - 4] |= static_cast<uint8_t>((ls[j] >> 4) << 6);
       q[j] |= static_cast<uint8_t>((lm[j] >> 4) << 6);
     }
-  }
-}
-
-// Q3_K: the 16 signed 6-bit scales (stored + 32) from their 12 bytes.
-void UnpackScalesQ3K(const uint8_t* packed, int8_t* scales) {
-  for (int j = 0; j < 16; ++j) {
-    const int low = j < 8 ? packed[j] & 0xF : packed[j - 8] >> 4;
-    const int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
-    scales[j] = static_cast<int8_t>((low | (high << 4)) - 32);
   }
 }
 
@@ -187,6 +167,24 @@ int PlaneByte(int e) { return 32 * (e / 128) + e % 32; }
 int PlaneShift(int e) { return 2 * ((e % 128) / 32); }
 
 }  // namespace
+
+void ScaleMinK4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+void UnpackScalesQ3K(const uint8_t* packed, int8_t* scales) {
+  for (int j = 0; j < 16; ++j) {
+    const int low = j < 8 ? packed[j] & 0xF : packed[j - 8] >> 4;
+    const int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+    scales[j] = static_cast<int8_t>((low | (high << 4)) - 32);
+  }
+}
 
 // --- dequantizers ------------------------------------------------------------
 

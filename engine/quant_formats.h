@@ -104,6 +104,13 @@ struct BlockQ6_K {
 };
 static_assert(sizeof(BlockQ6_K) == 210);
 
+// The packed sub-block scales, as the dequantizers and dot products read
+// them. Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) of a
+// super-block's 12 scale bytes. Q3_K: its 16 signed 6-bit scales (stored
+// + 32 in 12 bytes).
+void ScaleMinK4(int j, const uint8_t* packed, uint8_t* scale, uint8_t* min);
+void UnpackScalesQ3K(const uint8_t* packed, int8_t* scales);
+
 // Reference dequantizers: `n` elements (a multiple of the block size) from
 // blocks at `x` into `y`.
 void DequantizeRowQ4_0(const BlockQ4_0* x, float* y, int64_t n);

@@ -167,29 +167,13 @@ float DotQ3K(const uint8_t* wrow, const void* xq, int64_t cols) {
       q[e] = static_cast<int8_t>(q[e] - (hbit ? 0 : 4));
     }
     SubBlockSums(q, x[b].qs, sums);
-    // The signed 6-bit scales, unpacked as the reference dequantizer does.
-    int scales[16];
-    for (int j = 0; j < 16; ++j) {
-      const int low = j < 8 ? w[b].scales[j] & 0xF : w[b].scales[j - 8] >> 4;
-      const int high = (w[b].scales[8 + j % 4] >> (2 * (j / 4))) & 3;
-      scales[j] = (low | (high << 4)) - 32;
-    }
+    int8_t scales[16];
+    UnpackScalesQ3K(w[b].scales, scales);
     int isum = 0;
     for (int s = 0; s < 16; ++s) isum += scales[s] * sums[s];
     sum += x[b].d * H(w[b].d) * isum;
   }
   return sum;
-}
-
-// Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7).
-void ScaleMin(int j, const uint8_t* q, int* sc, int* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
 }
 
 template <typename Block, bool kFiveBits>
@@ -200,8 +184,8 @@ float DotQ45K(const uint8_t* wrow, const void* xq, int64_t cols) {
   for (int64_t b = 0; b < cols / kQKK; ++b) {
     int isum = 0, mins = 0;
     for (int sub = 0; sub < 8; ++sub) {
-      int sc, m;
-      ScaleMin(sub, w[b].scales, &sc, &m);
+      uint8_t sc, m;
+      ScaleMinK4(sub, w[b].scales, &sc, &m);
       mins += m * (x[b].bsums[2 * sub] + x[b].bsums[2 * sub + 1]);
       int sub_sum = 0;
       for (int l = 0; l < 32; ++l) {

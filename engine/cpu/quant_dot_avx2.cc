@@ -360,12 +360,8 @@ TANDEM_AVX2 void RowsQ3K(const uint8_t* wrow, const uint8_t* xq, int64_t x_bytes
       const __m256i h = _mm256_and_si256(_mm256_srli_epi16(hmask, v), one);
       q[v] = _mm256_or_si256(q[v], _mm256_slli_epi16(h, 2));
     }
-    int16_t sc[16];
-    for (int j = 0; j < 16; ++j) {
-      const int low = j < 8 ? w[b].scales[j] & 0xF : w[b].scales[j - 8] >> 4;
-      const int high = (w[b].scales[8 + j % 4] >> (2 * (j / 4))) & 3;
-      sc[j] = static_cast<int16_t>((low | (high << 4)) - 32);
-    }
+    int8_t sc[16];
+    UnpackScalesQ3K(w[b].scales, sc);
     #pragma GCC unroll 8
     for (int v = 0; v < 8; ++v) {
       scales[v] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * v + 1]), _mm_set1_epi16(sc[2 * v]));
