@@ -114,13 +114,12 @@ GgmlType ChooseType(const std::string& name, int64_t row_length, QuantMix mix, G
 }
 
 // A type whose blocks a row of `row_length` holds: llama-quantize's
-// fallbacks (its IQ4_NL for Q2_K / Q3_K, which this engine does not read,
-// becomes Q4_0), then F16.
+// fallbacks, then F16.
 GgmlType Fallback(GgmlType type, int64_t row_length) {
   if (row_length % GgmlBlockSize(type) == 0) return type;
   switch (type) {
     case GgmlType::kQ2_K:
-    case GgmlType::kQ3_K: type = GgmlType::kQ4_0; break;
+    case GgmlType::kQ3_K: type = GgmlType::kIQ4_NL; break;
     case GgmlType::kQ4_K: type = GgmlType::kQ5_0; break;
     case GgmlType::kQ5_K: type = GgmlType::kQ5_1; break;
     case GgmlType::kQ6_K: type = GgmlType::kQ8_0; break;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "engine/tensor_type.h"
 
@@ -298,6 +299,16 @@ void DequantizeRowQ6_K(const BlockQ6_K* x, float* y, int64_t n) {
   }
 }
 
+void DequantizeRowIQ4_NL(const BlockIQ4_NL* x, float* y, int64_t n) {
+  for (int64_t b = 0; b < n / kQK4; ++b, y += kQK4) {
+    const float d = H(x[b].d);
+    for (int j = 0; j < kQK4 / 2; ++j) {
+      y[j] = d * kIq4NlValues[x[b].qs[j] & 0xF];
+      y[j + 16] = d * kIq4NlValues[x[b].qs[j] >> 4];
+    }
+  }
+}
+
 // --- quantizers --------------------------------------------------------------
 
 void QuantizeRowQ4_0(const float* x, BlockQ4_0* y, int64_t n) {
@@ -311,6 +322,57 @@ void QuantizeRowQ4_0(const float* x, BlockQ4_0* y, int64_t n) {
       const int q0 = std::min(15, static_cast<int>(x[j] * id + 8.5f));
       const int q1 = std::min(15, static_cast<int>(x[j + 16] * id + 8.5f));
       y[b].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+    }
+  }
+}
+
+namespace {
+
+// Index of the IQ4_NL level nearest to v (the levels ascend).
+int NearestIq4NlLevel(float v) {
+  int best = 0;
+  for (int i = 1; i < 16; ++i) {
+    if (std::fabs(v - kIq4NlValues[i]) < std::fabs(v - kIq4NlValues[best])) best = i;
+  }
+  return best;
+}
+
+}  // namespace
+
+void QuantizeRowIQ4_NL(const float* x, BlockIQ4_NL* y, int64_t n) {
+  constexpr int kTries = 7;  // candidate scales each side of the extreme's
+  for (int64_t b = 0; b < n / kQK4; ++b, x += kQK4) {
+    float amax, max;
+    AbsMax(x, kQK4, &amax, &max);
+    uint8_t best_q[kQK4] = {};
+    float best_d = 0, best_err = std::numeric_limits<float>::infinity();
+    for (int t = -kTries; t <= kTries && amax > 0; ++t) {
+      // The extreme value lands on the table's first level (-127) moved by t.
+      const float inv = static_cast<float>(kIq4NlValues[0] + t) / max;
+      uint8_t q[kQK4];
+      double sum_xv = 0, sum_vv = 0;
+      for (int j = 0; j < kQK4; ++j) {
+        q[j] = static_cast<uint8_t>(NearestIq4NlLevel(inv * x[j]));
+        const double v = kIq4NlValues[q[j]];
+        sum_xv += x[j] * v;
+        sum_vv += v * v;
+      }
+      // The least-squares scale for these levels, rounded as it is stored.
+      const float d = H(ToH(static_cast<float>(sum_xv / sum_vv)));
+      float err = 0;
+      for (int j = 0; j < kQK4; ++j) {
+        const float e = x[j] - d * kIq4NlValues[q[j]];
+        err += e * e;
+      }
+      if (err < best_err) {
+        best_err = err;
+        best_d = d;
+        std::memcpy(best_q, q, kQK4);
+      }
+    }
+    y[b].d = ToH(best_d);
+    for (int j = 0; j < kQK4 / 2; ++j) {
+      y[b].qs[j] = static_cast<uint8_t>(best_q[j] | (best_q[j + 16] << 4));
     }
   }
 }

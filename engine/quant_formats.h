@@ -2,7 +2,9 @@
 // as GGUF files store them: the legacy 32-element blocks (Q4_0, Q4_1, Q5_0,
 // Q5_1) and the 256-element K-quant super-blocks (Q2_K .. Q6_K), with a
 // reference dequantizer per type written from the format's definition and
-// a quantizer (for `tandem quantize` and tests). The dequantizers are the
+// a quantizer (for `tandem quantize` and tests). IQ4_NL (the 4-bit
+// non-linear type llama-quantize falls back to for Q2_K / Q3_K rows that do
+// not fill a super-block) is a Q4_0-shaped block read through a table. The dequantizers are the
 // reference the fast kernels are tested against. Pure functions;
 // thread-safe.
 #ifndef TANDEM_ENGINE_QUANT_FORMATS_H_
@@ -22,6 +24,16 @@ struct BlockQ4_0 {
   uint8_t qs[kQK4 / 2];
 };
 static_assert(sizeof(BlockQ4_0) == 18);
+
+// IQ4_NL: x = d * kIq4NlValues[q], q in [0, 15], nibbles as Q4_0.
+struct BlockIQ4_NL {
+  uint16_t d;  // fp16
+  uint8_t qs[kQK4 / 2];
+};
+static_assert(sizeof(BlockIQ4_NL) == 18);
+// The format's 16 levels (part of its definition, as GGUF files use it).
+inline constexpr int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
 
 // Q4_1: x = d * q + m, q in [0, 15], nibbles as Q4_0.
 struct BlockQ4_1 {
@@ -115,6 +127,7 @@ void UnpackScalesQ3K(const uint8_t* packed, int8_t* scales);
 // blocks at `x` into `y`.
 void DequantizeRowQ4_0(const BlockQ4_0* x, float* y, int64_t n);
 void DequantizeRowQ4_1(const BlockQ4_1* x, float* y, int64_t n);
+void DequantizeRowIQ4_NL(const BlockIQ4_NL* x, float* y, int64_t n);
 void DequantizeRowQ5_0(const BlockQ5_0* x, float* y, int64_t n);
 void DequantizeRowQ5_1(const BlockQ5_1* x, float* y, int64_t n);
 void DequantizeRowQ2_K(const BlockQ2_K* x, float* y, int64_t n);
@@ -129,6 +142,9 @@ void DequantizeRowQ6_K(const BlockQ6_K* x, float* y, int64_t n);
 // error, then quantize the scales themselves.
 void QuantizeRowQ4_0(const float* x, BlockQ4_0* y, int64_t n);
 void QuantizeRowQ4_1(const float* x, BlockQ4_1* y, int64_t n);
+// IQ4_NL: per block, the scale of lowest squared error among candidates
+// that put the block's extreme value on or near each end of the table.
+void QuantizeRowIQ4_NL(const float* x, BlockIQ4_NL* y, int64_t n);
 void QuantizeRowQ5_0(const float* x, BlockQ5_0* y, int64_t n);
 void QuantizeRowQ5_1(const float* x, BlockQ5_1* y, int64_t n);
 void QuantizeRowQ2_K(const float* x, BlockQ2_K* y, int64_t n);

@@ -21,7 +21,6 @@ std::string_view UnsupportedGgmlName(uint32_t id) {
     case 17: return "IQ2_XS";
     case 18: return "IQ3_XXS";
     case 19: return "IQ1_S";
-    case 20: return "IQ4_NL";
     case 21: return "IQ3_S";
     case 22: return "IQ2_S";
     case 23: return "IQ4_XS";
@@ -100,6 +99,7 @@ constexpr TypeTraits kTraits[] = {
     TANDEM_QUANT_TRAITS(Q4_K, "Q4_K", kQKK),
     TANDEM_QUANT_TRAITS(Q5_K, "Q5_K", kQKK),
     TANDEM_QUANT_TRAITS(Q6_K, "Q6_K", kQKK),
+    TANDEM_QUANT_TRAITS(IQ4_NL, "IQ4_NL", kQK4),
 };
 
 #undef TANDEM_QUANT_TRAITS

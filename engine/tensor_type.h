@@ -27,6 +27,7 @@ enum class GgmlType : uint32_t {
   kQ4_K = 12,
   kQ5_K = 13,
   kQ6_K = 14,
+  kIQ4_NL = 20,
   kBF16 = 30,
 };
 
@@ -38,8 +39,8 @@ std::string_view GgmlTypeName(GgmlType type);
 // Parses a type's name: "f32", "q4_k", ... (case-insensitive).
 absl::StatusOr<GgmlType> GgmlTypeFromName(std::string_view name);
 
-// Elements per block (1 for plain types, 32 for Q8_0 and the legacy
-// quants, 256 for the K-quants).
+// Elements per block (1 for plain types, 32 for Q8_0, the legacy quants
+// and IQ4_NL, 256 for the K-quants).
 int64_t GgmlBlockSize(GgmlType type);
 // Bytes per block.
 int64_t GgmlBlockBytes(GgmlType type);

@@ -97,6 +97,22 @@ float DotSymmetric(const uint8_t* wrow, const void* xq, int64_t cols) {
   return sum;
 }
 
+// IQ4_NL: the table's levels times Q8_0 activations.
+float DotIq4Nl(const uint8_t* wrow, const void* xq, int64_t cols) {
+  const auto* w = reinterpret_cast<const BlockIQ4_NL*>(wrow);
+  const auto* x = static_cast<const BlockQ8_0*>(xq);
+  float sum = 0;
+  for (int64_t b = 0; b < cols / kQK4; ++b) {
+    int isum = 0;
+    for (int j = 0; j < kQK4 / 2; ++j) {
+      isum += kIq4NlValues[w[b].qs[j] & 0xF] * x[b].qs[j];
+      isum += kIq4NlValues[w[b].qs[j] >> 4] * x[b].qs[j + 16];
+    }
+    sum += static_cast<float>(isum) * (H(w[b].d) * H(x[b].d));
+  }
+  return sum;
+}
+
 template <typename Block, int kBits>
 float DotWithMin(const uint8_t* wrow, const void* xq, int64_t cols) {
   const auto* w = reinterpret_cast<const Block*>(wrow);
@@ -240,6 +256,7 @@ bool HasQuantDot(GgmlType type) {
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
+    case GgmlType::kIQ4_NL:
       return true;
     default:
       return false;
@@ -250,6 +267,7 @@ int64_t QuantActivationBytes(GgmlType type, int64_t cols) {
   switch (type) {
     case GgmlType::kQ4_0:
     case GgmlType::kQ5_0:
+    case GgmlType::kIQ4_NL:
       return cols / kQK4 * static_cast<int64_t>(sizeof(BlockQ8_0));
     case GgmlType::kQ4_1:
     case GgmlType::kQ5_1:
@@ -263,6 +281,7 @@ void QuantizeActivations(GgmlType type, const float* x, int64_t cols, void* out)
   switch (type) {
     case GgmlType::kQ4_0:
     case GgmlType::kQ5_0:
+    case GgmlType::kIQ4_NL:
       QuantizeQ8Legacy(x, cols, static_cast<BlockQ8_0*>(out));
       return;
     case GgmlType::kQ4_1:
@@ -286,6 +305,7 @@ float VecDotRow(GgmlType type, const uint8_t* w, const void* xq, int64_t cols) {
     case GgmlType::kQ4_K: return DotQ45K<BlockQ4_K, false>(w, xq, cols);
     case GgmlType::kQ5_K: return DotQ45K<BlockQ5_K, true>(w, xq, cols);
     case GgmlType::kQ6_K: return DotQ6K(w, xq, cols);
+    case GgmlType::kIQ4_NL: return DotIq4Nl(w, xq, cols);
     default:
       TANDEM_CHECK(false, "VecDotRow on a type without a quantized dot product")
           << GgmlTypeName(type);

@@ -44,20 +44,26 @@ inline const XBlock& Act(const uint8_t* xq, int64_t x_bytes, int64_t t, int64_t 
   return reinterpret_cast<const XBlock*>(xq + t * x_bytes)[b];
 }
 
-template <int T>
+// Q4_0 (q - 8) and IQ4_NL (the table's level q): one 18-byte block layout.
+template <int T, bool kTable>
 TANDEM_AVX2 void RowsQ4_0(const uint8_t* wrow, const uint8_t* xq, int64_t x_bytes, int64_t cols,
                           float* y, int64_t ldy) {
+  static_assert(sizeof(BlockQ4_0) == sizeof(BlockIQ4_NL));
   const auto* w = reinterpret_cast<const BlockQ4_0*>(wrow);
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i eight = _mm256_set1_epi8(8);
+  const __m256i levels = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues)));
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[T];
   #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < cols / kQK4; ++b) {
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
-    const __m256i ws = _mm256_sub_epi8(
-        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low4), eight);
+    const __m256i nibbles =
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low4);
+    const __m256i ws = kTable ? _mm256_shuffle_epi8(levels, nibbles)
+                              : _mm256_sub_epi8(nibbles, eight);
     // |w| times x carrying w's sign: maddubs needs one unsigned operand.
     const __m256i wabs = _mm256_sign_epi8(ws, ws);
     const float dw = H(w[b].d);
@@ -415,8 +421,12 @@ void VecDotRowsAvx2(GgmlType type, const uint8_t* w, const uint8_t* xq, int64_t 
                     int64_t n, int64_t cols, float* y, int64_t ldy) {
   switch (type) {
     case GgmlType::kQ4_0:
-      Chunked<RowsQ4_0<8>, RowsQ4_0<4>, RowsQ4_0<2>, RowsQ4_0<1>>(w, xq, x_bytes, n, cols, y,
-                                                                   ldy);
+      Chunked<RowsQ4_0<8, false>, RowsQ4_0<4, false>, RowsQ4_0<2, false>, RowsQ4_0<1, false>>(
+          w, xq, x_bytes, n, cols, y, ldy);
+      return;
+    case GgmlType::kIQ4_NL:
+      Chunked<RowsQ4_0<8, true>, RowsQ4_0<4, true>, RowsQ4_0<2, true>, RowsQ4_0<1, true>>(
+          w, xq, x_bytes, n, cols, y, ldy);
       return;
     case GgmlType::kQ4_K:
       Chunked<RowsQ45K<8, false, BlockQ4_K>, RowsQ45K<4, false, BlockQ4_K>,

@@ -108,6 +108,10 @@ TEST(ModelQuantizerTest, RowsAKQuantCannotHoldFallBackAsLlamaQuantizeDoes) {
   EXPECT_EQ(plan.at("blk.4.attn_v.weight"), GgmlType::kQ8_0);
   EXPECT_EQ(PlanOf(StoriesPath(), QuantMix::kQ5_K_S).at("blk.1.ffn_up.weight"),
             GgmlType::kQ5_1);  // Q5_K -> Q5_1
+  EXPECT_EQ(PlanOf(StoriesPath(), QuantMix::kQ3_K_M).at("blk.1.ffn_up.weight"),
+            GgmlType::kIQ4_NL);  // Q3_K -> IQ4_NL
+  EXPECT_EQ(PlanOf(StoriesPath(), QuantMix::kQ2_K).at("token_embd.weight"),
+            GgmlType::kIQ4_NL);  // Q2_K -> IQ4_NL
 }
 
 TEST(ModelQuantizerTest, KeepsEveryKeyAndRecordsTheMix) {
@@ -161,6 +165,25 @@ TEST(ModelQuantizerTest, StoriesAtQ8_0KeepsItsGreedyStory) {
   const std::vector<TokenEvent> q8 = Greedy(out, prompt, 24);
   ASSERT_EQ(f32.size(), q8.size());
   for (size_t i = 0; i < f32.size(); ++i) EXPECT_EQ(q8[i].token.id, f32[i].token.id) << i;
+}
+
+// stories260K's 64-wide rows take Q3_K_M to IQ4_NL nearly everywhere, as
+// llama-quantize does: the 4-bit model still tells the F32 model's story.
+TEST(ModelQuantizerTest, StoriesAtQ3_K_MRunsOnIq4Nl) {
+  const std::string out = TempPath("stories_q3km_run");
+  ASSERT_TRUE(QuantizeModel(StoriesPath(), out, QuantMix::kQ3_K_M).ok());
+  auto file = GgufFile::Open(out);
+  ASSERT_TRUE(file.ok());
+  int iq4nl = 0;
+  for (const auto& t : (*file)->tensors()) iq4nl += t.type == GgmlType::kIQ4_NL;
+  EXPECT_GT(iq4nl, 20);
+  auto model = Model::Load(StoriesPath());
+  ASSERT_TRUE(model.ok());
+  const std::vector<int32_t> prompt = (*model)->tokenizer().Encode("Once upon a time", {});
+  const std::vector<TokenEvent> f32 = Greedy(StoriesPath(), prompt, 8);
+  const std::vector<TokenEvent> q = Greedy(out, prompt, 8);
+  ASSERT_EQ(f32.size(), q.size());
+  for (size_t i = 0; i < f32.size(); ++i) EXPECT_EQ(q[i].token.id, f32[i].token.id) << i;
 }
 
 // Every mix: the quantized model against its own weights dequantized to F32

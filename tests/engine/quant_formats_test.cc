@@ -23,7 +23,8 @@ namespace {
 
 constexpr GgmlType kNewTypes[] = {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
                                   GgmlType::kQ5_1, GgmlType::kQ2_K, GgmlType::kQ3_K,
-                                  GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+                                  GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                                  GgmlType::kIQ4_NL};
 
 std::vector<float> Gaussian(int64_t n, uint32_t seed, float sigma = 1.0f) {
   std::mt19937 rng(seed);
@@ -213,6 +214,16 @@ TEST(QuantFormatsTest, LegacyDequantizersFollowTheirDefinitions) {
     EXPECT_EQ(y[j], 0.5f * (j - 8));
     EXPECT_EQ(y[j + 16], 0.5f * (15 - j - 8));
   }
+  BlockIQ4_NL nl;
+  nl.d = Half(0.5f);
+  for (int j = 0; j < 16; ++j) nl.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  DequantizeRowIQ4_NL(&nl, y, 32);
+  const float levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                            1,    13,   25,  38,  53,  69,  89,  113};
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], 0.5f * levels[j]);
+    EXPECT_EQ(y[j + 16], 0.5f * levels[15 - j]);
+  }
   DequantizeRowQ5_1(&q5, y, 32);
   EXPECT_EQ(y[0], 0.25f * 16 - 1.0f);
   EXPECT_EQ(y[1], 0.25f * 1 - 1.0f);
@@ -227,6 +238,7 @@ TEST(QuantFormatsTest, QuantizersStayWithinEachTypesError) {
   const std::vector<std::pair<GgmlType, double>> limits = {
       {GgmlType::kQ8_0, 0.01}, {GgmlType::kQ6_K, 0.03}, {GgmlType::kQ5_0, 0.06},
       {GgmlType::kQ5_1, 0.06}, {GgmlType::kQ5_K, 0.05}, {GgmlType::kQ4_0, 0.12},
+      {GgmlType::kIQ4_NL, 0.11},
       {GgmlType::kQ4_1, 0.12}, {GgmlType::kQ4_K, 0.10}, {GgmlType::kQ3_K, 0.22},
       {GgmlType::kQ2_K, 0.45}};
   for (const auto& [type, limit] : limits) {
