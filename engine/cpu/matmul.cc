@@ -33,7 +33,9 @@ void Sgemm(int64_t n, int64_t rows, int64_t cols, const float* x, const float* w
 
 }  // namespace
 
-MatMulPath ChoosePath(GgmlType type, int64_t n_tokens) {
+MatMulPath ChoosePath(GgmlType type, int64_t n_tokens, int64_t cols) {
+  const bool integer_dot = type == GgmlType::kQ8_0 || HasQuantDot(type);
+  if (integer_dot && cols > kShortRowCols) return MatMulPath::kGemv;
   const int64_t gemm_from = type == GgmlType::kF32 ? 32 : 64;
   return n_tokens >= gemm_from ? MatMulPath::kGemm : MatMulPath::kGemv;
 }
@@ -66,7 +68,7 @@ void MatMulRunner::Run(const WeightMatrix& w, const float* x, int64_t n_tokens, 
     std::memset(y, 0, n_tokens * w.rows * sizeof(float));
     return;
   }
-  if (path == MatMulPath::kAuto) path = ChoosePath(w.type, n_tokens);
+  if (path == MatMulPath::kAuto) path = ChoosePath(w.type, n_tokens, w.cols);
   if (path == MatMulPath::kGemm) {
     RunGemm(w, x, n_tokens, y);
   } else {

@@ -26,10 +26,16 @@ enum class MatMulPath {
 // read each weight once per call and reach ~250 GFLOP/s from L2 by n = 16),
 // sgemm beyond (it blocks x for cache; f32 weights need no dequantization,
 // so it wins earlier for them). Crossovers measured on the 2-core AVX-512
-// dev machine with tandem-kernels-bench. Numerics differ slightly between
-// the two for Q8_0: the gemv path quantizes x to int8 per 32-element block
-// (as llama.cpp does), the gemm path keeps x in f32.
-MatMulPath ChoosePath(GgmlType type, int64_t n_tokens);
+// dev machine with tandem-kernels-bench. Block-quantized weights (integer
+// dots against activations quantized per block, as llama.cpp computes them)
+// stay on the gemv path for any n unless their rows are short (`cols` <=
+// kShortRowCols): the gemm path dequantizes tiles of a fixed size, so long
+// rows make short tiles and sgemm repacks x for each one (a 1B model's
+// 64-token prompt at Q8_0: 52 tok/s through gemm, 160 through gemv; at 512
+// tokens 115 vs 136). Numerics differ slightly between the two: the gemv
+// path quantizes x per block, the gemm path keeps x in f32.
+inline constexpr int64_t kShortRowCols = 512;
+MatMulPath ChoosePath(GgmlType type, int64_t n_tokens, int64_t cols);
 
 // Below this many multiply-adds a call runs on the calling thread: an OpenMP
 // fork/join costs ~0.9 us on the dev machine, more than it saves (the

@@ -165,7 +165,7 @@ TEST_P(MatMulTest, MatchesReference) {
                        << static_cast<int>(path));
           std::vector<float> got(want.size(), std::nanf(""));
           runner.Run(w.matrix, x.data(), n, got.data(), path);
-          const MatMulPath taken = path == MatMulPath::kAuto ? ChoosePath(type, n) : path;
+          const MatMulPath taken = path == MatMulPath::kAuto ? ChoosePath(type, n, shape.cols) : path;
           const bool quantized_acts = q8 && taken == MatMulPath::kGemv;
           if (quantized_acts) {
             // Same quantization as the model: only f32 summation order differs.
@@ -205,6 +205,20 @@ TEST(MatMulDeterminismTest, ThreadCountDoesNotChangeResults) {
       EXPECT_EQ(one, two) << IsaName(isa) << " " << GgmlTypeName(type);
     }
   }
+}
+
+TEST(ChoosePathTest, LongQuantizedRowsStayOnIntegerDots) {
+  // Few tokens: gemv for every type.
+  EXPECT_EQ(ChoosePath(GgmlType::kF16, 8, 4096), MatMulPath::kGemv);
+  // Many tokens: sgemm for float weights and for short quantized rows...
+  EXPECT_EQ(ChoosePath(GgmlType::kF32, 32, 4096), MatMulPath::kGemm);
+  EXPECT_EQ(ChoosePath(GgmlType::kF16, 64, 4096), MatMulPath::kGemm);
+  EXPECT_EQ(ChoosePath(GgmlType::kQ4_K, 64, kShortRowCols), MatMulPath::kGemm);
+  EXPECT_EQ(ChoosePath(GgmlType::kQ8_0, 64, kShortRowCols), MatMulPath::kGemm);
+  // ...but long quantized rows keep their integer dots at any count.
+  EXPECT_EQ(ChoosePath(GgmlType::kQ8_0, 4096, 2048), MatMulPath::kGemv);
+  EXPECT_EQ(ChoosePath(GgmlType::kQ4_K, 4096, 2048), MatMulPath::kGemv);
+  EXPECT_EQ(ChoosePath(GgmlType::kIQ4_NL, 4096, 1024), MatMulPath::kGemv);
 }
 
 TEST(MatMulDeathTest, RejectsPartialQ8Blocks) {
