@@ -155,16 +155,22 @@ std::vector<TokenEvent> Greedy(const std::string& path, const std::vector<int32_
   return out;
 }
 
-TEST(ModelQuantizerTest, StoriesAtQ8_0KeepsItsGreedyStory) {
-  const std::string out = TempPath("stories_q8_run");
-  ASSERT_TRUE(QuantizeModel(StoriesPath(), out, QuantMix::kQ8_0).ok());
+// The quantized stories260K at `path` continues "Once upon a time" with the
+// F32 model's first `n` greedy tokens.
+void ExpectStoriesGreedyIds(const std::string& path, int32_t n) {
   auto model = Model::Load(StoriesPath());
   ASSERT_TRUE(model.ok());
   const std::vector<int32_t> prompt = (*model)->tokenizer().Encode("Once upon a time", {});
-  const std::vector<TokenEvent> f32 = Greedy(StoriesPath(), prompt, 24);
-  const std::vector<TokenEvent> q8 = Greedy(out, prompt, 24);
-  ASSERT_EQ(f32.size(), q8.size());
-  for (size_t i = 0; i < f32.size(); ++i) EXPECT_EQ(q8[i].token.id, f32[i].token.id) << i;
+  const std::vector<TokenEvent> f32 = Greedy(StoriesPath(), prompt, n);
+  const std::vector<TokenEvent> q = Greedy(path, prompt, n);
+  ASSERT_EQ(f32.size(), q.size());
+  for (size_t i = 0; i < f32.size(); ++i) EXPECT_EQ(q[i].token.id, f32[i].token.id) << i;
+}
+
+TEST(ModelQuantizerTest, StoriesAtQ8_0KeepsItsGreedyStory) {
+  const std::string out = TempPath("stories_q8_run");
+  ASSERT_TRUE(QuantizeModel(StoriesPath(), out, QuantMix::kQ8_0).ok());
+  ExpectStoriesGreedyIds(out, 24);
 }
 
 // stories260K's 64-wide rows take Q3_K_M to IQ4_NL nearly everywhere, as
@@ -177,13 +183,7 @@ TEST(ModelQuantizerTest, StoriesAtQ3_K_MRunsOnIq4Nl) {
   int iq4nl = 0;
   for (const auto& t : (*file)->tensors()) iq4nl += t.type == GgmlType::kIQ4_NL;
   EXPECT_GT(iq4nl, 20);
-  auto model = Model::Load(StoriesPath());
-  ASSERT_TRUE(model.ok());
-  const std::vector<int32_t> prompt = (*model)->tokenizer().Encode("Once upon a time", {});
-  const std::vector<TokenEvent> f32 = Greedy(StoriesPath(), prompt, 8);
-  const std::vector<TokenEvent> q = Greedy(out, prompt, 8);
-  ASSERT_EQ(f32.size(), q.size());
-  for (size_t i = 0; i < f32.size(); ++i) EXPECT_EQ(q[i].token.id, f32[i].token.id) << i;
+  ExpectStoriesGreedyIds(out, 8);
 }
 
 // Every mix: the quantized model against its own weights dequantized to F32
