@@ -16,6 +16,7 @@ tandem::v1::FinishReason ToProto(engine::FinishReason r) {
   switch (r) {
     case engine::FinishReason::kLength: return tandem::v1::FINISH_REASON_LENGTH;
     case engine::FinishReason::kEos: return tandem::v1::FINISH_REASON_EOS;
+    case engine::FinishReason::kStop: return tandem::v1::FINISH_REASON_STOP;
     default: return tandem::v1::FINISH_REASON_UNSPECIFIED;
   }
 }

@@ -108,7 +108,7 @@ absl::Status Engine::ValidateRequest(const GenerationRequest& request) const {
     return absl::InvalidArgumentError(absl::StrCat(
         "top_logprobs: ", request.top_logprobs, " is out of range [0, ", kMaxTopLogprobs, "]"));
   }
-  RETURN_IF_ERROR(ValidateSamplingParams(request.sampling));
+  RETURN_IF_ERROR(ValidateSamplingParams(request.sampling, tok.n_vocab()));
   const int64_t n = static_cast<int64_t>(request.prompt.size() + request.generated.size());
   if (n > options_.max_context) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -198,9 +198,16 @@ int64_t Engine::Enqueue(GenerationRequest request, std::shared_ptr<const KvSnaps
       .n_hashed = 0,
       .last_hash = kRootParentHash,
       .sampler = Sampler(SamplingParams{}),
+      .logits_processor = {},
       .import = std::move(import),
   });
   seq->sampler = Sampler(seq->request.sampling);
+  seq->logits_processor = LogitsProcessor(
+      seq->request.sampling, seq->request.ignore_eos ? std::span<const int32_t>()
+                                                     : model_.tokenizer().eog_ids());
+  seq->logits_processor.ObservePrompt(seq->request.prompt);
+  for (int32_t id : seq->request.generated) seq->logits_processor.ObserveGenerated(id);
+  if (first != nullptr) seq->logits_processor.ObserveGenerated(first->id);
   for (int32_t id : seq->request.prompt) seq->Append(id);
   // Tokens generated before this sequence existed (elsewhere, or by the
   // prefill side for `first`): computed with the prompt, and the draws that
@@ -545,15 +552,19 @@ void Engine::Update(const StepPlan& plan, const ForwardResult& result, StepOutpu
     seq.n_computed = c.start + c.count;
     HashFullBlocks(seq, out.blocks);
     if (seq.pending() > 0) continue;  // mid-prefill
+    const std::span<float> row = result.Row(result.first_row[i]);
+    seq.logits_processor.Apply(row);
     TokenEvent ev{.seq_id = seq.id,
-                  .token = seq.sampler.Sample(result.Row(result.first_row[i]),
-                                              seq.request.top_logprobs),
+                  .token = seq.sampler.Sample(row, seq.request.top_logprobs),
                   .finish = FinishReason::kNone,
                   .cached_tokens = seq.n_cached};
     seq.Append(ev.token.id);
     ++seq.n_generated;
+    seq.logits_processor.ObserveGenerated(ev.token.id);
     if (!seq.request.ignore_eos && tok.IsEog(ev.token.id)) {
       ev.finish = FinishReason::kEos;
+    } else if (seq.request.sampling.IsStopToken(ev.token.id)) {
+      ev.finish = FinishReason::kStop;
     } else if (seq.n_generated >= seq.request.max_tokens ||
                static_cast<int64_t>(seq.tokens.size()) > MaxSequenceLength() ||
                seq.next_position() > options_.max_context) {

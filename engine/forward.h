@@ -35,13 +35,14 @@ struct BatchChunk {
 
 // Views into the pass's scratch, valid until the next Run.
 struct ForwardResult {
-  const float* logits = nullptr;  // [n_rows, n_vocab]
+  // [n_rows, n_vocab]; the caller may adjust a row in place before sampling.
+  float* logits = nullptr;
   int32_t n_vocab = 0;
   // first_row[i]: the first logits row of chunk i (its last token's row when
   // all_logits is false, else its first token's).
   std::vector<int32_t> first_row;
 
-  std::span<const float> Row(int32_t row) const {
+  std::span<float> Row(int32_t row) const {
     return {logits + static_cast<int64_t>(row) * n_vocab, static_cast<size_t>(n_vocab)};
   }
 };

@@ -23,6 +23,7 @@ enum class FinishReason {
   kNone,       // still running
   kLength,     // max_tokens reached, or the sequence filled max_context
   kEos,        // an end-of-generation token was sampled
+  kStop,       // one of the request's stop_token_ids was sampled
   kCancelled,  // Cancel() was called
 };
 

@@ -15,6 +15,7 @@
 #include "engine/kv_snapshot.h"
 #include "engine/kv_tier.h"
 #include "engine/request.h"
+#include "engine/logits_processor.h"
 #include "engine/sampler.h"
 
 namespace tandem::engine {
@@ -46,6 +47,7 @@ struct Sequence {
   // `tokens` as the cache hashes them.
   bool rolled = false;
   Sampler sampler;
+  LogitsProcessor logits_processor;
   // KV computed elsewhere, copied into `blocks` when admitted: the whole
   // prompt (a prefill worker's hand-off, n_tokens == prompt size, the first
   // token appended) or a pulled prefix of it (GenerationRequest::prefix_kv).

@@ -70,11 +70,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& gguf
   return Tokenizer::FromGguf(**file);
 }
 
-std::string Tokenizer::Decode(std::span<const int32_t> ids) const {
+std::string Tokenizer::Decode(std::span<const int32_t> ids, bool special) const {
   std::string out;
   bool strip_space = remove_leading_space_;
   for (size_t i = 0; i < ids.size(); ++i) {
-    std::string piece = TokenBytes(ids[i]);
+    std::string piece = special && token_type(ids[i]) == TokenType::kControl
+                            ? TokenText(ids[i])
+                            : TokenBytes(ids[i]);
     if (strip_space && !(i == 0 && ids[i] == bos_id_ && bos_id_ >= 0)) {
       if (!piece.empty() && piece[0] == ' ') piece.erase(0, 1);
       strip_space = false;

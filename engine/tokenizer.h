@@ -58,7 +58,9 @@ class Tokenizer {
 
   // Concatenated TokenBytes. SPM drops the leading space that follows BOS
   // the way llama.cpp's detokenizer does when `remove_space_prefix` applies.
-  std::string Decode(std::span<const int32_t> ids) const;
+  // With `special`, control tokens render as their vocabulary text ("<s>")
+  // instead of "". Ids must be valid.
+  std::string Decode(std::span<const int32_t> ids, bool special = false) const;
 
   int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
   // The token's vocabulary string exactly as stored in the GGUF.
@@ -71,6 +73,7 @@ class Tokenizer {
   // End-of-generation: EOS, EOT, EOM and other tokens llama.cpp treats as
   // ending generation.
   bool IsEog(int32_t id) const;
+  std::span<const int32_t> eog_ids() const { return eog_ids_; }
   bool IsValidId(int64_t id) const { return id >= 0 && id < n_vocab(); }
 
  protected:

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
 #include "gateway/generate_call_children.h"
 #include "rpc/convert.h"
 #include "rpc/status.h"
@@ -38,12 +41,60 @@ GenerateCall::GenerateCall(const CallEnv& env, grpc::CallbackServerContext* ctx)
   env_.live->Enter();
 }
 
+namespace {
+
+constexpr char kRequestIdHeader[] = "x-request-id";
+
+// A request without a request id gets "req-" and 16 random hex digits.
+std::string NewRequestId() {
+  thread_local absl::BitGen gen;
+  return absl::StrCat("req-", absl::Hex(absl::Uniform<uint64_t>(gen), absl::kZeroPad16));
+}
+
+uint64_t DrawSeed() {
+  thread_local absl::BitGen gen;
+  return absl::Uniform<uint64_t>(gen);
+}
+
+absl::Status AssignRequestId(grpc::CallbackServerContext& ctx, ValidatedRequest& request) {
+  if (request.request_id.empty()) {
+    const auto& metadata = ctx.client_metadata();
+    if (auto it = metadata.find(kRequestIdHeader); it != metadata.end()) {
+      const std::string_view id(it->second.data(), it->second.size());
+      RETURN_IF_ERROR(ValidateRequestId(id, kRequestIdHeader));
+      request.request_id = std::string(id);
+    }
+  }
+  if (request.request_id.empty()) request.request_id = NewRequestId();
+  ctx.AddInitialMetadata(kRequestIdHeader, request.request_id);
+  return absl::OkStatus();
+}
+
+void LogEnd(const std::string& request_id, const absl::Status& status) {
+  // Failures the client did not cause are worth a line at the default level.
+  const bool server_side = status.code() == absl::StatusCode::kInternal ||
+                           status.code() == absl::StatusCode::kUnknown ||
+                           status.code() == absl::StatusCode::kDataLoss;
+  if (!common::LogEnabled(server_side ? common::LogLevel::kWarning : common::LogLevel::kDebug)) {
+    return;
+  }
+  common::LogLine("gateway") << "request " << (request_id.empty() ? "-" : request_id) << ": "
+                             << (status.ok() ? "OK" : status.ToString());
+}
+
+}  // namespace
+
 void GenerateCall::Begin(absl::StatusOr<ValidatedRequest> request, SessionTurn turn) {
   Next next;
   {
     absl::MutexLock lock(&mu_);
     if (ending_) return;  // the client went away first
     turn_ = std::move(turn);
+    if (request.ok()) {
+      // Filled in here, once for Generate and Chat alike.
+      if (absl::Status id = AssignRequestId(*ctx_, *request); !id.ok()) request = id;
+    }
+    if (request.ok() && !request->seed_given) request->sampling.seed = DrawSeed();
     if (!request.ok()) {
       next = End(request.status());
     } else {
@@ -75,12 +126,15 @@ void GenerateCall::Begin(absl::StatusOr<ValidatedRequest> request, SessionTurn t
         usage_.set_prompt_tokens(static_cast<int32_t>(prompt_tokens));
         env_.metrics->prompt_tokens.Increment(static_cast<double>(prompt_tokens));
         emitter_ = std::make_unique<TokenEmitter>(
-            *env_.tokenizer, EmitterOptions{.max_tokens = request_.max_tokens,
-                                            .ignore_eos = request_.ignore_eos,
-                                            .stop = request_.stop});
+            *env_.tokenizer,
+            EmitterOptions{.max_tokens = request_.max_tokens,
+                           .ignore_eos = request_.ignore_eos,
+                           .stop = request_.stop,
+                           .stop_token_ids = request_.sampling.stop_token_ids});
         prefill_request_.mutable_prompt_token_ids()->Assign(request_.prompt_ids.begin(),
                                                             request_.prompt_ids.end());
         rpc::SamplingToProto(request_.sampling, prefill_request_.mutable_sampling());
+        prefill_request_.set_request_id(request_.request_id);
         prefill_request_.set_top_logprobs(request_.top_logprobs);
       }
     }
@@ -347,6 +401,11 @@ bool GenerateCall::Prepare(std::vector<tandem::v1::Token>& tokens) {
   }
   if (tokens.empty() && !emitter_->finished()) return false;
   response_.Clear();
+  if (!sent_first_) {
+    sent_first_ = true;
+    response_.set_seed(request_.sampling.seed);
+    response_.set_request_id(request_.request_id);
+  }
   const absl::Time now = absl::Now();
   for (tandem::v1::Token& t : tokens) *response_.add_tokens() = std::move(t);
   if (!tokens.empty()) {
@@ -385,6 +444,7 @@ GenerateCall::Next GenerateCall::End(absl::Status status) {
   // client went away); one that sent its finish ends by itself.
   if (relay_ != nullptr && !decode_finishing_) relay_->Cancel();
   if (status.ok()) env_.metrics->e2e_latency.Observe(absl::ToDoubleSeconds(absl::Now() - start_));
+  LogEnd(request_.request_id, status);
   env_.metrics->requests
       .Add({{"method", turn_.commit ? "Chat" : "Generate"},
             {"code", absl::StatusCodeToString(status.code())}})

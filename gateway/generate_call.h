@@ -257,6 +257,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   tandem::v1::Usage usage_ ABSL_GUARDED_BY(mu_);
   absl::Time last_token_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  // The first message (which carries the seed and the request id) is sent.
+  bool sent_first_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool ending_ ABSL_GUARDED_BY(mu_) = false;    // End() ran; Finish follows the write
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish() was called

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/json.h"
 #include "gateway/generate_call.h"
 #include "rpc/status.h"
 #include "rpc/wire_parse.h"
@@ -192,6 +193,34 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
   }
   *raw_response = rpc::SerializeMessage(response);
   return Answer(ctx, "Tokenize", absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* GenerationService::Detokenize(
+    grpc::CallbackServerContext* ctx, const tandem::v1::DetokenizeRequest* request,
+    tandem::v1::DetokenizeResponse* response) {
+  if (!request->model().empty() && request->model() != options_.model_name) {
+    return Answer(ctx, "Detokenize", absl::InvalidArgumentError(absl::StrCat(
+                                         "model: unknown model \"", SanitizeUtf8(request->model()),
+                                         "\"; this gateway serves \"", options_.model_name, "\"")));
+  }
+  // Bounded as a prompt's ids are.
+  if (request->token_ids_size() > options_.limits.max_context) {
+    return Answer(ctx, "Detokenize", absl::InvalidArgumentError(absl::StrCat(
+                                         "token_ids: ", request->token_ids_size(),
+                                         " ids exceed max_context ",
+                                         options_.limits.max_context)));
+  }
+  for (int i = 0; i < request->token_ids_size(); ++i) {
+    if (!tokenizer_->IsValidId(request->token_ids(i))) {
+      return Answer(ctx, "Detokenize",
+                    absl::InvalidArgumentError(absl::StrCat(
+                        "token_ids[", i, "]: ", request->token_ids(i), " is out of range [0, ",
+                        tokenizer_->n_vocab(), ")")));
+    }
+  }
+  const std::span<const int32_t> ids(request->token_ids().data(), request->token_ids_size());
+  response->set_text(SanitizeUtf8(tokenizer_->Decode(ids, !request->skip_special())));
+  return Answer(ctx, "Detokenize", absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* GenerationService::ListModels(grpc::CallbackServerContext* ctx,

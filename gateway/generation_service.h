@@ -106,6 +106,9 @@ class GenerationService final : public GenerationServiceBase {
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* ctx,
+                                       const tandem::v1::DetokenizeRequest* request,
+                                       tandem::v1::DetokenizeResponse* response) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx,
                                        const tandem::v1::ListModelsRequest* request,
                                        tandem::v1::ListModelsResponse* response) override;

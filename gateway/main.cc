@@ -91,6 +91,13 @@ int main(int argc, char** argv) {
                "plain, chatml, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1, "
                "mistral-v3, mistral-v3-tekken, mistral-v7, llama3, gemma, phi3, zephyr"},
       {.name = "max-stop-strings", .default_value = "16", .help = "stop strings per request"},
+      {.name = "default-max-tokens", .default_value = "4096",
+       .help = "tokens generated for a request that sets no max_tokens (it stops earlier at "
+               "end-of-generation or the context limit)"},
+      {.name = "max-logit-bias", .default_value = "1024",
+       .help = "entries of sampling.logit_bias per request"},
+      {.name = "max-stop-token-ids", .default_value = "64",
+       .help = "entries of sampling.stop_token_ids per request"},
       {.name = "request-timeout-ms", .default_value = "600000",
        .help = "deadline for Generate calls that set none"},
       {.name = "router", .default_value = "kv",
@@ -151,6 +158,10 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<int32_t> max_context = args->IntInRange("max-context", 0, 1 << 24);
   absl::StatusOr<int32_t> max_stops = args->IntInRange("max-stop-strings", 0, 1024);
+  absl::StatusOr<int32_t> default_max_tokens =
+      args->IntInRange("default-max-tokens", 1, 1 << 24);
+  absl::StatusOr<int32_t> max_logit_bias = args->IntInRange("max-logit-bias", 0, 1 << 20);
+  absl::StatusOr<int32_t> max_stop_ids = args->IntInRange("max-stop-token-ids", 0, 1 << 16);
   absl::StatusOr<int32_t> timeout_ms =
       args->IntInRange("request-timeout-ms", 1, 24 * 3600 * 1000);
   absl::StatusOr<tandem::rpc::ChannelCacheOptions> channels =
@@ -194,7 +205,8 @@ int main(int argc, char** argv) {
         "--router: \"", args->String("router"), "\" is not kv or least-loaded"));
   }
   for (const absl::Status& s :
-       {max_context.status(), max_stops.status(), timeout_ms.status(), channels.status(),
+       {max_context.status(), max_stops.status(), default_max_tokens.status(),
+        max_logit_bias.status(), max_stop_ids.status(), timeout_ms.status(), channels.status(),
         admission.status(), overlap_weight.status(), load_weight.status(),
         host_weight.status(), disk_weight.status(),
         index_entries.status(), log_level.status(), prediction_ms.status(), router,
@@ -214,6 +226,9 @@ int main(int argc, char** argv) {
   }
   options.limits.max_context = static_cast<int32_t>(*max_context);
   options.limits.max_stop_strings = static_cast<int32_t>(*max_stops);
+  options.limits.default_max_tokens = *default_max_tokens;
+  options.limits.max_logit_bias = *max_logit_bias;
+  options.limits.max_stop_token_ids = *max_stop_ids;
   options.request_timeout = absl::Milliseconds(*timeout_ms);
   options.admission = *admission;
   options.kv_overcommit = *overcommit;

@@ -235,8 +235,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Chat(
       status = FieldError("message", absl::StrCat(request.message().size(),
                                                   " bytes exceed the limit of ",
                                                   options_.limits.max_prompt_bytes));
-    } else if (request.max_tokens() < 1) {
-      status = FieldError("max_tokens", absl::StrCat("must be >= 1, got ", request.max_tokens()));
+    } else if (request.max_tokens() < 0) {
+      status = FieldError("max_tokens",
+                          absl::StrCat("must be >= 0 (0 = unset), got ", request.max_tokens()));
     }
   }
   if (!status.ok()) {
@@ -266,10 +267,12 @@ void GenerationService::BeginTurn(std::shared_ptr<GenerateCall> call,
   const int32_t keep = record->window().keep_first();
   const bool can_roll =
       params.has_value() && window >= keep + 2 * params->block_size + 1;
+  const int32_t max_tokens =
+      request.max_tokens() > 0 ? request.max_tokens() : options_.limits.default_max_tokens;
   absl::StatusOr<TurnPlan> plan =
-      shift ? PlanShiftTurn(*record, request.message(), request.max_tokens(), *tokenizer_,
+      shift ? PlanShiftTurn(*record, request.message(), max_tokens, *tokenizer_,
                             options_.chat_template, options_.sessions.evict_to, can_roll)
-            : PlanTurn(*record, request.message(), request.max_tokens(), *tokenizer_,
+            : PlanTurn(*record, request.message(), max_tokens, *tokenizer_,
                        options_.chat_template, options_.sessions.evict_to, can_roll);
   if (!plan.ok()) {
     call->Begin(plan.status());

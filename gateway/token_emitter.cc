@@ -36,6 +36,11 @@ bool TokenEmitter::Push(const tandem::v1::SampledTokenProto& sampled,
     End(tandem::v1::FINISH_REASON_EOS, out);
     return true;
   }
+  if (std::find(options_.stop_token_ids.begin(), options_.stop_token_ids.end(), id) !=
+      options_.stop_token_ids.end()) {
+    End(tandem::v1::FINISH_REASON_STOP, out);
+    return true;
+  }
   if (options_.max_tokens > 0 && pushed_tokens_ >= options_.max_tokens) {
     End(tandem::v1::FINISH_REASON_LENGTH, out);
     return true;

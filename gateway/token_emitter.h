@@ -25,6 +25,9 @@ struct EmitterOptions {
   bool ignore_eos = false;
   // Non-empty, valid UTF-8 strings (ValidatedRequest::stop).
   std::vector<std::string> stop;
+  // Generating one of these ends the stream with FINISH_REASON_STOP (the
+  // token is sent).
+  std::vector<int32_t> stop_token_ids = {};
 };
 
 // Semantics of what comes out:

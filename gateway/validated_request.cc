@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
 #include "common/status_macros.h"
+#include "rpc/convert.h"
 
 namespace tandem::gateway {
 namespace {
@@ -29,7 +30,9 @@ absl::Status ValidateModel(const std::string& requested, const std::string& serv
 // The proto's ranges are checked here, field by field, so that each message
 // names the proto field; engine::ValidateSamplingParams then runs as well so
 // that a rule added to the engine can never be bypassed by the gateway.
-absl::StatusOr<engine::SamplingParams> ParseSampling(const tandem::v1::SamplingParams& proto) {
+absl::StatusOr<engine::SamplingParams> ParseSampling(const tandem::v1::SamplingParams& proto,
+                                                     const GatewayLimits& limits,
+                                                     int32_t n_vocab) {
   // Each test is written as !(in range) so that NaN fails it.
   if (!(std::isfinite(proto.temperature()) && proto.temperature() >= 0.0f)) {
     return FieldError("sampling.temperature",
@@ -45,13 +48,20 @@ absl::StatusOr<engine::SamplingParams> ParseSampling(const tandem::v1::SamplingP
   if (!(proto.min_p() >= 0.0f && proto.min_p() <= 1.0f)) {
     return FieldError("sampling.min_p", absl::StrCat("must be in [0, 1], got ", proto.min_p()));
   }
-  engine::SamplingParams params;
-  params.temperature = proto.temperature();
-  params.top_p = proto.top_p() == 0.0f ? 1.0f : proto.top_p();
-  params.top_k = proto.top_k();
-  params.min_p = proto.min_p();
-  params.seed = proto.seed();
-  if (absl::Status status = engine::ValidateSamplingParams(params); !status.ok()) {
+  if (proto.logit_bias_size() > limits.max_logit_bias) {
+    return FieldError("sampling.logit_bias", absl::StrCat("more than ", limits.max_logit_bias,
+                                                          " entries (got ",
+                                                          proto.logit_bias_size(), ")"));
+  }
+  if (proto.stop_token_ids_size() > limits.max_stop_token_ids) {
+    return FieldError("sampling.stop_token_ids",
+                      absl::StrCat("more than ", limits.max_stop_token_ids, " ids (got ",
+                                   proto.stop_token_ids_size(), ")"));
+  }
+  // The rest (penalty ranges, biases, token ids) is the engine's own check,
+  // whose messages start with the bare field name.
+  const engine::SamplingParams params = rpc::SamplingFromProto(proto);
+  if (absl::Status status = engine::ValidateSamplingParams(params, n_vocab); !status.ok()) {
     // The engine's messages start with the bare field name ("top_p must ...").
     return absl::InvalidArgumentError(absl::StrCat("sampling.", status.message()));
   }
@@ -150,17 +160,36 @@ absl::StatusOr<ParsedPrompt> ParsePrompt(const tandem::v1::GenerateRequest& requ
 
 }  // namespace
 
+absl::Status ValidateRequestId(std::string_view id, std::string_view field) {
+  if (id.size() > kMaxRequestIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        std::string(field), ": ", id.size(), " bytes is more than the limit of ",
+        kMaxRequestIdBytes));
+  }
+  for (char c : id) {
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(std::string(field), ": must be printable ASCII without spaces"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(
     const tandem::v1::GenerateRequest& request, const engine::Tokenizer& tokenizer,
     const std::string& model_name, const GatewayLimits& limits,
     const engine::ChatTemplate* chat) {
   // Cheap checks first; tokenizing the prompt comes last.
   RETURN_IF_ERROR(ValidateModel(request.model(), model_name));
-  if (request.max_tokens() < 1) {
-    return FieldError("max_tokens", absl::StrCat("must be >= 1, got ", request.max_tokens()));
+  if (request.max_tokens() < 0) {
+    return FieldError("max_tokens",
+                      absl::StrCat("must be >= 0 (0 = unset), got ", request.max_tokens()));
   }
   ValidatedRequest out;
-  ASSIGN_OR_RETURN(out.sampling, ParseSampling(request.sampling()));
+  RETURN_IF_ERROR(ValidateRequestId(request.request_id(), "request_id"));
+  out.request_id = request.request_id();
+  ASSIGN_OR_RETURN(out.sampling, ParseSampling(request.sampling(), limits, tokenizer.n_vocab()));
+  out.seed_given = request.sampling().has_seed();
   RETURN_IF_ERROR(ValidateTopLogprobs(request.top_logprobs()));
   out.top_logprobs = request.top_logprobs();
   ASSIGN_OR_RETURN(out.stop, ParseStop(request.stop(), limits));
@@ -176,7 +205,9 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(
                                    "max_context ", limits.max_context));
   }
   const int64_t room = limits.max_context - prompt_tokens;
-  out.max_tokens = static_cast<int32_t>(std::min<int64_t>(request.max_tokens(), room));
+  const int32_t asked =
+      request.max_tokens() > 0 ? request.max_tokens() : std::max(limits.default_max_tokens, 1);
+  out.max_tokens = static_cast<int32_t>(std::min<int64_t>(asked, room));
   out.prompt_ids = std::move(prompt.ids);
   return out;
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,6 +28,12 @@ struct GatewayLimits {
   int32_t max_stop_bytes = 256;
   // Bytes of GenerateRequest.prompt, checked before tokenizing it.
   int32_t max_prompt_bytes = 1 << 20;
+  // Tokens generated for a request that sets no max_tokens (within what
+  // max_context leaves).
+  int32_t default_max_tokens = 4096;
+  // Entries of sampling.logit_bias and of sampling.stop_token_ids.
+  int32_t max_logit_bias = 1024;
+  int32_t max_stop_token_ids = 64;
 
   // The largest request message these limits could accept (a prompt of
   // max_prompt_bytes, max_context token ids, every stop string, and room for
@@ -34,10 +41,20 @@ struct GatewayLimits {
   // them into memory.
   int32_t MaxRequestBytes() const {
     const int64_t bytes = int64_t{max_prompt_bytes} + int64_t{max_context} * 6 +
-                          int64_t{max_stop_strings} * (max_stop_bytes + 8) + (64 << 10);
+                          int64_t{max_stop_strings} * (max_stop_bytes + 8) +
+                          int64_t{max_logit_bias} * 16 + int64_t{max_stop_token_ids} * 6 +
+                          (64 << 10);
     return static_cast<int32_t>(std::min<int64_t>(bytes, 1 << 30));
   }
 };
+
+// Longest request id a client may give (GenerateRequest.request_id or the
+// x-request-id metadata).
+inline constexpr size_t kMaxRequestIdBytes = 128;
+
+// InvalidArgument naming `field` unless `id` is at most kMaxRequestIdBytes
+// of printable ASCII without spaces.
+absl::Status ValidateRequestId(std::string_view id, std::string_view field);
 
 struct ValidatedRequest {
   // Never empty; every id is valid for the tokenizer. Either the request's
@@ -47,10 +64,15 @@ struct ValidatedRequest {
   std::vector<int32_t> prompt_ids;
   // >= 1 and <= max_context - prompt_ids.size(): a request that asks for more
   // than fits is clamped to what fits (as llama.cpp does) rather than refused
-  // (as vLLM does); only a prompt that leaves no room at all is refused.
+  // (as vLLM does); only a prompt that leaves no room at all is refused. An
+  // unset (0) max_tokens is default_max_tokens, clamped the same way.
   int32_t max_tokens = 0;
   // Passes engine::ValidateSamplingParams; the proto's top_p 0 (unset) is 1.
+  // Without seed_given the seed is 0 until the caller draws one.
   engine::SamplingParams sampling;
+  bool seed_given = false;
+  // The request's request_id (empty: none given; the caller makes one).
+  std::string request_id;
   // In [0, engine::kMaxTopLogprobs].
   int32_t top_logprobs = 0;
   // Each non-empty, valid UTF-8 and within GatewayLimits.

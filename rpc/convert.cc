@@ -1,15 +1,29 @@
 #include "rpc/convert.h"
 
+#include <algorithm>
+
 namespace tandem::rpc {
 
 engine::SamplingParams SamplingFromProto(const tandem::v1::SamplingParams& p) {
-  return engine::SamplingParams{
+  engine::SamplingParams s{
       .temperature = p.temperature(),
       .top_p = p.top_p() == 0.0f ? 1.0f : p.top_p(),
       .top_k = p.top_k(),
       .min_p = p.min_p(),
       .seed = p.seed(),
+      .presence_penalty = p.presence_penalty(),
+      .frequency_penalty = p.frequency_penalty(),
+      .repetition_penalty = p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty(),
+      .logit_bias = {},
+      .min_tokens = p.min_tokens(),
+      .stop_token_ids = {p.stop_token_ids().begin(), p.stop_token_ids().end()},
   };
+  s.logit_bias.reserve(p.logit_bias_size());
+  for (const auto& [id, bias] : p.logit_bias()) s.logit_bias.push_back({.id = id, .bias = bias});
+  // A proto map has no order; the engine's list does.
+  std::sort(s.logit_bias.begin(), s.logit_bias.end(),
+            [](const engine::LogitBias& a, const engine::LogitBias& b) { return a.id < b.id; });
+  return s;
 }
 
 void SamplingToProto(const engine::SamplingParams& s, tandem::v1::SamplingParams* p) {
@@ -18,6 +32,12 @@ void SamplingToProto(const engine::SamplingParams& s, tandem::v1::SamplingParams
   p->set_top_k(s.top_k);
   p->set_min_p(s.min_p);
   p->set_seed(s.seed);
+  p->set_presence_penalty(s.presence_penalty);
+  p->set_frequency_penalty(s.frequency_penalty);
+  p->set_repetition_penalty(s.repetition_penalty);
+  for (const engine::LogitBias& b : s.logit_bias) (*p->mutable_logit_bias())[b.id] = b.bias;
+  p->set_min_tokens(s.min_tokens);
+  p->mutable_stop_token_ids()->Assign(s.stop_token_ids.begin(), s.stop_token_ids.end());
 }
 
 void SampledTokenToProto(const engine::SampledToken& t, tandem::v1::SampledTokenProto* p) {

@@ -144,24 +144,6 @@ TEST_F(ServingTest, ConcurrentStreamsEachGetTheirOwnOutput) {
   }
 }
 
-// Waits, by polling the workers' introspection RPC, until both hold no KV
-// for any request; returns the last stats seen.
-bool WorkersIdle(Stack& s, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    tandem::v1::WorkerStats p, d;
-    grpc::ClientContext c1, c2;
-    tandem::v1::WorkerStatsRequest req;
-    if (s.prefill().GetWorkerStats(&c1, req, &p).ok() &&
-        s.decode().GetWorkerStats(&c2, req, &d).ok() && p.kv_blocks_used() == 0 &&
-        p.leases() == 0 && d.kv_blocks_used() == 0 && d.running() == 0 && d.waiting() == 0) {
-      return true;
-    }
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return false;
-}
-
 TEST_F(ServingTest, CancelledStreamFreesBlocksOnBothWorkers) {
   grpc::ClientContext ctx;
   tandem::v1::GenerateRequest req;
@@ -199,8 +181,20 @@ TEST_F(ServingTest, InvalidRequestsNameTheField) {
   req.clear_prompt();
   expect_invalid(req, "prompt");
   req = ok;
-  req.set_max_tokens(0);
+  req.set_max_tokens(-1);
   expect_invalid(req, "max_tokens");
+  req = ok;
+  req.mutable_sampling()->set_presence_penalty(3);
+  expect_invalid(req, "sampling.presence_penalty");
+  req = ok;
+  (*req.mutable_sampling()->mutable_logit_bias())[512] = 1;
+  expect_invalid(req, "sampling.logit_bias[0]");
+  req = ok;
+  req.mutable_sampling()->add_stop_token_ids(-3);
+  expect_invalid(req, "sampling.stop_token_ids[0]");
+  req = ok;
+  req.set_request_id("has space");
+  expect_invalid(req, "request_id");
   req = ok;
   req.set_top_logprobs(21);
   expect_invalid(req, "top_logprobs");

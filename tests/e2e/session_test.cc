@@ -470,7 +470,7 @@ TEST(SessionTest, BadSessionRequestsNameTheirField) {
   const std::string id = Create(stack->gateway(), 64).session_id();
   EXPECT_EQ(Chat(stack->gateway(), id, "").status.error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(Chat(stack->gateway(), id, "hi", 0).status.error_code(),
+  EXPECT_EQ(Chat(stack->gateway(), id, "hi", -1).status.error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   // A message that cannot fit the window even alone.
   std::string huge;

@@ -133,7 +133,17 @@ Completion Gather(const Request& req, Start start) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
   std::unique_ptr<grpc::ClientReader<tandem::v1::GenerateResponse>> reader = start(&ctx, req);
   tandem::v1::GenerateResponse resp;
+  bool first = true;
   while (reader->Read(&resp)) {
+    if (first) {
+      first = false;
+      c.seed = resp.seed();
+      c.request_id = resp.request_id();
+      const auto& md = ctx.GetServerInitialMetadata();
+      if (auto it = md.find("x-request-id"); it != md.end()) {
+        c.request_id_header.assign(it->second.data(), it->second.size());
+      }
+    }
     for (const auto& t : resp.tokens()) {
       c.tokens.push_back(t);
       c.text += t.text();
@@ -183,6 +193,24 @@ double AwaitMetric(const std::string& metrics_address, const std::string& series
     v = MetricValue(metrics_address, series);
   }
   return v;
+}
+
+// Waits, by polling the workers' introspection RPC, until both hold no KV
+// for any request; returns the last stats seen.
+bool WorkersIdle(Stack& s, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    tandem::v1::WorkerStats p, d;
+    grpc::ClientContext c1, c2;
+    tandem::v1::WorkerStatsRequest req;
+    if (s.prefill().GetWorkerStats(&c1, req, &p).ok() &&
+        s.decode().GetWorkerStats(&c2, req, &d).ok() && p.kv_blocks_used() == 0 &&
+        p.leases() == 0 && d.kv_blocks_used() == 0 && d.running() == 0 && d.waiting() == 0) {
+      return true;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return false;
 }
 
 }  // namespace tandem::testing

@@ -85,6 +85,10 @@ struct Completion {
   tandem::v1::Usage usage;
   grpc::Status status;
   std::string text;
+  // From the first message, and the x-request-id initial metadata.
+  uint64_t seed = 0;
+  std::string request_id;
+  std::string request_id_header;
 };
 Completion Generate(tandem::v1::Generation::Stub& stub, const tandem::v1::GenerateRequest& req);
 // A session's turn (Generation.Chat), gathered the same way.
@@ -95,6 +99,11 @@ Completion Chat(tandem::v1::Generation::Stub& stub, const tandem::v1::ChatReques
 double MetricValue(const std::string& metrics_address, const std::string& series);
 // Polls MetricValue until `ok` holds for it or `timeout` passes; the last
 // value read.
+// Polls the first prefill and decode workers' GetWorkerStats until neither
+// holds KV or leases for any request; false if that did not happen within
+// `timeout`.
+bool WorkersIdle(Stack& s, absl::Duration timeout);
+
 double AwaitMetric(const std::string& metrics_address, const std::string& series,
                    const std::function<bool(double)>& ok, absl::Duration timeout);
 

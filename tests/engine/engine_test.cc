@@ -4,6 +4,7 @@
 // sampling is deterministic.
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <map>
 
 #include <gmock/gmock.h>
@@ -254,6 +255,114 @@ TEST(EngineTest, SequenceLongerThanThePoolFinishesInsteadOfLooping) {
   const int64_t id = *e->Add(Request(Prompt(10, 2), 100));
   auto out = RunAll(*e);
   EXPECT_EQ(out[id].size(), 11u);  // grows to 21 tokens, the last never fed
+}
+
+}  // namespace
+}  // namespace tandem::engine
+
+namespace tandem::engine {
+namespace {
+
+// Penalties, biases and min_tokens: a sequence continued in another engine
+// (the decode worker after the prefill worker's first token) rebuilds the
+// same adjustment state and so draws what one engine draws.
+TEST(EngineLogitAdjustmentsTest, ContinueInAnotherEngineAsInOne) {
+  auto model = LoadSynthetic(TinyOptions());
+  auto adjusted = [](float temperature) {
+    GenerationRequest r = Request(Prompt(37, 9), 12, 77, temperature);
+    r.sampling.frequency_penalty = 1.5f;
+    r.sampling.presence_penalty = 0.5f;
+    r.sampling.repetition_penalty = 1.3f;
+    r.sampling.logit_bias = {{.id = 5, .bias = 3.0f}, {.id = 40, .bias = -100.0f}};
+    return r;
+  };
+  for (float temperature : {0.0f, 0.9f}) {
+    auto solo = MakeEngine(*model);
+    const int64_t solo_id = *solo->Add(adjusted(temperature));
+    const std::vector<int32_t> expected = RunAll(*solo)[solo_id];
+    ASSERT_EQ(expected.size(), 12u);
+    EXPECT_EQ(std::count(expected.begin(), expected.end(), 40), 0);
+
+    auto plain = MakeEngine(*model);
+    const int64_t plain_id = *plain->Add(Request(Prompt(37, 9), 12, 77, temperature));
+    EXPECT_NE(RunAll(*plain)[plain_id], expected) << "the adjustments change nothing";
+
+    auto prefill = MakeEngine(*model);
+    GenerationRequest first_req = adjusted(temperature);
+    first_req.max_tokens = 1;
+    first_req.export_kv = true;
+    ASSERT_TRUE(prefill->Add(first_req).ok());
+    auto events = testing::Tokens(prefill->Step());
+    ASSERT_TRUE(events.ok());
+    ASSERT_EQ(events->size(), 1u);
+    auto decode = MakeEngine(*model);
+    const int64_t id =
+        *decode->AddWithKv(adjusted(temperature), events->front().token, events->front().kv);
+    std::vector<int32_t> got = {events->front().token.id};
+    auto decoded = RunAll(*decode);
+    for (int32_t t : decoded[id]) got.push_back(t);
+    EXPECT_EQ(got, expected) << "temperature " << temperature;
+  }
+}
+
+TEST(EngineLogitAdjustmentsTest, StopTokenIdsEndTheSequence) {
+  auto model = LoadSynthetic(TinyOptions());
+  auto e = MakeEngine(*model);
+  const int64_t free_id = *e->Add(Request(Prompt(8, 2), 16));
+  const std::vector<int32_t> free_run = RunAll(*e)[free_id];
+  ASSERT_EQ(free_run.size(), 16u);
+  const int32_t stop = free_run[5];
+  const auto first = std::find(free_run.begin(), free_run.end(), stop) - free_run.begin();
+
+  GenerationRequest r = Request(Prompt(8, 2), 16);
+  r.sampling.stop_token_ids = {stop};
+  ASSERT_TRUE(e->Add(r).ok());
+  std::vector<TokenEvent> all;
+  while (e->HasWork()) {
+    auto events = testing::Tokens(e->Step());
+    ASSERT_TRUE(events.ok());
+    for (TokenEvent& ev : *events) all.push_back(ev);
+  }
+  ASSERT_EQ(static_cast<int64_t>(all.size()), first + 1);
+  EXPECT_EQ(all.back().token.id, stop);
+  EXPECT_EQ(all.back().finish, FinishReason::kStop);
+}
+
+TEST(EngineLogitAdjustmentsTest, MinTokensHoldsBackEndOfGeneration) {
+  auto model = LoadSynthetic(TinyOptions());
+  const int32_t eos = model->tokenizer().eos_id();
+  ASSERT_GE(eos, 0);
+  auto run = [&](int32_t min_tokens) {
+    auto e = MakeEngine(*model);
+    GenerationRequest r = Request(Prompt(8, 3), 32);
+    r.ignore_eos = false;
+    r.sampling.logit_bias = {{.id = eos, .bias = 100.0f}};  // EOS whenever allowed
+    r.sampling.min_tokens = min_tokens;
+    EXPECT_TRUE(e->Add(r).ok());
+    std::vector<TokenEvent> all;
+    while (e->HasWork()) {
+      auto events = testing::Tokens(e->Step());
+      EXPECT_TRUE(events.ok());
+      for (TokenEvent& ev : *events) all.push_back(ev);
+    }
+    return all;
+  };
+  EXPECT_EQ(run(0).size(), 1u);
+  const std::vector<TokenEvent> held = run(5);
+  ASSERT_EQ(held.size(), 6u);
+  for (int i = 0; i < 5; ++i) EXPECT_NE(held[i].token.id, eos) << i;
+  EXPECT_EQ(held.back().token.id, eos);
+  EXPECT_EQ(held.back().finish, FinishReason::kEos);
+}
+
+TEST(EngineLogitAdjustmentsTest, TokenIdsOutsideTheVocabularyAreRefused) {
+  auto model = LoadSynthetic(TinyOptions());
+  auto e = MakeEngine(*model);
+  GenerationRequest r = Request(Prompt(8, 3), 4);
+  r.sampling.logit_bias = {{.id = model->tokenizer().n_vocab(), .bias = 1.0f}};
+  absl::StatusOr<int64_t> added = e->Add(r);
+  EXPECT_EQ(added.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(added.status().message(), HasSubstr("logit_bias[0]"));
 }
 
 }  // namespace

@@ -178,12 +178,93 @@ TEST_F(ValidatedRequestTest, ModelDefaultAndUnknown) {
   EXPECT_EQ(Error(request), "model: unknown model \"llama-70b\"; this gateway serves \"stories260K\"");
 }
 
-TEST_F(ValidatedRequestTest, MaxTokensMustBePositive) {
+TEST_F(ValidatedRequestTest, MaxTokensMustNotBeNegative) {
   tandem::v1::GenerateRequest request = Good();
-  request.set_max_tokens(0);
-  EXPECT_EQ(Error(request), "max_tokens: must be >= 1, got 0");
   request.set_max_tokens(-5);
-  EXPECT_EQ(Error(request), "max_tokens: must be >= 1, got -5");
+  EXPECT_EQ(Error(request), "max_tokens: must be >= 0 (0 = unset), got -5");
+}
+
+TEST_F(ValidatedRequestTest, UnsetMaxTokensIsTheDefaultCapWithinTheContext) {
+  tandem::v1::GenerateRequest request = Good();  // 5 prompt tokens
+  request.set_max_tokens(0);
+  limits_.default_max_tokens = 7;
+  auto v = Validate(request);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->max_tokens, 7);
+  limits_.default_max_tokens = 4096;
+  limits_.max_context = 16;
+  v = Validate(request);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->max_tokens, 11);
+}
+
+TEST_F(ValidatedRequestTest, SeedIsOptional) {
+  tandem::v1::GenerateRequest request = Good();
+  auto v = Validate(request);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_FALSE(v->seed_given);
+  request.mutable_sampling()->set_seed(0);  // a real seed, not "unset"
+  v = Validate(request);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->seed_given);
+  EXPECT_EQ(v->sampling.seed, 0u);
+}
+
+TEST_F(ValidatedRequestTest, LogitAdjustmentsAreParsedAndNamedWhenBad) {
+  tandem::v1::GenerateRequest request = Good();
+  tandem::v1::SamplingParams* s = request.mutable_sampling();
+  s->set_presence_penalty(0.5f);
+  s->set_frequency_penalty(-0.5f);
+  s->set_repetition_penalty(1.2f);
+  (*s->mutable_logit_bias())[9] = -1.0f;
+  (*s->mutable_logit_bias())[3] = 2.0f;
+  s->set_min_tokens(2);
+  s->add_stop_token_ids(13);
+  auto v = Validate(request);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_FLOAT_EQ(v->sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(v->sampling.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(v->sampling.repetition_penalty, 1.2f);
+  ASSERT_EQ(v->sampling.logit_bias.size(), 2u);
+  EXPECT_EQ(v->sampling.logit_bias[0].id, 3);  // sorted by id
+  EXPECT_EQ(v->sampling.logit_bias[1].id, 9);
+  EXPECT_EQ(v->sampling.min_tokens, 2);
+  EXPECT_EQ(v->sampling.stop_token_ids, std::vector<int32_t>{13});
+
+  tandem::v1::GenerateRequest bad = Good();
+  bad.mutable_sampling()->set_frequency_penalty(-2.5f);
+  EXPECT_THAT(Error(bad), StartsWith("sampling.frequency_penalty"));
+  bad = Good();
+  bad.mutable_sampling()->set_repetition_penalty(-1.0f);
+  EXPECT_THAT(Error(bad), StartsWith("sampling.repetition_penalty"));
+  bad = Good();
+  (*bad.mutable_sampling()->mutable_logit_bias())[512] = 1.0f;
+  EXPECT_THAT(Error(bad), StartsWith("sampling.logit_bias[0]: token id 512"));
+  bad = Good();
+  bad.mutable_sampling()->set_min_tokens(-1);
+  EXPECT_THAT(Error(bad), StartsWith("sampling.min_tokens"));
+  limits_.max_stop_token_ids = 1;
+  bad = Good();
+  bad.mutable_sampling()->add_stop_token_ids(1);
+  bad.mutable_sampling()->add_stop_token_ids(2);
+  EXPECT_THAT(Error(bad), StartsWith("sampling.stop_token_ids: more than 1"));
+  limits_.max_logit_bias = 1;
+  bad = Good();
+  (*bad.mutable_sampling()->mutable_logit_bias())[1] = 1.0f;
+  (*bad.mutable_sampling()->mutable_logit_bias())[2] = 1.0f;
+  EXPECT_THAT(Error(bad), StartsWith("sampling.logit_bias: more than 1"));
+}
+
+TEST_F(ValidatedRequestTest, RequestIdIsPrintableAsciiAndBounded) {
+  tandem::v1::GenerateRequest request = Good();
+  request.set_request_id("trace-42/a_b");
+  auto v = Validate(request);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->request_id, "trace-42/a_b");
+  request.set_request_id("a b");
+  EXPECT_THAT(Error(request), StartsWith("request_id: "));
+  request.set_request_id(std::string(kMaxRequestIdBytes + 1, 'x'));
+  EXPECT_THAT(Error(request), StartsWith("request_id: "));
 }
 
 TEST_F(ValidatedRequestTest, MaxTokensIsClampedToTheContext) {
@@ -293,6 +374,7 @@ TEST_F(ValidatedRequestTest, ModelIsCheckedBeforeThePrompt) {
   request.set_model("other");
   EXPECT_THAT(Error(request), StartsWith("model: "));
   request.clear_model();
+  request.set_max_tokens(-1);
   EXPECT_THAT(Error(request), StartsWith("max_tokens: "));
   request.set_max_tokens(1);
   EXPECT_THAT(Error(request), HasSubstr("prompt: "));
