@@ -46,6 +46,7 @@ struct UpConfig {
   std::string model;  // empty: the synthetic default model
   std::string host;
   int port = 0;
+  int http_port = -1;  // the OpenAI-compatible HTTP front; -1: off, 0: ephemeral
   int metrics_port_base = 0;  // 0: every metrics port ephemeral
   int prefill_threads = 1;
   int decode_threads = 1;
@@ -70,6 +71,9 @@ std::vector<common::FlagSpec> UpFlagSpecs() {
       {.name = "host", .default_value = kLoopback,
        .help = "gateway listen host (bracket IPv6: [::1]); workers always use 127.0.0.1"},
       {.name = "port", .default_value = "50051", .help = "gateway gRPC port; 0 = ephemeral"},
+      {.name = "http-port", .default_value = "-1",
+       .help = "gateway OpenAI-compatible HTTP port (READY line gains http=HOST:PORT); "
+               "0 = ephemeral, -1 = off"},
       {.name = "metrics-port-base", .default_value = "0",
        .help = "metrics HTTP ports: gateway BASE, prefill BASE+1, decode BASE+2; "
                "0 = ephemeral"},
@@ -105,6 +109,7 @@ absl::StatusOr<UpConfig> ConfigFromArgs(const common::Args& args) {
   c.host = args.String("host");
   if (c.host.empty()) return absl::InvalidArgumentError("--host: empty");
   ASSIGN_OR_RETURN(c.port, args.IntInRange("port", 0, 65535));
+  ASSIGN_OR_RETURN(c.http_port, args.IntInRange("http-port", -1, 65535));
   ASSIGN_OR_RETURN(c.metrics_port_base, args.IntInRange("metrics-port-base", 0, 65533));
   ASSIGN_OR_RETURN(c.prefill_threads, args.IntInRange("prefill-threads", 1, 256));
   ASSIGN_OR_RETURN(c.decode_threads, args.IntInRange("decode-threads", 1, 256));
@@ -245,13 +250,17 @@ class Up {
     // Both workers load the model concurrently; wait for each in turn.
     RETURN_IF_ERROR(AwaitReady(*prefill));
     RETURN_IF_ERROR(AwaitReady(*decode));
-    ASSIGN_OR_RETURN(Child * gateway,
-                     Start("tandem-gateway",
-                           {"--listen", HostPort(config_.host, config_.port), "--metrics-listen",
-                            HostPort(config_.host, base), "--model", model, "--prefill",
-                            prefill->ready.grpc_address, "--decode", decode->ready.grpc_address,
-                            "--max-context", absl::StrCat(config_.max_context),
-                            "--drain-timeout-s", DrainSeconds()}));
+    std::vector<std::string> gateway_args = {
+        "--listen", HostPort(config_.host, config_.port), "--metrics-listen",
+        HostPort(config_.host, base), "--model", model, "--prefill",
+        prefill->ready.grpc_address, "--decode", decode->ready.grpc_address,
+        "--max-context", absl::StrCat(config_.max_context),
+        "--drain-timeout-s", DrainSeconds()};
+    if (config_.http_port >= 0) {
+      gateway_args.push_back("--http-listen");
+      gateway_args.push_back(HostPort(config_.host, config_.http_port));
+    }
+    ASSIGN_OR_RETURN(Child * gateway, Start("tandem-gateway", gateway_args));
     return AwaitReady(*gateway);
   }
 
@@ -338,6 +347,10 @@ class Up {
     sink_.Line(absl::StrCat("tandem up: serving on ", gateway.ready.grpc_address,
                             "; try `tandem chat --addr ", gateway.ready.grpc_address,
                             "`; Ctrl-C stops"));
+    if (!gateway.ready.http_address.empty()) {
+      sink_.Line(absl::StrCat("tandem up: OpenAI-compatible HTTP on http://",
+                              gateway.ready.http_address, "/v1"));
+    }
   }
 
   // Blocks until SIGINT/SIGTERM/SIGHUP (returns "") or until a child exits (reports

@@ -12,8 +12,10 @@
 namespace tandem::common {
 
 std::string FormatReadyLine(const ReadyInfo& info) {
-  return absl::StrCat("READY grpc=", info.grpc_address,
-                      " metrics=", info.metrics_address);
+  std::string line = absl::StrCat("READY grpc=", info.grpc_address,
+                                  " metrics=", info.metrics_address);
+  if (!info.http_address.empty()) absl::StrAppend(&line, " http=", info.http_address);
+  return line;
 }
 
 absl::StatusOr<ReadyInfo> ParseReadyLine(const std::string& line) {
@@ -33,6 +35,8 @@ absl::StatusOr<ReadyInfo> ParseReadyLine(const std::string& line) {
       info.grpc_address = std::string(word);
     } else if (absl::ConsumePrefix(&word, "metrics=")) {
       info.metrics_address = std::string(word);
+    } else if (absl::ConsumePrefix(&word, "http=")) {
+      info.http_address = std::string(word);
     }  // Other keys are for newer parents; ignore them.
   }
   if (info.grpc_address.empty()) {
@@ -42,10 +46,8 @@ absl::StatusOr<ReadyInfo> ParseReadyLine(const std::string& line) {
   return info;
 }
 
-void PrintReady(const std::string& grpc_address,
-                const std::string& metrics_address) {
-  const std::string line =
-      absl::StrCat(FormatReadyLine({grpc_address, metrics_address}), "\n");
+void PrintReady(const ReadyInfo& info) {
+  const std::string line = absl::StrCat(FormatReadyLine(info), "\n");
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fflush(stdout);
 }

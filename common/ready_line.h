@@ -1,8 +1,9 @@
 // The READY line: the one stdout line by which a Tandem process tells its
 // parent (`tandem up`, Subprocess::WaitReady, tests) where it listens:
-//   READY grpc=HOST:PORT metrics=HOST:PORT
-// (metrics= empty when metrics are off; unknown keys are ignored by the
-// parser so the line can grow). Functions are stateless; any thread.
+//   READY grpc=HOST:PORT metrics=HOST:PORT [http=HOST:PORT]
+// (metrics= empty when metrics are off; http= only from a gateway serving
+// the OpenAI-compatible HTTP front; unknown keys are ignored by the parser
+// so the line can grow). Functions are stateless; any thread.
 #ifndef TANDEM_COMMON_READY_LINE_H_
 #define TANDEM_COMMON_READY_LINE_H_
 
@@ -15,6 +16,7 @@ namespace tandem::common {
 struct ReadyInfo {
   std::string grpc_address;     // "host:port", never empty
   std::string metrics_address;  // "host:port", or "" when metrics are off
+  std::string http_address = {};  // "host:port", or "" without an HTTP front
 };
 
 // "READY grpc=... metrics=..." without the newline.
@@ -26,8 +28,7 @@ absl::StatusOr<ReadyInfo> ParseReadyLine(const std::string& line);
 
 // Writes FormatReadyLine plus '\n' to stdout and flushes. Call exactly once,
 // after every listener is bound.
-void PrintReady(const std::string& grpc_address,
-                const std::string& metrics_address);
+void PrintReady(const ReadyInfo& info);
 
 }  // namespace tandem::common
 

@@ -9,9 +9,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
 #include "gateway/generation_service.h"
+#include "gateway/http_front.h"
 #include "gateway/worker_resolver.h"
 #include "kvtransfer/rpc/lease_keeper.h"
 #include "rpc/admission.h"
@@ -33,6 +35,13 @@ int main(int argc, char** argv) {
        .help = "gRPC listen address host:port (port 0 = ephemeral)"},
       {.name = "metrics-listen", .default_value = "127.0.0.1:0",
        .help = "Prometheus /metrics address host:port; empty = off"},
+      {.name = "http-listen", .default_value = "",
+       .help = "OpenAI-compatible HTTP address host:port (/v1/completions, "
+               "/v1/chat/completions, /v1/models; port 0 = ephemeral); empty = off"},
+      {.name = "http-threads", .default_value = "64",
+       .help = "HTTP requests served at once (a streaming response holds one)"},
+      {.name = "http-max-body-bytes", .default_value = "8388608",
+       .help = "largest HTTP request body (413 above it)"},
       {.name = "model", .help = "GGUF model file (only its tokenizer is read)", .required = true},
       {.name = "model-name", .default_value = "",
        .help = "name clients use in GenerateRequest.model (default: the file's stem)"},
@@ -158,6 +167,8 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<int32_t> max_context = args->IntInRange("max-context", 0, 1 << 24);
   absl::StatusOr<int32_t> max_stops = args->IntInRange("max-stop-strings", 0, 1024);
+  absl::StatusOr<int32_t> http_threads = args->IntInRange("http-threads", 1, 4096);
+  absl::StatusOr<int32_t> http_body = args->IntInRange("http-max-body-bytes", 1024, 1 << 30);
   absl::StatusOr<int32_t> default_max_tokens =
       args->IntInRange("default-max-tokens", 1, 1 << 24);
   absl::StatusOr<int32_t> max_logit_bias = args->IntInRange("max-logit-bias", 0, 1 << 20);
@@ -206,6 +217,7 @@ int main(int argc, char** argv) {
   }
   for (const absl::Status& s :
        {max_context.status(), max_stops.status(), default_max_tokens.status(),
+        http_threads.status(), http_body.status(),
         max_logit_bias.status(), max_stop_ids.status(), timeout_ms.status(), channels.status(),
         admission.status(), overlap_weight.status(), load_weight.status(),
         host_weight.status(), disk_weight.status(),
@@ -302,11 +314,31 @@ int main(int argc, char** argv) {
   }
   tandem::gateway::GenerationService service(std::move(*tokenizer), options,
                                              (*metrics)->registry());
+  const tandem::gateway::HttpFrontOptions http_options{
+      .listen = args->String("http-listen"),
+      .threads = *http_threads,
+      .max_body_bytes = static_cast<size_t>(*http_body),
+      .model_name = options.model_name};
+  std::unique_ptr<tandem::gateway::HttpFront> http;
   return tandem::rpc::ServeUntilSignal(
       "tandem-gateway", args->String("listen"), {&service}, **metrics,
       {.on_started =
-           [&service](grpc::Server& s) { service.AttachHealth(s.GetHealthCheckService()); },
-       .on_signal = [&service] { service.Drain(); },
+           [&](grpc::Server& s) -> absl::StatusOr<std::string> {
+             service.AttachHealth(s.GetHealthCheckService());
+             if (http_options.listen.empty()) return "";
+             // The HTTP front calls this server's Generation service in-process.
+             grpc::ChannelArguments channel_args;
+             channel_args.SetMaxReceiveMessageSize(-1);
+             ASSIGN_OR_RETURN(http, tandem::gateway::HttpFront::Start(
+                                        http_options, s.InProcessChannel(channel_args),
+                                        (*metrics)->registry()));
+             return http->address();
+           },
+       .on_signal =
+           [&] {
+             if (http != nullptr) http->Stop();
+             service.Drain();
+           },
        .max_receive_bytes = options.limits.MaxRequestBytes(),
        .drain_timeout = absl::Seconds(*drain_s)});
 }

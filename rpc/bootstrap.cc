@@ -128,8 +128,19 @@ int ServeUntilSignal(const std::string& name, const std::string& listen,
     std::cerr << name << ": " << started.status().message() << "\n";
     return 1;
   }
-  if (hooks.on_started) hooks.on_started(*started->server);
-  common::PrintReady(started->address, metrics.address());
+  std::string http_address;
+  if (hooks.on_started) {
+    absl::StatusOr<std::string> extra = hooks.on_started(*started->server);
+    if (!extra.ok()) {
+      std::cerr << name << ": " << extra.status().message() << "\n";
+      ShutdownServer(*started->server, absl::ZeroDuration());
+      return 1;
+    }
+    http_address = *extra;
+  }
+  common::PrintReady({.grpc_address = started->address,
+                      .metrics_address = metrics.address(),
+                      .http_address = http_address});
   std::cerr << name << ": serving on " << started->address << " (metrics "
             << (metrics.address().empty() ? "off" : metrics.address()) << ")\n";
   const int sig = WaitForShutdownSignal();

@@ -76,7 +76,10 @@ void ShutdownServer(grpc::Server& server, absl::Duration grace);
 // What a process may add to ServeUntilSignal.
 struct ServeHooks {
   // Runs once the server is serving (e.g. to hold its health service).
-  std::function<void(grpc::Server&)> on_started;
+  // It may start another listener in front of the server (the gateway's
+  // HTTP front) and return its address for the READY line ("" for none);
+  // an error ends the process before READY.
+  std::function<absl::StatusOr<std::string>(grpc::Server&)> on_started;
   // Runs first when the signal arrives: it ends streams that never end by
   // themselves, so they do not hold the drain, and lets go of the server.
   std::function<void()> on_signal;

@@ -141,7 +141,11 @@ int ServeWorker(const std::string& name, const common::Args& args,
   }
   return rpc::ServeUntilSignal(
       name, args.String("listen"), services, *worker.metrics,
-      {.on_started = [&state](grpc::Server& s) { state.Started(s.GetHealthCheckService()); },
+      {.on_started =
+           [&state](grpc::Server& s) -> absl::StatusOr<std::string> {
+             state.Started(s.GetHealthCheckService());
+             return "";
+           },
        .on_signal = [&state] { state.Draining(); },
        .max_receive_bytes = 0,
        .drain_timeout = worker.drain_timeout});

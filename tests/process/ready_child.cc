@@ -37,7 +37,7 @@ int Serve() {
     return 1;
   }
   std::printf("loading nothing in particular\n");
-  tandem::common::PrintReady(grpc->address, (*metrics)->address());
+  tandem::common::PrintReady({grpc->address, (*metrics)->address()});
   const int signal = tandem::rpc::WaitForShutdownSignal();
   std::fprintf(stderr, "ready_child: got signal %d\n", signal);
   tandem::rpc::ShutdownServer(*grpc->server, absl::Seconds(1));
@@ -62,16 +62,16 @@ int main(int argc, char** argv) {
   }
   if (mode == "ignore_term") {  // ready, but only SIGKILL ends it
     signal(SIGTERM, SIG_IGN);
-    tandem::common::PrintReady("127.0.0.1:1", "");
+    tandem::common::PrintReady({"127.0.0.1:1", ""});
     PauseForever();
   }
   if (mode == "env") {  // READY with an address taken from the environment
     const char* value = std::getenv("READY_CHILD_ADDRESS");
-    tandem::common::PrintReady(value != nullptr ? value : "missing", "");
+    tandem::common::PrintReady({value != nullptr ? value : "missing", ""});
     PauseForever();
   }
   if (mode == "flood") {  // READY, then far more output than a pipe holds
-    tandem::common::PrintReady("127.0.0.1:1", "");
+    tandem::common::PrintReady({"127.0.0.1:1", ""});
     const std::string line(1023, 'x');
     for (int i = 0; i < 4096; ++i) std::printf("%s\n", line.c_str());
     std::fflush(stdout);
