@@ -11,7 +11,12 @@ packages=(
   libicu-dev libxxhash-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev python3-grpcio python3-protobuf python3-grpc-tools
+  libcpp-httplib-dev nlohmann-json3-dev curl
 )
+# Node.js and npm run the OpenAI SDK test; a machine that already has them
+# (from any source) keeps its own.
+command -v node >/dev/null || packages+=(nodejs)
+command -v npm >/dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do
