@@ -32,6 +32,10 @@ struct LoadConfig {
 std::vector<common::FlagSpec> LoadFlagSpecs() {
   return {
       {.name = "addr", .help = "gateway address HOST:PORT", .required = true},
+      {.name = "http-addr", .default_value = "",
+       .help = "send the requests to the gateway's OpenAI-compatible HTTP front at HOST:PORT "
+               "(streamed POST /v1/completions) instead of gRPC; --addr still answers "
+               "ListModels; single-turn only"},
       {.name = "concurrency", .default_value = "8", .help = "requests in flight at once"},
       {.name = "requests", .default_value = "64", .help = "requests in all"},
       {.name = "prompt-tokens", .default_value = "256", .help = "prompt length, token ids"},
@@ -64,6 +68,7 @@ absl::StatusOr<LoadConfig> ConfigFromArgs(const common::Args& args) {
   s.addr = args.String("addr");
   if (s.addr.empty()) return absl::InvalidArgumentError("--addr: empty");
   s.model = args.String("model");
+  s.http_addr = args.String("http-addr");
   ASSIGN_OR_RETURN(s.concurrency, args.IntInRange("concurrency", 1, 4096));
   ASSIGN_OR_RETURN(s.requests, args.IntInRange("requests", 1, 1 << 24));
   ASSIGN_OR_RETURN(s.prompt_tokens, args.IntInRange("prompt-tokens", 1, 1 << 24));
@@ -72,6 +77,9 @@ absl::StatusOr<LoadConfig> ConfigFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(s.prefix_groups, args.IntInRange("prefix-groups", 1, 1 << 20));
   ASSIGN_OR_RETURN(s.turns, args.IntInRange("turns", 1, 1 << 16));
   ASSIGN_OR_RETURN(s.turn_tokens, args.IntInRange("turn-tokens", 0, 1 << 24));
+  if (!s.http_addr.empty() && s.turns > 1) {
+    return absl::InvalidArgumentError("--turns: more than 1 needs gRPC (no --http-addr)");
+  }
   ASSIGN_OR_RETURN(s.max_tokens, args.IntInRange("max-tokens", 1, 1 << 24));
   ASSIGN_OR_RETURN(s.seed, args.Uint64("seed"));
   ASSIGN_OR_RETURN(s.prefix_seed, args.Uint64("prefix-seed"));
@@ -129,7 +137,8 @@ int Run(LoadConfig config) {
                                  .turns = config.shape.turns,
                                  .turn_tokens = config.shape.turn_tokens,
                                  .vocab_size = model->vocab_size(),
-                                 .seed = config.shape.seed});
+                                 .seed = config.shape.seed,
+                                 .http_address = config.shape.http_addr});
   const LoadSummary summary = Summarize(config.shape, run.requests, run.wall_s);
   const std::string json = FormatJson(summary);
   std::cout << FormatTable(summary) << json << "\n" << std::flush;

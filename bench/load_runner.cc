@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "bench/load_http.h"
 #include "rpc/status.h"
 
 namespace tandem::bench {
@@ -120,7 +121,10 @@ RunResult RunLoad(v1::Generation::StubInterface& stub,
       }
       std::vector<int32_t> reply;
       RequestResult& r = run.requests[c * turns + t];
-      r = RunOne(stub, prompt, options, turns > 1 ? &reply : nullptr);
+      r = options.http_address.empty()
+              ? RunOne(stub, prompt, options, turns > 1 ? &reply : nullptr)
+              : RunOneHttp(options.http_address, options.model, prompt, options.max_tokens,
+                           options.request_timeout);
       if (r.code != absl::StatusCode::kOk) return;
       prompt.insert(prompt.end(), reply.begin(), reply.end());
     }

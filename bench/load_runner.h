@@ -54,6 +54,11 @@ struct RunOptions {
   int32_t turn_tokens = 32;
   int32_t vocab_size = 0;  // for the new ids of later turns
   uint64_t seed = 1;
+  // Non-empty: send each request to this OpenAI-compatible HTTP front
+  // ("host:port", POST /v1/completions streamed) instead of the stub; the
+  // stub still answers ListModels. Single-turn only (a completion's text
+  // does not say its ids).
+  std::string http_address = {};
 };
 
 struct RunResult {

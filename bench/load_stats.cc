@@ -73,6 +73,9 @@ std::string FormatTable(const LoadSummary& s) {
       "groups), max_tokens %d\n",
       sh.addr, sh.requests, sh.concurrency, sh.prompt_tokens, sh.shared_prefix_tokens,
       sh.prefix_groups, sh.max_tokens);
+  if (!sh.http_addr.empty()) {
+    absl::StrAppend(&out, "  through the HTTP front ", sh.http_addr, " (POST /v1/completions)\n");
+  }
   if (sh.turns > 1) {
     absl::StrAppend(&out, absl::StrFormat("  multi-turn: %d turns per conversation, %d new "
                                           "tokens per later turn\n",
@@ -104,7 +107,8 @@ std::string FormatJson(const LoadSummary& s) {
   }
   errors += "}";
   return absl::StrCat(
-      "{\"bench\": \"load\", \"addr\": ", JsonQuote(sh.addr), ", \"model\": ",
+      "{\"bench\": \"load\", \"addr\": ", JsonQuote(sh.addr), ", \"front\": ",
+      JsonQuote(sh.http_addr.empty() ? "grpc" : "http"), ", \"model\": ",
       JsonQuote(sh.model), ", \"concurrency\": ", sh.concurrency, ", \"requests\": ",
       sh.requests, ", \"prompt_tokens\": ", sh.prompt_tokens, ", \"shared_prefix_tokens\": ",
       sh.shared_prefix_tokens, ", \"prefix_groups\": ", sh.prefix_groups,

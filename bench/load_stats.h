@@ -45,6 +45,8 @@ double Percentile(std::vector<double> values, double p);
 // What the run was asked to do, echoed in the report.
 struct LoadShape {
   std::string addr;
+  // Non-empty: requests went through this OpenAI-compatible HTTP front.
+  std::string http_addr = {};
   std::string model;
   int32_t concurrency = 0;
   int32_t requests = 0;

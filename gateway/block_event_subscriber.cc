@@ -222,6 +222,7 @@ bool BlockEventSubscriber::OnBatch(int worker, const tandem::v1::BlockEventBatch
     s.epoch = batch.epoch();
     s.sequence = batch.sequence();
     s.kv_capacity_blocks = batch.kv_capacity_blocks();
+    s.max_context = batch.max_context();
     s.block_size = std::max(batch.block_size(), 1);
     s.entries->Set(static_cast<double>(index_.entries_of(worker)));
     hashes_.Set(static_cast<double>(index_.hashes()));
@@ -292,7 +293,11 @@ BlockEventSubscriber::KvCapacity BlockEventSubscriber::SyncedKvCapacity(int min_
   absl::MutexLock lock(&mu_);
   KvCapacity c;
   for (const auto& [slot, s] : slots_) {
-    if (slot < min_slot || !s.synced || !s.active) continue;
+    if (!s.synced || !s.active) continue;
+    if (s.max_context > 0 && (c.max_context == 0 || s.max_context < c.max_context)) {
+      c.max_context = s.max_context;
+    }
+    if (slot < min_slot) continue;
     c.tokens += s.kv_capacity_blocks * s.block_size;
     c.block_size = std::max(c.block_size, s.block_size);
   }

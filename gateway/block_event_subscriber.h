@@ -64,10 +64,12 @@ class BlockEventSubscriber {
   // The slots whose streams are synced now.
   std::vector<int> synced_slots() const;
   // The KV pools the synced workers in slots >= `min_slot` report: their
-  // sum in tokens, and the largest block size among them.
+  // sum in tokens, and the largest block size among them; and the smallest
+  // max_context any synced worker (of any slot) reports (0: none reported).
   struct KvCapacity {
     int64_t tokens = 0;
     int32_t block_size = 1;
+    int32_t max_context = 0;
   };
   KvCapacity SyncedKvCapacity(int min_slot) const;
   // Waits until `worker`'s stream has applied a snapshot (or `timeout`).
@@ -91,6 +93,7 @@ class BlockEventSubscriber {
     uint64_t sequence = 0;  // the last batch applied
     int64_t kv_capacity_blocks = 0;  // as the worker last reported
     int32_t block_size = 1;
+    int32_t max_context = 0;
     prometheus::Gauge* entries = nullptr;
   };
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
+#include "common/log.h"
 #include "gateway/generate_call.h"
 #include "rpc/status.h"
 #include "rpc/wire_parse.h"
@@ -90,8 +91,16 @@ void GenerationService::UpdateHealth() {
   }
   const BlockEventSubscriber::KvCapacity kv = subscriber_->SyncedKvCapacity(kDecodeSlotBase);
   kv_budget_.SetCapacity(kv.tokens, kv.block_size);
+  // A gateway that would accept sequences its workers refuse is
+  // misconfigured: not SERVING until its --max-context fits theirs.
+  const bool consistent = kv.max_context == 0 || options_.limits.max_context <= kv.max_context;
+  if (workers_max_context_.exchange(kv.max_context) != kv.max_context && !consistent) {
+    common::LogLine("tandem-gateway")
+        << "--max-context " << options_.limits.max_context << " exceeds the workers' "
+        << kv.max_context << ": not serving until they agree";
+  }
   if (health_ == nullptr) return;
-  const bool serving = prefill && decode;
+  const bool serving = prefill && decode && consistent;
   health_->SetServingStatus(serving);  // "" (this also resets named services)
   health_->SetServingStatus(tandem::v1::Generation::service_full_name(), serving);
 }
@@ -230,7 +239,10 @@ grpc::ServerUnaryReactor* GenerationService::ListModels(grpc::CallbackServerCont
   m->set_id(options_.model_name);
   m->set_architecture(options_.architecture);
   m->set_vocab_size(tokenizer_->n_vocab());
-  m->set_max_context(options_.limits.max_context);
+  // What the workers enforce, when they enforce less than the gateway.
+  const int32_t workers = workers_max_context_.load();
+  m->set_max_context(workers > 0 ? std::min(workers, options_.limits.max_context)
+                                 : options_.limits.max_context);
   return Answer(ctx, "ListModels", absl::OkStatus());
 }
 

@@ -195,6 +195,8 @@ class GenerationService final : public GenerationServiceBase {
   // False once destruction began: worker reachability is no longer followed.
   bool attached_ ABSL_GUARDED_BY(health_mu_) = true;
   std::atomic<bool> draining_{false};
+  // The smallest max_context the synced workers report (0: none yet).
+  std::atomic<int32_t> workers_max_context_{0};
   // After the pickers and the subscriber they update.
   std::unique_ptr<WorkerResolver> prefill_resolver_;
   std::unique_ptr<WorkerResolver> decode_resolver_;

@@ -132,6 +132,7 @@ tandem::v1::BlockEventBatch BlockEventPublisher::NewBatchLocked() const {
   b.set_model_fingerprint(options_.model_fingerprint);
   b.set_block_size(options_.block_size);
   b.set_kv_capacity_blocks(options_.kv_capacity_blocks);
+  b.set_max_context(options_.max_context);
   b.set_produced_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
   return b;
 }

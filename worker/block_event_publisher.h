@@ -32,6 +32,7 @@ struct BlockEventPublisherOptions {
   uint64_t model_fingerprint = 0;
   int32_t block_size = 16;
   int64_t kv_capacity_blocks = 0;  // the engine's pool, reported in every batch
+  int32_t max_context = 0;  // the engine's, reported in every batch
   int32_t max_pending_batches = 1024;  // per subscriber, before a resnapshot
 };
 

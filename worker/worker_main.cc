@@ -58,7 +58,8 @@ absl::StatusOr<Worker> StartWorker(
   w.block_events = std::make_unique<BlockEventPublisher>(
       BlockEventPublisherOptions{.model_fingerprint = w.model->fingerprint(),
                                  .block_size = eng->kv_block_size(),
-                                 .kv_capacity_blocks = eng->stats().blocks_total},
+                                 .kv_capacity_blocks = eng->stats().blocks_total,
+                                 .max_context = eng->max_context()},
       w.metrics->registry());
   BlockEventPublisher* publisher = w.block_events.get();
   TieredKvStore* tiers = w.tiers.get();

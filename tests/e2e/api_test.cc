@@ -9,6 +9,7 @@
 
 #include "engine/engine.h"
 #include "engine/model.h"
+#include "rpc/health.h"
 #include "tests/e2e/stack.h"
 #include "tests/engine/test_models.h"
 
@@ -201,6 +202,51 @@ TEST_F(ApiTest, DetokenizeInvertsTokenize) {
   const grpc::Status bad = stack_->gateway().Detokenize(&c4, dreq, &text);
   EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(bad.error_message(), HasSubstr("token_ids[5]"));
+}
+
+}  // namespace
+}  // namespace tandem::testing
+
+namespace tandem::testing {
+namespace {
+
+int32_t ListedMaxContext(Stack& stack) {
+  grpc::ClientContext ctx;
+  tandem::v1::ListModelsResponse models;
+  EXPECT_TRUE(stack.gateway().ListModels(&ctx, {}, &models).ok());
+  return models.models_size() == 1 ? models.models(0).max_context() : -1;
+}
+
+rpc::HealthState GatewayHealth(Stack& stack) {
+  auto health = rpc::CheckHealth(grpc::CreateChannel(stack.gateway_info().grpc_address,
+                                                     grpc::InsecureChannelCredentials()));
+  EXPECT_TRUE(health.ok()) << health.status();
+  return health.ok() ? *health : rpc::HealthState::kUnknown;
+}
+
+// ListModels reports what the workers enforce; a gateway that would accept
+// longer sequences than its workers is not SERVING.
+TEST(ApiWorkerLimitsTest, ListModelsReportsTheWorkersContextAndMismatchIsUnhealthy) {
+  StackOptions agree;
+  agree.model = StoriesPath();
+  agree.worker_flags = {"--max-context=1024"};
+  agree.gateway_flags = {"--max-context=512"};
+  std::unique_ptr<Stack> stack = Stack::Start(agree);
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  EXPECT_EQ(ListedMaxContext(*stack), 512);
+  EXPECT_EQ(GatewayHealth(*stack), rpc::HealthState::kServing);
+  EXPECT_TRUE(stack->Stop());
+
+  StackOptions disagree = agree;
+  disagree.worker_flags = {"--max-context=512"};
+  disagree.gateway_flags = {"--max-context=1024"};
+  stack = Stack::Start(disagree);
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  EXPECT_EQ(ListedMaxContext(*stack), 512);
+  EXPECT_EQ(GatewayHealth(*stack), rpc::HealthState::kNotServing);
+  EXPECT_TRUE(stack->Stop());
 }
 
 }  // namespace

@@ -476,7 +476,7 @@ TEST_F(GenerateCallTest, PastTheDecodeWorkersCapacityIsRefusedBeforeAnyWork) {
 
 TEST_F(GenerateCallTest, AnInvalidRequestNamesTheField) {
   StartGateway(1);
-  const Result r = Generate(Request(0));
+  const Result r = Generate(Request(-1));
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(r.status.error_message(), HasSubstr("max_tokens"));
   EXPECT_EQ(prefills_[0]->prefills(), 0);

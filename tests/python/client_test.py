@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """A Python client of the public API, end to end.
 
-Generates the Python stubs from proto/ into a temp dir (grpc_tools.protoc),
+Generates the Python stubs from proto/ into a temp dir (Debian's protoc with
+gRPC's Python plugin),
 starts `tandem up` on an ephemeral port with stories260K, waits for its READY
 line, checks a greedy streamed completion with top-5 logprobs and an invalid
 request, then stops `tandem up` with SIGTERM and checks it exits 0.
@@ -30,19 +31,22 @@ STORIES_GREEDY = ", there was a little girl named Lily"
 
 
 def generate_stubs(proto_dir, out_dir):
-    """Writes tandem/v1/generation_pb2{,_grpc}.py under out_dir."""
-    from grpc_tools import protoc  # Debian package python3-grpc-tools
+    """Writes tandem/v1/generation_pb2{,_grpc}.py under out_dir.
+
+    Debian's protoc (protobuf-compiler) with gRPC's Python plugin
+    (protobuf-compiler-grpc), as a user would run them: the protoc inside
+    python3-grpc-tools predates proto3 `optional` fields."""
+    import subprocess
 
     proto = os.path.join(proto_dir, "tandem", "v1", "generation.proto")
-    rc = protoc.main([
-        "grpc_tools.protoc",
+    subprocess.run([
+        "protoc",
         "-I" + proto_dir,
         "--python_out=" + out_dir,
-        "--grpc_python_out=" + out_dir,
+        "--grpc_out=" + out_dir,
+        "--plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin",
         proto,
-    ])
-    if rc != 0:
-        raise RuntimeError("grpc_tools.protoc failed on %s (rc %d)" % (proto, rc))
+    ], check=True)
 
 
 def read_ready_line(proc, timeout_s):
@@ -142,8 +146,8 @@ class ClientTest(unittest.TestCase):
         for r in responses[:-1]:
             self.assertEqual(r.finish_reason, pb.FINISH_REASON_UNSPECIFIED)
 
-    def test_zero_max_tokens_is_invalid_argument(self):
-        request = self.pb.GenerateRequest(prompt="Once upon a time", max_tokens=0)
+    def test_negative_max_tokens_is_invalid_argument(self):
+        request = self.pb.GenerateRequest(prompt="Once upon a time", max_tokens=-1)
         with self.assertRaises(self.grpc.RpcError) as caught:
             list(self.stub.Generate(request, timeout=RPC_TIMEOUT_S))
         self.assertEqual(caught.exception.code(), self.grpc.StatusCode.INVALID_ARGUMENT)

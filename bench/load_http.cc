@@ -1,0 +1,97 @@
+#include "bench/load_http.h"
+
+#include <chrono>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "common/host_port.h"
+
+namespace tandem::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::json;
+
+absl::StatusCode CodeOfHttp(int status) {
+  switch (status) {
+    case 400: return absl::StatusCode::kInvalidArgument;
+    case 401: return absl::StatusCode::kUnauthenticated;
+    case 404: return absl::StatusCode::kNotFound;
+    case 429: return absl::StatusCode::kResourceExhausted;
+    case 503: return absl::StatusCode::kUnavailable;
+    case 504: return absl::StatusCode::kDeadlineExceeded;
+    default: return absl::StatusCode::kUnknown;
+  }
+}
+
+}  // namespace
+
+RequestResult RunOneHttp(const std::string& address, const std::string& model,
+                         const std::vector<int32_t>& prompt, int32_t max_tokens,
+                         absl::Duration timeout) {
+  RequestResult result;
+  absl::StatusOr<common::HostPort> hp = common::SplitHostPort(address);
+  if (!hp.ok()) {
+    result.code = absl::StatusCode::kInvalidArgument;
+    return result;
+  }
+  httplib::Client client(common::StripBrackets(hp->host), hp->port);
+  const auto seconds = absl::ToInt64Seconds(timeout);
+  client.set_read_timeout(seconds, 0);
+  client.set_write_timeout(seconds, 0);
+  const Json body = {{"model", model},
+                     {"prompt", prompt},
+                     {"max_tokens", max_tokens},
+                     {"temperature", 0},
+                     {"ignore_eos", true},
+                     {"logprobs", 0},
+                     {"stream", true},
+                     {"stream_options", {{"include_usage", true}}}};
+  const std::string payload = body.dump();
+  std::string pending;  // SSE bytes not yet split into events
+  bool error_event = false;
+  const Clock::time_point sent = Clock::now();
+  auto on_event = [&](const std::string& event) {
+    if (event.rfind("data: ", 0) != 0 || event == "data: [DONE]") return;
+    const Json chunk = Json::parse(event.substr(6), nullptr, /*allow_exceptions=*/false);
+    if (chunk.is_discarded() || chunk.contains("error")) {
+      error_event = true;
+      return;
+    }
+    if (chunk.contains("usage") && chunk["usage"].is_object()) {
+      result.prompt_tokens = chunk["usage"].value("prompt_tokens", 0);
+      result.cached_prompt_tokens =
+          chunk["usage"]["prompt_tokens_details"].value("cached_tokens", 0);
+    }
+    if (!chunk.contains("choices") || chunk["choices"].empty()) return;
+    const Json& logprobs = chunk["choices"][0]["logprobs"];
+    const int k = logprobs.is_object() ? static_cast<int>(logprobs["tokens"].size()) : 0;
+    RecordMessage(std::chrono::duration<double>(Clock::now() - sent).count(), k, result);
+  };
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = payload;
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
+    pending.append(data, size);
+    for (size_t end = pending.find("\n\n"); end != std::string::npos;
+         end = pending.find("\n\n")) {
+      on_event(pending.substr(0, end));
+      pending.erase(0, end + 2);
+    }
+    return true;
+  };
+  httplib::Result res = client.send(req);
+  if (!res) {
+    result.code = absl::StatusCode::kUnavailable;
+  } else if (res->status != 200) {
+    result.code = CodeOfHttp(res->status);
+  } else {
+    result.code = error_event ? absl::StatusCode::kInternal : absl::StatusCode::kOk;
+  }
+  return result;
+}
+
+}  // namespace tandem::bench
