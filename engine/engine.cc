@@ -84,6 +84,7 @@ int64_t Engine::Enqueue(GenerationRequest request, std::shared_ptr<const KvSnaps
       .last_hash = kRootParentHash,
       .sampler = Sampler(SamplingParams{}),
       .logits_processor = {},
+      .prompt_logprobs = {},
       .import = std::move(import),
   });
   seq->sampler = Sampler(seq->request.sampling);
@@ -113,6 +114,8 @@ absl::StatusOr<int64_t> Engine::Add(GenerationRequest request) {
   RETURN_IF_ERROR(ValidateRequest(request));
   std::shared_ptr<const KvSnapshot> prefix = std::move(request.prefix_kv);
   request.prefix_kv = nullptr;
+  // Prompt logprobs need every prompt position computed here.
+  if (request.prompt_logprobs >= 0) prefix = nullptr;
   if (request.private_kv && prefix == nullptr && request.generated.empty()) {
     prefix = ShiftPinned(request);
   }
@@ -128,6 +131,9 @@ absl::StatusOr<int64_t> Engine::Add(GenerationRequest request) {
 absl::StatusOr<int64_t> Engine::AddWithKv(GenerationRequest request, const SampledToken& first,
                                           std::shared_ptr<const KvSnapshot> kv) {
   RETURN_IF_ERROR(ValidateRequest(request));
+  if (request.prompt_logprobs >= 0) {
+    return absl::InvalidArgumentError("prompt_logprobs: the prompt's KV comes computed");
+  }
   if (kv == nullptr) return absl::InvalidArgumentError("kv: missing");
   RETURN_IF_ERROR(ValidateSnapshot(request, *kv));
   if (!model_.tokenizer().IsValidId(first.id)) {
@@ -406,13 +412,36 @@ absl::StatusOr<StepOutput> Engine::Step() {
           .positions = std::span<const int32_t>(seq.positions).subspan(c.start, c.count),
           .kv_start = c.start,
           .blocks = seq.blocks->ids(),
-          .all_logits = false,
+          .all_logits = WantsPromptLogprobs(seq, c),
       });
     }
     ASSIGN_OR_RETURN(ForwardResult result, forward_.Run(chunks));
     Update(plan, result, out);
   }
   return out;
+}
+
+bool Engine::WantsPromptLogprobs(const Sequence& seq, const ScheduledChunk& c) {
+  return seq.request.prompt_logprobs >= 0 &&
+         c.start + 1 < static_cast<int32_t>(seq.request.prompt.size());
+}
+
+void Engine::GatherPromptLogprobs(Sequence& seq, const ScheduledChunk& c,
+                                  const ForwardResult& result, int32_t first_row) {
+  const std::vector<int32_t>& prompt = seq.request.prompt;
+  for (int32_t r = 0; r < c.count; ++r) {
+    // Row r holds the logits after slot c.start + r: they predict the next.
+    const int32_t target = c.start + r + 1;
+    if (target >= static_cast<int32_t>(prompt.size())) break;
+    // Gathered already, before a preemption made the prompt run again.
+    if (target - 1 < static_cast<int32_t>(seq.prompt_logprobs.size())) continue;
+    const std::span<const float> row = result.Row(first_row + r);
+    const LogSoftmaxStats stats = ComputeLogSoftmaxStats(row);
+    const int32_t id = prompt[target];
+    seq.prompt_logprobs.push_back({.id = id,
+                                   .logprob = row[id] - stats.max - stats.log_sum,
+                                   .top = TopLogprobs(row, stats, seq.request.prompt_logprobs)});
+  }
 }
 
 void Engine::Update(const StepPlan& plan, const ForwardResult& result, StepOutput& out) {
@@ -422,8 +451,13 @@ void Engine::Update(const StepPlan& plan, const ForwardResult& result, StepOutpu
     Sequence& seq = *scheduler_.Find(c.seq_id);
     seq.n_computed = c.start + c.count;
     HashFullBlocks(seq, out.blocks);
+    int32_t last_row = result.first_row[i];
+    if (WantsPromptLogprobs(seq, c)) {
+      GatherPromptLogprobs(seq, c, result, last_row);
+      last_row += c.count - 1;
+    }
     if (seq.pending() > 0) continue;  // mid-prefill
-    const std::span<float> row = result.Row(result.first_row[i]);
+    const std::span<float> row = result.Row(last_row);
     seq.logits_processor.Apply(row);
     TokenEvent ev{.seq_id = seq.id,
                   .token = seq.sampler.Sample(row, seq.request.top_logprobs),
@@ -442,6 +476,10 @@ void Engine::Update(const StepPlan& plan, const ForwardResult& result, StepOutpu
       // The next token would need a position past max_context, or more KV
       // than the whole pool holds (the sequence could never run alone).
       ev.finish = FinishReason::kLength;
+    }
+    if (seq.n_generated == 1 + static_cast<int32_t>(seq.request.generated.size()) &&
+        seq.request.prompt_logprobs >= 0) {
+      ev.prompt_logprobs = std::move(seq.prompt_logprobs);
     }
     if (ev.finish != FinishReason::kNone && seq.request.export_kv) ev.kv = Export(seq);
     const bool finished = ev.finish != FinishReason::kNone;

@@ -149,6 +149,11 @@ class Engine final : public StepEngine, private TierPromoter {
                              int64_t{kv_->num_blocks()} * kv_->block_size());
   }
   void Update(const StepPlan& plan, const ForwardResult& result, StepOutput& out);
+  // Prompt logprobs: whether chunk `c` of `seq` needs every row's logits,
+  // and the reduction of those rows (from `first_row` on) to O(k) each.
+  static bool WantsPromptLogprobs(const Sequence& seq, const ScheduledChunk& c);
+  static void GatherPromptLogprobs(Sequence& seq, const ScheduledChunk& c,
+                                   const ForwardResult& result, int32_t first_row);
   // Pins the leading hashed blocks of an ending sequence added with a
   // pin_key, then drops the oldest pins past max_pinned_fraction.
   void PinBlocks(const Sequence& seq);

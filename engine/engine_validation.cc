@@ -47,6 +47,15 @@ absl::Status Engine::ValidateRequest(const GenerationRequest& request) const {
         "top_logprobs: ", request.top_logprobs, " is out of range [0, ", kMaxTopLogprobs, "]"));
   }
   RETURN_IF_ERROR(ValidateSamplingParams(request.sampling, tok.n_vocab()));
+  if (request.prompt_logprobs < -1 || request.prompt_logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt_logprobs: ", request.prompt_logprobs,
+                                                   " is out of range [-1, ", kMaxTopLogprobs,
+                                                   "]"));
+  }
+  if (request.prompt_logprobs >= 0 && (!request.generated.empty() || request.private_kv)) {
+    return absl::InvalidArgumentError(
+        "prompt_logprobs: needs a fresh prompt (no generated tokens, no private KV)");
+  }
   const int64_t n = static_cast<int64_t>(request.prompt.size() + request.generated.size());
   if (n > options_.max_context) {
     return absl::InvalidArgumentError(absl::StrCat(

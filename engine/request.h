@@ -32,6 +32,13 @@ struct GenerationRequest {
   SamplingParams sampling;
   int32_t max_tokens = 16;      // >= 1; counts `generated` too
   int32_t top_logprobs = 0;     // [0, kMaxTopLogprobs]
+  // Prompt logprobs: -1 off; else, for every prompt token after the first,
+  // its logprob and this many alternatives ([0, kMaxTopLogprobs]), reported
+  // with the first generated token (TokenEvent::prompt_logprobs). The whole
+  // prompt is then computed (no prefix cache, no pulled prefix), in chunks of
+  // at most kPromptLogprobsChunk tokens, whose logits rows are reduced to
+  // O(k) per position as they are made.
+  int32_t prompt_logprobs = -1;
   bool ignore_eos = false;
   // On finish, copy the sequence's KV (its computed positions) into the
   // finishing TokenEvent's `kv` before the blocks are freed (prefill side
@@ -68,9 +75,17 @@ struct GenerationRequest {
   int32_t roll_keep = 0;
 };
 
+// Prompt tokens per forward chunk while a request wants prompt logprobs:
+// bounds the logits rows a step holds for it to this many.
+inline constexpr int32_t kPromptLogprobsChunk = 64;
+
 struct TokenEvent {
   int64_t seq_id = 0;
   SampledToken token;
+  // On the first generated token of a request with prompt_logprobs >= 0:
+  // entry i is prompt token i + 1 (its logprob under the raw logits of the
+  // positions before it, and the top alternatives, as SampledToken).
+  std::vector<SampledToken> prompt_logprobs = {};
   FinishReason finish = FinishReason::kNone;
   // Leading prompt tokens whose KV the prefix cache supplied (a multiple of
   // the block size); the same on every event of a sequence.

@@ -47,6 +47,21 @@ bool Scheduler::EnsureBlocks(Sequence& seq, int32_t n_slots) {
 // Frees the sequence's KV; it re-enters the queue at the front and later
 // recomputes its prompt and generated tokens in one prefill (vLLM's
 // recompute preemption). Its sampler keeps its state and its positions stay.
+namespace {
+
+// The tokens of `seq` a step computes: what is pending, within the budget,
+// and while prompt logprobs are gathered at most kPromptLogprobsChunk.
+int32_t ChunkSize(const Sequence& seq, int32_t budget) {
+  int32_t count = std::min(seq.pending(), budget);
+  if (seq.request.prompt_logprobs >= 0 &&
+      seq.n_computed + 1 < static_cast<int32_t>(seq.request.prompt.size())) {
+    count = std::min(count, kPromptLogprobsChunk);
+  }
+  return count;
+}
+
+}  // namespace
+
 void Scheduler::Preempt(Sequence& seq) {
   UndoAdmission(seq);
   ++preemptions_;
@@ -143,7 +158,7 @@ StepPlan Scheduler::Schedule() {
   // when decoding, a chunk when its prompt is still being prefilled).
   for (auto it = running_.begin(); it != running_.end() && budget > 0;) {
     Sequence& seq = **it;
-    const int32_t count = std::min(seq.pending(), budget);
+    const int32_t count = ChunkSize(seq, budget);
     bool preempted_self = false;
     while (!EnsureBlocks(seq, seq.n_computed + count)) {
       // Out of blocks: preempt the newest sequence (never one already
@@ -169,13 +184,15 @@ StepPlan Scheduler::Schedule() {
     const bool query = seq.import == nullptr || seq.import_is_prefix();
     if (seq.import != nullptr) {
       if (!AdmitImport(seq, plan)) break;
-    } else if (!seq.blocks.has_value() && !seq.request.private_kv) {
+    } else if (!seq.blocks.has_value() && !seq.request.private_kv &&
+               seq.request.prompt_logprobs < 0) {
+      // (Prompt logprobs need every position's logits: nothing cached.)
       AttachCachedPrefix(seq);
     }
     // Of n_cached, what a pulled prefix brought (the rest the pool had).
     const int32_t pulled =
         seq.import_is_prefix() ? seq.n_cached - seq.import_from_block * block_size_ : 0;
-    const int32_t count = std::min(seq.pending(), budget);
+    const int32_t count = ChunkSize(seq, budget);
     if (!EnsureBlocks(seq, seq.n_computed + count)) {
       // Not admitted after all: give back what admission took (cached
       // blocks return to the LRU).

@@ -48,6 +48,9 @@ struct Sequence {
   bool rolled = false;
   Sampler sampler;
   LogitsProcessor logits_processor;
+  // Prompt logprobs gathered so far (request.prompt_logprobs >= 0): entry i
+  // is prompt token i + 1. Kept across a preemption's recompute.
+  std::vector<SampledToken> prompt_logprobs;
   // KV computed elsewhere, copied into `blocks` when admitted: the whole
   // prompt (a prefill worker's hand-off, n_tokens == prompt size, the first
   // token appended) or a pulled prefix of it (GenerationRequest::prefix_kv).

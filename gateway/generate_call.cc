@@ -4,6 +4,7 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "gateway/generate_call_children.h"
@@ -136,6 +137,9 @@ void GenerateCall::Begin(absl::StatusOr<ValidatedRequest> request, SessionTurn t
         rpc::SamplingToProto(request_.sampling, prefill_request_.mutable_sampling());
         prefill_request_.set_request_id(request_.request_id);
         prefill_request_.set_top_logprobs(request_.top_logprobs);
+        if (request_.prompt_logprobs >= 0) {
+          prefill_request_.set_prompt_logprobs(request_.prompt_logprobs);
+        }
       }
     }
   }
@@ -171,7 +175,9 @@ void GenerateCall::StartPrefill() {
     // resumed stream (tokens generated before a migration) computes what its
     // worker lacks instead: the engine imports a pulled prefix only under a
     // fresh prompt.
-    const bool resumed = prefill_request_.generated_token_ids_size() > 0;
+    // Prompt logprobs need the whole prompt computed where they are asked.
+    const bool resumed = prefill_request_.generated_token_ids_size() > 0 ||
+                         prefill_request_.has_prompt_logprobs();
     prefill_request_.set_prefix_holder(resumed ? "" : route.pull_from);
     prefill_request_.set_prefix_blocks(resumed ? 0 : route.pull_blocks);
     // A session's decode worker holding more of the prompt than any
@@ -226,6 +232,11 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status,
         usage_.set_prefill_seconds(prefill_.prefill_seconds());
         usage_.set_cached_prompt_tokens(prefill_.cached_prompt_tokens());
         env_.metrics->queue_time.Observe(prefill_.queue_seconds());
+        for (const tandem::v1::SampledTokenProto& t : prefill_.prompt_logprobs()) {
+          tandem::v1::Token token = PublicToken(*env_.tokenizer, t);
+          token.set_text(SanitizeUtf8(token.raw()));
+          prompt_tokens_.push_back(std::move(token));
+        }
       }
       generated_ids_.push_back(prefill_.first_token().id());
       std::vector<tandem::v1::Token> out;
@@ -405,6 +416,8 @@ bool GenerateCall::Prepare(std::vector<tandem::v1::Token>& tokens) {
     sent_first_ = true;
     response_.set_seed(request_.sampling.seed);
     response_.set_request_id(request_.request_id);
+    for (tandem::v1::Token& t : prompt_tokens_) *response_.add_prompt_logprobs() = std::move(t);
+    prompt_tokens_.clear();
   }
   const absl::Time now = absl::Now();
   for (tandem::v1::Token& t : tokens) *response_.add_tokens() = std::move(t);

@@ -257,8 +257,10 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   tandem::v1::Usage usage_ ABSL_GUARDED_BY(mu_);
   absl::Time last_token_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  // The first message (which carries the seed and the request id) is sent.
+  // The first message (which carries the seed, the request id and the
+  // prompt logprobs) is sent.
   bool sent_first_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<tandem::v1::Token> prompt_tokens_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool ending_ ABSL_GUARDED_BY(mu_) = false;    // End() ran; Finish follows the write
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish() was called

@@ -247,6 +247,7 @@ void GenerateCall::OnDecodeDone(const grpc::Status& result) {
       last_prefill_error_ = rpc::FromGrpcStatus(status, "decode");
       prefill_request_.mutable_generated_token_ids()->Assign(generated_ids_.begin(),
                                                              generated_ids_.end());
+      prefill_request_.clear_prompt_logprobs();  // reported with the first message
       // The resumed prefill's token is written next: after the client's
       // write in flight, if any (one write outstanding).
       if (writing_) {

@@ -80,25 +80,25 @@ absl::Status ParseSampling(const Reader& r, tandem::v1::GenerateRequest& g) {
   float temperature = 1.0f;  // OpenAI's default
   RETURN_IF_ERROR(r.Number("temperature", &temperature));
   s->set_temperature(temperature);
-  float value = 0.0f;
-  RETURN_IF_ERROR(r.Number("top_p", &value));
-  s->set_top_p(value);
+  // The numbers whose JSON name is the proto field's; absent is 0 (unset).
+  using Setter = void (tandem::v1::SamplingParams::*)(float);
+  for (const auto& [key, set] : {std::pair<const char*, Setter>{
+                                     "top_p", &tandem::v1::SamplingParams::set_top_p},
+                                 {"min_p", &tandem::v1::SamplingParams::set_min_p},
+                                 {"presence_penalty",
+                                  &tandem::v1::SamplingParams::set_presence_penalty},
+                                 {"frequency_penalty",
+                                  &tandem::v1::SamplingParams::set_frequency_penalty},
+                                 {"repetition_penalty",
+                                  &tandem::v1::SamplingParams::set_repetition_penalty}}) {
+    float value = 0.0f;
+    RETURN_IF_ERROR(r.Number(key, &value));
+    (s->*set)(value);
+  }
   int32_t top_k = 0;
   RETURN_IF_ERROR(r.Integer("top_k", &top_k));
   // vLLM's -1 means off, as Tandem's 0.
   s->set_top_k(top_k == -1 ? 0 : top_k);
-  value = 0.0f;
-  RETURN_IF_ERROR(r.Number("min_p", &value));
-  s->set_min_p(value);
-  value = 0.0f;
-  RETURN_IF_ERROR(r.Number("presence_penalty", &value));
-  s->set_presence_penalty(value);
-  value = 0.0f;
-  RETURN_IF_ERROR(r.Number("frequency_penalty", &value));
-  s->set_frequency_penalty(value);
-  value = 0.0f;
-  RETURN_IF_ERROR(r.Number("repetition_penalty", &value));
-  s->set_repetition_penalty(value);
   int32_t min_tokens = 0;
   RETURN_IF_ERROR(r.Integer("min_tokens", &min_tokens));
   s->set_min_tokens(min_tokens);
@@ -129,6 +129,11 @@ absl::Status ParseSampling(const Reader& r, tandem::v1::GenerateRequest& g) {
       if (!id.is_number_integer()) return FieldError("stop_token_ids", "must hold token ids");
       s->add_stop_token_ids(id.get<int32_t>());
     }
+  }
+  if (r.Has("prompt_logprobs")) {
+    int32_t k = 0;
+    RETURN_IF_ERROR(r.Integer("prompt_logprobs", &k));
+    g.set_prompt_logprobs(k);
   }
   bool ignore_eos = false;
   RETURN_IF_ERROR(r.Bool("ignore_eos", &ignore_eos));
@@ -308,6 +313,7 @@ ResponseBuilder::ResponseBuilder(const Request& request, std::string id, std::st
                                  int64_t created)
     : endpoint_(request.endpoint),
       logprobs_(request.logprobs),
+      prompt_logprobs_(request.generate.has_prompt_logprobs()),
       include_usage_(request.include_usage),
       id_(absl::StrCat(request.endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-", id)),
       model_(std::move(model)),
@@ -350,6 +356,22 @@ std::string ResponseBuilder::LogprobsJson(const std::vector<tandem::v1::Token>& 
       .dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+std::string ResponseBuilder::PromptLogprobsJson() const {
+  Json out = Json::array({nullptr});
+  for (const tandem::v1::Token& t : prompt_tokens_) {
+    Json entry = Json::object();
+    entry[std::to_string(t.id())] = {{"logprob", t.logprob()}, {"decoded_token", t.text()}};
+    for (const tandem::v1::TopLogprob& alt : t.top_logprobs()) {
+      const std::string id = std::to_string(alt.id());
+      if (!entry.contains(id)) {
+        entry[id] = {{"logprob", alt.logprob()}, {"decoded_token", alt.text()}};
+      }
+    }
+    out.push_back(std::move(entry));
+  }
+  return out.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 std::string ResponseBuilder::UsageJson() const {
   const int32_t prompt = usage_.prompt_tokens(), completion = usage_.completion_tokens();
   return Json{{"prompt_tokens", prompt},
@@ -378,6 +400,7 @@ std::string ResponseBuilder::ChunkJson(const tandem::v1::GenerateResponse& messa
                            : Json(nullptr);
   const std::string finish = FinishReasonName(message.finish_reason());
   choice["finish_reason"] = finish.empty() ? Json(nullptr) : Json(finish);
+  if (first && prompt_logprobs_) choice["prompt_logprobs"] = Json::parse(PromptLogprobsJson());
   Json chunk = {{"id", id_},
                 {"object", endpoint_ == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},
                 {"created", created_},
@@ -390,6 +413,7 @@ std::vector<std::string> ResponseBuilder::Events(const tandem::v1::GenerateRespo
   std::vector<std::string> out;
   const bool first = !started_;
   started_ = true;
+  if (first) prompt_tokens_.assign(message.prompt_logprobs().begin(), message.prompt_logprobs().end());
   if (message.has_usage()) {
     usage_ = message.usage();
     has_usage_ = true;
@@ -416,6 +440,10 @@ std::vector<std::string> ResponseBuilder::Closing() const {
 }
 
 void ResponseBuilder::Add(const tandem::v1::GenerateResponse& message) {
+  if (!started_) {
+    started_ = true;
+    prompt_tokens_.assign(message.prompt_logprobs().begin(), message.prompt_logprobs().end());
+  }
   for (const tandem::v1::Token& t : message.tokens()) {
     choice_.text += t.text();
     if (logprobs_) choice_.tokens.push_back(t);
@@ -438,6 +466,7 @@ std::string ResponseBuilder::Body() const {
   }
   choice["logprobs"] = logprobs_ ? Json::parse(LogprobsJson(choice_.tokens, 0)) : Json(nullptr);
   choice["finish_reason"] = FinishReasonName(choice_.finish);
+  if (prompt_logprobs_) choice["prompt_logprobs"] = Json::parse(PromptLogprobsJson());
   Json body = {{"id", id_},
                {"object", endpoint_ == Endpoint::kChat ? "chat.completion" : "text_completion"},
                {"created", created_},

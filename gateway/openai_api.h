@@ -39,7 +39,7 @@ struct Request {
 // tools). Values are range-checked later, by the gateway's validation of the
 // GenerateRequest, like any gRPC request's. Besides OpenAI's parameters the
 // extensions vLLM accepts are read: top_k, min_p, repetition_penalty,
-// min_tokens, stop_token_ids, ignore_eos.
+// min_tokens, stop_token_ids, ignore_eos, prompt_logprobs.
 absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body);
 
 // Builds the response of one request from its GenerateResponse messages.
@@ -70,9 +70,14 @@ class ResponseBuilder {
   std::string LogprobsJson(const std::vector<tandem::v1::Token>& tokens,
                            int64_t text_offset) const;
   std::string UsageJson() const;
+  // vLLM's "prompt_logprobs": null for the first prompt token, then one
+  // {"<id>": {"logprob", "decoded_token"}} object per token (the token and
+  // its alternatives).
+  std::string PromptLogprobsJson() const;
 
   Endpoint endpoint_;
   bool logprobs_;
+  bool prompt_logprobs_;
   bool include_usage_;
   std::string id_;
   std::string model_;
@@ -80,6 +85,7 @@ class ResponseBuilder {
   bool started_ = false;
   int64_t streamed_chars_ = 0;  // completions text_offset across chunks
   Choice choice_;
+  std::vector<tandem::v1::Token> prompt_tokens_;  // from the first message
   tandem::v1::Usage usage_;
   bool has_usage_ = false;
 };

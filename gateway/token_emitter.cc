@@ -69,6 +69,11 @@ void TokenEmitter::Finish(FinishReason reason, std::vector<tandem::v1::Token>* o
 }
 
 tandem::v1::Token TokenEmitter::MakeToken(const tandem::v1::SampledTokenProto& sampled) {
+  return PublicToken(tokenizer_, sampled);
+}
+
+tandem::v1::Token PublicToken(const engine::Tokenizer& tokenizer_,
+                              const tandem::v1::SampledTokenProto& sampled) {
   tandem::v1::Token token;
   token.set_id(sampled.id());
   token.set_logprob(sampled.logprob());

@@ -30,6 +30,12 @@ struct EmitterOptions {
   std::vector<int32_t> stop_token_ids = {};
 };
 
+// The public Token for a sampled one: id, raw bytes, logprob and the
+// alternatives with their texts; `text` is left empty (the emitter decides
+// it). Ids outside the vocabulary render as empty bytes.
+tandem::v1::Token PublicToken(const engine::Tokenizer& tokenizer,
+                              const tandem::v1::SampledTokenProto& sampled);
+
 // Semantics of what comes out:
 // - Token.raw is the token's own bytes (Tokenizer::TokenBytes) and
 //   Token.text the valid UTF-8 text the token completes, so a character

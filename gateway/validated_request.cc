@@ -192,6 +192,14 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(
   out.seed_given = request.sampling().has_seed();
   RETURN_IF_ERROR(ValidateTopLogprobs(request.top_logprobs()));
   out.top_logprobs = request.top_logprobs();
+  if (request.has_prompt_logprobs()) {
+    const int32_t k = request.prompt_logprobs();
+    if (k < 0 || k > engine::kMaxTopLogprobs) {
+      return FieldError("prompt_logprobs",
+                        absl::StrCat(k, " is out of range [0, ", engine::kMaxTopLogprobs, "]"));
+    }
+    out.prompt_logprobs = k;
+  }
   ASSIGN_OR_RETURN(out.stop, ParseStop(request.stop(), limits));
   out.ignore_eos = request.ignore_eos();
 

@@ -75,6 +75,8 @@ struct ValidatedRequest {
   std::string request_id;
   // In [0, engine::kMaxTopLogprobs].
   int32_t top_logprobs = 0;
+  // -1 (not asked for) or in [0, engine::kMaxTopLogprobs].
+  int32_t prompt_logprobs = -1;
   // Each non-empty, valid UTF-8 and within GatewayLimits.
   std::vector<std::string> stop;
   bool ignore_eos = false;

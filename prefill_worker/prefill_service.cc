@@ -61,6 +61,7 @@ class PrefillService::PrefillCall final : public grpc::ServerUnaryReactor,
     r.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
     r.sampling = rpc::SamplingFromProto(request.sampling());
     r.top_logprobs = request.top_logprobs();
+    if (request.has_prompt_logprobs()) r.prompt_logprobs = request.prompt_logprobs();
     // A resumed stream's tokens are computed with the prompt; the token
     // sampled after them is the answer.
     r.generated.assign(request.generated_token_ids().begin(),
@@ -70,7 +71,8 @@ class PrefillService::PrefillCall final : public grpc::ServerUnaryReactor,
     r.export_kv = true;
     prompt_ = r.prompt;  // the positions the lease holds
     prompt_.insert(prompt_.end(), r.generated.begin(), r.generated.end());
-    if (request.prefix_holder().empty() || request.prefix_blocks() == 0) {
+    if (request.prefix_holder().empty() || request.prefix_blocks() == 0 ||
+        r.prompt_logprobs >= 0) {
       Submit(std::move(r));
       return;
     }
@@ -141,6 +143,9 @@ class PrefillService::PrefillCall final : public grpc::ServerUnaryReactor,
     }
     response_->set_lease_id(held->lease_id);
     rpc::SampledTokenToProto(first.token, response_->mutable_first_token());
+    for (const engine::SampledToken& t : first.prompt_logprobs) {
+      rpc::SampledTokenToProto(t, response_->add_prompt_logprobs());
+    }
     response_->set_num_blocks(held->num_blocks);
     response_->set_num_tokens(first.kv->n_tokens);
     response_->set_cached_prompt_tokens(first.cached_tokens);

@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "engine/model.h"
 #include "rpc/health.h"
+#include "tests/e2e/reference.h"
 #include "tests/e2e/stack.h"
 #include "tests/engine/test_models.h"
 
@@ -51,20 +52,11 @@ class ApiTest : public ::testing::Test {
   static std::vector<engine::TokenEvent> Reference(const std::string& prompt,
                                                    const engine::SamplingParams& sampling,
                                                    int32_t max_tokens) {
-    auto eng = engine::Engine::Create(*model_, engine::MakeCpuBackend({.threads = 2}), {});
     engine::GenerationRequest r;
-    r.prompt = model_->tokenizer().Encode(prompt, {.add_special = true, .parse_special = true});
     r.max_tokens = max_tokens;
     r.top_logprobs = 2;
     r.sampling = sampling;
-    EXPECT_TRUE((*eng)->Add(r).ok());
-    std::vector<engine::TokenEvent> out;
-    while ((*eng)->HasWork()) {
-      auto events = engine::testing::Tokens((*eng)->Step());
-      EXPECT_TRUE(events.ok());
-      for (auto& e : *events) out.push_back(std::move(e));
-    }
-    return out;
+    return EngineReference(*model_, prompt, r);
   }
 
   static Stack* stack_;
@@ -178,6 +170,51 @@ TEST_F(ApiTest, RequestIdsAreEchoedOrGenerated) {
   EXPECT_THAT(c.request_id, StartsWith("req-"));
   EXPECT_EQ(c.request_id_header, c.request_id);
   EXPECT_NE(Generate(stack_->gateway(), req).request_id, c.request_id);
+}
+
+TEST_F(ApiTest, PromptLogprobsComeWithTheFirstMessageAsTheEngineComputesThem) {
+  // Greedy tokens appended to the prompt: at their positions the prompt
+  // logprobs are what generating them reported. 80 prompt tokens: several
+  // 64-token chunks, blocks the cache holds (from the first request) unused.
+  tandem::v1::GenerateRequest first;
+  first.set_prompt("Once upon a time");
+  first.set_max_tokens(76);
+  first.set_ignore_eos(true);
+  first.set_top_logprobs(3);
+  const Completion run = Generate(stack_->gateway(), first);
+  ASSERT_TRUE(run.status.ok()) << run.status.error_message();
+  tandem::v1::GenerateRequest req;
+  req.add_prompt_token_ids(1);
+  for (int32_t id : {403, 407, 261, 378}) req.add_prompt_token_ids(id);
+  for (const auto& t : run.tokens) req.add_prompt_token_ids(t.id());
+  req.set_max_tokens(1);
+  req.set_prompt_logprobs(3);
+  grpc::ClientContext ctx;
+  auto reader = stack_->gateway().Generate(&ctx, req);
+  tandem::v1::GenerateResponse message;
+  ASSERT_TRUE(reader->Read(&message));
+  ASSERT_EQ(message.prompt_logprobs_size(), req.prompt_token_ids_size() - 1);
+  for (int i = 0; i < message.prompt_logprobs_size(); ++i) {
+    EXPECT_EQ(message.prompt_logprobs(i).id(), req.prompt_token_ids(i + 1)) << i;
+  }
+  for (size_t t = 0; t < run.tokens.size(); ++t) {
+    const tandem::v1::Token& p = message.prompt_logprobs(static_cast<int>(4 + t));
+    EXPECT_NEAR(p.logprob(), run.tokens[t].logprob(), 1e-4) << t;
+    ASSERT_EQ(p.top_logprobs_size(), 3);
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(p.top_logprobs(k).id(), run.tokens[t].top_logprobs(k).id()) << t;
+    }
+    EXPECT_EQ(p.raw(), run.tokens[t].raw());
+  }
+  while (reader->Read(&message)) {
+    EXPECT_EQ(message.prompt_logprobs_size(), 0);  // first message only
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  // Out of range is named.
+  req.set_prompt_logprobs(21);
+  const Completion bad = Generate(stack_->gateway(), req);
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.status.error_message(), StartsWith("prompt_logprobs"));
 }
 
 TEST_F(ApiTest, DetokenizeInvertsTokenize) {

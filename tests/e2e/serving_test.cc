@@ -14,6 +14,7 @@
 #include "engine/model.h"
 #include "rpc/health.h"
 #include "process/http_get.h"
+#include "tests/e2e/reference.h"
 #include "tests/e2e/stack.h"
 #include "tests/engine/test_models.h"
 
@@ -28,19 +29,10 @@ std::string StoriesPath() { return std::string(TANDEM_SHARED_MODELS_DIR) + "/sto
 // request.
 std::vector<engine::TokenEvent> Reference(const engine::Model& model, const std::string& prompt,
                                           int32_t max_tokens, int32_t top_logprobs) {
-  auto eng = engine::Engine::Create(model, engine::MakeCpuBackend({.threads = 2}), {});
   engine::GenerationRequest r;
-  r.prompt = model.tokenizer().Encode(prompt, {.add_special = true, .parse_special = true});
   r.max_tokens = max_tokens;
   r.top_logprobs = top_logprobs;
-  EXPECT_TRUE((*eng)->Add(r).ok());
-  std::vector<engine::TokenEvent> out;
-  while ((*eng)->HasWork()) {
-    auto events = engine::testing::Tokens((*eng)->Step());
-    EXPECT_TRUE(events.ok());
-    for (auto& e : *events) out.push_back(std::move(e));
-  }
-  return out;
+  return EngineReference(model, prompt, r);
 }
 
 class ServingTest : public ::testing::Test {

@@ -367,3 +367,62 @@ TEST(EngineLogitAdjustmentsTest, TokenIdsOutsideTheVocabularyAreRefused) {
 
 }  // namespace
 }  // namespace tandem::engine
+
+namespace tandem::engine {
+namespace {
+
+// Prompt logprobs: a prompt made of a greedy run's own tokens reports, at
+// each of those positions, exactly what the run reported when it generated
+// them; the whole prompt is computed (no prefix cache) in several chunks.
+TEST(EnginePromptLogprobsTest, EqualWhatGenerationReportedForTheSameTokens) {
+  auto model = LoadSynthetic(TinyOptions());
+  auto e = MakeEngine(*model);
+  const std::vector<int32_t> head = Prompt(8, 6);
+  const int64_t run_id = *e->Add(Request(head, 70));
+  std::vector<TokenEvent> run;
+  while (e->HasWork()) {
+    auto events = testing::Tokens(e->Step());
+    ASSERT_TRUE(events.ok());
+    for (TokenEvent& ev : *events) {
+      if (ev.seq_id == run_id) run.push_back(std::move(ev));
+    }
+  }
+  ASSERT_EQ(run.size(), 70u);
+  std::vector<int32_t> prompt = head;
+  for (const TokenEvent& ev : run) prompt.push_back(ev.token.id);
+
+  GenerationRequest r = Request(prompt, 1);
+  r.prompt_logprobs = 3;
+  ASSERT_TRUE(e->Add(r).ok());
+  std::vector<TokenEvent> events;
+  while (e->HasWork()) {
+    auto step = testing::Tokens(e->Step());
+    ASSERT_TRUE(step.ok());
+    for (TokenEvent& ev : *step) events.push_back(std::move(ev));
+  }
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].cached_tokens, 0);  // the run's blocks were cached, not used
+  const std::vector<SampledToken>& got = events[0].prompt_logprobs;
+  ASSERT_EQ(got.size(), prompt.size() - 1);
+  for (size_t i = 0; i + 1 < prompt.size(); ++i) EXPECT_EQ(got[i].id, prompt[i + 1]) << i;
+  for (size_t t = 0; t < run.size(); ++t) {
+    const SampledToken& p = got[head.size() - 1 + t];
+    EXPECT_NEAR(p.logprob, run[t].token.logprob, 1e-4) << t;
+    ASSERT_EQ(p.top.size(), 3u);
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(p.top[k].id, run[t].token.top[k].id) << t << "/" << k;
+      EXPECT_NEAR(p.top[k].logprob, run[t].token.top[k].logprob, 1e-4);
+    }
+  }
+}
+
+TEST(EnginePromptLogprobsTest, RangeIsChecked) {
+  auto model = LoadSynthetic(TinyOptions());
+  auto e = MakeEngine(*model);
+  GenerationRequest r = Request(Prompt(8, 6), 1);
+  r.prompt_logprobs = 21;
+  EXPECT_THAT(e->Add(r).status().message(), HasSubstr("prompt_logprobs"));
+}
+
+}  // namespace
+}  // namespace tandem::engine

@@ -136,6 +136,29 @@ TEST(OpenAiResponseTest, WholeCompletionWithLogprobsAndUsage) {
   EXPECT_EQ(body["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
 }
 
+TEST(OpenAiResponseTest, PromptLogprobsInVllmsShape) {
+  Request request =
+      *ParseRequest(Endpoint::kCompletions, R"({"prompt": "a", "prompt_logprobs": 1})");
+  EXPECT_EQ(request.generate.prompt_logprobs(), 1);
+  ResponseBuilder b(request, "r3", "m", 42);
+  tandem::v1::GenerateResponse first = Message({{5, "x"}}, tandem::v1::FINISH_REASON_LENGTH);
+  tandem::v1::Token* p = first.add_prompt_logprobs();
+  p->set_id(7);
+  p->set_text("seven");
+  p->set_logprob(-1.5f);
+  tandem::v1::TopLogprob* alt = p->add_top_logprobs();
+  alt->set_id(8);
+  alt->set_text("eight");
+  alt->set_logprob(-0.5f);
+  b.Add(first);
+  const Json body = Json::parse(b.Body());
+  const Json& prompt = body["choices"][0]["prompt_logprobs"];
+  ASSERT_EQ(prompt.size(), 2u);
+  EXPECT_TRUE(prompt[0].is_null());
+  EXPECT_FLOAT_EQ(prompt[1]["7"]["logprob"].get<float>(), -1.5f);
+  EXPECT_EQ(prompt[1]["8"]["decoded_token"], "eight");
+}
+
 TEST(OpenAiResponseTest, StreamedChatChunksThenUsageThenDone) {
   Request request = *ParseRequest(
       Endpoint::kChat, R"({"messages": [{"role": "user", "content": "a"}], "stream": true,
