@@ -52,6 +52,20 @@ std::string NewRequestId() {
   return absl::StrCat("req-", absl::Hex(absl::Uniform<uint64_t>(gen), absl::kZeroPad16));
 }
 
+void LogEnd(const std::string& request_id, const absl::Status& status) {
+  // Failures the client did not cause are worth a line at the default level.
+  const bool server_side = status.code() == absl::StatusCode::kInternal ||
+                           status.code() == absl::StatusCode::kUnknown ||
+                           status.code() == absl::StatusCode::kDataLoss;
+  if (!common::LogEnabled(server_side ? common::LogLevel::kWarning : common::LogLevel::kDebug)) {
+    return;
+  }
+  common::LogLine("gateway") << "request " << (request_id.empty() ? "-" : request_id) << ": "
+                             << (status.ok() ? "OK" : status.ToString());
+}
+
+}  // namespace
+
 uint64_t DrawSeed() {
   thread_local absl::BitGen gen;
   return absl::Uniform<uint64_t>(gen);
@@ -70,20 +84,6 @@ absl::Status AssignRequestId(grpc::CallbackServerContext& ctx, ValidatedRequest&
   ctx.AddInitialMetadata(kRequestIdHeader, request.request_id);
   return absl::OkStatus();
 }
-
-void LogEnd(const std::string& request_id, const absl::Status& status) {
-  // Failures the client did not cause are worth a line at the default level.
-  const bool server_side = status.code() == absl::StatusCode::kInternal ||
-                           status.code() == absl::StatusCode::kUnknown ||
-                           status.code() == absl::StatusCode::kDataLoss;
-  if (!common::LogEnabled(server_side ? common::LogLevel::kWarning : common::LogLevel::kDebug)) {
-    return;
-  }
-  common::LogLine("gateway") << "request " << (request_id.empty() ? "-" : request_id) << ": "
-                             << (status.ok() ? "OK" : status.ToString());
-}
-
-}  // namespace
 
 void GenerateCall::Begin(absl::StatusOr<ValidatedRequest> request, SessionTurn turn) {
   Next next;

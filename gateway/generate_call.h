@@ -139,6 +139,13 @@ struct SessionTurn {
 // On the raw form of Generate (the service parses requests itself, to say
 // what is wrong with one gRPC could not parse): each GenerateResponse goes
 // out serialized.
+// A fresh random seed for a request that names none.
+uint64_t DrawSeed();
+// Sets request.request_id from the x-request-id metadata when the request
+// has none (a fresh one when neither has), and echoes it in the initial
+// metadata. InvalidArgument for a malformed x-request-id.
+absl::Status AssignRequestId(grpc::CallbackServerContext& ctx, ValidatedRequest& request);
+
 class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
                            public std::enable_shared_from_this<GenerateCall> {
  public:

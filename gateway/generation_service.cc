@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "gateway/choices_call.h"
 #include "gateway/generate_call.h"
 #include "rpc/status.h"
 #include "rpc/wire_parse.h"
@@ -126,7 +127,26 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
     validated = ValidateGenerateRequest(request, *tokenizer_, options_.model_name, options_.limits,
                                         &options_.chat_template);
   }
+  if (validated.ok() && request.n() > 1) {
+    tandem::v1::Generation::Stub* self = self_.load();
+    if (self == nullptr) {
+      validated = absl::UnimplementedError("n: this gateway runs one completion per request");
+    } else if (absl::Status id = AssignRequestId(*ctx, *validated); !id.ok()) {
+      validated = id;
+    } else {
+      // Every choice under one id, seeds consecutive from the request's.
+      request.set_request_id(validated->request_id);
+      request.mutable_sampling()->set_seed(validated->seed_given ? validated->sampling.seed
+                                                                 : DrawSeed());
+      return ChoicesCall::Start(ctx, std::move(request), self, &live_);
+    }
+  }
   return GenerateCall::Start(MakeCallEnv(), ctx, std::move(validated));
+}
+
+void GenerationService::SetSelfChannel(std::shared_ptr<grpc::Channel> channel) {
+  self_owner_ = tandem::v1::Generation::NewStub(std::move(channel));
+  self_.store(self_owner_.get());
 }
 
 CallEnv GenerationService::MakeCallEnv() {

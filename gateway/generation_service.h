@@ -103,6 +103,9 @@ class GenerationService final : public GenerationServiceBase {
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* ctx,
                                                        const grpc::ByteBuffer* request) override;
+  // The channel to this service's own server (in-process): requests with
+  // n > 1 run each choice through it (ChoicesCall). Set once, before serving.
+  void SetSelfChannel(std::shared_ptr<grpc::Channel> channel);
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
@@ -197,6 +200,9 @@ class GenerationService final : public GenerationServiceBase {
   std::atomic<bool> draining_{false};
   // The smallest max_context the synced workers report (0: none yet).
   std::atomic<int32_t> workers_max_context_{0};
+  // SetSelfChannel's stub, read by calls that may already be arriving.
+  std::unique_ptr<tandem::v1::Generation::Stub> self_owner_;
+  std::atomic<tandem::v1::Generation::Stub*> self_{nullptr};
   // After the pickers and the subscriber they update.
   std::unique_ptr<WorkerResolver> prefill_resolver_;
   std::unique_ptr<WorkerResolver> decode_resolver_;

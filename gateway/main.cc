@@ -107,6 +107,7 @@ int main(int argc, char** argv) {
        .help = "entries of sampling.logit_bias per request"},
       {.name = "max-stop-token-ids", .default_value = "64",
        .help = "entries of sampling.stop_token_ids per request"},
+      {.name = "max-n", .default_value = "16", .help = "completions per request (n)"},
       {.name = "request-timeout-ms", .default_value = "600000",
        .help = "deadline for Generate calls that set none"},
       {.name = "router", .default_value = "kv",
@@ -173,6 +174,7 @@ int main(int argc, char** argv) {
       args->IntInRange("default-max-tokens", 1, 1 << 24);
   absl::StatusOr<int32_t> max_logit_bias = args->IntInRange("max-logit-bias", 0, 1 << 20);
   absl::StatusOr<int32_t> max_stop_ids = args->IntInRange("max-stop-token-ids", 0, 1 << 16);
+  absl::StatusOr<int32_t> max_n = args->IntInRange("max-n", 1, 1024);
   absl::StatusOr<int32_t> timeout_ms =
       args->IntInRange("request-timeout-ms", 1, 24 * 3600 * 1000);
   absl::StatusOr<tandem::rpc::ChannelCacheOptions> channels =
@@ -218,7 +220,8 @@ int main(int argc, char** argv) {
   for (const absl::Status& s :
        {max_context.status(), max_stops.status(), default_max_tokens.status(),
         http_threads.status(), http_body.status(),
-        max_logit_bias.status(), max_stop_ids.status(), timeout_ms.status(), channels.status(),
+        max_logit_bias.status(), max_stop_ids.status(), max_n.status(), timeout_ms.status(),
+        channels.status(),
         admission.status(), overlap_weight.status(), load_weight.status(),
         host_weight.status(), disk_weight.status(),
         index_entries.status(), log_level.status(), prediction_ms.status(), router,
@@ -241,6 +244,7 @@ int main(int argc, char** argv) {
   options.limits.default_max_tokens = *default_max_tokens;
   options.limits.max_logit_bias = *max_logit_bias;
   options.limits.max_stop_token_ids = *max_stop_ids;
+  options.limits.max_n = *max_n;
   options.request_timeout = absl::Milliseconds(*timeout_ms);
   options.admission = *admission;
   options.kv_overcommit = *overcommit;
@@ -325,10 +329,12 @@ int main(int argc, char** argv) {
       {.on_started =
            [&](grpc::Server& s) -> absl::StatusOr<std::string> {
              service.AttachHealth(s.GetHealthCheckService());
-             if (http_options.listen.empty()) return "";
-             // The HTTP front calls this server's Generation service in-process.
+             // Choices of an n > 1 request and the HTTP front call this
+             // server's Generation service in-process.
              grpc::ChannelArguments channel_args;
              channel_args.SetMaxReceiveMessageSize(-1);
+             service.SetSelfChannel(s.InProcessChannel(channel_args));
+             if (http_options.listen.empty()) return "";
              ASSIGN_OR_RETURN(http, tandem::gateway::HttpFront::Start(
                                         http_options, s.InProcessChannel(channel_args),
                                         (*metrics)->registry()));

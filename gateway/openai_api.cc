@@ -1,5 +1,6 @@
 #include "gateway/openai_api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -143,9 +144,6 @@ absl::Status ParseSampling(const Reader& r, tandem::v1::GenerateRequest& g) {
 
 // What Tandem does not do is refused rather than silently ignored.
 absl::Status RefuseUnsupported(const Reader& r) {
-  int32_t n = 1;
-  RETURN_IF_ERROR(r.Integer("n", &n));
-  if (n != 1) return FieldError("n", "only 1 is supported");
   int32_t best_of = 1;
   RETURN_IF_ERROR(r.Integer("best_of", &best_of));
   if (best_of != 1) return FieldError("best_of", "only 1 is supported");
@@ -300,6 +298,10 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body) {
   g.set_max_tokens(max_tokens);
   RETURN_IF_ERROR(ParseSampling(r, g));
   RETURN_IF_ERROR(ParseLogprobs(endpoint, r, out));
+  int32_t n = 1;
+  RETURN_IF_ERROR(r.Integer("n", &n));
+  if (n < 1) return FieldError("n", "must be >= 1");
+  g.set_n(n);
   RETURN_IF_ERROR(r.Bool("stream", &out.stream));
   if (r.Has("stream_options")) {
     const Json& options = r.Get("stream_options");
@@ -373,20 +375,43 @@ std::string ResponseBuilder::PromptLogprobsJson() const {
 }
 
 std::string ResponseBuilder::UsageJson() const {
-  const int32_t prompt = usage_.prompt_tokens(), completion = usage_.completion_tokens();
+  // The prompt counts once; the choices' completions add up (OpenAI's usage).
+  int32_t prompt = 0, cached = 0, completion = 0;
+  for (const Choice& c : choices_) {
+    prompt = std::max(prompt, c.usage.prompt_tokens());
+    cached += c.usage.cached_prompt_tokens();
+    completion += c.usage.completion_tokens();
+  }
   return Json{{"prompt_tokens", prompt},
               {"completion_tokens", completion},
               {"total_tokens", prompt + completion},
-              {"prompt_tokens_details", {{"cached_tokens", usage_.cached_prompt_tokens()}}}}
+              {"prompt_tokens_details", {{"cached_tokens", std::min(cached, prompt)}}}}
       .dump();
 }
 
+ResponseBuilder::Choice& ResponseBuilder::Take(const tandem::v1::GenerateResponse& message,
+                                               bool* first) {
+  const size_t index = static_cast<size_t>(std::max(message.index(), 0));
+  if (choices_.size() <= index) choices_.resize(index + 1);
+  Choice& c = choices_[index];
+  *first = !c.started;
+  c.started = true;
+  if (*first && index == 0) {
+    prompt_tokens_.assign(message.prompt_logprobs().begin(), message.prompt_logprobs().end());
+  }
+  if (message.has_usage()) {
+    c.usage = message.usage();
+    c.has_usage = true;
+  }
+  return c;
+}
+
 std::string ResponseBuilder::ChunkJson(const tandem::v1::GenerateResponse& message,
-                                       bool first) const {
+                                       const Choice& c, bool first) const {
   std::string text;
   std::vector<tandem::v1::Token> tokens(message.tokens().begin(), message.tokens().end());
   for (const tandem::v1::Token& t : tokens) text += t.text();
-  Json choice = {{"index", 0}};
+  Json choice = {{"index", message.index()}};
   if (endpoint_ == Endpoint::kChat) {
     Json delta = Json::object();
     if (first) delta["role"] = "assistant";
@@ -396,11 +421,13 @@ std::string ResponseBuilder::ChunkJson(const tandem::v1::GenerateResponse& messa
     choice["text"] = text;
   }
   choice["logprobs"] = logprobs_ && !tokens.empty()
-                           ? Json::parse(LogprobsJson(tokens, streamed_chars_))
+                           ? Json::parse(LogprobsJson(tokens, c.streamed_chars))
                            : Json(nullptr);
   const std::string finish = FinishReasonName(message.finish_reason());
   choice["finish_reason"] = finish.empty() ? Json(nullptr) : Json(finish);
-  if (first && prompt_logprobs_) choice["prompt_logprobs"] = Json::parse(PromptLogprobsJson());
+  if (first && prompt_logprobs_ && message.index() == 0) {
+    choice["prompt_logprobs"] = Json::parse(PromptLogprobsJson());
+  }
   Json chunk = {{"id", id_},
                 {"object", endpoint_ == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},
                 {"created", created_},
@@ -411,21 +438,16 @@ std::string ResponseBuilder::ChunkJson(const tandem::v1::GenerateResponse& messa
 
 std::vector<std::string> ResponseBuilder::Events(const tandem::v1::GenerateResponse& message) {
   std::vector<std::string> out;
-  const bool first = !started_;
-  started_ = true;
-  if (first) prompt_tokens_.assign(message.prompt_logprobs().begin(), message.prompt_logprobs().end());
-  if (message.has_usage()) {
-    usage_ = message.usage();
-    has_usage_ = true;
-  }
-  out.push_back(absl::StrCat("data: ", ChunkJson(message, first), "\n\n"));
-  for (const tandem::v1::Token& t : message.tokens()) streamed_chars_ += Utf8Chars(t.text());
+  bool first = false;
+  Choice& c = Take(message, &first);
+  out.push_back(absl::StrCat("data: ", ChunkJson(message, c, first), "\n\n"));
+  for (const tandem::v1::Token& t : message.tokens()) c.streamed_chars += Utf8Chars(t.text());
   return out;
 }
 
 std::vector<std::string> ResponseBuilder::Closing() const {
   std::vector<std::string> out;
-  if (include_usage_ && has_usage_) {
+  if (include_usage_ && !choices_.empty()) {
     Json chunk = {{"id", id_},
                   {"object", endpoint_ == Endpoint::kChat ? "chat.completion.chunk"
                                                           : "text_completion"},
@@ -440,38 +462,37 @@ std::vector<std::string> ResponseBuilder::Closing() const {
 }
 
 void ResponseBuilder::Add(const tandem::v1::GenerateResponse& message) {
-  if (!started_) {
-    started_ = true;
-    prompt_tokens_.assign(message.prompt_logprobs().begin(), message.prompt_logprobs().end());
-  }
+  bool first = false;
+  Choice& c = Take(message, &first);
   for (const tandem::v1::Token& t : message.tokens()) {
-    choice_.text += t.text();
-    if (logprobs_) choice_.tokens.push_back(t);
+    c.text += t.text();
+    if (logprobs_) c.tokens.push_back(t);
   }
   if (message.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
-    choice_.finish = message.finish_reason();
-  }
-  if (message.has_usage()) {
-    usage_ = message.usage();
-    has_usage_ = true;
+    c.finish = message.finish_reason();
   }
 }
 
 std::string ResponseBuilder::Body() const {
-  Json choice = {{"index", 0}};
-  if (endpoint_ == Endpoint::kChat) {
-    choice["message"] = {{"role", "assistant"}, {"content", choice_.text}};
-  } else {
-    choice["text"] = choice_.text;
+  Json choices = Json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    Json choice = {{"index", i}};
+    if (endpoint_ == Endpoint::kChat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
+    choice["logprobs"] = logprobs_ ? Json::parse(LogprobsJson(c.tokens, 0)) : Json(nullptr);
+    choice["finish_reason"] = FinishReasonName(c.finish);
+    if (prompt_logprobs_ && i == 0) choice["prompt_logprobs"] = Json::parse(PromptLogprobsJson());
+    choices.push_back(std::move(choice));
   }
-  choice["logprobs"] = logprobs_ ? Json::parse(LogprobsJson(choice_.tokens, 0)) : Json(nullptr);
-  choice["finish_reason"] = FinishReasonName(choice_.finish);
-  if (prompt_logprobs_) choice["prompt_logprobs"] = Json::parse(PromptLogprobsJson());
   Json body = {{"id", id_},
                {"object", endpoint_ == Endpoint::kChat ? "chat.completion" : "text_completion"},
                {"created", created_},
                {"model", model_},
-               {"choices", Json::array({std::move(choice)})},
+               {"choices", std::move(choices)},
                {"usage", Json::parse(UsageJson())}};
   return body.dump(-1, ' ', false, Json::error_handler_t::replace);
 }

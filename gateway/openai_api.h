@@ -35,7 +35,7 @@ struct Request {
 
 // Parses and checks a request body. InvalidArgument naming the OpenAI field
 // ("temperature: must be a number") for malformed JSON, wrong types and the
-// parameters Tandem does not implement (n > 1, best_of > 1, echo, suffix,
+// parameters Tandem does not implement (best_of > 1, echo, suffix,
 // tools). Values are range-checked later, by the gateway's validation of the
 // GenerateRequest, like any gRPC request's. Besides OpenAI's parameters the
 // extensions vLLM accepts are read: top_k, min_p, repetition_penalty,
@@ -61,12 +61,20 @@ class ResponseBuilder {
 
  private:
   struct Choice {
+    bool started = false;
     std::string text;
     tandem::v1::FinishReason finish = tandem::v1::FINISH_REASON_UNSPECIFIED;
     std::vector<tandem::v1::Token> tokens;  // kept only with logprobs
+    int64_t streamed_chars = 0;             // completions text_offset across chunks
+    tandem::v1::Usage usage;
+    bool has_usage = false;
   };
 
-  std::string ChunkJson(const tandem::v1::GenerateResponse& message, bool first) const;
+  // The choice a message belongs to, marked started; `first` tells whether
+  // this is its first message.
+  Choice& Take(const tandem::v1::GenerateResponse& message, bool* first);
+  std::string ChunkJson(const tandem::v1::GenerateResponse& message, const Choice& choice,
+                        bool first) const;
   std::string LogprobsJson(const std::vector<tandem::v1::Token>& tokens,
                            int64_t text_offset) const;
   std::string UsageJson() const;
@@ -82,12 +90,8 @@ class ResponseBuilder {
   std::string id_;
   std::string model_;
   int64_t created_;
-  bool started_ = false;
-  int64_t streamed_chars_ = 0;  // completions text_offset across chunks
-  Choice choice_;
-  std::vector<tandem::v1::Token> prompt_tokens_;  // from the first message
-  tandem::v1::Usage usage_;
-  bool has_usage_ = false;
+  std::vector<Choice> choices_;                   // by index
+  std::vector<tandem::v1::Token> prompt_tokens_;  // from choice 0's first message
 };
 
 // GET /v1/models: {"object": "list", "data": [...]}, each model with the

@@ -185,6 +185,9 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(
     return FieldError("max_tokens",
                       absl::StrCat("must be >= 0 (0 = unset), got ", request.max_tokens()));
   }
+  if (request.n() < 0 || request.n() > limits.max_n) {
+    return FieldError("n", absl::StrCat(request.n(), " is out of range [0, ", limits.max_n, "]"));
+  }
   ValidatedRequest out;
   RETURN_IF_ERROR(ValidateRequestId(request.request_id(), "request_id"));
   out.request_id = request.request_id();

@@ -34,6 +34,8 @@ struct GatewayLimits {
   // Entries of sampling.logit_bias and of sampling.stop_token_ids.
   int32_t max_logit_bias = 1024;
   int32_t max_stop_token_ids = 64;
+  // Completions per request (GenerateRequest.n).
+  int32_t max_n = 16;
 
   // The largest request message these limits could accept (a prompt of
   // max_prompt_bytes, max_context token ids, every stop string, and room for

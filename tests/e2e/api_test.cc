@@ -3,7 +3,9 @@
 // seed per request and reports it; penalties, logit_bias, min_tokens and
 // stop_token_ids reach both workers and give what the in-process engine
 // gives; an unset max_tokens runs to the gateway's default cap; request ids
-// are echoed; Detokenize inverts Tokenize.
+// are echoed; prompt logprobs come with the first message; Detokenize
+// inverts Tokenize; ListModels reports the workers' context, and a gateway
+// whose own exceeds it is not SERVING.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -217,6 +219,51 @@ TEST_F(ApiTest, PromptLogprobsComeWithTheFirstMessageAsTheEngineComputesThem) {
   EXPECT_THAT(bad.status.error_message(), StartsWith("prompt_logprobs"));
 }
 
+TEST_F(ApiTest, NChoicesEachAsTheirOwnSeedAndTheLaterOnesReuseThePrompt) {
+  tandem::v1::GenerateRequest req;
+  req.set_prompt(
+      "The old lighthouse keeper climbed the winding stairs every evening, counting the "
+      "steps and listening to the sea below.");
+  req.set_max_tokens(12);
+  req.set_ignore_eos(true);
+  req.mutable_sampling()->set_temperature(1.0f);
+  req.mutable_sampling()->set_seed(77);
+  req.set_n(3);
+  grpc::ClientContext ctx;
+  auto reader = stack_->gateway().Generate(&ctx, req);
+  std::vector<std::vector<int32_t>> ids(3);
+  std::vector<tandem::v1::Usage> usage(3);
+  std::vector<uint64_t> seeds(3, 0);
+  tandem::v1::GenerateResponse message;
+  while (reader->Read(&message)) {
+    ASSERT_GE(message.index(), 0);
+    ASSERT_LT(message.index(), 3);
+    if (message.seed() != 0) seeds[message.index()] = message.seed();
+    for (const auto& t : message.tokens()) ids[message.index()].push_back(t.id());
+    if (message.has_usage()) usage[message.index()] = message.usage();
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  const int32_t n = usage[0].prompt_tokens();
+  ASSERT_GT(n, 16);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(seeds[i], 77u + i);
+    EXPECT_EQ(usage[i].completion_tokens(), 12);
+    // Each choice is what a single request with its seed gives.
+    tandem::v1::GenerateRequest one = req;
+    one.set_n(1);
+    one.mutable_sampling()->set_seed(77 + i);
+    EXPECT_EQ(Ids(Generate(stack_->gateway(), one)), ids[i]) << i;
+  }
+  EXPECT_NE(ids[0], ids[1]);
+  // The later choices started after the first's prefill: its full blocks.
+  EXPECT_EQ(usage[1].cached_prompt_tokens(), (n - 1) / 16 * 16);
+  EXPECT_EQ(usage[2].cached_prompt_tokens(), (n - 1) / 16 * 16);
+  req.set_n(17);
+  const Completion bad = Generate(stack_->gateway(), req);
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.status.error_message(), StartsWith("n: "));
+}
+
 TEST_F(ApiTest, DetokenizeInvertsTokenize) {
   grpc::ClientContext c1;
   tandem::v1::TokenizeRequest treq;
@@ -241,11 +288,6 @@ TEST_F(ApiTest, DetokenizeInvertsTokenize) {
   EXPECT_THAT(bad.error_message(), HasSubstr("token_ids[5]"));
 }
 
-}  // namespace
-}  // namespace tandem::testing
-
-namespace tandem::testing {
-namespace {
 
 int32_t ListedMaxContext(Stack& stack) {
   grpc::ClientContext ctx;

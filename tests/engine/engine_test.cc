@@ -1,7 +1,9 @@
 // The engine's scheduler: continuous batching gives each sequence the same
 // tokens as running it alone (also under preemption), requests are validated
-// with messages naming the field, cancelling frees KV blocks, and seeded
-// sampling is deterministic.
+// with messages naming the field, cancelling frees KV blocks, seeded
+// sampling is deterministic, logit adjustments (penalties, biases,
+// min_tokens, stop_token_ids) act and continue across engines, and prompt
+// logprobs equal what generation reported for the same tokens.
 #include "engine/engine.h"
 
 #include <algorithm>
@@ -47,6 +49,18 @@ std::map<int64_t, std::vector<int32_t>> RunAll(Engine& e) {
     }
   }
   return out;
+}
+
+// Every event until the engine is idle, in order.
+std::vector<TokenEvent> AllEvents(Engine& e) {
+  std::vector<TokenEvent> all;
+  while (e.HasWork()) {
+    auto events = testing::Tokens(e.Step());
+    EXPECT_TRUE(events.ok()) << events.status();
+    if (!events.ok()) break;
+    for (TokenEvent& ev : *events) all.push_back(std::move(ev));
+  }
+  return all;
 }
 
 std::vector<int32_t> Prompt(int n, int32_t salt) {
@@ -172,12 +186,7 @@ TEST(EngineTest, StopsAtEndOfGeneration) {
   GenerationRequest r = Request(Prompt(4, 5), 2000, 3, 50.0f);
   r.ignore_eos = false;
   const int64_t id = *e->Add(r);
-  std::vector<TokenEvent> all;
-  while (e->HasWork()) {
-    auto events = testing::Tokens(e->Step());
-    ASSERT_TRUE(events.ok());
-    for (TokenEvent& ev : *events) all.push_back(ev);
-  }
+  const std::vector<TokenEvent> all = AllEvents(*e);
   ASSERT_FALSE(all.empty());
   EXPECT_EQ(all.back().seq_id, id);
   EXPECT_EQ(all.back().finish, FinishReason::kEos);
@@ -257,11 +266,6 @@ TEST(EngineTest, SequenceLongerThanThePoolFinishesInsteadOfLooping) {
   EXPECT_EQ(out[id].size(), 11u);  // grows to 21 tokens, the last never fed
 }
 
-}  // namespace
-}  // namespace tandem::engine
-
-namespace tandem::engine {
-namespace {
 
 // Penalties, biases and min_tokens: a sequence continued in another engine
 // (the decode worker after the prefill worker's first token) rebuilds the
@@ -317,12 +321,7 @@ TEST(EngineLogitAdjustmentsTest, StopTokenIdsEndTheSequence) {
   GenerationRequest r = Request(Prompt(8, 2), 16);
   r.sampling.stop_token_ids = {stop};
   ASSERT_TRUE(e->Add(r).ok());
-  std::vector<TokenEvent> all;
-  while (e->HasWork()) {
-    auto events = testing::Tokens(e->Step());
-    ASSERT_TRUE(events.ok());
-    for (TokenEvent& ev : *events) all.push_back(ev);
-  }
+  const std::vector<TokenEvent> all = AllEvents(*e);
   ASSERT_EQ(static_cast<int64_t>(all.size()), first + 1);
   EXPECT_EQ(all.back().token.id, stop);
   EXPECT_EQ(all.back().finish, FinishReason::kStop);
@@ -339,13 +338,7 @@ TEST(EngineLogitAdjustmentsTest, MinTokensHoldsBackEndOfGeneration) {
     r.sampling.logit_bias = {{.id = eos, .bias = 100.0f}};  // EOS whenever allowed
     r.sampling.min_tokens = min_tokens;
     EXPECT_TRUE(e->Add(r).ok());
-    std::vector<TokenEvent> all;
-    while (e->HasWork()) {
-      auto events = testing::Tokens(e->Step());
-      EXPECT_TRUE(events.ok());
-      for (TokenEvent& ev : *events) all.push_back(ev);
-    }
-    return all;
+    return AllEvents(*e);
   };
   EXPECT_EQ(run(0).size(), 1u);
   const std::vector<TokenEvent> held = run(5);
@@ -365,11 +358,6 @@ TEST(EngineLogitAdjustmentsTest, TokenIdsOutsideTheVocabularyAreRefused) {
   EXPECT_THAT(added.status().message(), HasSubstr("logit_bias[0]"));
 }
 
-}  // namespace
-}  // namespace tandem::engine
-
-namespace tandem::engine {
-namespace {
 
 // Prompt logprobs: a prompt made of a greedy run's own tokens reports, at
 // each of those positions, exactly what the run reported when it generated
@@ -378,15 +366,8 @@ TEST(EnginePromptLogprobsTest, EqualWhatGenerationReportedForTheSameTokens) {
   auto model = LoadSynthetic(TinyOptions());
   auto e = MakeEngine(*model);
   const std::vector<int32_t> head = Prompt(8, 6);
-  const int64_t run_id = *e->Add(Request(head, 70));
-  std::vector<TokenEvent> run;
-  while (e->HasWork()) {
-    auto events = testing::Tokens(e->Step());
-    ASSERT_TRUE(events.ok());
-    for (TokenEvent& ev : *events) {
-      if (ev.seq_id == run_id) run.push_back(std::move(ev));
-    }
-  }
+  ASSERT_TRUE(e->Add(Request(head, 70)).ok());
+  const std::vector<TokenEvent> run = AllEvents(*e);
   ASSERT_EQ(run.size(), 70u);
   std::vector<int32_t> prompt = head;
   for (const TokenEvent& ev : run) prompt.push_back(ev.token.id);
@@ -394,12 +375,7 @@ TEST(EnginePromptLogprobsTest, EqualWhatGenerationReportedForTheSameTokens) {
   GenerationRequest r = Request(prompt, 1);
   r.prompt_logprobs = 3;
   ASSERT_TRUE(e->Add(r).ok());
-  std::vector<TokenEvent> events;
-  while (e->HasWork()) {
-    auto step = testing::Tokens(e->Step());
-    ASSERT_TRUE(step.ok());
-    for (TokenEvent& ev : *step) events.push_back(std::move(ev));
-  }
+  const std::vector<TokenEvent> events = AllEvents(*e);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].cached_tokens, 0);  // the run's blocks were cached, not used
   const std::vector<SampledToken>& got = events[0].prompt_logprobs;

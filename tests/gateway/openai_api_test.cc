@@ -84,7 +84,9 @@ TEST(OpenAiParseTest, BadBodiesNameTheField) {
               StartsWith("max_tokens: "));
   EXPECT_THAT(Error(Endpoint::kCompletions, R"({"prompt": ["a", "b"]})"), StartsWith("prompt: "));
   EXPECT_THAT(Error(Endpoint::kCompletions, R"({})"), StartsWith("prompt: "));
-  EXPECT_THAT(Error(Endpoint::kCompletions, R"({"prompt": "a", "n": 2})"), StartsWith("n: "));
+  EXPECT_THAT(Error(Endpoint::kCompletions, R"({"prompt": "a", "n": 0})"), StartsWith("n: "));
+  EXPECT_THAT(Error(Endpoint::kCompletions, R"({"prompt": "a", "best_of": 2})"),
+              StartsWith("best_of: "));
   EXPECT_THAT(Error(Endpoint::kCompletions, R"({"prompt": "a", "echo": true})"),
               StartsWith("echo: "));
   EXPECT_THAT(Error(Endpoint::kCompletions, R"({"prompt": "a", "logit_bias": {"x": 1}})"),
@@ -134,6 +136,25 @@ TEST(OpenAiResponseTest, WholeCompletionWithLogprobsAndUsage) {
   EXPECT_EQ(body["choices"][0]["logprobs"]["text_offset"], Json({0, 2}));  // characters
   EXPECT_EQ(body["usage"]["total_tokens"], 7);
   EXPECT_EQ(body["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
+}
+
+TEST(OpenAiResponseTest, SeveralChoicesByIndexWithUsageAddedUp) {
+  Request request = *ParseRequest(Endpoint::kChat, R"({"messages": [{"role": "user",
+                                                         "content": "a"}], "n": 2})");
+  EXPECT_EQ(request.generate.n(), 2);
+  ResponseBuilder b(request, "r4", "m", 42);
+  tandem::v1::GenerateResponse one = Message({{1, "x"}}, tandem::v1::FINISH_REASON_LENGTH);
+  one.set_index(1);
+  b.Add(one);
+  b.Add(Message({{2, "y"}}, tandem::v1::FINISH_REASON_EOS));
+  const Json body = Json::parse(b.Body());
+  ASSERT_EQ(body["choices"].size(), 2u);
+  EXPECT_EQ(body["choices"][0]["index"], 0);
+  EXPECT_EQ(body["choices"][0]["message"]["content"], "y");
+  EXPECT_EQ(body["choices"][1]["message"]["content"], "x");
+  EXPECT_EQ(body["choices"][1]["finish_reason"], "length");
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 4);
 }
 
 TEST(OpenAiResponseTest, PromptLogprobsInVllmsShape) {

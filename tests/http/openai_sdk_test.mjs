@@ -125,6 +125,16 @@ test('chat, whole and streamed, with top_logprobs', async () => {
   assert.equal(text, r.choices[0].message.content);
 });
 
+test('n choices, each with its own index', async () => {
+  const r = await client.completions.create({
+    prompt: 'Once upon a time', max_tokens: 8, temperature: 1, seed: 5, n: 3, ignore_eos: true,
+  });
+  assert.equal(r.choices.length, 3);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  assert.equal(r.usage.prompt_tokens, 5);
+  assert.equal(r.usage.completion_tokens, 24);
+});
+
 test('seeded sampling reproduces; penalties are accepted', async () => {
   const ask = () => client.completions.create({
     prompt: 'Once upon a time', max_tokens: 16, temperature: 1, seed: 42,
