@@ -203,10 +203,8 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
     return Answer(ctx, "Tokenize", s);
   }
   const tandem::v1::TokenizeRequest* request = &parsed;
-  if (!request->model().empty() && request->model() != options_.model_name) {
-    return Answer(ctx, "Tokenize", absl::InvalidArgumentError(absl::StrCat(
-                                       "model: unknown model \"", request->model(),
-                                       "\"; this gateway serves \"", options_.model_name, "\"")));
+  if (absl::Status s = ValidateModel(request->model(), options_.model_name); !s.ok()) {
+    return Answer(ctx, "Tokenize", s);
   }
   if (static_cast<int64_t>(request->text().size()) > options_.limits.max_prompt_bytes) {
     return Answer(ctx, "Tokenize", absl::InvalidArgumentError(absl::StrCat(
@@ -227,10 +225,8 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* GenerationService::Detokenize(
     grpc::CallbackServerContext* ctx, const tandem::v1::DetokenizeRequest* request,
     tandem::v1::DetokenizeResponse* response) {
-  if (!request->model().empty() && request->model() != options_.model_name) {
-    return Answer(ctx, "Detokenize", absl::InvalidArgumentError(absl::StrCat(
-                                         "model: unknown model \"", SanitizeUtf8(request->model()),
-                                         "\"; this gateway serves \"", options_.model_name, "\"")));
+  if (absl::Status s = ValidateModel(request->model(), options_.model_name); !s.ok()) {
+    return Answer(ctx, "Detokenize", s);
   }
   // Bounded as a prompt's ids are.
   if (request->token_ids_size() > options_.limits.max_context) {

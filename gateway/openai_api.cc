@@ -17,6 +17,11 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// Serialized, any invalid UTF-8 (a token's partial bytes) replaced.
+std::string Dump(const Json& json) {
+  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 // OpenAI's default for /v1/completions (its API reference; vLLM's too). A
 // chat request without max_tokens runs to end-of-generation, within the
 // gateway's --default-max-tokens.
@@ -321,7 +326,7 @@ ResponseBuilder::ResponseBuilder(const Request& request, std::string id, std::st
       model_(std::move(model)),
       created_(created) {}
 
-std::string ResponseBuilder::LogprobsJson(const std::vector<tandem::v1::Token>& tokens,
+Json ResponseBuilder::LogprobsJson(const Tokens& tokens,
                                           int64_t text_offset) const {
   if (endpoint_ == Endpoint::kChat) {
     Json content = Json::array();
@@ -336,7 +341,7 @@ std::string ResponseBuilder::LogprobsJson(const std::vector<tandem::v1::Token>& 
                          {"bytes", Bytes(t.raw())},
                          {"top_logprobs", std::move(top)}});
     }
-    return Json{{"content", std::move(content)}}.dump(-1, ' ', false, Json::error_handler_t::replace);
+    return Json{{"content", std::move(content)}};
   }
   Json texts = Json::array(), logprobs = Json::array(), tops = Json::array(),
        offsets = Json::array();
@@ -354,11 +359,10 @@ std::string ResponseBuilder::LogprobsJson(const std::vector<tandem::v1::Token>& 
   return Json{{"tokens", std::move(texts)},
               {"token_logprobs", std::move(logprobs)},
               {"top_logprobs", std::move(tops)},
-              {"text_offset", std::move(offsets)}}
-      .dump(-1, ' ', false, Json::error_handler_t::replace);
+              {"text_offset", std::move(offsets)}};
 }
 
-std::string ResponseBuilder::PromptLogprobsJson() const {
+Json ResponseBuilder::PromptLogprobsJson() const {
   Json out = Json::array({nullptr});
   for (const tandem::v1::Token& t : prompt_tokens_) {
     Json entry = Json::object();
@@ -371,10 +375,10 @@ std::string ResponseBuilder::PromptLogprobsJson() const {
     }
     out.push_back(std::move(entry));
   }
-  return out.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return out;
 }
 
-std::string ResponseBuilder::UsageJson() const {
+Json ResponseBuilder::UsageJson() const {
   // The prompt counts once; the choices' completions add up (OpenAI's usage).
   int32_t prompt = 0, cached = 0, completion = 0;
   for (const Choice& c : choices_) {
@@ -385,8 +389,7 @@ std::string ResponseBuilder::UsageJson() const {
   return Json{{"prompt_tokens", prompt},
               {"completion_tokens", completion},
               {"total_tokens", prompt + completion},
-              {"prompt_tokens_details", {{"cached_tokens", std::min(cached, prompt)}}}}
-      .dump();
+              {"prompt_tokens_details", {{"cached_tokens", std::min(cached, prompt)}}}};
 }
 
 ResponseBuilder::Choice& ResponseBuilder::Take(const tandem::v1::GenerateResponse& message,
@@ -406,10 +409,10 @@ ResponseBuilder::Choice& ResponseBuilder::Take(const tandem::v1::GenerateRespons
   return c;
 }
 
-std::string ResponseBuilder::ChunkJson(const tandem::v1::GenerateResponse& message,
+Json ResponseBuilder::ChunkJson(const tandem::v1::GenerateResponse& message,
                                        const Choice& c, bool first) const {
+  const auto& tokens = message.tokens();
   std::string text;
-  std::vector<tandem::v1::Token> tokens(message.tokens().begin(), message.tokens().end());
   for (const tandem::v1::Token& t : tokens) text += t.text();
   Json choice = {{"index", message.index()}};
   if (endpoint_ == Endpoint::kChat) {
@@ -421,26 +424,26 @@ std::string ResponseBuilder::ChunkJson(const tandem::v1::GenerateResponse& messa
     choice["text"] = text;
   }
   choice["logprobs"] = logprobs_ && !tokens.empty()
-                           ? Json::parse(LogprobsJson(tokens, c.streamed_chars))
+                           ? LogprobsJson(tokens, c.streamed_chars)
                            : Json(nullptr);
   const std::string finish = FinishReasonName(message.finish_reason());
   choice["finish_reason"] = finish.empty() ? Json(nullptr) : Json(finish);
   if (first && prompt_logprobs_ && message.index() == 0) {
-    choice["prompt_logprobs"] = Json::parse(PromptLogprobsJson());
+    choice["prompt_logprobs"] = PromptLogprobsJson();
   }
   Json chunk = {{"id", id_},
                 {"object", endpoint_ == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},
                 {"created", created_},
                 {"model", model_},
                 {"choices", Json::array({std::move(choice)})}};
-  return chunk.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return chunk;
 }
 
 std::vector<std::string> ResponseBuilder::Events(const tandem::v1::GenerateResponse& message) {
   std::vector<std::string> out;
   bool first = false;
   Choice& c = Take(message, &first);
-  out.push_back(absl::StrCat("data: ", ChunkJson(message, c, first), "\n\n"));
+  out.push_back(absl::StrCat("data: ", Dump(ChunkJson(message, c, first)), "\n\n"));
   for (const tandem::v1::Token& t : message.tokens()) c.streamed_chars += Utf8Chars(t.text());
   return out;
 }
@@ -454,8 +457,8 @@ std::vector<std::string> ResponseBuilder::Closing() const {
                   {"created", created_},
                   {"model", model_},
                   {"choices", Json::array()},
-                  {"usage", Json::parse(UsageJson())}};
-    out.push_back(absl::StrCat("data: ", chunk.dump(), "\n\n"));
+                  {"usage", UsageJson()}};
+    out.push_back(absl::StrCat("data: ", Dump(chunk), "\n\n"));
   }
   out.push_back("data: [DONE]\n\n");
   return out;
@@ -466,7 +469,7 @@ void ResponseBuilder::Add(const tandem::v1::GenerateResponse& message) {
   Choice& c = Take(message, &first);
   for (const tandem::v1::Token& t : message.tokens()) {
     c.text += t.text();
-    if (logprobs_) c.tokens.push_back(t);
+    if (logprobs_) *c.tokens.Add() = t;
   }
   if (message.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
     c.finish = message.finish_reason();
@@ -483,9 +486,9 @@ std::string ResponseBuilder::Body() const {
     } else {
       choice["text"] = c.text;
     }
-    choice["logprobs"] = logprobs_ ? Json::parse(LogprobsJson(c.tokens, 0)) : Json(nullptr);
+    choice["logprobs"] = logprobs_ ? LogprobsJson(c.tokens, 0) : Json(nullptr);
     choice["finish_reason"] = FinishReasonName(c.finish);
-    if (prompt_logprobs_ && i == 0) choice["prompt_logprobs"] = Json::parse(PromptLogprobsJson());
+    if (prompt_logprobs_ && i == 0) choice["prompt_logprobs"] = PromptLogprobsJson();
     choices.push_back(std::move(choice));
   }
   Json body = {{"id", id_},
@@ -493,8 +496,8 @@ std::string ResponseBuilder::Body() const {
                {"created", created_},
                {"model", model_},
                {"choices", std::move(choices)},
-               {"usage", Json::parse(UsageJson())}};
-  return body.dump(-1, ' ', false, Json::error_handler_t::replace);
+               {"usage", UsageJson()}};
+  return Dump(body);
 }
 
 std::string ModelsBody(const tandem::v1::ListModelsResponse& models) {
@@ -506,7 +509,7 @@ std::string ModelsBody(const tandem::v1::ListModelsResponse& models) {
                     {"owned_by", "tandem"},
                     {"max_model_len", m.max_context()}});
   }
-  return Json{{"object", "list"}, {"data", std::move(data)}}.dump();
+  return Dump(Json{{"object", "list"}, {"data", std::move(data)}});
 }
 
 int HttpStatus(absl::StatusCode code) {
@@ -542,7 +545,7 @@ std::string ErrorBody(const absl::Status& status) {
                 {"type", type},
                 {"param", param.empty() ? Json(nullptr) : Json(param)},
                 {"code", absl::StatusCodeToString(status.code())}};
-  return Json{{"error", std::move(error)}}.dump();
+  return Dump(Json{{"error", std::move(error)}});
 }
 
 }  // namespace tandem::gateway::openai

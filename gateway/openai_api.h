@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tandem/v1/generation.pb.h"
@@ -60,11 +62,12 @@ class ResponseBuilder {
   std::string Body() const;
 
  private:
+  using Tokens = google::protobuf::RepeatedPtrField<tandem::v1::Token>;
   struct Choice {
     bool started = false;
     std::string text;
     tandem::v1::FinishReason finish = tandem::v1::FINISH_REASON_UNSPECIFIED;
-    std::vector<tandem::v1::Token> tokens;  // kept only with logprobs
+    Tokens tokens;                          // kept only with logprobs
     int64_t streamed_chars = 0;             // completions text_offset across chunks
     tandem::v1::Usage usage;
     bool has_usage = false;
@@ -73,15 +76,14 @@ class ResponseBuilder {
   // The choice a message belongs to, marked started; `first` tells whether
   // this is its first message.
   Choice& Take(const tandem::v1::GenerateResponse& message, bool* first);
-  std::string ChunkJson(const tandem::v1::GenerateResponse& message, const Choice& choice,
-                        bool first) const;
-  std::string LogprobsJson(const std::vector<tandem::v1::Token>& tokens,
-                           int64_t text_offset) const;
-  std::string UsageJson() const;
+  nlohmann::ordered_json ChunkJson(const tandem::v1::GenerateResponse& message,
+                                   const Choice& choice, bool first) const;
+  nlohmann::ordered_json LogprobsJson(const Tokens& tokens, int64_t text_offset) const;
+  nlohmann::ordered_json UsageJson() const;
   // vLLM's "prompt_logprobs": null for the first prompt token, then one
   // {"<id>": {"logprob", "decoded_token"}} object per token (the token and
   // its alternatives).
-  std::string PromptLogprobsJson() const;
+  nlohmann::ordered_json PromptLogprobsJson() const;
 
   Endpoint endpoint_;
   bool logprobs_;

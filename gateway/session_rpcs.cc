@@ -88,12 +88,8 @@ grpc::ServerUnaryReactor* GenerationService::CreateSession(
                   absl::UnavailableError("the gateway is draining (shutting down); retry on "
                                          "another"));
   }
-  if (!request->model().empty() && request->model() != options_.model_name) {
-    return Answer(ctx, kMethod,
-                  FieldError("model", absl::StrCat("unknown model \"",
-                                                   SanitizeUtf8(request->model()),
-                                                   "\"; this gateway serves \"",
-                                                   options_.model_name, "\"")));
+  if (absl::Status s = ValidateModel(request->model(), options_.model_name); !s.ok()) {
+    return Answer(ctx, kMethod, s);
   }
   if (static_cast<int64_t>(request->system_prompt().size()) > options_.limits.max_prompt_bytes) {
     return Answer(ctx, kMethod,

@@ -19,13 +19,6 @@ absl::Status FieldError(const std::string& field, const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
 }
 
-absl::Status ValidateModel(const std::string& requested, const std::string& served) {
-  if (requested.empty() || requested == served) return absl::OkStatus();
-  // INVALID_ARGUMENT rather than NOT_FOUND: the request names something this
-  // gateway never serves, which retrying will not change.
-  return FieldError("model", absl::StrCat("unknown model \"", SanitizeUtf8(requested),
-                                          "\"; this gateway serves \"", served, "\""));
-}
 
 // The proto's ranges are checked here, field by field, so that each message
 // names the proto field; engine::ValidateSamplingParams then runs as well so
@@ -159,6 +152,14 @@ absl::StatusOr<ParsedPrompt> ParsePrompt(const tandem::v1::GenerateRequest& requ
 }
 
 }  // namespace
+
+absl::Status ValidateModel(const std::string& requested, const std::string& served) {
+  if (requested.empty() || requested == served) return absl::OkStatus();
+  // INVALID_ARGUMENT rather than NOT_FOUND: the request names something this
+  // gateway never serves, which retrying will not change.
+  return FieldError("model", absl::StrCat("unknown model \"", SanitizeUtf8(requested),
+                                          "\"; this gateway serves \"", served, "\""));
+}
 
 absl::Status ValidateRequestId(std::string_view id, std::string_view field) {
   if (id.size() > kMaxRequestIdBytes) {

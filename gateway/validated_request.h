@@ -54,6 +54,10 @@ struct GatewayLimits {
 // x-request-id metadata).
 inline constexpr size_t kMaxRequestIdBytes = 128;
 
+// InvalidArgument naming "model" unless `requested` is empty (the default)
+// or `served`, the one model this gateway serves.
+absl::Status ValidateModel(const std::string& requested, const std::string& served);
+
 // InvalidArgument naming `field` unless `id` is at most kMaxRequestIdBytes
 // of printable ASCII without spaces.
 absl::Status ValidateRequestId(std::string_view id, std::string_view field);
