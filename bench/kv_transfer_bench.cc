@@ -195,7 +195,7 @@ int Run(const common::Args& args) {
   // (touched once first), RAM to RAM as a transfer's bytes go.
   std::vector<uint8_t> dst(snapshot->blocks.size() * block_bytes, 1);
   for (int32_t r = 0; r < repeats + 1; ++r) {  // the first run warms the channel
-    absl::StatusOr<kvtransfer::KvLeaseServer::Held> held = leases.Hold(snapshot, ids);
+    absl::StatusOr<kvtransfer::KvLeaseServer::Held> held = leases.Hold(snapshot, ids, 0);
     if (!held.ok()) {
       std::cerr << held.status() << "\n";
       return 1;

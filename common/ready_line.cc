@@ -15,6 +15,7 @@ std::string FormatReadyLine(const ReadyInfo& info) {
   std::string line = absl::StrCat("READY grpc=", info.grpc_address,
                                   " metrics=", info.metrics_address);
   if (!info.http_address.empty()) absl::StrAppend(&line, " http=", info.http_address);
+  if (!info.health_address.empty()) absl::StrAppend(&line, " health=", info.health_address);
   return line;
 }
 
@@ -37,6 +38,8 @@ absl::StatusOr<ReadyInfo> ParseReadyLine(const std::string& line) {
       info.metrics_address = std::string(word);
     } else if (absl::ConsumePrefix(&word, "http=")) {
       info.http_address = std::string(word);
+    } else if (absl::ConsumePrefix(&word, "health=")) {
+      info.health_address = std::string(word);
     }  // Other keys are for newer parents; ignore them.
   }
   if (info.grpc_address.empty()) {

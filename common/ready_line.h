@@ -1,8 +1,8 @@
 // The READY line: the one stdout line by which a Tandem process tells its
 // parent (`tandem up`, Subprocess::WaitReady, tests) where it listens:
-//   READY grpc=HOST:PORT metrics=HOST:PORT [http=HOST:PORT]
+//   READY grpc=HOST:PORT metrics=HOST:PORT [http=HOST:PORT] [health=HOST:PORT]
 // (metrics= empty when metrics are off; http= only from a gateway serving
-// the OpenAI-compatible HTTP front; unknown keys are ignored by the parser
+// the OpenAI-compatible HTTP front; health= only with --health-listen; unknown keys are ignored by the parser
 // so the line can grow). Functions are stateless; any thread.
 #ifndef TANDEM_COMMON_READY_LINE_H_
 #define TANDEM_COMMON_READY_LINE_H_
@@ -17,6 +17,7 @@ struct ReadyInfo {
   std::string grpc_address;     // "host:port", never empty
   std::string metrics_address;  // "host:port", or "" when metrics are off
   std::string http_address = {};  // "host:port", or "" without an HTTP front
+  std::string health_address = {};  // "host:port", or "" without a health port
 };
 
 // "READY grpc=... metrics=..." without the newline.

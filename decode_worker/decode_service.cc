@@ -37,6 +37,7 @@ engine::GenerationRequest EngineRequest(const tandem::v1::DecodeRequest& request
   r.shift_count = request.shift_count();
   r.roll_window = request.roll_window();
   r.roll_keep = request.roll_keep();
+  r.cache_salt = request.cache_salt();
   return r;
 }
 
@@ -139,6 +140,7 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
          .num_blocks = request.num_blocks(),
          .first_block = *held,
          .token_ids = std::move(held_tokens),
+         .cache_salt = request.cache_salt(),
          .deadline = std::min(limit, client)},
         [weak](kvtransfer::FetchResult result) {
           if (std::shared_ptr<DecodeCall> call = weak.lock()) call->OnFetched(std::move(result));
@@ -322,7 +324,7 @@ absl::StatusOr<int32_t> DecodeService::BlocksHeld(const tandem::v1::DecodeReques
   const int32_t skippable = (n - 1) / bs;
   const std::vector<engine::BlockHash> chain = engine::PrefixBlockHashes(
       tokens.first(static_cast<size_t>(std::max(skippable, r.block_hashes_size())) * bs), bs,
-      loop_.model().fingerprint());
+      loop_.model().fingerprint(), r.cache_salt());
   for (int32_t i = 0; i < r.block_hashes_size(); ++i) {
     const engine::BlockHash named = rpc::BlockHashFromProto(r.block_hashes(i));
     if (named != chain[i]) {

@@ -330,7 +330,8 @@ std::shared_ptr<const KvSnapshot> Engine::Export(const Sequence& seq) {
   return kv;
 }
 
-std::shared_ptr<const KvSnapshot> Engine::ExportCachedPrefix(std::span<const int32_t> tokens) {
+std::shared_ptr<const KvSnapshot> Engine::ExportCachedPrefix(std::span<const int32_t> tokens,
+                                                             uint64_t cache_salt) {
   const int32_t bs = kv_->block_size();
   const ModelConfig& c = model_.config();
   auto kv = std::make_shared<KvSnapshot>();
@@ -342,7 +343,7 @@ std::shared_ptr<const KvSnapshot> Engine::ExportCachedPrefix(std::span<const int
   // Hashed blocks are never written again, so a cached or shared one can
   // be copied as it is.
   // The lower tiers' copies are frozen already: shared, not copied again.
-  for (const BlockHash& hash : PrefixBlockHashes(tokens, bs, model_.fingerprint())) {
+  for (const BlockHash& hash : PrefixBlockHashes(tokens, bs, model_.fingerprint(), cache_salt)) {
     if (const std::optional<BlockId> id = kv_->pool().FindHash(hash); id.has_value()) {
       const uint8_t* data = kv_->BlockData(*id);
       kv->blocks.emplace_back(data, data + kv_->block_bytes());
@@ -370,7 +371,7 @@ void Engine::HashFullBlocks(Sequence& seq, std::vector<BlockEvent>& events) {
     const BlockHash parent = seq.last_hash;
     seq.last_hash = HashBlock(
         parent, std::span<const int32_t>(seq.tokens).subspan(int64_t{seq.n_hashed} * bs, bs),
-        model_.fingerprint(), bs);
+        model_.fingerprint(), bs, seq.request.cache_salt);
     // A block filled and never written again: the pool may share it. When
     // another block already holds this hash the block stays private.
     const BlockId id = (*seq.blocks)[seq.n_hashed];

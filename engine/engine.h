@@ -59,10 +59,13 @@ class StepEngine {
   virtual int32_t max_context() const = 0;
   virtual int32_t kv_block_size() const = 0;
   virtual GgmlType kv_dtype() const = 0;
-  // A copy of the leading full blocks of `tokens` that the prefix cache
-  // holds (null when none), for another worker to pull.
-  virtual std::shared_ptr<const KvSnapshot> ExportCachedPrefix(std::span<const int32_t> tokens) {
+  // A copy of the leading full blocks of `tokens` (hashed with
+  // `cache_salt`) that the prefix cache holds (null when none), for another
+  // worker to pull.
+  virtual std::shared_ptr<const KvSnapshot> ExportCachedPrefix(std::span<const int32_t> tokens,
+                                                               uint64_t cache_salt) {
     (void)tokens;
+    (void)cache_salt;
     return nullptr;
   }
   // Releases the blocks pinned under `key` (GenerationRequest::pin_key);
@@ -110,7 +113,8 @@ class Engine final : public StepEngine, private TierPromoter {
   int32_t max_context() const override { return options_.max_context; }
   int32_t kv_block_size() const override { return kv_->block_size(); }
   GgmlType kv_dtype() const override { return kv_->dtype(); }
-  std::shared_ptr<const KvSnapshot> ExportCachedPrefix(std::span<const int32_t> tokens) override;
+  std::shared_ptr<const KvSnapshot> ExportCachedPrefix(std::span<const int32_t> tokens,
+                                                       uint64_t cache_salt) override;
   void Unpin(const std::string& key) override;
 
  private:

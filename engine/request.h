@@ -73,6 +73,9 @@ struct GenerationRequest {
   // from then on the sequence's KV is its own, never hashed). 0: off.
   int32_t roll_window = 0;
   int32_t roll_keep = 0;
+  // Salts every block hash of the sequence (a tenant's; 0: none): its
+  // blocks are found and shared only by requests with the same salt.
+  uint64_t cache_salt = 0;
 };
 
 // Prompt tokens per forward chunk while a request wants prompt logprobs:

@@ -95,7 +95,7 @@ void Scheduler::AttachCachedPrefix(Sequence& seq, int32_t max_blocks) {
         HashBlock(parent,
                   std::span<const int32_t>(seq.tokens).subspan(int64_t{found} * block_size_,
                                                                block_size_),
-                  options_.model_fingerprint, block_size_);
+                  options_.model_fingerprint, block_size_, seq.request.cache_salt);
     KvTier tier = KvTier::kDevice;
     std::optional<BlockId> id;
     if (pool_run) id = pool_.AcquireCached(hash);

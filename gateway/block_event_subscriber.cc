@@ -85,7 +85,7 @@ BlockEventSubscriber::BlockEventSubscriber(BlockIndex& index, rpc::ChannelCache&
                                   "or a new worker epoch)")),
       hashes_(rpc::GaugeMetric(registry, "tandem_block_index_hashes",
                                "Distinct block hashes in the block index")),
-      entries_total_(rpc::GaugeMetric(registry, "tandem_block_index_entries_total",
+      entries_total_(rpc::GaugeMetric(registry, "tandem_block_index_size",
                                       "(hash, worker) entries in the block index")),
       dropped_(rpc::CounterMetric(registry, "tandem_block_index_dropped_entries_total",
                                   "Entries not recorded because the index was full")) {

@@ -11,6 +11,10 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
           registry, "tandem_malformed_requests_total",
           "Requests that were no valid message (e.g. invalid UTF-8 in a string field), by "
           "method")),
+      auth_failures(rpc::CounterFamily(
+          registry, "tandem_auth_failures_total",
+          "Calls refused UNAUTHENTICATED (no, malformed or unknown API key), by method and "
+          "reason")),
       prompt_tokens(rpc::CounterMetric(registry, "tandem_prompt_tokens_total",
                                           "Prompt tokens of accepted requests")),
       generated_tokens(rpc::CounterMetric(registry, "tandem_generated_tokens_total",

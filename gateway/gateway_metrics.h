@@ -17,6 +17,8 @@ struct GatewayMetrics {
   // Requests whose bytes were no valid message (by method); also counted in
   // `requests` as INVALID_ARGUMENT.
   prometheus::Family<prometheus::Counter>& malformed_requests;
+  // Calls refused for their API key, by method and reason (never the key).
+  prometheus::Family<prometheus::Counter>& auth_failures;
   prometheus::Counter& prompt_tokens;
   prometheus::Counter& generated_tokens;
   prometheus::Counter& prefill_retries;

@@ -137,6 +137,7 @@ void GenerateCall::Begin(absl::StatusOr<ValidatedRequest> request, SessionTurn t
         rpc::SamplingToProto(request_.sampling, prefill_request_.mutable_sampling());
         prefill_request_.set_request_id(request_.request_id);
         prefill_request_.set_top_logprobs(request_.top_logprobs);
+        prefill_request_.set_cache_salt(request_.cache_salt);
         if (request_.prompt_logprobs >= 0) {
           prefill_request_.set_prompt_logprobs(request_.prompt_logprobs);
         }
@@ -165,7 +166,8 @@ void GenerateCall::StartPrefill() {
     if (ending_) return;
     RouteDecision route;
     if (env_.prefill_router != nullptr) {
-      route = env_.prefill_router->Route(*env_.prefill, request_.prompt_ids, tried_);
+      route = env_.prefill_router->Route(*env_.prefill, request_.prompt_ids, tried_,
+                                           request_.cache_salt);
     } else {
       route.pick =
           env_.prefill->Acquire(tried_, static_cast<int64_t>(request_.prompt_ids.size()));

@@ -61,7 +61,9 @@ void GenerateCall::StartDecode() {
         });
       }
       return env_.decode_router != nullptr
-                 ? env_.decode_router->Route(*env_.decode, request_.prompt_ids, exclude).pick
+                 ? env_.decode_router
+                       ->Route(*env_.decode, request_.prompt_ids, exclude, request_.cache_salt)
+                       .pick
                  : env_.decode->Acquire(exclude);
     };
     // A local prefill runs on the session's KV holder or not at all.
@@ -101,6 +103,7 @@ void GenerateCall::StartDecode() {
       req.set_shift_count(turn_.shift_count);
       req.set_roll_window(turn_.roll_window);
       req.set_roll_keep(turn_.roll_keep);
+      req.set_cache_salt(request_.cache_salt);
       decode_started_ = true;
       decode_address_ = decode_pick_.address();
       relay_ = relay = new DecodeRelay(shared_from_this(), ChildContext(),

@@ -118,7 +118,10 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw) {
   tandem::v1::GenerateRequest request;
   absl::StatusOr<ValidatedRequest> validated;
-  if (absl::Status parsed = rpc::ParseMessage(*raw, &request); !parsed.ok()) {
+  absl::StatusOr<Tenant> tenant = Authenticate(*ctx, "Generate");
+  if (!tenant.ok()) {
+    validated = tenant.status();
+  } else if (absl::Status parsed = rpc::ParseMessage(*raw, &request); !parsed.ok()) {
     metrics_.malformed_requests.Add({{"method", "Generate"}}).Increment();
     validated = std::move(parsed);
   } else if (draining_.load()) {
@@ -126,6 +129,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
   } else {
     validated = ValidateGenerateRequest(request, *tokenizer_, options_.model_name, options_.limits,
                                         &options_.chat_template);
+    if (validated.ok()) validated->cache_salt = tenant->salt;
   }
   if (validated.ok() && request.n() > 1) {
     tandem::v1::Generation::Stub* self = self_.load();
@@ -142,6 +146,21 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
     }
   }
   return GenerateCall::Start(MakeCallEnv(), ctx, std::move(validated));
+}
+
+absl::StatusOr<Tenant> GenerationService::Authenticate(const grpc::CallbackServerContext& ctx,
+                                                      const char* method) {
+  if (options_.api_keys == nullptr) return Tenant{};
+  const auto& metadata = ctx.client_metadata();
+  const auto it = metadata.find("authorization");
+  const std::string value =
+      it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
+  ApiKeys::Result r = options_.api_keys->Authenticate(it == metadata.end() ? nullptr : &value);
+  if (!r.tenant.ok()) {
+    metrics_.auth_failures.Add({{"method", method}, {"reason", AuthFailureName(r.failure)}})
+        .Increment();
+  }
+  return std::move(r.tenant);
 }
 
 void GenerationService::SetSelfChannel(std::shared_ptr<grpc::Channel> channel) {
@@ -198,6 +217,9 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
                                                       const grpc::ByteBuffer* raw,
                                                       grpc::ByteBuffer* raw_response) {
   tandem::v1::TokenizeRequest parsed;
+  if (absl::StatusOr<Tenant> t = Authenticate(*ctx, "Tokenize"); !t.ok()) {
+    return Answer(ctx, "Tokenize", t.status());
+  }
   if (absl::Status s = rpc::ParseMessage(*raw, &parsed); !s.ok()) {
     metrics_.malformed_requests.Add({{"method", "Tokenize"}}).Increment();
     return Answer(ctx, "Tokenize", s);
@@ -225,6 +247,9 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* GenerationService::Detokenize(
     grpc::CallbackServerContext* ctx, const tandem::v1::DetokenizeRequest* request,
     tandem::v1::DetokenizeResponse* response) {
+  if (absl::StatusOr<Tenant> t = Authenticate(*ctx, "Detokenize"); !t.ok()) {
+    return Answer(ctx, "Detokenize", t.status());
+  }
   if (absl::Status s = ValidateModel(request->model(), options_.model_name); !s.ok()) {
     return Answer(ctx, "Detokenize", s);
   }
@@ -251,6 +276,9 @@ grpc::ServerUnaryReactor* GenerationService::Detokenize(
 grpc::ServerUnaryReactor* GenerationService::ListModels(grpc::CallbackServerContext* ctx,
                                                         const tandem::v1::ListModelsRequest*,
                                                         tandem::v1::ListModelsResponse* response) {
+  if (absl::StatusOr<Tenant> t = Authenticate(*ctx, "ListModels"); !t.ok()) {
+    return Answer(ctx, "ListModels", t.status());
+  }
   tandem::v1::ModelInfo* m = response->add_models();
   m->set_id(options_.model_name);
   m->set_architecture(options_.architecture);

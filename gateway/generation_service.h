@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/tokenizer.h"
+#include "gateway/api_keys.h"
 #include "gateway/block_event_subscriber.h"
 #include "gateway/block_index.h"
 #include "gateway/gateway_metrics.h"
@@ -59,6 +60,8 @@ struct GatewayOptions {
   std::vector<std::string> prefill_workers;
   std::vector<std::string> decode_workers;
   absl::Duration resolve_interval = absl::Seconds(5);
+  // Null: no API keys, every call is the anonymous tenant's.
+  std::shared_ptr<ApiKeys> api_keys = nullptr;
   // Applied to Generate calls whose client set no earlier deadline.
   absl::Duration request_timeout = absl::Minutes(10);
   // Times a stream may move to another worker after one failed under it.
@@ -165,6 +168,9 @@ class GenerationService final : public GenerationServiceBase {
   void FinishUnary(grpc::ServerUnaryReactor* reactor, const char* method,
                    const absl::Status& status);
   CallEnv MakeCallEnv();
+  // The caller's tenant from its API key (the anonymous one without keys);
+  // Unauthenticated, counted, otherwise.
+  absl::StatusOr<Tenant> Authenticate(const grpc::CallbackServerContext& ctx, const char* method);
   // The session's turn `request` once its record is read: the window's
   // conversation validated as a Generate request, and how to commit it.
   void BeginTurn(std::shared_ptr<GenerateCall> call, const tandem::v1::ChatRequest& request,
@@ -172,7 +178,8 @@ class GenerationService final : public GenerationServiceBase {
   // How many leading blocks of `prompt` decode worker `decode_worker` has
   // reported (never the one holding the last token); -1 when it is not
   // known reachable.
-  int32_t HeldBlocks(const std::string& decode_worker, std::span<const int32_t> prompt) const;
+  int32_t HeldBlocks(const std::string& decode_worker, std::span<const int32_t> prompt,
+                     uint64_t cache_salt) const;
   // The decode workers' addresses (where session records live).
   std::vector<std::string> DecodeAddresses() const;
 

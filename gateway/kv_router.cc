@@ -24,7 +24,7 @@ KvRouter::KvRouter(BlockIndex& index, int first_slot, const RouterOptions& optio
                                 {{"role", role_name_}})) {}
 
 RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> prompt,
-                              const std::vector<int>& exclude) {
+                              const std::vector<int>& exclude, uint64_t cache_salt) {
   RouteDecision d;
   const int64_t tokens = static_cast<int64_t>(prompt.size());
   const std::optional<BlockHashParams> params = index_.params();
@@ -38,7 +38,7 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
     // computes the last prompt token, so a block holding it is computed
     // whatever is cached.
     const std::vector<engine::BlockHash> full =
-        engine::PrefixBlockHashes(prompt, bs, params->model_fingerprint);
+        engine::PrefixBlockHashes(prompt, bs, params->model_fingerprint, cache_salt);
     const std::span<const engine::BlockHash> chain =
         std::span(full).first(tokens == 0 ? 0 : static_cast<size_t>((tokens - 1) / bs));
     const int n = picker.size();

@@ -73,8 +73,9 @@ class KvRouter {
   KvRouter(BlockIndex& index, int first_slot, const RouterOptions& options,
            prometheus::Registry& registry, RouteRole role);
 
+  // `cache_salt`: the request's tenant salt, as the workers hash its blocks.
   RouteDecision Route(WorkerPicker& picker, std::span<const int32_t> prompt,
-                      const std::vector<int>& exclude);
+                      const std::vector<int>& exclude, uint64_t cache_salt = 0);
 
  private:
   BlockIndex& index_;

@@ -12,13 +12,16 @@
 #include "common/status_macros.h"
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
+#include "gateway/api_keys.h"
 #include "gateway/generation_service.h"
 #include "gateway/http_front.h"
 #include "gateway/worker_resolver.h"
 #include "kvtransfer/rpc/lease_keeper.h"
 #include "rpc/admission.h"
 #include "rpc/bootstrap.h"
+#include "rpc/health_port.h"
 #include "rpc/metrics.h"
+#include "rpc/tls.h"
 
 namespace {
 
@@ -133,7 +136,14 @@ int main(int argc, char** argv) {
        .help = "(block hash, worker) entries the block index holds at most"},
       {.name = "log-level", .default_value = "info",
        .help = "stderr diagnostics: error, warning, info or debug (routing decisions)"},
+      {.name = "api-keys-file", .default_value = "",
+       .help = "require API keys (authorization: Bearer KEY): one \"TENANT KEY\" per line; "
+               "each tenant's prefix cache is its own; re-read when it changes"},
+      {.name = "api-keys-reload-s", .default_value = "30",
+       .help = "check --api-keys-file for changes at most this often"},
   };
+  for (tandem::common::FlagSpec& s : tandem::rpc::PublicTlsFlagSpecs()) specs.push_back(s);
+  specs.push_back(tandem::rpc::HealthListenFlagSpec());
   for (tandem::common::FlagSpec& s :
        tandem::rpc::AdmissionFlagSpecs({.max_in_flight = 4096, .max_queued_tokens = 1 << 20})) {
     specs.push_back(std::move(s));
@@ -179,6 +189,13 @@ int main(int argc, char** argv) {
       args->IntInRange("request-timeout-ms", 1, 24 * 3600 * 1000);
   absl::StatusOr<tandem::rpc::ChannelCacheOptions> channels =
       tandem::rpc::PeerChannelOptionsFromArgs(*args);
+  absl::StatusOr<tandem::rpc::TlsFiles> public_tls = tandem::rpc::PublicTlsFromArgs(*args);
+  absl::StatusOr<int32_t> keys_reload_s = args->IntInRange("api-keys-reload-s", 1, 86400);
+  absl::StatusOr<std::unique_ptr<tandem::gateway::ApiKeys>> api_keys = nullptr;
+  if (keys_reload_s.ok() && !args->String("api-keys-file").empty()) {
+    api_keys = tandem::gateway::ApiKeys::Load(args->String("api-keys-file"),
+                                              absl::Seconds(*keys_reload_s));
+  }
   absl::StatusOr<tandem::rpc::AdmissionLimits> admission =
       tandem::rpc::AdmissionLimitsFromArgs(*args);
   absl::StatusOr<double> overlap_weight = args->Double("router-overlap-weight");
@@ -221,7 +238,7 @@ int main(int argc, char** argv) {
        {max_context.status(), max_stops.status(), default_max_tokens.status(),
         http_threads.status(), http_body.status(),
         max_logit_bias.status(), max_stop_ids.status(), max_n.status(), timeout_ms.status(),
-        channels.status(),
+        channels.status(), public_tls.status(), keys_reload_s.status(), api_keys.status(),
         admission.status(), overlap_weight.status(), load_weight.status(),
         host_weight.status(), disk_weight.status(),
         index_entries.status(), log_level.status(), prediction_ms.status(), router,
@@ -249,6 +266,7 @@ int main(int argc, char** argv) {
   options.admission = *admission;
   options.kv_overcommit = *overcommit;
   options.channels = *channels;
+  options.api_keys = std::move(*api_keys);
   options.kv_routing = args->String("router") == "kv";
   options.router = {.overlap_weight = *overlap_weight,
                     .tier_weights = {1.0, *host_weight, *disk_weight},
@@ -327,8 +345,9 @@ int main(int argc, char** argv) {
   return tandem::rpc::ServeUntilSignal(
       "tandem-gateway", args->String("listen"), {&service}, **metrics,
       {.on_started =
-           [&](grpc::Server& s) -> absl::StatusOr<std::string> {
-             service.AttachHealth(s.GetHealthCheckService());
+           [&](grpc::Server& s,
+               grpc::HealthCheckServiceInterface* health) -> absl::StatusOr<std::string> {
+             service.AttachHealth(health);
              // Choices of an n > 1 request and the HTTP front call this
              // server's Generation service in-process.
              grpc::ChannelArguments channel_args;
@@ -346,5 +365,7 @@ int main(int argc, char** argv) {
              service.Drain();
            },
        .max_receive_bytes = options.limits.MaxRequestBytes(),
-       .drain_timeout = absl::Seconds(*drain_s)});
+       .drain_timeout = absl::Seconds(*drain_s),
+       .credentials = tandem::rpc::ServerCredentials(*public_tls),
+       .health_listen = args->String("health-listen")});
 }

@@ -54,10 +54,20 @@ absl::Status ValidateSessionId(const std::string& id) {
   return absl::OkStatus();
 }
 
+// Another tenant's session is answered as an unknown one.
+absl::StatusOr<tandem::v1::SessionRecord> OwnedBy(absl::StatusOr<tandem::v1::SessionRecord> r,
+                                                  const Tenant& tenant) {
+  if (r.ok() && r->tenant() != tenant.name) {
+    return absl::NotFoundError(absl::StrCat("session_id: \"", r->session_id(), "\" is unknown"));
+  }
+  return r;
+}
+
 }  // namespace
 
 int32_t GenerationService::HeldBlocks(const std::string& decode_worker,
-                                      std::span<const int32_t> prompt) const {
+                                      std::span<const int32_t> prompt,
+                                      uint64_t cache_salt) const {
   constexpr int32_t kUnknown = -1;
   const std::optional<BlockHashParams> params = index_.params();
   if (decode_worker.empty() || !params.has_value()) return kUnknown;
@@ -74,7 +84,8 @@ int32_t GenerationService::HeldBlocks(const std::string& decode_worker,
   const int32_t bs = params->block_size;
   // The block holding the last prompt token is always computed.
   const std::vector<engine::BlockHash> chain = engine::PrefixBlockHashes(
-      prompt.first(static_cast<size_t>((n - 1) / bs) * bs), bs, params->model_fingerprint);
+      prompt.first(static_cast<size_t>((n - 1) / bs) * bs), bs, params->model_fingerprint,
+      cache_salt);
   const std::vector<int> slot = {kDecodeSlotBase + index};
   return index_.Overlap(slot, chain, absl::Now(), false)[0];
 }
@@ -83,6 +94,8 @@ grpc::ServerUnaryReactor* GenerationService::CreateSession(
     grpc::CallbackServerContext* ctx, const tandem::v1::CreateSessionRequest* request,
     tandem::v1::SessionInfo* response) {
   const char* kMethod = "CreateSession";
+  absl::StatusOr<Tenant> tenant = Authenticate(*ctx, kMethod);
+  if (!tenant.ok()) return Answer(ctx, kMethod, tenant.status());
   if (draining_.load()) {
     return Answer(ctx, kMethod,
                   absl::UnavailableError("the gateway is draining (shutting down); retry on "
@@ -156,6 +169,7 @@ grpc::ServerUnaryReactor* GenerationService::CreateSession(
   record.set_session_id(NewSessionId());
   record.set_version(1);
   record.set_model(options_.model_name);
+  record.set_tenant(tenant->name);
   record.set_tokens_held(system_tokens);
   record.set_created_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
 
@@ -170,12 +184,16 @@ grpc::ServerUnaryReactor* GenerationService::CreateSession(
 grpc::ServerUnaryReactor* GenerationService::GetSession(
     grpc::CallbackServerContext* ctx, const tandem::v1::GetSessionRequest* request,
     tandem::v1::SessionInfo* response) {
+  absl::StatusOr<Tenant> tenant = Authenticate(*ctx, "GetSession");
+  if (!tenant.ok()) return Answer(ctx, "GetSession", tenant.status());
   if (absl::Status s = ValidateSessionId(request->session_id()); !s.ok()) {
     return Answer(ctx, "GetSession", s);
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  sessions_.Load(request->session_id(),
-                 [this, reactor, response](absl::StatusOr<tandem::v1::SessionRecord> record) {
+  sessions_.Load(request->session_id(), [this, reactor, response, tenant = *tenant](
+                                            absl::StatusOr<tandem::v1::SessionRecord> loaded) {
+                   absl::StatusOr<tandem::v1::SessionRecord> record =
+                       OwnedBy(std::move(loaded), tenant);
                    if (record.ok()) *response = Info(*record);
                    FinishUnary(reactor, "GetSession", record.status());
                  });
@@ -185,13 +203,17 @@ grpc::ServerUnaryReactor* GenerationService::GetSession(
 grpc::ServerUnaryReactor* GenerationService::CloseSession(
     grpc::CallbackServerContext* ctx, const tandem::v1::CloseSessionRequest* request,
     tandem::v1::CloseSessionResponse*) {
+  absl::StatusOr<Tenant> tenant = Authenticate(*ctx, "CloseSession");
+  if (!tenant.ok()) return Answer(ctx, "CloseSession", tenant.status());
   if (absl::Status s = ValidateSessionId(request->session_id()); !s.ok()) {
     return Answer(ctx, "CloseSession", s);
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   // Unknown sessions are an error, as for every other session method.
-  sessions_.Load(request->session_id(),
-                 [this, reactor](absl::StatusOr<tandem::v1::SessionRecord> record) {
+  sessions_.Load(request->session_id(), [this, reactor, tenant = *tenant](
+                                            absl::StatusOr<tandem::v1::SessionRecord> loaded) {
+                   absl::StatusOr<tandem::v1::SessionRecord> record =
+                       OwnedBy(std::move(loaded), tenant);
                    if (!record.ok()) {
                      FinishUnary(reactor, "CloseSession", record.status());
                      return;
@@ -206,9 +228,14 @@ grpc::ServerUnaryReactor* GenerationService::CloseSession(
 grpc::ServerUnaryReactor* GenerationService::ListSessions(
     grpc::CallbackServerContext* ctx, const tandem::v1::ListSessionsRequest*,
     tandem::v1::ListSessionsResponse* response) {
+  absl::StatusOr<Tenant> tenant = Authenticate(*ctx, "ListSessions");
+  if (!tenant.ok()) return Answer(ctx, "ListSessions", tenant.status());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  sessions_.List([this, reactor, response](std::vector<tandem::v1::SessionRecord> records) {
-    for (const tandem::v1::SessionRecord& r : records) *response->add_sessions() = Info(r);
+  sessions_.List([this, reactor, response, name = tenant->name](
+                     std::vector<tandem::v1::SessionRecord> records) {
+    for (const tandem::v1::SessionRecord& r : records) {
+      if (r.tenant() == name) *response->add_sessions() = Info(r);
+    }
     FinishUnary(reactor, "ListSessions", absl::OkStatus());
   });
   return reactor;
@@ -218,9 +245,14 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Chat(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw) {
   std::shared_ptr<GenerateCall> call = GenerateCall::Open(MakeCallEnv(), ctx);
   tandem::v1::ChatRequest request;
-  absl::Status status = rpc::ParseMessage(*raw, &request);
+  absl::StatusOr<Tenant> tenant = Authenticate(*ctx, "Chat");
+  absl::Status status = tenant.status();
+  if (status.ok()) {
+    status = rpc::ParseMessage(*raw, &request);
+    if (!status.ok()) metrics_.malformed_requests.Add({{"method", "Chat"}}).Increment();
+  }
   if (!status.ok()) {
-    metrics_.malformed_requests.Add({{"method", "Chat"}}).Increment();
+    // Refused as it is.
   } else if (draining_.load()) {
     status = absl::UnavailableError("the gateway is draining (shutting down); retry on another");
   } else if (status = ValidateSessionId(request.session_id()); status.ok()) {
@@ -241,9 +273,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Chat(
     return call.get();
   }
   const std::string id = request.session_id();
-  sessions_.Load(id, [this, call, request = std::move(request)](
+  sessions_.Load(id, [this, call, request = std::move(request), tenant = *tenant](
                          absl::StatusOr<tandem::v1::SessionRecord> record) mutable {
-    BeginTurn(std::move(call), request, std::move(record));
+    BeginTurn(std::move(call), request, OwnedBy(std::move(record), tenant));
   });
   return call.get();
 }
@@ -283,6 +315,8 @@ void GenerationService::BeginTurn(std::shared_ptr<GenerateCall> call,
   generate.set_ignore_eos(request.ignore_eos());
   absl::StatusOr<ValidatedRequest> validated = ValidateGenerateRequest(
       generate, *tokenizer_, options_.model_name, options_.limits, &options_.chat_template);
+  const uint64_t salt = TenantSalt(record->tenant());
+  if (validated.ok()) validated->cache_salt = salt;
 
   SessionTurn turn;
   turn.session_id = record->session_id();
@@ -301,7 +335,7 @@ void GenerationService::BeginTurn(std::shared_ptr<GenerateCall> call,
   } else if (validated.ok() && params.has_value()) {
     // Few tokens to compute: the holder prefills them itself. Otherwise a
     // prefill worker does, pulling the blocks the holder keeps.
-    const int32_t held = HeldBlocks(record->kv_holder(), validated->prompt_ids);
+    const int32_t held = HeldBlocks(record->kv_holder(), validated->prompt_ids, salt);
     const int64_t to_compute =
         static_cast<int64_t>(validated->prompt_ids.size()) - int64_t{held} * params->block_size;
     turn.local_prefill = held >= 0 && options_.sessions.local_prefill_tokens > 0 &&

@@ -86,6 +86,9 @@ struct ValidatedRequest {
   // Each non-empty, valid UTF-8 and within GatewayLimits.
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  // The caller's tenant's prefix-cache salt (set by the service after
+  // authentication; 0: none).
+  uint64_t cache_salt = 0;
 };
 
 // InvalidArgument whose message starts with the offending field, e.g.

@@ -62,6 +62,7 @@ class PrefillService::PrefillCall final : public grpc::ServerUnaryReactor,
     r.sampling = rpc::SamplingFromProto(request.sampling());
     r.top_logprobs = request.top_logprobs();
     if (request.has_prompt_logprobs()) r.prompt_logprobs = request.prompt_logprobs();
+    r.cache_salt = request.cache_salt();
     // A resumed stream's tokens are computed with the prompt; the token
     // sampled after them is the answer.
     r.generated.assign(request.generated_token_ids().begin(),
@@ -70,6 +71,7 @@ class PrefillService::PrefillCall final : public grpc::ServerUnaryReactor,
     r.ignore_eos = true;
     r.export_kv = true;
     prompt_ = r.prompt;  // the positions the lease holds
+    cache_salt_ = r.cache_salt;
     prompt_.insert(prompt_.end(), r.generated.begin(), r.generated.end());
     if (request.prefix_holder().empty() || request.prefix_blocks() == 0 ||
         r.prompt_logprobs >= 0) {
@@ -92,7 +94,7 @@ class PrefillService::PrefillCall final : public grpc::ServerUnaryReactor,
     auto pending = std::make_shared<engine::GenerationRequest>(std::move(r));
     absl::MutexLock lock(&mu_);
     pull_ = service_->puller_.Start(
-        request.prefix_holder(), std::move(prefix), deadline,
+        request.prefix_holder(), std::move(prefix), r.cache_salt, deadline,
         [weak, pending](absl::StatusOr<std::shared_ptr<const engine::KvSnapshot>> kv) {
           std::shared_ptr<PrefillCall> call = weak.lock();
           if (call == nullptr) return;
@@ -136,7 +138,7 @@ class PrefillService::PrefillCall final : public grpc::ServerUnaryReactor,
     const absl::Time done = absl::Now();
     ticket_.DoneQueuing();
     absl::StatusOr<kvtransfer::KvLeaseServer::Held> held =
-        service_->export_.leases().Hold(first.kv, std::move(prompt_));
+        service_->export_.leases().Hold(first.kv, std::move(prompt_), cache_salt_);
     if (!held.ok()) {
       Done(held.status());
       return;
@@ -177,6 +179,7 @@ class PrefillService::PrefillCall final : public grpc::ServerUnaryReactor,
   std::shared_ptr<PrefillCall> self_;
   rpc::Admission::Ticket ticket_;
   std::vector<int32_t> prompt_;
+  uint64_t cache_salt_ = 0;
   std::atomic<bool> finished_{false};
   absl::Mutex mu_;
   std::shared_ptr<worker::SequenceStream> stream_ ABSL_GUARDED_BY(mu_);

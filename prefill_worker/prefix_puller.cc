@@ -14,11 +14,12 @@ namespace tandem::prefill {
 class PrefixPuller::Call final : public PrefixPuller::Pull,
                                  public std::enable_shared_from_this<Call> {
  public:
-  Call(PrefixPuller* puller, std::string holder, std::vector<int32_t> prefix, absl::Time deadline,
-       Done done)
+  Call(PrefixPuller* puller, std::string holder, std::vector<int32_t> prefix, uint64_t cache_salt,
+       absl::Time deadline, Done done)
       : puller_(puller),
         holder_(std::move(holder)),
         prefix_(std::move(prefix)),
+        cache_salt_(cache_salt),
         deadline_(deadline),
         done_(std::move(done)) {}
 
@@ -26,6 +27,7 @@ class PrefixPuller::Call final : public PrefixPuller::Pull,
     stub_ = tandem::v1::Prefill::NewStub(puller_->channels_.Get(holder_));
     ctx_.set_deadline(absl::ToChronoTime(deadline_));
     request_.mutable_prompt_token_ids()->Assign(prefix_.begin(), prefix_.end());
+    request_.set_cache_salt(cache_salt_);
     std::shared_ptr<Call> self = shared_from_this();
     stub_->async()->ExportPrefix(&ctx_, &request_, &response_,
                                  [self](grpc::Status s) { self->OnExported(s); });
@@ -67,6 +69,7 @@ class PrefixPuller::Call final : public PrefixPuller::Pull,
              .num_blocks = blocks,
              .first_block = 0,
              .token_ids = std::vector<int32_t>(prefix_.begin(), prefix_.begin() + tokens),
+             .cache_salt = cache_salt_,
              .deadline = deadline_},
             [self](kvtransfer::FetchResult r) { self->Finish(std::move(r.kv)); });
         return;
@@ -92,6 +95,7 @@ class PrefixPuller::Call final : public PrefixPuller::Pull,
   PrefixPuller* const puller_;
   const std::string holder_;
   const std::vector<int32_t> prefix_;
+  const uint64_t cache_salt_;
   const absl::Time deadline_;
   const Done done_;
   const absl::Time start_ = absl::Now();
@@ -125,8 +129,10 @@ void PrefixPuller::Count(const absl::Status& status, absl::Duration took) {
 
 std::shared_ptr<PrefixPuller::Pull> PrefixPuller::Start(const std::string& holder,
                                                         std::vector<int32_t> prefix,
+                                                        uint64_t cache_salt,
                                                         absl::Time deadline, Done done) {
-  auto call = std::make_shared<Call>(this, holder, std::move(prefix), deadline, std::move(done));
+  auto call = std::make_shared<Call>(this, holder, std::move(prefix), cache_salt, deadline,
+                                     std::move(done));
   call->Begin();
   return call;
 }

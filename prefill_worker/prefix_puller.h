@@ -43,10 +43,10 @@ class PrefixPuller {
                kvtransfer::ReleaseClient& releases, int32_t block_size,
                prometheus::Registry& registry);
 
-  // Pulls the full blocks of `prefix` (whole blocks of the prompt) from
-  // `holder`; `done` runs exactly once.
+  // Pulls the full blocks of `prefix` (whole blocks of the prompt, hashed
+  // with `cache_salt`) from `holder`; `done` runs exactly once.
   std::shared_ptr<Pull> Start(const std::string& holder, std::vector<int32_t> prefix,
-                              absl::Time deadline, Done done);
+                              uint64_t cache_salt, absl::Time deadline, Done done);
 
  private:
   class Call;

@@ -15,8 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/check.h"
-#include "common/status_macros.h"
 #include "common/host_port.h"
+#include "common/status_macros.h"
+#include "rpc/health_port.h"
 
 namespace tandem::rpc {
 namespace {
@@ -48,8 +49,10 @@ absl::StatusOr<StartedServer> StartGrpcServer(
 
   grpc::ServerBuilder builder;
   int selected_port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(),
-                           &selected_port);
+  builder.AddListeningPort(
+      options.listen,
+      options.credentials != nullptr ? options.credentials : grpc::InsecureServerCredentials(),
+      &selected_port);
   builder.SetMaxReceiveMessageSize(options.max_receive_bytes > 0 ? options.max_receive_bytes
                                                                  : options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
@@ -122,15 +125,29 @@ int ServeUntilSignal(const std::string& name, const std::string& listen,
       StartGrpcServer({.listen = listen,
                        .max_message_bytes = 64 << 20,
                        .max_receive_bytes = hooks.max_receive_bytes,
-                       .configure = nullptr},
+                       .configure = nullptr,
+                       .credentials = hooks.credentials},
                       services);
   if (!started.ok()) {
     std::cerr << name << ": " << started.status().message() << "\n";
     return 1;
   }
+  std::unique_ptr<HealthPort> health_port;
+  grpc::HealthCheckServiceInterface* health = started->server->GetHealthCheckService();
+  if (!hooks.health_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<HealthPort>> port = HealthPort::Start(hooks.health_listen);
+    if (!port.ok()) {
+      std::cerr << name << ": " << port.status().message() << "\n";
+      ShutdownServer(*started->server, absl::ZeroDuration());
+      return 1;
+    }
+    health_port = std::move(*port);
+    health = health_port->Tee(health);
+    health->SetServingStatus(true);  // as StartGrpcServer set the main one
+  }
   std::string http_address;
   if (hooks.on_started) {
-    absl::StatusOr<std::string> extra = hooks.on_started(*started->server);
+    absl::StatusOr<std::string> extra = hooks.on_started(*started->server, health);
     if (!extra.ok()) {
       std::cerr << name << ": " << extra.status().message() << "\n";
       ShutdownServer(*started->server, absl::ZeroDuration());
@@ -140,12 +157,16 @@ int ServeUntilSignal(const std::string& name, const std::string& listen,
   }
   common::PrintReady({.grpc_address = started->address,
                       .metrics_address = metrics.address(),
-                      .http_address = http_address});
+                      .http_address = http_address,
+                      .health_address = health_port != nullptr ? health_port->address() : ""});
   std::cerr << name << ": serving on " << started->address << " (metrics "
             << (metrics.address().empty() ? "off" : metrics.address()) << ")\n";
   const int sig = WaitForShutdownSignal();
   std::cerr << name << ": signal " << sig << ", shutting down\n";
   if (hooks.on_signal) hooks.on_signal();
+  // Not ready from now on (probes stop routing here), still alive while
+  // the calls in flight drain.
+  if (health_port != nullptr) health->SetServingStatus(false);
   ShutdownServer(*started->server, hooks.drain_timeout);
   return 0;
 }

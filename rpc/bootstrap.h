@@ -34,6 +34,8 @@ struct ServerOptions {
   // Optional last word on the builder (channel args, an async completion
   // queue, a callback generic service), called after services are added.
   std::function<void(grpc::ServerBuilder&)> configure;
+  // Null: plaintext (rpc/tls.h makes TLS ones).
+  std::shared_ptr<grpc::ServerCredentials> credentials = nullptr;
 };
 
 struct StartedServer {
@@ -43,7 +45,7 @@ struct StartedServer {
 
 // Registers `services` (not owned; they must outlive the server), enables the
 // default gRPC health service (overall status SERVING) and server reflection
-// (grpc.reflection.v1alpha), binds insecure credentials on options.listen and
+// (grpc.reflection.v1alpha), binds options.credentials on options.listen and
 // starts. InvalidArgument for a malformed address, Unavailable when binding
 // or starting fails.
 absl::StatusOr<StartedServer> StartGrpcServer(
@@ -79,7 +81,10 @@ struct ServeHooks {
   // It may start another listener in front of the server (the gateway's
   // HTTP front) and return its address for the READY line ("" for none);
   // an error ends the process before READY.
-  std::function<absl::StatusOr<std::string>(grpc::Server&)> on_started;
+  // `health` is the server's health service (mirrored on the health port
+  // when there is one): set statuses through it.
+  std::function<absl::StatusOr<std::string>(grpc::Server&, grpc::HealthCheckServiceInterface*)>
+      on_started;
   // Runs first when the signal arrives: it ends streams that never end by
   // themselves, so they do not hold the drain, and lets go of the server.
   std::function<void()> on_signal;
@@ -87,6 +92,11 @@ struct ServeHooks {
   // After the signal: new calls are refused (health NOT_SERVING) and calls
   // in flight have this long to finish before they are cancelled.
   absl::Duration drain_timeout = absl::Seconds(30);
+  // The port's credentials; null: plaintext.
+  std::shared_ptr<grpc::ServerCredentials> credentials = nullptr;
+  // --health-listen: also serve grpc.health.v1 in plaintext there
+  // (rpc/health_port.h); "" = no.
+  std::string health_listen = {};
 };
 
 // The --drain-timeout-s flag every serving process has.

@@ -7,10 +7,13 @@
 
 namespace tandem::rpc {
 
-ChannelCache::ChannelCache(const ChannelCacheOptions& options) : options_(options) {}
+ChannelCache::ChannelCache(const ChannelCacheOptions& options)
+    : options_(options),
+      credentials_(options.tls.enabled() ? ChannelCredentials(options.tls.files)
+                                         : grpc::InsecureChannelCredentials()) {}
 
 std::vector<common::FlagSpec> PeerChannelFlagSpecs() {
-  return {
+  std::vector<common::FlagSpec> specs = {
       {.name = "max-peer-channels", .default_value = "256",
        .help = "gRPC channels to peers kept open (least recently used dropped first)"},
       {.name = "keepalive-ms", .default_value = "10000",
@@ -19,6 +22,8 @@ std::vector<common::FlagSpec> PeerChannelFlagSpecs() {
       {.name = "keepalive-timeout-ms", .default_value = "5000",
        .help = "how long a ping may go unanswered"},
   };
+  for (common::FlagSpec& s : InternalTlsFlagSpecs()) specs.push_back(std::move(s));
+  return specs;
 }
 
 absl::StatusOr<ChannelCacheOptions> PeerChannelOptionsFromArgs(const common::Args& args) {
@@ -29,6 +34,7 @@ absl::StatusOr<ChannelCacheOptions> PeerChannelOptionsFromArgs(const common::Arg
                    args.IntInRange("keepalive-timeout-ms", 1, 24 * 3600 * 1000));
   options.keepalive_time = absl::Milliseconds(every);
   options.keepalive_timeout = absl::Milliseconds(timeout);
+  ASSIGN_OR_RETURN(options.tls, InternalTlsFromArgs(args));
   return options;
 }
 
@@ -58,7 +64,10 @@ std::shared_ptr<grpc::Channel> ChannelCache::Get(const std::string& address, int
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // a long stream may be quiet
   }
-  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (!options_.tls.server_name.empty()) {
+    args.SetSslTargetNameOverride(options_.tls.server_name);
+  }
+  auto channel = grpc::CreateCustomChannel(address, credentials_, args);
   lru_.push_front(key);
   channels_[key] = Entry{.channel = channel, .lru = lru_.begin()};
   while (static_cast<int>(channels_.size()) > std::max(options_.max_channels, 1)) {

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
+#include "rpc/tls.h"
 
 namespace tandem::rpc {
 
@@ -33,10 +34,12 @@ struct ChannelCacheOptions {
   // 120 s): a restarted worker is found again within max_reconnect.
   absl::Duration min_reconnect = absl::Milliseconds(100);
   absl::Duration max_reconnect = absl::Seconds(1);
+  // Mutual TLS to peers (rpc/tls.h); plaintext when not enabled.
+  InternalTls tls = {};
 };
 
-// --max-peer-channels, --keepalive-ms and --keepalive-timeout-ms: every
-// process that calls peers has them.
+// --max-peer-channels, --keepalive-ms, --keepalive-timeout-ms and the
+// internal TLS flags (rpc/tls.h): every process that calls peers has them.
 std::vector<common::FlagSpec> PeerChannelFlagSpecs();
 // The options those flags say; InvalidArgument naming the flag.
 absl::StatusOr<ChannelCacheOptions> PeerChannelOptionsFromArgs(const common::Args& args);
@@ -57,6 +60,7 @@ class ChannelCache {
   };
 
   const ChannelCacheOptions options_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   mutable absl::Mutex mu_;
   // Keyed by address and connection number.
   absl::flat_hash_map<std::string, Entry> channels_ ABSL_GUARDED_BY(mu_);

@@ -4,7 +4,8 @@
 # suite there: unit tests and the real multi-process ones, whose children
 # run instrumented too (a leak or undefined behaviour at any process's exit
 # fails its test). The static checks (layering, thread-safety analysis)
-# compile nothing instrumented and run in the main build only.
+# compile nothing instrumented and run in the main build only, as do the
+# offline checks of deploy/.
 # Usage: scripts/asan_tests.sh   (env: TANDEM_SOAK_SECONDS, default 30 here)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,4 +17,4 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TANDEM_SOAK_SECONDS=${TANDEM_SOAK_SECONDS:-30}
 cd build-fuzz
 ctest --output-on-failure -j "${TANDEM_TEST_JOBS:-2}" --timeout 900 \
-  -E '^(layering|layering_checker_catches_violations|thread_safety_analysis|thread_safety_analysis_rejects_unguarded_reads|gateway_links_no_kernels)$'
+  -E '^(layering|layering_checker_catches_violations|thread_safety_analysis|thread_safety_analysis_rejects_unguarded_reads|gateway_links_no_kernels|deploy_chart|prometheus_rules)$'

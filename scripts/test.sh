@@ -6,6 +6,7 @@ bash scripts/install_deps.sh
 bash scripts/build.sh
 # The official openai Node package, for the HTTP front's SDK test.
 npm ci --prefix tests/http --no-audit --no-fund --loglevel=error
+npm ci --prefix tests/deploy --no-audit --no-fund --loglevel=error
 cd build
 ctest --output-on-failure -j "${TANDEM_TEST_JOBS:-2}" --timeout 900
 cd ..

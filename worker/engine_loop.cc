@@ -137,9 +137,11 @@ void EngineLoop::FailAll(const absl::Status& status) {
   }
 }
 
-void EngineLoop::ExportPrefix(std::vector<int32_t> tokens, ExportDone done) {
+void EngineLoop::ExportPrefix(std::vector<int32_t> tokens, uint64_t cache_salt,
+                              ExportDone done) {
   engine::GenerationRequest request;
   request.prompt = std::move(tokens);
+  request.cache_salt = cache_salt;
   Post({.kind = Op::Kind::kExport, .stream = nullptr, .request = std::move(request), .first = {},
         .kv = nullptr, .export_done = std::move(done)});
 }
@@ -183,7 +185,7 @@ void EngineLoop::Apply(Op& op) {
       if (streams_.contains(op.stream->seq_id_)) engine_->Cancel(op.stream->seq_id_);
       return;
     case Op::Kind::kExport:
-      op.export_done(engine_->ExportCachedPrefix(op.request.prompt));
+      op.export_done(engine_->ExportCachedPrefix(op.request.prompt, op.request.cache_salt));
       return;
     case Op::Kind::kUnpin:
       engine_->Unpin(op.request.pin_key);

@@ -107,7 +107,7 @@ class EngineLoop {
   // queueing behind waiting sequences; `done` runs on the engine thread
   // with the copy (null when there is none, or the loop is stopping).
   using ExportDone = std::function<void(std::shared_ptr<const engine::KvSnapshot>)>;
-  void ExportPrefix(std::vector<int32_t> tokens, ExportDone done);
+  void ExportPrefix(std::vector<int32_t> tokens, uint64_t cache_salt, ExportDone done);
   // Lets go of the blocks a session's turns kept pinned under `key`
   // (GenerationRequest::pin_key), between two steps.
   void Unpin(std::string key);

@@ -69,14 +69,15 @@ grpc::ServerUnaryReactor* KvExporter::ExportPrefix(grpc::CallbackServerContext* 
                               request->prompt_token_ids().end());
   // The copy is made between two engine steps; the lease is taken on the
   // engine thread, and the call finished from there.
-  loop_.ExportPrefix(tokens, [this, reactor, response,
-                              tokens](std::shared_ptr<const engine::KvSnapshot> kv) {
+  const uint64_t salt = request->cache_salt();
+  loop_.ExportPrefix(tokens, salt, [this, reactor, response, tokens,
+                                    salt](std::shared_ptr<const engine::KvSnapshot> kv) {
     absl::Status s;
     if (kv == nullptr) {
       s = absl::NotFoundError("this worker holds none of the prefix's blocks");
     } else {
       absl::StatusOr<kvtransfer::KvLeaseServer::Held> held = leases_.Hold(
-          kv, std::vector<int32_t>(tokens.begin(), tokens.begin() + kv->n_tokens));
+          kv, std::vector<int32_t>(tokens.begin(), tokens.begin() + kv->n_tokens), salt);
       if (held.ok()) {
         response->set_lease_id(held->lease_id);
         response->set_num_blocks(held->num_blocks);

@@ -9,6 +9,8 @@
 #include "kvtransfer/block_codec.h"
 #include "rpc/admission.h"
 #include "rpc/bootstrap.h"
+#include "rpc/health_port.h"
+#include "rpc/tls.h"
 #include "worker/stall_watchdog.h"
 
 namespace tandem::worker {
@@ -25,6 +27,7 @@ std::vector<common::FlagSpec> WorkerFlagSpecs() {
   for (common::FlagSpec& s : KvTierFlagSpecs()) specs.push_back(std::move(s));
   for (common::FlagSpec& s : rpc::AdmissionFlagSpecs({})) specs.push_back(std::move(s));
   specs.push_back(rpc::DrainFlagSpec());
+  specs.push_back(rpc::HealthListenFlagSpec());
   specs.push_back({.name = "engine-stall-timeout-ms", .default_value = "30000",
                    .help = "an engine step (with its queued operations) running longer than "
                            "this marks the worker NOT_SERVING until it ends; 0 = off"});
@@ -125,6 +128,12 @@ class ServingState {
 int ServeWorker(const std::string& name, const common::Args& args,
                 std::vector<grpc::Service*> services, Worker& worker) {
   services.push_back(worker.block_events.get());
+  // Its port takes only peers with a certificate the internal CA signed.
+  absl::StatusOr<rpc::InternalTls> tls = rpc::InternalTlsFromArgs(args);
+  if (!tls.ok()) {
+    std::cerr << name << ": " << tls.status().message() << "\n";
+    return 2;
+  }
   ServingState state(*worker.block_events, *worker.loop);
   std::unique_ptr<StallWatchdog> watchdog;
   if (worker.stall_timeout > absl::ZeroDuration()) {
@@ -143,13 +152,16 @@ int ServeWorker(const std::string& name, const common::Args& args,
   return rpc::ServeUntilSignal(
       name, args.String("listen"), services, *worker.metrics,
       {.on_started =
-           [&state](grpc::Server& s) -> absl::StatusOr<std::string> {
-             state.Started(s.GetHealthCheckService());
+           [&state](grpc::Server&,
+                    grpc::HealthCheckServiceInterface* health) -> absl::StatusOr<std::string> {
+             state.Started(health);
              return "";
            },
        .on_signal = [&state] { state.Draining(); },
        .max_receive_bytes = 0,
-       .drain_timeout = worker.drain_timeout});
+       .drain_timeout = worker.drain_timeout,
+       .credentials = rpc::ServerCredentials(tls->files),
+       .health_listen = args.String("health-listen")});
 }
 
 }  // namespace tandem::worker

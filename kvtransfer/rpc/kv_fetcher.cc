@@ -44,7 +44,7 @@ class KvFetcher::Transfer final : public KvFetcher::Fetch,
         stripes_(std::clamp(std::min(fetcher->streams_,
                                      request_.num_blocks - request_.first_block),
                             1, kMaxStreams)),
-        decoder_(fetcher->expect_, request_.token_ids, /*tenant_salt=*/0, request_.first_block) {}
+        decoder_(fetcher->expect_, request_.token_ids, request_.cache_salt, request_.first_block) {}
 
   void Begin();
   void Cancel() override {

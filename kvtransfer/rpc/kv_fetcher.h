@@ -36,6 +36,7 @@ struct FetchRequest {
   // leading full blocks of token_ids); only the others are fetched.
   int32_t first_block = 0;
   std::vector<int32_t> token_ids;  // the positions the blocks hold
+  uint64_t cache_salt = 0;         // the blocks' hash salt (the request's)
   absl::Time deadline = absl::InfiniteFuture();
 };
 

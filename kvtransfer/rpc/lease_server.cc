@@ -185,9 +185,11 @@ void KvLeaseServer::UpdateGauges() {
 }
 
 absl::StatusOr<KvLeaseServer::Held> KvLeaseServer::Hold(
-    std::shared_ptr<const engine::KvSnapshot> kv, std::vector<int32_t> token_ids) {
+    std::shared_ptr<const engine::KvSnapshot> kv, std::vector<int32_t> token_ids,
+    uint64_t cache_salt) {
   const int32_t full_blocks = kv->block_size > 0 ? kv->n_tokens / kv->block_size : 0;
-  auto encoder = std::make_shared<const SnapshotEncoder>(std::move(kv), std::move(token_ids));
+  auto encoder = std::make_shared<const SnapshotEncoder>(std::move(kv), std::move(token_ids),
+                                                         cache_salt);
   auto leased = std::make_shared<const LeasedKv>(LeasedKv{
       .encoder = encoder, .blocks = encoder->num_blocks(), .bytes = encoder->wire_bytes()});
   absl::StatusOr<std::string> id = leases_.Create(leased);

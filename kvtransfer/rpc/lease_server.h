@@ -43,10 +43,10 @@ class KvLeaseServer {
     // The hashes of the full blocks, in order (what a hand-off names).
     std::vector<engine::BlockHash> full_block_hashes;
   };
-  // Holds `kv` (the positions of `token_ids`) under a new lease.
-  // ResourceExhausted when the lease budgets are full.
+  // Holds `kv` (the positions of `token_ids`, hashed with `cache_salt`)
+  // under a new lease. ResourceExhausted when the lease budgets are full.
   absl::StatusOr<Held> Hold(std::shared_ptr<const engine::KvSnapshot> kv,
-                            std::vector<int32_t> token_ids);
+                            std::vector<int32_t> token_ids, uint64_t cache_salt);
 
   // The FetchKv reactor, on the raw (ByteBuffer) form of the method so the
   // payload goes out without being copied (the Prefill service marks

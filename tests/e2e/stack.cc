@@ -127,9 +127,10 @@ namespace {
 
 // Reads a Generate or Chat stream to its end (120 s deadline).
 template <typename Request, typename Start>
-Completion Gather(const Request& req, Start start) {
+Completion Gather(const Request& req, Start start, const Metadata& metadata = {}) {
   Completion c;
   grpc::ClientContext ctx;
+  for (const auto& [key, value] : metadata) ctx.AddMetadata(key, value);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
   std::unique_ptr<grpc::ClientReader<tandem::v1::GenerateResponse>> reader = start(&ctx, req);
   tandem::v1::GenerateResponse resp;
@@ -159,16 +160,24 @@ Completion Gather(const Request& req, Start start) {
 
 }  // namespace
 
-Completion Generate(tandem::v1::Generation::Stub& stub, const tandem::v1::GenerateRequest& req) {
-  return Gather(req, [&stub](grpc::ClientContext* ctx, const tandem::v1::GenerateRequest& r) {
-    return stub.Generate(ctx, r);
-  });
+Completion Generate(tandem::v1::Generation::Stub& stub, const tandem::v1::GenerateRequest& req,
+                    const Metadata& metadata) {
+  return Gather(
+      req,
+      [&stub](grpc::ClientContext* ctx, const tandem::v1::GenerateRequest& r) {
+        return stub.Generate(ctx, r);
+      },
+      metadata);
 }
 
-Completion Chat(tandem::v1::Generation::Stub& stub, const tandem::v1::ChatRequest& req) {
-  return Gather(req, [&stub](grpc::ClientContext* ctx, const tandem::v1::ChatRequest& r) {
-    return stub.Chat(ctx, r);
-  });
+Completion Chat(tandem::v1::Generation::Stub& stub, const tandem::v1::ChatRequest& req,
+                const Metadata& metadata) {
+  return Gather(
+      req,
+      [&stub](grpc::ClientContext* ctx, const tandem::v1::ChatRequest& r) {
+        return stub.Chat(ctx, r);
+      },
+      metadata);
 }
 
 double MetricValue(const std::string& metrics_address, const std::string& series) {

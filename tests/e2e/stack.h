@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -90,9 +91,13 @@ struct Completion {
   std::string request_id;
   std::string request_id_header;
 };
-Completion Generate(tandem::v1::Generation::Stub& stub, const tandem::v1::GenerateRequest& req);
+// Request metadata (e.g. {"authorization", "Bearer KEY"}).
+using Metadata = std::vector<std::pair<std::string, std::string>>;
+Completion Generate(tandem::v1::Generation::Stub& stub, const tandem::v1::GenerateRequest& req,
+                    const Metadata& metadata = {});
 // A session's turn (Generation.Chat), gathered the same way.
-Completion Chat(tandem::v1::Generation::Stub& stub, const tandem::v1::ChatRequest& req);
+Completion Chat(tandem::v1::Generation::Stub& stub, const tandem::v1::ChatRequest& req,
+                const Metadata& metadata = {});
 
 // The value of one series (`name` or `name{labels}` exactly as exposed) on
 // the /metrics page at `metrics_address`; -1 when absent or unreadable.

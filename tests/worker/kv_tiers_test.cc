@@ -258,10 +258,10 @@ TEST_F(KvTiersTest, APeerCanPullAPrefixTheTiersHold) {
   auto e = MakeEngine(*model_, tiers.get());
   const std::vector<int32_t> prompt = Prompt(40, 8);
   Generate(*e, prompt);
-  const std::shared_ptr<const engine::KvSnapshot> in_pool = e->ExportCachedPrefix(prompt);
+  const std::shared_ptr<const engine::KvSnapshot> in_pool = e->ExportCachedPrefix(prompt, 0);
   ASSERT_NE(in_pool, nullptr);
   Fill(*e, 9);
-  const std::shared_ptr<const engine::KvSnapshot> in_host = e->ExportCachedPrefix(prompt);
+  const std::shared_ptr<const engine::KvSnapshot> in_host = e->ExportCachedPrefix(prompt, 0);
   ASSERT_NE(in_host, nullptr);
   ASSERT_EQ(in_host->blocks.size(), in_pool->blocks.size());
   for (size_t b = 0; b < in_pool->blocks.size(); ++b) {

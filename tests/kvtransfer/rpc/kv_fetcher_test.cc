@@ -152,7 +152,7 @@ TEST_F(KvFetcherTest, StripedFetchYieldsTheHeldBytesAndEndsTheLease) {
   const auto kv = Snapshot(n_tokens);
   for (const int32_t streams : {1, 2, 3, 7, 16}) {
     KvFetcher fetcher(channels_, releases_, expect_, registry_, streams);
-    absl::StatusOr<KvLeaseServer::Held> held = leases_.Hold(kv, Ids(n_tokens));
+    absl::StatusOr<KvLeaseServer::Held> held = leases_.Hold(kv, Ids(n_tokens), 0);
     ASSERT_TRUE(held.ok());
     FetchResult r = Fetch(fetcher, *held, Ids(n_tokens));
     ASSERT_TRUE(r.kv.ok()) << "streams " << streams << ": " << r.kv.status();
@@ -175,7 +175,7 @@ TEST_F(KvFetcherTest, ADeltaFetchMovesOnlyTheBlocksAfterTheHeldOnes) {
   prometheus::Registry registry;
   for (const int32_t streams : {1, 2, 3, 5}) {
     KvFetcher fetcher(channels_, releases_, expect_, registry, streams);
-    absl::StatusOr<KvLeaseServer::Held> held = leases_.Hold(kv, Ids(n_tokens));
+    absl::StatusOr<KvLeaseServer::Held> held = leases_.Hold(kv, Ids(n_tokens), 0);
     ASSERT_TRUE(held.ok());
     // The hand-off names the full blocks' hashes: the 6 full ones.
     EXPECT_EQ(held->full_block_hashes.size(), 6u);
@@ -201,7 +201,7 @@ TEST_F(KvFetcherTest, ABrokenStreamFailsTheFetchWithItsStatusAndReleasesTheLease
   service_.set_break_stripe(1);
   KvFetcher fetcher(channels_, releases_, expect_, registry_, 3);
   const auto kv = Snapshot(40);
-  absl::StatusOr<KvLeaseServer::Held> held = leases_.Hold(kv, Ids(40));
+  absl::StatusOr<KvLeaseServer::Held> held = leases_.Hold(kv, Ids(40), 0);
   ASSERT_TRUE(held.ok());
   FetchResult r = Fetch(fetcher, *held, Ids(40));
   EXPECT_EQ(r.kv.status().code(), absl::StatusCode::kUnavailable) << r.kv.status();
@@ -215,7 +215,7 @@ TEST_F(KvFetcherTest, ABrokenStreamFailsTheFetchWithItsStatusAndReleasesTheLease
 
 TEST_F(KvFetcherTest, TheRawStreamReadsAsKvBlockMessagesAndRefusesBadStripes) {
   const auto kv = Snapshot(9);  // 3 blocks
-  absl::StatusOr<KvLeaseServer::Held> held = leases_.Hold(kv, Ids(9));
+  absl::StatusOr<KvLeaseServer::Held> held = leases_.Hold(kv, Ids(9), 0);
   ASSERT_TRUE(held.ok());
   auto stub = tandem::v1::Prefill::NewStub(channels_.Get(server_.address));
   {

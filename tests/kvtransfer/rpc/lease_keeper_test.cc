@@ -53,7 +53,7 @@ class LeaseKeeperTest : public ::testing::Test {
     kv->kv_dim = 2;
     kv->dtype = engine::GgmlType::kF32;
     kv->blocks.push_back(std::vector<uint8_t>(2 * 4 * 2 * sizeof(float), 7));
-    absl::StatusOr<KvLeaseServer::Held> held = leases_.Hold(kv, {1, 2, 3, 4});
+    absl::StatusOr<KvLeaseServer::Held> held = leases_.Hold(kv, {1, 2, 3, 4}, 0);
     EXPECT_TRUE(held.ok()) << held.status();
     return held.ok() ? held->lease_id : "";
   }

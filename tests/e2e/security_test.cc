@@ -1,0 +1,293 @@
+// Security end to end, on real processes: mutual TLS between the gateway and
+// the workers (and between the workers: the decode worker fetches KV from
+// the prefill worker over it), TLS on the gateway's public port with
+// certificates rotated while it runs, API keys, and tenant isolation of the
+// prefix cache and of sessions. Certificates are made at test time with
+// openssl (tests/e2e/make_test_certs.sh).
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/credentials.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "process/http_get.h"
+#include "tests/e2e/stack.h"
+
+namespace tandem::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string StoriesPath() { return std::string(TANDEM_SHARED_MODELS_DIR) + "/stories260K.gguf"; }
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A fresh PKI in a temporary directory, removed at the end.
+class Pki {
+ public:
+  Pki() {
+    char pattern[] = "/tmp/tandem-pki-XXXXXX";
+    dir_ = ::mkdtemp(pattern);
+    const std::string cmd = absl::StrCat("bash ", TANDEM_SOURCE_DIR,
+                                         "/tests/e2e/make_test_certs.sh ", dir_);
+    ok_ = std::system(cmd.c_str()) == 0;
+  }
+  ~Pki() { std::filesystem::remove_all(dir_); }
+  bool ok() const { return ok_; }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  std::string pem(const std::string& name) const { return ReadFile(path(name)); }
+
+  // Mutual TLS flags for every process.
+  std::vector<std::string> MtlsFlags() const {
+    return {"--mtls-cert=" + path("server.crt"), "--mtls-key=" + path("server.key"),
+            "--mtls-ca=" + path("ca-ca.crt"), "--mtls-server-name=tandem-internal"};
+  }
+  // A client trusting `ca`, presenting `identity` (.crt/.key) unless empty.
+  std::shared_ptr<grpc::ChannelCredentials> Client(const std::string& ca,
+                                                   const std::string& identity) const {
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = pem(ca);
+    if (!identity.empty()) {
+      o.pem_cert_chain = pem(identity + ".crt");
+      o.pem_private_key = pem(identity + ".key");
+    }
+    return grpc::SslCredentials(o);
+  }
+
+ private:
+  std::string dir_;
+  bool ok_ = false;
+};
+
+grpc::Status Stats(const std::string& address,
+                   const std::shared_ptr<grpc::ChannelCredentials>& creds) {
+  grpc::ChannelArguments args;
+  args.SetSslTargetNameOverride("tandem-internal");
+  auto stub = tandem::v1::Prefill::NewStub(grpc::CreateCustomChannel(address, creds, args));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  tandem::v1::WorkerStats stats;
+  return stub->GetWorkerStats(&ctx, tandem::v1::WorkerStatsRequest(), &stats);
+}
+
+tandem::v1::GenerateRequest Prompt(int tokens, int32_t seed_token) {
+  tandem::v1::GenerateRequest req;
+  req.add_prompt_token_ids(1);
+  for (int i = 1; i < tokens; ++i) req.add_prompt_token_ids(3 + (i * 7 + seed_token) % 400);
+  req.set_max_tokens(3);
+  return req;
+}
+
+TEST(SecurityTest, MutualTlsBetweenTheParts) {
+  Pki pki;
+  ASSERT_TRUE(pki.ok());
+  StackOptions options;
+  options.model = StoriesPath();
+  options.worker_flags = pki.MtlsFlags();
+  options.gateway_flags = pki.MtlsFlags();
+  std::unique_ptr<Stack> stack = Stack::Start(options);
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  const std::string worker = stack->prefill_info().grpc_address;
+
+  // A worker refuses plaintext, a client without a certificate, and one
+  // whose certificate another CA signed.
+  EXPECT_FALSE(Stats(worker, grpc::InsecureChannelCredentials()).ok());
+  EXPECT_FALSE(Stats(worker, pki.Client("ca-ca.crt", "")).ok());
+  EXPECT_FALSE(Stats(worker, pki.Client("ca-ca.crt", "rogue-client")).ok());
+  // A client with a certificate the CA signed gets through.
+  const grpc::Status good = Stats(worker, pki.Client("ca-ca.crt", "client"));
+  EXPECT_TRUE(good.ok()) << good.error_message();
+
+  // Gateway -> prefill -> (KV over mTLS) -> decode, end to end.
+  const Completion c = Generate(stack->gateway(), Prompt(40, 1));
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_EQ(c.tokens.size(), 3u);
+  EXPECT_TRUE(stack->Stop());
+}
+
+TEST(SecurityTest, PublicTlsPicksUpRotatedCertificates) {
+  Pki pki;
+  ASSERT_TRUE(pki.ok());
+  // The gateway serves copies, so they can be replaced under it.
+  const std::string cert = pki.path("public.crt");
+  const std::string key = pki.path("public.key");
+  std::filesystem::copy_file(pki.path("server.crt"), cert);
+  std::filesystem::copy_file(pki.path("server.key"), key);
+  StackOptions options;
+  options.model = StoriesPath();
+  options.gateway_flags = {"--tls-cert=" + cert, "--tls-key=" + key, "--tls-reload-s=1"};
+  std::unique_ptr<Stack> stack = Stack::Start(options);
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  const std::string address = stack->gateway_info().grpc_address;
+  auto generate = [&](const std::shared_ptr<grpc::ChannelCredentials>& creds) {
+    grpc::ChannelArguments args;
+    args.SetSslTargetNameOverride("localhost");
+    auto stub =
+        tandem::v1::Generation::NewStub(grpc::CreateCustomChannel(address, creds, args));
+    return Generate(*stub, Prompt(8, 2));
+  };
+
+  EXPECT_FALSE(generate(grpc::InsecureChannelCredentials()).status.ok());
+  const Completion tls = generate(pki.Client("ca-ca.crt", ""));
+  ASSERT_TRUE(tls.status.ok()) << tls.status.error_message();
+  // A client that trusts only the other CA is refused ...
+  EXPECT_FALSE(generate(pki.Client("other-ca.crt", "")).status.ok());
+
+  // ... until the files change to a certificate that CA signed (written
+  // aside and renamed in, as a Kubernetes secret mount swaps them).
+  std::filesystem::copy_file(pki.path("server2.crt"), cert + ".new");
+  std::filesystem::copy_file(pki.path("server2.key"), key + ".new");
+  std::filesystem::rename(key + ".new", key);
+  std::filesystem::rename(cert + ".new", cert);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  bool rotated = false;
+  while (!rotated && absl::Now() < deadline) {
+    rotated = generate(pki.Client("other-ca.crt", "")).status.ok();
+    if (!rotated) absl::SleepFor(absl::Milliseconds(200));  // the watcher's next look
+  }
+  EXPECT_TRUE(rotated) << "the gateway still serves the old certificate";
+  EXPECT_FALSE(generate(pki.Client("ca-ca.crt", "")).status.ok());
+  EXPECT_TRUE(stack->Stop());
+}
+
+class ApiKeyTest : public ::testing::Test {
+ protected:
+  static constexpr char kKeyA[] = "sk-tenant-a-0123456789";
+  static constexpr char kKeyB[] = "sk-tenant-b-9876543210";
+
+  static void SetUpTestSuite() {
+    keys_ = new std::string(absl::StrCat(::testing::TempDir(), "/tandem-api-keys-",
+                                         ::getpid()));
+    std::ofstream(*keys_) << "# tenant key\nacme " << kKeyA << "\nglobex " << kKeyB << "\n";
+    StackOptions options;
+    options.model = StoriesPath();
+    options.gateway_flags = {"--api-keys-file=" + *keys_};
+    stack_ = Stack::Start(options).release();
+    ASSERT_NE(stack_, nullptr);
+    ASSERT_TRUE(stack_->AwaitGatewaySynced());
+  }
+  static void TearDownTestSuite() {
+    if (stack_ != nullptr) {
+      EXPECT_TRUE(stack_->Stop());
+    }
+    delete stack_;
+    std::filesystem::remove(*keys_);
+    delete keys_;
+  }
+  static Metadata Bearer(const std::string& key) { return {{"authorization", "Bearer " + key}}; }
+  static double Failures(const std::string& reason) {
+    return MetricValue(stack_->gateway_info().metrics_address,
+                       absl::StrCat("tandem_auth_failures_total{method=\"Generate\",reason=\"",
+                                    reason, "\"}"));
+  }
+
+  static Stack* stack_;
+  static std::string* keys_;
+};
+Stack* ApiKeyTest::stack_ = nullptr;
+std::string* ApiKeyTest::keys_ = nullptr;
+
+TEST_F(ApiKeyTest, NoKeyOrAWrongKeyIsUnauthenticatedAndCounted) {
+  const Completion none = Generate(stack_->gateway(), Prompt(8, 3));
+  EXPECT_EQ(none.status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(none.status.error_message(), HasSubstr("authorization"));
+  const std::string wrong = "sk-not-a-key-at-all-42";
+  const Completion bad = Generate(stack_->gateway(), Prompt(8, 3), Bearer(wrong));
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(bad.status.error_message(), Not(HasSubstr(wrong)));  // never echoed
+  const Completion basic =
+      Generate(stack_->gateway(), Prompt(8, 3), {{"authorization", "Basic abc"}});
+  EXPECT_EQ(basic.status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_GE(Failures("missing"), 1);
+  EXPECT_GE(Failures("unknown_key"), 1);
+  EXPECT_GE(Failures("malformed"), 1);
+  // No metric label carries a key.
+  const std::string metrics = *process::HttpGet(stack_->gateway_info().metrics_address,
+                                                "/metrics");
+  EXPECT_THAT(metrics, Not(HasSubstr(wrong)));
+  EXPECT_THAT(metrics, Not(HasSubstr(kKeyA)));
+
+  const Completion good = Generate(stack_->gateway(), Prompt(8, 3), Bearer(kKeyA));
+  EXPECT_TRUE(good.status.ok()) << good.status.error_message();
+  // Every method asks.
+  grpc::ClientContext ctx;
+  tandem::v1::ListModelsResponse models;
+  EXPECT_EQ(stack_->gateway().ListModels(&ctx, {}, &models).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_F(ApiKeyTest, TenantsNeverShareCachedBlocks) {
+  // Five full blocks of 16; the last prompt token's block is always computed.
+  const tandem::v1::GenerateRequest req = Prompt(90, 4);
+  const Completion a1 = Generate(stack_->gateway(), req, Bearer(kKeyA));
+  ASSERT_TRUE(a1.status.ok()) << a1.status.error_message();
+  EXPECT_EQ(a1.usage.cached_prompt_tokens(), 0);
+  const Completion a2 = Generate(stack_->gateway(), req, Bearer(kKeyA));
+  ASSERT_TRUE(a2.status.ok());
+  EXPECT_GE(a2.usage.cached_prompt_tokens(), 64) << "the same tenant hits its own blocks";
+  // The other tenant, same prompt: nothing of acme's is found (the prefill
+  // worker's cache nor, for the decode side, its pool).
+  const Completion b1 = Generate(stack_->gateway(), req, Bearer(kKeyB));
+  ASSERT_TRUE(b1.status.ok());
+  EXPECT_EQ(b1.usage.cached_prompt_tokens(), 0);
+  const Completion b2 = Generate(stack_->gateway(), req, Bearer(kKeyB));
+  ASSERT_TRUE(b2.status.ok());
+  EXPECT_GE(b2.usage.cached_prompt_tokens(), 64);
+  // Same tokens either way: the salt changes only which blocks are shared.
+  ASSERT_EQ(a1.tokens.size(), b1.tokens.size());
+  for (size_t i = 0; i < a1.tokens.size(); ++i) EXPECT_EQ(a1.tokens[i].id(), b1.tokens[i].id());
+}
+
+TEST_F(ApiKeyTest, SessionsBelongToTheirTenant) {
+  tandem::v1::CreateSessionRequest create;
+  create.set_system_prompt("You are terse.");
+  tandem::v1::SessionInfo info;
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", absl::StrCat("Bearer ", kKeyA));
+    ASSERT_TRUE(stack_->gateway().CreateSession(&ctx, create, &info).ok());
+  }
+  auto get = [&](const std::string& key) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + key);
+    tandem::v1::GetSessionRequest req;
+    req.set_session_id(info.session_id());
+    tandem::v1::SessionInfo out;
+    return stack_->gateway().GetSession(&ctx, req, &out).error_code();
+  };
+  EXPECT_EQ(get(kKeyA), grpc::StatusCode::OK);
+  EXPECT_EQ(get(kKeyB), grpc::StatusCode::NOT_FOUND);
+  tandem::v1::ChatRequest chat;
+  chat.set_session_id(info.session_id());
+  chat.set_message("Hello");
+  chat.set_max_tokens(2);
+  EXPECT_EQ(Chat(stack_->gateway(), chat, Bearer(kKeyB)).status.error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  const Completion turn = Chat(stack_->gateway(), chat, Bearer(kKeyA));
+  EXPECT_TRUE(turn.status.ok()) << turn.status.error_message();
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", absl::StrCat("Bearer ", kKeyB));
+  tandem::v1::ListSessionsResponse listed;
+  ASSERT_TRUE(stack_->gateway().ListSessions(&ctx, {}, &listed).ok());
+  for (const auto& s : listed.sessions()) EXPECT_NE(s.session_id(), info.session_id());
+}
+
+}  // namespace
+}  // namespace tandem::testing
