@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "process/http_get.h"
+#include "rpc/health.h"
 #include "tests/e2e/stack.h"
 
 namespace tandem::testing {
@@ -99,6 +100,7 @@ TEST(SecurityTest, MutualTlsBetweenTheParts) {
   StackOptions options;
   options.model = StoriesPath();
   options.worker_flags = pki.MtlsFlags();
+  options.worker_flags.push_back("--health-listen=127.0.0.1:0");
   options.gateway_flags = pki.MtlsFlags();
   std::unique_ptr<Stack> stack = Stack::Start(options);
   ASSERT_NE(stack, nullptr);
@@ -113,6 +115,15 @@ TEST(SecurityTest, MutualTlsBetweenTheParts) {
   // A client with a certificate the CA signed gets through.
   const grpc::Status good = Stats(worker, pki.Client("ca-ca.crt", "client"));
   EXPECT_TRUE(good.ok()) << good.error_message();
+  // Probes without certificates use the plaintext health port, which
+  // serves nothing but grpc.health.v1.
+  for (const common::ReadyInfo* info : {&stack->prefill_info(), &stack->decode_info()}) {
+    ASSERT_FALSE(info->health_address.empty());
+    auto plain = grpc::CreateChannel(info->health_address, grpc::InsecureChannelCredentials());
+    EXPECT_EQ(*rpc::CheckHealth(plain), rpc::HealthState::kServing);
+    EXPECT_EQ(*rpc::CheckHealth(plain, "liveness"), rpc::HealthState::kServing);
+    EXPECT_FALSE(Stats(info->health_address, grpc::InsecureChannelCredentials()).ok());
+  }
 
   // Gateway -> prefill -> (KV over mTLS) -> decode, end to end.
   const Completion c = Generate(stack->gateway(), Prompt(40, 1));
@@ -131,7 +142,8 @@ TEST(SecurityTest, PublicTlsPicksUpRotatedCertificates) {
   std::filesystem::copy_file(pki.path("server.key"), key);
   StackOptions options;
   options.model = StoriesPath();
-  options.gateway_flags = {"--tls-cert=" + cert, "--tls-key=" + key, "--tls-reload-s=1"};
+  options.gateway_flags = {"--tls-cert=" + cert, "--tls-key=" + key, "--tls-reload-s=1",
+                           "--health-listen=127.0.0.1:0"};
   std::unique_ptr<Stack> stack = Stack::Start(options);
   ASSERT_NE(stack, nullptr);
   ASSERT_TRUE(stack->AwaitGatewaySynced());
@@ -145,6 +157,12 @@ TEST(SecurityTest, PublicTlsPicksUpRotatedCertificates) {
   };
 
   EXPECT_FALSE(generate(grpc::InsecureChannelCredentials()).status.ok());
+  // The gateway's health (SERVING once its workers are) in plaintext.
+  auto health = grpc::CreateChannel(stack->gateway_info().health_address,
+                                    grpc::InsecureChannelCredentials());
+  EXPECT_EQ(*rpc::CheckHealth(health), rpc::HealthState::kServing);
+  EXPECT_EQ(*rpc::CheckHealth(health, "tandem.v1.Generation"), rpc::HealthState::kServing);
+  EXPECT_EQ(*rpc::CheckHealth(health, "liveness"), rpc::HealthState::kServing);
   const Completion tls = generate(pki.Client("ca-ca.crt", ""));
   ASSERT_TRUE(tls.status.ok()) << tls.status.error_message();
   // A client that trusts only the other CA is refused ...
@@ -178,7 +196,7 @@ class ApiKeyTest : public ::testing::Test {
     std::ofstream(*keys_) << "# tenant key\nacme " << kKeyA << "\nglobex " << kKeyB << "\n";
     StackOptions options;
     options.model = StoriesPath();
-    options.gateway_flags = {"--api-keys-file=" + *keys_};
+    options.gateway_flags = {"--api-keys-file=" + *keys_, "--http-listen=127.0.0.1:0"};
     stack_ = Stack::Start(options).release();
     ASSERT_NE(stack_, nullptr);
     ASSERT_TRUE(stack_->AwaitGatewaySynced());
@@ -231,6 +249,25 @@ TEST_F(ApiKeyTest, NoKeyOrAWrongKeyIsUnauthenticatedAndCounted) {
   tandem::v1::ListModelsResponse models;
   EXPECT_EQ(stack_->gateway().ListModels(&ctx, {}, &models).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
+}
+
+// The HTTP front passes the Authorization header on: the same keys, 401.
+TEST_F(ApiKeyTest, TheHttpFrontTakesTheSameKeys) {
+  auto post = [](const std::string& header) {
+    const std::string cmd = absl::StrCat(
+        "curl -s -o /dev/null -w '%{http_code}' -H 'content-type: application/json' ",
+        header.empty() ? "" : absl::StrCat("-H '", header, "' "),
+        "-d '{\"prompt\": \"Once upon a time\", \"max_tokens\": 2}' http://",
+        stack_->gateway_info().http_address, "/v1/completions");
+    FILE* p = ::popen(cmd.c_str(), "r");
+    char code[8] = {};
+    const size_t n = std::fread(code, 1, sizeof(code) - 1, p);
+    ::pclose(p);
+    return std::string(code, n);
+  };
+  EXPECT_EQ(post(""), "401");
+  EXPECT_EQ(post("Authorization: Bearer sk-wrong-key-123456"), "401");
+  EXPECT_EQ(post(absl::StrCat("Authorization: Bearer ", kKeyB)), "200");
 }
 
 TEST_F(ApiKeyTest, TenantsNeverShareCachedBlocks) {
