@@ -79,9 +79,15 @@ std::string PathLabel(const std::string& path) {
 
 }  // namespace
 
-HttpFront::HttpFront(std::shared_ptr<grpc::Channel> channel, prometheus::Registry& registry)
+HttpFront::HttpFront(std::shared_ptr<grpc::Channel> channel, prometheus::Registry& registry,
+                     std::shared_ptr<HttpsCertificate> https)
     : stub_(tandem::v1::Generation::NewStub(std::move(channel))),
-      server_(std::make_unique<httplib::Server>()),
+      https_(std::move(https)),
+      server_(https_ == nullptr
+                  ? std::make_unique<httplib::Server>()
+                  : std::make_unique<httplib::SSLServer>([cert = https_.get()](SSL_CTX& ctx) {
+                      return cert->Configure(ctx);
+                    })),
       requests_(prometheus::BuildCounter()
                     .Name("tandem_http_requests_total")
                     .Help("Requests answered by the OpenAI-compatible HTTP front, by path and "
@@ -92,8 +98,13 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(
     const HttpFrontOptions& options, std::shared_ptr<grpc::Channel> channel,
     prometheus::Registry& registry) {
   absl::StatusOr<common::HostPort> hp = common::SplitHostPort(options.listen);
-  if (!hp.ok()) return absl::InvalidArgumentError(absl::StrCat("--http-listen: ", hp.status().message()));
-  std::unique_ptr<HttpFront> front(new HttpFront(std::move(channel), registry));
+  if (!hp.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--http-listen: ", hp.status().message()));
+  }
+  std::unique_ptr<HttpFront> front(new HttpFront(std::move(channel), registry, options.https));
+  if (!front->server_->is_valid()) {
+    return absl::InvalidArgumentError("--tls-client-ca: not a usable CA bundle for HTTPS");
+  }
   const int threads = options.threads;
   front->server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   front->server_->set_payload_max_length(options.max_body_bytes);
@@ -103,7 +114,9 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(
   int port = hp->port;
   if (port == 0) {
     port = front->server_->bind_to_any_port(host);
-    if (port < 0) return absl::UnavailableError(absl::StrCat("--http-listen: cannot bind ", options.listen));
+    if (port < 0) {
+      return absl::UnavailableError(absl::StrCat("--http-listen: cannot bind ", options.listen));
+    }
   } else if (!front->server_->bind_to_port(host, port)) {
     return absl::UnavailableError(absl::StrCat("--http-listen: cannot bind ", options.listen));
   }
@@ -176,8 +189,9 @@ void HttpFront::Generate(openai::Endpoint endpoint, const httplib::Request& req,
   res.set_header("x-request-id", first.request_id());
   const std::string model =
       parsed->generate.model().empty() ? model_name_ : parsed->generate.model();
-  auto builder = std::make_shared<openai::ResponseBuilder>(*parsed, first.request_id(), model,
-                                                           static_cast<int64_t>(std::time(nullptr)));
+  const auto created = static_cast<int64_t>(std::time(nullptr));
+  auto builder =
+      std::make_shared<openai::ResponseBuilder>(*parsed, first.request_id(), model, created);
   if (!parsed->stream) {
     builder->Add(first);
     tandem::v1::GenerateResponse message;

@@ -17,6 +17,7 @@
 #include <grpcpp/channel.h>
 
 #include "absl/status/statusor.h"
+#include "gateway/https_certificate.h"
 #include "gateway/openai_api.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -40,6 +41,8 @@ struct HttpFrontOptions {
   size_t max_body_bytes = 8 << 20;
   // What responses report as "model" when a request names none.
   std::string model_name;
+  // Non-null: HTTPS with this (reloading) certificate; null: plain HTTP.
+  std::shared_ptr<HttpsCertificate> https = nullptr;
 };
 
 class HttpFront {
@@ -60,13 +63,15 @@ class HttpFront {
   void Stop();
 
  private:
-  HttpFront(std::shared_ptr<grpc::Channel> channel, prometheus::Registry& registry);
+  HttpFront(std::shared_ptr<grpc::Channel> channel, prometheus::Registry& registry,
+            std::shared_ptr<HttpsCertificate> https);
   void Route();
   void Generate(openai::Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   // Counts one answered request.
   void Count(const std::string& path, int status);
 
   std::unique_ptr<tandem::v1::Generation::Stub> stub_;
+  const std::shared_ptr<HttpsCertificate> https_;  // outlives server_'s SSL_CTX
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   std::string address_;

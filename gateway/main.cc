@@ -336,11 +336,25 @@ int main(int argc, char** argv) {
   }
   tandem::gateway::GenerationService service(std::move(*tokenizer), options,
                                              (*metrics)->registry());
+  // With --tls-cert the HTTP front is HTTPS, with the same certificate.
+  std::shared_ptr<tandem::gateway::HttpsCertificate> https;
+  if (!public_tls->cert.empty() && !args->String("http-listen").empty()) {
+    absl::StatusOr<std::shared_ptr<tandem::gateway::HttpsCertificate>> loaded =
+        tandem::gateway::HttpsCertificate::Load(public_tls->cert, public_tls->key,
+                                                public_tls->ca,
+                                                absl::Seconds(public_tls->reload_s));
+    if (!loaded.ok()) {
+      std::cerr << "tandem-gateway: " << loaded.status().message() << "\n";
+      return 2;
+    }
+    https = std::move(*loaded);
+  }
   const tandem::gateway::HttpFrontOptions http_options{
       .listen = args->String("http-listen"),
       .threads = *http_threads,
       .max_body_bytes = static_cast<size_t>(*http_body),
-      .model_name = options.model_name};
+      .model_name = options.model_name,
+      .https = https};
   std::unique_ptr<tandem::gateway::HttpFront> http;
   return tandem::rpc::ServeUntilSignal(
       "tandem-gateway", args->String("listen"), {&service}, **metrics,

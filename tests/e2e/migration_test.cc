@@ -155,28 +155,42 @@ TEST(GatewayHealthTest, FollowsTheWorkers) {
 }
 
 // SIGTERM drains: the gateway refuses new streams, lets the one in flight
-// finish, and exits 0.
+// finish, and exits 0. Its plaintext health port (the kubelet's probes)
+// turns not ready at once and stays live until the process exits.
 TEST(DrainTest, ASigtermedGatewayFinishesItsStreamsAndExitsZero) {
-  auto stack = Stack::Start(ModelPath());
+  StackOptions o;
+  o.model = ModelPath();
+  o.gateway_flags = {"--health-listen=127.0.0.1:0"};
+  auto stack = Stack::Start(o);
   ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  auto probe = grpc::CreateChannel(stack->gateway_info().health_address,
+                                   grpc::InsecureChannelCredentials());
   const std::vector<int32_t> ids = Prompt(40, 8, 13);
   constexpr int32_t kTokens = 1500;
   Completion late;
+  absl::StatusOr<rpc::HealthState> ready;
+  absl::StatusOr<rpc::HealthState> live;
   const Completion c = ReadWithFault(stack->gateway(), Request(ids, kTokens), 3, [&] {
     stack->gateway_process().Signal(SIGTERM);
-    // Once the drain has begun (health no longer SERVING, or no listener
-    // left), new streams are refused while the old one finishes.
+    // Once the drain has begun, new streams are refused while the old one
+    // finishes.
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    ready = rpc::CheckHealth(probe);
+    while (ready.ok() && *ready == rpc::HealthState::kServing && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
+      ready = rpc::CheckHealth(probe);
+    }
+    live = rpc::CheckHealth(probe, "liveness");
     auto fresh = grpc::CreateChannel(stack->gateway_info().grpc_address,
                                      grpc::InsecureChannelCredentials());
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    absl::StatusOr<rpc::HealthState> health = rpc::CheckHealth(fresh);
-    while (health.ok() && *health == rpc::HealthState::kServing && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(1));
-      health = rpc::CheckHealth(fresh);
-    }
     late = Generate(*tandem::v1::Generation::NewStub(fresh), Request(ids, 4));
   });
   ExpectMatches(c, Reference(ids, kTokens));
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  EXPECT_EQ(*ready, rpc::HealthState::kNotServing);
+  ASSERT_TRUE(live.ok()) << live.status();
+  EXPECT_EQ(*live, rpc::HealthState::kServing);
   EXPECT_FALSE(late.status.ok());
   EXPECT_EQ(stack->gateway_process().Wait(), 0);
   EXPECT_TRUE(stack->Stop());

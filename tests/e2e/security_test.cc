@@ -75,6 +75,16 @@ class Pki {
   bool ok_ = false;
 };
 
+// The HTTP status of `curl ARGS` ("000" when no response came).
+std::string Curl(const std::string& args) {
+  const std::string cmd = absl::StrCat("curl -s -o /dev/null -w '%{http_code}' ", args);
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char code[8] = {};
+  const size_t n = std::fread(code, 1, sizeof(code) - 1, p);
+  ::pclose(p);
+  return std::string(code, n);
+}
+
 grpc::Status Stats(const std::string& address,
                    const std::shared_ptr<grpc::ChannelCredentials>& creds) {
   grpc::ChannelArguments args;
@@ -143,7 +153,7 @@ TEST(SecurityTest, PublicTlsPicksUpRotatedCertificates) {
   StackOptions options;
   options.model = StoriesPath();
   options.gateway_flags = {"--tls-cert=" + cert, "--tls-key=" + key, "--tls-reload-s=1",
-                           "--health-listen=127.0.0.1:0"};
+                           "--health-listen=127.0.0.1:0", "--http-listen=127.0.0.1:0"};
   std::unique_ptr<Stack> stack = Stack::Start(options);
   ASSERT_NE(stack, nullptr);
   ASSERT_TRUE(stack->AwaitGatewaySynced());
@@ -167,6 +177,15 @@ TEST(SecurityTest, PublicTlsPicksUpRotatedCertificates) {
   ASSERT_TRUE(tls.status.ok()) << tls.status.error_message();
   // A client that trusts only the other CA is refused ...
   EXPECT_FALSE(generate(pki.Client("other-ca.crt", "")).status.ok());
+  // ... and so it is on the HTTP front, which serves HTTPS with the same
+  // certificate.
+  const std::string http = stack->gateway_info().http_address;
+  auto https = [&](const std::string& ca) {
+    return Curl(absl::StrCat("--cacert ", pki.path(ca), " https://", http, "/v1/models"));
+  };
+  EXPECT_EQ(https("ca-ca.crt"), "200");
+  EXPECT_EQ(https("other-ca.crt"), "000");
+  EXPECT_EQ(Curl(absl::StrCat("http://", http, "/v1/models")), "000");
 
   // ... until the files change to a certificate that CA signed (written
   // aside and renamed in, as a Kubernetes secret mount swaps them).
@@ -182,6 +201,14 @@ TEST(SecurityTest, PublicTlsPicksUpRotatedCertificates) {
   }
   EXPECT_TRUE(rotated) << "the gateway still serves the old certificate";
   EXPECT_FALSE(generate(pki.Client("ca-ca.crt", "")).status.ok());
+  // The HTTPS front looks at the files at most once a second too.
+  bool https_rotated = false;
+  while (!https_rotated && absl::Now() < deadline) {
+    https_rotated = https("other-ca.crt") == "200";
+    if (!https_rotated) absl::SleepFor(absl::Milliseconds(200));
+  }
+  EXPECT_TRUE(https_rotated) << "the HTTP front still serves the old certificate";
+  EXPECT_EQ(https("ca-ca.crt"), "000");
   EXPECT_TRUE(stack->Stop());
 }
 
@@ -254,16 +281,11 @@ TEST_F(ApiKeyTest, NoKeyOrAWrongKeyIsUnauthenticatedAndCounted) {
 // The HTTP front passes the Authorization header on: the same keys, 401.
 TEST_F(ApiKeyTest, TheHttpFrontTakesTheSameKeys) {
   auto post = [](const std::string& header) {
-    const std::string cmd = absl::StrCat(
-        "curl -s -o /dev/null -w '%{http_code}' -H 'content-type: application/json' ",
+    return Curl(absl::StrCat(
+        "-H 'content-type: application/json' ",
         header.empty() ? "" : absl::StrCat("-H '", header, "' "),
         "-d '{\"prompt\": \"Once upon a time\", \"max_tokens\": 2}' http://",
-        stack_->gateway_info().http_address, "/v1/completions");
-    FILE* p = ::popen(cmd.c_str(), "r");
-    char code[8] = {};
-    const size_t n = std::fread(code, 1, sizeof(code) - 1, p);
-    ::pclose(p);
-    return std::string(code, n);
+        stack_->gateway_info().http_address, "/v1/completions"));
   };
   EXPECT_EQ(post(""), "401");
   EXPECT_EQ(post("Authorization: Bearer sk-wrong-key-123456"), "401");
