@@ -29,7 +29,7 @@ absl::StatusCode CodeOfHttp(int status) {
 
 RequestResult RunOneHttp(const std::string& address, const std::string& model,
                          const std::vector<int32_t>& prompt, int32_t max_tokens,
-                         absl::Duration timeout) {
+                         absl::Duration timeout, const std::string& api_key) {
   RequestResult result;
   absl::StatusOr<common::HostPort> hp = common::SplitHostPort(address);
   if (!hp.ok()) {
@@ -74,6 +74,7 @@ RequestResult RunOneHttp(const std::string& address, const std::string& model,
   req.path = "/v1/completions";
   req.body = payload;
   req.set_header("Content-Type", "application/json");
+  if (!api_key.empty()) req.set_header("Authorization", "Bearer " + api_key);
   req.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
     pending.append(data, size);
     for (size_t end = pending.find("\n\n"); end != std::string::npos;

@@ -18,7 +18,7 @@ namespace tandem::bench {
 // `address` is the front's "host:port".
 RequestResult RunOneHttp(const std::string& address, const std::string& model,
                          const std::vector<int32_t>& prompt, int32_t max_tokens,
-                         absl::Duration timeout);
+                         absl::Duration timeout, const std::string& api_key);
 
 }  // namespace tandem::bench
 

@@ -18,6 +18,7 @@
 #include "bench/load_stats.h"
 #include "common/flags.h"
 #include "common/status_macros.h"
+#include "rpc/gateway_client.h"
 
 namespace tandem::bench {
 namespace {
@@ -27,10 +28,11 @@ struct LoadConfig {
   std::string out;
   absl::Duration request_timeout;
   absl::Duration connect_timeout;
+  rpc::GatewayClientOptions client;  // TLS and API key (gRPC; the key over HTTP too)
 };
 
 std::vector<common::FlagSpec> LoadFlagSpecs() {
-  return {
+  std::vector<common::FlagSpec> specs = {
       {.name = "addr", .help = "gateway address HOST:PORT", .required = true},
       {.name = "http-addr", .default_value = "",
        .help = "send the requests to the gateway's OpenAI-compatible HTTP front at HOST:PORT "
@@ -60,6 +62,8 @@ std::vector<common::FlagSpec> LoadFlagSpecs() {
       {.name = "connect-timeout-s", .default_value = "10",
        .help = "deadline of the first call (ListModels), seconds"},
   };
+  for (common::FlagSpec& s : rpc::GatewayClientFlagSpecs()) specs.push_back(std::move(s));
+  return specs;
 }
 
 absl::StatusOr<LoadConfig> ConfigFromArgs(const common::Args& args) {
@@ -88,17 +92,21 @@ absl::StatusOr<LoadConfig> ConfigFromArgs(const common::Args& args) {
   c.request_timeout = absl::Seconds(timeout_s);
   c.connect_timeout = absl::Seconds(connect_s);
   c.out = args.String("out");
+  ASSIGN_OR_RETURN(c.client, rpc::GatewayClientOptionsFromArgs(args));
+  if (!c.client.tls_ca.empty() && !s.http_addr.empty()) {
+    return absl::InvalidArgumentError("--tls-ca: the HTTP load runs plain HTTP (no --http-addr)");
+  }
   return c;
 }
 
 int Run(LoadConfig config) {
   // One channel: every slot's stream is multiplexed on one HTTP/2
   // connection, as a gateway client library would do.
-  std::unique_ptr<v1::Generation::Stub> stub = v1::Generation::NewStub(
-      grpc::CreateChannel(config.shape.addr, grpc::InsecureChannelCredentials()));
+  std::unique_ptr<v1::Generation::Stub> stub =
+      v1::Generation::NewStub(rpc::DialGateway(config.shape.addr, config.client));
 
   absl::StatusOr<v1::ModelInfo> model = FindModel(*stub, config.shape.model,
-                                                  config.connect_timeout);
+                                                  config.connect_timeout, config.client.api_key);
   if (!model.ok()) {
     std::cerr << "tandem-load: " << config.shape.addr << ": " << model.status().ToString()
               << "\n";
@@ -138,7 +146,8 @@ int Run(LoadConfig config) {
                                  .turn_tokens = config.shape.turn_tokens,
                                  .vocab_size = model->vocab_size(),
                                  .seed = config.shape.seed,
-                                 .http_address = config.shape.http_addr});
+                                 .http_address = config.shape.http_addr,
+                                 .api_key = config.client.api_key});
   const LoadSummary summary = Summarize(config.shape, run.requests, run.wall_s);
   const std::string json = FormatJson(summary);
   std::cout << FormatTable(summary) << json << "\n" << std::flush;

@@ -38,6 +38,7 @@ RequestResult RunOne(v1::Generation::StubInterface& stub, const std::vector<int3
   RequestResult result;
   grpc::ClientContext ctx;
   ctx.set_deadline(DeadlineAfter(options.request_timeout));
+  if (!options.api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + options.api_key);
   const Clock::time_point sent = Clock::now();
   std::unique_ptr<grpc::ClientReaderInterface<v1::GenerateResponse>> reader =
       stub.Generate(&ctx, request);
@@ -90,8 +91,10 @@ std::vector<int32_t> TurnTokens(const RunOptions& options, size_t conversation, 
 }
 
 absl::StatusOr<v1::ModelInfo> FindModel(v1::Generation::StubInterface& stub,
-                                        const std::string& model, absl::Duration timeout) {
+                                        const std::string& model, absl::Duration timeout,
+                                        const std::string& api_key) {
   grpc::ClientContext ctx;
+  if (!api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + api_key);
   ctx.set_deadline(DeadlineAfter(timeout));
   v1::ListModelsResponse response;
   const grpc::Status status = stub.ListModels(&ctx, v1::ListModelsRequest(), &response);
@@ -124,7 +127,7 @@ RunResult RunLoad(v1::Generation::StubInterface& stub,
       r = options.http_address.empty()
               ? RunOne(stub, prompt, options, turns > 1 ? &reply : nullptr)
               : RunOneHttp(options.http_address, options.model, prompt, options.max_tokens,
-                           options.request_timeout);
+                           options.request_timeout, options.api_key);
       if (r.code != absl::StatusCode::kOk) return;
       prompt.insert(prompt.end(), reply.begin(), reply.end());
     }

@@ -38,8 +38,10 @@ std::vector<std::vector<int32_t>> MakePrompts(const PromptOptions& options);
 
 // The ModelInfo named `model` (the first listed when empty). NotFound when
 // the gateway does not serve it; the RPC's own error when it fails.
+// `api_key`: sent as "authorization: Bearer KEY" unless empty.
 absl::StatusOr<v1::ModelInfo> FindModel(v1::Generation::StubInterface& stub,
-                                        const std::string& model, absl::Duration timeout);
+                                        const std::string& model, absl::Duration timeout,
+                                        const std::string& api_key = "");
 
 struct RunOptions {
   std::string model;
@@ -59,6 +61,8 @@ struct RunOptions {
   // stub still answers ListModels. Single-turn only (a completion's text
   // does not say its ids).
   std::string http_address = {};
+  // Sent with every request as "authorization: Bearer KEY" unless empty.
+  std::string api_key = {};
 };
 
 struct RunResult {

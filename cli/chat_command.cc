@@ -24,6 +24,7 @@
 #include "common/flags.h"
 #include "cli/commands.h"
 #include "common/status_macros.h"
+#include "rpc/gateway_client.h"
 #include "rpc/status.h"
 #include "tandem/v1/generation.grpc.pb.h"
 
@@ -54,10 +55,11 @@ struct ChatConfig {
   int32_t window = 0;  // 0: the gateway's --session-window
   int timeout_s = 300;
   int connect_timeout_s = 10;
+  rpc::GatewayClientOptions client;  // TLS and API key
 };
 
 std::vector<common::FlagSpec> ChatFlagSpecs() {
-  return {
+  std::vector<common::FlagSpec> specs = {
       {.name = "addr", .default_value = "127.0.0.1:50051",
        .help = "gateway address HOST:PORT (what `tandem up` printed)"},
       {.name = "model", .help = "model name from ListModels; empty = the gateway's default"},
@@ -74,6 +76,8 @@ std::vector<common::FlagSpec> ChatFlagSpecs() {
       {.name = "connect-timeout-s", .default_value = "10",
        .help = "deadline of the first call (ListModels), seconds"},
   };
+  for (common::FlagSpec& s : rpc::GatewayClientFlagSpecs()) specs.push_back(std::move(s));
+  return specs;
 }
 
 absl::StatusOr<ChatConfig> ConfigFromArgs(const common::Args& args) {
@@ -82,6 +86,7 @@ absl::StatusOr<ChatConfig> ConfigFromArgs(const common::Args& args) {
   if (c.addr.empty()) return absl::InvalidArgumentError("--addr: empty");
   c.model = args.String("model");
   c.system = args.String("system");
+  ASSIGN_OR_RETURN(c.client, rpc::GatewayClientOptionsFromArgs(args));
   auto int_in = [&](const std::string& name, int64_t lo, int64_t hi) -> absl::StatusOr<int> {
     ASSIGN_OR_RETURN(int64_t v, args.Int(name));
     if (v < lo || v > hi) {
@@ -134,13 +139,13 @@ class Chat {
       : config_(std::move(config)),
         out_(out),
         err_(err),
-        stub_(v1::Generation::NewStub(
-            grpc::CreateChannel(config_.addr, grpc::InsecureChannelCredentials()))),
+        stub_(v1::Generation::NewStub(rpc::DialGateway(config_.addr, config_.client))),
         seeds_(std::random_device{}()) {}
 
   // Checks the gateway answers and names the model; the exit code on failure.
   int Connect() {
     grpc::ClientContext ctx;
+    rpc::Authorize(ctx, config_.client);
     ctx.set_deadline(DeadlineIn(config_.connect_timeout_s));
     v1::ListModelsResponse models;
     const grpc::Status status = stub_->ListModels(&ctx, v1::ListModelsRequest(), &models);
@@ -191,6 +196,7 @@ class Chat {
     request.set_system_prompt(config_.system);
     request.mutable_window()->set_max_tokens(config_.window);
     grpc::ClientContext ctx;
+    rpc::Authorize(ctx, config_.client);
     ctx.set_deadline(DeadlineIn(config_.connect_timeout_s));
     v1::SessionInfo info;
     const grpc::Status status = stub_->CreateSession(&ctx, request, &info);
@@ -207,6 +213,7 @@ class Chat {
     v1::CloseSessionRequest request;
     request.set_session_id(session_id_);
     grpc::ClientContext ctx;
+    rpc::Authorize(ctx, config_.client);
     ctx.set_deadline(DeadlineIn(config_.connect_timeout_s));
     v1::CloseSessionResponse response;
     // Best effort: an unclosed session expires after its idle TTL.
@@ -227,6 +234,7 @@ class Chat {
     sampling->set_seed(config_.seed != 0 ? config_.seed : seeds_());
 
     grpc::ClientContext ctx;
+    rpc::Authorize(ctx, config_.client);
     ctx.set_deadline(DeadlineIn(config_.timeout_s));
     const Clock::time_point sent = Clock::now();
     Clock::time_point first;

@@ -61,6 +61,10 @@ struct UpConfig {
   absl::Duration ready_timeout;
   absl::Duration drain_timeout;  // passed to every process
   absl::Duration stop_grace;     // after the drain, before SIGKILL
+  // The gateway's public ports (gRPC and HTTP): TLS and API keys, passed on.
+  std::string tls_cert;
+  std::string tls_key;
+  std::string api_keys_file;
 };
 
 std::vector<common::FlagSpec> UpFlagSpecs() {
@@ -97,6 +101,11 @@ std::vector<common::FlagSpec> UpFlagSpecs() {
                "this long to finish (its --drain-timeout-s)"},
       {.name = "stop-grace-s", .default_value = "10",
        .help = "seconds each process may take to exit after its drain before SIGKILL"},
+      {.name = "tls-cert", .default_value = "",
+       .help = "PEM certificate of the gateway's gRPC and HTTP ports (with --tls-key: TLS)"},
+      {.name = "tls-key", .default_value = "", .help = "PEM private key of --tls-cert"},
+      {.name = "api-keys-file", .default_value = "",
+       .help = "require API keys at the gateway: one \"TENANT KEY\" per line"},
   };
 }
 
@@ -125,6 +134,12 @@ absl::StatusOr<UpConfig> ConfigFromArgs(const common::Args& args) {
   c.drain_timeout = absl::Seconds(drain_s);
   c.ready_timeout = absl::Seconds(ready_s);
   c.stop_grace = absl::Seconds(grace_s);
+  c.tls_cert = args.String("tls-cert");
+  c.tls_key = args.String("tls-key");
+  c.api_keys_file = args.String("api-keys-file");
+  if (c.tls_cert.empty() != c.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key: give both or neither");
+  }
   return c;
 }
 
@@ -259,6 +274,14 @@ class Up {
     if (config_.http_port >= 0) {
       gateway_args.push_back("--http-listen");
       gateway_args.push_back(HostPort(config_.host, config_.http_port));
+    }
+    for (const auto& [flag, value] :
+         {std::pair<const char*, const std::string&>{"--tls-cert", config_.tls_cert},
+          {"--tls-key", config_.tls_key},
+          {"--api-keys-file", config_.api_keys_file}}) {
+      if (value.empty()) continue;
+      gateway_args.push_back(flag);
+      gateway_args.push_back(value);
     }
     ASSIGN_OR_RETURN(Child * gateway, Start("tandem-gateway", gateway_args));
     return AwaitReady(*gateway);

@@ -4,6 +4,8 @@
 // certificates rotated while it runs, API keys, and tenant isolation of the
 // prefix cache and of sessions. Certificates are made at test time with
 // openssl (tests/e2e/make_test_certs.sh).
+#include <sys/wait.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -83,6 +85,16 @@ std::string Curl(const std::string& args) {
   const size_t n = std::fread(code, 1, sizeof(code) - 1, p);
   ::pclose(p);
   return std::string(code, n);
+}
+
+// Exit status of tandem-load with `flags` and the environment assignments
+// `env` (its output discarded).
+int Load(const std::string& flags, const std::string& env = "") {
+  const std::string cmd =
+      absl::StrCat(env, " ", TANDEM_BIN_DIR, "/tandem-load --requests 4 --concurrency 2 ",
+                   "--prompt-tokens 24 --max-tokens 2 ", flags, " >/dev/null 2>&1");
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
 grpc::Status Stats(const std::string& address,
@@ -186,6 +198,11 @@ TEST(SecurityTest, PublicTlsPicksUpRotatedCertificates) {
   EXPECT_EQ(https("ca-ca.crt"), "200");
   EXPECT_EQ(https("other-ca.crt"), "000");
   EXPECT_EQ(Curl(absl::StrCat("http://", http, "/v1/models")), "000");
+  // Tandem's own clients take the CA.
+  EXPECT_EQ(Load(absl::StrCat("--addr ", address, " --tls-ca ", pki.path("ca-ca.crt"),
+                              " --tls-server-name localhost")),
+            0);
+  EXPECT_NE(Load(absl::StrCat("--addr ", address)), 0);
 
   // ... until the files change to a certificate that CA signed (written
   // aside and renamed in, as a Kubernetes secret mount swaps them).
@@ -290,6 +307,16 @@ TEST_F(ApiKeyTest, TheHttpFrontTakesTheSameKeys) {
   EXPECT_EQ(post(""), "401");
   EXPECT_EQ(post("Authorization: Bearer sk-wrong-key-123456"), "401");
   EXPECT_EQ(post(absl::StrCat("Authorization: Bearer ", kKeyB)), "200");
+}
+
+TEST_F(ApiKeyTest, TandemLoadSendsTheKey) {
+  const std::string addr = "--addr " + stack_->gateway_info().grpc_address;
+  EXPECT_NE(Load(addr), 0);
+  EXPECT_EQ(Load(absl::StrCat(addr, " --api-key ", kKeyA)), 0);
+  // From the environment, over HTTP too.
+  EXPECT_EQ(Load(absl::StrCat(addr, " --http-addr ", stack_->gateway_info().http_address),
+                 absl::StrCat("TANDEM_API_KEY=", kKeyB)),
+            0);
 }
 
 TEST_F(ApiKeyTest, TenantsNeverShareCachedBlocks) {
