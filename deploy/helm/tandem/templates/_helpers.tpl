@@ -30,7 +30,7 @@ app.kubernetes.io/component: {{ .role }}
 {{- printf "%s-%s-headless" (include "tandem.fullname" .root) .role -}}
 {{- end -}}
 {{- define "tandem.target" -}}
-{{- printf "dns:///%s.%s.svc.cluster.local:%v" (include "tandem.headless" .) .root.Release.Namespace .root.Values.ports.grpc -}}
+{{- printf "dns:///%s.%s.svc.%s:%v" (include "tandem.headless" .) .root.Release.Namespace .root.Values.clusterDomain .root.Values.ports.grpc -}}
 {{- end -}}
 
 {{- define "tandem.modelPath" -}}
