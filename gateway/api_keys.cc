@@ -1,6 +1,5 @@
 #include "gateway/api_keys.h"
 
-#include <sys/stat.h>
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 #include <xxhash.h>
@@ -14,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/file_stamp.h"
 #include "common/log.h"
 
 namespace tandem::gateway {
@@ -47,10 +47,6 @@ std::array<unsigned char, 32> Sha256(absl::string_view bytes) {
   return out;
 }
 
-bool SameStamp(const timespec& a, const timespec& b) {
-  return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
-}
-
 }  // namespace
 
 uint64_t TenantSalt(const std::string& name) {
@@ -69,15 +65,12 @@ const char* AuthFailureName(AuthFailure f) {
 }
 
 absl::StatusOr<std::vector<ApiKeys::Entry>> ApiKeys::Parse(const std::string& path,
-                                                          FileStamp* stamp) {
-  struct stat st {};
+                                                          std::string* stamp) {
+  *stamp = common::FileStamp(path);
   std::ifstream in(path);
-  if (::stat(path.c_str(), &st) != 0 || !in) {
+  if (stamp->empty() || !in) {
     return absl::NotFoundError(absl::StrCat("--api-keys-file ", path, ": cannot read it"));
   }
-  stamp->size = st.st_size;
-  stamp->mtime = st.st_mtim;
-  stamp->inode = st.st_ino;
   std::vector<Entry> entries;
   absl::flat_hash_set<std::string> digests;
   std::string line;
@@ -114,7 +107,7 @@ absl::StatusOr<std::vector<ApiKeys::Entry>> ApiKeys::Parse(const std::string& pa
 }
 
 absl::StatusOr<std::unique_ptr<ApiKeys>> ApiKeys::Load(std::string path, absl::Duration recheck) {
-  FileStamp stamp;
+  std::string stamp;
   absl::StatusOr<std::vector<Entry>> entries = Parse(path, &stamp);
   if (!entries.ok()) return entries.status();
   std::unique_ptr<ApiKeys> keys(new ApiKeys(std::move(path), recheck));
@@ -131,14 +124,11 @@ void ApiKeys::MaybeReload() {
     const absl::Time now = absl::Now();
     if (now < next_check_) return;
     next_check_ = now + recheck_;
-    struct stat st {};
-    if (::stat(path_.c_str(), &st) == 0 && st.st_size == stamp_.size &&
-        st.st_ino == stamp_.inode && SameStamp(st.st_mtim, stamp_.mtime)) {
-      return;
-    }
+    const std::string stamp = common::FileStamp(path_);
+    if (stamp == stamp_) return;
   }
   // Parsed outside the lock; calls meanwhile use the keys they have.
-  FileStamp stamp;
+  std::string stamp;
   absl::StatusOr<std::vector<Entry>> entries = Parse(path_, &stamp);
   absl::MutexLock lock(&mu_);
   if (!entries.ok()) {

@@ -15,8 +15,6 @@
 
 #include <array>
 #include <cstdint>
-#include <ctime>
-#include <sys/types.h>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,21 +64,16 @@ class ApiKeys {
     Digest digest;
     Tenant tenant;
   };
-  struct FileStamp {
-    int64_t size = -1;
-    timespec mtime{};
-    ino_t inode = 0;
-  };
-
   ApiKeys(std::string path, absl::Duration recheck) : path_(std::move(path)), recheck_(recheck) {}
-  static absl::StatusOr<std::vector<Entry>> Parse(const std::string& path, FileStamp* stamp);
+  // `stamp`: common::FileStamp of the file as read.
+  static absl::StatusOr<std::vector<Entry>> Parse(const std::string& path, std::string* stamp);
   void MaybeReload() ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string path_;
   const absl::Duration recheck_;
   mutable absl::Mutex mu_;
   std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
-  FileStamp stamp_ ABSL_GUARDED_BY(mu_);
+  std::string stamp_ ABSL_GUARDED_BY(mu_);  // common::FileStamp when last read
   absl::Time next_check_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -1,6 +1,5 @@
 #include "gateway/https_certificate.h"
 
-#include <sys/stat.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
@@ -9,6 +8,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_stamp.h"
 #include "common/log.h"
 
 namespace tandem::gateway {
@@ -28,15 +28,11 @@ struct HttpsCertificate::Pair {
 
 namespace {
 
-std::string Stamp(const std::string& a, const std::string& b) {
-  std::string out;
-  for (const std::string* path : {&a, &b}) {
-    struct stat st {};
-    if (::stat(path->c_str(), &st) != 0) return "";
-    absl::StrAppend(&out, st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".",
-                    st.st_mtim.tv_nsec, ";");
-  }
-  return out;
+// Both files' stamps; "" while either is missing.
+std::string Stamp(const std::string& cert, const std::string& key) {
+  const std::string a = common::FileStamp(cert);
+  const std::string b = common::FileStamp(key);
+  return a.empty() || b.empty() ? "" : absl::StrCat(a, ";", b);
 }
 
 std::string OpenSslError() {
