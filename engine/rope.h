@@ -19,6 +19,12 @@ class RopeTable {
             int32_t max_positions);
 
   int32_t max_positions() const { return max_positions_; }
+  // The rotated dimensions of a head, how they pair, and the tables
+  // [max_positions][n_rot / 2] (what a GPU backend uploads).
+  int32_t n_rot() const { return n_rot_; }
+  RopeType type() const { return type_; }
+  std::span<const float> cos_table() const { return cos_; }
+  std::span<const float> sin_table() const { return sin_; }
 
   // Rotates x, [n_heads][head_dim], as position `pos` (< max_positions).
   void Apply(float* x, int32_t n_heads, int32_t head_dim, int32_t pos) const;

@@ -1,0 +1,93 @@
+#include "engine/cuda/device.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::engine::cuda {
+
+int DeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return count;
+}
+
+absl::Status Check(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(error), " (",
+                                          cudaGetErrorString(error), ")"));
+}
+
+absl::Status Check(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cublasGetStatusName(status)));
+}
+
+absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(size_t bytes) {
+  DeviceBuffer b;
+  if (bytes == 0) return b;
+  if (absl::Status s = Check(cudaMalloc(&b.data_, bytes), "cudaMalloc"); !s.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat(s.message(), " for ", bytes, " bytes"));
+  }
+  b.bytes_ = bytes;
+  return b;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_ != nullptr) cudaFree(data_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) cudaFree(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+absl::Status DeviceBuffer::Upload(const void* host, size_t bytes) {
+  if (bytes > bytes_) return absl::InvalidArgumentError("Upload: more bytes than the buffer");
+  return Check(cudaMemcpy(data_, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+}
+
+absl::Status DeviceBuffer::Download(void* host, size_t bytes) const {
+  if (bytes > bytes_) return absl::InvalidArgumentError("Download: more bytes than the buffer");
+  return Check(cudaMemcpy(host, data_, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+}
+
+absl::StatusOr<Stream> Stream::Create(int device) {
+  if (absl::Status s = Check(cudaSetDevice(device), "cudaSetDevice"); !s.ok()) return s;
+  Stream st;
+  if (absl::Status s = Check(cudaStreamCreateWithFlags(&st.stream_, cudaStreamNonBlocking),
+                             "cudaStreamCreate");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Check(cublasCreate(&st.blas_), "cublasCreate"); !s.ok()) return s;
+  if (absl::Status s = Check(cublasSetStream(st.blas_, st.stream_), "cublasSetStream");
+      !s.ok()) {
+    return s;
+  }
+  return st;
+}
+
+Stream::~Stream() {
+  if (blas_ != nullptr) cublasDestroy(blas_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+Stream::Stream(Stream&& other) noexcept
+    : stream_(std::exchange(other.stream_, nullptr)), blas_(std::exchange(other.blas_, nullptr)) {}
+
+absl::Status Stream::Synchronize() const {
+  return Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+}  // namespace tandem::engine::cuda

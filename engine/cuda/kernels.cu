@@ -1,0 +1,342 @@
+#include "engine/cuda/kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cfloat>
+
+namespace tandem::engine::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+int Blocks(int64_t n) { return static_cast<int>((n + kThreads - 1) / kThreads); }
+
+// Sum over the block; every thread gets the result. `scratch` holds
+// blockDim.x / 32 floats.
+__device__ float BlockSum(float v, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  __syncthreads();  // scratch may still be read from a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x / 32;
+  v = lane < warps ? scratch[lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ float BlockMax(float v, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x / 32;
+  v = lane < warps ? scratch[lane] : -FLT_MAX;
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// One block per row.
+__global__ void RmsNormKernel(const float* x, const float* w, int64_t dim, float eps, float* y) {
+  __shared__ float scratch[kThreads / 32];
+  const float* row = x + blockIdx.x * dim;
+  float* out = y + blockIdx.x * dim;
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) sum += row[i] * row[i];
+  sum = BlockSum(sum, scratch);
+  const float scale = rsqrtf(sum / static_cast<float>(dim) + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out[i] = row[i] * scale * w[i];
+}
+
+__global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, float* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float g = gate[i];
+  out[i] = g / (1.0f + expf(-g)) * up[i];
+}
+
+__global__ void AddKernel(float* x, const float* y, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+
+// grid (n_tokens, n_heads); one thread per rotated pair.
+__global__ void RopeKernel(float* x, const int32_t* positions, int32_t n_heads, int32_t head_dim,
+                           int32_t n_rot, int32_t style, const float* cos_table,
+                           const float* sin_table) {
+  const int32_t half = n_rot / 2;
+  float* v = x + (static_cast<int64_t>(blockIdx.x) * n_heads + blockIdx.y) * head_dim;
+  const int64_t row = static_cast<int64_t>(positions[blockIdx.x]) * half;
+  for (int32_t i = threadIdx.x; i < half; i += blockDim.x) {
+    const int32_t a = style == 0 ? 2 * i : i;
+    const int32_t b = style == 0 ? 2 * i + 1 : i + half;
+    const float c = cos_table[row + i];
+    const float s = sin_table[row + i];
+    const float x0 = v[a];
+    const float x1 = v[b];
+    v[a] = x0 * c - x1 * s;
+    v[b] = x0 * s + x1 * c;
+  }
+}
+
+// grid (rows, n_tokens); each thread takes whole 32-element blocks.
+__global__ void MatMulQ8_0Kernel(const uint8_t* w, int64_t cols, const float* x, int64_t rows,
+                                 float* y) {
+  __shared__ float scratch[kThreads / 32];
+  const int64_t r = blockIdx.x;
+  const int64_t t = blockIdx.y;
+  const int64_t n_blocks = cols / 32;
+  const uint8_t* row = w + r * n_blocks * 34;
+  const float* xt = x + t * cols;
+  float sum = 0.0f;
+  for (int64_t b = threadIdx.x; b < n_blocks; b += blockDim.x) {
+    const uint8_t* block = row + b * 34;
+    // The scale is an unaligned little-endian f16.
+    const __half_raw raw{static_cast<unsigned short>(block[0] | (block[1] << 8))};
+    const float d = __half2float(__half(raw));
+    const int8_t* q = reinterpret_cast<const int8_t*>(block + 2);
+    const float* xb = xt + b * 32;
+    float dot = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) dot += static_cast<float>(q[i]) * xb[i];
+    sum += d * dot;
+  }
+  sum = BlockSum(sum, scratch);
+  if (threadIdx.x == 0) y[t * rows + r] = sum;
+}
+
+__global__ void ToF16Kernel(const float* x, int64_t n, __half* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = __float2half_rn(x[i]);
+}
+
+__global__ void ToBf16Kernel(const float* x, int64_t n, __nv_bfloat16* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = __float2bfloat16_rn(x[i]);
+}
+
+// Is (v, id) ahead of (best_v, best_id): larger, ties to the lower id.
+__device__ bool Ahead(float v, int32_t id, float best_v, int32_t best_id) {
+  return v > best_v || (v == best_v && id >= 0 && (best_id < 0 || id < best_id));
+}
+
+// One block per row: max, sum of exp, then k rounds of a block-wide argmax
+// over the ids not yet taken.
+__global__ void TopKKernel(const float* logits, int64_t vocab, int32_t k, int32_t* top_ids,
+                           float* top_logprobs, float* lse_out) {
+  __shared__ float scratch[kThreads / 32];
+  __shared__ float warp_v[kThreads / 32];
+  __shared__ int32_t warp_id[kThreads / 32];
+  __shared__ int32_t taken[kMaxTopK];
+  const float* row = logits + blockIdx.x * vocab;
+  float m = -FLT_MAX;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) m = fmaxf(m, row[i]);
+  m = BlockMax(m, scratch);
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) s += expf(row[i] - m);
+  s = BlockSum(s, scratch);
+  const float lse = m + logf(s);
+  if (threadIdx.x == 0) lse_out[blockIdx.x] = lse;
+  for (int32_t j = 0; j < k; ++j) {
+    float best_v = -FLT_MAX;
+    int32_t best_id = -1;
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+      bool used = false;
+      for (int32_t u = 0; u < j; ++u) used |= taken[u] == static_cast<int32_t>(i);
+      if (!used && Ahead(row[i], static_cast<int32_t>(i), best_v, best_id)) {
+        best_v = row[i];
+        best_id = static_cast<int32_t>(i);
+      }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
+      const int32_t oid = __shfl_xor_sync(0xffffffffu, best_id, o);
+      if (Ahead(ov, oid, best_v, best_id)) {
+        best_v = ov;
+        best_id = oid;
+      }
+    }
+    const int warp = threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (lane == 0) {
+      warp_v[warp] = best_v;
+      warp_id[warp] = best_id;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) {
+        if (Ahead(warp_v[w], warp_id[w], warp_v[0], warp_id[0])) {
+          warp_v[0] = warp_v[w];
+          warp_id[0] = warp_id[w];
+        }
+      }
+      taken[j] = warp_id[0];
+      top_ids[blockIdx.x * k + j] = warp_id[0];
+      top_logprobs[blockIdx.x * k + j] = warp_v[0] - lse;
+    }
+    __syncthreads();
+  }
+}
+
+__device__ float LoadKv(const uint8_t* p, int64_t i, bool f16) {
+  return f16 ? __half2float(reinterpret_cast<const __half*>(p)[i])
+             : reinterpret_cast<const float*>(p)[i];
+}
+
+constexpr int kAttentionWarps = 4;
+constexpr int kPerLane = kMaxAttentionHeadDim / 32;
+
+// grid (n_rows, n_head), kAttentionWarps warps: warp w takes slots w, w + 4,
+// ...; its lanes split head_dim for the dot product (a warp sum) and for the
+// value accumulator, each warp keeping its own online-softmax state; the
+// warps' states are merged at the end.
+__global__ void PagedAttentionKernel(PagedAttentionArgs a) {
+  __shared__ float q[kMaxAttentionHeadDim];
+  __shared__ float warp_m[kAttentionWarps];
+  __shared__ float warp_l[kAttentionWarps];
+  __shared__ float warp_acc[kAttentionWarps][kMaxAttentionHeadDim];
+  const int32_t row = blockIdx.x;
+  const int32_t h = blockIdx.y;
+  const int32_t hd = a.head_dim;
+  const int32_t kv_dim = a.n_head_kv * hd;
+  const int32_t g = h / (a.n_head / a.n_head_kv);
+  const float scale = rsqrtf(static_cast<float>(hd));
+  const float* q_row = a.q + (static_cast<int64_t>(row) * a.n_head + h) * hd;
+  for (int32_t d = threadIdx.x; d < hd; d += blockDim.x) q[d] = q_row[d] * scale;
+  __syncthreads();
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int32_t* blocks = a.block_table + a.table_offset[row];
+  const int32_t n = a.kv_len[row];
+  const int64_t elem = a.kv_f16 ? 2 : 4;
+  float m = -FLT_MAX;
+  float l = 0.0f;
+  float acc[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) acc[i] = 0.0f;
+  for (int32_t s = warp; s < n; s += kAttentionWarps) {
+    const uint8_t* block = a.kv_base + static_cast<int64_t>(blocks[s / a.block_size]) *
+                                           a.block_bytes;
+    const int64_t at = static_cast<int64_t>(s % a.block_size) * kv_dim + g * hd;
+    const uint8_t* keys = block + a.k_offset + at * elem;
+    const uint8_t* values = block + a.v_offset + at * elem;
+    float dot = 0.0f;
+    for (int32_t d = lane; d < hd; d += 32) dot += q[d] * LoadKv(keys, d, a.kv_f16);
+    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    const float m_new = fmaxf(m, dot);
+    const float keep = expf(m - m_new);
+    const float p = expf(dot - m_new);
+    l = l * keep + p;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int32_t d = lane + 32 * i;
+      if (d < hd) acc[i] = acc[i] * keep + p * LoadKv(values, d, a.kv_f16);
+    }
+    m = m_new;
+  }
+  if (lane == 0) {
+    warp_m[warp] = m;
+    warp_l[warp] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int32_t d = lane + 32 * i;
+    if (d < hd) warp_acc[warp][d] = acc[i];
+  }
+  __syncthreads();
+  float big_m = -FLT_MAX;
+  for (int w = 0; w < kAttentionWarps; ++w) big_m = fmaxf(big_m, warp_m[w]);
+  float big_l = 0.0f;
+  for (int w = 0; w < kAttentionWarps; ++w) {
+    if (warp_l[w] > 0.0f) big_l += warp_l[w] * expf(warp_m[w] - big_m);
+  }
+  float* out = a.out + (static_cast<int64_t>(row) * a.n_head + h) * hd;
+  for (int32_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    float sum = 0.0f;
+    for (int w = 0; w < kAttentionWarps; ++w) {
+      if (warp_l[w] > 0.0f) sum += warp_acc[w][d] * expf(warp_m[w] - big_m);
+    }
+    out[d] = big_l > 0.0f ? sum / big_l : 0.0f;
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, cudaStream_t stream) {
+  if (args.n_rows == 0 || args.n_head == 0) return cudaSuccess;
+  if (args.head_dim <= 0 || args.head_dim > kMaxAttentionHeadDim || args.n_head_kv <= 0 ||
+      args.n_head % args.n_head_kv != 0 || args.block_size <= 0) {
+    return cudaErrorInvalidValue;
+  }
+  const dim3 grid(static_cast<unsigned>(args.n_rows), static_cast<unsigned>(args.n_head));
+  PagedAttentionKernel<<<grid, 32 * kAttentionWarps, 0, stream>>>(args);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
+                          float eps, float* y, cudaStream_t stream) {
+  if (n_tokens == 0) return cudaSuccess;
+  RmsNormKernel<<<static_cast<unsigned>(n_tokens), kThreads, 0, stream>>>(x, weight, dim, eps,
+                                                                          y);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* out,
+                         cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  SwiGluKernel<<<Blocks(n), kThreads, 0, stream>>>(gate, up, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAdd(float* x, const float* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  AddKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,
+                       int32_t head_dim, int32_t n_rot, RopeStyle style, const float* cos_table,
+                       const float* sin_table, cudaStream_t stream) {
+  if (n_tokens == 0 || n_heads == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads));
+  RopeKernel<<<grid, 64, 0, stream>>>(x, positions, n_heads, head_dim, n_rot,
+                                      static_cast<int32_t>(style), cos_table, sin_table);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMatMulQ8_0(const void* w, int64_t rows, int64_t cols, const float* x,
+                             int64_t n_tokens, float* y, cudaStream_t stream) {
+  if (rows == 0 || n_tokens == 0) return cudaSuccess;
+  if (cols % 32 != 0) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(n_tokens));
+  MatMulQ8_0Kernel<<<grid, 128, 0, stream>>>(static_cast<const uint8_t*>(w), cols, x, rows, y);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchToF16(const float* x, int64_t n, void* out, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ToF16Kernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, static_cast<__half*>(out));
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchToBf16(const float* x, int64_t n, void* out, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ToBf16Kernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, static_cast<__nv_bfloat16*>(out));
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchTopKLogprobs(const float* logits, int64_t n_rows, int64_t vocab, int32_t k,
+                               int32_t* top_ids, float* top_logprobs, float* lse,
+                               cudaStream_t stream) {
+  if (n_rows == 0) return cudaSuccess;
+  if (k < 0 || k > kMaxTopK || vocab < k) return cudaErrorInvalidValue;
+  TopKKernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(logits, vocab, k, top_ids,
+                                                                     top_logprobs, lse);
+  return cudaGetLastError();
+}
+
+}  // namespace tandem::engine::cuda

@@ -1,0 +1,89 @@
+// The GPU backend's kernels, as host-callable launchers on a stream. All
+// pointers are device memory; shapes are row-major as in engine/backend.h.
+// Each launcher returns the launch's error (cudaGetLastError), not the
+// kernel's outcome: synchronize the stream to see that. Compiled by nvcc
+// (kernels.cu) for sm_80 and sm_90; this header is plain C++.
+#ifndef TANDEM_ENGINE_CUDA_KERNELS_H_
+#define TANDEM_ENGINE_CUDA_KERNELS_H_
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace tandem::engine::cuda {
+
+// y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight[:]; y may alias x.
+cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
+                          float eps, float* y, cudaStream_t stream);
+
+// out[i] = silu(gate[i]) * up[i]; out may alias gate.
+cudaError_t LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* out,
+                         cudaStream_t stream);
+
+// x[i] += y[i].
+cudaError_t LaunchAdd(float* x, const float* y, int64_t n, cudaStream_t stream);
+
+// Pairs rotated by RoPE: adjacent (x[2i], x[2i+1]) as llama, or halves
+// (x[i], x[i + n_rot/2]) as NeoX / qwen2 (engine/rope.h).
+enum class RopeStyle : int32_t { kNormal = 0, kNeox = 1 };
+
+// Rotates x, [n_tokens][n_heads][head_dim], token t as position
+// positions[t], with the tables cos/sin [max_positions][n_rot / 2]
+// (RopeTable's); dimensions past n_rot are left alone.
+cudaError_t LaunchRope(float* x, const int32_t* positions, int64_t n_tokens, int32_t n_heads,
+                       int32_t head_dim, int32_t n_rot, RopeStyle style, const float* cos_table,
+                       const float* sin_table, cudaStream_t stream);
+
+// y[t, r] = sum_c x[t, c] * w[r, c] with w in GGUF's Q8_0 blocks (34 bytes:
+// an f16 scale and 32 int8), dequantized on the fly: the decode-time GEMV.
+// cols % 32 == 0.
+cudaError_t LaunchMatMulQ8_0(const void* w, int64_t rows, int64_t cols, const float* x,
+                             int64_t n_tokens, float* y, cudaStream_t stream);
+
+// f32 -> f16 / bf16 (round to nearest even), for the tensor-core GEMMs.
+cudaError_t LaunchToF16(const float* x, int64_t n, void* out, cudaStream_t stream);
+cudaError_t LaunchToBf16(const float* x, int64_t n, void* out, cudaStream_t stream);
+
+// Paged attention over the block pool for a mixed prefill/decode batch.
+// Query row r (of n_rows, [n_rows][n_head * head_dim], RoPE applied)
+// attends to its sequence's KV slots [0, kv_len[r]) (causal: a row's own
+// slot is the last it sees), whose blocks are block_table[table_offset[r]
+// ...], slot s in block s / block_size at row s % block_size. Block b's keys
+// are at kv_base + b * block_bytes + k_offset as [block_size][n_head_kv *
+// head_dim] of f32 or f16 (kv_f16), values at v_offset likewise; query head
+// h reads KV head h / (n_head / n_head_kv). out = softmax(q k^T /
+// sqrt(head_dim)) v, online softmax (no score matrix). head_dim <= 256.
+struct PagedAttentionArgs {
+  const float* q = nullptr;
+  float* out = nullptr;
+  int32_t n_rows = 0;
+  int32_t n_head = 0;
+  int32_t n_head_kv = 0;
+  int32_t head_dim = 0;
+  const uint8_t* kv_base = nullptr;
+  int64_t block_bytes = 0;
+  int64_t k_offset = 0;
+  int64_t v_offset = 0;
+  int32_t block_size = 0;
+  bool kv_f16 = false;
+  const int32_t* kv_len = nullptr;        // [n_rows]
+  const int32_t* table_offset = nullptr;  // [n_rows]
+  const int32_t* block_table = nullptr;   // every sequence's block ids
+};
+inline constexpr int32_t kMaxAttentionHeadDim = 256;
+cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, cudaStream_t stream);
+
+// The largest top-k that LaunchTopKLogprobs takes.
+inline constexpr int32_t kMaxTopK = 32;
+
+// For each row of logits [n_rows][vocab]: lse[row] = log(sum(exp(logits)))
+// and the k (<= kMaxTopK) largest logits as ids and logprobs (logit - lse),
+// largest first, ties to the lower id. Only O(k) values per row leave the
+// device.
+cudaError_t LaunchTopKLogprobs(const float* logits, int64_t n_rows, int64_t vocab, int32_t k,
+                               int32_t* top_ids, float* top_logprobs, float* lse,
+                               cudaStream_t stream);
+
+}  // namespace tandem::engine::cuda
+
+#endif  // TANDEM_ENGINE_CUDA_KERNELS_H_

@@ -1,0 +1,35 @@
+// The GPU backend's matrix products: y[t, r] = sum_c x[t, c] * w[r, c] on a
+// Stream, every pointer device memory. F32 weights through cuBLAS in full
+// f32; F16 and BF16 weights through cublasGemmEx on the tensor cores (the
+// activations converted to the weight's type, accumulation in f32); Q8_0
+// through the dequantize-on-the-fly kernel.
+#ifndef TANDEM_ENGINE_CUDA_MATMUL_H_
+#define TANDEM_ENGINE_CUDA_MATMUL_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "engine/cuda/device.h"
+#include "engine/tensor_type.h"
+
+namespace tandem::engine::cuda {
+
+// A weight resident on the device, laid out as GGUF stores it.
+struct DeviceWeight {
+  GgmlType type = GgmlType::kF32;
+  const void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// Bytes of scratch MatMul needs for `n_tokens` rows of x against `w`.
+int64_t MatMulScratchBytes(const DeviceWeight& w, int64_t n_tokens);
+
+// Queues the product on `stream`; `scratch` holds MatMulScratchBytes.
+// Unimplemented for weight types without a GPU kernel yet.
+absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x,
+                    int64_t n_tokens, float* y, DeviceBuffer& scratch);
+
+}  // namespace tandem::engine::cuda
+
+#endif  // TANDEM_ENGINE_CUDA_MATMUL_H_
