@@ -12,32 +12,34 @@ constexpr int kThreads = 256;
 
 int Blocks(int64_t n) { return static_cast<int>((n + kThreads - 1) / kThreads); }
 
-// Sum over the block; every thread gets the result. `scratch` holds
-// blockDim.x / 32 floats.
-__device__ float BlockSum(float v, float* scratch) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+struct SumOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// `op` over the block (`identity` for missing warps); every thread gets the
+// result. `scratch` holds blockDim.x / 32 floats.
+template <typename Op>
+__device__ float BlockReduce(float v, float identity, Op op, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   __syncthreads();  // scratch may still be read from a previous call
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
   const int warps = blockDim.x / 32;
-  v = lane < warps ? scratch[lane] : 0.0f;
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  v = lane < warps ? scratch[lane] : identity;
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
+__device__ float BlockSum(float v, float* scratch) {
+  return BlockReduce(v, 0.0f, SumOp(), scratch);
+}
 __device__ float BlockMax(float v, float* scratch) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  const int warps = blockDim.x / 32;
-  v = lane < warps ? scratch[lane] : -FLT_MAX;
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
+  return BlockReduce(v, -FLT_MAX, MaxOp(), scratch);
 }
 
 // One block per row.
