@@ -16,11 +16,11 @@
 #include <utility>
 #include <vector>
 
-#include "engine/backend.h"
+#include "engine/model/backend.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/matmul.h"
-#include "engine/tensor_type.h"
+#include "engine/gguf/tensor_type.h"
 
 namespace tandem::engine::cpu {
 namespace {

@@ -31,7 +31,7 @@
 #include "common/flags.h"
 #include "common/status_macros.h"
 #include "engine/engine.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "prometheus/registry.h"
 #include "worker/kv_tiers.h"
 

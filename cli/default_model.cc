@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "engine/synthetic_model.h"
+#include "engine/model/synthetic_model.h"
 
 namespace tandem::cli {
 namespace {

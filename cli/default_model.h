@@ -1,5 +1,5 @@
 // The model `tandem up` serves when given no --model: the default synthetic
-// Llama (engine/synthetic_model.h), generated once into the user's cache
+// Llama (engine/model/synthetic_model.h), generated once into the user's cache
 // directory and reused. Called by cli/up_command.cc on its main thread;
 // functions are thread-compatible (two processes racing are safe: each
 // writes its own temp file and renames it into place).

@@ -12,7 +12,7 @@
 #include "common/json.h"
 #include "common/status_macros.h"
 #include "engine/engine.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 namespace tandem::cli {
 namespace {

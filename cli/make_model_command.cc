@@ -1,11 +1,11 @@
 // `tandem make-model`: writes a synthetic Llama GGUF (see
-// engine/synthetic_model.h) with a chosen shape and weight type.
+// engine/model/synthetic_model.h) with a chosen shape and weight type.
 #include <string>
 
 #include "common/flags.h"
 #include "cli/commands.h"
 #include "common/status_macros.h"
-#include "engine/synthetic_model.h"
+#include "engine/model/synthetic_model.h"
 
 namespace tandem::cli {
 namespace {

@@ -1,11 +1,11 @@
 // `tandem quantize`: writes a GGUF model with its weight matrices quantized
-// by one of llama-quantize's named mixes (engine/model_quantizer.h).
+// by one of llama-quantize's named mixes (engine/model/model_quantizer.h).
 #include <string>
 
 #include "absl/strings/str_format.h"
 #include "cli/commands.h"
 #include "common/flags.h"
-#include "engine/model_quantizer.h"
+#include "engine/model/model_quantizer.h"
 
 namespace tandem::cli {
 

@@ -6,7 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "common/flags.h"
 #include "cli/commands.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace tandem::cli {
 

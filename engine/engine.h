@@ -1,6 +1,6 @@
 // The inference engine: admits generation requests, runs each step as
-// Schedule (engine/scheduler.cc: which tokens of which sequences) -> Forward
-// (engine/forward.cc: the model over the paged KV cache) -> Update (sample,
+// Schedule (engine/sched/scheduler.cc: which tokens of which sequences) -> Forward
+// (engine/model/forward.cc: the model over the paged KV cache) -> Update (sample,
 // finish, hash the blocks that filled), and reports the step's tokens and
 // block events. Engine-thread only: exactly one thread calls every method;
 // others post to that thread (worker/engine_loop.h). No locks inside.
@@ -14,16 +14,16 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "engine/backend.h"
-#include "engine/forward.h"
-#include "engine/kv_cache.h"
-#include "engine/kv_snapshot.h"
-#include "engine/kv_tier.h"
-#include "engine/model.h"
-#include "engine/request.h"
-#include "engine/rope.h"
-#include "engine/sampler.h"
-#include "engine/scheduler.h"
+#include "engine/model/backend.h"
+#include "engine/model/forward.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/kv/kv_snapshot.h"
+#include "engine/kv/kv_tier.h"
+#include "engine/model/model.h"
+#include "engine/sched/request.h"
+#include "engine/model/rope.h"
+#include "engine/sample/sampler.h"
+#include "engine/sched/scheduler.h"
 
 namespace tandem::engine {
 

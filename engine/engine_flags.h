@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/flags.h"
-#include "engine/backend.h"
+#include "engine/model/backend.h"
 #include "engine/engine.h"
 
 namespace tandem::engine {

@@ -5,8 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
 #include "common/log.h"
-#include "gateway/choices_call.h"
-#include "gateway/generate_call.h"
+#include "gateway/calls/choices_call.h"
+#include "gateway/calls/generate_call.h"
 #include "rpc/status.h"
 #include "rpc/wire_parse.h"
 

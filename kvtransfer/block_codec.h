@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/block_hash.h"
-#include "engine/model_config.h"
-#include "engine/tensor_type.h"
+#include "engine/kv/block_hash.h"
+#include "engine/gguf/model_config.h"
+#include "engine/gguf/tensor_type.h"
 
 namespace tandem::kvtransfer {
 

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/status_macros.h"
-#include "engine/block_hash.h"
+#include "engine/kv/block_hash.h"
 
 namespace tandem::kvtransfer {
 namespace {

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/kv_snapshot.h"
+#include "engine/kv/kv_snapshot.h"
 #include "kvtransfer/block_codec.h"
 
 namespace tandem::kvtransfer {

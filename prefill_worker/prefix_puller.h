@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "engine/kv_snapshot.h"
+#include "engine/kv/kv_snapshot.h"
 #include "kvtransfer/rpc/kv_fetcher.h"
 #include "kvtransfer/rpc/release_client.h"
 #include "prometheus/counter.h"

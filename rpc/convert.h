@@ -3,8 +3,8 @@
 #ifndef TANDEM_RPC_CONVERT_H_
 #define TANDEM_RPC_CONVERT_H_
 
-#include "engine/block_hash.h"
-#include "engine/sampling_params.h"
+#include "engine/kv/block_hash.h"
+#include "engine/sample/sampling_params.h"
 #include "tandem/v1/generation.pb.h"
 #include "tandem/v1/worker.pb.h"
 

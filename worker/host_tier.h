@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "engine/block_hash.h"
-#include "engine/kv_snapshot.h"
+#include "engine/kv/block_hash.h"
+#include "engine/kv/kv_snapshot.h"
 
 namespace tandem::worker {
 

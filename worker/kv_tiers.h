@@ -26,8 +26,8 @@
 
 #include "absl/status/statusor.h"
 #include "common/flags.h"
-#include "engine/kv_tier.h"
-#include "engine/request.h"
+#include "engine/kv/kv_tier.h"
+#include "engine/sched/request.h"
 #include "kvtransfer/block_codec.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"

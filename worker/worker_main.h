@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/flags.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "rpc/admission.h"
 #include "rpc/metrics.h"
 #include "worker/block_event_publisher.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/check.h"
-#include "engine/fast_exp.h"
+#include "engine/sample/fast_exp.h"
 
 namespace tandem::engine::cpu {
 namespace {

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <span>
 
-#include "engine/backend.h"
+#include "engine/model/backend.h"
 #include "engine/cpu/kernels.h"
 
 namespace tandem::engine::cpu {

@@ -11,7 +11,7 @@
 #include <limits>
 #include <vector>
 
-#include "engine/backend.h"
+#include "engine/model/backend.h"
 
 namespace tandem::engine::cpu {
 

@@ -1,12 +1,12 @@
 // Internal entry point of the CPU backend for tests and benchmarks that must
 // pin the instruction set; the engine itself calls MakeCpuBackend
-// (engine/backend.h), which picks the best ISA this CPU supports.
+// (engine/model/backend.h), which picks the best ISA this CPU supports.
 #ifndef TANDEM_ENGINE_CPU_CPU_BACKEND_H_
 #define TANDEM_ENGINE_CPU_CPU_BACKEND_H_
 
 #include <memory>
 
-#include "engine/backend.h"
+#include "engine/model/backend.h"
 #include "engine/cpu/kernels.h"
 
 namespace tandem::engine::cpu {

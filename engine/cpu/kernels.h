@@ -10,7 +10,7 @@
 #include <optional>
 #include <string_view>
 
-#include "engine/tensor_type.h"
+#include "engine/gguf/tensor_type.h"
 
 namespace tandem::engine::cpu {
 

@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/backend.h"
+#include "engine/model/backend.h"
 #include "engine/cpu/kernels.h"
 
 namespace tandem::engine::cpu {

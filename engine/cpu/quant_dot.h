@@ -13,8 +13,8 @@
 
 #include <cstdint>
 
-#include "engine/quant_formats.h"
-#include "engine/tensor_type.h"
+#include "engine/gguf/quant_formats.h"
+#include "engine/gguf/tensor_type.h"
 
 namespace tandem::engine::cpu {
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "engine/tensor_type.h"
+#include "engine/gguf/tensor_type.h"
 
 namespace tandem::engine::cpu {
 namespace {

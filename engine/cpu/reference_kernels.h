@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/backend.h"
+#include "engine/model/backend.h"
 
 namespace tandem::engine::cpu {
 

@@ -1,5 +1,5 @@
 // The GPU backend's kernels, as host-callable launchers on a stream. All
-// pointers are device memory; shapes are row-major as in engine/backend.h.
+// pointers are device memory; shapes are row-major as in engine/model/backend.h.
 // Each launcher returns the launch's error (cudaGetLastError), not the
 // kernel's outcome: synchronize the stream to see that. Compiled by nvcc
 // (kernels.cu) for sm_80 and sm_90; this header is plain C++.
@@ -24,7 +24,7 @@ cudaError_t LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* o
 cudaError_t LaunchAdd(float* x, const float* y, int64_t n, cudaStream_t stream);
 
 // Pairs rotated by RoPE: adjacent (x[2i], x[2i+1]) as llama, or halves
-// (x[i], x[i + n_rot/2]) as NeoX / qwen2 (engine/rope.h).
+// (x[i], x[i + n_rot/2]) as NeoX / qwen2 (engine/model/rope.h).
 enum class RopeStyle : int32_t { kNormal = 0, kNeox = 1 };
 
 // Rotates x, [n_tokens][n_heads][head_dim], token t as position

@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "engine/cuda/device.h"
-#include "engine/tensor_type.h"
+#include "engine/gguf/tensor_type.h"
 
 namespace tandem::engine::cuda {
 

@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "engine/kv_snapshot.h"
+#include "engine/kv/kv_snapshot.h"
 #include "kvtransfer/block_codec.h"
 #include "kvtransfer/rpc/release_client.h"
 #include "prometheus/counter.h"

@@ -17,8 +17,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
-#include "engine/block_hash.h"
-#include "engine/kv_snapshot.h"
+#include "engine/kv/block_hash.h"
+#include "engine/kv/kv_snapshot.h"
 #include "kvtransfer/rpc/lease_table.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"

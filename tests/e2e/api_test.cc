@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "rpc/health.h"
 #include "tests/e2e/reference.h"
 #include "tests/e2e/stack.h"

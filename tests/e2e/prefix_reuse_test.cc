@@ -11,10 +11,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "engine/block_hash.h"
+#include "engine/kv/block_hash.h"
 #include "engine/engine.h"
-#include "engine/model.h"
-#include "engine/synthetic_model.h"
+#include "engine/model/model.h"
+#include "engine/model/synthetic_model.h"
 #include "tests/e2e/stack.h"
 #include "tests/e2e/synthetic.h"
 #include "tests/engine/test_models.h"

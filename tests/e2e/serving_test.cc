@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "rpc/health.h"
 #include "process/http_get.h"
 #include "tests/e2e/reference.h"

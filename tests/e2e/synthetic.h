@@ -10,8 +10,8 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
-#include "engine/model.h"
-#include "engine/synthetic_model.h"
+#include "engine/model/model.h"
+#include "engine/model/synthetic_model.h"
 #include "tests/e2e/stack.h"
 #include "tests/engine/test_models.h"
 

@@ -5,9 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "engine/block_hash.h"
+#include "engine/kv/block_hash.h"
 #include "engine/engine.h"
-#include "engine/model_fingerprint.h"
+#include "engine/gguf/model_fingerprint.h"
 #include "tests/engine/test_models.h"
 
 namespace tandem::engine {

@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
-#include "engine/tensor_type.h"
+#include "engine/gguf/tensor_type.h"
 #include "tests/engine/test_models.h"
 
 namespace tandem::engine {

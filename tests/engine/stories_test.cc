@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "tests/engine/test_models.h"
 
 namespace tandem::engine {

@@ -10,9 +10,9 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "engine/model.h"
-#include "engine/request.h"
-#include "engine/synthetic_model.h"
+#include "engine/model/model.h"
+#include "engine/sched/request.h"
+#include "engine/model/synthetic_model.h"
 
 namespace tandem::engine::testing {
 

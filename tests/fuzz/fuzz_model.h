@@ -13,10 +13,10 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/gguf.h"
-#include "engine/gguf_writer.h"
-#include "engine/tokenizer.h"
-#include "engine/unicode.h"
+#include "engine/gguf/gguf.h"
+#include "engine/gguf/gguf_writer.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/unicode.h"
 
 namespace tandem::fuzz {
 

@@ -9,9 +9,9 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/gguf.h"
-#include "engine/model_config.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/gguf/model_config.h"
+#include "engine/tokenizer/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tandem::engine;  // NOLINT: a fuzz entry point

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "gateway/validated_request.h"
+#include "gateway/calls/validated_request.h"
 #include "google/protobuf/stubs/logging.h"
 #include "rpc/wire_parse.h"
 #include "tandem/v1/generation.pb.h"

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/model_config.h"
-#include "engine/tensor_type.h"
+#include "engine/gguf/model_config.h"
+#include "engine/gguf/tensor_type.h"
 
 namespace tandem::kvtransfer {
 namespace {

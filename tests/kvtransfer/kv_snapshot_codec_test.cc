@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/kv_snapshot.h"
-#include "engine/tensor_type.h"
+#include "engine/kv/kv_snapshot.h"
+#include "engine/gguf/tensor_type.h"
 #include "kvtransfer/block_codec.h"
-#include "engine/block_hash.h"
+#include "engine/kv/block_hash.h"
 
 namespace tandem::kvtransfer {
 namespace {

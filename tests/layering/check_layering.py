@@ -12,6 +12,8 @@ Each source folder lists the project folders it may include from; `proto`
 stands for the generated tandem/v1 headers and `grpc` for gRPC and protobuf
 headers. A few folders are narrowed to files: the gateway and rpc see only
 the engine's tokenizer library and request types, never its kernels.
+Inside engine/, each room (gguf, tokenizer, kv, model, sample, sched, cpu,
+cuda) may include only the rooms ENGINE_ROOMS lists.
 Usage: check_layering.py PROJECT_ROOT. Prints every violation; exits 1 if any.
 """
 import os
@@ -22,15 +24,27 @@ import sys
 # tandem_tokenizer, tandem_engine_api): what a process that loads no weights
 # may include.
 ENGINE_NO_KERNELS = frozenset({
-    "engine/gguf.h", "engine/gguf_writer.h", "engine/tensor_type.h", "engine/tokenizer.h",
-    "engine/unicode.h", "engine/sampling_params.h", "engine/model_fingerprint.h",
-    "engine/model_config.h", "engine/block_hash.h", "engine/chat_template.h",
+    "engine/gguf/gguf.h", "engine/gguf/gguf_writer.h", "engine/gguf/tensor_type.h", "engine/tokenizer/tokenizer.h",
+    "engine/tokenizer/unicode.h", "engine/sample/sampling_params.h", "engine/gguf/model_fingerprint.h",
+    "engine/gguf/model_config.h", "engine/kv/block_hash.h", "engine/tokenizer/chat_template.h",
 })
-TOKENIZER_LIBRARY_SOURCES = {
-    "tensor_type", "gguf", "gguf_parser", "gguf_writer", "tokenizer", "tokenizer_vocab",
-    "tokenizer_spm", "tokenizer_bpe", "pretokenizer", "pretokenizer_regex", "unicode",
-    "symbol_merge", "sampling_params", "model_fingerprint", "model_config", "block_hash",
-    "chat_template", "quant_formats",
+# The files of those two libraries: they may include nothing else of the engine.
+TOKENIZER_LIBRARY_DIRS = ("engine/gguf/", "engine/tokenizer/")
+TOKENIZER_LIBRARY_FILES = {"engine/kv/block_hash", "engine/sample/sampling_params"}
+
+# Inside the engine, each room (a subfolder) lists the rooms it may include
+# from; the engine's own root (engine.h, its flags and validation) may use
+# every room. So a tokenizer never reaches for the KV cache, and the
+# scheduler never sees a kernel.
+ENGINE_ROOMS = {
+    "engine/gguf": {"engine/gguf"},
+    "engine/tokenizer": {"engine/gguf", "engine/tokenizer"},
+    "engine/kv": {"engine/gguf", "engine/kv"},
+    "engine/sample": {"engine/sample"},
+    "engine/sched": {"engine/kv", "engine/sample", "engine/sched"},
+    "engine/model": {"engine/gguf", "engine/tokenizer", "engine/kv", "engine/model"},
+    "engine/cpu": {"engine/gguf", "engine/sample", "engine/model", "engine/cpu"},
+    "engine/cuda": {"engine/gguf", "engine/model", "engine/cuda"},
 }
 
 # folder -> folders (or "folder/file.h" sets) it may include from.
@@ -78,6 +92,18 @@ def target_of(include):
     return top if top in ALLOWED else None
 
 
+def engine_room(path):
+    """'engine/<room>' for a path under an engine subfolder, else 'engine'."""
+    parts = path.split("/")
+    return "/".join(parts[:2]) if len(parts) > 2 else parts[0]
+
+
+def in_library(path):
+    """Whether an engine path belongs to tandem_tokenizer or tandem_engine_api."""
+    return (path.startswith(TOKENIZER_LIBRARY_DIRS)
+            or os.path.splitext(path)[0] in TOKENIZER_LIBRARY_FILES)
+
+
 def allowed(layer, include, target):
     rules = ALLOWED[layer]
     if rules is None or target in rules:
@@ -91,9 +117,8 @@ def check_file(root, path):
     if layer is None:
         return []
     problems = []
-    stem = os.path.splitext(os.path.basename(path))[0]
-    in_tokenizer_library = (layer == "engine" and os.path.dirname(path) == "engine"
-                            and stem in TOKENIZER_LIBRARY_SOURCES)
+    in_tokenizer_library = in_library(path)
+    room = engine_room(path) if layer == "engine" else None
     with open(os.path.join(root, path), encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             m = INCLUDE.match(line)
@@ -108,9 +133,11 @@ def check_file(root, path):
                 problems.append(f"{where}: nothing outside cli/ includes cli/")
             elif not allowed(layer, include, target):
                 problems.append(f"{where}: {layer}/ may not depend on {target}")
-            elif in_tokenizer_library and target == "engine" and not (
-                    os.path.splitext(os.path.basename(include))[0] in TOKENIZER_LIBRARY_SOURCES):
+            elif in_tokenizer_library and target == "engine" and not in_library(include):
                 problems.append(f"{where}: the tokenizer library may not include engine kernels")
+            elif room in ENGINE_ROOMS and target == "engine" and (
+                    engine_room(include) not in ENGINE_ROOMS[room]):
+                problems.append(f"{where}: {room}/ may not depend on {engine_room(include)}/")
     return problems
 
 

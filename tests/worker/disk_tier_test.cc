@@ -18,7 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "engine/kv_snapshot.h"
+#include "engine/kv/kv_snapshot.h"
 #include "rpc/metrics.h"
 #include "worker/disk_tier.h"
 #include "worker/host_tier.h"

@@ -16,7 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "tests/common/thread_names.h"
-#include "engine/block_hash.h"
+#include "engine/kv/block_hash.h"
 #include "engine/engine.h"
 #include "rpc/metrics.h"
 #include "tests/engine/test_models.h"

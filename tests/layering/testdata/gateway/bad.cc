@@ -1,3 +1,3 @@
 #include "engine/engine.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "worker/engine_loop.h"

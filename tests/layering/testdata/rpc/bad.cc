@@ -1,2 +1,2 @@
 #include "worker/engine_loop.h"
-#include "engine/sampling_params.h"
+#include "engine/sample/sampling_params.h"

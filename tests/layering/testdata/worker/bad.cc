@@ -1,2 +1,2 @@
 #include "rpc/status.h"
-#include "gateway/generate_call.h"
+#include "gateway/calls/generate_call.h"

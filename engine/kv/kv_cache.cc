@@ -1,0 +1,83 @@
+#include "engine/kv/kv_cache.h"
+
+#include <cstring>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem::engine {
+
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const ModelConfig& config,
+                                                         const KvCacheOptions& options) {
+  if (options.block_size < 1 || options.block_size > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block_size ", options.block_size, " is out of range [1, 1024]"));
+  }
+  if (options.dtype != GgmlType::kF32 && options.dtype != GgmlType::kF16) {
+    return absl::InvalidArgumentError("kv_type must be f32 or f16");
+  }
+  const int64_t block_bytes = int64_t{2} * config.n_layer * options.block_size *
+                              config.kv_dim() * GgmlBlockBytes(options.dtype);
+  const int64_t num_blocks = options.budget_bytes / block_bytes;
+  if (num_blocks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv_budget_bytes ", options.budget_bytes, " holds no KV block (one block needs ",
+        block_bytes, " bytes)"));
+  }
+  if (num_blocks > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError("kv_budget_bytes allows more than 2^30 blocks");
+  }
+  std::unique_ptr<uint8_t[]> memory(new (std::nothrow) uint8_t[block_bytes * num_blocks]);
+  if (memory == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "kv_budget_bytes: cannot allocate ", block_bytes * num_blocks, " bytes"));
+  }
+  return std::unique_ptr<KvCache>(new KvCache(config, options,
+                                              static_cast<int32_t>(num_blocks),
+                                              std::move(memory)));
+}
+
+KvCache::KvCache(const ModelConfig& config, const KvCacheOptions& options,
+                 int32_t num_blocks, std::unique_ptr<uint8_t[]> memory)
+    : block_size_(options.block_size),
+      kv_dim_(config.kv_dim()),
+      n_layer_(config.n_layer),
+      dtype_(options.dtype),
+      elem_bytes_(GgmlBlockBytes(options.dtype)),
+      layer_bytes_(int64_t{2} * options.block_size * config.kv_dim() * elem_bytes_),
+      block_bytes_(layer_bytes_ * config.n_layer),
+      memory_(std::move(memory)),
+      pool_(num_blocks) {}
+
+PagedKvView KvCache::LayerView(int32_t layer) {
+  const int64_t k_offset = layer * layer_bytes_;
+  return PagedKvView{
+      .dtype = dtype_,
+      .base = memory_.get(),
+      .block_bytes = block_bytes_,
+      .k_offset = k_offset,
+      .v_offset = k_offset + layer_bytes_ / 2,
+      .block_size = block_size_,
+      .kv_dim = kv_dim_,
+  };
+}
+
+void KvCache::Store(int32_t layer, BlockId block, int32_t slot, const float* k,
+                    const float* v) {
+  uint8_t* layer_base = BlockData(block) + layer * layer_bytes_;
+  uint8_t* kd = layer_base + slot * kv_dim_ * elem_bytes_;
+  uint8_t* vd = layer_base + layer_bytes_ / 2 + slot * kv_dim_ * elem_bytes_;
+  if (dtype_ == GgmlType::kF32) {
+    std::memcpy(kd, k, kv_dim_ * sizeof(float));
+    std::memcpy(vd, v, kv_dim_ * sizeof(float));
+    return;
+  }
+  auto* kh = reinterpret_cast<uint16_t*>(kd);
+  auto* vh = reinterpret_cast<uint16_t*>(vd);
+  for (int32_t i = 0; i < kv_dim_; ++i) {
+    kh[i] = Fp32ToFp16(k[i]);
+    vh[i] = Fp32ToFp16(v[i]);
+  }
+}
+
+}  // namespace tandem::engine

@@ -1,0 +1,80 @@
+// Memory for the paged KV cache: a fixed number of blocks, each holding the
+// keys and values of `block_size` consecutive tokens for every layer, carved
+// from a byte budget fixed at start. Bookkeeping (who holds which block) is
+// the BlockPool's; this class only maps (block, layer, slot) to bytes.
+// Engine-thread only.
+#ifndef TANDEM_ENGINE_KV_KV_CACHE_H_
+#define TANDEM_ENGINE_KV_KV_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/kv/block_pool.h"
+#include "engine/gguf/model_config.h"
+#include "engine/gguf/tensor_type.h"
+
+namespace tandem::engine {
+
+struct KvCacheOptions {
+  int32_t block_size = 16;              // tokens per block
+  int64_t budget_bytes = 256ll << 20;   // all KV memory, fixed at start
+  GgmlType dtype = GgmlType::kF32;      // kF32 or kF16
+};
+
+// One layer's view of every block, for attention kernels.
+// Block b's keys for this layer: base + b * block_bytes + k_offset, laid out
+// [block_size][kv_dim] of `dtype`; values likewise at v_offset.
+struct PagedKvView {
+  GgmlType dtype = GgmlType::kF32;
+  uint8_t* base = nullptr;
+  int64_t block_bytes = 0;
+  int64_t k_offset = 0;
+  int64_t v_offset = 0;
+  int32_t block_size = 0;
+  int32_t kv_dim = 0;
+};
+
+class KvCache {
+ public:
+  // InvalidArgument naming the flag when the budget holds no block, the block
+  // size is not in [1, 1024] or the dtype is not f32/f16.
+  static absl::StatusOr<std::unique_ptr<KvCache>> Create(const ModelConfig& config,
+                                                         const KvCacheOptions& options);
+
+  int32_t block_size() const { return block_size_; }
+  int32_t num_blocks() const { return pool_.num_blocks(); }
+  int64_t block_bytes() const { return block_bytes_; }
+  GgmlType dtype() const { return dtype_; }
+  BlockPool& pool() { return pool_; }
+  const BlockPool& pool() const { return pool_; }
+
+  PagedKvView LayerView(int32_t layer);
+
+  // Stores one token's key and value (f32, [kv_dim] each) of `layer`.
+  void Store(int32_t layer, BlockId block, int32_t slot, const float* k, const float* v);
+
+  // The raw bytes of one block (all layers), e.g. for shipping it elsewhere.
+  uint8_t* BlockData(BlockId block) { return memory_.get() + block * block_bytes_; }
+
+ private:
+  KvCache(const ModelConfig& config, const KvCacheOptions& options, int32_t num_blocks,
+          std::unique_ptr<uint8_t[]> memory);
+
+  int32_t block_size_;
+  int32_t kv_dim_;
+  int32_t n_layer_;
+  GgmlType dtype_;
+  int64_t elem_bytes_;
+  int64_t layer_bytes_;  // keys and values of one layer within a block
+  int64_t block_bytes_;
+  // Default-initialized, so pages are committed by the OS only once a block
+  // is first written: RSS follows use, the budget bounds it.
+  std::unique_ptr<uint8_t[]> memory_;
+  BlockPool pool_;
+};
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_KV_KV_CACHE_H_

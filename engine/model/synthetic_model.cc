@@ -1,0 +1,201 @@
+#include "engine/model/synthetic_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "engine/gguf/gguf_writer.h"
+
+namespace tandem::engine {
+namespace {
+
+// Portable deterministic normal samples (SplitMix64 + Box-Muller), so a seed
+// gives the same model on every platform and standard library.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double Uniform() { return (Next() >> 11) * (1.0 / 9007199254740992.0); }
+  float Normal() {
+    const double u1 = std::max(Uniform(), 1e-300);
+    const double u2 = Uniform();
+    return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * M_PI * u2));
+  }
+
+ private:
+  uint64_t state_;
+};
+
+std::vector<uint8_t> Encode(const std::vector<float>& values, GgmlType type) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  std::vector<uint8_t> out(GgmlRowBytes(type, n));
+  QuantizeRow(type, values.data(), out.data(), n);
+  return out;
+}
+
+// English-like pieces for the vocabulary. Every prefix of a word is added
+// before the word, so SentencePiece's pairwise merges can reach it.
+constexpr const char* kWords[] = {
+    "the", "and", "was", "she", "he", "to", "a", "of", "in", "it", "they", "her", "his",
+    "day", "one", "upon", "time", "once", "there", "little", "girl", "boy", "play",
+    "with", "big", "saw", "said", "went", "happy", "friend", "tree", "ball", "park",
+    "mom", "dog", "cat", "sun", "run", "fun", "very", "had", "on", "for", "is", "you",
+    "that", "not", "but", "so", "then", "what", "we", "all", "be", "at", "up", "out",
+    "red", "blue", "green", "look", "like", "love", "help", "home", "named", "loved"};
+
+std::vector<std::string> Pieces(int32_t n_pieces) {
+  std::vector<std::string> pieces;
+  absl::flat_hash_set<std::string> seen;
+  auto add = [&](const std::string& p) {
+    if (static_cast<int32_t>(pieces.size()) < n_pieces && seen.insert(p).second) {
+      pieces.push_back(p);
+    }
+  };
+  const std::string space = "\xe2\x96\x81";  // U+2581, SentencePiece's space
+  add(space);
+  for (char c = 'a'; c <= 'z'; ++c) add(std::string(1, c));
+  for (const char* c : {".", ",", "!", "?", "'", "\""}) add(c);
+  for (const char* w : kWords) {
+    const std::string word(w);
+    for (size_t k = 1; k <= word.size(); ++k) add(space + word.substr(0, k));
+  }
+  for (char c = 'A'; c <= 'Z'; ++c) add(std::string(1, c));
+  for (char c = '0'; c <= '9'; ++c) add(std::string(1, c));
+  // Fill the rest with two-letter pieces.
+  for (char a = 'a'; a <= 'z'; ++a) {
+    for (char b = 'a'; b <= 'z'; ++b) add(std::string{a, b});
+  }
+  return pieces;
+}
+
+void AddTokenizer(const SyntheticModelOptions& o, GgufWriter& w) {
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};  // unknown, control, control
+  for (int b = 0; b < 256; ++b) {
+    tokens.push_back(absl::StrFormat("<0x%02X>", b));
+    types.push_back(6);  // byte
+  }
+  for (std::string& p : Pieces(o.n_vocab - static_cast<int32_t>(tokens.size()))) {
+    tokens.push_back(std::move(p));
+    types.push_back(1);  // normal
+  }
+  while (static_cast<int32_t>(tokens.size()) < o.n_vocab) {  // unreachable fillers
+    tokens.push_back(absl::StrCat("<unused", tokens.size(), ">"));
+    types.push_back(5);
+  }
+  // Longer pieces score higher so merges prefer whole words.
+  std::vector<float> scores(tokens.size(), 0.0f);
+  for (size_t i = 259; i < tokens.size(); ++i) {
+    scores[i] = static_cast<float>(tokens[i].size()) - static_cast<float>(i) * 1e-4f;
+  }
+  w.SetString("tokenizer.ggml.model", "llama");
+  w.SetStringArray("tokenizer.ggml.tokens", tokens);
+  w.SetFloat32Array("tokenizer.ggml.scores", scores);
+  w.SetInt32Array("tokenizer.ggml.token_type", types);
+  w.SetUint32("tokenizer.ggml.unknown_token_id", 0);
+  w.SetUint32("tokenizer.ggml.bos_token_id", 1);
+  w.SetUint32("tokenizer.ggml.eos_token_id", 2);
+  w.SetBool("tokenizer.ggml.add_bos_token", true);
+  w.SetBool("tokenizer.ggml.add_eos_token", false);
+}
+
+}  // namespace
+
+absl::Status ValidateSyntheticModelOptions(const SyntheticModelOptions& o) {
+  if (o.arch != "llama" && o.arch != "qwen2") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("arch \"", o.arch, "\" is not supported; use llama or qwen2"));
+  }
+  if (o.n_vocab < 259 + 16 || o.n_vocab > 1 << 20) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n_vocab ", o.n_vocab, " is out of range [275, 1048576]"));
+  }
+  for (auto [name, v] : {std::pair{"n_embd", o.n_embd}, {"n_layer", o.n_layer},
+                         {"n_head", o.n_head}, {"n_head_kv", o.n_head_kv},
+                         {"n_ff", o.n_ff}, {"context_length", o.context_length}}) {
+    if (v < 1 || v > 1 << 20) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " ", v, " is out of range"));
+    }
+  }
+  if (o.n_embd % o.n_head != 0 || (o.n_embd / o.n_head) % 2 != 0) {
+    return absl::InvalidArgumentError("n_embd must be a multiple of 2 * n_head");
+  }
+  if (o.n_head % o.n_head_kv != 0) {
+    return absl::InvalidArgumentError("n_head must be a multiple of n_head_kv");
+  }
+  const int64_t bs = GgmlBlockSize(o.type);
+  if (o.n_embd % bs != 0 || o.n_ff % bs != 0 || o.n_embd / o.n_head * o.n_head_kv % bs != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("type ", absl::AsciiStrToLower(std::string(GgmlTypeName(o.type))),
+                     " needs n_embd, n_ff and the KV width to be multiples of ", bs));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteSyntheticModel(const SyntheticModelOptions& o, const std::string& path) {
+  RETURN_IF_ERROR(ValidateSyntheticModelOptions(o));
+  const int32_t head_dim = o.n_embd / o.n_head;
+  const int32_t kv_dim = head_dim * o.n_head_kv;
+  GgufWriter w;
+  const std::string a = o.arch + ".";
+  w.SetString("general.architecture", o.arch);
+  w.SetString("general.name", absl::StrCat("tandem-synthetic-", o.arch));
+  w.SetUint32(a + "context_length", o.context_length);
+  w.SetUint32(a + "embedding_length", o.n_embd);
+  w.SetUint32(a + "block_count", o.n_layer);
+  w.SetUint32(a + "feed_forward_length", o.n_ff);
+  w.SetUint32(a + "attention.head_count", o.n_head);
+  w.SetUint32(a + "attention.head_count_kv", o.n_head_kv);
+  w.SetUint32(a + "rope.dimension_count", head_dim);
+  w.SetFloat32(a + "rope.freq_base", 10000.0f);
+  w.SetFloat32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+  AddTokenizer(o, w);
+
+  Rng rng(o.seed);
+  // Weights ~ N(0, 1/fan_in) keep activations of order one through layers.
+  auto matrix = [&](const std::string& name, int64_t cols, int64_t rows) {
+    std::vector<float> v(static_cast<size_t>(cols * rows));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(cols));
+    for (float& x : v) x = rng.Normal() * scale;
+    w.AddTensor(name, o.type, {cols, rows}, Encode(v, o.type));
+  };
+  auto vector = [&](const std::string& name, int64_t n, float base, float jitter) {
+    std::vector<float> v(n);
+    for (float& x : v) x = base + jitter * rng.Normal();
+    w.AddTensor(name, GgmlType::kF32, {n}, Encode(v, GgmlType::kF32));
+  };
+  matrix("token_embd.weight", o.n_embd, o.n_vocab);
+  vector("output_norm.weight", o.n_embd, 1.0f, 0.1f);
+  if (!o.tied_output) matrix("output.weight", o.n_embd, o.n_vocab);
+  for (int32_t i = 0; i < o.n_layer; ++i) {
+    const std::string b = absl::StrCat("blk.", i, ".");
+    vector(b + "attn_norm.weight", o.n_embd, 1.0f, 0.1f);
+    matrix(b + "attn_q.weight", o.n_embd, o.n_embd);
+    matrix(b + "attn_k.weight", o.n_embd, kv_dim);
+    matrix(b + "attn_v.weight", o.n_embd, kv_dim);
+    if (o.arch == "qwen2") {
+      vector(b + "attn_q.bias", o.n_embd, 0.0f, 0.1f);
+      vector(b + "attn_k.bias", kv_dim, 0.0f, 0.1f);
+      vector(b + "attn_v.bias", kv_dim, 0.0f, 0.1f);
+    }
+    matrix(b + "attn_output.weight", o.n_embd, o.n_embd);
+    vector(b + "ffn_norm.weight", o.n_embd, 1.0f, 0.1f);
+    matrix(b + "ffn_gate.weight", o.n_embd, o.n_ff);
+    matrix(b + "ffn_up.weight", o.n_embd, o.n_ff);
+    matrix(b + "ffn_down.weight", o.n_ff, o.n_embd);
+  }
+  return w.WriteFile(path);
+}
+
+}  // namespace tandem::engine

@@ -1,0 +1,41 @@
+// Writes a valid Llama-family GGUF with deterministic pseudo-random weights
+// and a working SentencePiece-style tokenizer, so the project runs and is
+// benchmarked without any downloaded file. Called by `tandem make-model`,
+// `tandem up` (default model) and tests. Thread-compatible.
+#ifndef TANDEM_ENGINE_MODEL_SYNTHETIC_MODEL_H_
+#define TANDEM_ENGINE_MODEL_SYNTHETIC_MODEL_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "engine/gguf/tensor_type.h"
+
+namespace tandem::engine {
+
+// Defaults: the 25.7M-parameter shape the engine benchmarks use.
+struct SyntheticModelOptions {
+  std::string arch = "llama";  // "llama" or "qwen2" (adds QKV biases)
+  int32_t n_vocab = 512;       // >= 259 + 16: specials, 256 bytes, pieces
+  int32_t n_embd = 512;
+  int32_t n_layer = 8;
+  int32_t n_head = 8;
+  int32_t n_head_kv = 4;
+  int32_t n_ff = 1536;
+  int32_t context_length = 2048;
+  GgmlType type = GgmlType::kF32;  // type of the 2-D weights
+  bool tied_output = false;        // omit output.weight
+  uint64_t seed = 1;
+};
+
+// InvalidArgument naming the option when the shape is inconsistent (e.g.
+// n_embd not divisible by n_head, Q8_0 with n_embd or n_ff not a multiple
+// of 32).
+absl::Status ValidateSyntheticModelOptions(const SyntheticModelOptions& options);
+
+absl::Status WriteSyntheticModel(const SyntheticModelOptions& options,
+                                 const std::string& path);
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_MODEL_SYNTHETIC_MODEL_H_

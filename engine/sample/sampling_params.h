@@ -1,0 +1,73 @@
+// The value types a generation request and its tokens are described with:
+// sampling parameters and sampled tokens with their logprobs. Shared by the
+// engine and by processes that load no weights (the gateway validates
+// requests with them), so this file depends on nothing but Abseil. Plain
+// values; thread-compatible.
+#ifndef TANDEM_ENGINE_SAMPLE_SAMPLING_PARAMS_H_
+#define TANDEM_ENGINE_SAMPLE_SAMPLING_PARAMS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace tandem::engine {
+
+inline constexpr int kMaxTopLogprobs = 20;
+// Bounds of the logit adjustments, as OpenAI's API and vLLM set them.
+inline constexpr float kMaxPenalty = 2.0f;       // presence / frequency: [-2, 2]
+inline constexpr float kMaxLogitBias = 100.0f;   // each bias: [-100, 100]
+inline constexpr float kMaxRepetitionPenalty = 10.0f;  // (0, 10]
+
+struct LogitBias {
+  int32_t id = 0;
+  float bias = 0.0f;
+};
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0 = greedy (argmax)
+  float top_p = 1.0f;        // (0, 1]; 1 = off
+  int32_t top_k = 0;         // 0 = off
+  float min_p = 0.0f;        // [0, 1]; 0 = off
+  uint64_t seed = 0;
+  // Logit adjustments applied before everything above (LogitsProcessor):
+  // OpenAI's presence and frequency penalties over the generated tokens,
+  // the CTRL / Hugging Face repetition penalty over prompt and generated
+  // tokens (1 = off), additive biases (ids unique), and min_tokens: until
+  // that many tokens are generated, end-of-generation and stop_token_ids
+  // cannot be sampled.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  std::vector<LogitBias> logit_bias = {};
+  int32_t min_tokens = 0;
+  // Generating one of these ends the sequence (FinishReason::kStop); the
+  // token is reported, as an end-of-generation token is.
+  std::vector<int32_t> stop_token_ids = {};
+
+  bool IsStopToken(int32_t id) const;
+  bool AdjustsLogits() const;
+};
+
+// InvalidArgument naming the field ("temperature", "top_p", ...) when a value
+// is out of range or not finite. Token ids are checked against n_vocab when
+// it is > 0.
+absl::Status ValidateSamplingParams(const SamplingParams& params, int32_t n_vocab = 0);
+
+struct TokenLogprob {
+  int32_t id = -1;
+  float logprob = 0.0f;
+};
+
+struct SampledToken {
+  int32_t id = -1;
+  // log softmax of the raw logits (before temperature / truncation) at `id`.
+  float logprob = 0.0f;
+  // The `top_logprobs` most likely tokens under the same distribution, most
+  // likely first (ties by lower id first). Empty when top_logprobs == 0.
+  std::vector<TokenLogprob> top;
+};
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_ENGINE_SAMPLE_SAMPLING_PARAMS_H_

@@ -1,0 +1,483 @@
+#include "gateway/calls/generate_call.h"
+
+#include <algorithm>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "gateway/calls/generate_call_children.h"
+#include "rpc/convert.h"
+#include "rpc/status.h"
+#include "rpc/wire_parse.h"
+
+namespace tandem::gateway {
+namespace {
+
+bool Retryable(const grpc::Status& s) {
+  // The worker could not be reached or is overloaded: another may serve.
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+}
+
+}  // namespace
+
+GenerateCall* GenerateCall::Start(const CallEnv& env, grpc::CallbackServerContext* ctx,
+                                  absl::StatusOr<ValidatedRequest> request) {
+  std::shared_ptr<GenerateCall> call = Open(env, ctx);
+  call->Begin(std::move(request));
+  return call.get();
+}
+
+std::shared_ptr<GenerateCall> GenerateCall::Open(const CallEnv& env,
+                                                 grpc::CallbackServerContext* ctx) {
+  std::shared_ptr<GenerateCall> call(new GenerateCall(env, ctx));
+  call->self_ = call;
+  return call;
+}
+
+GenerateCall::GenerateCall(const CallEnv& env, grpc::CallbackServerContext* ctx)
+    : env_(env), ctx_(ctx) {
+  env_.live->Enter();
+}
+
+namespace {
+
+constexpr char kRequestIdHeader[] = "x-request-id";
+
+// A request without a request id gets "req-" and 16 random hex digits.
+std::string NewRequestId() {
+  thread_local absl::BitGen gen;
+  return absl::StrCat("req-", absl::Hex(absl::Uniform<uint64_t>(gen), absl::kZeroPad16));
+}
+
+void LogEnd(const std::string& request_id, const absl::Status& status) {
+  // Failures the client did not cause are worth a line at the default level.
+  const bool server_side = status.code() == absl::StatusCode::kInternal ||
+                           status.code() == absl::StatusCode::kUnknown ||
+                           status.code() == absl::StatusCode::kDataLoss;
+  if (!common::LogEnabled(server_side ? common::LogLevel::kWarning : common::LogLevel::kDebug)) {
+    return;
+  }
+  common::LogLine("gateway") << "request " << (request_id.empty() ? "-" : request_id) << ": "
+                             << (status.ok() ? "OK" : status.ToString());
+}
+
+}  // namespace
+
+uint64_t DrawSeed() {
+  thread_local absl::BitGen gen;
+  return absl::Uniform<uint64_t>(gen);
+}
+
+absl::Status AssignRequestId(grpc::CallbackServerContext& ctx, ValidatedRequest& request) {
+  if (request.request_id.empty()) {
+    const auto& metadata = ctx.client_metadata();
+    if (auto it = metadata.find(kRequestIdHeader); it != metadata.end()) {
+      const std::string_view id(it->second.data(), it->second.size());
+      RETURN_IF_ERROR(ValidateRequestId(id, kRequestIdHeader));
+      request.request_id = std::string(id);
+    }
+  }
+  if (request.request_id.empty()) request.request_id = NewRequestId();
+  ctx.AddInitialMetadata(kRequestIdHeader, request.request_id);
+  return absl::OkStatus();
+}
+
+void GenerateCall::Begin(absl::StatusOr<ValidatedRequest> request, SessionTurn turn) {
+  Next next;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ending_) return;  // the client went away first
+    turn_ = std::move(turn);
+    if (request.ok()) {
+      // Filled in here, once for Generate and Chat alike.
+      if (absl::Status id = AssignRequestId(*ctx_, *request); !id.ok()) request = id;
+    }
+    if (request.ok() && !request->seed_given) request->sampling.seed = DrawSeed();
+    if (!request.ok()) {
+      next = End(request.status());
+    } else {
+      const int64_t prompt_tokens = static_cast<int64_t>(request->prompt_ids.size());
+      absl::StatusOr<rpc::Admission::Ticket> ticket = env_.admission->TryAdmit(prompt_tokens);
+      // Every request in flight holds (or will hold) a decode stream.
+      if (ticket.ok() && env_.decode_capacity &&
+          env_.admission->in_flight() > env_.decode_capacity()) {
+        ticket = absl::ResourceExhaustedError(absl::StrCat(
+            "decode capacity: ", env_.decode_capacity(),
+            " streams are in flight on the decode workers; retry later"));
+      }
+      if (ticket.ok()) {
+        // The most KV its decode worker will hold for it.
+        absl::StatusOr<KvBudget::Ticket> kv =
+            env_.kv_budget->TryCharge(prompt_tokens + request->max_tokens);
+        if (kv.ok()) {
+          kv_ticket_ = std::move(*kv);
+        } else {
+          ticket = kv.status();
+        }
+      }
+      if (!ticket.ok()) {
+        rpc::AddRetryHint(*ctx_, env_.admission->retry_after());
+        next = End(ticket.status());
+      } else {
+        ticket_ = std::move(*ticket);
+        request_ = std::move(*request);
+        usage_.set_prompt_tokens(static_cast<int32_t>(prompt_tokens));
+        env_.metrics->prompt_tokens.Increment(static_cast<double>(prompt_tokens));
+        emitter_ = std::make_unique<TokenEmitter>(
+            *env_.tokenizer,
+            EmitterOptions{.max_tokens = request_.max_tokens,
+                           .ignore_eos = request_.ignore_eos,
+                           .stop = request_.stop,
+                           .stop_token_ids = request_.sampling.stop_token_ids});
+        prefill_request_.mutable_prompt_token_ids()->Assign(request_.prompt_ids.begin(),
+                                                            request_.prompt_ids.end());
+        rpc::SamplingToProto(request_.sampling, prefill_request_.mutable_sampling());
+        prefill_request_.set_request_id(request_.request_id);
+        prefill_request_.set_top_logprobs(request_.top_logprobs);
+        prefill_request_.set_cache_salt(request_.cache_salt);
+        if (request_.prompt_logprobs >= 0) {
+          prefill_request_.set_prompt_logprobs(request_.prompt_logprobs);
+        }
+      }
+    }
+  }
+  bool local = false;
+  if (!next.finish) {
+    absl::MutexLock lock(&mu_);
+    local = turn_.local_prefill;
+  }
+  if (next.finish) {
+    Run(std::move(next));
+  } else if (local) {
+    StartDecode();
+  } else {
+    StartPrefill();
+  }
+}
+
+void GenerateCall::StartPrefill() {
+  PrefillAttempt* attempt = nullptr;
+  Next next;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ending_) return;
+    RouteDecision route;
+    if (env_.prefill_router != nullptr) {
+      route = env_.prefill_router->Route(*env_.prefill, request_.prompt_ids, tried_,
+                                           request_.cache_salt);
+    } else {
+      route.pick =
+          env_.prefill->Acquire(tried_, static_cast<int64_t>(request_.prompt_ids.size()));
+    }
+    WorkerPicker::Pick pick = std::move(route.pick);
+    // Another worker holds more of the prefix: the chosen one pulls it. A
+    // resumed stream (tokens generated before a migration) computes what its
+    // worker lacks instead: the engine imports a pulled prefix only under a
+    // fresh prompt.
+    // Prompt logprobs need the whole prompt computed where they are asked.
+    const bool resumed = prefill_request_.generated_token_ids_size() > 0 ||
+                         prefill_request_.has_prompt_logprobs();
+    prefill_request_.set_prefix_holder(resumed ? "" : route.pull_from);
+    prefill_request_.set_prefix_blocks(resumed ? 0 : route.pull_blocks);
+    // A session's decode worker holding more of the prompt than any
+    // prefill worker: the chosen one takes the session's blocks from it.
+    if (!resumed && turn_.holder_blocks > std::max(route.overlap_blocks, route.pull_blocks)) {
+      prefill_request_.set_prefix_holder(turn_.kv_holder);
+      prefill_request_.set_prefix_blocks(turn_.holder_blocks);
+    }
+    if (!pick.valid()) {
+      next = End(tried_.empty()
+                     ? absl::UnavailableError("prefill: no prefill worker is available")
+                     : last_prefill_error_);
+    } else {
+      tried_.push_back(pick.index());
+      prefill_address_ = pick.address();
+      prefill_pick_ = std::move(pick);
+      prefill_attempt_ = attempt =
+          new PrefillAttempt(shared_from_this(), ChildContext(),
+                             env_.channels->Get(prefill_address_), prefill_request_);
+    }
+  }
+  if (attempt == nullptr) {
+    Run(std::move(next));
+    return;
+  }
+  attempt->Start();
+}
+
+void GenerateCall::OnPrefillDone(const grpc::Status& status,
+                                 const tandem::v1::PrefillResponse& response) {
+  Next next;
+  bool retry = false;
+  {
+    absl::MutexLock lock(&mu_);
+    prefill_attempt_ = nullptr;
+    prefill_pick_ = WorkerPicker::Pick();
+    if (status.ok()) prefill_ = response;
+    if (ending_) {
+      // The client went away while the prefill ran: its blocks are nobody's.
+      if (status.ok()) {
+        env_.releases->Release(prefill_address_, prefill_.lease_id(),
+                               absl::CancelledError("the client went away"));
+      }
+      return;
+    }
+    if (status.ok()) {
+      ticket_.DoneQueuing();
+      lease_held_ = true;
+      keep_lease_ = env_.lease_keeper->Keep(prefill_address_, prefill_.lease_id());
+      if (migrations_ == 0) {  // the request's own prefill, not a resumption's
+        usage_.set_queue_seconds(prefill_.queue_seconds());
+        usage_.set_prefill_seconds(prefill_.prefill_seconds());
+        usage_.set_cached_prompt_tokens(prefill_.cached_prompt_tokens());
+        env_.metrics->queue_time.Observe(prefill_.queue_seconds());
+        for (const tandem::v1::SampledTokenProto& t : prefill_.prompt_logprobs()) {
+          tandem::v1::Token token = PublicToken(*env_.tokenizer, t);
+          token.set_text(SanitizeUtf8(token.raw()));
+          prompt_tokens_.push_back(std::move(token));
+        }
+      }
+      generated_ids_.push_back(prefill_.first_token().id());
+      std::vector<tandem::v1::Token> out;
+      const bool done = emitter_->Push(prefill_.first_token(), &out);
+      next.write = Prepare(out);
+      if (done) {
+        Next end = Complete();
+        next.finish = end.finish;
+        next.status = end.status;
+        next.commit = end.commit;
+      } else if (!next.write) {
+        next.decode = true;  // the first token's text is held back
+      }
+    } else if (Retryable(status) && !cancelled_ &&
+               tried_.size() < static_cast<size_t>(env_.prefill->size())) {
+      env_.metrics->prefill_retries.Increment();
+      last_prefill_error_ = rpc::FromGrpcStatus(status, "prefill");
+      retry = true;
+    } else if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !cancelled_ &&
+               waited_ < env_.unavailable_wait) {
+      // Every worker tried is down (restarting, say): wait, then try them
+      // all again, up to unavailable_wait in all.
+      env_.metrics->prefill_retries.Increment();
+      last_prefill_error_ = rpc::FromGrpcStatus(status, "prefill");
+      // 100 ms, doubling to 1.6 s.
+      ++wait_rounds_;
+      const absl::Duration pause =
+          std::min(absl::Milliseconds(100) * (1 << std::min(wait_rounds_ - 1, 4)),
+                   env_.unavailable_wait - waited_);
+      waited_ += pause;
+      retry_alarm_ = std::make_unique<grpc::Alarm>();
+      // Weak: the alarm, a member, keeps its callback; the server call keeps
+      // this object alive while it waits.
+      std::weak_ptr<GenerateCall> weak = weak_from_this();
+      retry_alarm_->Set(absl::ToChronoTime(absl::Now() + pause), [weak](bool ok) {
+        if (std::shared_ptr<GenerateCall> self = weak.lock(); ok && self != nullptr) {
+          self->RetryRound();
+        }
+      });
+    } else {
+      next = End(rpc::FromGrpcStatus(status, "prefill"));
+    }
+  }
+  if (retry) {
+    StartPrefill();
+  } else {
+    Run(std::move(next));
+  }
+}
+
+void GenerateCall::RetryRound() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (ending_) return;
+    tried_.clear();
+  }
+  StartPrefill();
+}
+
+void GenerateCall::OnWriteDone(bool ok) {
+  Next next;
+  {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (ending_) {
+      finished_ = next.finish = true;
+      next.status = end_status_;
+    } else if (!ok) {
+      next = End(absl::CancelledError("the client went away"));
+    } else if (migrate_after_write_) {
+      migrate_after_write_ = false;
+      next.prefill = true;
+    } else if (!decode_started_) {
+      next.decode = true;  // the first token is out
+    } else {
+      next.read = true;
+      AwaitDecodeMessage();
+    }
+  }
+  Run(std::move(next));
+}
+
+void GenerateCall::OnCancel() {
+  Next next;
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    if (prefill_attempt_ != nullptr) prefill_attempt_->Cancel();
+    if (retry_alarm_ != nullptr) retry_alarm_->Cancel();
+    // Counted as the client saw it: a deadline that passed is not a cancel.
+    next = End(absl::FromChrono(ctx_->deadline()) <= absl::Now()
+                   ? absl::DeadlineExceededError("the request's deadline passed")
+                   : absl::CancelledError("the client cancelled"));
+  }
+  Run(std::move(next));
+}
+
+void GenerateCall::OnDone() { self_.reset(); }
+
+void GenerateCall::Run(Next next) {
+  DecodeRelay* relay = nullptr;
+  if (next.read) {
+    absl::MutexLock lock(&mu_);
+    relay = relay_;
+  }
+  if (next.write) StartWrite(&write_buffer_);
+  if (next.finish) Finish(rpc::ToGrpcStatus(next.status));
+  if (relay != nullptr) relay->Read();
+  if (next.decode) StartDecode();
+  if (next.prefill) StartPrefill();
+  if (next.commit) Commit();
+}
+
+GenerateCall::Next GenerateCall::Complete() {
+  if (!turn_.commit || committed_) return End(absl::OkStatus());
+  Next next;
+  if (committing_) return next;
+  committing_ = true;
+  // A decode call still producing (a stop string matched) is stopped; its
+  // worker keeps the KV computed so far for the session.
+  if (relay_ != nullptr && !decode_finishing_) relay_->Cancel();
+  next.commit = true;
+  return next;
+}
+
+void GenerateCall::Commit() {
+  std::string reply, address;
+  std::vector<int32_t> reply_ids;
+  SessionTurn::Commit commit;
+  {
+    absl::MutexLock lock(&mu_);
+    reply = reply_;
+    reply_ids = reply_ids_;
+    address = decode_address_;
+    commit = turn_.commit;
+  }
+  commit(std::move(reply), std::move(reply_ids), std::move(address),
+               [self = shared_from_this()](absl::Status status, tandem::v1::Usage usage) {
+                 self->OnCommitted(std::move(status), usage);
+               });
+}
+
+void GenerateCall::OnCommitted(absl::Status status, const tandem::v1::Usage& usage) {
+  Next next;
+  {
+    absl::MutexLock lock(&mu_);
+    committing_ = false;
+    committed_ = true;
+    if (ending_) return;  // the client went away meanwhile
+    if (status.ok()) {
+      usage_.MergeFrom(usage);
+      std::vector<tandem::v1::Token> out = std::move(final_tokens_);
+      next.write = Prepare(out);
+    }
+    Next end = End(std::move(status));
+    next.finish = end.finish;
+    next.status = end.status;
+  }
+  Run(std::move(next));
+}
+
+bool GenerateCall::Prepare(std::vector<tandem::v1::Token>& tokens) {
+  if (turn_.commit && !committed_) {
+    for (const tandem::v1::Token& t : tokens) {
+      reply_ += t.text();
+      reply_ids_.push_back(t.id());
+    }
+    if (emitter_->finished()) {
+      // The last message waits for the turn's commit (OnCommitted).
+      for (tandem::v1::Token& t : tokens) final_tokens_.push_back(std::move(t));
+      return false;
+    }
+  }
+  if (tokens.empty() && !emitter_->finished()) return false;
+  response_.Clear();
+  if (!sent_first_) {
+    sent_first_ = true;
+    response_.set_seed(request_.sampling.seed);
+    response_.set_request_id(request_.request_id);
+    for (tandem::v1::Token& t : prompt_tokens_) *response_.add_prompt_logprobs() = std::move(t);
+    prompt_tokens_.clear();
+  }
+  const absl::Time now = absl::Now();
+  for (tandem::v1::Token& t : tokens) *response_.add_tokens() = std::move(t);
+  if (!tokens.empty()) {
+    if (last_token_ == absl::InfinitePast()) {
+      env_.metrics->time_to_first_token.Observe(absl::ToDoubleSeconds(now - start_));
+    } else {
+      const double gap = absl::ToDoubleSeconds(now - last_token_) / tokens.size();
+      for (size_t i = 0; i < tokens.size(); ++i) env_.metrics->inter_token_latency.Observe(gap);
+    }
+    last_token_ = now;
+    env_.metrics->generated_tokens.Increment(static_cast<double>(tokens.size()));
+  }
+  if (emitter_->finished()) {
+    response_.set_finish_reason(emitter_->finish_reason());
+    usage_.set_completion_tokens(emitter_->completion_tokens());
+    *response_.mutable_usage() = usage_;
+  }
+  write_buffer_ = rpc::SerializeMessage(response_);
+  writing_ = true;
+  return true;
+}
+
+GenerateCall::Next GenerateCall::End(absl::Status status) {
+  Next next;
+  if (ending_) return next;
+  ending_ = true;
+  end_status_ = status;
+  // The decode worker releases a lease it fetched; any other end after
+  // prefill leaves the lease to us.
+  if (lease_held_ && (!status.ok() || !decode_started_)) {
+    env_.releases->Release(prefill_address_, prefill_.lease_id(), status);
+  }
+  lease_held_ = false;
+  keep_lease_.Reset();
+  // A decode call still producing is stopped (a stop string matched, the
+  // client went away); one that sent its finish ends by itself.
+  if (relay_ != nullptr && !decode_finishing_) relay_->Cancel();
+  if (status.ok()) env_.metrics->e2e_latency.Observe(absl::ToDoubleSeconds(absl::Now() - start_));
+  LogEnd(request_.request_id, status);
+  env_.metrics->requests
+      .Add({{"method", turn_.commit ? "Chat" : "Generate"},
+            {"code", absl::StatusCodeToString(status.code())}})
+      .Increment();
+  ticket_ = rpc::Admission::Ticket();
+  kv_ticket_.Reset();
+  if (!writing_) {
+    finished_ = next.finish = true;
+    next.status = std::move(status);
+  }
+  return next;
+}
+
+std::unique_ptr<grpc::ClientContext> GenerateCall::ChildContext() const {
+  std::unique_ptr<grpc::ClientContext> cctx = grpc::ClientContext::FromCallbackServerContext(*ctx_);
+  const auto cap = absl::ToChronoTime(start_ + env_.request_timeout);
+  if (cctx->deadline() > cap) cctx->set_deadline(cap);
+  return cctx;
+}
+
+}  // namespace tandem::gateway

@@ -1,0 +1,272 @@
+// GenerateCall's decode phase: the Decode call on the decode worker (the
+// session's KV holder first; a local prefill when it computes the prompt
+// itself), its messages relayed to the client, the progress deadline, and
+// migration to another worker when one fails under the stream.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "gateway/calls/generate_call.h"
+#include "gateway/calls/generate_call_children.h"
+#include "rpc/convert.h"
+#include "rpc/status.h"
+
+namespace tandem::gateway {
+namespace {
+
+// A decode stream that ended this way failed with its worker (or its
+// hand-off), not with the request: another worker may carry it on.
+// Cancellation, deadlines and refusals of the request itself are final.
+bool Migratable(const grpc::Status& s) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case grpc::StatusCode::ABORTED:
+    case grpc::StatusCode::INTERNAL:
+    case grpc::StatusCode::UNKNOWN:
+    case grpc::StatusCode::DATA_LOSS:
+    case grpc::StatusCode::NOT_FOUND:  // the lease's worker restarted
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The index of the decode worker at `address`, or -1 (none named, or gone).
+int HolderIndex(const WorkerPicker& picker, const std::string& address) {
+  if (address.empty()) return -1;
+  for (int i = 0; i < picker.size(); ++i) {
+    if (picker.active(i) && picker.address(i) == address) return i;
+  }
+  return -1;
+}
+
+}  // namespace
+
+void GenerateCall::StartDecode() {
+  DecodeRelay* relay = nullptr;
+  Next next;
+  bool fall_back = false;  // to a prefill worker, when a local prefill cannot run
+  {
+    absl::MutexLock lock(&mu_);
+    if (ending_) return;
+    // A decode worker holding the prompt's leading blocks fetches only the
+    // rest (delta transfer), so decode is routed on overlap and load too.
+    auto pick = [&](const std::vector<int>& exclude) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      // A session's turn goes where its KV is kept while that worker is
+      // reachable (one that is not is picked only when no other is left).
+      const int holder = HolderIndex(*env_.decode, turn_.kv_holder);
+      if (holder >= 0 && std::find(exclude.begin(), exclude.end(), holder) == exclude.end()) {
+        return env_.decode->Acquire(exclude, 0, [holder](int i, const WorkerPicker::Load& l) {
+          return i == holder ? -1.0 : static_cast<double>(l.in_flight);
+        });
+      }
+      return env_.decode_router != nullptr
+                 ? env_.decode_router
+                       ->Route(*env_.decode, request_.prompt_ids, exclude, request_.cache_salt)
+                       .pick
+                 : env_.decode->Acquire(exclude);
+    };
+    // A local prefill runs on the session's KV holder or not at all.
+    local_ = turn_.local_prefill && migrations_ == 0 && prefill_.lease_id().empty();
+    decode_pick_ = pick(decode_tried_);
+    // Every decode worker failed once: one may be back.
+    if (!decode_pick_.valid() && !decode_tried_.empty()) decode_pick_ = pick({});
+    if (local_ && (!decode_pick_.valid() || decode_pick_.address() != turn_.kv_holder)) {
+      decode_pick_ = WorkerPicker::Pick();
+      local_ = false;
+      turn_.local_prefill = false;
+      fall_back = true;
+    } else if (!decode_pick_.valid()) {
+      next = End(absl::UnavailableError("decode: no decode worker is available"));
+    } else {
+      tandem::v1::DecodeRequest req;
+      req.mutable_prompt_token_ids()->Assign(request_.prompt_ids.begin(),
+                                             request_.prompt_ids.end());
+      if (local_) env_.metrics->local_prefills.Increment();
+      if (!local_) *req.mutable_first_token() = prefill_.first_token();
+      rpc::SamplingToProto(request_.sampling, req.mutable_sampling());
+      req.set_max_tokens(request_.max_tokens);
+      req.set_top_logprobs(request_.top_logprobs);
+      // Stop strings and EOS are judged here, on text; the worker stops at
+      // EOS too unless told to ignore it.
+      req.set_ignore_eos(request_.ignore_eos);
+      if (!local_) {
+        req.set_prefill_address(prefill_address_);
+        req.set_lease_id(prefill_.lease_id());
+        req.set_num_blocks(prefill_.num_blocks());
+        *req.mutable_block_hashes() = prefill_.block_hashes();
+      }
+      *req.mutable_generated_token_ids() = prefill_request_.generated_token_ids();
+      req.set_session_id(turn_.session_id);
+      req.set_private_kv(turn_.private_kv);
+      req.set_shift_from(turn_.shift_from);
+      req.set_shift_count(turn_.shift_count);
+      req.set_roll_window(turn_.roll_window);
+      req.set_roll_keep(turn_.roll_keep);
+      req.set_cache_salt(request_.cache_salt);
+      decode_started_ = true;
+      decode_address_ = decode_pick_.address();
+      relay_ = relay = new DecodeRelay(shared_from_this(), ChildContext(),
+                                       env_.channels->Get(decode_pick_.address()),
+                                       std::move(req));
+      AwaitDecodeMessage();
+    }
+  }
+  if (relay != nullptr) {
+    relay->Start();
+  } else if (fall_back) {
+    StartPrefill();
+  } else {
+    Run(std::move(next));
+  }
+}
+
+void GenerateCall::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
+  Next next;
+  {
+    absl::MutexLock lock(&mu_);
+    // The relay is being cancelled, or the reply is complete.
+    if (ending_ || decode_stalled_ || committing_ || committed_) return;
+    awaiting_decode_ = false;
+    keep_lease_.Reset();  // the decode worker fetched the blocks
+    if (!got_decode_message_) {
+      got_decode_message_ = true;
+      usage_.set_kv_transfer_seconds(message.kv_transfer_seconds());
+      usage_.set_first_decode_seconds(message.first_decode_seconds());
+      if (local_ && migrations_ == 0) {
+        // The decode worker prefilled the prompt: its first message holds
+        // the first token.
+        ticket_.DoneQueuing();
+        usage_.set_prefill_seconds(message.first_decode_seconds());
+        usage_.set_cached_prompt_tokens(message.cached_prompt_tokens());
+      }
+    }
+    std::vector<tandem::v1::Token> out;
+    for (const tandem::v1::SampledTokenProto& t : message.tokens()) {
+      generated_ids_.push_back(t.id());
+      if (emitter_->Push(t, &out)) break;
+    }
+    // The worker ends its call after this message by itself.
+    decode_finishing_ = message.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED;
+    if (!emitter_->finished() &&
+        message.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
+      emitter_->Finish(message.finish_reason(), &out);
+    }
+    next.write = Prepare(out);
+    if (emitter_->finished()) {
+      // Done here (e.g. a stop string matched): stop the decode worker.
+      Next end = Complete();
+      next.finish = end.finish;
+      next.status = end.status;
+      next.commit = end.commit;
+    } else if (!next.write) {
+      next.read = true;
+      AwaitDecodeMessage();
+    }
+  }
+  Run(std::move(next));
+}
+
+void GenerateCall::AwaitDecodeMessage() {
+  awaiting_decode_ = true;
+  awaiting_since_ = absl::Now();
+  if (env_.progress_timeout > absl::ZeroDuration() && !progress_alarm_set_) {
+    ArmProgressAlarm(awaiting_since_ + env_.progress_timeout);
+  }
+}
+
+void GenerateCall::ArmProgressAlarm(absl::Time at) {
+  progress_alarm_set_ = true;
+  progress_alarm_ = std::make_unique<grpc::Alarm>();
+  // Weak, as the retry alarm's: the server call keeps this object alive.
+  std::weak_ptr<GenerateCall> weak = weak_from_this();
+  progress_alarm_->Set(absl::ToChronoTime(at), [weak](bool ok) {
+    if (std::shared_ptr<GenerateCall> self = weak.lock(); ok && self != nullptr) {
+      self->CheckProgress();
+    }
+  });
+}
+
+void GenerateCall::CheckProgress() {
+  DecodeRelay* stalled = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    progress_alarm_set_ = false;
+    if (ending_ || relay_ == nullptr || !awaiting_decode_) return;  // set again on the next read
+    const absl::Time due = awaiting_since_ + env_.progress_timeout;
+    if (absl::Now() < due) {
+      ArmProgressAlarm(due);
+      return;
+    }
+    // The worker is alive enough to hold the call open but makes no
+    // progress (its engine is stuck, or its process stopped before the
+    // keepalive noticed): it is treated as failed.
+    decode_stalled_ = true;
+    env_.metrics->progress_timeouts.Increment();
+    stalled = relay_;
+  }
+  stalled->Cancel();  // OnDecodeDone follows and migrates the stream
+}
+
+void GenerateCall::OnDecodeDone(const grpc::Status& result) {
+  Next next;
+  bool migrate = false;
+  {
+    absl::MutexLock lock(&mu_);
+    relay_ = nullptr;
+    awaiting_decode_ = false;
+    keep_lease_.Reset();
+    const int failed = decode_pick_.index();
+    decode_pick_ = WorkerPicker::Pick();
+    if (ending_ || committing_ || committed_) return;
+    const grpc::Status status =
+        decode_stalled_
+            ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                           absl::StrCat("the decode worker made no progress in ",
+                                        absl::FormatDuration(env_.progress_timeout)))
+            : result;
+    decode_stalled_ = false;
+    if (status.ok()) {
+      next = End(absl::InternalError("decode: the stream ended without a finish reason"));
+    } else if (Migratable(status) && !cancelled_ && migrations_ < env_.max_migrations) {
+      // Resume elsewhere from everything produced so far: prefilled again
+      // (the prompt's blocks are likely cached), decoded on another worker.
+      ++migrations_;
+      usage_.set_migrations(migrations_);
+      env_.metrics->migrations.Increment();
+      if (failed >= 0) decode_tried_.push_back(failed);
+      // The old lease is of no use now (the worker may have died before it
+      // fetched or released it; releasing twice is harmless). A local
+      // prefill had none.
+      if (!local_) {
+        env_.releases->Release(prefill_address_, prefill_.lease_id(),
+                               rpc::FromGrpcStatus(status, "decode"));
+      }
+      local_ = false;
+      lease_held_ = false;
+      decode_started_ = false;
+      decode_finishing_ = false;
+      tried_.clear();
+      last_prefill_error_ = rpc::FromGrpcStatus(status, "decode");
+      prefill_request_.mutable_generated_token_ids()->Assign(generated_ids_.begin(),
+                                                             generated_ids_.end());
+      prefill_request_.clear_prompt_logprobs();  // reported with the first message
+      // The resumed prefill's token is written next: after the client's
+      // write in flight, if any (one write outstanding).
+      if (writing_) {
+        migrate_after_write_ = true;
+      } else {
+        migrate = true;
+      }
+    } else {
+      next = End(rpc::FromGrpcStatus(status, "decode"));
+    }
+  }
+  if (migrate) {
+    StartPrefill();
+  } else {
+    Run(std::move(next));
+  }
+}
+
+}  // namespace tandem::gateway

@@ -1,0 +1,119 @@
+#include "gateway/routing/kv_router.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/log.h"
+#include "engine/kv/block_hash.h"
+#include "rpc/metrics.h"
+
+namespace tandem::gateway {
+
+KvRouter::KvRouter(BlockIndex& index, int first_slot, const RouterOptions& options,
+                   prometheus::Registry& registry, RouteRole role)
+    : index_(index),
+      first_slot_(first_slot),
+      options_(options),
+      role_(role),
+      role_name_(role == RouteRole::kPrefill ? "prefill" : "decode"),
+      decisions_(rpc::CounterFamily(registry, "tandem_router_decisions_total",
+                                    "Routing decisions, by worker role and reason")),
+      pulls_(rpc::CounterMetric(registry, "tandem_router_prefix_pulls_total",
+                                "Prefills sent with another worker to pull their prefix from",
+                                {{"role", role_name_}})) {}
+
+RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> prompt,
+                              const std::vector<int>& exclude, uint64_t cache_salt) {
+  RouteDecision d;
+  const int64_t tokens = static_cast<int64_t>(prompt.size());
+  const std::optional<BlockHashParams> params = index_.params();
+  if (!params.has_value()) {
+    d.pick = picker.Acquire(exclude, tokens);
+    d.reason = exclude.empty() ? "no_index" : "retry";
+  } else {
+    const int32_t bs = params->block_size;
+    d.prompt_blocks = static_cast<int32_t>((tokens + bs - 1) / bs);
+    // Every full block, as the worker will hash them; the engine always
+    // computes the last prompt token, so a block holding it is computed
+    // whatever is cached.
+    const std::vector<engine::BlockHash> full =
+        engine::PrefixBlockHashes(prompt, bs, params->model_fingerprint, cache_salt);
+    const std::span<const engine::BlockHash> chain =
+        std::span(full).first(tokens == 0 ? 0 : static_cast<size_t>((tokens - 1) / bs));
+    const int n = picker.size();
+    std::vector<int> slots(n);
+    for (int i = 0; i < n; ++i) slots[i] = first_slot_ + i;
+    const std::vector<TieredOverlap> tiered = index_.OverlapByTier(slots, chain);
+    std::vector<int32_t> overlap(tiered.size());
+    std::vector<double> credit(tiered.size(), 0.0);
+    for (size_t i = 0; i < tiered.size(); ++i) {
+      overlap[i] = tiered[i].blocks;
+      for (int t = 0; t < kNumTiers; ++t) {
+        credit[i] += options_.tier_weights[static_cast<size_t>(t)] *
+                     tiered[i].by_tier[static_cast<size_t>(t)];
+      }
+    }
+    // A worker added since (a DNS change) is known to hold nothing.
+    auto overlap_of = [&](int i) { return i < n ? overlap[i] : 0; };
+    auto credit_of = [&](int i) { return i < n ? credit[i] : 0.0; };
+    std::vector<double> costs(n, 0.0);
+    const WorkerPicker::Charge charge = [&](int i) -> int64_t {
+      if (role_ == RouteRole::kDecode) return tokens;
+      return std::max<int64_t>(1, tokens - int64_t{overlap_of(i)} * bs);  // tokens to compute
+    };
+    d.pick = picker.Acquire(exclude, charge, [&](int i, const WorkerPicker::Load& load) {
+      const double c = options_.overlap_weight * (d.prompt_blocks - credit_of(i)) +
+                       options_.load_weight * static_cast<double>(load.in_flight_tokens) / bs;
+      if (i < n) costs[i] = c;
+      return c;
+    });
+    if (d.pick.valid()) d.overlap_blocks = overlap_of(d.pick.index());
+    if (d.pick.valid() && role_ == RouteRole::kPrefill && options_.pull_min_blocks > 0) {
+      // A holder that has reported the blocks (not a prediction: those are
+      // still being computed) and has enough more of them than the chosen
+      // worker: pulling them beats computing them.
+      const std::vector<int32_t> held = index_.Overlap(slots, chain, absl::Now(), false);
+      int best = -1;
+      for (int i = 0; i < n; ++i) {
+        if (i == d.pick.index() || !picker.active(i) ||
+            std::find(exclude.begin(), exclude.end(), i) != exclude.end()) {
+          continue;
+        }
+        if (best < 0 || held[i] > held[best]) best = i;
+      }
+      if (best >= 0 && held[best] - d.overlap_blocks >= options_.pull_min_blocks) {
+        d.pull_from = picker.address(best);
+        d.pull_blocks = held[best];
+        pulls_.Increment();
+      }
+    }
+    if (d.pick.valid() && options_.prediction_ttl > absl::ZeroDuration()) {
+      index_.Predict(first_slot_ + d.pick.index(), full, absl::Now() + options_.prediction_ttl);
+    }
+    const int32_t best_overlap =
+        overlap.empty() ? 0 : *std::max_element(overlap.begin(), overlap.end());
+    if (!exclude.empty()) {
+      d.reason = "retry";
+    } else if (d.overlap_blocks > 0) {
+      d.reason = "kv_overlap";
+    } else {
+      d.reason = best_overlap > 0 ? "load" : "no_overlap";
+    }
+    if (common::LogEnabled(common::LogLevel::kDebug)) {
+      common::LogLine("router") << role_name_ << " " << (d.pick.valid() ? d.pick.address() : "none")
+                                << " reason=" << d.reason << " prompt_blocks="
+                                << d.prompt_blocks << " overlap=["
+                                << absl::StrJoin(overlap, ",") << "] cost=["
+                                << absl::StrJoin(costs, ",") << "]"
+                                << (d.pull_from.empty()
+                                        ? ""
+                                        : absl::StrCat(" pull ", d.pull_blocks, " blocks from ",
+                                                       d.pull_from));
+    }
+  }
+  decisions_.Add({{"role", role_name_}, {"reason", d.reason}}).Increment();
+  return d;
+}
+
+}  // namespace tandem::gateway

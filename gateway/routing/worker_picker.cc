@@ -1,0 +1,115 @@
+#include "gateway/routing/worker_picker.h"
+
+#include <algorithm>
+
+namespace tandem::gateway {
+
+WorkerPicker::WorkerPicker(std::vector<std::string> addresses) { SetAddresses(addresses); }
+
+void WorkerPicker::SetAddresses(const std::vector<std::string>& addresses) {
+  absl::MutexLock lock(&mu_);
+  for (Worker& w : workers_) {
+    w.active = std::find(addresses.begin(), addresses.end(), w.address) != addresses.end();
+  }
+  for (const std::string& a : addresses) {
+    auto known = [&a](const Worker& w) { return w.address == a; };
+    if (std::find_if(workers_.begin(), workers_.end(), known) == workers_.end()) {
+      workers_.push_back({.address = a, .active = true, .load = {}});
+    }
+  }
+}
+
+void WorkerPicker::SetReachable(int index, bool reachable) {
+  absl::MutexLock lock(&mu_);
+  if (index >= 0 && index < static_cast<int>(workers_.size())) {
+    workers_[index].reachable = reachable;
+  }
+}
+
+int WorkerPicker::size() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(workers_.size());
+}
+
+bool WorkerPicker::active(int index) const {
+  absl::MutexLock lock(&mu_);
+  return workers_[index].active;
+}
+
+const std::string& WorkerPicker::address(int index) const {
+  absl::MutexLock lock(&mu_);
+  return workers_[index].address;
+}
+
+WorkerPicker::Pick& WorkerPicker::Pick::operator=(Pick&& other) noexcept {
+  if (this != &other) {
+    if (picker_ != nullptr) picker_->Release(index_, tokens_);
+    picker_ = other.picker_;
+    index_ = other.index_;
+    tokens_ = other.tokens_;
+    other.picker_ = nullptr;
+    other.index_ = -1;
+    other.tokens_ = 0;
+  }
+  return *this;
+}
+
+WorkerPicker::Pick::~Pick() {
+  if (picker_ != nullptr) picker_->Release(index_, tokens_);
+}
+
+const std::string& WorkerPicker::Pick::address() const { return picker_->address(index_); }
+
+WorkerPicker::Pick WorkerPicker::Acquire(const std::vector<int>& exclude, int64_t tokens,
+                                         const Cost& cost) {
+  return Acquire(exclude, [tokens](int) { return tokens; }, cost);
+}
+
+WorkerPicker::Pick WorkerPicker::Acquire(const std::vector<int>& exclude, const Charge& charge,
+                                         const Cost& cost) {
+  absl::MutexLock lock(&mu_);
+  int best = -1;
+  double best_cost = 0;
+  // Reachable candidates first; the others only when none is left.
+  for (const bool want_reachable : {true, false}) {
+    for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+      if (!workers_[i].active || workers_[i].reachable != want_reachable) continue;
+      if (std::find(exclude.begin(), exclude.end(), i) != exclude.end()) continue;
+      const Load& load = workers_[i].load;
+      const double c = cost ? cost(i, load) : static_cast<double>(load.in_flight);
+      if (best < 0 || c < best_cost ||
+          (c == best_cost && load.in_flight < workers_[best].load.in_flight)) {
+        best = i;
+        best_cost = c;
+      }
+    }
+    if (best >= 0) break;
+  }
+  Pick p;
+  if (best < 0) return p;
+  const int64_t tokens = charge(best);
+  ++workers_[best].load.in_flight;
+  workers_[best].load.in_flight_tokens += tokens;
+  p.picker_ = this;
+  p.index_ = best;
+  p.tokens_ = tokens;
+  return p;
+}
+
+int WorkerPicker::in_flight(int index) const {
+  absl::MutexLock lock(&mu_);
+  return workers_[index].load.in_flight;
+}
+
+int64_t WorkerPicker::in_flight_tokens(int index) const {
+  absl::MutexLock lock(&mu_);
+  return workers_[index].load.in_flight_tokens;
+}
+
+void WorkerPicker::Release(int index, int64_t tokens) {
+  absl::MutexLock lock(&mu_);
+  --workers_[index].load.in_flight;
+  workers_[index].load.in_flight_tokens -= tokens;
+}
+
+}  // namespace tandem::gateway

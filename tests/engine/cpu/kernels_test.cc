@@ -1,0 +1,425 @@
+// Every optimized CPU kernel against the naive reference
+// (engine/cpu/reference_kernels.h), for every ISA this CPU supports (the
+// portable one always), every weight type, odd shapes, unaligned weights and
+// both matmul strategies.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/model/backend.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/kernels.h"
+#include "engine/cpu/matmul.h"
+#include "engine/cpu/reference_kernels.h"
+#include "engine/gguf/tensor_type.h"
+
+namespace tandem::engine::cpu {
+namespace {
+
+std::vector<Isa> SupportedIsas() {
+  std::vector<Isa> isas = {Isa::kPortable};
+  if (IsaSupported(Isa::kAvx2)) isas.push_back(Isa::kAvx2);
+  if (IsaSupported(Isa::kAvx512)) isas.push_back(Isa::kAvx512);
+  return isas;
+}
+
+std::vector<float> RandomFloats(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  // A few outliers, as real activations have.
+  for (int64_t i = 0; i < n; i += 37) v[i] *= 8.0f;
+  return v;
+}
+
+// A weight matrix in GGUF layout, `offset` bytes into its own storage.
+struct TestWeights {
+  std::vector<uint8_t> storage;
+  WeightMatrix matrix;
+};
+
+TestWeights MakeWeights(GgmlType type, int64_t rows, int64_t cols, int64_t offset,
+                        uint32_t seed) {
+  const std::vector<float> values = RandomFloats(rows * cols, seed, 0.5f);
+  const int64_t row_bytes = GgmlRowBytes(type, cols);
+  TestWeights w;
+  w.storage.assign(offset + rows * row_bytes, 0xee);  // exact: ASan sees over-reads
+  uint8_t* base = w.storage.data() + offset;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = values.data() + r * cols;
+    uint8_t* dst = base + r * row_bytes;
+    QuantizeRow(type, src, dst, cols);
+  }
+  w.matrix = {type, base, rows, cols};
+  return w;
+}
+
+// sum_c |w[r, c] * x[t, c]|, the scale f32 rounding errors are relative to.
+std::vector<double> Magnitudes(const WeightMatrix& w, const float* x, int64_t n) {
+  std::vector<double> mag(n * w.rows);
+  std::vector<float> row(w.cols);
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    DequantizeRow(w.type, base + r * GgmlRowBytes(w.type, w.cols), row.data(), w.cols);
+    for (int64_t t = 0; t < n; ++t) {
+      double s = 0.0;
+      for (int64_t c = 0; c < w.cols; ++c) s += std::fabs(double{row[c]} * x[t * w.cols + c]);
+      mag[t * w.rows + r] = s;
+    }
+  }
+  return mag;
+}
+
+// Bound on |x.w - quantized(x).w|: each activation moves by at most half its
+// block's step d.
+std::vector<double> ActivationQuantizationBound(const WeightMatrix& w, const float* x,
+                                                int64_t n) {
+  std::vector<double> bound(n * w.rows);
+  std::vector<float> row(w.cols);
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  for (int64_t t = 0; t < n; ++t) {
+    QuantizeActivationsReference(x + t * w.cols, w.cols, &q, &d);
+    for (int64_t r = 0; r < w.rows; ++r) {
+      DequantizeRow(w.type, base + r * GgmlRowBytes(w.type, w.cols), row.data(), w.cols);
+      double s = 0.0;
+      for (int64_t c = 0; c < w.cols; ++c) s += std::fabs(row[c]) * 0.5 * d[c / kQ8_0BlockSize];
+      bound[t * w.rows + r] = s;
+    }
+  }
+  return bound;
+}
+
+// Checks |got - want| <= rel * mag + extra for every element; reports the worst.
+testing::AssertionResult AllClose(const std::vector<float>& got, const std::vector<float>& want,
+                                  const std::vector<double>& mag, double rel,
+                                  const std::vector<double>* extra = nullptr) {
+  int64_t worst = -1;
+  double worst_excess = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double allowed = rel * mag[i] + 1e-30 + (extra != nullptr ? (*extra)[i] : 0.0);
+    const double err = std::fabs(double{got[i]} - want[i]);
+    if (!(err <= allowed) && (worst < 0 || err - allowed > worst_excess)) {
+      worst = static_cast<int64_t>(i);
+      worst_excess = err - allowed;
+    }
+  }
+  if (worst < 0) return testing::AssertionSuccess();
+  return testing::AssertionFailure() << "element " << worst << ": got " << got[worst]
+                                     << ", want " << want[worst] << ", magnitude "
+                                     << mag[worst] << ", excess " << worst_excess;
+}
+
+struct MatMulCase {
+  int64_t rows;
+  int64_t cols;
+};
+
+class MatMulTest : public testing::TestWithParam<std::tuple<Isa, GgmlType>> {};
+
+TEST_P(MatMulTest, MatchesReference) {
+  const auto [isa, type] = GetParam();
+  const bool q8 = type == GgmlType::kQ8_0;
+  // Rows not a multiple of 4 or 16; F types also take any column count,
+  // including stories260K's n_ff of 172.
+  const std::vector<MatMulCase> shapes =
+      q8 ? std::vector<MatMulCase>{{1, 32}, {5, 96}, {17, 64}, {36, 160}, {64, 512}}
+         : std::vector<MatMulCase>{{1, 1},   {3, 7},   {5, 17},    {17, 96},
+                                   {18, 172}, {33, 64}, {64, 512}, {20, 257}};
+  const int64_t kTokens[] = {1, 2, 3, 7, 16, 33, 64, 300};
+  const int64_t kOffsets[] = {0, 2, 4, 34};
+  uint32_t seed = 1;
+  int case_index = 0;
+  for (const MatMulCase& shape : shapes) {
+    for (int64_t n : kTokens) {
+      if (shape.rows * shape.cols * n > (1 << 22) && n > 64) continue;  // keep it fast
+      const int64_t offset = kOffsets[case_index++ % 4];
+      const TestWeights w = MakeWeights(type, shape.rows, shape.cols, offset, seed++);
+      const std::vector<float> x = RandomFloats(n * shape.cols, seed++);
+      std::vector<float> want(n * shape.rows);
+      MatMulReference(w.matrix, x.data(), n, want.data());
+      const std::vector<double> mag = Magnitudes(w.matrix, x.data(), n);
+      std::vector<float> want_q8;
+      std::vector<double> q8_bound;
+      if (q8) {
+        want_q8.resize(want.size());
+        MatMulQ8Reference(w.matrix, x.data(), n, want_q8.data());
+        q8_bound = ActivationQuantizationBound(w.matrix, x.data(), n);
+      }
+      for (int threads : {1, 2, 3}) {
+        MatMulRunner runner(Kernels(isa), threads);
+        for (MatMulPath path : {MatMulPath::kGemv, MatMulPath::kGemm, MatMulPath::kAuto}) {
+          SCOPED_TRACE(testing::Message()
+                       << "rows " << shape.rows << " cols " << shape.cols << " n " << n
+                       << " offset " << offset << " threads " << threads << " path "
+                       << static_cast<int>(path));
+          std::vector<float> got(want.size(), std::nanf(""));
+          runner.Run(w.matrix, x.data(), n, got.data(), path);
+          const MatMulPath taken = path == MatMulPath::kAuto ? ChoosePath(type, n, shape.cols) : path;
+          const bool quantized_acts = q8 && taken == MatMulPath::kGemv;
+          if (quantized_acts) {
+            // Same quantization as the model: only f32 summation order differs.
+            ASSERT_TRUE(AllClose(got, want_q8, mag, 2e-5));
+            // Against exact f32 activations: within the quantization bound.
+            ASSERT_TRUE(AllClose(got, want, mag, 2e-5, &q8_bound));
+          } else {
+            ASSERT_TRUE(AllClose(got, want, mag, 2e-5));
+          }
+        }
+      }
+    }
+  }
+}
+
+std::string MatMulName(const testing::TestParamInfo<std::tuple<Isa, GgmlType>>& info) {
+  return std::string(IsaName(std::get<0>(info.param))) + "_" +
+         std::string(GgmlTypeName(std::get<1>(info.param)));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
+                         testing::Combine(testing::ValuesIn(SupportedIsas()),
+                                          testing::Values(GgmlType::kF32, GgmlType::kF16,
+                                                          GgmlType::kBF16, GgmlType::kQ8_0)),
+                         MatMulName);
+
+// Each row is computed by one thread the same way whatever the split, so the
+// thread count must not change a single bit.
+TEST(MatMulDeterminismTest, ThreadCountDoesNotChangeResults) {
+  for (Isa isa : SupportedIsas()) {
+    for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0}) {
+      const TestWeights w = MakeWeights(type, 300, 256, 0, 7);
+      const std::vector<float> x = RandomFloats(5 * 256, 8);
+      std::vector<float> one(5 * 300), two(5 * 300);
+      MatMulRunner(Kernels(isa), 1).Run(w.matrix, x.data(), 5, one.data(), MatMulPath::kGemv);
+      MatMulRunner(Kernels(isa), 2).Run(w.matrix, x.data(), 5, two.data(), MatMulPath::kGemv);
+      EXPECT_EQ(one, two) << IsaName(isa) << " " << GgmlTypeName(type);
+    }
+  }
+}
+
+TEST(ChoosePathTest, LongQuantizedRowsStayOnIntegerDots) {
+  // Few tokens: gemv for every type.
+  EXPECT_EQ(ChoosePath(GgmlType::kF16, 8, 4096), MatMulPath::kGemv);
+  // Many tokens: sgemm for float weights and for short quantized rows...
+  EXPECT_EQ(ChoosePath(GgmlType::kF32, 32, 4096), MatMulPath::kGemm);
+  EXPECT_EQ(ChoosePath(GgmlType::kF16, 64, 4096), MatMulPath::kGemm);
+  EXPECT_EQ(ChoosePath(GgmlType::kQ4_K, 64, kShortRowCols), MatMulPath::kGemm);
+  EXPECT_EQ(ChoosePath(GgmlType::kQ8_0, 64, kShortRowCols), MatMulPath::kGemm);
+  // ...but long quantized rows keep their integer dots at any count.
+  EXPECT_EQ(ChoosePath(GgmlType::kQ8_0, 4096, 2048), MatMulPath::kGemv);
+  EXPECT_EQ(ChoosePath(GgmlType::kQ4_K, 4096, 2048), MatMulPath::kGemv);
+  EXPECT_EQ(ChoosePath(GgmlType::kIQ4_NL, 4096, 1024), MatMulPath::kGemv);
+}
+
+TEST(MatMulDeathTest, RejectsPartialQ8Blocks) {
+  const TestWeights w = MakeWeights(GgmlType::kQ8_0, 2, 64, 0, 21);
+  const WeightMatrix partial = {GgmlType::kQ8_0, w.matrix.data, 2, 40};
+  const std::vector<float> x(40);
+  std::vector<float> y(2);
+  MatMulRunner runner(Kernels(Isa::kPortable), 1);
+  EXPECT_DEATH(runner.Run(partial, x.data(), 1, y.data()), "whole blocks");
+}
+
+// The gemv kernels write exactly the requested rows.
+TEST(GemvTest, WritesOnlyItsRowRange) {
+  for (Isa isa : SupportedIsas()) {
+    const TestWeights w = MakeWeights(GgmlType::kF16, 40, 48, 0, 9);
+    const std::vector<float> x = RandomFloats(3 * 48, 10);
+    std::vector<float> y(3 * 40, -7.0f);
+    std::vector<float> scratch(GemvScratchFloats(48));
+    GemvArgs args;
+    args.type = GgmlType::kF16;
+    args.w = static_cast<const uint8_t*>(w.matrix.data);
+    args.row_bytes = GgmlRowBytes(GgmlType::kF16, 48);
+    args.cols = 48;
+    args.n = 3;
+    args.x = x.data();
+    args.y = y.data();
+    args.ldy = 40;
+    args.scratch = scratch.data();
+    Kernels(isa).gemv(args, 11, 29);
+    for (int64_t t = 0; t < 3; ++t) {
+      for (int64_t r = 0; r < 40; ++r) {
+        EXPECT_EQ(y[t * 40 + r] == -7.0f, r < 11 || r >= 29) << IsaName(isa) << " " << t << "," << r;
+      }
+    }
+  }
+}
+
+TEST(QuantizeQ8Test, MatchesReferenceBitForBit) {
+  for (Isa isa : SupportedIsas()) {
+    for (int64_t cols : {32, 64, 96, 512}) {
+      const int64_t n = 3;
+      std::vector<float> x = RandomFloats(n * cols, 11 + cols);
+      for (int64_t i = 0; i < 32; ++i) x[i] = 0.0f;  // an all-zero block
+      x[40] = 0.5f;                                  // ties round to even
+      const int64_t pairs = (cols / 32 + 1) / 2;
+      std::vector<int8_t> qs(n * pairs * 64, 99);
+      std::vector<int32_t> bias(n * pairs * 16, 99);
+      std::vector<float> scale(n * pairs * 16, 99.0f);
+      const Q8Activations out = {pairs, qs.data(), bias.data(), scale.data()};
+      Kernels(isa).quantize_q8(x.data(), n, cols, out);
+      std::vector<int8_t> want_q;
+      std::vector<float> want_d;
+      for (int64_t t = 0; t < n; ++t) {
+        QuantizeActivationsReference(x.data() + t * cols, cols, &want_q, &want_d);
+        for (int64_t b = 0; b < 2 * pairs; ++b) {
+          const bool pad = b >= cols / 32;
+          int32_t sum = 0;
+          for (int i = 0; i < 32; ++i) {
+            const int8_t want = pad ? 0 : want_q[b * 32 + i];
+            ASSERT_EQ(qs[t * pairs * 64 + b * 32 + i], want) << IsaName(isa) << " " << cols;
+            sum += want;
+          }
+          for (int j = 0; j < 8; ++j) {
+            ASSERT_EQ(bias[t * pairs * 16 + b * 8 + j], -16 * sum);
+            ASSERT_EQ(scale[t * pairs * 16 + b * 8 + j], pad ? 0.0f : want_d[b]);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(DequantizeRowsTest, MatchesDequantizeRow) {
+  for (Isa isa : SupportedIsas()) {
+    for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0}) {
+      const int64_t cols = type == GgmlType::kQ8_0 ? 96 : 45;
+      const TestWeights w = MakeWeights(type, 3, cols, 2, 12);
+      std::vector<float> got(3 * cols), want(3 * cols);
+      const auto* base = static_cast<const uint8_t*>(w.matrix.data);
+      const int64_t row_bytes = GgmlRowBytes(type, cols);
+      Kernels(isa).dequantize_rows(type, base, row_bytes, 3, cols, got.data());
+      for (int64_t r = 0; r < 3; ++r) {
+        DequantizeRow(type, base + r * row_bytes, want.data() + r * cols, cols);
+      }
+      EXPECT_EQ(got, want) << IsaName(isa) << " " << GgmlTypeName(type);
+    }
+  }
+}
+
+std::string Label(Isa isa, int64_t size) {
+  return std::string(IsaName(isa)) + " size " + std::to_string(size);
+}
+
+TEST(DequantizeRowsTest, ConvertsEveryHalfExactly) {
+  std::vector<uint16_t> halves(1 << 16);
+  for (uint32_t h = 0; h < halves.size(); ++h) halves[h] = static_cast<uint16_t>(h);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(halves.data());
+  for (Isa isa : SupportedIsas()) {
+    std::vector<float> got(halves.size());
+    Kernels(isa).dequantize_rows(GgmlType::kF16, bytes, 2 * halves.size(), 1, halves.size(),
+                                 got.data());
+    for (uint32_t h = 0; h < halves.size(); ++h) {
+      const float want = Fp16ToFp32(halves[h]);
+      if (std::isnan(want)) {  // vcvtph2ps quiets signaling NaNs; any NaN will do
+        ASSERT_TRUE(std::isnan(got[h])) << IsaName(isa) << " half " << h;
+        continue;
+      }
+      uint32_t got_bits, want_bits;
+      std::memcpy(&got_bits, &got[h], 4);
+      std::memcpy(&want_bits, &want, 4);
+      ASSERT_EQ(got_bits, want_bits) << IsaName(isa) << " half " << h;
+    }
+  }
+}
+
+const int64_t kElementwiseSizes[] = {1, 15, 16, 17, 172, 512, 1000, 100003};
+
+void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], rel * std::fabs(want[i]) + 1e-30) << what << " at " << i;
+  }
+}
+
+TEST(ElementwiseTest, RmsNormMatchesReference) {
+  for (Isa isa : SupportedIsas()) {
+    auto backend = MakeCpuBackendWithIsa({.threads = 2}, isa);
+    for (int64_t dim : {1, 15, 16, 17, 172, 512, 1000}) {
+      for (int64_t n : {1, 3, 64}) {
+        const std::vector<float> x = RandomFloats(n * dim, 13 + dim);
+        const std::vector<float> weight = RandomFloats(dim, 14);
+        std::vector<float> want(n * dim), got(n * dim), in_place = x;
+        RmsNormReference(x.data(), weight.data(), n, dim, 1e-5f, want.data());
+        Kernels(isa).rms_norm(x.data(), weight.data(), n, dim, 1e-5f, got.data());
+        const std::string what = Label(isa, dim);
+        ExpectNear(got, want, 2e-6, what);
+        backend->RmsNorm(in_place.data(), weight.data(), n, dim, 1e-5f, in_place.data());
+        ExpectNear(in_place, want, 2e-6, what + " in place");
+      }
+    }
+  }
+}
+
+TEST(ElementwiseTest, SwiGluMatchesReference) {
+  for (Isa isa : SupportedIsas()) {
+    auto backend = MakeCpuBackendWithIsa({.threads = 2}, isa);
+    for (int64_t n : kElementwiseSizes) {
+      std::vector<float> gate = RandomFloats(n, 15 + n, 12.0f);
+      const std::vector<float> up = RandomFloats(n, 16);
+      if (n > 8) {  // the tails of silu
+        const float tails[] = {-100.0f, 100.0f, 0.0f, -1e30f, 1e30f, -87.5f, 88.5f, -1e-30f};
+        std::copy(std::begin(tails), std::end(tails), gate.begin());
+      }
+      std::vector<float> want(n), got(n), in_place = gate;
+      SwiGluReference(gate.data(), up.data(), n, want.data());
+      Kernels(isa).swiglu(gate.data(), up.data(), n, got.data());
+      const std::string what = Label(isa, n);
+      ExpectNear(got, want, 3e-6, what);
+      backend->SwiGlu(in_place.data(), up.data(), n, in_place.data());
+      ExpectNear(in_place, want, 3e-6, what + " in place");
+    }
+  }
+}
+
+TEST(ElementwiseTest, AddMatchesReference) {
+  for (Isa isa : SupportedIsas()) {
+    auto backend = MakeCpuBackendWithIsa({.threads = 2}, isa);
+    for (int64_t n : kElementwiseSizes) {
+      const std::vector<float> x = RandomFloats(n, 17 + n);
+      const std::vector<float> y = RandomFloats(n, 18);
+      std::vector<float> want = x, got = x, via_backend = x;
+      AddReference(want.data(), y.data(), n);
+      Kernels(isa).add(got.data(), y.data(), n);
+      backend->Add(via_backend.data(), y.data(), n);
+      EXPECT_EQ(got, want) << IsaName(isa) << " " << n;
+      EXPECT_EQ(via_backend, want) << IsaName(isa) << " " << n;
+    }
+  }
+}
+
+TEST(CpuBackendTest, PicksBestIsaAndRunsTinyModels) {
+  auto backend = MakeCpuBackend({.threads = 2});
+  EXPECT_EQ(backend->name(), "cpu-" + std::string(IsaName(DetectIsa())));
+  EXPECT_EQ(backend->threads(), 2);
+  EXPECT_GE(MakeCpuBackend({.threads = 0})->threads(), 1);
+  // No columns: every output is an empty sum.
+  const float unused = 0.0f;
+  std::vector<float> zero_cols(3 * 5, 1.0f);
+  backend->MatMul({GgmlType::kF16, &unused, 5, 0}, &unused, 3, zero_cols.data());
+  EXPECT_EQ(zero_cols, std::vector<float>(3 * 5, 0.0f));
+  // stories260K-sized: 64x64 and 172x64 f32 matrices, one token.
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{64, 64}, {172, 64}, {64, 172}}) {
+    const TestWeights w = MakeWeights(GgmlType::kF32, rows, cols, 0, 19);
+    const std::vector<float> x = RandomFloats(cols, 20);
+    std::vector<float> want(rows), got(rows);
+    MatMulReference(w.matrix, x.data(), 1, want.data());
+    backend->MatMul(w.matrix, x.data(), 1, got.data());
+    EXPECT_TRUE(AllClose(got, want, Magnitudes(w.matrix, x.data(), 1), 2e-5));
+  }
+}
+
+}  // namespace
+}  // namespace tandem::engine::cpu

@@ -1,0 +1,293 @@
+// Every GPU kernel against the CPU reference on random inputs. Built when
+// nvcc is found; each test skips on a machine without a CUDA device.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <cstdint>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/model/backend.h"
+#include "engine/cpu/attention.h"
+#include "engine/cpu/reference_kernels.h"
+#include "engine/cuda/device.h"
+#include "engine/cuda/kernels.h"
+#include "engine/cuda/matmul.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/gguf/model_config.h"
+#include "engine/model/rope.h"
+#include "engine/gguf/tensor_type.h"
+
+namespace tandem::engine::cuda {
+namespace {
+
+class CudaKernelsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+    absl::StatusOr<Stream> stream = Stream::Create(0);
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    stream_.emplace(std::move(*stream));
+  }
+
+  std::vector<float> Random(size_t n, float scale = 1.0f) {
+    std::uniform_real_distribution<float> d(-scale, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng_);
+    return v;
+  }
+
+  // A device copy of `bytes` host bytes.
+  DeviceBuffer Up(const void* host, size_t bytes) {
+    absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(bytes);
+    EXPECT_TRUE(b.ok()) << b.status();
+    EXPECT_TRUE(b->Upload(host, bytes).ok());
+    return std::move(*b);
+  }
+  template <typename T>
+  DeviceBuffer Up(const std::vector<T>& v) {
+    return Up(v.data(), v.size() * sizeof(T));
+  }
+  template <typename T>
+  std::vector<T> Down(const DeviceBuffer& b, size_t n) {
+    EXPECT_TRUE(stream_->Synchronize().ok());
+    std::vector<T> v(n);
+    EXPECT_TRUE(b.Download(v.data(), n * sizeof(T)).ok());
+    return v;
+  }
+
+  std::mt19937 rng_{20261124};
+  std::optional<Stream> stream_;
+};
+
+void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, float tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], tol * std::max(1.0f, std::abs(want[i]))) << "at " << i;
+  }
+}
+
+TEST_F(CudaKernelsTest, RmsNormMatchesTheReference) {
+  const int64_t tokens = 5, dim = 333;
+  const std::vector<float> x = Random(tokens * dim, 3.0f), w = Random(dim);
+  std::vector<float> want(x.size());
+  cpu::RmsNormReference(x.data(), w.data(), tokens, dim, 1e-5f, want.data());
+  DeviceBuffer dx = Up(x), dw = Up(w);
+  ASSERT_EQ(LaunchRmsNorm(dx.as<float>(), dw.as<float>(), tokens, dim, 1e-5f, dx.as<float>(),
+                          stream_->stream()),
+            cudaSuccess);
+  ExpectNear(Down<float>(dx, x.size()), want, 1e-5f);
+}
+
+TEST_F(CudaKernelsTest, SwiGluAndAddMatchTheReference) {
+  const int64_t n = 10007;
+  const std::vector<float> gate = Random(n, 6.0f), up = Random(n, 2.0f);
+  std::vector<float> want(n);
+  cpu::SwiGluReference(gate.data(), up.data(), n, want.data());
+  DeviceBuffer dg = Up(gate), du = Up(up);
+  ASSERT_EQ(LaunchSwiGlu(dg.as<float>(), du.as<float>(), n, dg.as<float>(), stream_->stream()),
+            cudaSuccess);
+  ExpectNear(Down<float>(dg, n), want, 1e-6f);
+
+  std::vector<float> sum = gate;
+  cpu::AddReference(sum.data(), up.data(), n);
+  DeviceBuffer dx = Up(gate);
+  ASSERT_EQ(LaunchAdd(dx.as<float>(), du.as<float>(), n, stream_->stream()), cudaSuccess);
+  ExpectNear(Down<float>(dx, n), sum, 0.0f);
+}
+
+TEST_F(CudaKernelsTest, RopeMatchesTheTablesBothStyles) {
+  for (const RopeType type : {RopeType::kNormal, RopeType::kNeox}) {
+    ModelConfig c;
+    c.n_rot = 48;  // fewer than head_dim: the rest is left alone
+    c.head_dim = 64;
+    c.rope_type = type;
+    c.rope_freq_base = 500000.0f;
+    const RopeTable rope(c, {}, 300);
+    const int32_t tokens = 4, heads = 3;
+    const std::vector<int32_t> positions = {0, 7, 151, 299};
+    const std::vector<float> x = Random(tokens * heads * c.head_dim, 2.0f);
+    std::vector<float> want = x;
+    for (int32_t t = 0; t < tokens; ++t) {
+      rope.Apply(want.data() + t * heads * c.head_dim, heads, c.head_dim, positions[t]);
+    }
+    DeviceBuffer dx = Up(x), dp = Up(positions);
+    DeviceBuffer dcos = Up(rope.cos_table().data(), rope.cos_table().size_bytes());
+    DeviceBuffer dsin = Up(rope.sin_table().data(), rope.sin_table().size_bytes());
+    ASSERT_EQ(LaunchRope(dx.as<float>(), dp.as<int32_t>(), tokens, heads, c.head_dim, c.n_rot,
+                         type == RopeType::kNormal ? RopeStyle::kNormal : RopeStyle::kNeox,
+                         dcos.as<float>(), dsin.as<float>(), stream_->stream()),
+              cudaSuccess);
+    ExpectNear(Down<float>(dx, x.size()), want, 1e-6f);
+  }
+}
+
+// Weights of `type` from random f32 values, as GGUF would store them.
+std::vector<uint8_t> Encode(GgmlType type, const std::vector<float>& values) {
+  std::vector<uint8_t> bytes;
+  if (type == GgmlType::kF32) {
+    bytes.resize(values.size() * 4);
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+  } else if (type == GgmlType::kQ8_0) {
+    bytes.resize(values.size() / kQ8_0BlockSize * sizeof(BlockQ8_0));
+    QuantizeRowQ8_0(values.data(), reinterpret_cast<BlockQ8_0*>(bytes.data()),
+                    static_cast<int64_t>(values.size()));
+  } else {
+    bytes.resize(values.size() * 2);
+    uint16_t* out = reinterpret_cast<uint16_t*>(bytes.data());
+    for (size_t i = 0; i < values.size(); ++i) {
+      out[i] = type == GgmlType::kF16 ? Fp32ToFp16(values[i]) : Fp32ToBf16(values[i]);
+    }
+  }
+  return bytes;
+}
+
+TEST_F(CudaKernelsTest, MatMulMatchesTheReferenceForEachWeightType) {
+  struct Case {
+    GgmlType type;
+    float tol;  // relative to sum |w| |x| of the row
+  };
+  // 16-bit types round the activations too; Q8_0 only the weights.
+  for (const Case c : {Case{GgmlType::kF32, 1e-5f}, Case{GgmlType::kF16, 2e-3f},
+                       Case{GgmlType::kBF16, 1e-2f}, Case{GgmlType::kQ8_0, 1e-5f}}) {
+    for (const int64_t tokens : {1, 3, 37}) {
+      const int64_t rows = 70, cols = 256;
+      const std::vector<uint8_t> w = Encode(c.type, Random(rows * cols));
+      const std::vector<float> x = Random(tokens * cols, 2.0f);
+      const WeightMatrix host{.type = c.type, .data = w.data(), .rows = rows, .cols = cols};
+      std::vector<float> want(tokens * rows);
+      cpu::MatMulReference(host, x.data(), tokens, want.data());
+      DeviceBuffer dw = Up(w), dx = Up(x);
+      absl::StatusOr<DeviceBuffer> dy = DeviceBuffer::Allocate(want.size() * 4);
+      ASSERT_TRUE(dy.ok());
+      const DeviceWeight weight{.type = c.type, .data = dw.data(), .rows = rows, .cols = cols};
+      absl::StatusOr<DeviceBuffer> scratch =
+          DeviceBuffer::Allocate(MatMulScratchBytes(weight, tokens));
+      ASSERT_TRUE(scratch.ok());
+      const absl::Status s = MatMul(*stream_, weight, dx.as<float>(), tokens, dy->as<float>(),
+                                    *scratch);
+      ASSERT_TRUE(s.ok()) << s;
+      const std::vector<float> got = Down<float>(*dy, want.size());
+      for (int64_t i = 0; i < tokens * rows; ++i) {
+        // |w| <= 1 and |x| <= 2: a row's magnitude is at most 2 * cols.
+        ASSERT_NEAR(got[i], want[i], c.tol * 2.0f * cols)
+            << GgmlTypeName(c.type) << " tokens " << tokens << " at " << i;
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, TopKLogprobsMatchABruteForce) {
+  const int64_t rows = 3, vocab = 32000;
+  const int32_t k = 20;
+  std::vector<float> logits = Random(rows * vocab, 8.0f);
+  logits[vocab + 5] = logits[vocab + 9] = 50.0f;  // a tie: the lower id first
+  DeviceBuffer dl = Up(logits);
+  absl::StatusOr<DeviceBuffer> ids = DeviceBuffer::Allocate(rows * k * 4);
+  absl::StatusOr<DeviceBuffer> lps = DeviceBuffer::Allocate(rows * k * 4);
+  absl::StatusOr<DeviceBuffer> lse = DeviceBuffer::Allocate(rows * 4);
+  ASSERT_TRUE(ids.ok() && lps.ok() && lse.ok());
+  ASSERT_EQ(LaunchTopKLogprobs(dl.as<float>(), rows, vocab, k, ids->as<int32_t>(),
+                               lps->as<float>(), lse->as<float>(), stream_->stream()),
+            cudaSuccess);
+  const std::vector<int32_t> got_ids = Down<int32_t>(*ids, rows * k);
+  const std::vector<float> got_lps = Down<float>(*lps, rows * k);
+  const std::vector<float> got_lse = Down<float>(*lse, rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits.data() + r * vocab;
+    double sum = 0;
+    const float m = *std::max_element(row, row + vocab);
+    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i]) - m);
+    const double want_lse = m + std::log(sum);
+    EXPECT_NEAR(got_lse[r], want_lse, 1e-4);
+    std::vector<int32_t> order(vocab);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [row](int32_t a, int32_t b) { return row[a] > row[b]; });
+    for (int32_t j = 0; j < k; ++j) {
+      EXPECT_EQ(got_ids[r * k + j], order[j]) << "row " << r << " rank " << j;
+      EXPECT_NEAR(got_lps[r * k + j], row[order[j]] - want_lse, 1e-4);
+    }
+  }
+  EXPECT_EQ(got_ids[k], 5);
+  EXPECT_EQ(got_ids[k + 1], 9);
+}
+
+// A prefill chunk and a decode row of two sequences over shuffled blocks,
+// with grouped-query heads and a head_dim that is no multiple of 32, for
+// f32 and f16 KV.
+TEST_F(CudaKernelsTest, PagedAttentionMatchesTheReference) {
+  for (const GgmlType dtype : {GgmlType::kF32, GgmlType::kF16}) {
+    const int32_t n_head = 4, n_head_kv = 2, head_dim = 40, block_size = 4, n_blocks = 8;
+    const int32_t kv_dim = n_head_kv * head_dim;
+    const int64_t elem = dtype == GgmlType::kF16 ? 2 : 4;
+    const int64_t half_block = int64_t{block_size} * kv_dim * elem;
+    std::vector<uint8_t> pool(n_blocks * 2 * half_block);
+    const std::vector<float> kv = Random(pool.size() / elem, 1.5f);
+    for (size_t i = 0; i < kv.size(); ++i) {
+      if (dtype == GgmlType::kF16) {
+        reinterpret_cast<uint16_t*>(pool.data())[i] = Fp32ToFp16(kv[i]);
+      } else {
+        reinterpret_cast<float*>(pool.data())[i] = kv[i];
+      }
+    }
+    const std::vector<BlockId> table_a = {5, 2, 7}, table_b = {0, 3, 1, 6};
+    const std::vector<AttentionSequence> seqs = {
+        {.first_row = 0, .n_rows = 5, .kv_start = 3, .blocks = table_a},
+        {.first_row = 5, .n_rows = 1, .kv_start = 13, .blocks = table_b}};
+    const int32_t rows = 6;
+    const std::vector<float> q = Random(rows * n_head * head_dim, 2.0f);
+    std::vector<float> want(q.size());
+    cpu::PagedAttentionReference({.q = q.data(),
+                                  .out = want.data(),
+                                  .n_head = n_head,
+                                  .n_head_kv = n_head_kv,
+                                  .head_dim = head_dim,
+                                  .kv = {.dtype = dtype,
+                                         .base = pool.data(),
+                                         .block_bytes = 2 * half_block,
+                                         .k_offset = 0,
+                                         .v_offset = half_block,
+                                         .block_size = block_size,
+                                         .kv_dim = kv_dim},
+                                  .seqs = seqs});
+    std::vector<int32_t> table, kv_len, offset;
+    for (const AttentionSequence& s : seqs) {
+      const int32_t at = static_cast<int32_t>(table.size());
+      table.insert(table.end(), s.blocks.begin(), s.blocks.end());
+      for (int32_t i = 0; i < s.n_rows; ++i) {
+        kv_len.push_back(s.kv_start + i + 1);
+        offset.push_back(at);
+      }
+    }
+    DeviceBuffer dq = Up(q), dpool = Up(pool), dtable = Up(table), dlen = Up(kv_len),
+                 doff = Up(offset);
+    absl::StatusOr<DeviceBuffer> dout = DeviceBuffer::Allocate(q.size() * 4);
+    ASSERT_TRUE(dout.ok());
+    PagedAttentionArgs a;
+    a.q = dq.as<float>();
+    a.out = dout->as<float>();
+    a.n_rows = rows;
+    a.n_head = n_head;
+    a.n_head_kv = n_head_kv;
+    a.head_dim = head_dim;
+    a.kv_base = dpool.as<uint8_t>();
+    a.block_bytes = 2 * half_block;
+    a.k_offset = 0;
+    a.v_offset = half_block;
+    a.block_size = block_size;
+    a.kv_f16 = dtype == GgmlType::kF16;
+    a.kv_len = dlen.as<int32_t>();
+    a.table_offset = doff.as<int32_t>();
+    a.block_table = dtable.as<int32_t>();
+    ASSERT_EQ(LaunchPagedAttention(a, stream_->stream()), cudaSuccess);
+    ExpectNear(Down<float>(*dout, q.size()), want, 1e-4f);
+  }
+}
+
+}  // namespace
+}  // namespace tandem::engine::cuda

@@ -1,0 +1,518 @@
+// The gateway's request path (GenerateCall) against fake workers served
+// in-process over real gRPC: prefill retried on UNAVAILABLE, the KV lease
+// released on every way a request can end without the decode worker taking
+// it, stop strings and client cancels cancelling the decode call, admission
+// refusing with a retry hint. The fakes script their answers; the gateway is
+// the real GenerationService.
+#include "gateway/calls/generate_call.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <deque>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "engine/gguf/gguf.h"
+#include "engine/model/synthetic_model.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "gateway/generation_service.h"
+#include "rpc/admission.h"
+#include "rpc/bootstrap.h"
+#include "tests/engine/test_models.h"
+#include "tests/kvtransfer/rpc/release_recorder.h"
+
+namespace tandem::gateway {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Token ids of the tiny synthetic vocabulary: byte b is id 3 + b.
+int32_t Byte(char c) { return 3 + static_cast<unsigned char>(c); }
+
+// Answers Prefill from a script of status codes (OK once the script is
+// empty), and records every ReleaseKv.
+class FakePrefill final : public tandem::v1::Prefill::Service {
+ public:
+  void Script(std::deque<grpc::StatusCode> codes) {
+    absl::MutexLock lock(&mu_);
+    codes_ = std::move(codes);
+  }
+  grpc::Status Prefill(grpc::ServerContext*, const tandem::v1::PrefillRequest* r,
+                       tandem::v1::PrefillResponse* out) override {
+    absl::MutexLock lock(&mu_);
+    ++prefills_;
+    requests_.push_back(*r);
+    if (!codes_.empty()) {
+      const grpc::StatusCode code = codes_.front();
+      codes_.pop_front();
+      if (code != grpc::StatusCode::OK) return grpc::Status(code, "scripted failure");
+    }
+    out->set_lease_id(absl::StrCat("lease-", prefills_));
+    out->mutable_first_token()->set_id(Byte('a'));
+    out->set_num_blocks(1);
+    out->set_num_tokens(r->prompt_token_ids_size());
+    return grpc::Status::OK;
+  }
+  grpc::Status ReleaseKv(grpc::ServerContext*, const tandem::v1::ReleaseKvRequest* r,
+                         tandem::v1::ReleaseKvResponse*) override {
+    releases_.Record(*r);
+    return grpc::Status::OK;
+  }
+  int prefills() {
+    absl::MutexLock lock(&mu_);
+    return prefills_;
+  }
+  std::vector<tandem::v1::PrefillRequest> requests() {
+    absl::MutexLock lock(&mu_);
+    return requests_;
+  }
+  std::vector<tandem::v1::ReleaseKvRequest> WaitForReleases(size_t n) {
+    return releases_.WaitFor(n);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<grpc::StatusCode> codes_ ABSL_GUARDED_BY(mu_);
+  int prefills_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<tandem::v1::PrefillRequest> requests_ ABSL_GUARDED_BY(mu_);
+  kvtransfer::testing::ReleaseRecorder releases_;
+};
+
+// Streams scripted tokens, one per message, then ends with a status or
+// (hang) waits until the caller cancels. Counts cancellations.
+class FakeDecode final : public tandem::v1::Decode::CallbackService {
+ public:
+  struct Script {
+    std::vector<int32_t> tokens;
+    tandem::v1::FinishReason finish = tandem::v1::FINISH_REASON_UNSPECIFIED;  // on the last
+    grpc::Status end = grpc::Status::OK;
+    bool hang = false;
+  };
+  void Set(Script s) { SetEach({std::move(s)}); }
+  // Call i follows scripts[i] (the last one for every call after).
+  void SetEach(std::vector<Script> scripts) {
+    absl::MutexLock lock(&mu_);
+    scripts_ = std::move(scripts);
+  }
+  grpc::ServerWriteReactor<tandem::v1::DecodeResponse>* Decode(
+      grpc::CallbackServerContext*, const tandem::v1::DecodeRequest* r) override {
+    absl::MutexLock lock(&mu_);
+    requests_.push_back(*r);
+    const Script& s = scripts_[std::min<size_t>(calls_, scripts_.size() - 1)];
+    ++calls_;
+    return new Writer(this, s);
+  }
+  std::vector<tandem::v1::DecodeRequest> requests() {
+    absl::MutexLock lock(&mu_);
+    return requests_;
+  }
+  int calls() {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(calls_);
+  }
+  void WaitForCancel() { cancelled_.WaitForNotification(); }
+  bool cancelled() const { return cancelled_.HasBeenNotified(); }
+
+ private:
+  class Writer final : public grpc::ServerWriteReactor<tandem::v1::DecodeResponse> {
+   public:
+    Writer(FakeDecode* owner, Script script) : owner_(owner), script_(std::move(script)) {
+      Next();
+    }
+    void OnWriteDone(bool ok) override {
+      if (!ok) {
+        FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "gone"));
+        return;
+      }
+      Next();
+    }
+    void OnCancel() override {
+      if (!owner_->cancelled_.HasBeenNotified()) owner_->cancelled_.Notify();
+      // OnCancel may run beside a write's completion: whichever of the two
+      // sees the other's flag finishes the call.
+      cancel_seen_.store(true);
+      if (script_.hang && written_all_.load()) {
+        FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+      }
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    // OnCancel and a failed write may both want to end the call; a reactor
+    // finishes once.
+    void FinishOnce(const grpc::Status& s) {
+      if (!finished_.exchange(true)) Finish(s);
+    }
+    void Next() {
+      if (next_ == script_.tokens.size()) {
+        written_all_.store(true);
+        if (!script_.hang) FinishOnce(script_.end);
+        if (script_.hang && cancel_seen_.load()) {
+          FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+        }
+        return;  // a hanging stream finishes in OnCancel
+      }
+      msg_.Clear();
+      msg_.add_tokens()->set_id(script_.tokens[next_]);
+      if (++next_ == script_.tokens.size()) msg_.set_finish_reason(script_.finish);
+      StartWrite(&msg_);
+    }
+    FakeDecode* owner_;
+    Script script_;
+    size_t next_ = 0;  // reactions only (one at a time)
+    std::atomic<bool> written_all_{false};
+    std::atomic<bool> cancel_seen_{false};
+    std::atomic<bool> finished_{false};
+    tandem::v1::DecodeResponse msg_;
+  };
+
+  absl::Mutex mu_;
+  std::vector<Script> scripts_ ABSL_GUARDED_BY(mu_) = {Script{}};
+  std::vector<tandem::v1::DecodeRequest> requests_ ABSL_GUARDED_BY(mu_);
+  size_t calls_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Notification cancelled_;
+};
+
+class GenerateCallTest : public ::testing::Test {
+ protected:
+  void StartGateway(int n_prefill, rpc::AdmissionLimits admission = {},
+                    int32_t max_migrations = 3, int32_t decode_streams = 1024) {
+    for (int i = 0; i < n_prefill; ++i) {
+      prefills_.push_back(std::make_unique<FakePrefill>());
+      auto s = rpc::StartGrpcServer({}, {prefills_.back().get()});
+      ASSERT_TRUE(s.ok()) << s.status();
+      servers_.push_back(std::move(*s));
+    }
+    auto d = rpc::StartGrpcServer({}, {&decode_});
+    ASSERT_TRUE(d.ok()) << d.status();
+    servers_.push_back(std::move(*d));
+
+    const std::string path = ::testing::TempDir() + "/generate_call_test.gguf";
+    ASSERT_TRUE(engine::WriteSyntheticModel(engine::testing::TinyOptions(), path).ok());
+    auto file = engine::GgufFile::Open(path, {.require_tensor_data = false});
+    ASSERT_TRUE(file.ok()) << file.status();
+    auto tokenizer = engine::Tokenizer::FromGguf(**file);
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+
+    GatewayOptions options;
+    options.model_name = "tiny";
+    options.limits.max_context = 512;
+    for (int i = 0; i < n_prefill; ++i) options.prefill_workers.push_back(servers_[i].address);
+    options.decode_workers = {servers_.back().address};
+    options.admission = admission;
+    options.max_migrations = max_migrations;
+    options.streams_per_decode_worker = decode_streams;
+    options.unavailable_wait = unavailable_wait_;
+    service_ = std::make_unique<GenerationService>(std::move(*tokenizer), options, registry_);
+    auto g = rpc::StartGrpcServer({}, {service_.get()});
+    ASSERT_TRUE(g.ok()) << g.status();
+    gateway_ = std::move(*g);
+    stub_ = tandem::v1::Generation::NewStub(
+        grpc::CreateChannel(gateway_.address, grpc::InsecureChannelCredentials()));
+  }
+
+  void TearDown() override {
+    if (gateway_.server != nullptr) gateway_.server->Shutdown();
+    for (rpc::StartedServer& s : servers_) s.server->Shutdown();
+  }
+
+  static tandem::v1::GenerateRequest Request(int32_t max_tokens) {
+    tandem::v1::GenerateRequest r;
+    for (char c : std::string("once upon")) r.add_prompt_token_ids(Byte(c));
+    r.set_max_tokens(max_tokens);
+    return r;
+  }
+
+  // A stream admitted and left open (the decode worker hangs after one
+  // token); cancelled and finished when it goes out of scope.
+  struct HeldStream {
+    std::unique_ptr<grpc::ClientContext> ctx = std::make_unique<grpc::ClientContext>();
+    std::unique_ptr<grpc::ClientReader<tandem::v1::GenerateResponse>> reader;
+    bool streaming = false;
+    HeldStream() = default;
+    HeldStream(HeldStream&&) = default;
+    ~HeldStream() {
+      if (reader == nullptr) return;
+      ctx->TryCancel();
+      reader->Finish();
+    }
+  };
+  HeldStream Hold() {
+    decode_.Set({.tokens = {Byte('b')}, .hang = true});
+    HeldStream h;
+    h.reader = stub_->Generate(h.ctx.get(), Request(16));
+    tandem::v1::GenerateResponse msg;
+    h.streaming = h.reader->Read(&msg);
+    return h;
+  }
+
+  struct Result {
+    grpc::Status status;
+    std::string text;
+    tandem::v1::FinishReason finish = tandem::v1::FINISH_REASON_UNSPECIFIED;
+    tandem::v1::Usage usage;
+    std::map<std::string, std::string> trailers;  // copied: the context dies
+  };
+  Result Generate(const tandem::v1::GenerateRequest& request) {
+    grpc::ClientContext ctx;
+    auto reader = stub_->Generate(&ctx, request);
+    Result r;
+    tandem::v1::GenerateResponse msg;
+    while (reader->Read(&msg)) {
+      for (const tandem::v1::Token& t : msg.tokens()) r.text += t.text();
+      if (msg.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
+        r.finish = msg.finish_reason();
+        r.usage = msg.usage();
+      }
+    }
+    r.status = reader->Finish();
+    for (const auto& [key, value] : ctx.GetServerTrailingMetadata()) {
+      r.trailers[std::string(key.data(), key.size())] = std::string(value.data(), value.size());
+    }
+    return r;
+  }
+
+  absl::Duration unavailable_wait_ = absl::ZeroDuration();  // per test
+  std::vector<std::unique_ptr<FakePrefill>> prefills_;
+  FakeDecode decode_;
+  std::vector<rpc::StartedServer> servers_;
+  prometheus::Registry registry_;
+  std::unique_ptr<GenerationService> service_;
+  rpc::StartedServer gateway_;
+  std::unique_ptr<tandem::v1::Generation::Stub> stub_;
+};
+
+TEST_F(GenerateCallTest, StreamsPrefillTokenThenDecodeTokens) {
+  StartGateway(1);
+  decode_.Set({.tokens = {Byte('b'), Byte('c')}, .finish = tandem::v1::FINISH_REASON_LENGTH});
+  const Result r = Generate(Request(3));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "abc");
+  EXPECT_EQ(r.finish, tandem::v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(service_->admission().in_flight(), 0);
+}
+
+TEST_F(GenerateCallTest, RetriesPrefillOnAnotherWorkerWhenOneIsUnavailable) {
+  StartGateway(2);
+  // The picker tries worker 0 first (equal load, lowest index); it fails
+  // and worker 1 serves.
+  prefills_[0]->Script({grpc::StatusCode::UNAVAILABLE});
+  decode_.Set({.tokens = {Byte('b')}, .finish = tandem::v1::FINISH_REASON_LENGTH});
+  const Result r = Generate(Request(2));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "ab");
+  EXPECT_EQ(prefills_[0]->prefills(), 1);
+  EXPECT_EQ(prefills_[1]->prefills(), 1);
+}
+
+TEST_F(GenerateCallTest, EveryPrefillWorkerFailingIsUnavailableNeverOk) {
+  StartGateway(2);
+  prefills_[0]->Script({grpc::StatusCode::UNAVAILABLE});
+  prefills_[1]->Script({grpc::StatusCode::UNAVAILABLE});
+  // Both scripted failures are used up by one request's two attempts.
+  const Result r = Generate(Request(2));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("prefill"));
+  EXPECT_EQ(decode_.calls(), 0);
+}
+
+TEST_F(GenerateCallTest, WhenEveryPrefillWorkerIsDownTheRequestWaitsForOne) {
+  unavailable_wait_ = absl::Seconds(10);
+  StartGateway(2);
+  decode_.Set({.tokens = {Byte('b')}, .finish = tandem::v1::FINISH_REASON_LENGTH});
+  // Both down once (restarting, say), then back: the request waits and
+  // tries them again instead of failing.
+  prefills_[0]->Script({grpc::StatusCode::UNAVAILABLE});
+  prefills_[1]->Script({grpc::StatusCode::UNAVAILABLE});
+  const Result r = Generate(Request(2));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "ab");
+  EXPECT_EQ(prefills_[0]->prefills() + prefills_[1]->prefills(), 3);
+}
+
+TEST_F(GenerateCallTest, NonRetryablePrefillErrorIsNotRetried) {
+  StartGateway(2);
+  prefills_[0]->Script({grpc::StatusCode::INVALID_ARGUMENT});
+  prefills_[1]->Script({grpc::StatusCode::INVALID_ARGUMENT});
+  const Result r = Generate(Request(2));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(prefills_[0]->prefills() + prefills_[1]->prefills(), 1);
+}
+
+TEST_F(GenerateCallTest, FinishingAtTheFirstTokenReleasesTheLeaseAsDone) {
+  StartGateway(1);
+  const Result r = Generate(Request(1));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "a");
+  EXPECT_EQ(decode_.calls(), 0);
+  const auto releases = prefills_[0]->WaitForReleases(1);
+  ASSERT_EQ(releases.size(), 1u);
+  EXPECT_EQ(releases[0].lease_id(), "lease-1");
+  EXPECT_TRUE(releases[0].ok());
+}
+
+TEST_F(GenerateCallTest, ADecodeFailureReleasesTheLeaseAsFailed) {
+  StartGateway(1, {}, /*max_migrations=*/0);
+  decode_.Set({.tokens = {}, .end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode died")});
+  const Result r = Generate(Request(4));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("decode: decode died"));
+  const auto releases = prefills_[0]->WaitForReleases(1);
+  ASSERT_EQ(releases.size(), 1u);
+  EXPECT_FALSE(releases[0].ok());
+  EXPECT_FALSE(releases[0].cancelled());
+  EXPECT_EQ(service_->admission().in_flight(), 0);
+}
+
+TEST_F(GenerateCallTest, ADecodeFailureMidStreamMigratesWithTheTokensSoFar) {
+  StartGateway(1);
+  // The first decode worker dies after two tokens; the stream resumes.
+  decode_.SetEach({{.tokens = {Byte('b'), Byte('c')},
+                    .end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode died")},
+                   {.tokens = {Byte('e'), Byte('f')}, .finish = tandem::v1::FINISH_REASON_LENGTH}});
+  const Result r = Generate(Request(16));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  // Prefill's 'a', decode's "bc", the resumed prefill's 'a', decode's "ef".
+  EXPECT_EQ(r.text, "abcaef");
+  EXPECT_EQ(r.usage.migrations(), 1);
+  const auto prefills = prefills_[0]->requests();
+  ASSERT_EQ(prefills.size(), 2u);
+  EXPECT_EQ(prefills[0].generated_token_ids_size(), 0);
+  EXPECT_THAT(prefills[1].generated_token_ids(),
+              ::testing::ElementsAre(Byte('a'), Byte('b'), Byte('c')));
+  const auto decodes = decode_.requests();
+  ASSERT_EQ(decodes.size(), 2u);
+  EXPECT_THAT(decodes[1].generated_token_ids(),
+              ::testing::ElementsAre(Byte('a'), Byte('b'), Byte('c')));
+  EXPECT_EQ(decodes[1].lease_id(), "lease-2");
+  // The dead stream's lease is released as failed.
+  const auto releases = prefills_[0]->WaitForReleases(1);
+  EXPECT_EQ(releases[0].lease_id(), "lease-1");
+  EXPECT_FALSE(releases[0].ok());
+}
+
+TEST_F(GenerateCallTest, MigrationsStopAtTheLimit) {
+  StartGateway(1, {}, /*max_migrations=*/2);
+  decode_.Set({.tokens = {Byte('b')},
+               .end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode died")});
+  const Result r = Generate(Request(16));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(prefills_[0]->prefills(), 3);
+  EXPECT_EQ(decode_.calls(), 3);
+  EXPECT_EQ(service_->admission().in_flight(), 0);
+}
+
+TEST_F(GenerateCallTest, AStreamEndingWithoutFinishReasonIsAnError) {
+  StartGateway(1);
+  decode_.Set({.tokens = {Byte('b')}});  // OK, but no finish reason
+  const Result r = Generate(Request(8));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_FALSE(prefills_[0]->WaitForReleases(1).at(0).ok());
+}
+
+TEST_F(GenerateCallTest, AStopStringEndsTheRequestAndCancelsDecode) {
+  StartGateway(1);
+  decode_.Set({.tokens = {Byte('b'), Byte('X'), Byte('Y'), Byte('c')}, .hang = true});
+  tandem::v1::GenerateRequest req = Request(16);
+  req.add_stop("XY");
+  const Result r = Generate(req);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "ab");
+  EXPECT_EQ(r.finish, tandem::v1::FINISH_REASON_STOP);
+  decode_.WaitForCancel();  // returns only once the decode call was cancelled
+  EXPECT_TRUE(decode_.cancelled());
+}
+
+TEST_F(GenerateCallTest, AClientCancelCancelsDecodeAndReleasesTheLease) {
+  StartGateway(1);
+  decode_.Set({.tokens = {Byte('b')}, .hang = true});
+  grpc::ClientContext ctx;
+  auto reader = stub_->Generate(&ctx, Request(16));
+  tandem::v1::GenerateResponse msg;
+  ASSERT_TRUE(reader->Read(&msg));  // "a", from prefill
+  ASSERT_TRUE(reader->Read(&msg));  // "b": decode is streaming
+  ctx.TryCancel();
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  decode_.WaitForCancel();
+  const auto releases = prefills_[0]->WaitForReleases(1);
+  ASSERT_EQ(releases.size(), 1u);
+  EXPECT_TRUE(releases[0].cancelled());
+}
+
+TEST_F(GenerateCallTest, OverTheInFlightBoundIsRefusedAtOnceWithARetryHint) {
+  StartGateway(1, {.max_in_flight = 1, .retry_after = absl::Milliseconds(250)});
+  HeldStream held = Hold();
+  ASSERT_TRUE(held.streaming);
+
+  const Result refused = Generate(Request(4));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("max_in_flight"));
+  auto hint = refused.trailers.find(rpc::kRetryAfterMsKey);
+  ASSERT_NE(hint, refused.trailers.end());
+  EXPECT_EQ(hint->second, "250");
+  EXPECT_EQ(prefills_[0]->prefills(), 1);  // no work was done for it
+
+}
+
+TEST_F(GenerateCallTest, PastTheDecodeWorkersCapacityIsRefusedBeforeAnyWork) {
+  // One decode worker taking one stream: a second request would be refused
+  // by the decode worker after its first token, so the gateway refuses it
+  // before its prefill.
+  StartGateway(1, {.retry_after = absl::Milliseconds(100)}, 3, /*decode_streams=*/1);
+  HeldStream held = Hold();
+  ASSERT_TRUE(held.streaming);
+
+  const Result refused = Generate(Request(4));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("decode capacity"));
+  EXPECT_NE(refused.trailers.find(rpc::kRetryAfterMsKey), refused.trailers.end());
+  EXPECT_EQ(prefills_[0]->prefills(), 1);  // no work was done for it
+
+}
+
+TEST_F(GenerateCallTest, AnInvalidRequestNamesTheField) {
+  StartGateway(1);
+  const Result r = Generate(Request(-1));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("max_tokens"));
+  EXPECT_EQ(prefills_[0]->prefills(), 0);
+}
+
+// A message gRPC's generated code could not parse (invalid UTF-8 in a
+// string field; a client's protobuf sends it anyway) is refused before any
+// work, naming the field, and counted.
+TEST_F(GenerateCallTest, InvalidUtf8IsRefusedNamingTheFieldAndCounted) {
+  StartGateway(1);
+  tandem::v1::GenerateRequest req = Request(4);
+  req.add_stop("fine");
+  req.add_stop("bad \xff");
+  const Result r = Generate(req);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("stop[1]: not valid UTF-8"));
+
+  tandem::v1::TokenizeRequest tokenize;
+  tokenize.set_text("overlong \xc0\x80");
+  tandem::v1::TokenizeResponse tokens;
+  grpc::ClientContext ctx;
+  const grpc::Status t = stub_->Tokenize(&ctx, tokenize, &tokens);
+  EXPECT_EQ(t.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(t.error_message(), HasSubstr("text: not valid UTF-8"));
+
+  EXPECT_EQ(prefills_[0]->prefills(), 0);
+  std::map<std::string, double> malformed;
+  for (const prometheus::MetricFamily& family : registry_.Collect()) {
+    if (family.name != "tandem_malformed_requests_total") continue;
+    for (const prometheus::ClientMetric& m : family.metric) {
+      malformed[m.label.at(0).value] = m.counter.value;
+    }
+  }
+  EXPECT_EQ(malformed["Generate"], 1);
+  EXPECT_EQ(malformed["Tokenize"], 1);
+}
+
+}  // namespace
+}  // namespace tandem::gateway

@@ -1,0 +1,224 @@
+// A worker's BlockEventPublisher and a gateway's BlockEventSubscriber over
+// real gRPC in one process: the index follows the worker's stored and
+// removed blocks; a gap in the numbering makes the subscriber resync and
+// end consistent; a worker that goes away loses its entries at once; a
+// restarted worker (new epoch) replaces what was known, and one restarted
+// on its address is subscribed again after its stream broke.
+#include "gateway/routing/block_event_subscriber.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "rpc/bootstrap.h"
+#include "worker/block_event_publisher.h"
+
+namespace tandem::gateway {
+namespace {
+
+constexpr absl::Duration kWait = absl::Seconds(10);
+
+engine::BlockHash H(uint64_t v) { return engine::BlockHash{.low = v, .high = ~v}; }
+
+std::vector<engine::BlockEvent> Stored(std::vector<uint64_t> v) {
+  std::vector<engine::BlockEvent> out;
+  for (uint64_t x : v)
+    out.push_back({.kind = engine::BlockEvent::Kind::kStored, .hash = H(x), .parent_hash = {},
+                   .tier = engine::KvTier::kDevice});
+  return out;
+}
+
+std::vector<int32_t> OverlapOf(const BlockIndex& index, std::vector<uint64_t> chain) {
+  std::vector<engine::BlockHash> c;
+  for (uint64_t x : chain) c.push_back(H(x));
+  const std::vector<int> workers = {0};
+  return index.Overlap(workers, c);
+}
+
+struct Worker {
+  explicit Worker(prometheus::Registry& registry, const std::string& listen = "127.0.0.1:0")
+      : publisher({.model_fingerprint = 5, .block_size = 16}, registry) {
+    rpc::ServerOptions options;
+    options.listen = listen;
+    auto s = rpc::StartGrpcServer(options, {&publisher});
+    EXPECT_TRUE(s.ok());
+    server = std::move(*s);
+  }
+  ~Worker() { Stop(); }
+  void Stop() {
+    // Watch streams never end by themselves: cancel them at once.
+    if (server.server != nullptr) rpc::ShutdownServer(*server.server, absl::ZeroDuration());
+    server.server.reset();
+  }
+  worker::BlockEventPublisher publisher;
+  rpc::StartedServer server;
+};
+
+TEST(BlockEventSubscriberTest, TheIndexFollowsTheWorkersBlocks) {
+  prometheus::Registry registry;
+  Worker w(registry);
+  w.publisher.Publish(Stored({1, 2}));  // before anyone subscribed: in the snapshot
+  BlockIndex index;
+  rpc::ChannelCache channels;
+  BlockEventSubscriber sub(index, channels, {w.server.address}, registry);
+  ASSERT_TRUE(sub.AwaitApplied(0, w.publisher.epoch(), 1, kWait));
+  EXPECT_EQ(OverlapOf(index, {1, 2, 3}), std::vector<int32_t>{2});
+  ASSERT_EQ(index.params()->block_size, 16);
+
+  w.publisher.Publish(Stored({3}));
+  std::vector<engine::BlockEvent> removed = {
+      {.kind = engine::BlockEvent::Kind::kRemoved, .hash = H(1), .parent_hash = {},
+       .tier = engine::KvTier::kDevice}};
+  w.publisher.Publish(removed);
+  ASSERT_TRUE(sub.AwaitApplied(0, w.publisher.epoch(), 3, kWait));
+  EXPECT_EQ(OverlapOf(index, {1, 2, 3}), std::vector<int32_t>{0});
+  EXPECT_EQ(OverlapOf(index, {2, 3}), std::vector<int32_t>{2});
+  EXPECT_EQ(index.entries_of(0), 2);
+  EXPECT_EQ(sub.resyncs(), 0);
+
+  // The worker goes away: its entries go with it.
+  w.Stop();
+  ASSERT_TRUE(sub.AwaitDisconnected(0, kWait));
+  EXPECT_EQ(index.entries_of(0), 0);
+  EXPECT_EQ(OverlapOf(index, {2, 3}), std::vector<int32_t>{0});
+}
+
+// Sends what the test scripts: per subscription, a list of batches.
+class ScriptedEvents final : public tandem::v1::BlockEvents::CallbackService {
+ public:
+  explicit ScriptedEvents(std::vector<std::vector<tandem::v1::BlockEventBatch>> script)
+      : script_(std::move(script)) {}
+  grpc::ServerWriteReactor<tandem::v1::BlockEventBatch>* Watch(
+      grpc::CallbackServerContext*, const tandem::v1::WatchBlockEventsRequest*) override {
+    absl::MutexLock lock(&mu_);
+    const size_t n = std::min(next_++, script_.size() - 1);
+    return new Writer(script_[n]);
+  }
+
+ private:
+  class Writer final : public grpc::ServerWriteReactor<tandem::v1::BlockEventBatch> {
+   public:
+    explicit Writer(std::vector<tandem::v1::BlockEventBatch> batches)
+        : batches_(std::move(batches)) {
+      Next();
+    }
+    void OnWriteDone(bool ok) override {
+      if (ok) Next();
+    }
+    void OnCancel() override {
+      absl::MutexLock lock(&mu_);
+      if (!finished_) Finish(grpc::Status::CANCELLED);
+      finished_ = true;
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    void Next() {
+      if (i_ < batches_.size()) StartWrite(&batches_[i_++]);
+      // then stays open, as a worker does, until cancelled
+    }
+    std::vector<tandem::v1::BlockEventBatch> batches_;
+    size_t i_ = 0;
+    absl::Mutex mu_;
+    bool finished_ = false;
+  };
+
+  absl::Mutex mu_;
+  std::vector<std::vector<tandem::v1::BlockEventBatch>> script_;
+  size_t next_ = 0;
+};
+
+tandem::v1::BlockEventBatch Batch(uint64_t epoch, uint64_t seq, bool snapshot,
+                                  std::vector<uint64_t> stored) {
+  tandem::v1::BlockEventBatch b;
+  b.set_epoch(epoch);
+  b.set_sequence(seq);
+  b.set_snapshot(snapshot);
+  b.set_block_size(16);
+  for (uint64_t v : stored) {
+    b.add_stored()->set_low(H(v).low);
+    b.mutable_stored()->rbegin()->set_high(H(v).high);
+  }
+  return b;
+}
+
+TEST(BlockEventSubscriberTest, AGapOrANewEpochResyncsToAConsistentIndex) {
+  // First stream: a snapshot, then a batch that skips number 6 (a dropped
+  // event). Second: the fresh snapshot, then a batch of a new epoch (the
+  // worker restarted). Third: the new epoch's snapshot.
+  ScriptedEvents events({
+      {Batch(7, 5, true, {1, 2}), Batch(7, 7, false, {4})},
+      {Batch(7, 7, true, {1, 2, 3, 4}), Batch(8, 1, false, {9})},
+      {Batch(8, 1, true, {9})},
+  });
+  auto server = rpc::StartGrpcServer({}, {&events});
+  ASSERT_TRUE(server.ok());
+  prometheus::Registry registry;
+  BlockIndex index;
+  rpc::ChannelCache channels;
+  BlockEventSubscriber sub(index, channels, {server->address}, registry);
+  ASSERT_TRUE(sub.AwaitApplied(0, 8, 1, kWait));
+  EXPECT_EQ(sub.resyncs(), 2);
+  // Nothing of the old epoch survives: only the new snapshot's block.
+  EXPECT_EQ(index.entries_of(0), 1);
+  EXPECT_EQ(OverlapOf(index, {9}), std::vector<int32_t>{1});
+  EXPECT_EQ(OverlapOf(index, {1}), std::vector<int32_t>{0});
+  rpc::ShutdownServer(*server->server, absl::ZeroDuration());
+}
+
+TEST(BlockEventSubscriberTest, AWorkerRestartedOnItsAddressIsSubscribedAgain) {
+  prometheus::Registry registry;
+  auto before = std::make_unique<Worker>(registry);
+  const std::string address = before->server.address;
+  before->publisher.Publish(Stored({1, 2}));
+  BlockIndex index;
+  rpc::ChannelCache channels;
+  BlockEventSubscriber sub(index, channels, {address}, registry);
+  ASSERT_TRUE(sub.AwaitSynced(0, kWait));
+  // The process dies (its stream breaks: a retry after a backoff, not a
+  // resync) and a new one comes up on the same address.
+  before.reset();
+  ASSERT_TRUE(sub.AwaitDisconnected(0, kWait));
+  Worker after(registry, address);
+  ASSERT_EQ(after.server.address, address);
+  after.publisher.Publish(Stored({3, 4, 5}));
+  ASSERT_TRUE(sub.AwaitApplied(0, after.publisher.epoch(), 1, kWait));
+  EXPECT_EQ(index.entries_of(0), 3);
+}
+
+TEST(BlockEventSubscriberTest, WorkersThatComeAndGoAreSubscribedAndDropped) {
+  prometheus::Registry registry;
+  Worker a(registry), b(registry);
+  a.publisher.Publish(Stored({1, 2}));
+  b.publisher.Publish(Stored({1}));
+  BlockIndex index;
+  rpc::ChannelCache channels;
+  BlockEventSubscriber sub(index, channels, std::vector<BlockEventSubscriber::Worker>{}, registry);
+  sub.SetWorkers({{.slot = 0, .address = a.server.address}});
+  ASSERT_TRUE(sub.AwaitSynced(0, kWait));
+  EXPECT_EQ(index.entries_of(0), 2);
+  // b appears (a DNS name gained an address).
+  sub.SetWorkers(
+      {{.slot = 0, .address = a.server.address}, {.slot = 3, .address = b.server.address}});
+  ASSERT_TRUE(sub.AwaitSynced(3, kWait));
+  EXPECT_EQ(index.entries_of(3), 1);
+  EXPECT_EQ(a.publisher.subscribers(), 1);  // a's stream was left alone
+  // a vanishes: its entries go at once and its stream is cancelled.
+  sub.SetWorkers({{.slot = 3, .address = b.server.address}});
+  EXPECT_EQ(index.entries_of(0), 0);
+  ASSERT_TRUE(sub.AwaitDisconnected(0, kWait));
+  a.publisher.Publish(Stored({5}));  // no longer heard
+  b.publisher.Publish(Stored({6}));
+  ASSERT_TRUE(sub.AwaitApplied(3, b.publisher.epoch(), 2, kWait));
+  EXPECT_EQ(index.entries_of(0), 0);
+  EXPECT_EQ(index.entries_of(3), 2);
+  absl::Time deadline = absl::Now() + kWait;
+  while (a.publisher.subscribers() > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(a.publisher.subscribers(), 0);
+}
+
+}  // namespace
+}  // namespace tandem::gateway

@@ -1,2 +1,0 @@
-#include "engine/gguf.h"
-#include "engine/cpu/kernels.h"

@@ -1,0 +1,2 @@
+#include "engine/gguf/gguf.h"
+#include "engine/cpu/kernels.h"
