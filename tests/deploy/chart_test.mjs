@@ -161,7 +161,18 @@ test('TLS values give every process its certificates and the gateway its keys', 
   const rules = YAML.parse(fs.readFileSync(path.join(root, 'deploy', 'prometheus', 'rules.yaml'),
                                            'utf8'));
   assert.deepEqual(rule.spec, rules);
-  assert.ok(objects.some((o) => o.kind === 'ServiceMonitor'));
+  // The ServiceMonitor gives every series the labels the rules and the
+  // dashboard select on: component (from the pod's role) and job="tandem".
+  const monitor = objects.find((o) => o.kind === 'ServiceMonitor');
+  assert.ok(monitor);
+  const relabel = monitor.spec.endpoints[0].relabelings;
+  assert.ok(relabel.some((r) => r.targetLabel === 'component' &&
+    r.sourceLabels[0] === '__meta_kubernetes_pod_label_app_kubernetes_io_component'));
+  assert.ok(relabel.some((r) => r.targetLabel === 'job' && r.replacement === 'tandem'));
+  const used = fs.readFileSync(path.join(root, 'deploy', 'prometheus', 'rules.yaml'), 'utf8') +
+    fs.readFileSync(path.join(root, 'deploy', 'grafana', 'tandem.json'), 'utf8');
+  assert.match(used, /component=~/);
+  assert.match(used, /job=\\?"tandem/);
 });
 
 test('values.schema.json refuses bad values, naming them', () => {
