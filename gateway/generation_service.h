@@ -121,7 +121,8 @@ class GenerationService final : public GenerationServiceBase {
 
   // Sessions (session_rpcs.cc): records kept on the decode workers
   // (SessionStoreClient), each turn run as a GenerateCall of the window's
-  // conversation (PlanTurn) and committed before its last message.
+  // conversation (PlanChatTurn) and committed before its last message
+  // (CommitChatTurn).
   grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* ctx,
                                           const tandem::v1::CreateSessionRequest* request,
                                           tandem::v1::SessionInfo* response) override;
@@ -171,8 +172,8 @@ class GenerationService final : public GenerationServiceBase {
   // The caller's tenant from its API key (the anonymous one without keys);
   // Unauthenticated, counted, otherwise.
   absl::StatusOr<Tenant> Authenticate(const grpc::CallbackServerContext& ctx, const char* method);
-  // The session's turn `request` once its record is read: the window's
-  // conversation validated as a Generate request, and how to commit it.
+  // The session's turn `request` once its record is read: planned by
+  // PlanChatTurn, run by `call`, committed by CommitChatTurn and the store.
   void BeginTurn(std::shared_ptr<GenerateCall> call, const tandem::v1::ChatRequest& request,
                  absl::StatusOr<tandem::v1::SessionRecord> record);
   // How many leading blocks of `prompt` decode worker `decode_worker` has

@@ -4,6 +4,7 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -89,7 +90,7 @@ void GenerateCall::Begin(absl::StatusOr<ValidatedRequest> request, SessionTurn t
   Next next;
   {
     absl::MutexLock lock(&mu_);
-    if (ending_) return;  // the client went away first
+    if (phase_ != Phase::kOpened) return;  // the client went away first
     turn_ = std::move(turn);
     if (request.ok()) {
       // Filled in here, once for Generate and Chat alike.
@@ -163,7 +164,9 @@ void GenerateCall::StartPrefill() {
   Next next;
   {
     absl::MutexLock lock(&mu_);
-    if (ending_) return;
+    if (Ended()) return;
+    // From Begin, a retry, a migration, or a local prefill that cannot run.
+    Transition(Phase::kPrefilling);
     RouteDecision route;
     if (env_.prefill_router != nullptr) {
       route = env_.prefill_router->Route(*env_.prefill, request_.prompt_ids, tried_,
@@ -217,7 +220,7 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status,
     prefill_attempt_ = nullptr;
     prefill_pick_ = WorkerPicker::Pick();
     if (status.ok()) prefill_ = response;
-    if (ending_) {
+    if (Ended()) {
       // The client went away while the prefill ran: its blocks are nobody's.
       if (status.ok()) {
         env_.releases->Release(prefill_address_, prefill_.lease_id(),
@@ -226,8 +229,9 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status,
       return;
     }
     if (status.ok()) {
+      Transition(Phase::kHandingOff);
       ticket_.DoneQueuing();
-      lease_held_ = true;
+      lease_ = Lease::kHeld;
       keep_lease_ = env_.lease_keeper->Keep(prefill_address_, prefill_.lease_id());
       if (migrations_ == 0) {  // the request's own prefill, not a resumption's
         usage_.set_queue_seconds(prefill_.queue_seconds());
@@ -292,7 +296,7 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status,
 void GenerateCall::RetryRound() {
   {
     absl::MutexLock lock(&mu_);
-    if (ending_) return;
+    if (Ended()) return;
     tried_.clear();
   }
   StartPrefill();
@@ -303,17 +307,19 @@ void GenerateCall::OnWriteDone(bool ok) {
   {
     absl::MutexLock lock(&mu_);
     writing_ = false;
-    if (ending_) {
-      finished_ = next.finish = true;
+    if (phase_ == Phase::kEnding) {
+      Transition(Phase::kFinished);
+      next.finish = true;
       next.status = end_status_;
     } else if (!ok) {
       next = End(absl::CancelledError("the client went away"));
-    } else if (migrate_after_write_) {
-      migrate_after_write_ = false;
-      next.prefill = true;
-    } else if (!decode_started_) {
+    } else if (phase_ == Phase::kMigrating) {
+      next.prefill = true;  // the resumed prefill waited for this write
+    } else if (phase_ == Phase::kHandingOff) {
       next.decode = true;  // the first token is out
     } else {
+      // kDecoding: a write is outstanding in no other phase (a session's
+      // last message is written only once its commit ended the call).
       next.read = true;
       AwaitDecodeMessage();
     }
@@ -352,11 +358,16 @@ void GenerateCall::Run(Next next) {
   if (next.commit) Commit();
 }
 
+void GenerateCall::Transition(Phase to) {
+  TANDEM_CHECK(IsLegalTransition(phase_, to), "GenerateCall phase change not in call_phase.h")
+      << CallPhaseName(phase_) << " -> " << CallPhaseName(to);
+  phase_ = to;
+}
+
 GenerateCall::Next GenerateCall::Complete() {
-  if (!turn_.commit || committed_) return End(absl::OkStatus());
+  if (!turn_.commit) return End(absl::OkStatus());
   Next next;
-  if (committing_) return next;
-  committing_ = true;
+  Transition(Phase::kCommitting);
   // A decode call still producing (a stop string matched) is stopped; its
   // worker keeps the KV computed so far for the session.
   if (relay_ != nullptr && !decode_finishing_) relay_->Cancel();
@@ -385,9 +396,7 @@ void GenerateCall::OnCommitted(absl::Status status, const tandem::v1::Usage& usa
   Next next;
   {
     absl::MutexLock lock(&mu_);
-    committing_ = false;
-    committed_ = true;
-    if (ending_) return;  // the client went away meanwhile
+    if (Ended()) return;  // the client went away meanwhile
     if (status.ok()) {
       usage_.MergeFrom(usage);
       std::vector<tandem::v1::Token> out = std::move(final_tokens_);
@@ -401,7 +410,9 @@ void GenerateCall::OnCommitted(absl::Status status, const tandem::v1::Usage& usa
 }
 
 bool GenerateCall::Prepare(std::vector<tandem::v1::Token>& tokens) {
-  if (turn_.commit && !committed_) {
+  // A session turn's text is collected and its last message held back for
+  // the commit; in kCommitting that message is what goes out.
+  if (turn_.commit && phase_ != Phase::kCommitting) {
     for (const tandem::v1::Token& t : tokens) {
       reply_ += t.text();
       reply_ids_.push_back(t.id());
@@ -445,15 +456,15 @@ bool GenerateCall::Prepare(std::vector<tandem::v1::Token>& tokens) {
 
 GenerateCall::Next GenerateCall::End(absl::Status status) {
   Next next;
-  if (ending_) return next;
-  ending_ = true;
+  if (Ended()) return next;
+  Transition(Phase::kEnding);
   end_status_ = status;
   // The decode worker releases a lease it fetched; any other end after
   // prefill leaves the lease to us.
-  if (lease_held_ && (!status.ok() || !decode_started_)) {
+  if (lease_ == Lease::kHeld || (lease_ == Lease::kHandedOff && !status.ok())) {
     env_.releases->Release(prefill_address_, prefill_.lease_id(), status);
   }
-  lease_held_ = false;
+  lease_ = Lease::kNone;
   keep_lease_.Reset();
   // A decode call still producing is stopped (a stop string matched, the
   // client went away); one that sent its finish ends by itself.
@@ -467,7 +478,8 @@ GenerateCall::Next GenerateCall::End(absl::Status status) {
   ticket_ = rpc::Admission::Ticket();
   kv_ticket_.Reset();
   if (!writing_) {
-    finished_ = next.finish = true;
+    Transition(Phase::kFinished);
+    next.finish = true;
     next.status = std::move(status);
   }
   return next;

@@ -9,7 +9,8 @@
 // was, so the client sees no gap and no repeat. Child calls
 // carry the client's deadline (capped by the request timeout); a client
 // cancel cancels them at once; every way a request can die after prefill
-// releases its KV lease (ReleaseClient, never blocking).
+// releases its KV lease (ReleaseClient, never blocking). The call's phase
+// is one CallPhase (call_phase.h, with its transition table).
 // Thread-safe: reactions on gRPC threads are serialized by `mu_`.
 #ifndef TANDEM_GATEWAY_CALLS_GENERATE_CALL_H_
 #define TANDEM_GATEWAY_CALLS_GENERATE_CALL_H_
@@ -25,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "gateway/calls/call_phase.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/calls/token_emitter.h"
 #include "gateway/routing/kv_budget.h"
@@ -171,6 +173,14 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
  private:
   class PrefillAttempt;
   class DecodeRelay;
+  using Phase = CallPhase;
+  // Who releases the KV lease of the last prefill when the request ends.
+  enum class Lease {
+    kNone,      // no lease (none yet, a local prefill, or released)
+    kHeld,      // ours: released on every end
+    kHandedOff  // named to the Decode call: its worker releases it once it
+                // fetched the blocks, we only on a failure
+  };
   // What to do after a state change, done outside `mu_`.
   struct Next {
     bool write = false;        // StartWrite(&write_buffer_)
@@ -183,6 +193,12 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   };
 
   GenerateCall(const CallEnv& env, grpc::CallbackServerContext* ctx);
+  // Moves phase_ to `to`; CHECKs that call_phase.h's table allows it.
+  void Transition(Phase to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // End() ran (the phase is kEnding or kFinished).
+  bool Ended() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return phase_ == Phase::kEnding || phase_ == Phase::kFinished;
+  }
   // The reply is complete: commit the session's turn first when there is
   // one (the last message waits for it), else end.
   Next Complete() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -221,6 +237,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   KvBudget::Ticket kv_ticket_;  // guarded by the reactor's order: Begin, then End
 
   absl::Mutex mu_;
+  Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kOpened;  // only through Transition()
   ValidatedRequest request_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<TokenEmitter> emitter_ ABSL_GUARDED_BY(mu_);
   std::vector<int> tried_ ABSL_GUARDED_BY(mu_);
@@ -232,14 +249,15 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   tandem::v1::PrefillRequest prefill_request_ ABSL_GUARDED_BY(mu_);
   tandem::v1::PrefillResponse prefill_ ABSL_GUARDED_BY(mu_);
   std::string prefill_address_ ABSL_GUARDED_BY(mu_);
-  bool lease_held_ ABSL_GUARDED_BY(mu_) = false;  // ours to release on failure
+  Lease lease_ ABSL_GUARDED_BY(mu_) = Lease::kNone;  // prefill_'s lease
   kvtransfer::LeaseKeeper::Handle keep_lease_ ABSL_GUARDED_BY(mu_);  // the heartbeat
   absl::Status last_prefill_error_ ABSL_GUARDED_BY(mu_);
-  bool decode_started_ ABSL_GUARDED_BY(mu_) = false;
   // The decode call in flight prefills the prompt itself (local prefill).
   bool local_ ABSL_GUARDED_BY(mu_) = false;
+  // A decode worker's message has arrived (the first one carries usage).
   bool got_decode_message_ ABSL_GUARDED_BY(mu_) = false;
-  bool decode_finishing_ ABSL_GUARDED_BY(mu_) = false;  // its finish reason came
+  // The decode call in flight sent its finish reason: it ends by itself.
+  bool decode_finishing_ ABSL_GUARDED_BY(mu_) = false;
   // Every token id the workers produced that the emitter took (the first
   // from prefill, then decode's): what a migrated stream resumes after.
   std::vector<int32_t> generated_ids_ ABSL_GUARDED_BY(mu_);
@@ -248,7 +266,6 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   std::unique_ptr<grpc::Alarm> retry_alarm_ ABSL_GUARDED_BY(mu_);
   absl::Duration waited_ ABSL_GUARDED_BY(mu_);
   int wait_rounds_ ABSL_GUARDED_BY(mu_) = 0;
-  bool migrate_after_write_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<int> decode_tried_ ABSL_GUARDED_BY(mu_);  // decode workers that failed
   DecodeRelay* relay_ ABSL_GUARDED_BY(mu_) = nullptr;
   // A read from the decode worker is outstanding since `awaiting_since_`;
@@ -257,28 +274,25 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   absl::Time awaiting_since_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<grpc::Alarm> progress_alarm_ ABSL_GUARDED_BY(mu_);
   bool progress_alarm_set_ ABSL_GUARDED_BY(mu_) = false;
-  // The relay was cancelled here because its worker made no progress.
+  // The relay was cancelled here because its worker made no progress (its
+  // end migrates the stream).
   bool decode_stalled_ ABSL_GUARDED_BY(mu_) = false;
   tandem::v1::GenerateResponse response_ ABSL_GUARDED_BY(mu_);
   grpc::ByteBuffer write_buffer_;  // response_ serialized; the write in flight
   tandem::v1::Usage usage_ ABSL_GUARDED_BY(mu_);
   absl::Time last_token_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // a client write is outstanding
   // The first message (which carries the seed, the request id and the
   // prompt logprobs) is sent.
   bool sent_first_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<tandem::v1::Token> prompt_tokens_ ABSL_GUARDED_BY(mu_);
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  bool ending_ ABSL_GUARDED_BY(mu_) = false;    // End() ran; Finish follows the write
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish() was called
-  absl::Status end_status_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;  // OnCancel ran
+  absl::Status end_status_ ABSL_GUARDED_BY(mu_);  // End()'s, for Finish()
   SessionTurn turn_ ABSL_GUARDED_BY(mu_);
   std::string reply_ ABSL_GUARDED_BY(mu_);           // a session turn's text so far
   std::vector<int32_t> reply_ids_ ABSL_GUARDED_BY(mu_);  // and its tokens' ids
   std::string decode_address_ ABSL_GUARDED_BY(mu_);  // the last decode worker started
-  // The commit runs; the last message's tokens wait in final_tokens_.
-  bool committing_ ABSL_GUARDED_BY(mu_) = false;
-  bool committed_ ABSL_GUARDED_BY(mu_) = false;
+  // The last message's tokens, waiting for the commit (kCommitting).
   std::vector<tandem::v1::Token> final_tokens_ ABSL_GUARDED_BY(mu_);
 };
 

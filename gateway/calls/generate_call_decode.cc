@@ -48,7 +48,7 @@ void GenerateCall::StartDecode() {
   bool fall_back = false;  // to a prefill worker, when a local prefill cannot run
   {
     absl::MutexLock lock(&mu_);
-    if (ending_) return;
+    if (Ended()) return;
     // A decode worker holding the prompt's leading blocks fetches only the
     // rest (delta transfer), so decode is routed on overlap and load too.
     auto pick = [&](const std::vector<int>& exclude) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -104,7 +104,8 @@ void GenerateCall::StartDecode() {
       req.set_roll_window(turn_.roll_window);
       req.set_roll_keep(turn_.roll_keep);
       req.set_cache_salt(request_.cache_salt);
-      decode_started_ = true;
+      Transition(Phase::kDecoding);  // from kHandingOff, or kOpened for a local prefill
+      if (lease_ == Lease::kHeld) lease_ = Lease::kHandedOff;
       decode_address_ = decode_pick_.address();
       relay_ = relay = new DecodeRelay(shared_from_this(), ChildContext(),
                                        env_.channels->Get(decode_pick_.address()),
@@ -126,7 +127,7 @@ void GenerateCall::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
   {
     absl::MutexLock lock(&mu_);
     // The relay is being cancelled, or the reply is complete.
-    if (ending_ || decode_stalled_ || committing_ || committed_) return;
+    if (phase_ != Phase::kDecoding || decode_stalled_) return;
     awaiting_decode_ = false;
     keep_lease_.Reset();  // the decode worker fetched the blocks
     if (!got_decode_message_) {
@@ -192,7 +193,8 @@ void GenerateCall::CheckProgress() {
   {
     absl::MutexLock lock(&mu_);
     progress_alarm_set_ = false;
-    if (ending_ || relay_ == nullptr || !awaiting_decode_) return;  // set again on the next read
+    // Set again on the next read.
+    if (phase_ != Phase::kDecoding || relay_ == nullptr || !awaiting_decode_) return;
     const absl::Time due = awaiting_since_ + env_.progress_timeout;
     if (absl::Now() < due) {
       ArmProgressAlarm(due);
@@ -218,7 +220,7 @@ void GenerateCall::OnDecodeDone(const grpc::Status& result) {
     keep_lease_.Reset();
     const int failed = decode_pick_.index();
     decode_pick_ = WorkerPicker::Pick();
-    if (ending_ || committing_ || committed_) return;
+    if (phase_ != Phase::kDecoding) return;  // ended, or the reply is complete
     const grpc::Status status =
         decode_stalled_
             ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -243,8 +245,7 @@ void GenerateCall::OnDecodeDone(const grpc::Status& result) {
                                rpc::FromGrpcStatus(status, "decode"));
       }
       local_ = false;
-      lease_held_ = false;
-      decode_started_ = false;
+      lease_ = Lease::kNone;
       decode_finishing_ = false;
       tried_.clear();
       last_prefill_error_ = rpc::FromGrpcStatus(status, "decode");
@@ -252,12 +253,10 @@ void GenerateCall::OnDecodeDone(const grpc::Status& result) {
                                                              generated_ids_.end());
       prefill_request_.clear_prompt_logprobs();  // reported with the first message
       // The resumed prefill's token is written next: after the client's
-      // write in flight, if any (one write outstanding).
-      if (writing_) {
-        migrate_after_write_ = true;
-      } else {
-        migrate = true;
-      }
+      // write in flight, if any (one write outstanding; OnWriteDone starts
+      // it).
+      Transition(Phase::kMigrating);
+      migrate = !writing_;
     } else {
       next = End(rpc::FromGrpcStatus(status, "decode"));
     }

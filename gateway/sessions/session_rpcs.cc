@@ -1,7 +1,9 @@
 // GenerationService's session methods: CreateSession, Chat, GetSession,
 // CloseSession, ListSessions. A session's record lives on the decode
 // workers (SessionStoreClient); every handler returns at once and answers
-// from the store's callbacks.
+// from the store's callbacks. A Chat turn is planned and committed by
+// turn_plan.h's pure functions; here they are wired to the store and a
+// GenerateCall.
 #include <algorithm>
 #include <random>
 #include <span>
@@ -13,6 +15,7 @@
 #include "common/status_macros.h"
 #include "gateway/generation_service.h"
 #include "gateway/sessions/session_window.h"
+#include "gateway/sessions/turn_plan.h"
 #include "rpc/status.h"
 #include "rpc/wire_parse.h"
 
@@ -46,12 +49,6 @@ tandem::v1::SessionInfo Info(const tandem::v1::SessionRecord& r) {
   }
   info.set_created_unix_seconds(r.created_unix_seconds());
   return info;
-}
-
-absl::Status ValidateSessionId(const std::string& id) {
-  if (id.empty()) return FieldError("session_id", "empty");
-  if (id.size() > 128) return FieldError("session_id", "longer than 128 bytes");
-  return absl::OkStatus();
 }
 
 // Another tenant's session is answered as an unknown one.
@@ -255,18 +252,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Chat(
     // Refused as it is.
   } else if (draining_.load()) {
     status = absl::UnavailableError("the gateway is draining (shutting down); retry on another");
-  } else if (status = ValidateSessionId(request.session_id()); status.ok()) {
-    if (request.message().empty()) {
-      status = FieldError("message", "empty");
-    } else if (static_cast<int64_t>(request.message().size()) >
-               options_.limits.max_prompt_bytes) {
-      status = FieldError("message", absl::StrCat(request.message().size(),
-                                                  " bytes exceed the limit of ",
-                                                  options_.limits.max_prompt_bytes));
-    } else if (request.max_tokens() < 0) {
-      status = FieldError("max_tokens",
-                          absl::StrCat("must be >= 0 (0 = unset), got ", request.max_tokens()));
-    }
+  } else {
+    // Before the record is read: a bad request costs no store call.
+    status = ValidateChatRequest(request, options_.limits);
   }
   if (!status.ok()) {
     call->Begin(status);
@@ -287,105 +275,43 @@ void GenerationService::BeginTurn(std::shared_ptr<GenerateCall> call,
     call->Begin(record.status());
     return;
   }
-  const bool shift = record->window().policy() == tandem::v1::WINDOW_POLICY_SHIFT;
-  // The decode worker rolls a reply that outgrows the window (it needs two
-  // blocks after the kept prefix; the block size is the workers').
-  const std::optional<BlockHashParams> params = index_.params();
-  const int32_t window = record->window().max_tokens();
-  const int32_t keep = record->window().keep_first();
-  const bool can_roll =
-      params.has_value() && window >= keep + 2 * params->block_size + 1;
-  const int32_t max_tokens =
-      request.max_tokens() > 0 ? request.max_tokens() : options_.limits.default_max_tokens;
-  absl::StatusOr<TurnPlan> plan =
-      shift ? PlanShiftTurn(*record, request.message(), max_tokens, *tokenizer_,
-                            options_.chat_template, options_.sessions.evict_to, can_roll)
-            : PlanTurn(*record, request.message(), max_tokens, *tokenizer_,
-                       options_.chat_template, options_.sessions.evict_to, can_roll);
+  TurnOptions options;
+  options.tokenizer = tokenizer_.get();
+  options.chat_template = &options_.chat_template;
+  options.model_name = options_.model_name;
+  options.limits = options_.limits;
+  options.evict_to = options_.sessions.evict_to;
+  options.local_prefill_tokens = options_.sessions.local_prefill_tokens;
+  if (const std::optional<BlockHashParams> params = index_.params(); params.has_value()) {
+    options.block_size = params->block_size;
+  }
+  options.held_blocks = [this](const std::string& holder, std::span<const int32_t> prompt,
+                               uint64_t salt) { return HeldBlocks(holder, prompt, salt); };
+  absl::StatusOr<ChatTurnPlan> plan = PlanChatTurn(*record, request, options);
   if (!plan.ok()) {
     call->Begin(plan.status());
     return;
   }
-  tandem::v1::GenerateRequest generate;
-  generate.mutable_prompt_token_ids()->Assign(plan->prompt_ids.begin(), plan->prompt_ids.end());
-  generate.set_max_tokens(plan->max_tokens);
-  *generate.mutable_sampling() = request.sampling();
-  generate.set_top_logprobs(request.top_logprobs());
-  *generate.mutable_stop() = request.stop();
-  generate.set_ignore_eos(request.ignore_eos());
-  absl::StatusOr<ValidatedRequest> validated = ValidateGenerateRequest(
-      generate, *tokenizer_, options_.model_name, options_.limits, &options_.chat_template);
-  const uint64_t salt = TenantSalt(record->tenant());
-  if (validated.ok()) validated->cache_salt = salt;
-
-  SessionTurn turn;
-  turn.session_id = record->session_id();
-  turn.kv_holder = record->kv_holder();
-  if (can_roll) {
-    turn.roll_window = window;
-    turn.roll_keep = keep;
-  }
-  if (shift) {
-    // The KV is the holder's alone (the index knows none of it): the turn
-    // goes there, or is rebuilt from its tokens on another worker.
-    turn.local_prefill = !record->kv_holder().empty();
-    turn.private_kv = true;
-    turn.shift_from = plan->shift_from;
-    turn.shift_count = plan->shift_count;
-  } else if (validated.ok() && params.has_value()) {
-    // Few tokens to compute: the holder prefills them itself. Otherwise a
-    // prefill worker does, pulling the blocks the holder keeps.
-    const int32_t held = HeldBlocks(record->kv_holder(), validated->prompt_ids, salt);
-    const int64_t to_compute =
-        static_cast<int64_t>(validated->prompt_ids.size()) - int64_t{held} * params->block_size;
-    turn.local_prefill = held >= 0 && options_.sessions.local_prefill_tokens > 0 &&
-                         to_compute <= options_.sessions.local_prefill_tokens;
-    turn.holder_blocks = std::max(held, 0);
-  }
+  absl::StatusOr<ValidatedRequest> generate = std::move(plan->request);
+  SessionTurn turn = std::move(plan->turn);
+  // The commit reads the plan's window and message; its request and routing
+  // go to the call.
   turn.commit = [this, record = std::move(*record), plan = std::move(*plan),
-                 message = request.message(), shift](std::string reply,
-                                                     std::vector<int32_t> reply_ids,
-                                                     std::string decode_address,
-                                                     SessionTurn::CommitDone done) {
-    tandem::v1::SessionRecord next = record;
-    next.set_version(record.version() + 1);
-    next.clear_turns();
-    for (const tandem::v1::ChatMessage& m : plan.kept_turns) *next.add_turns() = m;
-    tandem::v1::ChatMessage* user = next.add_turns();
-    user->set_role("user");
-    user->set_content(message);
-    tandem::v1::ChatMessage* assistant = next.add_turns();
-    assistant->set_role("assistant");
-    assistant->set_content(std::move(reply));
-    next.set_turns_evicted(record.turns_evicted() + plan.turns_evicted);
-    next.set_tokens_evicted(record.tokens_evicted() + plan.tokens_evicted);
-    if (shift) {
-      // What the holder's KV is built from: the prompt, then the reply's
-      // tokens (an end-of-generation token left out: the template's own
-      // end of turn follows in the next turn's tokens).
-      next.mutable_kv_token_ids()->Assign(plan.prompt_ids.begin(), plan.prompt_ids.end());
-      if (!reply_ids.empty() && tokenizer_->IsEog(reply_ids.back())) reply_ids.pop_back();
-      next.mutable_kv_token_ids()->Add(reply_ids.begin(), reply_ids.end());
-      next.mutable_turn_token_offsets()->Assign(plan.turn_offsets.begin(),
-                                                plan.turn_offsets.end());
-      next.set_tokens_held(next.kv_token_ids_size());
-    } else {
-      absl::StatusOr<std::vector<int32_t>> held =
-          RenderTokens(SessionMessages(next), false, *tokenizer_, options_.chat_template);
-      next.set_tokens_held(held.ok() ? static_cast<int32_t>(held->size()) : 0);
-    }
-    if (!decode_address.empty()) next.set_kv_holder(decode_address);
-    tandem::v1::Usage usage;
-    usage.set_session_tokens_evicted(static_cast<int32_t>(plan.tokens_evicted));
-    usage.set_session_tokens_held(next.tokens_held());
-    usage.set_session_rebuilt(!record.kv_holder().empty() && !decode_address.empty() &&
-                              decode_address != record.kv_holder());
-    sessions_.Save(next, record.kv_holder(),
-                   [done = std::move(done), usage](absl::Status status) {
+                 options = std::move(options)](std::string reply,
+                                               std::vector<int32_t> reply_ids,
+                                               std::string decode_address,
+                                               SessionTurn::CommitDone done) {
+    TurnResult result;
+    result.reply = std::move(reply);
+    result.reply_ids = std::move(reply_ids);
+    result.decode_address = std::move(decode_address);
+    const CommittedTurn next = CommitChatTurn(record, plan, result, options);
+    sessions_.Save(next.record, record.kv_holder(),
+                   [done = std::move(done), usage = next.usage](absl::Status status) {
                      done(std::move(status), usage);
                    });
   };
-  call->Begin(std::move(validated), std::move(turn));
+  call->Begin(std::move(generate), std::move(turn));
 }
 
 }  // namespace tandem::gateway
