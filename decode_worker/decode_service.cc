@@ -272,8 +272,7 @@ DecodeService::DecodeService(worker::EngineLoop& loop, prometheus::Registry& reg
                registry, options.kv_transfer_streams),
       lease_keeper_(channels_, options.lease_heartbeat),
       admission_("decode worker", options.admission),
-      sessions_({.max_sessions = options.max_sessions},
-                [&loop](const std::string& id) { loop.Unpin(id); }),
+      sessions_(options.sessions, [&loop](const std::string& id) { loop.Unpin(id); }),
       requests_(rpc::CounterFamily(registry, "tandem_requests_total",
                                    "RPCs served, by method and final status code")),
       generated_tokens_(

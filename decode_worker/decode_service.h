@@ -41,8 +41,10 @@ struct DecodeServiceOptions {
   // The hand-off's heartbeat: a request's lease is renewed this often from
   // its arrival until its fetch ends (zero: off).
   absl::Duration lease_heartbeat = absl::Seconds(5);
-  // The session store's limit (--max-sessions).
-  int32_t max_sessions = 4096;
+  // The session store: its limit (--max-sessions), how often idle records
+  // are swept, and the clock their idle TTLs are timed by (tests pass a fake
+  // one and move it by hand).
+  SessionStore::Options sessions;
 };
 
 class DecodeService final : public tandem::v1::Decode::CallbackService {

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
                                                             ? nullptr
                                                             : worker->block_events.get(),
                                          .lease_heartbeat = absl::Milliseconds(*heartbeat_ms),
-                                         .max_sessions = *max_sessions});
+                                         .sessions = {.max_sessions = *max_sessions}});
   auto& requests = tandem::rpc::CounterFamily(worker->metrics->registry(),
                                               "tandem_requests_total",
                                               "RPCs served, by method and final status code");

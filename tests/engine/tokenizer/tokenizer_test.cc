@@ -1,19 +1,13 @@
 // Tests for engine/tokenizer/tokenizer.h and its parts (pre-tokenizer, regex matcher,
 // UTF-8 helpers): the real SPM vocabulary of stories260K.gguf, synthetic
 // byte-level BPE vocabularies written with GgufWriter, the pre-tokenizer
-// splitters on tricky strings, and, when TANDEM_LLAMA_VOCAB_DIR names a
-// directory holding llama.cpp's models/ggml-vocab-*.gguf{,.inp,.out}, those
-// test vectors (tokenized with add_special=false, parse_special=false).
+// splitters on tricky strings. reference_vectors_test.cc checks whole
+// encodings against SentencePiece and GPT-2's BPE algorithm.
 #include "engine/tokenizer/tokenizer.h"
 
-#include <cstdlib>
 #include <functional>
 #include <optional>
-#include <filesystem>
-#include <fstream>
-#include <iostream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,68 +26,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
-
-std::string ReadFileOrEmpty(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::vector<std::string> SplitBy(const std::string& s, const std::string& sep) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    const size_t pos = s.find(sep, start);
-    if (pos == std::string::npos) {
-      out.push_back(s.substr(start));
-      return out;
-    }
-    out.push_back(s.substr(start, pos - start));
-    start = pos + sep.size();
-  }
-}
-
-// llama.cpp's tests/test-tokenizer-0 format: inputs separated by
-// "\n__ggml_vocab_test__\n"; one line of space-separated ids per input.
-TEST(TokenizerVectors, LlamaCppVocabTestVectors) {
-  const char* dir = std::getenv("TANDEM_LLAMA_VOCAB_DIR");
-  if (dir == nullptr) GTEST_SKIP() << "TANDEM_LLAMA_VOCAB_DIR not set";
-  int files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    const std::string path = entry.path().string();
-    if (entry.path().extension() != ".gguf") continue;
-    const std::string inp = ReadFileOrEmpty(path + ".inp");
-    const std::string out = ReadFileOrEmpty(path + ".out");
-    if (inp.empty() || out.empty()) continue;
-    auto tok = LoadTokenizer(path);
-    if (!tok.ok() && tok.status().code() == absl::StatusCode::kUnimplemented) {
-      std::cout << "skipping " << path << ": " << tok.status() << "\n";
-      continue;
-    }
-    ASSERT_TRUE(tok.ok()) << path << ": " << tok.status();
-    ++files;
-    std::vector<std::string> inputs = SplitBy(inp, "\n__ggml_vocab_test__\n");
-    inputs.pop_back();  // text after the last separator
-    std::vector<std::string> lines = SplitBy(out, "\n");
-    ASSERT_GE(lines.size(), inputs.size()) << path;
-    int mismatches = 0;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (inputs[i] == "__SKIP__") continue;
-      std::vector<int32_t> expected;
-      std::istringstream ls(lines[i]);
-      for (int32_t id; ls >> id;) expected.push_back(id);
-      const std::vector<int32_t> got =
-          (*tok)->Encode(inputs[i], {.add_special = false, .parse_special = false});
-      EXPECT_EQ(got, expected) << path << " input " << i << ": '" << inputs[i] << "'";
-      if (got != expected) ++mismatches;
-    }
-    std::cout << path << ": " << inputs.size() << " inputs, " << mismatches
-              << " mismatches\n";
-  }
-  EXPECT_GT(files, 0) << "no ggml-vocab-*.gguf with .inp/.out in " << dir;
-}
-
 
 // ---------------------------------------------------------------------------
 // SPM: the real stories260K vocabulary (512 tokens: <unk>=0, <s>=1, </s>=2,
