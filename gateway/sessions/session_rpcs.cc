@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "gateway/generation_service.h"
 #include "gateway/sessions/session_window.h"
+#include "rpc/convert.h"
 #include "rpc/status.h"
 #include "rpc/wire_parse.h"
 
@@ -309,8 +310,7 @@ void GenerationService::BeginTurn(std::shared_ptr<GenerateCall> call,
   tandem::v1::GenerateRequest generate;
   generate.mutable_prompt_token_ids()->Assign(plan->prompt_ids.begin(), plan->prompt_ids.end());
   generate.set_max_tokens(plan->max_tokens);
-  *generate.mutable_sampling() = request.sampling();
-  generate.set_top_logprobs(request.top_logprobs());
+  rpc::ChatSamplingToGenerate(request, &generate);
   *generate.mutable_stop() = request.stop();
   generate.set_ignore_eos(request.ignore_eos());
   absl::StatusOr<ValidatedRequest> validated = ValidateGenerateRequest(
