@@ -7,6 +7,7 @@
 #include "rpc/convert.h"
 #include "rpc/metrics.h"
 #include "rpc/status.h"
+#include "worker/request_convert.h"
 #include "worker/worker_stats.h"
 
 namespace tandem::decode {
@@ -19,26 +20,6 @@ tandem::v1::FinishReason ToProto(engine::FinishReason r) {
     case engine::FinishReason::kStop: return tandem::v1::FINISH_REASON_STOP;
     default: return tandem::v1::FINISH_REASON_UNSPECIFIED;
   }
-}
-
-// The engine's request for a Decode call: the prompt (and a resumed
-// stream's tokens), sampling, and a session's pin, window and shift.
-engine::GenerationRequest EngineRequest(const tandem::v1::DecodeRequest& request) {
-  engine::GenerationRequest r;
-  r.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
-  r.generated.assign(request.generated_token_ids().begin(), request.generated_token_ids().end());
-  r.sampling = rpc::SamplingFromProto(request.sampling());
-  r.max_tokens = request.max_tokens();
-  r.top_logprobs = request.top_logprobs();
-  r.ignore_eos = request.ignore_eos();
-  r.pin_key = request.session_id();
-  r.private_kv = request.private_kv();
-  r.shift_from = request.shift_from();
-  r.shift_count = request.shift_count();
-  r.roll_window = request.roll_window();
-  r.roll_keep = request.roll_keep();
-  r.cache_salt = request.cache_salt();
-  return r;
 }
 
 }  // namespace
@@ -126,7 +107,7 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
       return;
     }
     ticket_ = std::move(*ticket);
-    request_ = EngineRequest(request);
+    request_ = worker::EngineRequestFromProto(request);
     first_ = rpc::SampledTokenFromProto(request.first_token());
 
     const auto limit = absl::Now() + service_->options_.fetch_timeout;
@@ -153,7 +134,7 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
     std::weak_ptr<DecodeCall> weak = weak_from_this();
     absl::MutexLock lock(&mu_);
     if (cancelled_) return;
-    stream_ = service_->loop_.Submit(EngineRequest(request), [weak] {
+    stream_ = service_->loop_.Submit(worker::EngineRequestFromProto(request), [weak] {
       if (auto call = weak.lock()) call->Pump();
     });
   }

@@ -7,6 +7,7 @@
 #include "rpc/convert.h"
 #include "rpc/metrics.h"
 #include "rpc/status.h"
+#include "worker/request_convert.h"
 #include "worker/worker_stats.h"
 
 namespace tandem::prefill {
@@ -57,19 +58,7 @@ class PrefillService::PrefillCall final : public grpc::ServerUnaryReactor,
       return;
     }
     ticket_ = std::move(*ticket);
-    engine::GenerationRequest r;
-    r.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
-    r.sampling = rpc::SamplingFromProto(request.sampling());
-    r.top_logprobs = request.top_logprobs();
-    if (request.has_prompt_logprobs()) r.prompt_logprobs = request.prompt_logprobs();
-    r.cache_salt = request.cache_salt();
-    // A resumed stream's tokens are computed with the prompt; the token
-    // sampled after them is the answer.
-    r.generated.assign(request.generated_token_ids().begin(),
-                       request.generated_token_ids().end());
-    r.max_tokens = static_cast<int32_t>(r.generated.size()) + 1;
-    r.ignore_eos = true;
-    r.export_kv = true;
+    engine::GenerationRequest r = worker::EngineRequestFromProto(request);
     prompt_ = r.prompt;  // the positions the lease holds
     cache_salt_ = r.cache_salt;
     prompt_.insert(prompt_.end(), r.generated.begin(), r.generated.end());

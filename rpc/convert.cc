@@ -3,6 +3,36 @@
 #include <algorithm>
 
 namespace tandem::rpc {
+namespace {
+
+// GenerateRequest and PrefillRequest carry prompt_logprobs; ChatRequest and
+// DecodeRequest do not.
+template <typename Message>
+concept HasPromptLogprobs = requires(const Message& m) { m.has_prompt_logprobs(); };
+
+// The one body of every SamplingRequestFromProto overload.
+template <typename Message>
+engine::SamplingRequest SamplingRequestFromMessage(const Message& m) {
+  engine::SamplingRequest s;
+  s.sampling = SamplingFromProto(m.sampling());
+  s.top_logprobs = m.top_logprobs();
+  if constexpr (HasPromptLogprobs<Message>) {
+    if (m.has_prompt_logprobs()) s.prompt_logprobs = m.prompt_logprobs();
+  }
+  return s;
+}
+
+// The one body of every SamplingRequestToProto overload.
+template <typename Message>
+void SamplingRequestToMessage(const engine::SamplingRequest& s, Message* m) {
+  SamplingToProto(s.sampling, m->mutable_sampling());
+  m->set_top_logprobs(s.top_logprobs);
+  if constexpr (HasPromptLogprobs<Message>) {
+    if (s.prompt_logprobs >= 0) m->set_prompt_logprobs(s.prompt_logprobs);
+  }
+}
+
+}  // namespace
 
 engine::SamplingParams SamplingFromProto(const tandem::v1::SamplingParams& p) {
   engine::SamplingParams s{
@@ -38,6 +68,40 @@ void SamplingToProto(const engine::SamplingParams& s, tandem::v1::SamplingParams
   for (const engine::LogitBias& b : s.logit_bias) (*p->mutable_logit_bias())[b.id] = b.bias;
   p->set_min_tokens(s.min_tokens);
   p->mutable_stop_token_ids()->Assign(s.stop_token_ids.begin(), s.stop_token_ids.end());
+}
+
+engine::SamplingRequest SamplingRequestFromProto(const tandem::v1::GenerateRequest& r) {
+  return SamplingRequestFromMessage(r);
+}
+
+engine::SamplingRequest SamplingRequestFromProto(const tandem::v1::ChatRequest& r) {
+  return SamplingRequestFromMessage(r);
+}
+
+engine::SamplingRequest SamplingRequestFromProto(const tandem::v1::PrefillRequest& r) {
+  return SamplingRequestFromMessage(r);
+}
+
+engine::SamplingRequest SamplingRequestFromProto(const tandem::v1::DecodeRequest& r) {
+  return SamplingRequestFromMessage(r);
+}
+
+void SamplingRequestToProto(const engine::SamplingRequest& s, tandem::v1::GenerateRequest* r) {
+  SamplingRequestToMessage(s, r);
+}
+
+void SamplingRequestToProto(const engine::SamplingRequest& s, tandem::v1::PrefillRequest* r) {
+  SamplingRequestToMessage(s, r);
+}
+
+void SamplingRequestToProto(const engine::SamplingRequest& s, tandem::v1::DecodeRequest* r) {
+  SamplingRequestToMessage(s, r);
+}
+
+void ChatSamplingToGenerate(const tandem::v1::ChatRequest& chat,
+                            tandem::v1::GenerateRequest* generate) {
+  SamplingRequestToProto(SamplingRequestFromProto(chat), generate);
+  if (!chat.sampling().has_seed()) generate->mutable_sampling()->clear_seed();
 }
 
 void SampledTokenToProto(const engine::SampledToken& t, tandem::v1::SampledTokenProto* p) {

@@ -1,8 +1,9 @@
 // The value types a generation request and its tokens are described with:
-// sampling parameters and sampled tokens with their logprobs. Shared by the
-// engine and by processes that load no weights (the gateway validates
-// requests with them), so this file depends on nothing but Abseil. Plain
-// values; thread-compatible.
+// sampling parameters, the sampling part of a request that every hop carries
+// whole (SamplingRequest), and sampled tokens with their logprobs. Shared by
+// the engine and by processes that load no weights (the gateway validates
+// requests with them; rpc/convert.h converts them to and from protos), so this
+// file depends on nothing but Abseil. Plain values; thread-compatible.
 #ifndef TANDEM_ENGINE_SAMPLE_SAMPLING_PARAMS_H_
 #define TANDEM_ENGINE_SAMPLE_SAMPLING_PARAMS_H_
 
@@ -22,6 +23,8 @@ inline constexpr float kMaxRepetitionPenalty = 10.0f;  // (0, 10]
 struct LogitBias {
   int32_t id = 0;
   float bias = 0.0f;
+
+  friend bool operator==(const LogitBias&, const LogitBias&) = default;
 };
 
 struct SamplingParams {
@@ -47,6 +50,26 @@ struct SamplingParams {
 
   bool IsStopToken(int32_t id) const;
   bool AdjustsLogits() const;
+
+  friend bool operator==(const SamplingParams&, const SamplingParams&) = default;
+};
+
+// What a request asks of sampling and of the logprobs reported with it: the
+// fields that travel together across every process boundary (beside
+// `sampling` in each request proto). The engine's GenerationRequest and the
+// gateway's ValidatedRequest derive from it, so each hop converts it whole
+// with one function per direction (rpc/convert.h), and a field added here is
+// converted there alone.
+struct SamplingRequest {
+  SamplingParams sampling;
+  // Alternatives reported per generated token, [0, kMaxTopLogprobs].
+  int32_t top_logprobs = 0;
+  // -1: off. Else, for every prompt token after the first, its logprob and
+  // this many alternatives ([0, kMaxTopLogprobs]), reported with the first
+  // generated token; the whole prompt is then computed (GenerationRequest).
+  int32_t prompt_logprobs = -1;
+
+  friend bool operator==(const SamplingRequest&, const SamplingRequest&) = default;
 };
 
 // InvalidArgument naming the field ("temperature", "top_p", ...) when a value

@@ -27,18 +27,15 @@ enum class FinishReason {
   kCancelled,  // Cancel() was called
 };
 
-struct GenerationRequest {
+// `sampling`, `top_logprobs` and `prompt_logprobs` are the SamplingRequest
+// base's: a worker converts them from its RPC's proto in one piece. With
+// prompt_logprobs >= 0 they are reported with the first generated token
+// (TokenEvent::prompt_logprobs), and the whole prompt is computed (no prefix
+// cache, no pulled prefix), in chunks of at most kPromptLogprobsChunk tokens,
+// whose logits rows are reduced to O(k) per position as they are made.
+struct GenerationRequest : SamplingRequest {
   std::vector<int32_t> prompt;  // token ids, BOS included when wanted
-  SamplingParams sampling;
   int32_t max_tokens = 16;      // >= 1; counts `generated` too
-  int32_t top_logprobs = 0;     // [0, kMaxTopLogprobs]
-  // Prompt logprobs: -1 off; else, for every prompt token after the first,
-  // its logprob and this many alternatives ([0, kMaxTopLogprobs]), reported
-  // with the first generated token (TokenEvent::prompt_logprobs). The whole
-  // prompt is then computed (no prefix cache, no pulled prefix), in chunks of
-  // at most kPromptLogprobsChunk tokens, whose logits rows are reduced to
-  // O(k) per position as they are made.
-  int32_t prompt_logprobs = -1;
   bool ignore_eos = false;
   // On finish, copy the sequence's KV (its computed positions) into the
   // finishing TokenEvent's `kv` before the blocks are freed (prefill side

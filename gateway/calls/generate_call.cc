@@ -135,13 +135,9 @@ void GenerateCall::Begin(absl::StatusOr<ValidatedRequest> request, SessionTurn t
                            .stop_token_ids = request_.sampling.stop_token_ids});
         prefill_request_.mutable_prompt_token_ids()->Assign(request_.prompt_ids.begin(),
                                                             request_.prompt_ids.end());
-        rpc::SamplingToProto(request_.sampling, prefill_request_.mutable_sampling());
+        rpc::SamplingRequestToProto(request_, &prefill_request_);
         prefill_request_.set_request_id(request_.request_id);
-        prefill_request_.set_top_logprobs(request_.top_logprobs);
         prefill_request_.set_cache_salt(request_.cache_salt);
-        if (request_.prompt_logprobs >= 0) {
-          prefill_request_.set_prompt_logprobs(request_.prompt_logprobs);
-        }
       }
     }
   }

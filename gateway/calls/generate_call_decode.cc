@@ -84,9 +84,8 @@ void GenerateCall::StartDecode() {
                                              request_.prompt_ids.end());
       if (local_) env_.metrics->local_prefills.Increment();
       if (!local_) *req.mutable_first_token() = prefill_.first_token();
-      rpc::SamplingToProto(request_.sampling, req.mutable_sampling());
+      rpc::SamplingRequestToProto(request_, &req);
       req.set_max_tokens(request_.max_tokens);
-      req.set_top_logprobs(request_.top_logprobs);
       // Stop strings and EOS are judged here, on text; the worker stops at
       // EOS too unless told to ignore it.
       req.set_ignore_eos(request_.ignore_eos);

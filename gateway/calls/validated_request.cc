@@ -21,11 +21,12 @@ absl::Status FieldError(const std::string& field, const std::string& message) {
 
 
 // The proto's ranges are checked here, field by field, so that each message
-// names the proto field; engine::ValidateSamplingParams then runs as well so
-// that a rule added to the engine can never be bypassed by the gateway.
-absl::StatusOr<engine::SamplingParams> ParseSampling(const tandem::v1::SamplingParams& proto,
-                                                     const GatewayLimits& limits,
-                                                     int32_t n_vocab) {
+// names the proto field; engine::ValidateSamplingParams then runs on the
+// converted `params` as well so that a rule added to the engine can never be
+// bypassed by the gateway.
+absl::Status CheckSampling(const tandem::v1::SamplingParams& proto,
+                           const engine::SamplingParams& params, const GatewayLimits& limits,
+                           int32_t n_vocab) {
   // Each test is written as !(in range) so that NaN fails it.
   if (!(std::isfinite(proto.temperature()) && proto.temperature() >= 0.0f)) {
     return FieldError("sampling.temperature",
@@ -53,20 +54,32 @@ absl::StatusOr<engine::SamplingParams> ParseSampling(const tandem::v1::SamplingP
   }
   // The rest (penalty ranges, biases, token ids) is the engine's own check,
   // whose messages start with the bare field name.
-  const engine::SamplingParams params = rpc::SamplingFromProto(proto);
   if (absl::Status status = engine::ValidateSamplingParams(params, n_vocab); !status.ok()) {
     // The engine's messages start with the bare field name ("top_p must ...").
     return absl::InvalidArgumentError(absl::StrCat("sampling.", status.message()));
   }
-  return params;
+  return absl::OkStatus();
 }
 
-absl::Status ValidateTopLogprobs(int32_t top_logprobs) {
-  if (top_logprobs < 0 || top_logprobs > engine::kMaxTopLogprobs) {
-    return FieldError("top_logprobs", absl::StrCat(top_logprobs, " is out of range [0, ",
+// The request's SamplingRequest, converted as every later hop converts it
+// (rpc/convert.h), then checked. prompt_logprobs is checked on the proto: an
+// explicit -1 is out of range there, though the converted value means "off".
+absl::StatusOr<engine::SamplingRequest> ParseSamplingRequest(
+    const tandem::v1::GenerateRequest& request, const GatewayLimits& limits, int32_t n_vocab) {
+  engine::SamplingRequest out = rpc::SamplingRequestFromProto(request);
+  RETURN_IF_ERROR(CheckSampling(request.sampling(), out.sampling, limits, n_vocab));
+  if (out.top_logprobs < 0 || out.top_logprobs > engine::kMaxTopLogprobs) {
+    return FieldError("top_logprobs", absl::StrCat(out.top_logprobs, " is out of range [0, ",
                                                    engine::kMaxTopLogprobs, "]"));
   }
-  return absl::OkStatus();
+  if (request.has_prompt_logprobs()) {
+    const int32_t k = request.prompt_logprobs();
+    if (k < 0 || k > engine::kMaxTopLogprobs) {
+      return FieldError("prompt_logprobs",
+                        absl::StrCat(k, " is out of range [0, ", engine::kMaxTopLogprobs, "]"));
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<std::string>> ParseStop(
@@ -192,18 +205,9 @@ absl::StatusOr<ValidatedRequest> ValidateGenerateRequest(
   ValidatedRequest out;
   RETURN_IF_ERROR(ValidateRequestId(request.request_id(), "request_id"));
   out.request_id = request.request_id();
-  ASSIGN_OR_RETURN(out.sampling, ParseSampling(request.sampling(), limits, tokenizer.n_vocab()));
+  engine::SamplingRequest& sampling = out;
+  ASSIGN_OR_RETURN(sampling, ParseSamplingRequest(request, limits, tokenizer.n_vocab()));
   out.seed_given = request.sampling().has_seed();
-  RETURN_IF_ERROR(ValidateTopLogprobs(request.top_logprobs()));
-  out.top_logprobs = request.top_logprobs();
-  if (request.has_prompt_logprobs()) {
-    const int32_t k = request.prompt_logprobs();
-    if (k < 0 || k > engine::kMaxTopLogprobs) {
-      return FieldError("prompt_logprobs",
-                        absl::StrCat(k, " is out of range [0, ", engine::kMaxTopLogprobs, "]"));
-    }
-    out.prompt_logprobs = k;
-  }
   ASSIGN_OR_RETURN(out.stop, ParseStop(request.stop(), limits));
   out.ignore_eos = request.ignore_eos();
 

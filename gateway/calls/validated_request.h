@@ -62,7 +62,13 @@ absl::Status ValidateModel(const std::string& requested, const std::string& serv
 // of printable ASCII without spaces.
 absl::Status ValidateRequestId(std::string_view id, std::string_view field);
 
-struct ValidatedRequest {
+// The SamplingRequest base holds what travels to the workers as one piece
+// (rpc::SamplingRequestToProto): `sampling` passes
+// engine::ValidateSamplingParams (the proto's top_p 0, unset, is 1; without
+// seed_given the seed is 0 until the caller draws one), `top_logprobs` is in
+// [0, engine::kMaxTopLogprobs], `prompt_logprobs` -1 (not asked for) or in
+// that range.
+struct ValidatedRequest : engine::SamplingRequest {
   // Never empty; every id is valid for the tokenizer. Either the request's
   // prompt_token_ids as given, or its prompt tokenized the way llama.cpp's
   // server does (BOS added where the tokenizer adds it, special-token text
@@ -73,16 +79,10 @@ struct ValidatedRequest {
   // (as vLLM does); only a prompt that leaves no room at all is refused. An
   // unset (0) max_tokens is default_max_tokens, clamped the same way.
   int32_t max_tokens = 0;
-  // Passes engine::ValidateSamplingParams; the proto's top_p 0 (unset) is 1.
-  // Without seed_given the seed is 0 until the caller draws one.
-  engine::SamplingParams sampling;
+  // The request's sampling.seed was set (otherwise the caller draws one).
   bool seed_given = false;
   // The request's request_id (empty: none given; the caller makes one).
   std::string request_id;
-  // In [0, engine::kMaxTopLogprobs].
-  int32_t top_logprobs = 0;
-  // -1 (not asked for) or in [0, engine::kMaxTopLogprobs].
-  int32_t prompt_logprobs = -1;
   // Each non-empty, valid UTF-8 and within GatewayLimits.
   std::vector<std::string> stop;
   bool ignore_eos = false;

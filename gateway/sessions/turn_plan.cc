@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "gateway/api_keys.h"
+#include "rpc/convert.h"
 
 namespace tandem::gateway {
 namespace {
@@ -64,8 +65,7 @@ absl::StatusOr<ChatTurnPlan> PlanChatTurn(const tandem::v1::SessionRecord& recor
   generate.mutable_prompt_token_ids()->Assign(plan.window.prompt_ids.begin(),
                                               plan.window.prompt_ids.end());
   generate.set_max_tokens(plan.window.max_tokens);
-  *generate.mutable_sampling() = request.sampling();
-  generate.set_top_logprobs(request.top_logprobs());
+  rpc::ChatSamplingToGenerate(request, &generate);
   *generate.mutable_stop() = request.stop();
   generate.set_ignore_eos(request.ignore_eos());
   plan.request = ValidateGenerateRequest(generate, tokenizer, options.model_name, options.limits,
