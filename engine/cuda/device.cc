@@ -1,16 +1,43 @@
 #include "engine/cuda/device.h"
 
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace tandem::engine::cuda {
 
-int DeviceCount() {
+namespace {
+
+// 12020 -> "12.2", as CUDA encodes versions (1000 * major + 10 * minor).
+std::string CudaVersion(int version) {
+  return absl::StrCat(version / 1000, ".", (version % 1000) / 10);
+}
+
+}  // namespace
+
+std::string VersionText() {
+  int driver = 0, runtime = 0;
+  // Both only report versions; neither starts the runtime or fails without
+  // a driver (the driver's version is then 0).
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  return absl::StrCat(driver == 0 ? "no driver" : "driver " + CudaVersion(driver),
+                      ", runtime ", CudaVersion(runtime));
+}
+
+absl::StatusOr<int> DeviceCount() {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no driver" error
-    return 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky error so later calls see their own
+    return absl::FailedPreconditionError(
+        absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorName(error), " (",
+                     cudaGetErrorString(error), "); ", VersionText()));
+  }
+  if (count == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cudaGetDeviceCount: no CUDA device; ", VersionText()));
   }
   return count;
 }
@@ -52,14 +79,18 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   return *this;
 }
 
-absl::Status DeviceBuffer::Upload(const void* host, size_t bytes) {
+absl::Status DeviceBuffer::Upload(const Stream& stream, const void* host, size_t bytes) {
   if (bytes > bytes_) return absl::InvalidArgumentError("Upload: more bytes than the buffer");
-  return Check(cudaMemcpy(data_, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  if (bytes == 0) return absl::OkStatus();
+  return Check(cudaMemcpyAsync(data_, host, bytes, cudaMemcpyHostToDevice, stream.stream()),
+               "cudaMemcpyAsync H2D");
 }
 
-absl::Status DeviceBuffer::Download(void* host, size_t bytes) const {
+absl::Status DeviceBuffer::Download(const Stream& stream, void* host, size_t bytes) const {
   if (bytes > bytes_) return absl::InvalidArgumentError("Download: more bytes than the buffer");
-  return Check(cudaMemcpy(host, data_, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  if (bytes == 0) return absl::OkStatus();
+  return Check(cudaMemcpyAsync(host, data_, bytes, cudaMemcpyDeviceToHost, stream.stream()),
+               "cudaMemcpyAsync D2H");
 }
 
 absl::StatusOr<Stream> Stream::Create(int device) {

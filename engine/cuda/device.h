@@ -1,12 +1,14 @@
 // CUDA device memory and handles for the GPU backend (issue: CUDA backend).
 // Everything here is host code around the CUDA runtime and cuBLAS; errors
 // are absl::Status naming the call, never aborts. A process without a
-// driver or a device sees DeviceCount() == 0 and must not use the rest.
+// usable driver or device gets the driver's reason from DeviceCount() and
+// must not use the rest. Copies are queued on a Stream, like the kernels.
 #ifndef TANDEM_ENGINE_CUDA_DEVICE_H_
 #define TANDEM_ENGINE_CUDA_DEVICE_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -16,13 +18,22 @@
 
 namespace tandem::engine::cuda {
 
-// CUDA devices this process can use; 0 when there is no driver, no device,
-// or the runtime cannot start. Never fails.
-int DeviceCount();
+// CUDA devices this process can use (> 0). FailedPrecondition when there
+// are none, carrying the driver's own reason (cudaGetErrorName and
+// cudaGetErrorString of cudaGetDeviceCount) and VersionText(), so that an
+// old driver reads as an old driver and not as "no device".
+absl::StatusOr<int> DeviceCount();
+
+// "driver 12.2, runtime 13.0": the CUDA version the installed driver
+// supports (cudaDriverGetVersion; "no driver" when none is installed) and
+// the one this binary's runtime was built for (cudaRuntimeGetVersion).
+std::string VersionText();
 
 // OkStatus for cudaSuccess; otherwise Internal naming `what` and the error.
 absl::Status Check(cudaError_t error, const char* what);
 absl::Status Check(cublasStatus_t status, const char* what);
+
+class Stream;
 
 // Device memory owned by value (cudaMalloc / cudaFree). Moves, never copies.
 class DeviceBuffer {
@@ -42,9 +53,14 @@ class DeviceBuffer {
   }
   size_t bytes() const { return bytes_; }
 
-  // Synchronous copies of `bytes` (<= bytes()) from/to host memory.
-  absl::Status Upload(const void* host, size_t bytes);
-  absl::Status Download(void* host, size_t bytes) const;
+  // Queue a copy of `bytes` (<= bytes()) from/to host memory on `stream`
+  // (cudaMemcpyAsync), ordered after the work queued there before it and
+  // before the work queued after it. A plain cudaMemcpy would run on the
+  // legacy default stream, which does not wait for a non-blocking stream's
+  // kernels. The host memory must stay valid, and a download's unread,
+  // until stream.Synchronize() returns.
+  absl::Status Upload(const Stream& stream, const void* host, size_t bytes);
+  absl::Status Download(const Stream& stream, void* host, size_t bytes) const;
 
  private:
   void* data_ = nullptr;

@@ -1,12 +1,16 @@
 // Every GPU kernel against the CPU reference on random inputs. Built when
-// nvcc is found; each test skips on a machine without a CUDA device.
+// nvcc is found; each test skips on a machine without a usable CUDA device,
+// printing the driver's reason, and fails instead when TANDEM_REQUIRE_CUDA=1
+// (scripts/gpu_check.sh sets it, so a GPU run cannot pass by skipping).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <cstdint>
 #include <numeric>
 #include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -25,10 +29,19 @@
 namespace tandem::engine::cuda {
 namespace {
 
+bool CudaRequired() {
+  const char* v = std::getenv("TANDEM_REQUIRE_CUDA");
+  return v != nullptr && std::string(v) == "1";
+}
+
 class CudaKernelsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+    const absl::StatusOr<int> count = DeviceCount();
+    if (!count.ok()) {
+      if (CudaRequired()) FAIL() << "TANDEM_REQUIRE_CUDA=1: " << count.status().message();
+      GTEST_SKIP() << count.status().message();
+    }
     absl::StatusOr<Stream> stream = Stream::Create(0);
     ASSERT_TRUE(stream.ok()) << stream.status();
     stream_.emplace(std::move(*stream));
@@ -45,18 +58,19 @@ class CudaKernelsTest : public ::testing::Test {
   DeviceBuffer Up(const void* host, size_t bytes) {
     absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(bytes);
     EXPECT_TRUE(b.ok()) << b.status();
-    EXPECT_TRUE(b->Upload(host, bytes).ok());
+    EXPECT_TRUE(b->Upload(*stream_, host, bytes).ok());
     return std::move(*b);
   }
   template <typename T>
   DeviceBuffer Up(const std::vector<T>& v) {
     return Up(v.data(), v.size() * sizeof(T));
   }
+  // Queued behind the kernels on the same stream; read after the sync.
   template <typename T>
   std::vector<T> Down(const DeviceBuffer& b, size_t n) {
-    EXPECT_TRUE(stream_->Synchronize().ok());
     std::vector<T> v(n);
-    EXPECT_TRUE(b.Download(v.data(), n * sizeof(T)).ok());
+    EXPECT_TRUE(b.Download(*stream_, v.data(), n * sizeof(T)).ok());
+    EXPECT_TRUE(stream_->Synchronize().ok());
     return v;
   }
 
@@ -98,6 +112,21 @@ TEST_F(CudaKernelsTest, SwiGluAndAddMatchTheReference) {
   DeviceBuffer dx = Up(gate);
   ASSERT_EQ(LaunchAdd(dx.as<float>(), du.as<float>(), n, stream_->stream()), cudaSuccess);
   ExpectNear(Down<float>(dx, n), sum, 0.0f);
+}
+
+// An upload queued behind kernels on the engine's non-blocking stream lands
+// after them, not before (a synchronous cudaMemcpy runs on the legacy
+// stream, which does not wait for this one, and would overtake them).
+TEST_F(CudaKernelsTest, CopiesAreOrderedWithTheKernelsOnTheStream) {
+  const int64_t n = int64_t{1} << 22;
+  const std::vector<float> ones(n, 1.0f), twos(n, 2.0f);
+  DeviceBuffer dx = Up(ones), dy = Up(ones);
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_EQ(LaunchAdd(dx.as<float>(), dy.as<float>(), n, stream_->stream()), cudaSuccess);
+  }
+  ASSERT_TRUE(dx.Upload(*stream_, twos.data(), n * sizeof(float)).ok());
+  ASSERT_EQ(LaunchAdd(dx.as<float>(), dy.as<float>(), n, stream_->stream()), cudaSuccess);
+  ExpectNear(Down<float>(dx, n), std::vector<float>(n, 3.0f), 0.0f);
 }
 
 TEST_F(CudaKernelsTest, RopeMatchesTheTablesBothStyles) {
