@@ -11,10 +11,12 @@
 #include <iostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "common/flags.h"
+#include "engine/backend_factory.h"
 #include "engine/engine_flags.h"
 #include "common/json.h"
 #include "common/status_macros.h"
@@ -86,14 +88,16 @@ absl::StatusOr<RunTimes> RunToCompletion(engine::Engine& eng, int32_t n_seqs) {
 }
 
 absl::Status Run(const Config& c) {
+  RETURN_IF_ERROR(engine::ProbeDevice(c.setup.device));  // before the model loads
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model, engine::Model::Load(c.model));
   engine::EngineSetup setup = c.setup;
   setup.engine.max_batch_tokens = std::max(setup.engine.max_batch_tokens, c.prompt_tokens);
   setup.engine.max_context =
       std::max(setup.engine.max_context, c.prompt_tokens + c.gen_tokens + 1);
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Backend> backend,
+                   engine::MakeBackendForModel(*model, setup.device, setup.backend));
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
-                   engine::Engine::Create(*model, engine::MakeCpuBackend(setup.backend),
-                                          setup.engine));
+                   engine::Engine::Create(*model, std::move(backend), setup.engine));
   auto request = [&](std::vector<int32_t> prompt, int32_t max_tokens) {
     engine::GenerationRequest r;
     r.prompt = std::move(prompt);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "common/flags.h"
 #include "cli/commands.h"
+#include "engine/backend_factory.h"
 #include "engine/engine_flags.h"
 #include "common/json.h"
 #include "common/status_macros.h"
@@ -74,12 +75,14 @@ std::string TokenJson(const engine::Tokenizer& tok, const engine::SampledToken& 
 
 absl::Status Generate(const common::Args& args, std::ostream& out, std::ostream& err) {
   ASSIGN_OR_RETURN(engine::EngineSetup setup, engine::EngineSetupFromArgs(args));
+  RETURN_IF_ERROR(engine::ProbeDevice(setup.device));  // before the model loads
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model,
                    engine::Model::Load(args.String("model")));
   const engine::Tokenizer& tok = model->tokenizer();
   ASSIGN_OR_RETURN(engine::GenerationRequest request, RequestFromArgs(args, tok));
   const size_t n_prompt = request.prompt.size();
-  std::unique_ptr<engine::Backend> backend = engine::MakeCpuBackend(setup.backend);
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Backend> backend,
+                   engine::MakeBackendForModel(*model, setup.device, setup.backend));
   const std::string backend_name(backend->name());
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
                    engine::Engine::Create(*model, std::move(backend), setup.engine));

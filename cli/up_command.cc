@@ -33,6 +33,7 @@
 #include "cli/commands.h"
 #include "cli/default_model.h"
 #include "common/status_macros.h"
+#include "engine/device_spec.h"
 #include "rpc/bootstrap.h"
 #include "common/ready_line.h"
 #include "process/subprocess.h"
@@ -48,6 +49,7 @@ struct UpConfig {
   int port = 0;
   int http_port = -1;  // the OpenAI-compatible HTTP front; -1: off, 0: ephemeral
   int metrics_port_base = 0;  // 0: every metrics port ephemeral
+  engine::DeviceSpec device;  // both workers' --device
   int prefill_threads = 1;
   int decode_threads = 1;
   int max_context = 0;
@@ -81,6 +83,9 @@ std::vector<common::FlagSpec> UpFlagSpecs() {
       {.name = "metrics-port-base", .default_value = "0",
        .help = "metrics HTTP ports: gateway BASE, prefill BASE+1, decode BASE+2; "
                "0 = ephemeral"},
+      {.name = "device", .default_value = "cpu",
+       .help = "both workers' compute device: cpu or cuda[:N] (their --device; cuda is "
+               "refused with the reason until the CUDA forward pass is built)"},
       {.name = "prefill-threads", .default_value = "1", .help = "prefill worker compute threads"},
       {.name = "decode-threads", .default_value = "1", .help = "decode worker compute threads"},
       {.name = "max-context", .default_value = "0",
@@ -120,6 +125,7 @@ absl::StatusOr<UpConfig> ConfigFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(c.port, args.IntInRange("port", 0, 65535));
   ASSIGN_OR_RETURN(c.http_port, args.IntInRange("http-port", -1, 65535));
   ASSIGN_OR_RETURN(c.metrics_port_base, args.IntInRange("metrics-port-base", 0, 65533));
+  ASSIGN_OR_RETURN(c.device, engine::ParseDeviceSpec(args.String("device")));
   ASSIGN_OR_RETURN(c.prefill_threads, args.IntInRange("prefill-threads", 1, 256));
   ASSIGN_OR_RETURN(c.decode_threads, args.IntInRange("decode-threads", 1, 256));
   ASSIGN_OR_RETURN(c.max_context, args.IntInRange("max-context", 0, 1 << 24));
@@ -293,6 +299,7 @@ class Up {
         "--listen",        HostPort(kLoopback, 0),
         "--metrics-listen", HostPort(kLoopback, metrics_port),
         "--model",         model,
+        "--device",        engine::DeviceName(config_.device),
         "--threads",       absl::StrCat(threads),
         "--max-context",   absl::StrCat(config_.max_context),
         "--kv-budget-mb",  absl::StrCat(config_.kv_budget_mb),

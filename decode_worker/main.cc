@@ -2,6 +2,8 @@
 // loop and the Decode service together, and serves.
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
+
 #include "decode_worker/decode_service.h"
 #include "common/malloc_tuning.h"
 #include "rpc/bootstrap.h"
@@ -52,7 +54,9 @@ int main(int argc, char** argv) {
   absl::StatusOr<tandem::worker::Worker> worker =
       tandem::worker::StartWorker(*args, tandem::worker::MakeEngineStepObserver);
   if (!worker.ok()) {
-    std::cerr << "tandem-decode: " << worker.status().message() << "\n";
+    // One write: under `tandem up` both workers may fail at once (a
+    // --device this machine cannot use) into the same stderr.
+    std::cerr << absl::StrCat("tandem-decode: ", worker.status().message(), "\n");
     return worker.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   tandem::decode::DecodeService service(*worker->loop, worker->metrics->registry(),

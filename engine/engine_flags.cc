@@ -8,6 +8,10 @@ namespace tandem::engine {
 
 std::vector<common::FlagSpec> EngineFlagSpecs() {
   return {
+      {.name = "device", .default_value = "cpu",
+       .help = "compute device: cpu, or cuda[:N] (CUDA device N, default 0); the CUDA "
+               "forward pass is not built yet, so cuda only reports whether this build and "
+               "machine could run it, and exits"},
       {.name = "threads", .default_value = "2", .help = "compute threads"},
       {.name = "isa", .default_value = "",
        .help = "CPU kernel table: portable, avx2 or avx512 (this CPU must have it); empty = "
@@ -31,6 +35,7 @@ std::vector<common::FlagSpec> EngineFlagSpecs() {
 
 absl::StatusOr<EngineSetup> EngineSetupFromArgs(const common::Args& args) {
   EngineSetup s;
+  ASSIGN_OR_RETURN(s.device, ParseDeviceSpec(args.String("device")));
   ASSIGN_OR_RETURN(s.backend.threads, args.IntInRange("threads", 1, 256));
   s.backend.isa = args.String("isa");
   if (!s.backend.isa.empty()) {

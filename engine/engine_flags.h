@@ -1,5 +1,6 @@
-// Flags shared by every command that runs the engine (threads, KV budget,
-// block size, context cap), and their translation into EngineOptions.
+// Flags shared by every command that runs the engine (device, threads, KV
+// budget, block size, context cap), and their translation into
+// EngineOptions, the device and the CPU backend's options.
 #ifndef TANDEM_ENGINE_ENGINE_FLAGS_H_
 #define TANDEM_ENGINE_ENGINE_FLAGS_H_
 
@@ -7,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/flags.h"
+#include "engine/device_spec.h"
 #include "engine/model/backend.h"
 #include "engine/engine.h"
 
@@ -16,7 +18,8 @@ std::vector<common::FlagSpec> EngineFlagSpecs();
 
 struct EngineSetup {
   engine::EngineOptions engine;
-  engine::CpuBackendOptions backend;
+  DeviceSpec device;                  // --device; MakeBackendForModel builds it
+  engine::CpuBackendOptions backend;  // used when device is the CPU
 };
 
 // InvalidArgument naming the flag for out-of-range values.

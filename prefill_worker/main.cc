@@ -2,6 +2,8 @@
 // loop, the KV lease server and the Prefill service together, and serves.
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
+
 #include "prefill_worker/prefill_service.h"
 #include "common/malloc_tuning.h"
 #include "rpc/bootstrap.h"
@@ -40,7 +42,9 @@ int main(int argc, char** argv) {
   absl::StatusOr<tandem::worker::Worker> worker =
       tandem::worker::StartWorker(*args, tandem::worker::MakeEngineStepObserver);
   if (!worker.ok()) {
-    std::cerr << "tandem-prefill: " << worker.status().message() << "\n";
+    // One write: under `tandem up` both workers may fail at once (a
+    // --device this machine cannot use) into the same stderr.
+    std::cerr << absl::StrCat("tandem-prefill: ", worker.status().message(), "\n");
     return worker.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   tandem::prefill::PrefillService service(

@@ -1,10 +1,12 @@
 #include "worker/worker_main.h"
 
 #include <iostream>
+#include <utility>
 
 #include "absl/synchronization/mutex.h"
 
 #include "common/status_macros.h"
+#include "engine/backend_factory.h"
 #include "engine/engine_flags.h"
 #include "kvtransfer/block_codec.h"
 #include "rpc/admission.h"
@@ -39,6 +41,9 @@ absl::StatusOr<Worker> StartWorker(
     const std::function<EngineLoop::StepObserver(prometheus::Registry&)>& observer) {
   Worker w;
   ASSIGN_OR_RETURN(engine::EngineSetup setup, engine::EngineSetupFromArgs(args));
+  // Before the model loads and the ports bind: a device this machine cannot
+  // use fails start-up at once, with the driver's reason.
+  RETURN_IF_ERROR(engine::ProbeDevice(setup.device));
   ASSIGN_OR_RETURN(w.admission, rpc::AdmissionLimitsFromArgs(args));
   ASSIGN_OR_RETURN(const int32_t drain_s, args.IntInRange("drain-timeout-s", 0, 24 * 3600));
   w.drain_timeout = absl::Seconds(drain_s);
@@ -55,9 +60,10 @@ absl::StatusOr<Worker> StartWorker(
                                              setup.engine.kv.block_size, setup.engine.kv.dtype),
                                          w.metrics->registry()));
   setup.engine.tiers = w.tiers.get();
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Backend> backend,
+                   engine::MakeBackendForModel(*w.model, setup.device, setup.backend));
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
-                   engine::Engine::Create(*w.model, engine::MakeCpuBackend(setup.backend),
-                                          setup.engine));
+                   engine::Engine::Create(*w.model, std::move(backend), setup.engine));
   w.block_events = std::make_unique<BlockEventPublisher>(
       BlockEventPublisherOptions{.model_fingerprint = w.model->fingerprint(),
                                  .block_size = eng->kv_block_size(),

@@ -1,36 +1,24 @@
 // CUDA device memory and handles for the GPU backend (issue: CUDA backend).
 // Everything here is host code around the CUDA runtime and cuBLAS; errors
 // are absl::Status naming the call, never aborts. A process without a
-// usable driver or device gets the driver's reason from DeviceCount() and
-// must not use the rest. Copies are queued on a Stream, like the kernels.
+// usable driver or device gets the driver's reason from DeviceCount()
+// (engine/cuda/driver.h) and must not use the rest. Copies are queued on a
+// Stream, like the kernels.
 #ifndef TANDEM_ENGINE_CUDA_DEVICE_H_
 #define TANDEM_ENGINE_CUDA_DEVICE_H_
 
 #include <cstddef>
-#include <cstdint>
-#include <string>
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/cuda/driver.h"
 
 namespace tandem::engine::cuda {
 
-// CUDA devices this process can use (> 0). FailedPrecondition when there
-// are none, carrying the driver's own reason (cudaGetErrorName and
-// cudaGetErrorString of cudaGetDeviceCount) and VersionText(), so that an
-// old driver reads as an old driver and not as "no device".
-absl::StatusOr<int> DeviceCount();
-
-// "driver 12.2, runtime 13.0": the CUDA version the installed driver
-// supports (cudaDriverGetVersion; "no driver" when none is installed) and
-// the one this binary's runtime was built for (cudaRuntimeGetVersion).
-std::string VersionText();
-
-// OkStatus for cudaSuccess; otherwise Internal naming `what` and the error.
-absl::Status Check(cudaError_t error, const char* what);
+// OkStatus for CUBLAS_STATUS_SUCCESS; otherwise Internal naming `what`.
 absl::Status Check(cublasStatus_t status, const char* what);
 
 class Stream;

@@ -279,6 +279,14 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, cudaStream_t st
   return cudaGetLastError();
 }
 
+cudaError_t CheckKernelImage(int device) {
+  if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return e;
+  // Every kernel is in this one file, compiled for the same architectures:
+  // one kernel's image answers for all of them.
+  cudaFuncAttributes attributes;
+  return cudaFuncGetAttributes(&attributes, AddKernel);
+}
+
 cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
                           float eps, float* y, cudaStream_t stream) {
   if (n_tokens == 0) return cudaSuccess;

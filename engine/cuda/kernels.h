@@ -12,6 +12,12 @@
 
 namespace tandem::engine::cuda {
 
+// cudaSuccess when this binary holds code that `device` can run (machine
+// code for its architecture, or PTX its driver can compile); otherwise the
+// error, e.g. cudaErrorNoKernelImageForDevice for a GPU older than the
+// build's CMAKE_CUDA_ARCHITECTURES. Makes `device` current on this thread.
+cudaError_t CheckKernelImage(int device);
+
 // y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight[:]; y may alias x.
 cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
                           float eps, float* y, cudaStream_t stream);

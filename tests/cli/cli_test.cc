@@ -133,6 +133,23 @@ TEST(CliTest, QuantizeWritesAModelThatGenerates) {
   EXPECT_THAT(missing.out, HasSubstr("/nonexistent.gguf"));
 }
 
+// A CUDA build here (no GPU) has the driver's reason, a CPU-only build says
+// it has no CUDA; a GPU machine says the CUDA forward pass is not built.
+// Each exits 1 before generating anything, naming --device.
+TEST(CliTest, GenerateOnCudaIsRefusedWithTheReason) {
+  for (const std::string device : {"cuda", "cuda:1"}) {
+    const Result r = Shell(Tandem() + " generate --model " + Stories() +
+                           " --prompt hi --max-tokens 4 --device " + device + " 2>&1");
+    // 2 for cuda:1 on a machine with one GPU (an ordinal it lacks).
+    if (device == "cuda") {
+      EXPECT_EQ(r.exit_code, 1) << r.out;
+    }
+    EXPECT_NE(r.exit_code, 0) << r.out;
+    EXPECT_THAT(r.out, HasSubstr("tandem generate: --device cuda"));
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("backend cpu")));
+  }
+}
+
 TEST(CliTest, BadFlagsNameTheFlag) {
   Result r = Shell(Tandem() + " generate --model " + Stories() +
                  " --prompt hi --max-tokens abc 2>&1");
@@ -144,6 +161,9 @@ TEST(CliTest, BadFlagsNameTheFlag) {
   r = Shell(Tandem() + " generate --model /nonexistent.gguf --prompt hi 2>&1");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.out, HasSubstr("/nonexistent.gguf"));
+  r = Shell(Tandem() + " generate --model " + Stories() + " --prompt hi --device gpu 2>&1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.out, HasSubstr("--device: \"gpu\""));
   r = Shell(Tandem() + " generate --bogus 1 2>&1");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.out, HasSubstr("--bogus"));

@@ -1,6 +1,7 @@
 // The client tools against the real service: `tandem up` (real prefill,
 // decode and gateway binaries on loopback, stories260K) is started once;
 // `tandem chat` and `tandem-load` run against it as a user would run them.
+// And the serving binaries' start-up refusal of a --device they cannot use.
 // Checks behaviour and output shape, never speed.
 #include <signal.h>
 #include <sys/wait.h>
@@ -107,6 +108,32 @@ TEST(ChatTest, UnreachableGatewayIsAClearError) {
       Shell(absl::StrCat("printf 'hi\\n' | ", Bin("tandem"), " chat --addr 127.0.0.1:1 2>&1"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.out, HasSubstr("cannot reach the gateway at 127.0.0.1:1: UNAVAILABLE"));
+}
+
+// --device cuda on the real binaries: each refuses it at start-up with the
+// reason (here: the driver's, or no CUDA in the build; on a GPU: no CUDA
+// forward pass yet), before serving or measuring anything, and exits 1;
+// `tandem up` passes it to both workers and exits 1 when they do.
+TEST(DeviceFlagTest, CudaIsRefusedAtStartUp) {
+  const std::string model = absl::StrCat(TANDEM_SHARED_MODELS_DIR, "/stories260K.gguf");
+  for (const std::string worker : {"tandem-prefill", "tandem-decode"}) {
+    const Result r = Shell(absl::StrCat(Bin(worker), " --model ", model,
+                                        " --listen 127.0.0.1:0 --device cuda 2>&1"));
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_THAT(r.out, StartsWith(worker + ": --device cuda"));
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("READY grpc=")));
+  }
+  const Result bench = Shell(absl::StrCat(Bin("tandem-engine-bench"), " --model ", model,
+                                          " --device cuda 2>&1"));
+  EXPECT_EQ(bench.exit_code, 1) << bench.out;
+  EXPECT_THAT(bench.out, StartsWith("tandem-engine-bench: --device cuda"));
+
+  const Result up =
+      Shell(absl::StrCat(Bin("tandem"), " up --model ", model, " --port 0 --device cuda 2>&1"));
+  EXPECT_EQ(up.exit_code, 1) << up.out;
+  EXPECT_THAT(up.out, HasSubstr("tandem-prefill: --device cuda"));
+  EXPECT_THAT(up.out, HasSubstr("exited with code 1 before READY"));
+  EXPECT_THAT(up.out, ::testing::Not(HasSubstr("READY grpc=")));
 }
 
 TEST(ChatTest, BadFlagExitsTwo) {

@@ -26,6 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Plays one Tandem server. Ports are fixed per role (nothing binds them).
 // FAKE_FAIL_ROLE names the role that misbehaves; FAKE_FAIL_WHEN=before exits
@@ -118,12 +119,12 @@ TEST_F(UpTest, PrintsGatewayReadyLineAndStopsCleanlyOnSigterm) {
   // own.
   EXPECT_EQ(Args("prefill"),
             "--listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --model /models/m.gguf "
-            "--threads 3 --max-context 1024 --kv-budget-mb 64 --host-cache-mb 256 "
+            "--device cpu --threads 3 --max-context 1024 --kv-budget-mb 64 --host-cache-mb 256 "
             "--disk-cache-mb 900 --drain-timeout-s 7 --disk-cache-dir /cache/prefill "
             "--hot-cache-only\n");
   EXPECT_EQ(Args("decode"),
             "--listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --model /models/m.gguf "
-            "--threads 2 --max-context 1024 --kv-budget-mb 64 --host-cache-mb 256 "
+            "--device cpu --threads 2 --max-context 1024 --kv-budget-mb 64 --host-cache-mb 256 "
             "--disk-cache-mb 900 --drain-timeout-s 7 --disk-cache-dir /cache/decode "
             "--hot-cache-only\n");
   EXPECT_EQ(Args("gateway"),
@@ -152,6 +153,17 @@ TEST_F(UpTest, MetricsPortBaseAndHostReachTheChildren) {
   EXPECT_THAT(Args("gateway"),
               HasSubstr("--listen localhost:6000 --metrics-listen localhost:7000 "));
   up->Signal(SIGHUP);
+  EXPECT_EQ(up->Wait(), 0) << Stderr();
+}
+
+TEST_F(UpTest, DeviceReachesBothWorkers) {
+  auto up = StartUp({"--model", "m.gguf", "--device", "cuda:1"});
+  ASSERT_NE(up, nullptr);
+  ASSERT_TRUE(up->WaitReady(absl::Seconds(60)).ok()) << Stderr();
+  EXPECT_THAT(Args("prefill"), HasSubstr(" --device cuda:1 "));
+  EXPECT_THAT(Args("decode"), HasSubstr(" --device cuda:1 "));
+  EXPECT_THAT(Args("gateway"), Not(HasSubstr("--device")));
+  up->Signal(SIGTERM);
   EXPECT_EQ(up->Wait(), 0) << Stderr();
 }
 
@@ -213,6 +225,7 @@ TEST_F(UpTest, MissingGatewayBinaryIsReported) {
 TEST_F(UpTest, BadFlagsExitTwoNamingTheFlag) {
   for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
            {"--port", "70000"}, {"--prefill-threads", "0"}, {"--max-context", "x"},
+           {"--device", "gpu"},
            {"--no-such-flag", "1"}}) {
     auto up = StartUp({flag, value});
     ASSERT_NE(up, nullptr);

@@ -13,7 +13,9 @@ stands for the generated tandem/v1 headers and `grpc` for gRPC and protobuf
 headers. A few folders are narrowed to files: the gateway and rpc see only
 the engine's tokenizer library and request types, never its kernels.
 Inside engine/, each room (gguf, tokenizer, kv, model, sample, sched, cpu,
-cuda) may include only the rooms ENGINE_ROOMS lists.
+cuda) may include only the rooms ENGINE_ROOMS lists, and outside
+engine/cuda only CUDA_INCLUDERS include it (the CUDA runtime stays behind
+the backend factory).
 Usage: check_layering.py PROJECT_ROOT. Prints every violation; exits 1 if any.
 """
 import os
@@ -46,6 +48,10 @@ ENGINE_ROOMS = {
     "engine/cpu": {"engine/gguf", "engine/sample", "engine/model", "engine/cpu"},
     "engine/cuda": {"engine/gguf", "engine/model", "engine/cuda"},
 }
+
+# The files outside engine/cuda that may include from it: the backend
+# factory, which turns --device into a backend.
+CUDA_INCLUDERS = frozenset({"engine/backend_factory.cc"})
 
 # folder -> folders (or "folder/file.h" sets) it may include from.
 ALLOWED = {
@@ -133,6 +139,10 @@ def check_file(root, path):
                 problems.append(f"{where}: nothing outside cli/ includes cli/")
             elif not allowed(layer, include, target):
                 problems.append(f"{where}: {layer}/ may not depend on {target}")
+            elif (include.startswith("engine/cuda/") and not path.startswith("engine/cuda/")
+                  and path not in CUDA_INCLUDERS):
+                problems.append(f"{where}: only {', '.join(sorted(CUDA_INCLUDERS))} "
+                                "includes engine/cuda/")
             elif in_tokenizer_library and target == "engine" and not in_library(include):
                 problems.append(f"{where}: the tokenizer library may not include engine kernels")
             elif room in ENGINE_ROOMS and target == "engine" and (

@@ -19,8 +19,10 @@
 #include "engine/cpu/attention.h"
 #include "engine/cpu/reference_kernels.h"
 #include "engine/cuda/device.h"
+#include "engine/cuda/driver.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/matmul.h"
+#include "engine/cuda/weight_types.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/gguf/model_config.h"
 #include "engine/model/rope.h"
@@ -207,6 +209,33 @@ TEST_F(CudaKernelsTest, MatMulMatchesTheReferenceForEachWeightType) {
             << GgmlTypeName(c.type) << " tokens " << tokens << " at " << i;
       }
     }
+  }
+}
+
+// The list the factory refuses models by (engine/cuda/weight_types.h) is
+// exactly what MatMul takes: every other type the engine reads is
+// Unimplemented, before anything is queued.
+TEST_F(CudaKernelsTest, MatMulTakesExactlyTheListedWeightTypes) {
+  const int64_t rows = 4, cols = 256, tokens = 2;
+  for (uint32_t id = 0; id < 64; ++id) {
+    const absl::StatusOr<GgmlType> type = GgmlTypeFromId(id);
+    if (!type.ok()) continue;
+    const std::vector<uint8_t> w(rows * GgmlRowBytes(*type, cols), 0);
+    const std::vector<float> x(tokens * cols, 1.0f);
+    DeviceBuffer dw = Up(w), dx = Up(x);
+    absl::StatusOr<DeviceBuffer> dy = DeviceBuffer::Allocate(tokens * rows * sizeof(float));
+    ASSERT_TRUE(dy.ok());
+    const DeviceWeight weight{.type = *type, .data = dw.data(), .rows = rows, .cols = cols};
+    absl::StatusOr<DeviceBuffer> scratch =
+        DeviceBuffer::Allocate(MatMulScratchBytes(weight, tokens));
+    ASSERT_TRUE(scratch.ok());
+    const absl::Status s = MatMul(*stream_, weight, dx.as<float>(), tokens, dy->as<float>(),
+                                  *scratch);
+    EXPECT_EQ(s.ok(), HasMatMulKernel(*type)) << GgmlTypeName(*type) << ": " << s;
+    if (!s.ok()) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+    }
+    ASSERT_TRUE(stream_->Synchronize().ok());
   }
 }
 

@@ -1,0 +1,1 @@
+#include "engine/cuda/device.h"
