@@ -1,7 +1,9 @@
 // tandem-engine-bench: prefill tokens/s, single-sequence decode tokens/s,
 // batched decode tokens/s and peak RSS of the in-process engine on one
 // model. Prints a table, then one JSON line (also written to --out). It
-// reports figures; it never fails on speed.
+// reports figures; it never fails on speed. With --make-synthetic it first
+// writes the model itself, so an engine-only build (no `tandem` CLI, as
+// scripts/gpu_check.sh makes on a GPU machine) can benchmark.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -9,11 +11,13 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/flags.h"
 #include "engine/backend_factory.h"
@@ -22,6 +26,7 @@
 #include "common/status_macros.h"
 #include "engine/engine.h"
 #include "engine/model/model.h"
+#include "engine/model/synthetic_model.h"
 
 namespace tandem::bench {
 namespace {
@@ -35,6 +40,8 @@ struct Config {
   int32_t batch = 8;
   int32_t repeats = 3;
   std::string out;
+  // Set: write a synthetic model with weights of this type to `model` first.
+  std::optional<engine::GgmlType> make_synthetic;
   engine::EngineSetup setup;
 };
 
@@ -89,6 +96,11 @@ absl::StatusOr<RunTimes> RunToCompletion(engine::Engine& eng, int32_t n_seqs) {
 
 absl::Status Run(const Config& c) {
   RETURN_IF_ERROR(engine::ProbeDevice(c.setup.device));  // before the model loads
+  if (c.make_synthetic.has_value()) {
+    engine::SyntheticModelOptions synthetic;  // the benchmark shape (25.7M parameters)
+    synthetic.type = *c.make_synthetic;
+    RETURN_IF_ERROR(engine::WriteSyntheticModel(synthetic, c.model));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model, engine::Model::Load(c.model));
   engine::EngineSetup setup = c.setup;
   setup.engine.max_batch_tokens = std::max(setup.engine.max_batch_tokens, c.prompt_tokens);
@@ -135,7 +147,8 @@ absl::Status Run(const Config& c) {
                                c.model, engine::GgmlTypeName(model->weight_type()),
                                model->config().n_embd, model->config().n_layer,
                                model->config().n_vocab);
-  std::cout << absl::StrFormat("threads: %d, repeats: %d (median)\n", setup.backend.threads,
+  std::cout << absl::StrFormat("device: %s, threads: %d, repeats: %d (median)\n",
+                               engine::DeviceName(setup.device), setup.backend.threads,
                                c.repeats);
   std::cout << absl::StrFormat("| %-28s | %12s |\n", "measure", "value");
   std::cout << absl::StrFormat("| %-28s | %12.1f |\n",
@@ -166,6 +179,13 @@ absl::StatusOr<Config> ConfigFromArgs(const common::Args& args) {
   Config c;
   c.model = args.String("model");
   c.out = args.String("out");
+  if (const std::string& type = args.String("make-synthetic"); !type.empty()) {
+    absl::StatusOr<engine::GgmlType> t = engine::GgmlTypeFromName(type);
+    if (!t.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--make-synthetic: ", t.status().message()));
+    }
+    c.make_synthetic = *t;
+  }
   ASSIGN_OR_RETURN(c.setup, engine::EngineSetupFromArgs(args));
   for (auto [name, field] : {std::pair{"prompt-tokens", &c.prompt_tokens},
                              {"gen-tokens", &c.gen_tokens},
@@ -188,6 +208,10 @@ int main(int argc, char** argv) {
       {.name = "batch", .default_value = "8", .help = "sequences in batched decode"},
       {.name = "repeats", .default_value = "3", .help = "measured runs (median reported)"},
       {.name = "out", .default_value = "", .help = "append the JSON line to this file"},
+      {.name = "make-synthetic", .default_value = "",
+       .help = "first write a synthetic Llama (engine/model/synthetic_model.h's 25.7M-parameter "
+               "shape) with weights of this type (f32, f16, bf16, q8_0, q4_k, ...) to --model, "
+               "overwriting it"},
   };
   for (FlagSpec& s : tandem::engine::EngineFlagSpecs()) specs.push_back(std::move(s));
   absl::StatusOr<tandem::common::Args> args =
