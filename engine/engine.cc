@@ -1,7 +1,6 @@
 #include "engine/engine.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
@@ -23,7 +22,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
   if (options.max_running < 1 || options.max_waiting < 0) {
     return absl::InvalidArgumentError("max_running must be >= 1 and max_waiting >= 0");
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, KvCache::Create(model.config(), options.kv));
+  ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
+                   CreateKvCache(*backend, model.config(), options.kv));
   EngineOptions resolved = options;
   if (resolved.max_context == 0) resolved.max_context = model.config().n_ctx_train;
   return std::unique_ptr<Engine>(new Engine(model, std::move(backend), resolved, std::move(kv)));
@@ -42,31 +42,10 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
                   .model_fingerprint = model.fingerprint()},
                  kv_->pool(), kv_->block_size(), options.tiers != nullptr ? this : nullptr) {
   // Runs inside an allocation on the engine thread, before the block's
-  // memory is reused: the lower tiers take their copy now, and the next
-  // Step reports the block removed from the pool.
-  kv_->pool().set_eviction_callback([this](BlockId id, const BlockHash& hash) {
-    if (options_.tiers != nullptr) options_.tiers->OnEvicted(hash, BlockSpan(id));
-    pending_blocks_.push_back({.kind = BlockEvent::Kind::kRemoved, .hash = hash, .parent_hash = {},
-                               .tier = KvTier::kDevice});
-  });
-}
-
-std::optional<KvTier> Engine::Promote(const BlockHash& hash, BlockList& list) {
-  std::optional<TierBlock> found = options_.tiers->Lookup(hash);
-  if (!found.has_value()) return std::nullopt;
-  TANDEM_CHECK(static_cast<int64_t>(found->bytes.size()) == kv_->block_bytes(),
-               "a tier returned a block of another size")
-      << found->bytes.size() << " vs " << kv_->block_bytes();
-  if (!kv_->pool().Extend(list, 1)) return std::nullopt;
-  const BlockId id = list.ids().back();
-  found->bytes.CopyTo(kv_->BlockData(id));
-  // The pool lacked `hash` (the caller looked it up first), so it takes it.
-  TANDEM_CHECK(kv_->pool().SetHash(id, hash), "a promoted block's hash was already held");
-  options_.tiers->Promoted(hash, found->tier);
-  pending_blocks_.push_back(
-      {.kind = BlockEvent::Kind::kStored, .hash = hash, .parent_hash = {},
-       .tier = KvTier::kDevice});
-  return found->tier;
+  // memory is reused: the lower tiers get its bytes before anything writes
+  // it (FlushEvictions), and the next Step reports the block removed.
+  kv_->pool().set_eviction_callback(
+      [this](BlockId id, const BlockHash& hash) { OnPoolEviction(id, hash); });
 }
 
 int64_t Engine::Enqueue(GenerationRequest request, std::shared_ptr<const KvSnapshot> import,
@@ -175,84 +154,6 @@ void Engine::Cancel(int64_t seq_id) {
   if (scheduler_.Remove(seq_id)) cancelled_.push_back(seq_id);
 }
 
-std::shared_ptr<const KvSnapshot> Engine::ShiftPinned(const GenerationRequest& request) {
-  const auto it = pins_.find(request.pin_key);
-  if (it == pins_.end() || it->second.tokens.empty()) return nullptr;
-  const Pin& pin = it->second;
-  const int32_t bs = kv_->block_size();
-  const int32_t held = static_cast<int32_t>(pin.tokens.size());
-  const int32_t from = std::clamp(request.shift_from, 0, held);
-  const int32_t cut = std::clamp(request.shift_count, 0, held - from);
-  // The pinned tokens with the cut dropped, as far as the prompt has them
-  // (its last token is always computed), in whole blocks.
-  const int32_t n = static_cast<int32_t>(request.prompt.size());
-  int32_t agree = 0;
-  while (agree < held - cut && agree < n - 1) {
-    const int32_t src = agree < from ? agree : agree + cut;
-    if (pin.tokens[src] != request.prompt[agree]) break;
-    ++agree;
-  }
-  const int32_t blocks = agree / bs;
-  std::shared_ptr<KvSnapshot> kv;
-  if (blocks > 0) {
-    const ModelConfig& c = model_.config();
-    kv = std::make_shared<KvSnapshot>();
-    kv->model_fingerprint = model_.fingerprint();
-    kv->n_tokens = blocks * bs;
-    kv->block_size = bs;
-    kv->n_layer = c.n_layer;
-    kv->kv_dim = c.kv_dim();
-    kv->dtype = kv_->dtype();
-    const int32_t kv_dim = c.kv_dim();
-    const bool f16 = kv_->dtype() == GgmlType::kF16;
-    const int64_t elem = f16 ? 2 : 4;
-    std::vector<float> k(kv_dim);
-    std::vector<uint8_t> block(kv_->block_bytes());
-    for (int32_t b = 0; b < blocks; ++b) {
-      for (int32_t slot = 0; slot < bs; ++slot) {
-        const int32_t dst = b * bs + slot;
-        const int32_t src = dst < from ? dst : dst + cut;
-        const uint8_t* src_block = kv_->BlockData(pin.blocks[src / bs]);
-        for (int32_t layer = 0; layer < c.n_layer; ++layer) {
-          const PagedKvView view = kv_->LayerView(layer);
-          const int64_t src_off = int64_t{src % bs} * kv_dim * elem;
-          const int64_t dst_off = int64_t{slot} * kv_dim * elem;
-          const uint8_t* sk = src_block + view.k_offset + src_off;
-          uint8_t* dk = block.data() + view.k_offset + dst_off;
-          std::memcpy(block.data() + view.v_offset + dst_off,
-                      src_block + view.v_offset + src_off, kv_dim * elem);
-          if (dst == src) {
-            std::memcpy(dk, sk, kv_dim * elem);
-            continue;
-          }
-          // The key moves `cut` positions back: rotate it by -cut.
-          for (int32_t i = 0; i < kv_dim; ++i) {
-            if (f16) {
-              uint16_t h;
-              std::memcpy(&h, sk + 2 * i, 2);
-              k[i] = Fp16ToFp32(h);
-            } else {
-              std::memcpy(&k[i], sk + 4 * i, 4);
-            }
-          }
-          rope_.ApplyDelta(k.data(), c.n_head_kv, c.head_dim, -cut);
-          for (int32_t i = 0; i < kv_dim; ++i) {
-            if (f16) {
-              const uint16_t h = Fp32ToFp16(k[i]);
-              std::memcpy(dk + 2 * i, &h, 2);
-            } else {
-              std::memcpy(dk + 4 * i, &k[i], 4);
-            }
-          }
-        }
-      }
-      kv->blocks.emplace_back(block);
-    }
-  }
-  Unpin(request.pin_key);  // the sequence holds its own copy from here on
-  return kv;
-}
-
 void Engine::PinBlocks(const Sequence& seq) {
   if (seq.request.pin_key.empty()) return;
   BlockList pinned(&kv_->pool());
@@ -301,90 +202,6 @@ void Engine::DropOldestPin() {
   Unpin(std::string(oldest->first));
 }
 
-void Engine::CopyImport(Sequence& seq) {
-  const KvSnapshot& kv = *seq.import;
-  // kv.blocks[i] is block first_block + i; those before import_from_block
-  // came from the cache.
-  for (int32_t b = std::max(seq.import_from_block, kv.first_block);
-       b < kv.first_block + static_cast<int32_t>(kv.blocks.size()); ++b) {
-    kv.blocks[b - kv.first_block].CopyTo(kv_->BlockData((*seq.blocks)[b]));
-  }
-  seq.import.reset();  // from here on an ordinary sequence whose prompt is computed
-}
-
-std::shared_ptr<const KvSnapshot> Engine::Export(const Sequence& seq) {
-  auto kv = std::make_shared<KvSnapshot>();
-  const ModelConfig& c = model_.config();
-  kv->model_fingerprint = model_.fingerprint();
-  kv->n_tokens = seq.n_computed;
-  kv->block_size = kv_->block_size();
-  kv->n_layer = c.n_layer;
-  kv->kv_dim = c.kv_dim();
-  kv->dtype = kv_->dtype();
-  const int32_t n_blocks = (seq.n_computed + kv->block_size - 1) / kv->block_size;
-  kv->blocks.reserve(n_blocks);
-  for (int32_t i = 0; i < n_blocks; ++i) {
-    const uint8_t* data = kv_->BlockData((*seq.blocks)[i]);
-    kv->blocks.emplace_back(data, data + kv_->block_bytes());
-  }
-  return kv;
-}
-
-std::shared_ptr<const KvSnapshot> Engine::ExportCachedPrefix(std::span<const int32_t> tokens,
-                                                             uint64_t cache_salt) {
-  const int32_t bs = kv_->block_size();
-  const ModelConfig& c = model_.config();
-  auto kv = std::make_shared<KvSnapshot>();
-  kv->model_fingerprint = model_.fingerprint();
-  kv->block_size = bs;
-  kv->n_layer = c.n_layer;
-  kv->kv_dim = c.kv_dim();
-  kv->dtype = kv_->dtype();
-  // Hashed blocks are never written again, so a cached or shared one can
-  // be copied as it is.
-  // The lower tiers' copies are frozen already: shared, not copied again.
-  for (const BlockHash& hash : PrefixBlockHashes(tokens, bs, model_.fingerprint(), cache_salt)) {
-    if (const std::optional<BlockId> id = kv_->pool().FindHash(hash); id.has_value()) {
-      const uint8_t* data = kv_->BlockData(*id);
-      kv->blocks.emplace_back(data, data + kv_->block_bytes());
-      continue;
-    }
-    std::optional<TierBlock> found =
-        options_.tiers != nullptr ? options_.tiers->Lookup(hash) : std::nullopt;
-    if (!found.has_value() || static_cast<int64_t>(found->bytes.size()) != kv_->block_bytes()) {
-      break;
-    }
-    kv->blocks.push_back(std::move(found->bytes));
-  }
-  if (kv->blocks.empty()) return nullptr;
-  kv->n_tokens = static_cast<int32_t>(kv->blocks.size()) * bs;
-  return kv;
-}
-
-void Engine::HashFullBlocks(Sequence& seq, std::vector<BlockEvent>& events) {
-  // A SHIFT session's KV is its own, and so is a rolled window's: never
-  // shared, never reported.
-  if (seq.request.private_kv || seq.rolled) return;
-  const int32_t bs = kv_->block_size();
-  const int32_t full = seq.n_computed / bs;
-  for (; seq.n_hashed < full; ++seq.n_hashed) {
-    const BlockHash parent = seq.last_hash;
-    seq.last_hash = HashBlock(
-        parent, std::span<const int32_t>(seq.tokens).subspan(int64_t{seq.n_hashed} * bs, bs),
-        model_.fingerprint(), bs, seq.request.cache_salt);
-    // A block filled and never written again: the pool may share it. When
-    // another block already holds this hash the block stays private.
-    const BlockId id = (*seq.blocks)[seq.n_hashed];
-    if (kv_->pool().SetHash(id, seq.last_hash)) {
-      events.push_back({.kind = BlockEvent::Kind::kStored, .hash = seq.last_hash,
-                        .parent_hash = parent, .tier = KvTier::kDevice});
-      if (options_.tiers != nullptr) {
-        options_.tiers->OnStored(seq.last_hash, parent, seq.n_hashed, BlockSpan(id));
-      }
-    }
-  }
-}
-
 absl::StatusOr<StepOutput> Engine::Step() {
   StepOutput out;
   for (int64_t id : cancelled_) {
@@ -402,7 +219,8 @@ absl::StatusOr<StepOutput> Engine::Step() {
   // forward pass stores: a hash evicted and then computed again ends held.
   out.blocks = std::move(pending_blocks_);
   pending_blocks_.clear();
-  for (int64_t id : plan.imported) CopyImport(*scheduler_.Find(id));
+  FlushEvictions();  // before the imports and the forward pass write the pool
+  CopyImports(plan.imported);
   if (!plan.chunks.empty()) {
     std::vector<BatchChunk> chunks;
     chunks.reserve(plan.chunks.size());
@@ -491,6 +309,7 @@ void Engine::Update(const StepPlan& plan, const ForwardResult& result, StepOutpu
       scheduler_.Remove(seq.id);  // frees its blocks (full ones stay cached)
     }
   }
+  ReadStepBlocks();
 }
 
 EngineStats Engine::stats() const {

@@ -127,11 +127,40 @@ class Engine final : public StepEngine, private TierPromoter {
   Engine(const Model& model, std::unique_ptr<Backend> backend, const EngineOptions& options,
          std::unique_ptr<KvCache> kv);
 
+  // A block evicted from the pool, whose bytes the tiers have not had yet.
+  struct Evicted {
+    BlockId id;
+    BlockHash hash;
+  };
+  // A block hashed this step, whose bytes the tiers get at the step's end.
+  struct Stored {
+    BlockHash hash;
+    BlockHash parent;
+    int32_t index;
+    BlockId id;
+  };
+  // A snapshot made this step, whose blocks are read at the step's end.
+  struct PendingExport {
+    std::shared_ptr<KvSnapshot> kv;
+    std::vector<BlockId> ids;
+  };
+
+  // engine_kv.cc: KV bytes across the backend seam.
   // TierPromoter: a block the tiers hold, copied into a new pool block.
   std::optional<KvTier> Promote(const BlockHash& hash, BlockList& list) override;
-  std::span<const uint8_t> BlockSpan(BlockId id) {
-    return {kv_->BlockData(id), static_cast<size_t>(kv_->block_bytes())};
-  }
+  // The pool's eviction callback: reports the block removed and queues its
+  // bytes for the tiers.
+  void OnPoolEviction(BlockId id, const BlockHash& hash);
+  // Hands the queued evicted blocks to the tiers (one ReadBlocks); called
+  // before anything writes pool memory.
+  void FlushEvictions();
+  // Reads `ids` into staging_ (one ReadBlocks); valid until the next call.
+  std::span<const uint8_t> ReadToStaging(std::span<const BlockId> ids);
+  // Hands the step's hashed blocks to the tiers and fills its exports (one
+  // ReadBlocks); the end of Update.
+  void ReadStepBlocks();
+  // A snapshot with this engine's model, block size and dtype, and no blocks.
+  std::shared_ptr<KvSnapshot> EmptySnapshot() const;
   absl::Status ValidateRequest(const GenerationRequest& request) const;
   absl::Status ValidateSnapshot(const GenerationRequest& request, const KvSnapshot& kv) const;
   // Model, block size, layers, KV width, dtype and block bytes.
@@ -139,11 +168,14 @@ class Engine final : public StepEngine, private TierPromoter {
   absl::Status ValidatePrefix(const GenerationRequest& request, const KvSnapshot& kv) const;
   int64_t Enqueue(GenerationRequest request, std::shared_ptr<const KvSnapshot> import,
                   const SampledToken* first);
-  // Copies an admitted sequence's imported KV into its blocks.
-  void CopyImport(Sequence& seq);
+  // Copies the admitted sequences' imported KV into their blocks (one
+  // WriteBlocks).
+  void CopyImports(std::span<const int64_t> seq_ids);
+  // The snapshot of a finishing sequence's KV; its blocks are filled by
+  // ReadStepBlocks before the step returns.
   std::shared_ptr<const KvSnapshot> Export(const Sequence& seq);
   // Hashes the blocks of `seq` that filled and hands them to the pool's
-  // prefix cache, reporting each as stored.
+  // prefix cache, reporting each as stored (and queueing it for the tiers).
   void HashFullBlocks(Sequence& seq, std::vector<BlockEvent>& events);
   // Longest a sequence may grow in KV slots: max_context, and what the whole
   // pool holds (so a sequence alone always fits and preemption cannot
@@ -183,6 +215,13 @@ class Engine final : public StepEngine, private TierPromoter {
   std::vector<int64_t> cancelled_;
   // Pool blocks evicted and promoted since the last step reported them.
   std::vector<BlockEvent> pending_blocks_;
+  // KV bytes on their way to the tiers and exports (engine_kv.cc); empty
+  // between steps.
+  std::vector<Evicted> evicted_;
+  std::vector<Stored> stored_;
+  std::vector<PendingExport> exports_;
+  // Host staging for block bytes read from the backend, reused.
+  std::vector<uint8_t> staging_;
   // Sessions' kept KV by pin key (after kv_: released before the pool goes).
   absl::flat_hash_map<std::string, Pin> pins_;
   int64_t pinned_blocks_ = 0;

@@ -96,7 +96,7 @@ void AttendGroup(const AttentionArgs& a, const AttentionSequence& seq, int32_t g
   for (int32_t start = 0; start < n_ctx; start += tile) {
     tile = std::min({bs - start % bs, kMaxBlock, n_ctx - start});
     const BlockId block = seq.blocks[start / bs];
-    const uint8_t* block_base = a.kv.base + block * a.kv.block_bytes;
+    const uint8_t* block_base = a.kv.base.backend_address() + block * a.kv.block_bytes;
     const int64_t slot_off = static_cast<int64_t>(start % bs) * a.kv.kv_dim * elem;
     LoadTile(block_base + a.kv.k_offset + slot_off, a.kv.dtype, tile, g * hd, a.kv.kv_dim,
              hd, /*transpose=*/true, kt);
@@ -177,7 +177,8 @@ void PagedAttentionReference(const AttentionArgs& a) {
   auto load = [&](const AttentionSequence& seq, int32_t pos, int64_t part_offset,
                   int32_t g, int32_t d) {
     const int32_t bs = a.kv.block_size;
-    const uint8_t* p = a.kv.base + seq.blocks[pos / bs] * a.kv.block_bytes + part_offset +
+    const uint8_t* p = a.kv.base.backend_address() + seq.blocks[pos / bs] * a.kv.block_bytes +
+                       part_offset +
                        (static_cast<int64_t>(pos % bs) * a.kv.kv_dim + g * hd + d) * elem;
     return a.kv.dtype == GgmlType::kF32 ? *reinterpret_cast<const float*>(p)
                                         : Fp16ToFp32(*reinterpret_cast<const uint16_t*>(p));

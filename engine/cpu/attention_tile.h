@@ -31,7 +31,8 @@ inline TileView TileAt(const AttentionArgs& a, const AttentionSequence& seq, int
   const int32_t bs = a.kv.block_size;
   const int64_t elem = GgmlBlockBytes(a.kv.dtype);
   const int64_t row_bytes = static_cast<int64_t>(a.kv.kv_dim) * elem;
-  const uint8_t* block_base = a.kv.base + seq.blocks[start / bs] * a.kv.block_bytes;
+  const uint8_t* block_base =
+      a.kv.base.backend_address() + seq.blocks[start / bs] * a.kv.block_bytes;
   const int64_t off = (start % bs) * row_bytes + static_cast<int64_t>(g) * a.head_dim * elem;
   return {.k = block_base + a.kv.k_offset + off,
           .v = block_base + a.kv.v_offset + off,

@@ -6,7 +6,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
+#include <new>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
@@ -31,6 +34,52 @@ class CpuBackend final : public Backend {
 
   std::string_view name() const override { return name_; }
   int threads() const override { return threads_; }
+
+  // Host memory: a DevicePtr is the host address. Default-initialized, so
+  // the OS commits pages only once they are written (RSS follows use).
+  absl::StatusOr<DevicePtr<uint8_t>> Allocate(int64_t bytes, std::string_view what) override {
+    TANDEM_CHECK(bytes >= 0, "allocation size is not negative");
+    auto* p = static_cast<uint8_t*>(
+        ::operator new(static_cast<size_t>(std::max<int64_t>(bytes, 1)), kAlign, std::nothrow));
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(ToAbsl(what), ": cannot allocate ", bytes, " bytes of host memory"));
+    }
+    memory_.emplace_back(p);
+    return DevicePtr<uint8_t>(p);
+  }
+
+  void Upload(DevicePtr<uint8_t> dst, std::span<const uint8_t> src) override {
+    if (!src.empty()) std::memcpy(dst.backend_address(), src.data(), src.size());
+  }
+
+  void Download(DevicePtr<const uint8_t> src, std::span<uint8_t> dst) override {
+    if (!dst.empty()) std::memcpy(dst.data(), src.backend_address(), dst.size());
+  }
+
+  void Synchronize() override {}
+
+  void ReadBlocks(const KvPoolView& pool, std::span<const BlockId> ids,
+                  std::span<uint8_t> out) override {
+    TANDEM_CHECK(static_cast<int64_t>(out.size()) ==
+                     static_cast<int64_t>(ids.size()) * pool.block_bytes,
+                 "ReadBlocks' staging holds exactly the blocks");
+    for (size_t i = 0; i < ids.size(); ++i) {
+      std::memcpy(out.data() + i * pool.block_bytes,
+                  pool.base.backend_address() + int64_t{ids[i]} * pool.block_bytes,
+                  pool.block_bytes);
+    }
+  }
+
+  void WriteBlocks(const KvPoolView& pool, std::span<const BlockId> ids,
+                   std::span<const KvBlockBytes> blocks) override {
+    TANDEM_CHECK(ids.size() == blocks.size(), "one block of bytes per id");
+    for (size_t i = 0; i < ids.size(); ++i) {
+      TANDEM_CHECK(static_cast<int64_t>(blocks[i].size()) == pool.block_bytes,
+                   "a written block is exactly one block");
+      blocks[i].CopyTo(pool.base.backend_address() + int64_t{ids[i]} * pool.block_bytes);
+    }
+  }
 
   void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) override {
     matmul_.Run(w, x, n_tokens, y);
@@ -78,10 +127,16 @@ class CpuBackend final : public Backend {
   // One contiguous, 16-float aligned chunk per thread.
   int64_t ChunkFor(int64_t n) const { return (n / threads_ + 16) / 16 * 16; }
 
+  static constexpr std::align_val_t kAlign{64};
+  struct Free {
+    void operator()(uint8_t* p) const { ::operator delete(p, kAlign); }
+  };
+
   const KernelTable& kernels_;
   const int threads_;
   MatMulRunner matmul_;
   const std::string name_;
+  std::vector<std::unique_ptr<uint8_t, Free>> memory_;  // every Allocate, until the end
 };
 
 }  // namespace

@@ -1,14 +1,14 @@
 #include "engine/kv/kv_cache.h"
 
 #include <cstring>
-#include <new>
 
 #include "absl/strings/str_cat.h"
 
 namespace tandem::engine {
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const ModelConfig& config,
-                                                         const KvCacheOptions& options) {
+                                                         const KvCacheOptions& options,
+                                                         KvAllocator allocate) {
   if (options.block_size < 1 || options.block_size > 1024) {
     return absl::InvalidArgumentError(
         absl::StrCat("block_size ", options.block_size, " is out of range [1, 1024]"));
@@ -27,18 +27,18 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const ModelConfig& conf
   if (num_blocks > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError("kv_budget_bytes allows more than 2^30 blocks");
   }
-  std::unique_ptr<uint8_t[]> memory(new (std::nothrow) uint8_t[block_bytes * num_blocks]);
-  if (memory == nullptr) {
+  absl::StatusOr<DevicePtr<uint8_t>> memory = allocate(block_bytes * num_blocks);
+  if (!memory.ok()) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "kv_budget_bytes: cannot allocate ", block_bytes * num_blocks, " bytes"));
+        "kv_budget_bytes: cannot allocate ", block_bytes * num_blocks,
+        " bytes: ", memory.status().message()));
   }
   return std::unique_ptr<KvCache>(new KvCache(config, options,
-                                              static_cast<int32_t>(num_blocks),
-                                              std::move(memory)));
+                                              static_cast<int32_t>(num_blocks), *memory));
 }
 
 KvCache::KvCache(const ModelConfig& config, const KvCacheOptions& options,
-                 int32_t num_blocks, std::unique_ptr<uint8_t[]> memory)
+                 int32_t num_blocks, DevicePtr<uint8_t> memory)
     : block_size_(options.block_size),
       kv_dim_(config.kv_dim()),
       n_layer_(config.n_layer),
@@ -46,14 +46,14 @@ KvCache::KvCache(const ModelConfig& config, const KvCacheOptions& options,
       elem_bytes_(GgmlBlockBytes(options.dtype)),
       layer_bytes_(int64_t{2} * options.block_size * config.kv_dim() * elem_bytes_),
       block_bytes_(layer_bytes_ * config.n_layer),
-      memory_(std::move(memory)),
+      memory_(memory),
       pool_(num_blocks) {}
 
-PagedKvView KvCache::LayerView(int32_t layer) {
+PagedKvView KvCache::LayerView(int32_t layer) const {
   const int64_t k_offset = layer * layer_bytes_;
   return PagedKvView{
       .dtype = dtype_,
-      .base = memory_.get(),
+      .base = memory_,
       .block_bytes = block_bytes_,
       .k_offset = k_offset,
       .v_offset = k_offset + layer_bytes_ / 2,
@@ -64,7 +64,9 @@ PagedKvView KvCache::LayerView(int32_t layer) {
 
 void KvCache::Store(int32_t layer, BlockId block, int32_t slot, const float* k,
                     const float* v) {
-  uint8_t* layer_base = BlockData(block) + layer * layer_bytes_;
+  // Until the forward pass stores through the backend: CPU memory only.
+  uint8_t* layer_base =
+      memory_.backend_address() + int64_t{block} * block_bytes_ + layer * layer_bytes_;
   uint8_t* kd = layer_base + slot * kv_dim_ * elem_bytes_;
   uint8_t* vd = layer_base + layer_bytes_ / 2 + slot * kv_dim_ * elem_bytes_;
   if (dtype_ == GgmlType::kF32) {

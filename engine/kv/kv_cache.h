@@ -1,8 +1,9 @@
-// Memory for the paged KV cache: a fixed number of blocks, each holding the
+// The paged KV cache's geometry: a fixed number of blocks, each holding the
 // keys and values of `block_size` consecutive tokens for every layer, carved
-// from a byte budget fixed at start. Bookkeeping (who holds which block) is
-// the BlockPool's; this class only maps (block, layer, slot) to bytes.
-// Engine-thread only.
+// from a byte budget fixed at start. The memory itself is the backend's
+// (allocated once through a KvAllocator, held here as a DevicePtr and never
+// dereferenced); bookkeeping (who holds which block) is the BlockPool's;
+// this class only maps (block, layer, slot) to addresses. Engine-thread only.
 #ifndef TANDEM_ENGINE_KV_KV_CACHE_H_
 #define TANDEM_ENGINE_KV_KV_CACHE_H_
 
@@ -10,7 +11,9 @@
 #include <memory>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "engine/kv/device_ptr.h"
 #include "engine/kv/block_pool.h"
 #include "engine/gguf/model_config.h"
 #include "engine/gguf/tensor_type.h"
@@ -28,7 +31,7 @@ struct KvCacheOptions {
 // [block_size][kv_dim] of `dtype`; values likewise at v_offset.
 struct PagedKvView {
   GgmlType dtype = GgmlType::kF32;
-  uint8_t* base = nullptr;
+  DevicePtr<uint8_t> base;
   int64_t block_bytes = 0;
   int64_t k_offset = 0;
   int64_t v_offset = 0;
@@ -36,12 +39,26 @@ struct PagedKvView {
   int32_t kv_dim = 0;
 };
 
+// The whole pool as whole blocks, for the backend's batched block copies
+// (Backend::ReadBlocks / WriteBlocks): block b is block_bytes bytes at
+// base + b * block_bytes.
+struct KvPoolView {
+  DevicePtr<uint8_t> base;
+  int64_t block_bytes = 0;
+  int32_t num_blocks = 0;
+};
+
+// Returns `bytes` of backend memory that outlives the cache (Backend::Allocate).
+using KvAllocator = absl::FunctionRef<absl::StatusOr<DevicePtr<uint8_t>>(int64_t bytes)>;
+
 class KvCache {
  public:
   // InvalidArgument naming the flag when the budget holds no block, the block
-  // size is not in [1, 1024] or the dtype is not f32/f16.
+  // size is not in [1, 1024] or the dtype is not f32/f16; the allocator's
+  // error when it cannot give the pool's bytes.
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(const ModelConfig& config,
-                                                         const KvCacheOptions& options);
+                                                         const KvCacheOptions& options,
+                                                         KvAllocator allocate);
 
   int32_t block_size() const { return block_size_; }
   int32_t num_blocks() const { return pool_.num_blocks(); }
@@ -50,17 +67,17 @@ class KvCache {
   BlockPool& pool() { return pool_; }
   const BlockPool& pool() const { return pool_; }
 
-  PagedKvView LayerView(int32_t layer);
+  PagedKvView LayerView(int32_t layer) const;
+  KvPoolView pool_view() const {
+    return {.base = memory_, .block_bytes = block_bytes_, .num_blocks = num_blocks()};
+  }
 
   // Stores one token's key and value (f32, [kv_dim] each) of `layer`.
   void Store(int32_t layer, BlockId block, int32_t slot, const float* k, const float* v);
 
-  // The raw bytes of one block (all layers), e.g. for shipping it elsewhere.
-  uint8_t* BlockData(BlockId block) { return memory_.get() + block * block_bytes_; }
-
  private:
   KvCache(const ModelConfig& config, const KvCacheOptions& options, int32_t num_blocks,
-          std::unique_ptr<uint8_t[]> memory);
+          DevicePtr<uint8_t> memory);
 
   int32_t block_size_;
   int32_t kv_dim_;
@@ -69,9 +86,8 @@ class KvCache {
   int64_t elem_bytes_;
   int64_t layer_bytes_;  // keys and values of one layer within a block
   int64_t block_bytes_;
-  // Default-initialized, so pages are committed by the OS only once a block
-  // is first written: RSS follows use, the budget bounds it.
-  std::unique_ptr<uint8_t[]> memory_;
+  // num_blocks * block_bytes of backend memory, not owned.
+  DevicePtr<uint8_t> memory_;
   BlockPool pool_;
 };
 

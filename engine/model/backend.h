@@ -12,9 +12,12 @@
 #include <span>
 #include <string_view>
 
-#include "engine/kv/block_pool.h"
-#include "engine/kv/kv_cache.h"
+#include "absl/status/statusor.h"
 #include "engine/gguf/tensor_type.h"
+#include "engine/kv/block_pool.h"
+#include "engine/kv/device_ptr.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/kv/kv_snapshot.h"
 
 namespace tandem::engine {
 
@@ -55,6 +58,29 @@ class Backend {
   virtual std::string_view name() const = 0;
   virtual int threads() const = 0;
 
+  // --- Memory. The backend owns all of it; it is freed with the backend. ---
+
+  // `bytes` of backend memory, uninitialized, 64-byte aligned. Start-up only
+  // (weights, scratch, the KV pool): nothing is allocated inside a step.
+  // `what` names the use in the error. ResourceExhausted when out of memory.
+  virtual absl::StatusOr<DevicePtr<uint8_t>> Allocate(int64_t bytes, std::string_view what) = 0;
+  // Copies host bytes in / out. Each returns once the copy is complete (ops
+  // issued before a Download have finished when it returns).
+  virtual void Upload(DevicePtr<uint8_t> dst, std::span<const uint8_t> src) = 0;
+  virtual void Download(DevicePtr<const uint8_t> src, std::span<uint8_t> dst) = 0;
+  // Waits for every op issued so far (benchmarks; the copies above wait
+  // themselves).
+  virtual void Synchronize() = 0;
+
+  // --- KV blocks, in batches: one call per step, never one per block. ---
+
+  // out[i * pool.block_bytes, ...) = block ids[i], whole (every layer).
+  virtual void ReadBlocks(const KvPoolView& pool, std::span<const BlockId> ids,
+                          std::span<uint8_t> out) = 0;
+  // Block ids[i] = blocks[i] (each exactly pool.block_bytes).
+  virtual void WriteBlocks(const KvPoolView& pool, std::span<const BlockId> ids,
+                           std::span<const KvBlockBytes> blocks) = 0;
+
   // y[t, r] = sum_c x[t, c] * w[r, c] for t < n_tokens.
   // x: [n_tokens, w.cols], y: [n_tokens, w.rows]; y does not alias x.
   virtual void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens,
@@ -84,6 +110,14 @@ struct CpuBackendOptions {
 };
 
 std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options);
+
+// A KV cache whose pool `backend` allocates; the backend must outlive it.
+inline absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(Backend& backend,
+                                                              const ModelConfig& config,
+                                                              const KvCacheOptions& options) {
+  return KvCache::Create(config, options,
+                         [&backend](int64_t bytes) { return backend.Allocate(bytes, "KV pool"); });
+}
 
 }  // namespace tandem::engine
 

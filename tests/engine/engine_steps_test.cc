@@ -92,9 +92,7 @@ TEST(EngineStepsTest, EvictedBlocksAreReportedRemoved) {
   EngineOptions o;
   o.kv.block_size = 16;
   // Room for 8 blocks: the second sequence must evict the first one's.
-  auto probe = KvCache::Create(model->config(), {.block_size = 16, .budget_bytes = 1 << 20});
-  ASSERT_TRUE(probe.ok());
-  o.kv.budget_bytes = 8 * (*probe)->block_bytes();
+  o.kv.budget_bytes = int64_t{8} * 2 * model->config().n_layer * 16 * model->config().kv_dim() * 4;
   auto e = MakeEngine(*model, o);
   ASSERT_TRUE(e->Add(Request(Prompt(64, 1), 1, 0.0f)).ok());
   const Outcome first = RunToEnd(*e);

@@ -31,7 +31,8 @@ TEST_P(AttentionTest, MatchesReference) {
   config.n_head = c.n_head;
   config.n_head_kv = c.n_head_kv;
   config.head_dim = c.head_dim;
-  auto kv = *KvCache::Create(config, {.block_size = c.block_size, .budget_bytes = 32 << 20,
+  auto backend = MakeCpuBackend({.threads = 1});
+  auto kv = *CreateKvCache(*backend, config, {.block_size = c.block_size, .budget_bytes = 32 << 20,
                                       .dtype = c.kv_type});
   std::mt19937 rng(11);
   std::normal_distribution<float> dist(0.0f, 1.0f);

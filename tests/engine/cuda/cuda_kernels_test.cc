@@ -306,7 +306,7 @@ TEST_F(CudaKernelsTest, PagedAttentionMatchesTheReference) {
                                   .n_head_kv = n_head_kv,
                                   .head_dim = head_dim,
                                   .kv = {.dtype = dtype,
-                                         .base = pool.data(),
+                                         .base = DevicePtr<uint8_t>(pool.data()),
                                          .block_bytes = 2 * half_block,
                                          .k_offset = 0,
                                          .v_offset = half_block,

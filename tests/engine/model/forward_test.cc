@@ -25,7 +25,7 @@ class Harness {
  public:
   Harness(const Model& model, int32_t block_size, GgmlType kv_type = GgmlType::kF32)
       : backend_(MakeCpuBackend({.threads = 2})),
-        kv_(*KvCache::Create(model.config(), {.block_size = block_size,
+        kv_(*CreateKvCache(*backend_, model.config(), {.block_size = block_size,
                                               .budget_bytes = 64 << 20,
                                               .dtype = kv_type})),
         rope_(model.config(), model.weights().rope_freq_factors, 512),
@@ -184,7 +184,7 @@ TEST(ForwardTest, Qwen2AndTiedOutputRunAndStayConsistent) {
 TEST(ForwardTest, RejectsBadChunks) {
   auto model = LoadSynthetic(TinyOptions());
   auto backend = MakeCpuBackend({.threads = 1});
-  auto kv = *KvCache::Create(model->config(), {.block_size = 16, .budget_bytes = 1 << 20});
+  auto kv = *CreateKvCache(*backend, model->config(), {.block_size = 16, .budget_bytes = 1 << 20});
   RopeTable rope(model->config(), {}, 32);
   ForwardPass fwd(*model, *backend, *kv, rope);
   BlockList list = *kv->pool().Allocate(1);
