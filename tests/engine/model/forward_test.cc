@@ -12,6 +12,7 @@
 
 #include "engine/kv/kv_cache.h"
 #include "engine/model/rope.h"
+#include "tests/engine/test_backends.h"
 #include "tests/engine/test_models.h"
 
 namespace tandem::engine {
@@ -24,7 +25,7 @@ using testing::TinyOptions;
 class Harness {
  public:
   Harness(const Model& model, int32_t block_size, GgmlType kv_type = GgmlType::kF32)
-      : backend_(MakeCpuBackend({.threads = 2})),
+      : backend_(testing::MakeTestBackend(2)),
         kv_(*CreateKvCache(*backend_, model.config(),
                            {.block_size = block_size, .budget_bytes = 64 << 20, .dtype = kv_type})),
         rope_(model.config(), model.weights().rope_freq_factors, 512),
@@ -183,7 +184,7 @@ TEST(ForwardTest, Qwen2AndTiedOutputRunAndStayConsistent) {
 
 TEST(ForwardTest, RejectsBadChunks) {
   auto model = LoadSynthetic(TinyOptions());
-  auto backend = MakeCpuBackend({.threads = 1});
+  auto backend = testing::MakeTestBackend(1);
   auto kv = *CreateKvCache(*backend, model->config(), {.block_size = 16, .budget_bytes = 1 << 20});
   RopeTable rope(model->config(), {}, 32);
   auto forward = ForwardPass::Create(*model, *backend, *kv, rope, {});
