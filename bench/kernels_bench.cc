@@ -126,7 +126,9 @@ void BM_Model(benchmark::State& state, ModelShape shape, GgmlType type, int64_t 
     bytes += GgmlRowBytes(type, w.matrix.cols) * w.matrix.rows;
   }
   for (auto _ : state) {
-    for (const OwnedWeights& w : weights) backend->MatMul(w.matrix, x.data(), n, y.data());
+    for (const OwnedWeights& w : weights) {
+      backend->MatMul(HostMatrix(w.matrix), HostPtr(x.data()), n, HostPtr(y.data()));
+    }
     benchmark::ClobberMemory();
   }
   SetCounters(state, flops, bytes, n);
@@ -137,7 +139,7 @@ void BM_RmsNorm(benchmark::State& state, int64_t n, int64_t dim) {
   std::vector<float> y(n * dim);
   auto backend = MakeCpuBackendWithIsa({.threads = Config().threads}, Config().isa);
   for (auto _ : state) {
-    backend->RmsNorm(x.data(), weight.data(), n, dim, 1e-5f, y.data());
+    backend->RmsNorm(HostPtr(x.data()), HostPtr(weight.data()), n, dim, 1e-5f, HostPtr(y.data()));
     benchmark::ClobberMemory();
   }
   state.counters["GB/s"] = benchmark::Counter(
@@ -149,7 +151,7 @@ void BM_SwiGlu(benchmark::State& state, int64_t n) {
   std::vector<float> out(n);
   auto backend = MakeCpuBackendWithIsa({.threads = Config().threads}, Config().isa);
   for (auto _ : state) {
-    backend->SwiGlu(gate.data(), up.data(), n, out.data());
+    backend->SwiGlu(HostPtr(gate.data()), HostPtr(up.data()), n, HostPtr(out.data()));
     benchmark::ClobberMemory();
   }
   state.counters["Gelem/s"] =

@@ -8,6 +8,8 @@
 
 namespace tandem::engine {
 
+static_assert(kMaxReducedTop == kMaxTopLogprobs, "a reduced row holds every top-k asked for");
+
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
                                                        std::unique_ptr<Backend> backend,
                                                        const EngineOptions& options) {
@@ -26,17 +28,32 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
                    CreateKvCache(*backend, model.config(), options.kv));
   EngineOptions resolved = options;
   if (resolved.max_context == 0) resolved.max_context = model.config().n_ctx_train;
-  return std::unique_ptr<Engine>(new Engine(model, std::move(backend), resolved, std::move(kv)));
+  auto rope = std::make_unique<RopeTable>(model.config(), model.weights().rope_freq_factors,
+                                          resolved.max_context);
+  // The scheduler's bounds: a chunk per running sequence, one logits row
+  // each, or up to kPromptLogprobsChunk while prompt logprobs are gathered;
+  // never more rows than tokens.
+  const ForwardLimits limits{
+      .max_tokens = options.max_batch_tokens,
+      .max_seqs = options.max_running,
+      .max_logit_rows = static_cast<int32_t>(std::min<int64_t>(
+          options.max_batch_tokens, int64_t{options.max_running} * kPromptLogprobsChunk))};
+  ASSIGN_OR_RETURN(std::unique_ptr<ForwardPass> forward,
+                   ForwardPass::Create(model, *backend, *kv, *rope, limits));
+  return std::unique_ptr<Engine>(new Engine(model, std::move(backend), resolved, std::move(kv),
+                                            std::move(rope), std::move(forward)));
 }
 
 Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
-               const EngineOptions& options, std::unique_ptr<KvCache> kv)
+               const EngineOptions& options, std::unique_ptr<KvCache> kv,
+               std::unique_ptr<RopeTable> rope, std::unique_ptr<ForwardPass> forward)
     : model_(model),
       options_(options),
       backend_(std::move(backend)),
       kv_(std::move(kv)),
-      rope_(model.config(), model.weights().rope_freq_factors, options.max_context),
-      forward_(model, *backend_, *kv_, rope_),
+      rope_(std::move(rope)),
+      forward_(std::move(forward)),
+      row_(static_cast<size_t>(model.config().n_vocab)),
       scheduler_({.max_batch_tokens = options.max_batch_tokens,
                   .max_running = options.max_running,
                   .model_fingerprint = model.fingerprint()},
@@ -222,19 +239,32 @@ absl::StatusOr<StepOutput> Engine::Step() {
   FlushEvictions();  // before the imports and the forward pass write the pool
   CopyImports(plan.imported);
   if (!plan.chunks.empty()) {
+    // Each chunk's logits requests, laid out before any span points in.
+    int32_t n_rows = 0;
+    for (const ScheduledChunk& c : plan.chunks) {
+      n_rows += WantsPromptLogprobs(*scheduler_.Find(c.seq_id), c) ? c.count : 1;
+    }
+    requests_.assign(static_cast<size_t>(n_rows), LogitsRequest{});
     std::vector<BatchChunk> chunks;
     chunks.reserve(plan.chunks.size());
+    int32_t row = 0;
     for (const ScheduledChunk& c : plan.chunks) {
       const Sequence& seq = *scheduler_.Find(c.seq_id);
+      const bool all_logits = WantsPromptLogprobs(seq, c);
+      const std::span<LogitsRequest> reduce =
+          std::span<LogitsRequest>(requests_).subspan(row, all_logits ? c.count : 1);
+      RequestLogits(seq, c, reduce);
+      row += static_cast<int32_t>(reduce.size());
       chunks.push_back({
           .tokens = std::span<const int32_t>(seq.tokens).subspan(c.start, c.count),
           .positions = std::span<const int32_t>(seq.positions).subspan(c.start, c.count),
           .kv_start = c.start,
           .blocks = seq.blocks->ids(),
-          .all_logits = WantsPromptLogprobs(seq, c),
+          .all_logits = all_logits,
+          .reduce = reduce,
       });
     }
-    ASSIGN_OR_RETURN(ForwardResult result, forward_.Run(chunks));
+    ASSIGN_OR_RETURN(ForwardResult result, forward_->Run(chunks));
     Update(plan, result, out);
   }
   return out;
@@ -245,22 +275,67 @@ bool Engine::WantsPromptLogprobs(const Sequence& seq, const ScheduledChunk& c) {
          c.start + 1 < static_cast<int32_t>(seq.request.prompt.size());
 }
 
+bool Engine::SamplesFromSummary(const Sequence& seq) {
+  return seq.sampler.SamplesFromTop() && !seq.logits_processor.active();
+}
+
+void Engine::RequestLogits(const Sequence& seq, const ScheduledChunk& c,
+                           std::span<LogitsRequest> reduce) {
+  const std::vector<int32_t>& prompt = seq.request.prompt;
+  if (WantsPromptLogprobs(seq, c)) {
+    for (int32_t r = 0; r < c.count; ++r) {
+      // Row r holds the logits after slot c.start + r: they predict the next
+      // prompt token (GatherPromptLogprobs), unless gathered already.
+      const int32_t target = c.start + r + 1;
+      if (target >= static_cast<int32_t>(prompt.size())) break;
+      if (target - 1 < static_cast<int32_t>(seq.prompt_logprobs.size())) continue;
+      reduce[r] = {.top_k = seq.request.prompt_logprobs, .target = prompt[target]};
+    }
+  }
+  // The last row samples the next token when the chunk ends the sequence's
+  // pending tokens; a greedy sampler with nothing to adjust needs only the
+  // top of it (else the whole row comes down in SampleRow).
+  if (c.start + c.count < static_cast<int32_t>(seq.tokens.size())) return;
+  if (!SamplesFromSummary(seq)) return;
+  LogitsRequest& last = reduce.back();
+  last.top_k = std::max({last.top_k, seq.request.top_logprobs, 1});
+}
+
 void Engine::GatherPromptLogprobs(Sequence& seq, const ScheduledChunk& c,
                                   const ForwardResult& result, int32_t first_row) {
   const std::vector<int32_t>& prompt = seq.request.prompt;
   for (int32_t r = 0; r < c.count; ++r) {
-    // Row r holds the logits after slot c.start + r: they predict the next.
     const int32_t target = c.start + r + 1;
     if (target >= static_cast<int32_t>(prompt.size())) break;
     // Gathered already, before a preemption made the prompt run again.
     if (target - 1 < static_cast<int32_t>(seq.prompt_logprobs.size())) continue;
-    const std::span<const float> row = result.Row(first_row + r);
-    const LogSoftmaxStats stats = ComputeLogSoftmaxStats(row);
-    const int32_t id = prompt[target];
-    seq.prompt_logprobs.push_back({.id = id,
-                                   .logprob = row[id] - stats.max - stats.log_sum,
-                                   .top = TopLogprobs(row, stats, seq.request.prompt_logprobs)});
+    // The row's reduction (RequestLogits): logprob and top-k as Sample
+    // computes them from the whole row.
+    const LogitsSummary& s = result.summaries[first_row + r];
+    seq.prompt_logprobs.push_back({.id = prompt[target],
+                                   .logprob = s.target_logit - s.max - s.log_sum,
+                                   .top = TopOf(s, seq.request.prompt_logprobs)});
   }
+}
+
+std::vector<TokenLogprob> Engine::TopOf(const LogitsSummary& s, int32_t k) {
+  // n_top is what was asked (RequestLogits asks at least k), or the whole
+  // vocabulary when that is shorter, as TopLogprobs would give.
+  const int32_t n = std::min(k, s.n_top);
+  std::vector<TokenLogprob> top(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) top[i] = {.id = s.top_ids[i], .logprob = s.top_logprobs[i]};
+  return top;
+}
+
+SampledToken Engine::SampleRow(Sequence& seq, const ForwardResult& result, int32_t row) {
+  const int32_t k = seq.request.top_logprobs;
+  if (SamplesFromSummary(seq)) {
+    const LogitsSummary& s = result.summaries[row];
+    return seq.sampler.SampleFromTop(TopOf(s, std::max(k, 1)), k);
+  }
+  forward_->DownloadRow(row, row_);
+  seq.logits_processor.Apply(row_);
+  return seq.sampler.Sample(row_, k);
 }
 
 void Engine::Update(const StepPlan& plan, const ForwardResult& result, StepOutput& out) {
@@ -276,10 +351,8 @@ void Engine::Update(const StepPlan& plan, const ForwardResult& result, StepOutpu
       last_row += c.count - 1;
     }
     if (seq.pending() > 0) continue;  // mid-prefill
-    const std::span<float> row = result.Row(last_row);
-    seq.logits_processor.Apply(row);
     TokenEvent ev{.seq_id = seq.id,
-                  .token = seq.sampler.Sample(row, seq.request.top_logprobs),
+                  .token = SampleRow(seq, result, last_row),
                   .finish = FinishReason::kNone,
                   .cached_tokens = seq.n_cached};
     seq.Append(ev.token.id);

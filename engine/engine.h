@@ -125,7 +125,8 @@ class Engine final : public StepEngine, private TierPromoter {
     std::vector<int32_t> tokens;
   };
   Engine(const Model& model, std::unique_ptr<Backend> backend, const EngineOptions& options,
-         std::unique_ptr<KvCache> kv);
+         std::unique_ptr<KvCache> kv, std::unique_ptr<RopeTable> rope,
+         std::unique_ptr<ForwardPass> forward);
 
   // A block evicted from the pool, whose bytes the tiers have not had yet.
   struct Evicted {
@@ -190,6 +191,20 @@ class Engine final : public StepEngine, private TierPromoter {
   static bool WantsPromptLogprobs(const Sequence& seq, const ScheduledChunk& c);
   static void GatherPromptLogprobs(Sequence& seq, const ScheduledChunk& c,
                                    const ForwardResult& result, int32_t first_row);
+  // Whether the sequence's next token follows from its row's summary alone
+  // (a greedy sampler, no logit adjustments): then the row stays in the
+  // backend.
+  static bool SamplesFromSummary(const Sequence& seq);
+  // What chunk `c` of `seq` needs of its logits rows (`reduce`, one per row,
+  // all "not reduced" on entry): prompt logprobs' targets and top-k, and the
+  // top of the sampled row when SamplesFromSummary.
+  static void RequestLogits(const Sequence& seq, const ScheduledChunk& c,
+                            std::span<LogitsRequest> reduce);
+  // The first k of a summary's top tokens (all of them when it holds fewer).
+  static std::vector<TokenLogprob> TopOf(const LogitsSummary& s, int32_t k);
+  // The next token of `seq` from logits row `row`: from its summary, or from
+  // the whole row brought down, adjusted and sampled.
+  SampledToken SampleRow(Sequence& seq, const ForwardResult& result, int32_t row);
   // Pins the leading hashed blocks of an ending sequence added with a
   // pin_key, then drops the oldest pins past max_pinned_fraction.
   void PinBlocks(const Sequence& seq);
@@ -208,8 +223,12 @@ class Engine final : public StepEngine, private TierPromoter {
   EngineOptions options_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KvCache> kv_;
-  RopeTable rope_;
-  ForwardPass forward_;
+  std::unique_ptr<RopeTable> rope_;
+  std::unique_ptr<ForwardPass> forward_;
+  // The step's logits requests (the chunks' spans point in) and a host
+  // logits row for samplers that need a whole one.
+  std::vector<LogitsRequest> requests_;
+  std::vector<float> row_;
   Scheduler scheduler_;
   int64_t next_id_ = 1;
   std::vector<int64_t> cancelled_;

@@ -257,7 +257,7 @@ std::shared_ptr<const KvSnapshot> Engine::ShiftPinned(const GenerationRequest& r
               std::memcpy(&k[i], sk + 4 * i, 4);
             }
           }
-          rope_.ApplyDelta(k.data(), c.n_head_kv, c.head_dim, -cut);
+          rope_->ApplyDelta(k.data(), c.n_head_kv, c.head_dim, -cut);
           for (int32_t i = 0; i < kv_dim; ++i) {
             if (f16) {
               const uint16_t h = Fp32ToFp16(k[i]);

@@ -1,6 +1,10 @@
-// The CPU Backend: MatMul through MatMulRunner (engine/cpu/matmul.h), the
-// element-wise ops straight from the kernel table, split over the OpenMP
-// pool only when the work outweighs the fork. Engine-thread only.
+// The CPU Backend: host memory (a DevicePtr is the host address), weights
+// as views of the mapped file, MatMul through MatMulRunner
+// (engine/cpu/matmul.h), the element-wise ops straight from the kernel
+// table, split over the OpenMP pool only when the work outweighs the fork.
+// The ops the forward pass used to run itself (embedding, bias, RoPE, the KV
+// store, the row gather, the logits reduction) keep its arithmetic exactly.
+// Engine-thread only.
 #include "engine/cpu/cpu_backend.h"
 
 #include <omp.h>
@@ -16,6 +20,7 @@
 #include "common/strings.h"
 #include "engine/cpu/attention.h"
 #include "engine/cpu/matmul.h"
+#include "engine/sample/sampler.h"
 
 namespace tandem::engine {
 namespace cpu {
@@ -23,6 +28,14 @@ namespace {
 
 // Element-wise ops below this many elements run on the calling thread.
 constexpr int64_t kMinParallelElements = 1 << 15;
+
+WeightMatrix HostView(const DeviceMatrix& w) {
+  return {.type = w.type, .data = w.data.backend_address(), .rows = w.rows, .cols = w.cols};
+}
+
+DevicePtr<const float> VectorView(const std::vector<float>& v) {
+  return v.empty() ? DevicePtr<const float>() : DevicePtr<const float>(v.data());
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -35,8 +48,8 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return name_; }
   int threads() const override { return threads_; }
 
-  // Host memory: a DevicePtr is the host address. Default-initialized, so
-  // the OS commits pages only once they are written (RSS follows use).
+  // Default-initialized, so the OS commits pages only once they are written
+  // (RSS follows use, the size bounds it).
   absl::StatusOr<DevicePtr<uint8_t>> Allocate(int64_t bytes, std::string_view what) override {
     TANDEM_CHECK(bytes >= 0, "allocation size is not negative");
     auto* p = static_cast<uint8_t*>(
@@ -58,6 +71,205 @@ class CpuBackend final : public Backend {
   }
 
   void Synchronize() override {}
+
+  // Views, no copy: matrices into the mapped file, vectors into the model's.
+  absl::StatusOr<DeviceWeights> PrepareWeights(const ModelWeights& w) override {
+    const auto matrix = [](const WeightMatrix& m) {
+      return DeviceMatrix{.type = m.type,
+                          .data = DevicePtr<const uint8_t>(static_cast<const uint8_t*>(m.data)),
+                          .rows = m.rows,
+                          .cols = m.cols};
+    };
+    DeviceWeights d{.token_embd = matrix(w.token_embd),
+                    .output_norm = VectorView(w.output_norm),
+                    .output = matrix(w.output),
+                    .layers = {}};
+    for (const LayerWeights& l : w.layers) {
+      d.layers.push_back({.attn_norm = VectorView(l.attn_norm),
+                          .wq = matrix(l.wq),
+                          .wk = matrix(l.wk),
+                          .wv = matrix(l.wv),
+                          .wo = matrix(l.wo),
+                          .bq = VectorView(l.bq),
+                          .bk = VectorView(l.bk),
+                          .bv = VectorView(l.bv),
+                          .ffn_norm = VectorView(l.ffn_norm),
+                          .w_gate = matrix(l.w_gate),
+                          .w_up = matrix(l.w_up),
+                          .w_down = matrix(l.w_down)});
+    }
+    return d;
+  }
+
+  absl::Status PrepareRope(const RopeTable& rope) override {
+    rope_ = &rope;
+    return absl::OkStatus();
+  }
+
+  absl::Status ReserveStep(const StepLimits& limits) override {
+    seqs_.reserve(static_cast<size_t>(limits.max_seqs));
+    return absl::OkStatus();
+  }
+
+  // The metadata is read where it lies (host memory): nothing to copy.
+  void BeginStep(const StepMetadata& step) override {
+    step_ = &step;
+    seqs_.clear();
+    const std::span<const BlockId> tables(step.block_tables);
+    for (const StepSequence& s : step.seqs) {
+      seqs_.push_back({.first_row = s.first_row,
+                       .n_rows = s.n_rows,
+                       .kv_start = s.kv_start,
+                       .blocks = tables.subspan(s.table_offset, s.n_blocks)});
+    }
+  }
+
+  void Embed(const DeviceMatrix& table, DevicePtr<float> x) override {
+    const int64_t row_bytes = GgmlRowBytes(table.type, table.cols);
+    const uint8_t* rows = table.data.backend_address();
+    float* out = x.backend_address();
+    const std::vector<int32_t>& tokens = step().tokens;
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      DequantizeRow(table.type, rows + tokens[t] * row_bytes,
+                    out + static_cast<int64_t>(t) * table.cols, table.cols);
+    }
+  }
+
+  void MatMul(const DeviceMatrix& w, DevicePtr<const float> x, int64_t n_tokens,
+              DevicePtr<float> y) override {
+    matmul_.Run(HostView(w), x.backend_address(), n_tokens, y.backend_address());
+  }
+
+  void AddBias(DevicePtr<float> x, DevicePtr<const float> bias, int64_t n_rows,
+               int64_t dim) override {
+    const float* b = bias.backend_address();
+    for (int64_t t = 0; t < n_rows; ++t) {
+      float* row = x.backend_address() + t * dim;
+      for (int64_t i = 0; i < dim; ++i) row[i] += b[i];
+    }
+  }
+
+  void Rope(DevicePtr<float> x, int32_t n_heads, int32_t head_dim) override {
+    TANDEM_CHECK(rope_ != nullptr, "PrepareRope before Rope");
+    const std::vector<int32_t>& positions = step().positions;
+    const int64_t stride = int64_t{n_heads} * head_dim;
+    for (size_t t = 0; t < positions.size(); ++t) {
+      rope_->Apply(x.backend_address() + static_cast<int64_t>(t) * stride, n_heads, head_dim,
+                   positions[t]);
+    }
+  }
+
+  void StoreKv(const PagedKvView& kv, DevicePtr<const float> k,
+               DevicePtr<const float> v) override {
+    const int64_t elem = GgmlBlockBytes(kv.dtype);
+    const int64_t row_bytes = int64_t{kv.kv_dim} * elem;
+    const std::vector<int64_t>& slots = step().slot_mapping;
+    for (size_t t = 0; t < slots.size(); ++t) {
+      uint8_t* block = kv.base.backend_address() + slots[t] / kv.block_size * kv.block_bytes;
+      const int64_t at = slots[t] % kv.block_size * row_bytes;
+      const float* kt = k.backend_address() + static_cast<int64_t>(t) * kv.kv_dim;
+      const float* vt = v.backend_address() + static_cast<int64_t>(t) * kv.kv_dim;
+      uint8_t* kd = block + kv.k_offset + at;
+      uint8_t* vd = block + kv.v_offset + at;
+      if (kv.dtype == GgmlType::kF32) {
+        std::memcpy(kd, kt, row_bytes);
+        std::memcpy(vd, vt, row_bytes);
+        continue;
+      }
+      auto* kh = reinterpret_cast<uint16_t*>(kd);
+      auto* vh = reinterpret_cast<uint16_t*>(vd);
+      for (int32_t i = 0; i < kv.kv_dim; ++i) {
+        kh[i] = Fp32ToFp16(kt[i]);
+        vh[i] = Fp32ToFp16(vt[i]);
+      }
+    }
+  }
+
+  void RmsNorm(DevicePtr<const float> xp, DevicePtr<const float> weightp, int64_t n_tokens,
+               int64_t dim, float eps, DevicePtr<float> yp) override {
+    const float* x = xp.backend_address();
+    const float* weight = weightp.backend_address();
+    float* y = yp.backend_address();
+    if (n_tokens < 2 * threads_ || n_tokens * dim < kMinParallelElements) {
+      kernels_.rms_norm(x, weight, n_tokens, dim, eps, y);
+      return;
+    }
+#pragma omp parallel for num_threads(threads_) schedule(static)
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      kernels_.rms_norm(x + t * dim, weight, 1, dim, eps, y + t * dim);
+    }
+  }
+
+  void SwiGlu(DevicePtr<const float> gatep, DevicePtr<const float> upp, int64_t n,
+              DevicePtr<float> outp) override {
+    const float* gate = gatep.backend_address();
+    const float* up = upp.backend_address();
+    float* out = outp.backend_address();
+    if (n < kMinParallelElements) {
+      kernels_.swiglu(gate, up, n, out);
+      return;
+    }
+    const int64_t chunk = ChunkFor(n);
+#pragma omp parallel for num_threads(threads_) schedule(static)
+    for (int64_t i = 0; i < n; i += chunk) {
+      kernels_.swiglu(gate + i, up + i, std::min(chunk, n - i), out + i);
+    }
+  }
+
+  void Add(DevicePtr<float> xp, DevicePtr<const float> yp, int64_t n) override {
+    float* x = xp.backend_address();
+    const float* y = yp.backend_address();
+    if (n < kMinParallelElements) {
+      kernels_.add(x, y, n);
+      return;
+    }
+    const int64_t chunk = ChunkFor(n);
+#pragma omp parallel for num_threads(threads_) schedule(static)
+    for (int64_t i = 0; i < n; i += chunk) kernels_.add(x + i, y + i, std::min(chunk, n - i));
+  }
+
+  void PagedAttention(const AttentionOp& op) override {
+    cpu::PagedAttention({.q = op.q.backend_address(),
+                         .out = op.out.backend_address(),
+                         .n_head = op.n_head,
+                         .n_head_kv = op.n_head_kv,
+                         .head_dim = op.head_dim,
+                         .kv = op.kv,
+                         .seqs = seqs_},
+                        {.threads = threads_, .isa = kernels_.isa});
+  }
+
+  void GatherRows(DevicePtr<const float> x, int64_t dim, DevicePtr<float> out) override {
+    const std::vector<int32_t>& rows = step().logit_rows;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      std::copy_n(x.backend_address() + rows[r] * dim, dim,
+                  out.backend_address() + static_cast<int64_t>(r) * dim);
+    }
+  }
+
+  // The sampler's own functions (engine/sample/sampler.h), so the stats and
+  // top-k are those Sampler::Sample computes from the same row.
+  void ReduceLogits(DevicePtr<const float> logits, int32_t n_vocab,
+                    std::span<LogitsSummary> out) override {
+    const StepMetadata& s = step();
+    TANDEM_CHECK(out.size() >= s.logit_top_k.size(), "a summary per logits row");
+    for (size_t r = 0; r < s.logit_top_k.size(); ++r) {
+      if (s.logit_top_k[r] < 0) continue;
+      const std::span<const float> row(logits.backend_address() + r * n_vocab,
+                                       static_cast<size_t>(n_vocab));
+      const LogSoftmaxStats stats = ComputeLogSoftmaxStats(row);
+      const std::vector<TokenLogprob> top = TopLogprobs(row, stats, s.logit_top_k[r]);
+      LogitsSummary& o = out[r];
+      o.max = stats.max;
+      o.log_sum = stats.log_sum;
+      o.target_logit = s.logit_target[r] >= 0 ? row[s.logit_target[r]] : 0.0f;
+      o.n_top = static_cast<int32_t>(top.size());
+      for (size_t i = 0; i < top.size(); ++i) {
+        o.top_ids[i] = top[i].id;
+        o.top_logprobs[i] = top[i].logprob;
+      }
+    }
+  }
 
   void ReadBlocks(const KvPoolView& pool, std::span<const BlockId> ids,
                   std::span<uint8_t> out) override {
@@ -81,65 +293,37 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) override {
-    matmul_.Run(w, x, n_tokens, y);
-  }
-
-  void RmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim, float eps,
-               float* y) override {
-    if (n_tokens < 2 * threads_ || n_tokens * dim < kMinParallelElements) {
-      kernels_.rms_norm(x, weight, n_tokens, dim, eps, y);
-      return;
-    }
-#pragma omp parallel for num_threads(threads_) schedule(static)
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      kernels_.rms_norm(x + t * dim, weight, 1, dim, eps, y + t * dim);
-    }
-  }
-
-  void SwiGlu(const float* gate, const float* up, int64_t n, float* out) override {
-    if (n < kMinParallelElements) {
-      kernels_.swiglu(gate, up, n, out);
-      return;
-    }
-    const int64_t chunk = ChunkFor(n);
-#pragma omp parallel for num_threads(threads_) schedule(static)
-    for (int64_t i = 0; i < n; i += chunk) {
-      kernels_.swiglu(gate + i, up + i, std::min(chunk, n - i), out + i);
-    }
-  }
-
-  void PagedAttention(const AttentionArgs& args) override {
-    cpu::PagedAttention(args, {.threads = threads_, .isa = kernels_.isa});
-  }
-
-  void Add(float* x, const float* y, int64_t n) override {
-    if (n < kMinParallelElements) {
-      kernels_.add(x, y, n);
-      return;
-    }
-    const int64_t chunk = ChunkFor(n);
-#pragma omp parallel for num_threads(threads_) schedule(static)
-    for (int64_t i = 0; i < n; i += chunk) kernels_.add(x + i, y + i, std::min(chunk, n - i));
-  }
-
  private:
-  // One contiguous, 16-float aligned chunk per thread.
-  int64_t ChunkFor(int64_t n) const { return (n / threads_ + 16) / 16 * 16; }
-
   static constexpr std::align_val_t kAlign{64};
   struct Free {
     void operator()(uint8_t* p) const { ::operator delete(p, kAlign); }
   };
+
+  const StepMetadata& step() const {
+    TANDEM_CHECK(step_ != nullptr, "BeginStep before the step's ops");
+    return *step_;
+  }
+  // One contiguous, 16-float aligned chunk per thread.
+  int64_t ChunkFor(int64_t n) const { return (n / threads_ + 16) / 16 * 16; }
 
   const KernelTable& kernels_;
   const int threads_;
   MatMulRunner matmul_;
   const std::string name_;
   std::vector<std::unique_ptr<uint8_t, Free>> memory_;  // every Allocate, until the end
+  const RopeTable* rope_ = nullptr;
+  const StepMetadata* step_ = nullptr;          // the current step's (BeginStep)
+  std::vector<AttentionSequence> seqs_;         // its sequences, for the attention kernels
 };
 
 }  // namespace
+
+DeviceMatrix HostMatrix(const WeightMatrix& w) {
+  return {.type = w.type,
+          .data = DevicePtr<const uint8_t>(static_cast<const uint8_t*>(w.data)),
+          .rows = w.rows,
+          .cols = w.cols};
+}
 
 std::unique_ptr<Backend> MakeCpuBackendWithIsa(const CpuBackendOptions& options, Isa isa) {
   TANDEM_CHECK(options.threads >= 0, "thread count is 0 (all cores) or positive");

@@ -1,7 +1,5 @@
 #include "engine/kv/kv_cache.h"
 
-#include <cstring>
-
 #include "absl/strings/str_cat.h"
 
 namespace tandem::engine {
@@ -41,10 +39,9 @@ KvCache::KvCache(const ModelConfig& config, const KvCacheOptions& options,
                  int32_t num_blocks, DevicePtr<uint8_t> memory)
     : block_size_(options.block_size),
       kv_dim_(config.kv_dim()),
-      n_layer_(config.n_layer),
       dtype_(options.dtype),
-      elem_bytes_(GgmlBlockBytes(options.dtype)),
-      layer_bytes_(int64_t{2} * options.block_size * config.kv_dim() * elem_bytes_),
+      layer_bytes_(int64_t{2} * options.block_size * config.kv_dim() *
+                   GgmlBlockBytes(options.dtype)),
       block_bytes_(layer_bytes_ * config.n_layer),
       memory_(memory),
       pool_(num_blocks) {}
@@ -60,26 +57,6 @@ PagedKvView KvCache::LayerView(int32_t layer) const {
       .block_size = block_size_,
       .kv_dim = kv_dim_,
   };
-}
-
-void KvCache::Store(int32_t layer, BlockId block, int32_t slot, const float* k,
-                    const float* v) {
-  // Until the forward pass stores through the backend: CPU memory only.
-  uint8_t* layer_base =
-      memory_.backend_address() + int64_t{block} * block_bytes_ + layer * layer_bytes_;
-  uint8_t* kd = layer_base + slot * kv_dim_ * elem_bytes_;
-  uint8_t* vd = layer_base + layer_bytes_ / 2 + slot * kv_dim_ * elem_bytes_;
-  if (dtype_ == GgmlType::kF32) {
-    std::memcpy(kd, k, kv_dim_ * sizeof(float));
-    std::memcpy(vd, v, kv_dim_ * sizeof(float));
-    return;
-  }
-  auto* kh = reinterpret_cast<uint16_t*>(kd);
-  auto* vh = reinterpret_cast<uint16_t*>(vd);
-  for (int32_t i = 0; i < kv_dim_; ++i) {
-    kh[i] = Fp32ToFp16(k[i]);
-    vh[i] = Fp32ToFp16(v[i]);
-  }
 }
 
 }  // namespace tandem::engine

@@ -72,18 +72,13 @@ class KvCache {
     return {.base = memory_, .block_bytes = block_bytes_, .num_blocks = num_blocks()};
   }
 
-  // Stores one token's key and value (f32, [kv_dim] each) of `layer`.
-  void Store(int32_t layer, BlockId block, int32_t slot, const float* k, const float* v);
-
  private:
   KvCache(const ModelConfig& config, const KvCacheOptions& options, int32_t num_blocks,
           DevicePtr<uint8_t> memory);
 
   int32_t block_size_;
   int32_t kv_dim_;
-  int32_t n_layer_;
   GgmlType dtype_;
-  int64_t elem_bytes_;
   int64_t layer_bytes_;  // keys and values of one layer within a block
   int64_t block_bytes_;
   // num_blocks * block_bytes of backend memory, not owned.

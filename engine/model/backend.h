@@ -1,40 +1,56 @@
-// The narrow compute interface the forward pass runs on. The CPU backend
-// (engine/cpu/) is always built and is the reference every other backend
-// (CUDA later) is tested against. A backend is engine-thread only: it may use
-// its own compute pool inside a call, but calls do not overlap.
-// Buffers passed in are host f32 row-major unless stated otherwise.
+// The seam between the engine and the memory it computes on. A Backend owns
+// that memory (weights prepared once, scratch and the KV pool allocated at
+// start, a step's metadata) and runs every step of the forward pass on it;
+// the engine, the forward pass (engine/model/forward.cc) and the KV cache
+// hold DevicePtr handles they cannot dereference. Called by ForwardPass and
+// the Engine; engine-thread only: a backend may use its own compute pool
+// inside a call, but calls do not overlap.
+//
+// Why this shape. Everything that crosses is explicit and batched, so a
+// device backend (CUDA) can be written against it without the engine
+// touching its memory: a step's metadata (tokens, positions, slot mapping,
+// block tables, logits rows) goes over once in BeginStep and the step's ops
+// refer to it implicitly, rather than each op taking host arrays; what comes
+// back per logits row is O(k) (ReduceLogits: log-softmax stats, top-k, one
+// target logit), and a full row only when a sampler or logits processor
+// needs it (Download, which the engine then counts as such); KV bytes move
+// only through ReadBlocks / WriteBlocks, a batch per step. Ops take
+// DevicePtr rather than spans because the sizes are the op's own contract
+// (n rows of a known width) and a device backend checks nothing on the host.
+// The CPU backend (engine/cpu/) is always built and is the reference: its
+// addresses are host pointers (DevicePtr costs nothing there), its weights
+// are views of the mapped file, and every op keeps the arithmetic the host
+// code it replaced had, bit for bit. tests/engine/fake_device_backend.h runs
+// the same kernels over memory that faults when the host touches it, which
+// keeps this seam honest.
 #ifndef TANDEM_ENGINE_MODEL_BACKEND_H_
 #define TANDEM_ENGINE_MODEL_BACKEND_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <span>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/gguf/model_config.h"
 #include "engine/gguf/tensor_type.h"
 #include "engine/kv/block_pool.h"
 #include "engine/kv/device_ptr.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/kv/kv_snapshot.h"
+#include "engine/model/rope.h"
+#include "engine/model/weights.h"
 
 namespace tandem::engine {
-
-// A 2-D weight as GGUF stores it: `rows` rows (output features) of `cols`
-// contiguous elements (input features) of `type`. Not owned.
-struct WeightMatrix {
-  GgmlType type = GgmlType::kF32;
-  const void* data = nullptr;
-  int64_t rows = 0;
-  int64_t cols = 0;
-};
 
 // One sequence's rows of the batch: query rows [first_row, first_row + n_rows)
 // have their keys and values in KV slots [kv_start, kv_start + n_rows) and
 // attend to slots [0, their own] (slots, not RoPE positions: rotation is
 // already in the stored keys). `blocks` is the sequence's block table,
-// covering at least kv_start + n_rows slots.
+// covering at least kv_start + n_rows slots. (The CPU kernels' host view.)
 struct AttentionSequence {
   int32_t first_row = 0;
   int32_t n_rows = 0;
@@ -42,6 +58,8 @@ struct AttentionSequence {
   std::span<const BlockId> blocks;
 };
 
+// The CPU attention kernels' arguments (engine/cpu/attention.h): host
+// addresses of the CPU backend's memory.
 struct AttentionArgs {
   const float* q = nullptr;  // [n_tokens, n_head * head_dim], RoPE applied
   float* out = nullptr;      // [n_tokens, n_head * head_dim]
@@ -50,6 +68,75 @@ struct AttentionArgs {
   int32_t head_dim = 0;
   PagedKvView kv;
   std::span<const AttentionSequence> seqs;
+};
+
+// A sequence of the step as StepMetadata lists it: its rows, its first KV
+// slot, and its block table at block_tables[table_offset, + n_blocks).
+struct StepSequence {
+  int32_t first_row = 0;
+  int32_t n_rows = 0;
+  int32_t kv_start = 0;
+  int32_t table_offset = 0;
+  int32_t n_blocks = 0;
+};
+
+// Everything a step's ops need besides activations and weights, built once
+// per step by the forward pass and handed over whole by BeginStep. T tokens
+// (rows), S sequences, R rows that need logits.
+struct StepMetadata {
+  std::vector<int32_t> tokens;        // [T] token ids
+  std::vector<int32_t> positions;     // [T] RoPE positions
+  std::vector<int64_t> slot_mapping;  // [T] KV slot: block * block_size + slot in block
+  std::vector<StepSequence> seqs;     // [S]
+  std::vector<BlockId> block_tables;  // the sequences' tables, back to back
+  std::vector<int32_t> logit_rows;    // [R] the batch row of each logits row
+  // [R] what ReduceLogits reduces each logits row to: the top `logit_top_k`
+  // (<= kMaxReducedTop; -1: the row is not reduced) and the logit of token
+  // `logit_target` (-1: none).
+  std::vector<int32_t> logit_top_k;
+  std::vector<int32_t> logit_target;
+
+  int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
+  int32_t n_logit_rows() const { return static_cast<int32_t>(logit_rows.size()); }
+};
+
+// The most a step may hold (ReserveStep), known at engine start.
+struct StepLimits {
+  int32_t max_tokens = 0;        // T
+  int32_t max_seqs = 0;          // S
+  int32_t max_table_entries = 0;  // block_tables
+  int32_t max_logit_rows = 0;    // R
+};
+
+// kMaxTopLogprobs (engine/sample/sampling_params.h), which the engine
+// checks this equals; engine/model does not see engine/sample.
+inline constexpr int kMaxReducedTop = 20;
+
+// One logits row reduced to O(k) (ReduceLogits): its log-softmax stats
+// (ComputeLogSoftmaxStats), its top n_top tokens with their logprobs
+// (TopLogprobs order: most likely first, ties by lower id) and the raw logit
+// of the row's target token. What a device backend moves per row.
+struct LogitsSummary {
+  float max = 0.0f;
+  float log_sum = 0.0f;
+  float target_logit = 0.0f;
+  int32_t n_top = 0;
+  std::array<int32_t, kMaxReducedTop> top_ids{};
+  std::array<float, kMaxReducedTop> top_logprobs{};
+
+  // Bytes a device backend downloads for it: the four scalars and the pairs.
+  int64_t wire_bytes() const { return 16 + int64_t{n_top} * 8; }
+};
+
+// Paged attention of the step's sequences (their rows, slots and block
+// tables from StepMetadata): q and out [T, n_head * head_dim].
+struct AttentionOp {
+  DevicePtr<const float> q;  // RoPE applied
+  DevicePtr<float> out;
+  int32_t n_head = 0;
+  int32_t n_head_kv = 0;
+  int32_t head_dim = 0;
+  PagedKvView kv;  // the layer's view of the pool
 };
 
 class Backend {
@@ -68,9 +155,59 @@ class Backend {
   // issued before a Download have finished when it returns).
   virtual void Upload(DevicePtr<uint8_t> dst, std::span<const uint8_t> src) = 0;
   virtual void Download(DevicePtr<const uint8_t> src, std::span<uint8_t> dst) = 0;
-  // Waits for every op issued so far (benchmarks; the copies above wait
-  // themselves).
+  // Waits for every op issued so far (benchmarks; the copies wait themselves).
   virtual void Synchronize() = 0;
+
+  // --- Start-up: what every step uses. ---
+
+  // The model's weights where the ops can read them, for as long as the
+  // backend lives; `weights` must outlive the backend (the CPU backend keeps
+  // views of them, no copy).
+  virtual absl::StatusOr<DeviceWeights> PrepareWeights(const ModelWeights& weights) = 0;
+  // The RoPE table Rope rotates with; `rope` must outlive the backend.
+  virtual absl::Status PrepareRope(const RopeTable& rope) = 0;
+  // Room for the largest step's metadata.
+  virtual absl::Status ReserveStep(const StepLimits& limits) = 0;
+
+  // --- One step: BeginStep, then the forward pass's ops in order. ---
+
+  // Takes the step's metadata (within ReserveStep's limits); the ops below
+  // read it until the next BeginStep. `step` must stay unchanged until then.
+  virtual void BeginStep(const StepMetadata& step) = 0;
+
+  // x[t, :] = table[tokens[t], :] dequantized to f32, t < T. x: [T, table.cols].
+  virtual void Embed(const DeviceMatrix& table, DevicePtr<float> x) = 0;
+  // y[t, r] = sum_c x[t, c] * w[r, c] for t < n_tokens.
+  // x: [n_tokens, w.cols], y: [n_tokens, w.rows]; y does not alias x.
+  virtual void MatMul(const DeviceMatrix& w, DevicePtr<const float> x, int64_t n_tokens,
+                      DevicePtr<float> y) = 0;
+  // x[t, :] += bias[:] for t < n_rows; x: [n_rows, dim].
+  virtual void AddBias(DevicePtr<float> x, DevicePtr<const float> bias, int64_t n_rows,
+                       int64_t dim) = 0;
+  // Rotates x[t] ([n_heads][head_dim]) for positions[t], t < T (PrepareRope's table).
+  virtual void Rope(DevicePtr<float> x, int32_t n_heads, int32_t head_dim) = 0;
+  // Stores k[t] and v[t] ([T, kv.kv_dim] f32) in KV slot slot_mapping[t] of
+  // layer view `kv`, converted to its dtype.
+  virtual void StoreKv(const PagedKvView& kv, DevicePtr<const float> k,
+                       DevicePtr<const float> v) = 0;
+  // y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight[:]
+  // x, y: [n_tokens, dim]; y may alias x.
+  virtual void RmsNorm(DevicePtr<const float> x, DevicePtr<const float> weight,
+                       int64_t n_tokens, int64_t dim, float eps, DevicePtr<float> y) = 0;
+  // out[i] = silu(gate[i]) * up[i] for i < n; out may alias gate.
+  virtual void SwiGlu(DevicePtr<const float> gate, DevicePtr<const float> up, int64_t n,
+                      DevicePtr<float> out) = 0;
+  // x[i] += y[i] for i < n.
+  virtual void Add(DevicePtr<float> x, DevicePtr<const float> y, int64_t n) = 0;
+  // Causal attention of op.q over each sequence's paged KV (whose keys and
+  // values for these rows are already stored) into op.out.
+  virtual void PagedAttention(const AttentionOp& op) = 0;
+  // out[r, :] = x[logit_rows[r], :] for r < R; x: [T, dim], out: [R, dim].
+  virtual void GatherRows(DevicePtr<const float> x, int64_t dim, DevicePtr<float> out) = 0;
+  // out[r] = the summary of logits row r ([R, n_vocab]) for every r whose
+  // logit_top_k >= 0; other entries are left alone. out: [R], host memory.
+  virtual void ReduceLogits(DevicePtr<const float> logits, int32_t n_vocab,
+                            std::span<LogitsSummary> out) = 0;
 
   // --- KV blocks, in batches: one call per step, never one per block. ---
 
@@ -80,26 +217,6 @@ class Backend {
   // Block ids[i] = blocks[i] (each exactly pool.block_bytes).
   virtual void WriteBlocks(const KvPoolView& pool, std::span<const BlockId> ids,
                            std::span<const KvBlockBytes> blocks) = 0;
-
-  // y[t, r] = sum_c x[t, c] * w[r, c] for t < n_tokens.
-  // x: [n_tokens, w.cols], y: [n_tokens, w.rows]; y does not alias x.
-  virtual void MatMul(const WeightMatrix& w, const float* x, int64_t n_tokens,
-                      float* y) = 0;
-
-  // y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight[:]
-  // x, y: [n_tokens, dim]; y may alias x.
-  virtual void RmsNorm(const float* x, const float* weight, int64_t n_tokens,
-                       int64_t dim, float eps, float* y) = 0;
-
-  // out[i] = silu(gate[i]) * up[i] for i < n; out may alias gate.
-  virtual void SwiGlu(const float* gate, const float* up, int64_t n, float* out) = 0;
-
-  // x[i] += y[i] for i < n.
-  virtual void Add(float* x, const float* y, int64_t n) = 0;
-
-  // Causal attention of args.q over each sequence's paged KV (whose keys
-  // and values for these rows are already stored) into args.out.
-  virtual void PagedAttention(const AttentionArgs& args) = 0;
 };
 
 struct CpuBackendOptions {

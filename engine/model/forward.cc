@@ -3,29 +3,72 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "common/status_macros.h"
 
 namespace tandem::engine {
-namespace {
 
-void Grow(std::vector<float>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+absl::StatusOr<std::unique_ptr<ForwardPass>> ForwardPass::Create(const Model& model,
+                                                                 Backend& backend,
+                                                                 const KvCache& kv,
+                                                                 const RopeTable& rope,
+                                                                 const ForwardLimits& limits) {
+  TANDEM_CHECK(limits.max_tokens >= 1 && limits.max_seqs >= 1 && limits.max_logit_rows >= 1,
+               "forward limits are positive");
+  std::unique_ptr<ForwardPass> pass(new ForwardPass(model, backend, kv, rope, limits));
+  RETURN_IF_ERROR(pass->Allocate());
+  return pass;
 }
 
-void AddBias(float* x, const std::vector<float>& bias, int32_t n_tokens) {
-  if (bias.empty()) return;
-  const size_t n = bias.size();
-  for (int32_t t = 0; t < n_tokens; ++t) {
-    float* row = x + t * n;
-    for (size_t i = 0; i < n; ++i) row[i] += bias[i];
-  }
+ForwardPass::ForwardPass(const Model& model, Backend& backend, const KvCache& kv,
+                         const RopeTable& rope, const ForwardLimits& limits)
+    : config_(model.config()),
+      backend_(backend),
+      kv_(kv),
+      rope_(rope),
+      limits_(limits),
+      // Slots never run past positions (a rolled or shifted sequence has
+      // fewer slots than positions), and a table holds each block once.
+      max_blocks_per_seq_(
+          std::min(kv.num_blocks(), rope.max_positions() / kv.block_size() + 2)),
+      host_weights_(model.weights()) {}
+
+absl::Status ForwardPass::Allocate() {
+  ASSIGN_OR_RETURN(w_, backend_.PrepareWeights(host_weights_));
+  RETURN_IF_ERROR(backend_.PrepareRope(rope_));
+  const StepLimits step{.max_tokens = limits_.max_tokens,
+                        .max_seqs = limits_.max_seqs,
+                        .max_table_entries = limits_.max_seqs * max_blocks_per_seq_,
+                        .max_logit_rows = limits_.max_logit_rows};
+  RETURN_IF_ERROR(backend_.ReserveStep(step));
+  const int64_t t = limits_.max_tokens;
+  const int64_t r = limits_.max_logit_rows;
+  const auto floats = [this](int64_t n, std::string_view what) -> absl::StatusOr<DevicePtr<float>> {
+    ASSIGN_OR_RETURN(DevicePtr<uint8_t> p, backend_.Allocate(n * int64_t{sizeof(float)}, what));
+    return p.As<float>();
+  };
+  ASSIGN_OR_RETURN(s_.x, floats(t * config_.n_embd, "forward scratch x"));
+  ASSIGN_OR_RETURN(s_.xb, floats(t * config_.n_embd, "forward scratch xb"));
+  ASSIGN_OR_RETURN(s_.q, floats(t * config_.q_dim(), "forward scratch q"));
+  ASSIGN_OR_RETURN(s_.k, floats(t * config_.kv_dim(), "forward scratch k"));
+  ASSIGN_OR_RETURN(s_.v, floats(t * config_.kv_dim(), "forward scratch v"));
+  ASSIGN_OR_RETURN(s_.att, floats(t * config_.q_dim(), "forward scratch att"));
+  ASSIGN_OR_RETURN(s_.proj, floats(t * config_.n_embd, "forward scratch proj"));
+  ASSIGN_OR_RETURN(s_.gate, floats(t * config_.n_ff, "forward scratch gate"));
+  ASSIGN_OR_RETURN(s_.up, floats(t * config_.n_ff, "forward scratch up"));
+  ASSIGN_OR_RETURN(s_.out_x, floats(r * config_.n_embd, "forward scratch out_x"));
+  ASSIGN_OR_RETURN(s_.logits, floats(r * config_.n_vocab, "logits"));
+  step_.tokens.reserve(t);
+  step_.positions.reserve(t);
+  step_.slot_mapping.reserve(t);
+  step_.seqs.reserve(limits_.max_seqs);
+  step_.block_tables.reserve(static_cast<size_t>(step.max_table_entries));
+  step_.logit_rows.reserve(r);
+  step_.logit_top_k.reserve(r);
+  step_.logit_target.reserve(r);
+  summaries_.resize(r);
+  return absl::OkStatus();
 }
-
-}  // namespace
-
-ForwardPass::ForwardPass(const Model& model, Backend& backend, KvCache& kv,
-                         const RopeTable& rope)
-    : model_(model), config_(model.config()), backend_(backend), kv_(kv), rope_(rope) {}
 
 absl::Status ForwardPass::Validate(std::span<const BatchChunk> chunks) const {
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -56,142 +99,145 @@ absl::Status ForwardPass::Validate(std::span<const BatchChunk> chunks) const {
       return absl::InvalidArgumentError(absl::StrCat(
           "chunk ", i, ": block table covers ", covered, " slots, needs ", end));
     }
+    if (end > int64_t{max_blocks_per_seq_} * kv_.block_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chunk ", i, ": ", end, " KV slots run past max_context ", rope_.max_positions()));
+    }
+    const size_t rows = c.all_logits ? c.tokens.size() : 1;
+    if (!c.reduce.empty() && c.reduce.size() != rows) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chunk ", i, ": ", c.reduce.size(), " logits requests for ", rows, " rows"));
+    }
+    for (const LogitsRequest& r : c.reduce) {
+      if (r.top_k > kMaxReducedTop || r.target >= config_.n_vocab) {
+        return absl::InvalidArgumentError(absl::StrCat("chunk ", i, ": bad logits request"));
+      }
+    }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<ForwardResult> ForwardPass::Run(std::span<const BatchChunk> chunks) {
-  RETURN_IF_ERROR(Validate(chunks));
-  int32_t n_tokens = 0;
-  for (const BatchChunk& c : chunks) n_tokens += static_cast<int32_t>(c.tokens.size());
-  const int64_t T = n_tokens;
-  Grow(s_.x, T * config_.n_embd);
-  Grow(s_.xb, T * config_.n_embd);
-  Grow(s_.proj, T * config_.n_embd);
-  Grow(s_.q, T * config_.q_dim());
-  Grow(s_.att, T * config_.q_dim());
-  Grow(s_.k, T * config_.kv_dim());
-  Grow(s_.v, T * config_.kv_dim());
-  Grow(s_.gate, T * config_.n_ff);
-  Grow(s_.up, T * config_.n_ff);
-  positions_.clear();
-  slots_.clear();
-  seqs_.clear();
+void ForwardPass::BuildStep(std::span<const BatchChunk> chunks, ForwardResult& result) {
+  StepMetadata& m = step_;
+  m.tokens.clear();
+  m.positions.clear();
+  m.slot_mapping.clear();
+  m.seqs.clear();
+  m.block_tables.clear();
+  m.logit_rows.clear();
+  m.logit_top_k.clear();
+  m.logit_target.clear();
   const int32_t bs = kv_.block_size();
   for (const BatchChunk& c : chunks) {
     const int32_t n = static_cast<int32_t>(c.tokens.size());
-    seqs_.push_back({.first_row = static_cast<int32_t>(positions_.size()),
-                     .n_rows = n,
-                     .kv_start = c.kv_start,
-                     .blocks = c.blocks});
+    const int32_t first = m.n_tokens();
+    // Attention reads slots below kv_start + n only: the table up to there.
+    const int32_t n_blocks = (c.kv_start + n + bs - 1) / bs;
+    m.seqs.push_back({.first_row = first,
+                      .n_rows = n,
+                      .kv_start = c.kv_start,
+                      .table_offset = static_cast<int32_t>(m.block_tables.size()),
+                      .n_blocks = n_blocks});
+    m.block_tables.insert(m.block_tables.end(), c.blocks.begin(), c.blocks.begin() + n_blocks);
     for (int32_t i = 0; i < n; ++i) {
       const int32_t slot = c.kv_start + i;
-      positions_.push_back(c.positions[i]);
-      slots_.push_back({.block = c.blocks[slot / bs], .slot = slot % bs});
+      m.tokens.push_back(c.tokens[i]);
+      m.positions.push_back(c.positions[i]);
+      m.slot_mapping.push_back(int64_t{c.blocks[slot / bs]} * bs + slot % bs);
+    }
+    result.first_row.push_back(m.n_logit_rows());
+    const int32_t rows = c.all_logits ? n : 1;
+    for (int32_t r = 0; r < rows; ++r) {
+      m.logit_rows.push_back(c.all_logits ? first + r : first + n - 1);
+      const LogitsRequest req = c.reduce.empty() ? LogitsRequest{} : c.reduce[r];
+      m.logit_top_k.push_back(req.top_k);
+      m.logit_target.push_back(req.target);
     }
   }
+  TANDEM_CHECK(m.n_tokens() <= limits_.max_tokens, "a step's tokens fit max_batch_tokens")
+      << m.n_tokens() << " > " << limits_.max_tokens;
+  TANDEM_CHECK(static_cast<int32_t>(m.seqs.size()) <= limits_.max_seqs,
+               "a step's sequences fit max_running")
+      << m.seqs.size() << " > " << limits_.max_seqs;
+  TANDEM_CHECK(m.n_logit_rows() <= limits_.max_logit_rows,
+               "a step's logits rows fit the scheduler's bound")
+      << m.n_logit_rows() << " > " << limits_.max_logit_rows;
+}
 
-  Embed(chunks);
+absl::StatusOr<ForwardResult> ForwardPass::Run(std::span<const BatchChunk> chunks) {
+  RETURN_IF_ERROR(Validate(chunks));
+  ForwardResult result;
+  BuildStep(chunks, result);
+  backend_.BeginStep(step_);
+  // x[t, :] = token_embd[tokens[t], :]
+  backend_.Embed(w_.token_embd, s_.x);
   for (int32_t layer = 0; layer < config_.n_layer; ++layer) {
     Attention(layer);
-    FeedForward(layer, n_tokens);
+    FeedForward(layer);
   }
-  return Logits(chunks);
+  Logits();
+  result.logits = s_.logits;
+  result.n_vocab = config_.n_vocab;
+  result.summaries = std::span<const LogitsSummary>(summaries_).subspan(0, step_.n_logit_rows());
+  return result;
 }
 
-// x[t, :] = token_embd[tokens[t], :]
-void ForwardPass::Embed(std::span<const BatchChunk> chunks) {
-  const WeightMatrix& e = model_.weights().token_embd;
-  const int64_t row_bytes = GgmlRowBytes(e.type, e.cols);
-  int64_t t = 0;
-  for (const BatchChunk& c : chunks) {
-    for (int32_t id : c.tokens) {
-      DequantizeRow(e.type, static_cast<const uint8_t*>(e.data) + id * row_bytes,
-                    s_.x.data() + t * config_.n_embd, config_.n_embd);
-      ++t;
-    }
-  }
-}
-
-// x += Wo · attention(RoPE(Wq·xb), RoPE(Wk·xb), Wv·xb), xb = RmsNorm(x).
+// x += Wo · attention(RoPE(Wq·xb + bq), RoPE(Wk·xb + bk), Wv·xb + bv), xb = RmsNorm(x).
 void ForwardPass::Attention(int32_t layer) {
-  const LayerWeights& w = model_.weights().layers[layer];
-  const int32_t T = static_cast<int32_t>(positions_.size());
-  const int32_t q_dim = config_.q_dim();
-  const int32_t kv_dim = config_.kv_dim();
-  backend_.RmsNorm(s_.x.data(), w.attn_norm.data(), T, config_.n_embd, config_.rms_eps,
-                   s_.xb.data());
-  backend_.MatMul(w.wq, s_.xb.data(), T, s_.q.data());
-  backend_.MatMul(w.wk, s_.xb.data(), T, s_.k.data());
-  backend_.MatMul(w.wv, s_.xb.data(), T, s_.v.data());
-  AddBias(s_.q.data(), w.bq, T);
-  AddBias(s_.k.data(), w.bk, T);
-  AddBias(s_.v.data(), w.bv, T);
-
-  // Rotate, then store each token's key and value in its block slot.
-  for (int32_t t = 0; t < T; ++t) {
-    float* q = s_.q.data() + static_cast<int64_t>(t) * q_dim;
-    float* k = s_.k.data() + static_cast<int64_t>(t) * kv_dim;
-    rope_.Apply(q, config_.n_head, config_.head_dim, positions_[t]);
-    rope_.Apply(k, config_.n_head_kv, config_.head_dim, positions_[t]);
-    kv_.Store(layer, slots_[t].block, slots_[t].slot, k,
-              s_.v.data() + static_cast<int64_t>(t) * kv_dim);
-  }
-  backend_.PagedAttention({
-      .q = s_.q.data(),
-      .out = s_.att.data(),
-      .n_head = config_.n_head,
-      .n_head_kv = config_.n_head_kv,
-      .head_dim = config_.head_dim,
-      .kv = kv_.LayerView(layer),
-      .seqs = seqs_,
-  });
-  backend_.MatMul(w.wo, s_.att.data(), T, s_.proj.data());
-  backend_.Add(s_.x.data(), s_.proj.data(), static_cast<int64_t>(T) * config_.n_embd);
+  const DeviceLayerWeights& w = w_.layers[layer];
+  const int64_t T = step_.n_tokens();
+  backend_.RmsNorm(s_.x, w.attn_norm, T, config_.n_embd, config_.rms_eps, s_.xb);
+  backend_.MatMul(w.wq, s_.xb, T, s_.q);
+  backend_.MatMul(w.wk, s_.xb, T, s_.k);
+  backend_.MatMul(w.wv, s_.xb, T, s_.v);
+  if (!w.bq.is_null()) backend_.AddBias(s_.q, w.bq, T, config_.q_dim());
+  if (!w.bk.is_null()) backend_.AddBias(s_.k, w.bk, T, config_.kv_dim());
+  if (!w.bv.is_null()) backend_.AddBias(s_.v, w.bv, T, config_.kv_dim());
+  // Rotate, then store each token's key and value in its KV slot.
+  backend_.Rope(s_.q, config_.n_head, config_.head_dim);
+  backend_.Rope(s_.k, config_.n_head_kv, config_.head_dim);
+  const PagedKvView kv = kv_.LayerView(layer);
+  backend_.StoreKv(kv, s_.k, s_.v);
+  backend_.PagedAttention({.q = s_.q,
+                           .out = s_.att,
+                           .n_head = config_.n_head,
+                           .n_head_kv = config_.n_head_kv,
+                           .head_dim = config_.head_dim,
+                           .kv = kv});
+  backend_.MatMul(w.wo, s_.att, T, s_.proj);
+  backend_.Add(s_.x, s_.proj, T * config_.n_embd);
 }
 
 // x += W_down · (silu(W_gate · xb) * (W_up · xb)), xb = RmsNorm(x).
-void ForwardPass::FeedForward(int32_t layer, int32_t n_tokens) {
-  const LayerWeights& w = model_.weights().layers[layer];
-  backend_.RmsNorm(s_.x.data(), w.ffn_norm.data(), n_tokens, config_.n_embd,
-                   config_.rms_eps, s_.xb.data());
-  backend_.MatMul(w.w_gate, s_.xb.data(), n_tokens, s_.gate.data());
-  backend_.MatMul(w.w_up, s_.xb.data(), n_tokens, s_.up.data());
-  backend_.SwiGlu(s_.gate.data(), s_.up.data(), static_cast<int64_t>(n_tokens) * config_.n_ff,
-                  s_.gate.data());
-  backend_.MatMul(w.w_down, s_.gate.data(), n_tokens, s_.proj.data());
-  backend_.Add(s_.x.data(), s_.proj.data(), static_cast<int64_t>(n_tokens) * config_.n_embd);
+void ForwardPass::FeedForward(int32_t layer) {
+  const DeviceLayerWeights& w = w_.layers[layer];
+  const int64_t T = step_.n_tokens();
+  backend_.RmsNorm(s_.x, w.ffn_norm, T, config_.n_embd, config_.rms_eps, s_.xb);
+  backend_.MatMul(w.w_gate, s_.xb, T, s_.gate);
+  backend_.MatMul(w.w_up, s_.xb, T, s_.up);
+  backend_.SwiGlu(s_.gate, s_.up, T * config_.n_ff, s_.gate);
+  backend_.MatMul(w.w_down, s_.gate, T, s_.proj);
+  backend_.Add(s_.x, s_.proj, T * config_.n_embd);
 }
 
-// logits = W_out · RmsNorm(x) for the rows that need them.
-ForwardResult ForwardPass::Logits(std::span<const BatchChunk> chunks) {
-  ForwardResult result;
-  result.n_vocab = config_.n_vocab;
-  const int32_t d = config_.n_embd;
-  int32_t n_out = 0;
-  for (const BatchChunk& c : chunks) {
-    n_out += c.all_logits ? static_cast<int32_t>(c.tokens.size()) : 1;
-  }
-  Grow(s_.out_x, static_cast<int64_t>(n_out) * d);
-  Grow(s_.logits, static_cast<int64_t>(n_out) * config_.n_vocab);
-  int32_t t = 0;
-  int32_t out_row = 0;
-  for (const BatchChunk& c : chunks) {
-    const int32_t n = static_cast<int32_t>(c.tokens.size());
-    const int32_t first = c.all_logits ? t : t + n - 1;
-    const int32_t rows = c.all_logits ? n : 1;
-    std::copy_n(s_.x.data() + static_cast<int64_t>(first) * d, static_cast<int64_t>(rows) * d,
-                s_.out_x.data() + static_cast<int64_t>(out_row) * d);
-    result.first_row.push_back(out_row);
-    out_row += rows;
-    t += n;
-  }
-  const ModelWeights& w = model_.weights();
-  backend_.RmsNorm(s_.out_x.data(), w.output_norm.data(), n_out, d, config_.rms_eps,
-                   s_.out_x.data());
-  backend_.MatMul(w.output, s_.out_x.data(), n_out, s_.logits.data());
-  result.logits = s_.logits.data();
-  return result;
+// logits = W_out · RmsNorm(x) for the rows that need them, then each row
+// reduced to what the step's requests ask (O(k) per row leaves the backend).
+void ForwardPass::Logits() {
+  const int64_t R = step_.n_logit_rows();
+  backend_.GatherRows(s_.x, config_.n_embd, s_.out_x);
+  backend_.RmsNorm(s_.out_x, w_.output_norm, R, config_.n_embd, config_.rms_eps, s_.out_x);
+  backend_.MatMul(w_.output, s_.out_x, R, s_.logits);
+  const bool any = std::any_of(step_.logit_top_k.begin(), step_.logit_top_k.end(),
+                               [](int32_t k) { return k >= 0; });
+  if (any) backend_.ReduceLogits(s_.logits, config_.n_vocab, summaries_);
+}
+
+void ForwardPass::DownloadRow(int32_t row, std::span<float> out) {
+  TANDEM_CHECK(row >= 0 && row < step_.n_logit_rows(), "a logits row of the last Run");
+  TANDEM_CHECK(static_cast<int64_t>(out.size()) == config_.n_vocab, "a row is n_vocab floats");
+  const DevicePtr<const float> at = s_.logits + int64_t{row} * config_.n_vocab;
+  backend_.Download(at.As<const uint8_t>(),
+                    {reinterpret_cast<uint8_t*>(out.data()), out.size() * sizeof(float)});
 }
 
 }  // namespace tandem::engine

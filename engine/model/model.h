@@ -11,28 +11,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model/backend.h"
 #include "engine/gguf/gguf.h"
 #include "engine/gguf/model_config.h"
+#include "engine/model/weights.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace tandem::engine {
-
-struct LayerWeights {
-  std::vector<float> attn_norm;       // [n_embd]
-  WeightMatrix wq, wk, wv, wo;        // [q_dim, n_embd], [kv_dim, n_embd] x2, [n_embd, q_dim]
-  std::vector<float> bq, bk, bv;      // qkv biases (qwen2), else empty
-  std::vector<float> ffn_norm;        // [n_embd]
-  WeightMatrix w_gate, w_up, w_down;  // [n_ff, n_embd] x2, [n_embd, n_ff]
-};
-
-struct ModelWeights {
-  WeightMatrix token_embd;            // [n_vocab, n_embd]
-  std::vector<float> output_norm;     // [n_embd]
-  WeightMatrix output;                // [n_vocab, n_embd]; token_embd when tied
-  std::vector<float> rope_freq_factors;  // [n_rot / 2] or empty (rope_freqs.weight)
-  std::vector<LayerWeights> layers;
-};
 
 class Model {
  public:

@@ -410,6 +410,29 @@ void Sampler::Skip(int calls) {
   if (params_.temperature > 0.0f && calls > 0) rng_.discard(static_cast<uint64_t>(calls));
 }
 
+bool Sampler::SamplesFromTop() const {
+  // Sample's own test for an argmax draw.
+  return std::isinf(1.0f / params_.temperature);
+}
+
+SampledToken Sampler::SampleFromTop(std::span<const TokenLogprob> top, int top_logprobs) {
+  TANDEM_CHECK(SamplesFromTop(), "SampleFromTop is for greedy samplers");
+  TANDEM_CHECK(top_logprobs >= 0 && top_logprobs <= kMaxTopLogprobs,
+               "top_logprobs outside [0, kMaxTopLogprobs]");
+  TANDEM_CHECK(!top.empty(), "the top of a row holds at least its argmax");
+  // Sample draws once whenever temperature > 0, a subnormal one included.
+  if (params_.temperature > 0.0f) rng_();
+  SampledToken out;
+  // As TopLogprobs: top_logprobs of them, or all of a shorter row.
+  out.top.assign(top.begin(), top.begin() + std::min<size_t>(top_logprobs, top.size()));
+  // Sample's argmax is the first position of the max, which TopLogprobs
+  // ranks first (ties to the lower id), and its logprob is the same
+  // LogProbOf(Sanitize(logit), stats).
+  out.id = top.front().id;
+  out.logprob = top.front().logprob;
+  return out;
+}
+
 SampledToken Sampler::Sample(std::span<const float> logits, int top_logprobs) {
   TANDEM_CHECK(top_logprobs >= 0 && top_logprobs <= kMaxTopLogprobs,
                "top_logprobs outside [0, kMaxTopLogprobs]");

@@ -24,6 +24,15 @@ class Sampler {
   // Deterministic for a given seed and sequence of calls.
   SampledToken Sample(std::span<const float> logits, int top_logprobs);
 
+  // Whether Sample's result follows from the row's log-softmax stats and its
+  // top max(1, top_logprobs) tokens alone (greedy: temperature 0 or too small
+  // to invert), so the row itself need not leave the backend.
+  bool SamplesFromTop() const;
+  // What Sample returns for the row whose top tokens are `top` (TopLogprobs
+  // of at least max(1, top_logprobs), or of the whole row when it is
+  // shorter), bit for bit, RNG included. Only when SamplesFromTop().
+  SampledToken SampleFromTop(std::span<const TokenLogprob> top, int top_logprobs);
+
   // Advances the RNG past `calls` Sample calls made elsewhere (the prefill
   // worker samples a request's first token), so a sequence continued in
   // another process draws exactly what it would have drawn in one.

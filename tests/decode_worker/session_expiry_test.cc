@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "decode_worker/decode_service.h"
 #include "rpc/bootstrap.h"
+#include "tests/engine/test_backends.h"
 #include "tests/engine/test_models.h"
 
 namespace tandem::decode {
@@ -35,7 +36,7 @@ class SessionExpiryTest : public ::testing::Test {
  protected:
   void SetUp() override {
     model_ = engine::testing::LoadSynthetic(engine::testing::TinyOptions());
-    auto eng = engine::Engine::Create(*model_, engine::MakeCpuBackend({.threads = 1}), {});
+    auto eng = engine::Engine::Create(*model_, engine::testing::MakeTestBackend(1), {});
     ASSERT_TRUE(eng.ok()) << eng.status();
     loop_ = std::make_unique<worker::EngineLoop>(std::move(*eng));
     // The sweeper looks often in real time; what it finds expired is up to

@@ -8,6 +8,7 @@
 #include "engine/kv/block_hash.h"
 #include "engine/engine.h"
 #include "engine/gguf/model_fingerprint.h"
+#include "tests/engine/test_backends.h"
 #include "tests/engine/test_models.h"
 
 namespace tandem::engine {
@@ -19,7 +20,7 @@ using testing::LoadSynthetic;
 using testing::TinyOptions;
 
 std::unique_ptr<Engine> MakeEngine(const Model& model, EngineOptions o = {}) {
-  auto e = Engine::Create(model, MakeCpuBackend({.threads = 1}), o);
+  auto e = Engine::Create(model, testing::MakeTestBackend(1), o);
   EXPECT_TRUE(e.ok()) << e.status();
   return std::move(*e);
 }

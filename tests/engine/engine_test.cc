@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "tests/engine/test_backends.h"
 #include "tests/engine/test_models.h"
 
 namespace tandem::engine {
@@ -22,7 +23,7 @@ using testing::LoadSynthetic;
 using testing::TinyOptions;
 
 std::unique_ptr<Engine> MakeEngine(const Model& model, EngineOptions o = {}) {
-  auto e = Engine::Create(model, MakeCpuBackend({.threads = 2}), o);
+  auto e = Engine::Create(model, testing::MakeTestBackend(2), o);
   EXPECT_TRUE(e.ok()) << e.status();
   return std::move(*e);
 }

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "engine/engine.h"
+#include "tests/engine/test_backends.h"
 #include "tests/engine/test_models.h"
 
 namespace tandem::engine {
@@ -24,7 +25,7 @@ std::unique_ptr<Engine> MakeEngine(const Model& model, int64_t budget_bytes = 25
   o.kv.block_size = kBlockSize;
   o.kv.budget_bytes = budget_bytes;
   o.max_batch_tokens = 64;  // prompts prefill in chunks, mixed with decodes
-  auto e = Engine::Create(model, MakeCpuBackend({.threads = 1}), o);
+  auto e = Engine::Create(model, testing::MakeTestBackend(1), o);
   EXPECT_TRUE(e.ok()) << e.status();
   return std::move(*e);
 }

@@ -10,6 +10,7 @@
 
 #include "engine/engine.h"
 #include "engine/gguf/tensor_type.h"
+#include "tests/engine/test_backends.h"
 #include "tests/engine/test_models.h"
 
 namespace tandem::engine {
@@ -24,7 +25,7 @@ std::unique_ptr<Engine> MakeEngine(const Model& model, GgmlType kv_type) {
   EngineOptions o;
   o.kv.block_size = kBlock;
   o.kv.dtype = kv_type;
-  auto e = Engine::Create(model, MakeCpuBackend({.threads = 2}), o);
+  auto e = Engine::Create(model, testing::MakeTestBackend(2), o);
   EXPECT_TRUE(e.ok()) << e.status();
   return std::move(*e);
 }

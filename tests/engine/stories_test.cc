@@ -7,6 +7,7 @@
 
 #include "engine/engine.h"
 #include "engine/model/model.h"
+#include "tests/engine/test_backends.h"
 #include "tests/engine/test_models.h"
 
 namespace tandem::engine {
@@ -19,7 +20,7 @@ struct Completion {
 
 Completion Generate(const Model& model, const std::string& prompt, GenerationRequest r,
                     EngineOptions options = {}) {
-  auto eng = Engine::Create(model, MakeCpuBackend({.threads = 2}), options);
+  auto eng = Engine::Create(model, testing::MakeTestBackend(2), options);
   EXPECT_TRUE(eng.ok()) << eng.status();
   r.prompt = model.tokenizer().Encode(prompt, {.add_special = true, .parse_special = true});
   EXPECT_TRUE((*eng)->Add(r).ok());

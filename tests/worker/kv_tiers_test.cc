@@ -19,6 +19,7 @@
 #include "engine/kv/block_hash.h"
 #include "engine/engine.h"
 #include "rpc/metrics.h"
+#include "tests/engine/test_backends.h"
 #include "tests/engine/test_models.h"
 #include "worker/kv_tiers.h"
 
@@ -90,7 +91,7 @@ std::unique_ptr<Engine> MakeEngine(const engine::Model& model, engine::KvTierSto
   o.kv.budget_bytes = int64_t{pool_blocks} * 2 * model.config().n_layer * kBlockSize *
                       model.config().kv_dim() * 4;
   o.tiers = tiers;
-  auto e = Engine::Create(model, engine::MakeCpuBackend({.threads = 1}), o);
+  auto e = Engine::Create(model, engine::testing::MakeTestBackend(1), o);
   EXPECT_TRUE(e.ok()) << e.status();
   return std::move(*e);
 }

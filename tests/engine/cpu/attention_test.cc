@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/cpu/cpu_backend.h"
 #include "engine/kv/kv_cache.h"
 
 namespace tandem::engine::cpu {
@@ -45,19 +46,26 @@ TEST_P(AttentionTest, MatchesReference) {
   std::vector<AttentionSequence> seqs;
   int32_t row = 0;
   const int32_t kv_dim = c.n_head_kv * c.head_dim;
-  std::vector<float> k(kv_dim), v(kv_dim);
+  // Every sequence's keys and values, stored by the backend's StoreKv.
+  StepMetadata store;
+  std::vector<float> k, v;
   for (const Seq& s : shapes) {
     const int32_t n_ctx = s.start + s.rows;
     lists.push_back(*kv->pool().Allocate((n_ctx + c.block_size - 1) / c.block_size));
     for (int32_t p = 0; p < n_ctx; ++p) {
-      for (float& x : k) x = dist(rng);
-      for (float& x : v) x = dist(rng);
-      kv->Store(0, lists.back()[p / c.block_size], p % c.block_size, k.data(), v.data());
+      for (int32_t i = 0; i < kv_dim; ++i) k.push_back(dist(rng));
+      for (int32_t i = 0; i < kv_dim; ++i) v.push_back(dist(rng));
+      store.tokens.push_back(0);
+      store.slot_mapping.push_back(int64_t{lists.back()[p / c.block_size]} * c.block_size +
+                                   p % c.block_size);
     }
     seqs.push_back({.first_row = row, .n_rows = s.rows, .kv_start = s.start,
                     .blocks = lists.back().ids()});
     row += s.rows;
   }
+  backend->BeginStep(store);
+  backend->StoreKv(kv->LayerView(0), HostPtr<const float>(k.data()),
+                   HostPtr<const float>(v.data()));
   const int32_t q_dim = c.n_head * c.head_dim;
   std::vector<float> q(static_cast<size_t>(row) * q_dim);
   for (float& x : q) x = dist(rng) * 2.0f;

@@ -356,7 +356,8 @@ TEST(ElementwiseTest, RmsNormMatchesReference) {
         Kernels(isa).rms_norm(x.data(), weight.data(), n, dim, 1e-5f, got.data());
         const std::string what = Label(isa, dim);
         ExpectNear(got, want, 2e-6, what);
-        backend->RmsNorm(in_place.data(), weight.data(), n, dim, 1e-5f, in_place.data());
+        backend->RmsNorm(HostPtr<const float>(in_place.data()), HostPtr(weight.data()), n, dim,
+                         1e-5f, HostPtr(in_place.data()));
         ExpectNear(in_place, want, 2e-6, what + " in place");
       }
     }
@@ -378,7 +379,8 @@ TEST(ElementwiseTest, SwiGluMatchesReference) {
       Kernels(isa).swiglu(gate.data(), up.data(), n, got.data());
       const std::string what = Label(isa, n);
       ExpectNear(got, want, 3e-6, what);
-      backend->SwiGlu(in_place.data(), up.data(), n, in_place.data());
+      backend->SwiGlu(HostPtr<const float>(in_place.data()), HostPtr(up.data()), n,
+                      HostPtr(in_place.data()));
       ExpectNear(in_place, want, 3e-6, what + " in place");
     }
   }
@@ -393,7 +395,7 @@ TEST(ElementwiseTest, AddMatchesReference) {
       std::vector<float> want = x, got = x, via_backend = x;
       AddReference(want.data(), y.data(), n);
       Kernels(isa).add(got.data(), y.data(), n);
-      backend->Add(via_backend.data(), y.data(), n);
+      backend->Add(HostPtr(via_backend.data()), HostPtr(y.data()), n);
       EXPECT_EQ(got, want) << IsaName(isa) << " " << n;
       EXPECT_EQ(via_backend, want) << IsaName(isa) << " " << n;
     }
@@ -408,7 +410,8 @@ TEST(CpuBackendTest, PicksBestIsaAndRunsTinyModels) {
   // No columns: every output is an empty sum.
   const float unused = 0.0f;
   std::vector<float> zero_cols(3 * 5, 1.0f);
-  backend->MatMul({GgmlType::kF16, &unused, 5, 0}, &unused, 3, zero_cols.data());
+  backend->MatMul(HostMatrix({GgmlType::kF16, &unused, 5, 0}), HostPtr(&unused), 3,
+                  HostPtr(zero_cols.data()));
   EXPECT_EQ(zero_cols, std::vector<float>(3 * 5, 0.0f));
   // stories260K-sized: 64x64 and 172x64 f32 matrices, one token.
   for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{64, 64}, {172, 64}, {64, 172}}) {
@@ -416,7 +419,7 @@ TEST(CpuBackendTest, PicksBestIsaAndRunsTinyModels) {
     const std::vector<float> x = RandomFloats(cols, 20);
     std::vector<float> want(rows), got(rows);
     MatMulReference(w.matrix, x.data(), 1, want.data());
-    backend->MatMul(w.matrix, x.data(), 1, got.data());
+    backend->MatMul(HostMatrix(w.matrix), HostPtr(x.data()), 1, HostPtr(got.data()));
     EXPECT_TRUE(AllClose(got, want, Magnitudes(w.matrix, x.data(), 1), 2e-5));
   }
 }

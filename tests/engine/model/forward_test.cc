@@ -12,6 +12,7 @@
 
 #include "engine/kv/kv_cache.h"
 #include "engine/model/rope.h"
+#include "tests/engine/test_backends.h"
 #include "tests/engine/test_models.h"
 
 namespace tandem::engine {
@@ -24,12 +25,12 @@ using testing::TinyOptions;
 class Harness {
  public:
   Harness(const Model& model, int32_t block_size, GgmlType kv_type = GgmlType::kF32)
-      : backend_(MakeCpuBackend({.threads = 2})),
-        kv_(*CreateKvCache(*backend_, model.config(), {.block_size = block_size,
-                                              .budget_bytes = 64 << 20,
-                                              .dtype = kv_type})),
+      : backend_(testing::MakeTestBackend(2)),
+        kv_(*CreateKvCache(*backend_, model.config(),
+                           {.block_size = block_size, .budget_bytes = 64 << 20, .dtype = kv_type})),
         rope_(model.config(), model.weights().rope_freq_factors, 512),
-        forward_(model, *backend_, *kv_, rope_),
+        forward_(*ForwardPass::Create(model, *backend_, *kv_, rope_,
+                                      {.max_tokens = 128, .max_seqs = 4, .max_logit_rows = 128})),
         n_vocab_(model.config().n_vocab) {}
 
   // Runs tokens of several sequences in one batch; returns their logits rows
@@ -50,16 +51,16 @@ class Harness {
       positions.emplace_back();
       for (int32_t p = start; p < end; ++p) positions.back().push_back(p);
       chunks.push_back({.tokens = tokens, .positions = positions.back(), .kv_start = start,
-                        .blocks = list.ids(), .all_logits = true});
+                        .blocks = list.ids(), .all_logits = true, .reduce = {}});
       pos_[seq] = end;
     }
-    absl::StatusOr<ForwardResult> r = forward_.Run(chunks);
+    absl::StatusOr<ForwardResult> r = forward_->Run(chunks);
     EXPECT_TRUE(r.ok()) << r.status();
     std::vector<std::vector<float>> rows;
     for (size_t c = 0; c < chunks.size(); ++c) {
       for (size_t t = 0; t < chunks[c].tokens.size(); ++t) {
-        auto row = r->Row(r->first_row[c] + static_cast<int32_t>(t));
-        rows.emplace_back(row.begin(), row.end());
+        rows.emplace_back(n_vocab_);
+        forward_->DownloadRow(r->first_row[c] + static_cast<int32_t>(t), rows.back());
       }
     }
     return rows;
@@ -69,7 +70,7 @@ class Harness {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KvCache> kv_;
   RopeTable rope_;
-  ForwardPass forward_;
+  std::unique_ptr<ForwardPass> forward_;
   int32_t n_vocab_;
   absl::flat_hash_map<int, BlockList> lists_;
   absl::flat_hash_map<int, int32_t> pos_;
@@ -183,25 +184,31 @@ TEST(ForwardTest, Qwen2AndTiedOutputRunAndStayConsistent) {
 
 TEST(ForwardTest, RejectsBadChunks) {
   auto model = LoadSynthetic(TinyOptions());
-  auto backend = MakeCpuBackend({.threads = 1});
+  auto backend = testing::MakeTestBackend(1);
   auto kv = *CreateKvCache(*backend, model->config(), {.block_size = 16, .budget_bytes = 1 << 20});
   RopeTable rope(model->config(), {}, 32);
-  ForwardPass fwd(*model, *backend, *kv, rope);
+  auto forward = ForwardPass::Create(*model, *backend, *kv, rope, {});
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  ForwardPass& fwd = **forward;
   BlockList list = *kv->pool().Allocate(1);
-  std::vector<int32_t> bad_id = {model->config().n_vocab};
-  std::vector<int32_t> pos0 = {0};
-  std::vector<BatchChunk> chunks = {
-      {.tokens = bad_id, .positions = pos0, .kv_start = 0, .blocks = list.ids()}};
-  EXPECT_EQ(fwd.Run(chunks).status().code(), absl::StatusCode::kInvalidArgument);
-  std::vector<int32_t> ok = {1, 2};
-  std::vector<int32_t> pos15 = {15, 16};
-  chunks = {{.tokens = ok, .positions = pos15, .kv_start = 15, .blocks = list.ids()}};
-  EXPECT_EQ(fwd.Run(chunks).status().code(), absl::StatusCode::kInvalidArgument);  // 2 blocks
-  std::vector<int32_t> pos31 = {31, 32};
-  chunks = {{.tokens = ok, .positions = pos31, .kv_start = 0, .blocks = list.ids()}};
-  EXPECT_EQ(fwd.Run(chunks).status().code(), absl::StatusCode::kInvalidArgument);  // max_context
-  chunks = {{.tokens = ok, .positions = pos0, .kv_start = 0, .blocks = list.ids()}};
-  EXPECT_EQ(fwd.Run(chunks).status().code(), absl::StatusCode::kInvalidArgument);  // 1 position
+  const auto chunk = [&list](const std::vector<int32_t>& tokens,
+                            const std::vector<int32_t>& positions, int32_t kv_start) {
+    return std::vector<BatchChunk>{{.tokens = tokens, .positions = positions,
+                                    .kv_start = kv_start, .blocks = list.ids(),
+                                    .all_logits = false, .reduce = {}}};
+  };
+  const std::vector<int32_t> bad_id = {model->config().n_vocab};
+  const std::vector<int32_t> pos0 = {0};
+  EXPECT_EQ(fwd.Run(chunk(bad_id, pos0, 0)).status().code(), absl::StatusCode::kInvalidArgument);
+  const std::vector<int32_t> ok = {1, 2};
+  const std::vector<int32_t> pos15 = {15, 16};
+  EXPECT_EQ(fwd.Run(chunk(ok, pos15, 15)).status().code(),
+            absl::StatusCode::kInvalidArgument);  // 2 blocks
+  const std::vector<int32_t> pos31 = {31, 32};
+  EXPECT_EQ(fwd.Run(chunk(ok, pos31, 0)).status().code(),
+            absl::StatusCode::kInvalidArgument);  // max_context
+  EXPECT_EQ(fwd.Run(chunk(ok, pos0, 0)).status().code(),
+            absl::StatusCode::kInvalidArgument);  // 1 position
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -506,6 +507,45 @@ TEST(SamplerTest, AllMaskedRowIsHandled) {
     ASSERT_EQ(token.top.size(), 3u);
     EXPECT_EQ(token.top[2].id, 2);
   }
+}
+
+// A greedy sampler fed only a row's top tokens (what a backend's logits
+// reduction returns) gives what it gives from the whole row, bit for bit, on
+// rows with ties, NaNs, +-inf and nothing possible, and its RNG moves alike.
+TEST(SamplerTest, GreedyFromTheTopEqualsGreedyFromTheRow) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  std::vector<std::vector<float>> rows = {RandomLogits(3000, 51, 1.0f), {2.0f, 5.0f, 5.0f, 1.0f},
+                                          std::vector<float>(700, -kInf)};
+  std::vector<float> odd = RandomLogits(500, 52, 3.0f);
+  odd[7] = std::numeric_limits<float>::quiet_NaN();
+  odd[9] = kInf;
+  odd[300] = kInf;
+  rows.push_back(odd);
+  for (const SamplingParams& params :
+       {SamplingParams{}, SamplingParams{.temperature = 1e-40f, .top_p = 0.9f, .seed = 3}}) {
+    for (const std::vector<float>& row : rows) {
+      for (const int k : {0, 1, 3, kMaxTopLogprobs}) {
+        Sampler whole(params);
+        Sampler from_top(params);
+        ASSERT_TRUE(from_top.SamplesFromTop());
+        const SampledToken want = whole.Sample(row, k);
+        const std::vector<TokenLogprob> top =
+            TopLogprobs(row, ComputeLogSoftmaxStats(row), std::max(k, 1));
+        const SampledToken got = from_top.SampleFromTop(top, k);
+        EXPECT_EQ(got.id, want.id);
+        EXPECT_EQ(std::bit_cast<uint32_t>(got.logprob), std::bit_cast<uint32_t>(want.logprob));
+        ASSERT_EQ(got.top.size(), want.top.size());
+        for (size_t i = 0; i < got.top.size(); ++i) {
+          EXPECT_EQ(got.top[i].id, want.top[i].id);
+          EXPECT_EQ(std::bit_cast<uint32_t>(got.top[i].logprob),
+                    std::bit_cast<uint32_t>(want.top[i].logprob));
+        }
+        // The next draws agree too: both consumed the same RNG.
+        EXPECT_EQ(whole.Sample(row, 0).id, from_top.Sample(row, 0).id);
+      }
+    }
+  }
+  EXPECT_FALSE(Sampler({.temperature = 0.5f}).SamplesFromTop());
 }
 
 TEST(LogprobsTest, SparseRowFillsTopListWithMaskedByLowestId) {
