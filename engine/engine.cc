@@ -31,13 +31,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
   auto rope = std::make_unique<RopeTable>(model.config(), model.weights().rope_freq_factors,
                                           resolved.max_context);
   // The scheduler's bounds: a chunk per running sequence, one logits row
-  // each, or up to kPromptLogprobsChunk while prompt logprobs are gathered;
-  // never more rows than tokens.
+  // each, and at most kPromptLogprobsChunk more in a step for the chunks
+  // gathering prompt logprobs; never more rows than tokens.
   const ForwardLimits limits{
       .max_tokens = options.max_batch_tokens,
       .max_seqs = options.max_running,
       .max_logit_rows = static_cast<int32_t>(std::min<int64_t>(
-          options.max_batch_tokens, int64_t{options.max_running} * kPromptLogprobsChunk))};
+          options.max_batch_tokens, int64_t{options.max_running} + kPromptLogprobsChunk))};
   ASSIGN_OR_RETURN(std::unique_ptr<ForwardPass> forward,
                    ForwardPass::Create(model, *backend, *kv, *rope, limits));
   return std::unique_ptr<Engine>(new Engine(model, std::move(backend), resolved, std::move(kv),
@@ -66,7 +66,7 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
 }
 
 int64_t Engine::Enqueue(GenerationRequest request, std::shared_ptr<const KvSnapshot> import,
-                        const SampledToken* first) {
+                        const SampledToken* first, std::optional<BlockList> kept) {
   auto seq = std::make_unique<Sequence>(Sequence{
       .id = next_id_++,
       .request = std::move(request),
@@ -101,6 +101,14 @@ int64_t Engine::Enqueue(GenerationRequest request, std::shared_ptr<const KvSnaps
     ++seq->n_generated;
   }
   seq->sampler.Skip(seq->n_generated);
+  if (kept.has_value()) {
+    // A SHIFT's kept KV, already in the pool: computed, as if cached. A
+    // failed admission or a preemption frees it and recomputes the prompt.
+    seq->n_cached = kept->size() * kv_->block_size();
+    seq->n_computed = seq->n_cached;
+    seq->n_cached_by_tier[static_cast<size_t>(KvTier::kDevice)] = seq->n_cached;
+    seq->blocks = std::move(kept);
+  }
   const int64_t id = seq->id;
   scheduler_.Enqueue(std::move(seq));
   return id;
@@ -112,16 +120,17 @@ absl::StatusOr<int64_t> Engine::Add(GenerationRequest request) {
   request.prefix_kv = nullptr;
   // Prompt logprobs need every prompt position computed here.
   if (request.prompt_logprobs >= 0) prefix = nullptr;
-  if (request.private_kv && prefix == nullptr && request.generated.empty()) {
-    prefix = ShiftPinned(request);
-  }
   if (prefix != nullptr) {
     RETURN_IF_ERROR(ValidatePrefix(request, *prefix));
     if (!request.generated.empty()) {
       return absl::InvalidArgumentError("generated: must be empty with a pulled prefix");
     }
   }
-  return Enqueue(std::move(request), std::move(prefix), nullptr);
+  std::optional<BlockList> kept;
+  if (request.private_kv && prefix == nullptr && request.generated.empty()) {
+    kept = ShiftPinned(request);
+  }
+  return Enqueue(std::move(request), std::move(prefix), nullptr, std::move(kept));
 }
 
 absl::StatusOr<int64_t> Engine::AddWithKv(GenerationRequest request, const SampledToken& first,
@@ -236,7 +245,8 @@ absl::StatusOr<StepOutput> Engine::Step() {
   // forward pass stores: a hash evicted and then computed again ends held.
   out.blocks = std::move(pending_blocks_);
   pending_blocks_.clear();
-  FlushEvictions();  // before the imports and the forward pass write the pool
+  FlushEvictions();  // before the promotions, imports and forward pass write the pool
+  WritePromotions();
   CopyImports(plan.imported);
   if (!plan.chunks.empty()) {
     // Each chunk's logits requests, laid out before any span points in.

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -132,6 +133,15 @@ class Engine final : public StepEngine, private TierPromoter {
   struct Evicted {
     BlockId id;
     BlockHash hash;
+    // The bytes of a block promoted and evicted again before its write
+    // reached the pool; empty: they are in the pool.
+    std::vector<uint8_t> unwritten;
+  };
+  // A block promoted from a tier this step, written with the step's others
+  // (WritePromotions).
+  struct Promoted {
+    BlockId id;
+    KvBlockBytes bytes;
   };
   // A block hashed this step, whose bytes the tiers get at the step's end.
   struct Stored {
@@ -155,6 +165,9 @@ class Engine final : public StepEngine, private TierPromoter {
   // Hands the queued evicted blocks to the tiers (one ReadBlocks); called
   // before anything writes pool memory.
   void FlushEvictions();
+  // Writes the step's promoted blocks into the pool (one WriteBlocks);
+  // after FlushEvictions, before the imports and the forward pass.
+  void WritePromotions();
   // Reads `ids` into staging_ (one ReadBlocks); valid until the next call.
   std::span<const uint8_t> ReadToStaging(std::span<const BlockId> ids);
   // Hands the step's hashed blocks to the tiers and fills its exports (one
@@ -167,8 +180,10 @@ class Engine final : public StepEngine, private TierPromoter {
   // Model, block size, layers, KV width, dtype and block bytes.
   absl::Status ValidateShape(const KvSnapshot& kv) const;
   absl::Status ValidatePrefix(const GenerationRequest& request, const KvSnapshot& kv) const;
+  // `kept`: KV already in the pool for the leading whole blocks of the
+  // prompt (ShiftPinned's), which the sequence takes as computed.
   int64_t Enqueue(GenerationRequest request, std::shared_ptr<const KvSnapshot> import,
-                  const SampledToken* first);
+                  const SampledToken* first, std::optional<BlockList> kept = std::nullopt);
   // Copies the admitted sequences' imported KV into their blocks (one
   // WriteBlocks).
   void CopyImports(std::span<const int64_t> seq_ids);
@@ -215,9 +230,10 @@ class Engine final : public StepEngine, private TierPromoter {
   void Roll(Sequence& seq);
   // A SHIFT turn's starting KV (GenerationRequest::private_kv): the pin of
   // request.pin_key with its cut dropped and the keys after it re-rotated,
-  // whole blocks as far as they agree with the prompt; null when nothing is
-  // usable. The pin is let go either way.
-  std::shared_ptr<const KvSnapshot> ShiftPinned(const GenerationRequest& request);
+  // in place on the backend (MoveKvSlots), whole blocks as far as they agree
+  // with the prompt; nullopt when nothing is usable. The blocks it returns
+  // carry their references; the rest of the pin is let go either way.
+  std::optional<BlockList> ShiftPinned(const GenerationRequest& request);
 
   const Model& model_;
   EngineOptions options_;
@@ -237,6 +253,7 @@ class Engine final : public StepEngine, private TierPromoter {
   // KV bytes on their way to the tiers and exports (engine_kv.cc); empty
   // between steps.
   std::vector<Evicted> evicted_;
+  std::vector<Promoted> promoted_;
   std::vector<Stored> stored_;
   std::vector<PendingExport> exports_;
   // Host staging for block bytes read from the backend, reused.

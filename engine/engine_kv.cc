@@ -3,7 +3,8 @@
 // exports and the SHIFT re-rotation. Block bytes live in backend memory;
 // they come out only through Backend::ReadBlocks into host staging and go in
 // only through Backend::WriteBlocks, a batch per step (or per promotion)
-// rather than a copy per block. Engine-thread only, like the Engine.
+// rather than a copy per block; a SHIFT moves them where they are
+// (Backend::MoveKvSlots). Engine-thread only, like the Engine.
 #include <algorithm>
 #include <cstring>
 
@@ -13,10 +14,21 @@
 namespace tandem::engine {
 
 void Engine::OnPoolEviction(BlockId id, const BlockHash& hash) {
-  // The block's bytes stay in place until something writes it: later in
-  // this Schedule (a promotion) or in this step's import or forward pass.
-  // FlushEvictions hands them to the tiers before any of those.
-  if (options_.tiers != nullptr) evicted_.push_back({.id = id, .hash = hash});
+  // The block's bytes stay in place until something writes it: this
+  // step's promotions, imports or forward pass. FlushEvictions hands them to
+  // the tiers before any of those. A block promoted earlier in this
+  // Schedule has its bytes still on the host, and its write is dropped.
+  if (options_.tiers != nullptr) {
+    Evicted e{.id = id, .hash = hash, .unwritten = {}};
+    const auto p = std::find_if(promoted_.begin(), promoted_.end(),
+                                [id](const Promoted& q) { return q.id == id; });
+    if (p != promoted_.end()) {
+      e.unwritten.resize(p->bytes.size());
+      p->bytes.CopyTo(e.unwritten.data());
+      promoted_.erase(p);
+    }
+    evicted_.push_back(std::move(e));
+  }
   pending_blocks_.push_back({.kind = BlockEvent::Kind::kRemoved, .hash = hash, .parent_hash = {},
                              .tier = KvTier::kDevice});
 }
@@ -25,13 +37,36 @@ void Engine::FlushEvictions() {
   if (evicted_.empty()) return;
   std::vector<BlockId> ids;
   ids.reserve(evicted_.size());
-  for (const Evicted& e : evicted_) ids.push_back(e.id);
-  const std::span<const uint8_t> bytes = ReadToStaging(ids);
+  for (const Evicted& e : evicted_) {
+    if (e.unwritten.empty()) ids.push_back(e.id);
+  }
+  const std::span<const uint8_t> bytes =
+      ids.empty() ? std::span<const uint8_t>() : ReadToStaging(ids);
   const auto bb = static_cast<size_t>(kv_->block_bytes());
-  for (size_t i = 0; i < evicted_.size(); ++i) {
-    options_.tiers->OnEvicted(evicted_[i].hash, bytes.subspan(i * bb, bb));
+  size_t at = 0;
+  for (const Evicted& e : evicted_) {
+    if (!e.unwritten.empty()) {
+      options_.tiers->OnEvicted(e.hash, e.unwritten);
+      continue;
+    }
+    options_.tiers->OnEvicted(e.hash, bytes.subspan(at, bb));
+    at += bb;
   }
   evicted_.clear();
+}
+
+void Engine::WritePromotions() {
+  if (promoted_.empty()) return;
+  std::vector<BlockId> ids;
+  std::vector<KvBlockBytes> blocks;
+  ids.reserve(promoted_.size());
+  blocks.reserve(promoted_.size());
+  for (Promoted& p : promoted_) {
+    ids.push_back(p.id);
+    blocks.push_back(std::move(p.bytes));
+  }
+  promoted_.clear();
+  backend_->WriteBlocks(kv_->pool_view(), ids, blocks);
 }
 
 std::span<const uint8_t> Engine::ReadToStaging(std::span<const BlockId> ids) {
@@ -43,9 +78,13 @@ std::span<const uint8_t> Engine::ReadToStaging(std::span<const BlockId> ids) {
 }
 
 std::optional<KvTier> Engine::Promote(const BlockHash& hash, BlockList& list) {
-  // Blocks evicted earlier in this Schedule reach the tiers first, so that
-  // the lookup sees them as it did when eviction handed them over at once.
-  FlushEvictions();
+  // A block evicted earlier in this Schedule and looked up now reaches the
+  // tiers first (with the others queued), so that the lookup finds it as it
+  // would had eviction handed it over at once.
+  if (std::any_of(evicted_.begin(), evicted_.end(),
+                  [&hash](const Evicted& e) { return e.hash == hash; })) {
+    FlushEvictions();
+  }
   std::optional<TierBlock> found = options_.tiers->Lookup(hash);
   if (!found.has_value()) return std::nullopt;
   TANDEM_CHECK(static_cast<int64_t>(found->bytes.size()) == kv_->block_bytes(),
@@ -53,9 +92,9 @@ std::optional<KvTier> Engine::Promote(const BlockHash& hash, BlockList& list) {
       << found->bytes.size() << " vs " << kv_->block_bytes();
   if (!kv_->pool().Extend(list, 1)) return std::nullopt;
   const BlockId id = list.ids().back();
-  FlushEvictions();  // Extend may have evicted the very block written next
-  backend_->WriteBlocks(kv_->pool_view(), std::span<const BlockId>(&id, 1),
-                        std::span<const KvBlockBytes>(&found->bytes, 1));
+  // Written with the step's other promotions, after the blocks evicted by
+  // this Schedule (Extend's included) have been read.
+  promoted_.push_back({.id = id, .bytes = std::move(found->bytes)});
   // The pool lacked `hash` (the caller looked it up first), so it takes it.
   TANDEM_CHECK(kv_->pool().SetHash(id, hash), "a promoted block's hash was already held");
   options_.tiers->Promoted(hash, found->tier);
@@ -197,10 +236,10 @@ void Engine::HashFullBlocks(Sequence& seq, std::vector<BlockEvent>& events) {
   }
 }
 
-std::shared_ptr<const KvSnapshot> Engine::ShiftPinned(const GenerationRequest& request) {
+std::optional<BlockList> Engine::ShiftPinned(const GenerationRequest& request) {
   const auto it = pins_.find(request.pin_key);
-  if (it == pins_.end() || it->second.tokens.empty()) return nullptr;
-  const Pin& pin = it->second;
+  if (it == pins_.end() || it->second.tokens.empty()) return std::nullopt;
+  Pin& pin = it->second;
   const int32_t bs = kv_->block_size();
   const int32_t held = static_cast<int32_t>(pin.tokens.size());
   const int32_t from = std::clamp(request.shift_from, 0, held);
@@ -215,64 +254,33 @@ std::shared_ptr<const KvSnapshot> Engine::ShiftPinned(const GenerationRequest& r
     ++agree;
   }
   const int32_t blocks = agree / bs;
-  std::shared_ptr<KvSnapshot> kv;
+  std::optional<BlockList> kept;
   if (blocks > 0) {
-    const ModelConfig& c = model_.config();
-    kv = EmptySnapshot();
-    kv->n_tokens = blocks * bs;
-    // The pinned blocks the kept slots come from, read in one batch; the
-    // re-rotation below works on these host bytes.
-    const int32_t last_src = blocks * bs - 1 < from ? blocks * bs - 1 : blocks * bs - 1 + cut;
-    const auto src_ids = std::span<const BlockId>(pin.blocks.ids()).subspan(0, last_src / bs + 1);
-    const std::span<const uint8_t> staged = ReadToStaging(src_ids);
-    const int32_t kv_dim = c.kv_dim();
-    const bool f16 = kv_->dtype() == GgmlType::kF16;
-    const int64_t elem = f16 ? 2 : 4;
-    std::vector<float> k(kv_dim);
-    std::vector<uint8_t> block(kv_->block_bytes());
-    for (int32_t b = 0; b < blocks; ++b) {
-      for (int32_t slot = 0; slot < bs; ++slot) {
-        const int32_t dst = b * bs + slot;
-        const int32_t src = dst < from ? dst : dst + cut;
-        const uint8_t* src_block = staged.data() + int64_t{src / bs} * kv_->block_bytes();
-        for (int32_t layer = 0; layer < c.n_layer; ++layer) {
-          const PagedKvView view = kv_->LayerView(layer);
-          const int64_t src_off = int64_t{src % bs} * kv_dim * elem;
-          const int64_t dst_off = int64_t{slot} * kv_dim * elem;
-          const uint8_t* sk = src_block + view.k_offset + src_off;
-          uint8_t* dk = block.data() + view.k_offset + dst_off;
-          std::memcpy(block.data() + view.v_offset + dst_off,
-                      src_block + view.v_offset + src_off, kv_dim * elem);
-          if (dst == src) {
-            std::memcpy(dk, sk, kv_dim * elem);
-            continue;
-          }
-          // The key moves `cut` positions back: rotate it by -cut.
-          for (int32_t i = 0; i < kv_dim; ++i) {
-            if (f16) {
-              uint16_t h;
-              std::memcpy(&h, sk + 2 * i, 2);
-              k[i] = Fp16ToFp32(h);
-            } else {
-              std::memcpy(&k[i], sk + 4 * i, 4);
-            }
-          }
-          rope_->ApplyDelta(k.data(), c.n_head_kv, c.head_dim, -cut);
-          for (int32_t i = 0; i < kv_dim; ++i) {
-            if (f16) {
-              const uint16_t h = Fp32ToFp16(k[i]);
-              std::memcpy(dk + 2 * i, &h, 2);
-            } else {
-              std::memcpy(dk + 4 * i, &k[i], 4);
-            }
-          }
-        }
-      }
-      kv->blocks.emplace_back(block);
+    // In place, in the pinned blocks: every slot from the cut on takes the
+    // slot `cut` places later, its key rotated back by `cut` positions. The
+    // slots before the cut stay where they are.
+    std::vector<int64_t> src_slots;
+    std::vector<int64_t> dst_slots;
+    for (int32_t dst = std::min(from, blocks * bs); dst < blocks * bs; ++dst) {
+      const int32_t src = dst + cut;
+      src_slots.push_back(int64_t{pin.blocks[src / bs]} * bs + src % bs);
+      dst_slots.push_back(int64_t{pin.blocks[dst / bs]} * bs + dst % bs);
     }
+    if (cut > 0 && !src_slots.empty()) {
+      const ModelConfig& c = model_.config();
+      std::vector<PagedKvView> layers;
+      layers.reserve(static_cast<size_t>(c.n_layer));
+      for (int32_t layer = 0; layer < c.n_layer; ++layer) layers.push_back(kv_->LayerView(layer));
+      backend_->MoveKvSlots(layers, c.head_dim, src_slots, dst_slots, -cut);
+    }
+    // The sequence takes the leading blocks and their references; the rest
+    // of the pin goes back with it below.
+    pinned_blocks_ -= pin.blocks.size();
+    kept = std::move(pin.blocks);
+    kept->Truncate(blocks);
   }
-  Unpin(request.pin_key);  // the sequence holds its own copy from here on
-  return kv;
+  Unpin(request.pin_key);
+  return kept;
 }
 
 }  // namespace tandem::engine

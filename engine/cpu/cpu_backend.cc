@@ -293,6 +293,57 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void MoveKvSlots(std::span<const PagedKvView> layers, int32_t head_dim,
+                   std::span<const int64_t> src, std::span<const int64_t> dst,
+                   int32_t delta) override {
+    TANDEM_CHECK(src.size() == dst.size(), "one destination slot per source slot");
+    TANDEM_CHECK(rope_ != nullptr, "PrepareRope before MoveKvSlots");
+    if (src.empty()) return;
+    for (const PagedKvView& kv : layers) {
+      const bool f16 = kv.dtype == GgmlType::kF16;
+      TANDEM_CHECK(f16 || kv.dtype == GgmlType::kF32, "KV is f32 or f16");
+      const int64_t elem = f16 ? 2 : 4;
+      const int64_t row_bytes = int64_t{kv.kv_dim} * elem;
+      auto row = [&kv, row_bytes](int64_t slot, int64_t offset) {
+        return kv.base.backend_address() + slot / kv.block_size * kv.block_bytes + offset +
+               slot % kv.block_size * row_bytes;
+      };
+      // Every source row first (sources and destinations may overlap), as
+      // f32 keys and raw values.
+      const size_t n = src.size();
+      move_keys_.resize(n * static_cast<size_t>(kv.kv_dim));
+      move_values_.resize(n * static_cast<size_t>(row_bytes));
+      for (size_t i = 0; i < n; ++i) {
+        const uint8_t* k = row(src[i], kv.k_offset);
+        float* key = move_keys_.data() + i * kv.kv_dim;
+        for (int32_t j = 0; j < kv.kv_dim; ++j) {
+          if (f16) {
+            uint16_t h;
+            std::memcpy(&h, k + 2 * j, 2);
+            key[j] = Fp16ToFp32(h);
+          } else {
+            std::memcpy(&key[j], k + 4 * j, 4);
+          }
+        }
+        std::memcpy(move_values_.data() + i * row_bytes, row(src[i], kv.v_offset), row_bytes);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        float* key = move_keys_.data() + i * kv.kv_dim;
+        if (delta != 0) rope_->ApplyDelta(key, kv.kv_dim / head_dim, head_dim, delta);
+        uint8_t* k = row(dst[i], kv.k_offset);
+        for (int32_t j = 0; j < kv.kv_dim; ++j) {
+          if (f16) {
+            const uint16_t h = Fp32ToFp16(key[j]);
+            std::memcpy(k + 2 * j, &h, 2);
+          } else {
+            std::memcpy(k + 4 * j, &key[j], 4);
+          }
+        }
+        std::memcpy(row(dst[i], kv.v_offset), move_values_.data() + i * row_bytes, row_bytes);
+      }
+    }
+  }
+
  private:
   static constexpr std::align_val_t kAlign{64};
   struct Free {
@@ -312,6 +363,10 @@ class CpuBackend final : public Backend {
   const std::string name_;
   std::vector<std::unique_ptr<uint8_t, Free>> memory_;  // every Allocate, until the end
   const RopeTable* rope_ = nullptr;
+  // MoveKvSlots' staging of the source rows (outside steps; grows to the
+  // largest SHIFT).
+  std::vector<float> move_keys_;
+  std::vector<uint8_t> move_values_;
   const StepMetadata* step_ = nullptr;          // the current step's (BeginStep)
   std::vector<AttentionSequence> seqs_;         // its sequences, for the attention kernels
 };

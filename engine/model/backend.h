@@ -217,6 +217,17 @@ class Backend {
   // Block ids[i] = blocks[i] (each exactly pool.block_bytes).
   virtual void WriteBlocks(const KvPoolView& pool, std::span<const BlockId> ids,
                            std::span<const KvBlockBytes> blocks) = 0;
+  // Moves KV slots within the pool in every layer (`layers`: the pool's
+  // layer views, KvCache::LayerView): slot dst[i] takes the value of slot
+  // src[i] as it is and its key rotated by `delta` RoPE positions
+  // (PrepareRope's table; RoPE composes, so that equals the key computed at
+  // a position `delta` away). A slot is block * block_size + slot in block.
+  // Every source is read before any destination is written. A SHIFT
+  // window's re-rotation, done where the KV lives: the slot lists are the
+  // only bytes that cross.
+  virtual void MoveKvSlots(std::span<const PagedKvView> layers, int32_t head_dim,
+                           std::span<const int64_t> src, std::span<const int64_t> dst,
+                           int32_t delta) = 0;
 };
 
 struct CpuBackendOptions {

@@ -75,8 +75,9 @@ struct GenerationRequest : SamplingRequest {
   uint64_t cache_salt = 0;
 };
 
-// Prompt tokens per forward chunk while a request wants prompt logprobs:
-// bounds the logits rows a step holds for it to this many.
+// Prompt tokens per step, over all requests, whose logits rows are kept for
+// prompt logprobs: a step holds at most this many such rows beyond one per
+// sequence.
 inline constexpr int32_t kPromptLogprobsChunk = 64;
 
 struct TokenEvent {

@@ -49,14 +49,19 @@ bool Scheduler::EnsureBlocks(Sequence& seq, int32_t n_slots) {
 // recompute preemption). Its sampler keeps its state and its positions stay.
 namespace {
 
+// Whether the chunk of `seq` starting at n_computed has a logits row per
+// token (Engine::WantsPromptLogprobs).
+bool GathersPromptLogprobs(const Sequence& seq) {
+  return seq.request.prompt_logprobs >= 0 &&
+         seq.n_computed + 1 < static_cast<int32_t>(seq.request.prompt.size());
+}
+
 // The tokens of `seq` a step computes: what is pending, within the budget,
-// and while prompt logprobs are gathered at most kPromptLogprobsChunk.
-int32_t ChunkSize(const Sequence& seq, int32_t budget) {
+// and while prompt logprobs are gathered at most what is left of the step's
+// kPromptLogprobsChunk prompt-logprobs rows (possibly none).
+int32_t ChunkSize(const Sequence& seq, int32_t budget, int32_t logprob_rows) {
   int32_t count = std::min(seq.pending(), budget);
-  if (seq.request.prompt_logprobs >= 0 &&
-      seq.n_computed + 1 < static_cast<int32_t>(seq.request.prompt.size())) {
-    count = std::min(count, kPromptLogprobsChunk);
-  }
+  if (GathersPromptLogprobs(seq)) count = std::min(count, logprob_rows);
   return count;
 }
 
@@ -154,11 +159,19 @@ bool Scheduler::AdmitImport(Sequence& seq, StepPlan& plan) {
 StepPlan Scheduler::Schedule() {
   StepPlan plan;
   int32_t budget = options_.max_batch_tokens;
+  // A step's logits rows: one per sequence, and for chunks gathering prompt
+  // logprobs one per token, those at most kPromptLogprobsChunk in all
+  // (StepLimits::max_logit_rows).
+  int32_t logprob_rows = kPromptLogprobsChunk;
   // Running sequences in admission order: each takes its pending tokens (one
   // when decoding, a chunk when its prompt is still being prefilled).
   for (auto it = running_.begin(); it != running_.end() && budget > 0;) {
     Sequence& seq = **it;
-    const int32_t count = ChunkSize(seq, budget);
+    const int32_t count = ChunkSize(seq, budget, logprob_rows);
+    if (count == 0) {  // its prompt logprobs wait for the next step's rows
+      ++it;
+      continue;
+    }
     bool preempted_self = false;
     while (!EnsureBlocks(seq, seq.n_computed + count)) {
       // Out of blocks: preempt the newest sequence (never one already
@@ -171,6 +184,7 @@ StepPlan Scheduler::Schedule() {
       if (preempted_self) break;
     }
     if (preempted_self) break;
+    if (GathersPromptLogprobs(seq)) logprob_rows -= count;
     plan.chunks.push_back({.seq_id = seq.id, .start = seq.n_computed, .count = count});
     budget -= count;
     ++it;
@@ -192,8 +206,8 @@ StepPlan Scheduler::Schedule() {
     // Of n_cached, what a pulled prefix brought (the rest the pool had).
     const int32_t pulled =
         seq.import_is_prefix() ? seq.n_cached - seq.import_from_block * block_size_ : 0;
-    const int32_t count = ChunkSize(seq, budget);
-    if (!EnsureBlocks(seq, seq.n_computed + count)) {
+    const int32_t count = ChunkSize(seq, budget, logprob_rows);
+    if (count == 0 || !EnsureBlocks(seq, seq.n_computed + count)) {
       // Not admitted after all: give back what admission took (cached
       // blocks return to the LRU).
       if (seq.import != nullptr) plan.imported.pop_back();
@@ -209,6 +223,7 @@ StepPlan Scheduler::Schedule() {
       }
       prefix_pulled_tokens_ += pulled;
     }
+    if (GathersPromptLogprobs(seq)) logprob_rows -= count;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     plan.chunks.push_back({.seq_id = seq.id, .start = seq.n_computed, .count = count});

@@ -393,6 +393,48 @@ TEST(EnginePromptLogprobsTest, EqualWhatGenerationReportedForTheSameTokens) {
   }
 }
 
+// Several requests gathering prompt logprobs at once share a step's
+// kPromptLogprobsChunk rows (the logits scratch holds one row per sequence
+// and that many more: with 4 running, 68 rows, which three 64-token chunks
+// would overrun) and each gets what it gets alone.
+TEST(EnginePromptLogprobsTest, ConcurrentRequestsShareTheStepsRows) {
+  auto model = LoadSynthetic(TinyOptions());
+  EngineOptions o;
+  o.max_running = 4;
+  std::vector<std::vector<SampledToken>> alone;
+  for (int32_t salt = 1; salt <= 3; ++salt) {
+    auto e = MakeEngine(*model, o);
+    GenerationRequest r = Request(Prompt(150, salt), 2);
+    r.prompt_logprobs = 2;
+    ASSERT_TRUE(e->Add(r).ok());
+    const std::vector<TokenEvent> events = AllEvents(*e);
+    ASSERT_FALSE(events.empty());
+    alone.push_back(events.front().prompt_logprobs);
+  }
+  auto e = MakeEngine(*model, o);
+  std::vector<int64_t> ids;
+  for (int32_t salt = 1; salt <= 3; ++salt) {
+    GenerationRequest r = Request(Prompt(150, salt), 2);
+    r.prompt_logprobs = 2;
+    ids.push_back(*e->Add(r));
+  }
+  ASSERT_TRUE(e->Add(Request(Prompt(20, 9), 8)).ok());  // an ordinary one beside them
+  const std::vector<TokenEvent> events = AllEvents(*e);
+  int firsts = 0;
+  for (const TokenEvent& ev : events) {
+    const auto at = std::find(ids.begin(), ids.end(), ev.seq_id);
+    if (at == ids.end() || ev.prompt_logprobs.empty()) continue;
+    ++firsts;
+    const std::vector<SampledToken>& want = alone[at - ids.begin()];
+    ASSERT_EQ(ev.prompt_logprobs.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(ev.prompt_logprobs[i].id, want[i].id) << i;
+      EXPECT_NEAR(ev.prompt_logprobs[i].logprob, want[i].logprob, 1e-4) << i;
+    }
+  }
+  EXPECT_EQ(firsts, 3);
+}
+
 TEST(EnginePromptLogprobsTest, RangeIsChecked) {
   auto model = LoadSynthetic(TinyOptions());
   auto e = MakeEngine(*model);

@@ -347,6 +347,7 @@ void FakeDeviceBackend::ReadBlocks(const KvPoolView& pool, std::span<const Block
   for (BlockId id : ids) ExpectBlock(pool, id);
   cpu_->ReadBlocks(pool, ids, out);
   traffic_.downloaded_bytes += static_cast<int64_t>(ids.size()) * pool.block_bytes;
+  ++traffic_.block_reads;
 }
 
 void FakeDeviceBackend::WriteBlocks(const KvPoolView& pool, std::span<const BlockId> ids,
@@ -355,6 +356,27 @@ void FakeDeviceBackend::WriteBlocks(const KvPoolView& pool, std::span<const Bloc
   for (BlockId id : ids) ExpectBlock(pool, id);
   cpu_->WriteBlocks(pool, ids, blocks);
   traffic_.uploaded_bytes += static_cast<int64_t>(ids.size()) * pool.block_bytes;
+  ++traffic_.block_writes;
+}
+
+void FakeDeviceBackend::MoveKvSlots(std::span<const PagedKvView> layers, int32_t head_dim,
+                                    std::span<const int64_t> src, std::span<const int64_t> dst,
+                                    int32_t delta) {
+  Open open(*this);
+  for (const PagedKvView& kv : layers) {
+    const int64_t row_bytes = int64_t{kv.kv_dim} * GgmlBlockBytes(kv.dtype);
+    for (std::span<const int64_t> slots : {src, dst}) {
+      for (int64_t slot : slots) {
+        const uint8_t* block = kv.base.backend_address() + slot / kv.block_size * kv.block_bytes;
+        const int64_t at = slot % kv.block_size * row_bytes;
+        Expect(block + kv.k_offset + at, row_bytes, "MoveKvSlots key slot");
+        Expect(block + kv.v_offset + at, row_bytes, "MoveKvSlots value slot");
+      }
+    }
+  }
+  cpu_->MoveKvSlots(layers, head_dim, src, dst, delta);
+  // The slot lists go over with the op; no KV bytes cross.
+  traffic_.uploaded_bytes += static_cast<int64_t>(src.size() + dst.size()) * 8;
 }
 
 }  // namespace tandem::engine::testing

@@ -23,6 +23,9 @@ namespace tandem::engine::testing {
 struct DeviceTraffic {
   int64_t uploaded_bytes = 0;
   int64_t downloaded_bytes = 0;
+  // Batched KV block copies: ReadBlocks and WriteBlocks calls.
+  int64_t block_reads = 0;
+  int64_t block_writes = 0;
   int64_t total() const { return uploaded_bytes + downloaded_bytes; }
 };
 
@@ -73,6 +76,9 @@ class FakeDeviceBackend final : public Backend {
                   std::span<uint8_t> out) override;
   void WriteBlocks(const KvPoolView& pool, std::span<const BlockId> ids,
                    std::span<const KvBlockBytes> blocks) override;
+  void MoveKvSlots(std::span<const PagedKvView> layers, int32_t head_dim,
+                   std::span<const int64_t> src, std::span<const int64_t> dst,
+                   int32_t delta) override;
 
  private:
   class Open;  // the arena readable and writable for one call

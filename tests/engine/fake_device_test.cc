@@ -279,6 +279,50 @@ TEST(FakeDeviceTest, WholeRowsComeDownOnlyForSamplersThatNeedThem) {
   EXPECT_EQ(fake->traffic().downloaded_bytes, 2 * row + (16 + 8 * 3));
 }
 
+// A SHIFT turn re-rotates its session's KV where it lies: what crosses for
+// it is the slot lists, never the blocks, and the turn then computes only
+// the tokens after the kept ones.
+TEST(FakeDeviceTest, AShiftTurnKeepsItsKvOnTheDevice) {
+  const std::unique_ptr<Model> model = LoadSynthetic(TinyOptions());
+  auto device = std::make_unique<FakeDeviceBackend>(int64_t{1} << 30,
+                                                    CpuBackendOptions{.threads = 1});
+  FakeDeviceBackend* fake = device.get();
+  auto e = *Engine::Create(*model, std::move(device), {});
+  const int32_t bs = EngineOptions{}.kv.block_size;
+  auto turn = [](std::vector<int32_t> prompt) {
+    GenerationRequest r = Request(std::move(prompt), 1);
+    r.private_kv = true;
+    r.pin_key = "session";
+    return r;
+  };
+  const std::vector<int32_t> first = Prompt(3 * bs + 5, 4);
+  ASSERT_TRUE(e->Add(turn(first)).ok());
+  while (e->HasWork()) ASSERT_TRUE(e->Step().ok());
+  ASSERT_EQ(e->stats().pins, 1);
+
+  // Drop 7 tokens after the first 4: two whole blocks stay, re-rotated.
+  const int32_t from = 4;
+  const int32_t cut = 7;
+  std::vector<int32_t> next;
+  for (int32_t i = 0; i < 3 * bs; ++i) {
+    if (i < from || i >= from + cut) next.push_back(first[i]);
+  }
+  for (int32_t t : Prompt(6, 5)) next.push_back(t);
+  GenerationRequest shifted = turn(next);
+  shifted.shift_from = from;
+  shifted.shift_count = cut;
+  fake->ResetTraffic();
+  ASSERT_TRUE(e->Add(shifted).ok());
+  const int64_t moved = 2 * bs - from;  // slots from the cut to the end of block 2
+  EXPECT_EQ(fake->traffic().uploaded_bytes, moved * 2 * 8);
+  EXPECT_EQ(fake->traffic().downloaded_bytes, 0);
+  EXPECT_EQ(e->stats().pins, 0);  // the sequence holds the blocks now
+  absl::StatusOr<StepOutput> step = e->Step();
+  ASSERT_TRUE(step.ok()) << step.status();
+  ASSERT_EQ(step->tokens.size(), 1u);
+  EXPECT_EQ(step->tokens.front().cached_tokens, 2 * bs);
+}
+
 // A prefill engine on `prefill_kind` hands its KV to a decode engine on
 // `decode_kind`: the tokens and logprobs of one all-CPU engine.
 void ExpectHandOffMatchesCpu(TestBackend prefill_kind, TestBackend decode_kind) {

@@ -19,6 +19,7 @@
 #include "engine/kv/block_hash.h"
 #include "engine/engine.h"
 #include "rpc/metrics.h"
+#include "tests/engine/fake_device_backend.h"
 #include "tests/engine/test_backends.h"
 #include "tests/engine/test_models.h"
 #include "worker/kv_tiers.h"
@@ -213,6 +214,35 @@ TEST_F(KvTiersTest, AnEvictedPrefixIsServedFromHostThenFromDiskAsAColdRunServesI
   EXPECT_GT(count(KvTier::kHost, engine::BlockEvent::Kind::kStored), 0);
   EXPECT_GT(count(KvTier::kHost, engine::BlockEvent::Kind::kRemoved), 0);
   EXPECT_GT(count(KvTier::kDisk, engine::BlockEvent::Kind::kStored), 0);
+}
+
+// A prefix coming back from host RAM is written into the pool in one
+// batch: one WriteBlocks for all its blocks, however many there are.
+TEST_F(KvTiersTest, APromotedPrefixIsWrittenInOneBatch) {
+  const std::vector<int32_t> prompt = Prompt(5 * kBlockSize + 3, 5);  // 5 full blocks
+  auto cold_engine = MakeEngine(*model_, nullptr);
+  const Outcome cold = Generate(*cold_engine, prompt);
+
+  auto tiers = Tiers(Options(64 * BlockBytes(*model_)));
+  ASSERT_NE(tiers, nullptr);
+  engine::EngineOptions o;
+  o.kv.block_size = kBlockSize;
+  o.kv.budget_bytes = int64_t{kPoolBlocks} * 2 * model_->config().n_layer * kBlockSize *
+                      model_->config().kv_dim() * 4;
+  o.tiers = tiers.get();
+  auto device = std::make_unique<engine::testing::FakeDeviceBackend>(
+      int64_t{1} << 28, engine::CpuBackendOptions{.threads = 1});
+  engine::testing::FakeDeviceBackend* fake = device.get();
+  auto e = Engine::Create(*model_, std::move(device), o);
+  ASSERT_TRUE(e.ok()) << e.status();
+  ExpectSame(Generate(**e, prompt), cold);
+  Fill(**e, 6);  // the prompt's blocks leave the pool for host RAM
+
+  fake->ResetTraffic();
+  const Outcome from_host = Generate(**e, prompt);
+  ExpectSame(from_host, cold);
+  EXPECT_EQ(from_host.cached, 5 * kBlockSize);
+  EXPECT_EQ(fake->traffic().block_writes, 1);
 }
 
 TEST_F(KvTiersTest, BlocksHandedToATierAreFrozenCopies) {
