@@ -78,10 +78,9 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
     }
     absl::StatusOr<rpc::Admission::Ticket> ticket = service_->admission_.TryAdmit(0);
     if (!ticket.ok()) {
-      if (!local_) {
-        service_->releases_.Release(request.prefill_address(), request.lease_id(),
-                                    ticket.status());
-      }
+      // Full: the lease is left to the caller, who may hand it to another
+      // decode worker (the stream has sent its first token already).
+      if (!local_) ctx_->AddTrailingMetadata(rpc::kRefusedHandOffKey, "admission");
       Done(ticket.status());
       return;
     }

@@ -27,6 +27,10 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
       progress_timeouts(rpc::CounterMetric(
           registry, "tandem_progress_timeouts_total",
           "Decode workers given up on for sending nothing within --progress-timeout-ms")),
+      hand_off_refusals(rpc::CounterMetric(
+          registry, "tandem_hand_off_refusals_total",
+          "Hand-offs a decode worker refused for capacity; the stream went to another "
+          "worker or waited for room")),
       local_prefills(rpc::CounterMetric(
           registry, "tandem_local_prefills_total",
           "Session turns prefilled on the decode worker keeping their KV (few new tokens: "

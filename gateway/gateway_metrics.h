@@ -24,6 +24,9 @@ struct GatewayMetrics {
   prometheus::Counter& prefill_retries;
   prometheus::Counter& migrations;
   prometheus::Counter& progress_timeouts;
+  // Hand-offs a decode worker refused for capacity (the stream went on to
+  // another worker, or waited for room).
+  prometheus::Counter& hand_off_refusals;
   // Session turns whose prompt their decode worker computed itself.
   prometheus::Counter& local_prefills;
   prometheus::Histogram& time_to_first_token;

@@ -185,8 +185,13 @@ CallEnv GenerationService::MakeCallEnv() {
           .max_migrations = options_.max_migrations,
           .decode_capacity =
               [this] {
+                // Only workers that answer: a dead or cut-off one (its
+                // block event stream broke) stops counting at once, and
+                // counts again once its stream is back.
                 int64_t workers = 0;
-                for (int i = 0; i < decode_.size(); ++i) workers += decode_.active(i) ? 1 : 0;
+                for (int i = 0; i < decode_.size(); ++i) {
+                  workers += decode_.active(i) && decode_.reachable(i) ? 1 : 0;
+                }
                 return workers * options_.streams_per_decode_worker;
               },
           .unavailable_wait = options_.unavailable_wait,

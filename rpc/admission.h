@@ -23,6 +23,10 @@ namespace tandem::rpc {
 
 // Trailing metadata key of the retry hint: milliseconds, as decimal text.
 inline constexpr char kRetryAfterMsKey[] = "tandem-retry-after-ms";
+// Trailing metadata of a decode worker's RESOURCE_EXHAUSTED when it refused a
+// hand-off at admission, before touching its KV: the prefill's lease is
+// still the caller's, who may hand it to another worker.
+inline constexpr char kRefusedHandOffKey[] = "tandem-refused-hand-off";
 
 struct AdmissionLimits {
   int32_t max_in_flight = 1024;       // requests admitted and not yet finished

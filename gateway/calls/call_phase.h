@@ -26,6 +26,9 @@ namespace tandem::gateway {
 //               -> kCommitting  the first token completed a session's reply
 //   kDecoding   -> kMigrating   the decode worker failed (or stalled) under
 //                               the stream, and it may move
+//               -> kHandingOff  the decode worker refused the hand-off for
+//                               capacity: the lease is still ours, for
+//                               another worker (or after a wait)
 //               -> kCommitting  the reply of a session's turn is complete
 //   kMigrating  -> kPrefilling  the resumed prefill starts (after the
 //                               client's write in flight, if any)
@@ -38,7 +41,8 @@ enum class CallPhase {
   kOpened,
   // A prefill attempt is in flight, or a wait before the next round.
   kPrefilling,
-  // The prefill's first token is out (or held back); no Decode call yet.
+  // The prefill's first token is out (or held back); no Decode call yet (or
+  // the last one refused the hand-off, and another is to come).
   kHandingOff,
   // The Decode call runs; its messages are relayed to the client.
   kDecoding,
@@ -76,7 +80,8 @@ constexpr bool IsLegalTransition(CallPhase from, CallPhase to) {
     case P::kOpened: return to == P::kPrefilling || to == P::kDecoding;
     case P::kPrefilling: return to == P::kPrefilling || to == P::kHandingOff;
     case P::kHandingOff: return to == P::kDecoding || to == P::kCommitting;
-    case P::kDecoding: return to == P::kMigrating || to == P::kCommitting;
+    case P::kDecoding:
+      return to == P::kMigrating || to == P::kCommitting || to == P::kHandingOff;
     case P::kMigrating: return to == P::kPrefilling;
     case P::kCommitting: return false;  // only to kEnding
     case P::kEnding: return to == P::kFinished;

@@ -257,17 +257,22 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status,
       env_.metrics->prefill_retries.Increment();
       last_prefill_error_ = rpc::FromGrpcStatus(status, "prefill");
       retry = true;
-    } else if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !cancelled_ &&
-               waited_ < env_.unavailable_wait) {
+    } else if (!cancelled_ && ((status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+                                waited_ < env_.unavailable_wait) ||
+                               ResumedStreamMayWaitForRoom(status))) {
       // Every worker tried is down (restarting, say): wait, then try them
-      // all again, up to unavailable_wait in all.
+      // all again, up to unavailable_wait in all. A migrated stream, whose
+      // client has tokens already, waits for a full worker's room as long
+      // as its deadline allows: a refusal now would come after its first
+      // token.
       env_.metrics->prefill_retries.Increment();
       last_prefill_error_ = rpc::FromGrpcStatus(status, "prefill");
       // 100 ms, doubling to 1.6 s.
       ++wait_rounds_;
-      const absl::Duration pause =
-          std::min(absl::Milliseconds(100) * (1 << std::min(wait_rounds_ - 1, 4)),
-                   env_.unavailable_wait - waited_);
+      absl::Duration pause = absl::Milliseconds(100) * (1 << std::min(wait_rounds_ - 1, 4));
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        pause = std::min(pause, env_.unavailable_wait - waited_);
+      }
       waited_ += pause;
       retry_alarm_ = std::make_unique<grpc::Alarm>();
       // Weak: the alarm, a member, keeps its callback; the server call keeps
@@ -287,6 +292,14 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status,
   } else {
     Run(std::move(next));
   }
+}
+
+bool GenerateCall::ResumedStreamMayWaitForRoom(const grpc::Status& status) const {
+  if (status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED || !sent_first_) return false;
+  const absl::Duration next = absl::Milliseconds(100) * (1 << std::min(wait_rounds_, 4));
+  const absl::Time deadline =
+      std::min(absl::FromChrono(ctx_->deadline()), start_ + env_.request_timeout);
+  return absl::Now() + next < deadline;
 }
 
 void GenerateCall::RetryRound() {

@@ -207,11 +207,31 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   void StartPrefill() ABSL_LOCKS_EXCLUDED(mu_);
   // After a wait: every prefill worker may be tried again.
   void RetryRound() ABSL_LOCKS_EXCLUDED(mu_);
+  // Every prefill worker refused a migrated stream (tokens already out) for
+  // capacity, and its deadline leaves time for another wait.
+  bool ResumedStreamMayWaitForRoom(const grpc::Status& status) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnPrefillDone(const grpc::Status& status, const tandem::v1::PrefillResponse& response)
       ABSL_LOCKS_EXCLUDED(mu_);
   void StartDecode() ABSL_LOCKS_EXCLUDED(mu_);
   void OnDecodeMessage(const tandem::v1::DecodeResponse& message) ABSL_LOCKS_EXCLUDED(mu_);
-  void OnDecodeDone(const grpc::Status& result) ABSL_LOCKS_EXCLUDED(mu_);
+  // How a Decode call ended besides its status (its trailing metadata).
+  struct DecodeEnd {
+    // The worker refused the hand-off at admission (full), before touching
+    // the KV: the lease is still ours.
+    bool refused_hand_off = false;
+    absl::Duration retry_after;  // its hint, zero when none
+  };
+  void OnDecodeDone(const grpc::Status& result, const DecodeEnd& end) ABSL_LOCKS_EXCLUDED(mu_);
+  // A decode worker refused the hand-off: the stream goes to another one,
+  // or waits for one to have room within the request's deadline.
+  Next OnHandOffRefused(int refused, absl::Duration retry_after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every decode worker refused: a wait (then RetryHandOff), or the end
+  // when the deadline leaves no time for one.
+  Next WaitForDecodeRoom() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a wait for decode capacity: every worker may be asked again.
+  void RetryHandOff() ABSL_LOCKS_EXCLUDED(mu_);
   // The relay's next read is about to be issued: the decode worker owes a
   // message within the progress timeout from now.
   void AwaitDecodeMessage() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -267,6 +287,14 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   absl::Duration waited_ ABSL_GUARDED_BY(mu_);
   int wait_rounds_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int> decode_tried_ ABSL_GUARDED_BY(mu_);  // decode workers that failed
+  // Decode workers that refused this hand-off for capacity (cleared after
+  // each wait), the waits so far, and the first refusal's time.
+  std::vector<int> decode_refused_ ABSL_GUARDED_BY(mu_);
+  int hand_off_waits_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration retry_after_ ABSL_GUARDED_BY(mu_);  // the last refusal's hint
+  absl::Time first_refusal_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // The decode call in flight has sent a message.
+  bool relay_answered_ ABSL_GUARDED_BY(mu_) = false;
   DecodeRelay* relay_ ABSL_GUARDED_BY(mu_) = nullptr;
   // A read from the decode worker is outstanding since `awaiting_since_`;
   // the alarm checks it (one alarm set at a time, while decoding).

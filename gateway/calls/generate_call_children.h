@@ -4,11 +4,16 @@
 #ifndef TANDEM_GATEWAY_CALLS_GENERATE_CALL_CHILDREN_H_
 #define TANDEM_GATEWAY_CALLS_GENERATE_CALL_CHILDREN_H_
 
+#include <cstdint>
 #include <memory>
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "gateway/calls/generate_call.h"
+#include "rpc/admission.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem::gateway {
@@ -69,7 +74,17 @@ class GenerateCall::DecodeRelay final
     if (ok) call_->OnDecodeMessage(message_);  // else OnDone follows
   }
   void OnDone(const grpc::Status& status) override {
-    call_->OnDecodeDone(status);
+    // A refusal at the worker's admission leaves the lease to us.
+    const auto& trailers = ctx_->GetServerTrailingMetadata();
+    DecodeEnd end{.refused_hand_off = trailers.count(rpc::kRefusedHandOffKey) > 0,
+                  .retry_after = absl::ZeroDuration()};
+    if (auto hint = trailers.find(rpc::kRetryAfterMsKey); hint != trailers.end()) {
+      int64_t ms = 0;
+      if (absl::SimpleAtoi(absl::string_view(hint->second.data(), hint->second.size()), &ms)) {
+        end.retry_after = absl::Milliseconds(ms);
+      }
+    }
+    call_->OnDecodeDone(status, end);
     delete this;
   }
 

@@ -68,14 +68,20 @@ void GenerateCall::StartDecode() {
     };
     // A local prefill runs on the session's KV holder or not at all.
     local_ = turn_.local_prefill && migrations_ == 0 && prefill_.lease_id().empty();
-    decode_pick_ = pick(decode_tried_);
+    // Workers that refused this hand-off for capacity are asked again only
+    // after a wait (RetryHandOff).
+    std::vector<int> exclude = decode_tried_;
+    exclude.insert(exclude.end(), decode_refused_.begin(), decode_refused_.end());
+    decode_pick_ = pick(exclude);
     // Every decode worker failed once: one may be back.
-    if (!decode_pick_.valid() && !decode_tried_.empty()) decode_pick_ = pick({});
+    if (!decode_pick_.valid() && !decode_tried_.empty()) decode_pick_ = pick(decode_refused_);
     if (local_ && (!decode_pick_.valid() || decode_pick_.address() != turn_.kv_holder)) {
       decode_pick_ = WorkerPicker::Pick();
       local_ = false;
       turn_.local_prefill = false;
       fall_back = true;
+    } else if (!decode_pick_.valid() && !decode_refused_.empty()) {
+      next = WaitForDecodeRoom();
     } else if (!decode_pick_.valid()) {
       next = End(absl::UnavailableError("decode: no decode worker is available"));
     } else {
@@ -106,6 +112,7 @@ void GenerateCall::StartDecode() {
       Transition(Phase::kDecoding);  // from kHandingOff, or kOpened for a local prefill
       if (lease_ == Lease::kHeld) lease_ = Lease::kHandedOff;
       decode_address_ = decode_pick_.address();
+      relay_answered_ = false;
       relay_ = relay = new DecodeRelay(shared_from_this(), ChildContext(),
                                        env_.channels->Get(decode_pick_.address()),
                                        std::move(req));
@@ -128,6 +135,7 @@ void GenerateCall::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
     // The relay is being cancelled, or the reply is complete.
     if (phase_ != Phase::kDecoding || decode_stalled_) return;
     awaiting_decode_ = false;
+    relay_answered_ = true;
     keep_lease_.Reset();  // the decode worker fetched the blocks
     if (!got_decode_message_) {
       got_decode_message_ = true;
@@ -209,7 +217,59 @@ void GenerateCall::CheckProgress() {
   stalled->Cancel();  // OnDecodeDone follows and migrates the stream
 }
 
-void GenerateCall::OnDecodeDone(const grpc::Status& result) {
+GenerateCall::Next GenerateCall::OnHandOffRefused(int refused, absl::Duration retry_after) {
+  // The worker touched neither the KV nor the lease: the lease is ours
+  // again, kept alive while another worker is asked or room is awaited.
+  lease_ = Lease::kHeld;
+  keep_lease_ = env_.lease_keeper->Keep(prefill_address_, prefill_.lease_id());
+  if (refused >= 0) decode_refused_.push_back(refused);
+  if (first_refusal_ == absl::InfinitePast()) first_refusal_ = absl::Now();
+  retry_after_ = retry_after;
+  env_.metrics->hand_off_refusals.Increment();
+  Transition(Phase::kHandingOff);
+  Next next;
+  next.decode = true;  // StartDecode: another worker, or a wait
+  return next;
+}
+
+GenerateCall::Next GenerateCall::WaitForDecodeRoom() {
+  // Every decode worker refused this hand-off: wait, then ask them all
+  // again. 20 ms (or the workers' hint) doubling to 1 s, while the request's
+  // deadline allows.
+  const absl::Time now = absl::Now();
+  const absl::Time deadline =
+      std::min(absl::FromChrono(ctx_->deadline()), start_ + env_.request_timeout);
+  const absl::Duration pause =
+      std::min(std::max(retry_after_, absl::Milliseconds(20)) * (1 << std::min(hand_off_waits_, 6)),
+               absl::Seconds(1));
+  if (now + pause >= deadline) {
+    return End(absl::ResourceExhaustedError(absl::StrCat(
+        "decode: every decode worker refused the stream for capacity for ",
+        absl::FormatDuration(now - first_refusal_), " (", decode_refused_.size(),
+        " asked last); the request's deadline leaves no time to wait longer")));
+  }
+  ++hand_off_waits_;
+  retry_alarm_ = std::make_unique<grpc::Alarm>();
+  // Weak, as the other alarms: the server call keeps this object alive.
+  std::weak_ptr<GenerateCall> weak = weak_from_this();
+  retry_alarm_->Set(absl::ToChronoTime(now + pause), [weak](bool ok) {
+    if (std::shared_ptr<GenerateCall> self = weak.lock(); ok && self != nullptr) {
+      self->RetryHandOff();
+    }
+  });
+  return {};
+}
+
+void GenerateCall::RetryHandOff() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (Ended()) return;
+    decode_refused_.clear();
+  }
+  StartDecode();
+}
+
+void GenerateCall::OnDecodeDone(const grpc::Status& result, const DecodeEnd& end) {
   Next next;
   bool migrate = false;
   {
@@ -227,7 +287,10 @@ void GenerateCall::OnDecodeDone(const grpc::Status& result) {
                                         absl::FormatDuration(env_.progress_timeout)))
             : result;
     decode_stalled_ = false;
-    if (status.ok()) {
+    if (end.refused_hand_off && !relay_answered_ && !local_ && lease_ == Lease::kHandedOff &&
+        !cancelled_ && status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      next = OnHandOffRefused(failed, end.retry_after);
+    } else if (status.ok()) {
       next = End(absl::InternalError("decode: the stream ended without a finish reason"));
     } else if (Migratable(status) && !cancelled_ && migrations_ < env_.max_migrations) {
       // Resume elsewhere from everything produced so far: prefilled again

@@ -96,6 +96,11 @@ WorkerPicker::Pick WorkerPicker::Acquire(const std::vector<int>& exclude, const 
   return p;
 }
 
+bool WorkerPicker::reachable(int index) const {
+  absl::MutexLock lock(&mu_);
+  return workers_[index].reachable;
+}
+
 int WorkerPicker::in_flight(int index) const {
   absl::MutexLock lock(&mu_);
   return workers_[index].load.in_flight;

@@ -64,6 +64,7 @@ class WorkerPicker {
   // is left, so a dead worker is not tried again and again before it is
   // back. Workers start reachable.
   void SetReachable(int index, bool reachable);
+  bool reachable(int index) const;
   // Indices run 0..size()-1 over every address ever set, vanished ones too.
   int size() const;
   bool active(int index) const;

@@ -3,6 +3,7 @@
 // holds a few dozen of them (1 MiB). Every stream either completes with all
 // its tokens or ends RESOURCE_EXHAUSTED, with a retry hint, before its first
 // token; the gateway's KV admission is what refuses.
+#include <csignal>
 #include <atomic>
 #include <memory>
 #include <vector>
@@ -35,10 +36,10 @@ class Outcomes {
     absl::MutexLock lock(&mu_);
     all_.push_back(std::move(o));
   }
-  bool AwaitAll(absl::Duration timeout) {
+  bool AwaitAll(absl::Duration timeout, int streams = kStreams) {
     absl::MutexLock lock(&mu_);
-    auto all = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return static_cast<int>(all_.size()) == kStreams;
+    auto all = [this, streams]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return static_cast<int>(all_.size()) == streams;
     };
     return mu_.AwaitWithTimeout(absl::Condition(&all), timeout);
   }
@@ -122,6 +123,85 @@ TEST(OverloadTest, EveryStreamCompletesOrIsRefusedBeforeItsFirstToken) {
   // and nothing is charged after the burst.
   EXPECT_GT(refused_for_kv, 0);
   EXPECT_EQ(MetricValue(gateway, "tandem_decode_kv_charged_tokens"), 0);
+  EXPECT_TRUE(stack->Stop());
+}
+
+// Counts a burst's outcomes: every stream completed with all its tokens,
+// or was refused RESOURCE_EXHAUSTED before its first token.
+std::pair<int, int> ExpectCompletedOrRefusedEarly(Outcomes& outcomes, int32_t tokens) {
+  int completed = 0, refused = 0;
+  for (const Outcome& r : outcomes.Take()) {
+    if (r.code == grpc::StatusCode::OK) {
+      EXPECT_EQ(r.tokens, tokens);
+      ++completed;
+    } else {
+      EXPECT_EQ(r.code, grpc::StatusCode::RESOURCE_EXHAUSTED) << r.message;
+      EXPECT_EQ(r.tokens, 0) << r.message;
+      ++refused;
+    }
+  }
+  return {completed, refused};
+}
+
+// The burst right after one of two decode workers is killed: the dead
+// worker stops counting toward the gateway's decode capacity as soon as its
+// event stream breaks, so the live one is never handed more than it takes.
+TEST(OverloadTest, ABurstRightAfterADecodeWorkerDiesIsRefusedOnlyBeforeItsFirstToken) {
+  StackOptions o;
+  o.model = ModelPath();
+  o.decode_workers = 2;
+  o.decode_flags = {"--max-inflight", "256"};
+  o.gateway_flags = {"--decode-worker-streams", "256"};
+  auto stack = Stack::Start(o);
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  const std::string gateway = stack->gateway_info().metrics_address;
+  const double both = MetricValue(gateway, "tandem_decode_kv_capacity_tokens");
+  ASSERT_GT(both, 0);
+  stack->decode_process(0).Signal(SIGKILL);
+  stack->decode_process(0).Wait();
+  // The gateway has seen the loss (the KV it counts halves).
+  EXPECT_EQ(AwaitMetric(gateway, "tandem_decode_kv_capacity_tokens",
+                        [both](double v) { return v < both; }, absl::Seconds(30)),
+            both / 2);
+  Outcomes outcomes;
+  for (int i = 0; i < kStreams; ++i) {
+    new Stream(stack->gateway(), Request(Prompt(8, 8, i), 2 * kTokens), outcomes);
+  }
+  ASSERT_TRUE(outcomes.AwaitAll(absl::Seconds(600)));
+  const auto [completed, refused] = ExpectCompletedOrRefusedEarly(outcomes, 2 * kTokens);
+  std::cout << "burst after a kill: " << completed << " completed, " << refused
+            << " refused before their first token\n";
+  EXPECT_GT(completed, 0);
+  EXPECT_GT(refused, 0);
+  // Admission counted only the live worker: it never refused a hand-off.
+  EXPECT_EQ(MetricValue(gateway, "tandem_hand_off_refusals_total"), 0);
+  stack->Stop();  // the killed worker exits by SIGKILL, not 0
+}
+
+// A decode worker fuller than the gateway knows (its --max-inflight below
+// the gateway's --decode-worker-streams) refuses hand-offs after their
+// first token went out: the streams wait for room with their prefill's
+// lease, and the clients see no error.
+TEST(OverloadTest, AFullDecodeWorkerRefusingHandOffsIsInvisibleToTheClient) {
+  StackOptions o;
+  o.model = ModelPath();
+  o.decode_flags = {"--max-inflight", "32"};
+  auto stack = Stack::Start(o);
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  constexpr int kBurst = 256;
+  Outcomes outcomes;
+  for (int i = 0; i < kBurst; ++i) {
+    new Stream(stack->gateway(), Request(Prompt(8, 8, i), kTokens), outcomes);
+  }
+  ASSERT_TRUE(outcomes.AwaitAll(absl::Seconds(600), kBurst));
+  const auto [completed, refused] = ExpectCompletedOrRefusedEarly(outcomes, kTokens);
+  EXPECT_EQ(completed, kBurst);
+  EXPECT_EQ(refused, 0);
+  const std::string gateway = stack->gateway_info().metrics_address;
+  EXPECT_GT(MetricValue(gateway, "tandem_hand_off_refusals_total"), 0);
+  EXPECT_EQ(MetricValue(gateway, "tandem_migrations_total"), 0);
   EXPECT_TRUE(stack->Stop());
 }
 

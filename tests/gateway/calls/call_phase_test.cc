@@ -25,6 +25,7 @@ const std::set<std::pair<P, P>>& Legal() {
       {P::kHandingOff, P::kDecoding},   {P::kHandingOff, P::kCommitting},
       {P::kHandingOff, P::kEnding},     {P::kDecoding, P::kMigrating},
       {P::kDecoding, P::kCommitting},   {P::kDecoding, P::kEnding},
+      {P::kDecoding, P::kHandingOff},
       {P::kMigrating, P::kPrefilling},  {P::kMigrating, P::kEnding},
       {P::kCommitting, P::kEnding},     {P::kEnding, P::kFinished},
   };

@@ -91,6 +91,9 @@ class FakeDecode final : public tandem::v1::Decode::CallbackService {
     tandem::v1::FinishReason finish = tandem::v1::FINISH_REASON_UNSPECIFIED;  // on the last
     grpc::Status end = grpc::Status::OK;
     bool hang = false;
+    // Refuses the hand-off at admission, as a full decode worker does: the
+    // lease stays the gateway's (with a 10 ms retry hint).
+    bool refuse_hand_off = false;
   };
   void Set(Script s) { SetEach({std::move(s)}); }
   // Call i follows scripts[i] (the last one for every call after).
@@ -99,11 +102,15 @@ class FakeDecode final : public tandem::v1::Decode::CallbackService {
     scripts_ = std::move(scripts);
   }
   grpc::ServerWriteReactor<tandem::v1::DecodeResponse>* Decode(
-      grpc::CallbackServerContext*, const tandem::v1::DecodeRequest* r) override {
+      grpc::CallbackServerContext* ctx, const tandem::v1::DecodeRequest* r) override {
     absl::MutexLock lock(&mu_);
     requests_.push_back(*r);
     const Script& s = scripts_[std::min<size_t>(calls_, scripts_.size() - 1)];
     ++calls_;
+    if (s.refuse_hand_off) {
+      ctx->AddTrailingMetadata(rpc::kRefusedHandOffKey, "admission");
+      rpc::AddRetryHint(*ctx, absl::Milliseconds(10));
+    }
     return new Writer(this, s);
   }
   std::vector<tandem::v1::DecodeRequest> requests() {
@@ -276,6 +283,14 @@ class GenerateCallTest : public ::testing::Test {
     return r;
   }
 
+  // The value of the unlabeled counter `name` in the gateway's registry.
+  double Counter(const std::string& name) {
+    for (const prometheus::MetricFamily& family : registry_.Collect()) {
+      if (family.name == name && !family.metric.empty()) return family.metric[0].counter.value;
+    }
+    return -1;
+  }
+
   absl::Duration unavailable_wait_ = absl::ZeroDuration();  // per test
   std::vector<std::unique_ptr<FakePrefill>> prefills_;
   FakeDecode decode_;
@@ -393,6 +408,94 @@ TEST_F(GenerateCallTest, ADecodeFailureMidStreamMigratesWithTheTokensSoFar) {
   const auto releases = prefills_[0]->WaitForReleases(1);
   EXPECT_EQ(releases[0].lease_id(), "lease-1");
   EXPECT_FALSE(releases[0].ok());
+}
+
+// A decode worker full at the hand-off refuses it without touching the
+// lease: the stream, whose first token is out, waits for room and goes on
+// with the same lease; no migration, no second prefill, no error.
+TEST_F(GenerateCallTest, AHandOffRefusedForCapacityWaitsForRoomWithTheSameLease) {
+  StartGateway(1);
+  const grpc::Status full(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "decode worker: 1024 requests in flight");
+  decode_.SetEach({{.tokens = {}, .end = full, .refuse_hand_off = true},
+                   {.tokens = {}, .end = full, .refuse_hand_off = true},
+                   {.tokens = {Byte('b'), Byte('c')}, .finish = tandem::v1::FINISH_REASON_LENGTH}});
+  const Result r = Generate(Request(3));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "abc");
+  EXPECT_EQ(r.usage.migrations(), 0);
+  EXPECT_EQ(prefills_[0]->prefills(), 1);
+  const auto decodes = decode_.requests();
+  ASSERT_EQ(decodes.size(), 3u);
+  for (const auto& d : decodes) EXPECT_EQ(d.lease_id(), "lease-1");
+  EXPECT_EQ(Counter("tandem_hand_off_refusals_total"), 2);
+  EXPECT_EQ(Counter("tandem_migrations_total"), 0);
+  EXPECT_EQ(service_->admission().in_flight(), 0);
+}
+
+// When no decode worker has room before the request's deadline, the client
+// gets RESOURCE_EXHAUSTED saying so, and the lease is released.
+TEST_F(GenerateCallTest, AHandOffNoWorkerTakesBeforeTheDeadlineIsResourceExhausted) {
+  StartGateway(1);
+  decode_.Set({.tokens = {},
+               .end = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "full"),
+               .refuse_hand_off = true});
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(600)));
+  auto reader = stub_->Generate(&ctx, Request(4));
+  tandem::v1::GenerateResponse msg;
+  int tokens = 0;
+  while (reader->Read(&msg)) tokens += msg.tokens_size();
+  const grpc::Status status = reader->Finish();
+  EXPECT_EQ(tokens, 1);  // the prefill's
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("refused the stream for capacity"));
+  EXPECT_GE(decode_.calls(), 2);
+  const auto releases = prefills_[0]->WaitForReleases(1);
+  ASSERT_EQ(releases.size(), 1u);
+  EXPECT_EQ(releases[0].lease_id(), "lease-1");
+  EXPECT_FALSE(releases[0].ok());
+  EXPECT_EQ(service_->admission().in_flight(), 0);
+}
+
+// A RESOURCE_EXHAUSTED without the refusal mark (the worker failed under
+// the stream) migrates as any failure does.
+TEST_F(GenerateCallTest, AnUnmarkedResourceExhaustedMigrates) {
+  StartGateway(1);
+  decode_.SetEach({{.tokens = {Byte('b')},
+                    .end = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "out of blocks")},
+                   {.tokens = {Byte('e')}, .finish = tandem::v1::FINISH_REASON_LENGTH}});
+  const Result r = Generate(Request(16));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.usage.migrations(), 1);
+  EXPECT_EQ(Counter("tandem_hand_off_refusals_total"), 0);
+}
+
+// A migrated stream (its client has tokens already) refused by every
+// prefill worker for capacity waits for room instead of failing late.
+TEST_F(GenerateCallTest, AResumedPrefillRefusedForCapacityWaitsForRoom) {
+  StartGateway(1);
+  decode_.SetEach({{.tokens = {Byte('b')},
+                    .end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode died")},
+                   {.tokens = {Byte('e')}, .finish = tandem::v1::FINISH_REASON_LENGTH}});
+  prefills_[0]->Script({grpc::StatusCode::OK, grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        grpc::StatusCode::RESOURCE_EXHAUSTED, grpc::StatusCode::OK});
+  const Result r = Generate(Request(16));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "abae");
+  EXPECT_EQ(r.usage.migrations(), 1);
+  EXPECT_EQ(prefills_[0]->prefills(), 4);
+}
+
+// Before its first token a request refused by every prefill worker is
+// refused at once, as before: the client may retry elsewhere.
+TEST_F(GenerateCallTest, AFirstPrefillRefusedForCapacityIsRefusedAtOnce) {
+  StartGateway(1);
+  prefills_[0]->Script({grpc::StatusCode::RESOURCE_EXHAUSTED});
+  const Result r = Generate(Request(4));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(r.text.empty());
+  EXPECT_EQ(prefills_[0]->prefills(), 1);
 }
 
 TEST_F(GenerateCallTest, MigrationsStopAtTheLimit) {
