@@ -81,13 +81,17 @@ void GenerationService::UpdateHealth() {
   absl::MutexLock lock(&health_mu_);
   if (!attached_) return;
   const std::vector<int> synced = subscriber_->synced_slots();
+  const std::vector<int> down = subscriber_->down_slots();
   bool prefill = false, decode = false;
   for (int slot : synced) (slot < kDecodeSlotBase ? prefill : decode) = true;
-  // The pickers try reachable workers first.
+  // The pickers try reachable workers first, and only those count toward
+  // the decode capacity: a worker is unreachable once its event stream
+  // broke (or never connected) until it is synced again; one not yet heard
+  // from counts.
   for (const auto& [picker, base] : {std::pair<WorkerPicker*, int>{&prefill_, 0},
                                      std::pair<WorkerPicker*, int>{&decode_, kDecodeSlotBase}}) {
     for (int i = 0; i < picker->size(); ++i) {
-      picker->SetReachable(i, std::find(synced.begin(), synced.end(), base + i) != synced.end());
+      picker->SetReachable(i, std::find(down.begin(), down.end(), base + i) == down.end());
     }
   }
   const BlockEventSubscriber::KvCapacity kv = subscriber_->SyncedKvCapacity(kDecodeSlotBase);

@@ -31,12 +31,17 @@ class BlockEventSubscriber::Stream final
     }
     StartRead(&batch_);
   }
-  void OnDone(const grpc::Status&) override {
+  void OnDone(const grpc::Status& status) override {
     // Detached first, so nobody cancels a deleted stream; then deleted (its
     // context and channel reference); only then released, since the owner
     // may be destroyed as soon as its last stream is.
     BlockEventSubscriber* const owner = owner_;
-    owner->OnStreamEnded(worker_, resync_);
+    // The connection failed (refused, reset, keepalive lapsed) or the
+    // worker refused to serve (draining, stalled): it is down. An answer
+    // of any other kind came from a live worker.
+    const bool lost = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    owner->OnStreamEnded(worker_, resync_, lost);
     delete this;
     owner->OnStreamReleased();
   }
@@ -217,6 +222,7 @@ bool BlockEventSubscriber::OnBatch(int worker, const tandem::v1::BlockEventBatch
     if (batch.snapshot()) {
       became_synced = !s.synced;
       s.synced = true;
+      s.down = false;
       s.backoff = options_.retry_min;  // a working stream resets the backoff
     }
     s.epoch = batch.epoch();
@@ -237,14 +243,21 @@ bool BlockEventSubscriber::OnBatch(int worker, const tandem::v1::BlockEventBatch
   return true;
 }
 
-void BlockEventSubscriber::OnStreamEnded(int worker, bool resync) {
+void BlockEventSubscriber::OnStreamEnded(int worker, bool resync, bool lost) {
   index_.Drop(worker);  // nothing it said is known to hold any more
   bool was_synced = false;
+  bool became_down = false;
   {
     absl::MutexLock lock(&mu_);
     was_synced = EndStreamLocked(worker, resync);
+    // A stream lost with its worker marks the worker down until a snapshot
+    // comes again.
+    if (lost && !resync) {
+      became_down = !slots_[worker].down;
+      slots_[worker].down = true;
+    }
   }
-  if (was_synced && options_.on_sync_change) options_.on_sync_change();
+  if ((was_synced || became_down) && options_.on_sync_change) options_.on_sync_change();
 }
 
 bool BlockEventSubscriber::EndStreamLocked(int worker, bool resync) {
@@ -302,6 +315,15 @@ BlockEventSubscriber::KvCapacity BlockEventSubscriber::SyncedKvCapacity(int min_
     c.block_size = std::max(c.block_size, s.block_size);
   }
   return c;
+}
+
+std::vector<int> BlockEventSubscriber::down_slots() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<int> out;
+  for (const auto& [slot, s] : slots_) {
+    if (s.active && s.down) out.push_back(slot);
+  }
+  return out;
 }
 
 std::vector<int> BlockEventSubscriber::synced_slots() const {

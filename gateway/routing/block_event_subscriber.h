@@ -31,8 +31,7 @@ struct SubscriberOptions {
   absl::Duration retry_min = absl::Milliseconds(100);
   absl::Duration retry_max = absl::Seconds(5);
   // Called (on a gRPC thread, no lock held) whenever a worker's stream
-  // becomes synced or stops being: a worker with a synced stream is
-  // reachable.
+  // becomes synced or stops being, or a worker is first found down.
   std::function<void()> on_sync_change;
 };
 
@@ -63,6 +62,10 @@ class BlockEventSubscriber {
   int64_t resyncs() const;
   // The slots whose streams are synced now.
   std::vector<int> synced_slots() const;
+  // The slots known down: their last stream was lost with the worker
+  // (could not connect, reset, keepalive lapsed, or refused UNAVAILABLE) and
+  // no snapshot has come since (a slot not yet heard from is not).
+  std::vector<int> down_slots() const;
   // The KV pools the synced workers in slots >= `min_slot` report: their
   // sum in tokens, and the largest block size among them; and the smallest
   // max_context any synced worker (of any slot) reports (0: none reported).
@@ -89,6 +92,7 @@ class BlockEventSubscriber {
     absl::Time next_attempt = absl::InfinitePast();
     absl::Duration backoff;
     bool synced = false;
+    bool down = false;  // down_slots()
     uint64_t epoch = 0;
     uint64_t sequence = 0;  // the last batch applied
     int64_t kv_capacity_blocks = 0;  // as the worker last reported
@@ -100,8 +104,9 @@ class BlockEventSubscriber {
   void Run();
   // From a stream: a batch arrived (false: resubscribe).
   bool OnBatch(int worker, const tandem::v1::BlockEventBatch& batch);
-  // From a stream's OnDone: it ended (the slot is free, its entries go)...
-  void OnStreamEnded(int worker, bool resync);
+  // From a stream's OnDone: it ended (the slot is free, its entries go;
+  // `lost`: with its worker, which is down)...
+  void OnStreamEnded(int worker, bool resync, bool lost);
   // ...and, after it deleted itself, it no longer touches the subscriber.
   void OnStreamReleased();
   // OnStreamEnded's bookkeeping; whether the slot was synced.
