@@ -31,6 +31,11 @@ int WorkerPicker::size() const {
   return static_cast<int>(workers_.size());
 }
 
+bool WorkerPicker::reachable(int index) const {
+  absl::MutexLock lock(&mu_);
+  return workers_[index].reachable;
+}
+
 bool WorkerPicker::active(int index) const {
   absl::MutexLock lock(&mu_);
   return workers_[index].active;

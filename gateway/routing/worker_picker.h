@@ -67,6 +67,7 @@ class WorkerPicker {
   // Indices run 0..size()-1 over every address ever set, vanished ones too.
   int size() const;
   bool active(int index) const;
+  bool reachable(int index) const;
   // The address of index `index` (a stable reference).
   const std::string& address(int index) const;
   int in_flight(int index) const;
