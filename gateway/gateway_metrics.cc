@@ -35,6 +35,10 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
           registry, "tandem_local_prefills_total",
           "Session turns prefilled on the decode worker keeping their KV (few new tokens: "
           "conditional disaggregation)")),
+      session_records_under_replicated(rpc::CounterMetric(
+          registry, "tandem_session_records_under_replicated_total",
+          "Session record writes that landed on fewer decode workers than "
+          "min(--session-replicas, reachable decode workers)")),
       time_to_first_token(rpc::LatencyHistogram(
           registry, "tandem_time_to_first_token_seconds",
           "From a Generate call's arrival to its first token being sent")),

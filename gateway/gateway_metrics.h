@@ -29,6 +29,8 @@ struct GatewayMetrics {
   prometheus::Counter& hand_off_refusals;
   // Session turns whose prompt their decode worker computed itself.
   prometheus::Counter& local_prefills;
+  // Session record writes that left fewer copies than aimed for.
+  prometheus::Counter& session_records_under_replicated;
   prometheus::Histogram& time_to_first_token;
   prometheus::Histogram& inter_token_latency;
   prometheus::Histogram& e2e_latency;

@@ -27,8 +27,12 @@ GenerationService::GenerationService(std::unique_ptr<engine::Tokenizer> tokenize
       index_(options_.index),
       prefill_router_(index_, 0, options_.router, registry, RouteRole::kPrefill),
       decode_router_(index_, kDecodeSlotBase, options_.router, registry, RouteRole::kDecode),
-      sessions_(channels_, [this] { return DecodeAddresses(); }, options_.sessions.replicas,
-                options_.sessions.store_timeout) {
+      sessions_(channels_,
+                {.decode_workers = [this] { return DecodeWorkers(); },
+                 .replicas = options_.sessions.replicas,
+                 .timeout = options_.sessions.store_timeout,
+                 .on_under_replicated =
+                     [this] { metrics_.session_records_under_replicated.Increment(); }}) {
   subscriber_ = std::make_unique<BlockEventSubscriber>(
       index_, channels_, std::vector<BlockEventSubscriber::Worker>{}, registry,
       SubscriberOptions{.on_sync_change = [this] { UpdateHealth(); }});
@@ -202,10 +206,12 @@ CallEnv GenerationService::MakeCallEnv() {
           .progress_timeout = options_.progress_timeout};
 }
 
-std::vector<std::string> GenerationService::DecodeAddresses() const {
-  std::vector<std::string> out;
+std::vector<SessionStoreClient::DecodeWorker> GenerationService::DecodeWorkers() const {
+  std::vector<SessionStoreClient::DecodeWorker> out;
   for (int i = 0; i < decode_.size(); ++i) {
-    if (decode_.active(i)) out.push_back(decode_.address(i));
+    if (decode_.active(i)) {
+      out.push_back({.address = decode_.address(i), .reachable = decode_.reachable(i)});
+    }
   }
   return out;
 }

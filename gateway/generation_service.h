@@ -182,7 +182,7 @@ class GenerationService final : public GenerationServiceBase {
   int32_t HeldBlocks(const std::string& decode_worker, std::span<const int32_t> prompt,
                      uint64_t cache_salt) const;
   // The decode workers' addresses (where session records live).
-  std::vector<std::string> DecodeAddresses() const;
+  std::vector<SessionStoreClient::DecodeWorker> DecodeWorkers() const;
 
   std::unique_ptr<engine::Tokenizer> tokenizer_;
   const GatewayOptions options_;

@@ -31,6 +31,11 @@ int WorkerPicker::size() const {
   return static_cast<int>(workers_.size());
 }
 
+bool WorkerPicker::reachable(int index) const {
+  absl::MutexLock lock(&mu_);
+  return workers_[index].reachable;
+}
+
 bool WorkerPicker::active(int index) const {
   absl::MutexLock lock(&mu_);
   return workers_[index].active;
@@ -94,11 +99,6 @@ WorkerPicker::Pick WorkerPicker::Acquire(const std::vector<int>& exclude, const 
   p.index_ = best;
   p.tokens_ = tokens;
   return p;
-}
-
-bool WorkerPicker::reachable(int index) const {
-  absl::MutexLock lock(&mu_);
-  return workers_[index].reachable;
 }
 
 int WorkerPicker::in_flight(int index) const {

@@ -59,15 +59,16 @@ class WorkerPicker {
   Pick Acquire(const std::vector<int>& exclude, const Charge& charge, const Cost& cost);
   // Replaces the set of addresses picked from.
   void SetAddresses(const std::vector<std::string>& addresses);
-  // Whether worker `index` is known reachable (its block event stream is
-  // live). Unreachable workers are picked only when no reachable candidate
-  // is left, so a dead worker is not tried again and again before it is
-  // back. Workers start reachable.
+  // Whether worker `index` is reachable (its block event stream was not
+  // lost with it). Unreachable workers are picked only when no reachable
+  // candidate is left, so a dead worker is not tried again and again before
+  // it is back; they do not count toward the decode capacity. Workers start
+  // reachable.
   void SetReachable(int index, bool reachable);
-  bool reachable(int index) const;
   // Indices run 0..size()-1 over every address ever set, vanished ones too.
   int size() const;
   bool active(int index) const;
+  bool reachable(int index) const;
   // The address of index `index` (a stable reference).
   const std::string& address(int index) const;
   int in_flight(int index) const;

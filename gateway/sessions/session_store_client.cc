@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
+#include <tuple>
 #include <utility>
 
 #include <xxhash.h>
@@ -9,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/log.h"
 #include "rpc/status.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
@@ -101,47 +104,175 @@ void FanOut(rpc::ChannelCache& channels, const std::vector<std::string>& address
   }
 }
 
+bool Unreachable(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+// Puts one record to workers in rank order, `want` copies at once; a copy
+// whose worker cannot be reached moves on to the next worker not yet
+// tried. Lives (shared) until its last answer; needs nothing of the client
+// (its channels are taken when it is made), so a repair may outlive it.
+class Placer : public std::enable_shared_from_this<Placer> {
+ public:
+  struct Outcome {
+    std::vector<std::string> stored;  // addresses that took the record
+    absl::Status aborted;             // a target held the same or a newer version
+    absl::Status first_error;
+  };
+  using Finish = std::function<void(Outcome)>;
+
+  // `release_kv`: a worker other than the record's holder lets go of KV it
+  // kept for the session.
+  Placer(rpc::ChannelCache& channels, absl::Duration timeout, tandem::v1::SessionRecord record,
+         const std::vector<std::string>& ranked, bool release_kv, Finish finish)
+      : timeout_(timeout),
+        record_(std::move(record)),
+        release_kv_(release_kv),
+        finish_(std::move(finish)) {
+    for (const std::string& address : ranked) workers_.push_back({address, channels.Get(address)});
+  }
+
+  // Sends the first `want` copies; `finish` runs once every copy landed or
+  // ran out of workers.
+  void Start(int want) {
+    std::vector<size_t> first;
+    {
+      absl::MutexLock lock(&mu_);
+      while (static_cast<int>(first.size()) < want && next_ < workers_.size()) {
+        first.push_back(next_++);
+      }
+      in_flight_ = static_cast<int>(first.size());
+    }
+    if (first.empty()) {
+      finish_(Outcome{});
+      return;
+    }
+    for (size_t i : first) Put(i);
+  }
+
+ private:
+  struct Worker {
+    std::string address;
+    std::shared_ptr<grpc::Channel> channel;
+  };
+
+  void Put(size_t i) {
+    tandem::v1::PutSessionRequest put;
+    *put.mutable_record() = record_;
+    put.set_release_kv(release_kv_ && workers_[i].address != record_.kv_holder());
+    UnaryCall<tandem::v1::PutSessionRequest, tandem::v1::PutSessionResponse>::Run(
+        workers_[i].channel, timeout_, std::move(put),
+        [](Stub& stub, grpc::ClientContext* ctx, const tandem::v1::PutSessionRequest* req,
+           tandem::v1::PutSessionResponse* resp, grpc::ClientUnaryReactor* r) {
+          stub.async()->PutSession(ctx, req, resp, r);
+        },
+        [self = shared_from_this(), i](const grpc::Status& s, tandem::v1::PutSessionResponse&) {
+          self->OnAnswer(i, s);
+        });
+  }
+
+  void OnAnswer(size_t i, const grpc::Status& status) {
+    std::optional<size_t> retry;
+    Outcome done;
+    {
+      absl::MutexLock lock(&mu_);
+      if (status.ok()) {
+        outcome_.stored.push_back(workers_[i].address);
+      } else if (status.error_code() == grpc::StatusCode::ABORTED) {
+        outcome_.aborted = rpc::FromGrpcStatus(status);
+      } else {
+        if (outcome_.first_error.ok()) {
+          outcome_.first_error =
+              rpc::FromGrpcStatus(status, absl::StrCat("session store ", workers_[i].address));
+        }
+        // A newer version elsewhere makes another copy pointless.
+        if (Unreachable(status) && outcome_.aborted.ok() && next_ < workers_.size()) {
+          retry = next_++;
+        }
+      }
+      if (!retry.has_value() && --in_flight_ > 0) return;
+      if (!retry.has_value()) done = std::move(outcome_);
+    }
+    if (retry.has_value()) {
+      Put(*retry);
+    } else {
+      finish_(std::move(done));
+    }
+  }
+
+  const absl::Duration timeout_;
+  const tandem::v1::SessionRecord record_;
+  const bool release_kv_;
+  const Finish finish_;
+  std::vector<Worker> workers_;  // in rank order; set before Start
+  absl::Mutex mu_;
+  size_t next_ ABSL_GUARDED_BY(mu_) = 0;  // the first worker not yet tried
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  Outcome outcome_ ABSL_GUARDED_BY(mu_);
+};
+
 }  // namespace
 
-SessionStoreClient::SessionStoreClient(rpc::ChannelCache& channels,
-                                       std::function<std::vector<std::string>()> decode_workers,
-                                       int replicas, absl::Duration timeout)
-    : channels_(channels),
-      decode_workers_(std::move(decode_workers)),
-      replicas_(std::max(replicas, 1)),
-      timeout_(timeout) {}
+SessionStoreClient::SessionStoreClient(rpc::ChannelCache& channels, Options options)
+    : channels_(channels), options_(std::move(options)) {}
+
+SessionStoreClient::Placement SessionStoreClient::Place(const std::string& session_id,
+                                                        const std::string& holder) const {
+  std::vector<DecodeWorker> workers = options_.decode_workers();
+  // Reachable workers first, each group by rendezvous hash; the holder
+  // leads its group.
+  std::vector<std::tuple<bool, bool, uint64_t, std::string>> ranked;
+  bool holder_known = false;
+  int reachable = 0;
+  for (DecodeWorker& w : workers) {
+    const bool is_holder = !holder.empty() && w.address == holder;
+    holder_known = holder_known || is_holder;
+    reachable += w.reachable ? 1 : 0;
+    const std::string key = absl::StrCat(session_id, "\n", w.address);
+    ranked.emplace_back(!w.reachable, !is_holder, XXH3_64bits(key.data(), key.size()),
+                        std::move(w.address));
+  }
+  // A holder no longer listed is tried last.
+  if (!holder.empty() && !holder_known) ranked.emplace_back(true, true, ~uint64_t{0}, holder);
+  std::sort(ranked.begin(), ranked.end());
+  Placement out;
+  for (auto& r : ranked) out.ranked.push_back(std::move(std::get<3>(r)));
+  out.want = std::min(options_.replicas, std::max(reachable, 1));
+  return out;
+}
+
+std::vector<std::string> SessionStoreClient::Addresses() const {
+  std::vector<std::string> out;
+  for (DecodeWorker& w : options_.decode_workers()) out.push_back(std::move(w.address));
+  return out;
+}
+
+std::vector<std::string> SessionStoreClient::Ranked(const std::string& session_id,
+                                                    const std::string& holder) const {
+  return Place(session_id, holder).ranked;
+}
 
 std::vector<std::string> SessionStoreClient::Targets(const std::string& session_id,
                                                      const std::string& holder) const {
-  std::vector<std::string> workers = decode_workers_();
-  std::vector<std::pair<uint64_t, std::string>> ranked;
-  for (std::string& w : workers) {
-    if (w == holder) continue;
-    const std::string key = absl::StrCat(session_id, "\n", w);
-    ranked.emplace_back(XXH3_64bits(key.data(), key.size()), std::move(w));
-  }
-  std::sort(ranked.begin(), ranked.end());
-  std::vector<std::string> out;
-  if (!holder.empty()) out.push_back(holder);
-  for (auto& [rank, w] : ranked) {
-    if (static_cast<int>(out.size()) >= replicas_) break;
-    out.push_back(std::move(w));
-  }
-  return out;
+  std::vector<std::string> ranked = Ranked(session_id, holder);
+  if (static_cast<int>(ranked.size()) > options_.replicas) ranked.resize(options_.replicas);
+  return ranked;
 }
 
 void SessionStoreClient::Load(const std::string& session_id, RecordDone done) const {
   tandem::v1::SessionKey key;
   key.set_session_id(session_id);
   FanOut<tandem::v1::SessionKey, tandem::v1::SessionRecord>(
-      channels_, decode_workers_(), timeout_, key,
+      channels_, Addresses(), options_.timeout, key,
       [](Stub& stub, grpc::ClientContext* ctx, const tandem::v1::SessionKey* req,
          tandem::v1::SessionRecord* resp, grpc::ClientUnaryReactor* r) {
         stub.async()->GetSession(ctx, req, resp, r);
       },
-      [session_id, done = std::move(done)](auto answers) {
+      [this, session_id, done = std::move(done)](auto answers) {
         const tandem::v1::SessionRecord* newest = nullptr;
         int unreachable = 0;
+        std::vector<std::string> unanswered;
         for (const auto& a : answers) {
           if (a.status.ok()) {
             if (newest == nullptr || a.response.version() > newest->version()) {
@@ -149,72 +280,112 @@ void SessionStoreClient::Load(const std::string& session_id, RecordDone done) co
             }
           } else if (a.status.error_code() != grpc::StatusCode::NOT_FOUND) {
             ++unreachable;
+            unanswered.push_back(a.address);
           }
         }
-        if (newest != nullptr) {
-          done(*newest);
-        } else if (unreachable > 0) {
-          done(absl::UnavailableError(absl::StrCat(
-              "session_id: \"", session_id, "\" was not found on the reachable decode workers; ",
-              unreachable, " could not be asked")));
-        } else {
-          done(absl::FailedPreconditionError(absl::StrCat("session_id: \"", session_id,
-                                                "\" is unknown, closed or expired")));
+        if (newest == nullptr) {
+          if (unreachable > 0) {
+            done(absl::UnavailableError(absl::StrCat(
+                "session_id: \"", session_id,
+                "\" was not found on the reachable decode workers; ", unreachable,
+                " could not be asked")));
+          } else {
+            done(absl::FailedPreconditionError(absl::StrCat(
+                "session_id: \"", session_id, "\" is unknown, closed or expired")));
+          }
+          return;
         }
+        std::vector<std::string> holding;
+        for (const auto& a : answers) {
+          if (a.status.ok() && a.response.version() == newest->version()) {
+            holding.push_back(a.address);
+          }
+        }
+        const tandem::v1::SessionRecord record = *newest;
+        // The repair is planned before `done`, which may end the caller's
+        // call (and the client with it); its puts need nothing of either.
+        Repair(record, std::move(holding), std::move(unanswered));
+        done(record);
       });
+}
+
+void SessionStoreClient::Repair(const tandem::v1::SessionRecord& record,
+                                std::vector<std::string> holding,
+                                std::vector<std::string> unanswered) const {
+  Placement place = Place(record.session_id(), record.kv_holder());
+  const int missing = place.want - static_cast<int>(holding.size());
+  if (missing <= 0) return;
+  std::vector<std::string> candidates;
+  for (std::string& w : place.ranked) {
+    if (std::find(holding.begin(), holding.end(), w) != holding.end()) continue;
+    if (std::find(unanswered.begin(), unanswered.end(), w) != unanswered.end()) continue;
+    candidates.push_back(std::move(w));
+  }
+  if (candidates.empty()) return;
+  // KV stays where it is: the copy is the record's alone, and a turn may be
+  // pinning KV on that worker right now.
+  auto placer = std::make_shared<Placer>(channels_, options_.timeout, record, candidates,
+                                         /*release_kv=*/false, [](Placer::Outcome) {});
+  placer->Start(missing);
 }
 
 void SessionStoreClient::Save(const tandem::v1::SessionRecord& record,
                               const std::string& previous_holder, StatusDone done) const {
-  std::vector<std::string> targets = Targets(record.session_id(), record.kv_holder());
-  if (targets.empty()) {
+  Placement place = Place(record.session_id(), record.kv_holder());
+  if (place.ranked.empty()) {
     done(absl::UnavailableError("session: no decode worker is available to store it"));
     return;
   }
-  if (!previous_holder.empty() && previous_holder != record.kv_holder() &&
-      std::find(targets.begin(), targets.end(), previous_holder) == targets.end()) {
-    // The old holder keeps neither the record nor the KV any longer.
-    Drop(record.session_id(), [](absl::Status) {});
+  // The old holder, when it takes no copy, lets go of the KV and the stale
+  // record after the puts: dropping it first (or at once) could land after
+  // a put to it and erase the record just written.
+  std::shared_ptr<grpc::Channel> previous;
+  if (!previous_holder.empty() && previous_holder != record.kv_holder()) {
+    previous = channels_.Get(previous_holder);
   }
-  // A decode worker that takes the record without being the holder lets go
-  // of KV it may have kept for the session before.
-  auto gather = std::make_shared<Gather<tandem::v1::PutSessionResponse>>(
-      targets.size(), [done = std::move(done)](auto answers) {
-        absl::Status first_error;
-        bool stored = false;
-        for (const auto& a : answers) {
-          if (a.status.ok()) {
-            stored = true;
-          } else if (a.status.error_code() == grpc::StatusCode::ABORTED) {
-            done(rpc::FromGrpcStatus(a.status));
-            return;
-          } else if (first_error.ok()) {
-            first_error = rpc::FromGrpcStatus(a.status, absl::StrCat("session store ", a.address));
-          }
+  auto placer = std::make_shared<Placer>(
+      channels_, options_.timeout, record, place.ranked, /*release_kv=*/true,
+      [want = place.want, id = record.session_id(), previous, previous_holder,
+       under = options_.on_under_replicated, timeout = options_.timeout,
+       done = std::move(done)](Placer::Outcome outcome) {
+        const int stored = static_cast<int>(outcome.stored.size());
+        if (stored < want && outcome.aborted.ok()) {
+          common::LogLine("tandem-gateway")
+              << "session " << id << ": its record is on " << stored << " of the " << want
+              << " decode workers aimed for";
+          if (under != nullptr) under();
         }
-        done(stored ? absl::OkStatus() : first_error);
+        if (previous != nullptr && stored > 0 &&
+            std::find(outcome.stored.begin(), outcome.stored.end(), previous_holder) ==
+                outcome.stored.end()) {
+          tandem::v1::SessionKey key;
+          key.set_session_id(id);
+          UnaryCall<tandem::v1::SessionKey, tandem::v1::DropSessionResponse>::Run(
+              previous, timeout, std::move(key),
+              [](Stub& stub, grpc::ClientContext* ctx, const tandem::v1::SessionKey* req,
+                 tandem::v1::DropSessionResponse* resp, grpc::ClientUnaryReactor* r) {
+                stub.async()->DropSession(ctx, req, resp, r);
+              },
+              [](const grpc::Status&, tandem::v1::DropSessionResponse&) {});
+        }
+        if (!outcome.aborted.ok()) {
+          done(outcome.aborted);
+        } else if (stored > 0) {
+          done(absl::OkStatus());
+        } else {
+          done(outcome.first_error.ok()
+                   ? absl::UnavailableError("session: no decode worker stored it")
+                   : outcome.first_error);
+        }
       });
-  for (const std::string& address : targets) {
-    tandem::v1::PutSessionRequest put;
-    *put.mutable_record() = record;
-    put.set_release_kv(address != record.kv_holder());
-    UnaryCall<tandem::v1::PutSessionRequest, tandem::v1::PutSessionResponse>::Run(
-        channels_.Get(address), timeout_, std::move(put),
-        [](Stub& stub, grpc::ClientContext* ctx, const tandem::v1::PutSessionRequest* req,
-           tandem::v1::PutSessionResponse* resp, grpc::ClientUnaryReactor* r) {
-          stub.async()->PutSession(ctx, req, resp, r);
-        },
-        [gather, address](const grpc::Status& s, tandem::v1::PutSessionResponse& r) {
-          gather->Add(address, s, r);
-        });
-  }
+  placer->Start(place.want);
 }
 
 void SessionStoreClient::Drop(const std::string& session_id, StatusDone done) const {
   tandem::v1::SessionKey key;
   key.set_session_id(session_id);
   FanOut<tandem::v1::SessionKey, tandem::v1::DropSessionResponse>(
-      channels_, decode_workers_(), timeout_, key,
+      channels_, Addresses(), options_.timeout, key,
       [](Stub& stub, grpc::ClientContext* ctx, const tandem::v1::SessionKey* req,
          tandem::v1::DropSessionResponse* resp, grpc::ClientUnaryReactor* r) {
         stub.async()->DropSession(ctx, req, resp, r);
@@ -232,7 +403,7 @@ void SessionStoreClient::Drop(const std::string& session_id, StatusDone done) co
 
 void SessionStoreClient::List(ListDone done) const {
   FanOut<tandem::v1::ListSessionRecordsRequest, tandem::v1::ListSessionRecordsResponse>(
-      channels_, decode_workers_(), timeout_, tandem::v1::ListSessionRecordsRequest(),
+      channels_, Addresses(), options_.timeout, tandem::v1::ListSessionRecordsRequest(),
       [](Stub& stub, grpc::ClientContext* ctx, const tandem::v1::ListSessionRecordsRequest* req,
          tandem::v1::ListSessionRecordsResponse* resp, grpc::ClientUnaryReactor* r) {
         stub.async()->ListSessions(ctx, req, resp, r);

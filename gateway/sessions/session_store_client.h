@@ -1,10 +1,13 @@
 // The gateway's side of the session store: sessions' records live on the
 // decode workers (SessionStore behind Decode/PutSession and friends), on
 // the worker that keeps the session's KV and on replicas chosen by
-// rendezvous hashing of the session id over the decode workers, so any
-// gateway reads any session and a session outlives the loss of its KV
-// holder. Reads ask every decode worker and take the newest version; a
-// write is done once each of its targets answered. Every call is
+// rendezvous hashing of the session id over the decode workers known
+// reachable (unreachable ones only as a last resort), so any gateway reads
+// any session and a session outlives the loss of its KV holder. A write
+// that finds a target down goes on to the next worker in rank order; a
+// read asks every decode worker, takes the newest version and puts it back
+// to targets that lack it (read repair), so a session survives any
+// sequence of losses that leaves one decode worker. Every call is
 // asynchronous (callbacks on gRPC threads); none blocks. Thread-safe.
 #ifndef TANDEM_GATEWAY_SESSIONS_SESSION_STORE_CLIENT_H_
 #define TANDEM_GATEWAY_SESSIONS_SESSION_STORE_CLIENT_H_
@@ -22,10 +25,24 @@ namespace tandem::gateway {
 
 class SessionStoreClient {
  public:
-  // `decode_workers` lists the decode workers' addresses now.
-  SessionStoreClient(rpc::ChannelCache& channels,
-                     std::function<std::vector<std::string>()> decode_workers, int replicas,
-                     absl::Duration timeout);
+  struct DecodeWorker {
+    std::string address;
+    // Its block event stream is live; workers not known reachable are
+    // written to only when too few reachable ones are left.
+    bool reachable = true;
+  };
+  struct Options {
+    // The decode workers now.
+    std::function<std::vector<DecodeWorker>()> decode_workers;
+    // Copies of each record aimed for (the KV holder's included).
+    int replicas = 2;
+    absl::Duration timeout = absl::Seconds(5);
+    // Called (on a gRPC thread) for each write or repair that left fewer
+    // copies than min(replicas, reachable workers).
+    std::function<void()> on_under_replicated;
+  };
+
+  SessionStoreClient(rpc::ChannelCache& channels, Options options);
 
   using RecordDone = std::function<void(absl::StatusOr<tandem::v1::SessionRecord>)>;
   using StatusDone = std::function<void(absl::Status)>;
@@ -34,13 +51,17 @@ class SessionStoreClient {
   // The newest record of `session_id` the decode workers hold.
   // FailedPrecondition naming session_id when every worker answered without
   // it (an unknown session is the caller's error, as the contract says); Unavailable
-  // when some could not be asked and none had it.
+  // when some could not be asked and none had it. When fewer workers than
+  // aimed for hold that version, it is put to the missing targets after
+  // `done` (not waited for).
   void Load(const std::string& session_id, RecordDone done) const;
-  // Writes `record` to its kv_holder (when set) and replicas up to the
-  // replica count; `previous_holder`, when it is another worker, lets go of
-  // the KV it kept. OK when at least one target stored it; Aborted when a
-  // target holds the same or a newer version (another turn committed
-  // first); otherwise the first error.
+  // Writes `record` to the first copies of Ranked(its id, its kv_holder),
+  // aiming for min(replicas, reachable workers); a target that cannot be
+  // reached (UNAVAILABLE, DEADLINE_EXCEEDED) hands its copy to the next
+  // worker in rank order. Then `previous_holder`, when it is another worker
+  // and stored no copy, lets go of the session's KV and record. OK when at
+  // least one copy landed; Aborted when a target holds the same or a newer
+  // version (another turn committed first); otherwise the first error.
   void Save(const tandem::v1::SessionRecord& record, const std::string& previous_holder,
             StatusDone done) const;
   // Drops the session from every decode worker, KV and record.
@@ -48,16 +69,31 @@ class SessionStoreClient {
   // Every session the reachable decode workers hold, newest version of each.
   void List(ListDone done) const;
 
-  // The workers a record of `session_id` is written to: `holder` (when set
-  // and known) first, then the others by rendezvous hash, `replicas` in all.
+  // Every decode worker in the order a record of `session_id` is written
+  // to them: `holder` (when set, known and reachable) first, then the
+  // reachable workers by rendezvous hash, then the unreachable ones (the
+  // holder first among them).
+  std::vector<std::string> Ranked(const std::string& session_id,
+                                  const std::string& holder) const;
+  // The first `replicas` of Ranked: where a record goes when every worker
+  // answers.
   std::vector<std::string> Targets(const std::string& session_id,
                                    const std::string& holder) const;
 
  private:
+  // Ranked, and how many copies a write aims for.
+  struct Placement {
+    std::vector<std::string> ranked;
+    int want = 0;
+  };
+  Placement Place(const std::string& session_id, const std::string& holder) const;
+  // Every decode worker's address, reachable or not.
+  std::vector<std::string> Addresses() const;
+  void Repair(const tandem::v1::SessionRecord& record, std::vector<std::string> holding,
+              std::vector<std::string> unanswered) const;
+
   rpc::ChannelCache& channels_;
-  const std::function<std::vector<std::string>()> decode_workers_;
-  const int replicas_;
-  const absl::Duration timeout_;
+  const Options options_;
 };
 
 }  // namespace tandem::gateway

@@ -14,6 +14,21 @@ int32_t ReplyRoom(int64_t window, int32_t max_tokens) {
   return static_cast<int32_t>(std::min<int64_t>(max_tokens, std::max<int64_t>(window / 4, 1)));
 }
 
+// The tokens the template adds after a reply to `messages` (ending with
+// the new user message) once it is held: the conversation is kept rendered
+// without a generation prompt, so what closes the assistant's turn (the
+// plain template's "\n", an end-of-turn token) counts against the window
+// too. A reply that fills its room then still fits.
+absl::StatusOr<int32_t> ClosingTokens(const std::vector<engine::ChatMessage>& messages,
+                                      size_t prompt_tokens, const engine::Tokenizer& tokenizer,
+                                      const engine::ChatTemplate& chat) {
+  std::vector<engine::ChatMessage> replied = messages;
+  replied.push_back({.role = "assistant", .content = ""});
+  ASSIGN_OR_RETURN(std::vector<int32_t> held, RenderTokens(replied, false, tokenizer, chat));
+  return static_cast<int32_t>(
+      std::max<int64_t>(static_cast<int64_t>(held.size()) - static_cast<int64_t>(prompt_tokens), 0));
+}
+
 }  // namespace
 
 std::vector<engine::ChatMessage> SessionMessages(const tandem::v1::SessionRecord& record) {
@@ -60,6 +75,8 @@ absl::StatusOr<TurnPlan> PlanTurn(const tandem::v1::SessionRecord& record,
   };
   RETURN_IF_ERROR(render());
   const int64_t full = static_cast<int64_t>(plan.prompt_ids.size());
+  ASSIGN_OR_RETURN(const int32_t close,
+                   ClosingTokens(messages, plan.prompt_ids.size(), tokenizer, chat));
 
   // The first turns that start inside the kept prefix are never evicted:
   // turn i (messages 2i, 2i+1) starts where the conversation before it ends.
@@ -75,7 +92,7 @@ absl::StatusOr<TurnPlan> PlanTurn(const tandem::v1::SessionRecord& record,
     }
   }
   auto over = [&](double limit) {
-    return static_cast<double>(plan.prompt_ids.size()) + room > limit;
+    return static_cast<double>(plan.prompt_ids.size()) + room + close > limit;
   };
   const double target = std::clamp(evict_to, 0.0, 1.0) * static_cast<double>(window);
   const bool overflow = over(static_cast<double>(window));
@@ -86,15 +103,16 @@ absl::StatusOr<TurnPlan> PlanTurn(const tandem::v1::SessionRecord& record,
     RETURN_IF_ERROR(render());
   }
   const int64_t prompt = static_cast<int64_t>(plan.prompt_ids.size());
-  if (prompt >= window) {
+  if (prompt + close >= window) {
     return absl::InvalidArgumentError(absl::StrCat(
         "message: the turn renders to ", prompt, " tokens after the kept prefix (",
         keep_first, " tokens) and every evictable turn, leaving no room to reply within "
         "window.max_tokens ", window));
   }
   plan.tokens_evicted = full - prompt;
-  plan.max_tokens =
-      can_roll ? max_tokens : static_cast<int32_t>(std::min<int64_t>(max_tokens, window - prompt));
+  plan.max_tokens = can_roll ? max_tokens
+                             : static_cast<int32_t>(
+                                   std::min<int64_t>(max_tokens, window - prompt - close));
   return plan;
 }
 
@@ -129,6 +147,9 @@ absl::StatusOr<TurnPlan> PlanShiftTurn(const tandem::v1::SessionRecord& record,
   TurnPlan plan;
   size_t protected_turns = 0;
   while (protected_turns < turns && offsets[protected_turns] < keep_first) ++protected_turns;
+  // A SHIFT record holds the KV's tokens, which end with the reply: the
+  // template's closing follows in the next turn's tokens, so none is
+  // reserved here.
   const int64_t need = static_cast<int64_t>(kv.size() + added.size()) + room;
   size_t last = protected_turns;  // evicts turns [protected_turns, last)
   int64_t cut = 0;

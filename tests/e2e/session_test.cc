@@ -4,13 +4,15 @@
 // prefilled on a prefill worker or, holding all but its new tokens, on its
 // decode worker; turns alternating
 // between two gateways equal a single-gateway run; a decode worker killed
-// (kill -9) between turns loses no session; a 1000-turn conversation keeps
+// (kill -9) between turns loses no session, nor do two kills of its KV
+// holder with one of three decode workers left; a 1000-turn conversation keeps
 // the decode worker's pinned KV within its window; closing a session frees
 // its KV at once, and its idle TTL reaches its record (the expiry itself is
 // tests/decode_worker/session_expiry_test.cc's, on a fake clock); bad
 // session requests name their field.
 #include <signal.h>
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 
@@ -126,17 +128,26 @@ int32_t AwaitUnpinned(Stack& stack) {
   return pinned;
 }
 
-// Kills (kill -9) the one of two decode workers keeping a session's KV and
-// returns its index (-1 when neither keeps any).
-int KillKvHolder(Stack& stack) {
-  for (int i = 0; i < 2; ++i) {
-    if (Stats(stack, i).sessions_pinned() > 0) {
-      stack.decode_process(i).Signal(SIGKILL);
-      stack.decode_process(i).Wait();
-      return i;
+// Kills (kill -9) the decode worker keeping a session's KV, among the
+// first `workers` decode workers less those in `dead`, and returns its
+// index (-1 when no one of them alone keeps any within 10 s: a previous
+// holder lets go of its KV shortly after the turn that moved it).
+int KillKvHolder(Stack& stack, int workers = 2, const std::vector<int>& dead = {}) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (true) {
+    std::vector<int> holders;
+    for (int i = 0; i < workers; ++i) {
+      if (std::find(dead.begin(), dead.end(), i) != dead.end()) continue;
+      if (Stats(stack, i).sessions_pinned() > 0) holders.push_back(i);
     }
+    if (holders.size() == 1) {
+      stack.decode_process(holders[0]).Signal(SIGKILL);
+      stack.decode_process(holders[0]).Wait();
+      return holders[0];
+    }
+    if (absl::Now() >= deadline) return -1;
+    absl::SleepFor(absl::Milliseconds(20));
   }
-  return -1;
 }
 
 // VmRSS of process `pid`, in KiB (-1 if unreadable).
@@ -189,6 +200,7 @@ TEST_P(ReprefillTest, TurnsEqualFreshRequestsOverManyEvictions) {
     EXPECT_EQ(info.messages(info.messages_size() - 2).content(), Message(turn));
     EXPECT_EQ(info.messages(info.messages_size() - 1).content(), reply.text);
     EXPECT_EQ(info.tokens_evicted(), evicted);
+    EXPECT_LE(info.tokens_held(), kWindow) << "turn " << turn;
     const Completion fresh =
         Generate(stack->gateway(), Stateless(info, std::min(24, kWindow - prompt)));
     ASSERT_TRUE(fresh.status.ok()) << fresh.status.error_message();
@@ -283,6 +295,52 @@ TEST(SessionTest, DecodeWorkerKilledBetweenTurnsLosesNoSession) {
   EXPECT_GT(Stats(*stack, 1 - holder).sessions_pinned(), 0);
   // A dead worker exits non-zero; only the others are checked.
   EXPECT_FALSE(stack->Stop());
+}
+
+TEST(SessionTest, KvHolderKilledTwiceWithADecodeWorkerLeftLosesNoSession) {
+  StackOptions o;
+  o.model = StoriesPath();
+  o.decode_workers = 3;
+  o.gateways = 2;
+  auto stack = Stack::Start(o);
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  constexpr int32_t kWindow = 160;
+  constexpr int kTurns = 12;
+  // The undisturbed run, then closed so that its KV is no longer pinned.
+  std::vector<Completion> undisturbed;
+  {
+    const std::string id = Create(stack->gateway(0), kWindow).session_id();
+    for (int turn = 0; turn < kTurns; ++turn) {
+      undisturbed.push_back(Chat(stack->gateway(turn % 2), id, Message(turn)));
+      ASSERT_TRUE(undisturbed.back().status.ok()) << undisturbed.back().status.error_message();
+    }
+    grpc::ClientContext ctx;
+    tandem::v1::CloseSessionRequest close;
+    close.set_session_id(id);
+    tandem::v1::CloseSessionResponse closed;
+    ASSERT_TRUE(stack->gateway(0).CloseSession(&ctx, close, &closed).ok());
+  }
+  const std::string id = Create(stack->gateway(0), kWindow).session_id();
+  std::vector<int> dead;
+  for (int turn = 0; turn < kTurns; ++turn) {
+    if (turn == 4 || turn == 8) {
+      // The worker keeping the session's KV (and a copy of its record).
+      const int holder = KillKvHolder(*stack, 3, dead);
+      ASSERT_GE(holder, 0) << "turn " << turn;
+      dead.push_back(holder);
+    }
+    const Completion reply = Chat(stack->gateway(turn % 2), id, Message(turn));
+    ASSERT_TRUE(reply.status.ok()) << "turn " << turn << ": " << reply.status.error_message();
+    if (turn == 4 || turn == 8) {
+      EXPECT_TRUE(reply.usage.session_rebuilt()) << "turn " << turn;
+    }
+    ExpectSameTokens(reply, undisturbed[turn], absl::StrCat("turn ", turn));
+    const tandem::v1::SessionInfo info = Get(stack->gateway((turn + 1) % 2), id);
+    EXPECT_EQ(info.turns_held() + info.turns_evicted(), turn + 1);
+    EXPECT_LE(info.tokens_held(), kWindow) << "turn " << turn;
+  }
+  EXPECT_FALSE(stack->Stop());  // the killed workers' exits are not 0
 }
 
 TEST(SessionTest, ThousandTurnsStayWithinTheWindowsBlocks) {

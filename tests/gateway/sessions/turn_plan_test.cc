@@ -237,6 +237,40 @@ TEST_F(TurnPlanTest, TurnAfterTurnTheRecordStaysWithinItsWindow) {
   }
 }
 
+TEST_F(TurnPlanTest, AReplyThatFillsItsRoomStillFitsTheWindow) {
+  // Replies of exactly max_tokens with no EOS: what the template appends
+  // after a reply once it is held (the plain template's "\n") must have
+  // been reserved too. With a block size the reply could roll, but one that
+  // fits its room is not clamped differently.
+  const std::vector<int32_t> text = tok_->Encode(kReply, {.add_special = false});
+  for (const bool blocks : {false, true}) {
+    SCOPED_TRACE(blocks ? "block_size 16" : "no block size");
+    TurnOptions options = Options();
+    options.evict_to = 1.0;  // evicts no more than the turn needs: the tightest fit
+    if (blocks) options.block_size = 16;
+    const int32_t window = 160;
+    tandem::v1::SessionRecord r = Session(tandem::v1::WINDOW_POLICY_REPREFILL, window,
+                                          static_cast<int32_t>(SystemTokens().size()));
+    for (int i = 0; i < 20; ++i) {
+      absl::StatusOr<ChatTurnPlan> plan =
+          PlanChatTurn(r, Chat("What happened on day " + std::to_string(i) + "?", 24), options);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      ASSERT_TRUE(plan->request.ok()) << plan->request.status();
+      TurnResult reply;
+      reply.decode_address = "decode-a";
+      while (static_cast<int32_t>(reply.reply_ids.size()) < plan->request->max_tokens) {
+        reply.reply_ids.push_back(text[reply.reply_ids.size() % text.size()]);
+      }
+      reply.reply = tok_->Decode(reply.reply_ids);
+      const CommittedTurn next = CommitChatTurn(r, *plan, reply, options);
+      EXPECT_LE(next.record.tokens_held(), window) << "turn " << i;
+      EXPECT_LE(next.usage.session_tokens_held(), window) << "turn " << i;
+      r = next.record;
+    }
+    EXPECT_GT(r.turns_evicted(), 0);
+  }
+}
+
 TEST_F(TurnPlanTest, InvalidRequestFieldsAreNamed) {
   GatewayLimits limits;
   limits.max_prompt_bytes = 16;
@@ -340,8 +374,14 @@ TEST_F(TurnPlanTest, RoutingFollowsTheHoldersBlocks) {
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->turn.roll_window, 0);
   EXPECT_FALSE(plan->turn.local_prefill);
-  EXPECT_EQ(plan->request->max_tokens,
-            256 - static_cast<int32_t>(plan->request->prompt_ids.size()));
+  // The clamp leaves room for what closes the reply once it is held.
+  std::vector<engine::ChatMessage> replied = SessionMessages(r);
+  replied.push_back({.role = "user", .content = "And then?"});
+  replied.push_back({.role = "assistant", .content = ""});
+  const absl::StatusOr<std::vector<int32_t>> closed = RenderTokens(replied, false, *tok_, chat_);
+  ASSERT_TRUE(closed.ok());
+  EXPECT_GT(closed->size(), plan->request->prompt_ids.size());
+  EXPECT_EQ(plan->request->max_tokens, 256 - static_cast<int32_t>(closed->size()));
 }
 
 TEST_F(TurnPlanTest, ACommitOnAnotherWorkerRebuildsTheSession) {

@@ -1,0 +1,299 @@
+// The gateway's session store client (gateway/sessions/session_store_client.h)
+// against in-process fake decode workers keeping records in a map: the
+// replica set skips workers known unreachable, a write that finds a target
+// down goes on to the next worker, a read puts the newest version back to
+// the targets lacking it, and a write drops the session from its previous
+// holder alone, after the puts.
+#include "gateway/sessions/session_store_client.h"
+
+#include <atomic>
+#include <map>
+#include <memory>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "rpc/bootstrap.h"
+#include "tandem/v1/worker.grpc.pb.h"
+
+namespace tandem::gateway {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::UnorderedElementsAre;
+
+// A decode worker's session store, and no more.
+class FakeStore final : public tandem::v1::Decode::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* PutSession(grpc::CallbackServerContext* ctx,
+                                       const tandem::v1::PutSessionRequest* request,
+                                       tandem::v1::PutSessionResponse*) override {
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      const tandem::v1::SessionRecord& r = request->record();
+      auto it = records_.find(r.session_id());
+      if (it != records_.end() && it->second.version() >= r.version()) {
+        status = grpc::Status(grpc::StatusCode::ABORTED, "held version is newer");
+      } else {
+        records_[r.session_id()] = r;
+        releases_ += request->release_kv() ? 1 : 0;
+      }
+    }
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(status);
+    return reactor;
+  }
+  grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* ctx,
+                                       const tandem::v1::SessionKey* request,
+                                       tandem::v1::SessionRecord* response) override {
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = records_.find(request->session_id());
+      if (it == records_.end()) {
+        status = grpc::Status(grpc::StatusCode::NOT_FOUND, "not held here");
+      } else {
+        *response = it->second;
+      }
+    }
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(status);
+    return reactor;
+  }
+  grpc::ServerUnaryReactor* DropSession(grpc::CallbackServerContext* ctx,
+                                        const tandem::v1::SessionKey* request,
+                                        tandem::v1::DropSessionResponse*) override {
+    {
+      absl::MutexLock lock(&mu_);
+      records_.erase(request->session_id());
+      ++drops_;
+    }
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  // The version held of `id` (0: none).
+  uint64_t Version(const std::string& id) {
+    absl::MutexLock lock(&mu_);
+    auto it = records_.find(id);
+    return it == records_.end() ? 0 : it->second.version();
+  }
+  // Waits up to 10 s until version `version` of `id` is held.
+  bool AwaitVersion(const std::string& id, uint64_t version) {
+    absl::MutexLock lock(&mu_);
+    auto held = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      auto it = records_.find(id);
+      return it != records_.end() && it->second.version() >= version;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&held), absl::Seconds(10));
+  }
+  // Waits up to 10 s until `n` drops arrived.
+  bool AwaitDrops(int n) {
+    absl::MutexLock lock(&mu_);
+    auto dropped = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return drops_ >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&dropped), absl::Seconds(10));
+  }
+  void Put(const tandem::v1::SessionRecord& r) {
+    absl::MutexLock lock(&mu_);
+    records_[r.session_id()] = r;
+  }
+  int drops() {
+    absl::MutexLock lock(&mu_);
+    return drops_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, tandem::v1::SessionRecord> records_ ABSL_GUARDED_BY(mu_);
+  int drops_ ABSL_GUARDED_BY(mu_) = 0;
+  int releases_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+class SessionStoreClientTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (rpc::StartedServer& s : servers_) s.server->Shutdown();
+  }
+
+  // Starts a live fake worker; its address.
+  std::string Live() {
+    stores_.push_back(std::make_unique<FakeStore>());
+    auto s = rpc::StartGrpcServer({}, {stores_.back().get()});
+    EXPECT_TRUE(s.ok()) << s.status();
+    servers_.push_back(std::move(*s));
+    store_of_[servers_.back().address] = stores_.back().get();
+    return servers_.back().address;
+  }
+  // An address nothing listens on any longer (a worker killed).
+  std::string Dead() {
+    FakeStore store;
+    auto s = rpc::StartGrpcServer({}, {&store});
+    EXPECT_TRUE(s.ok()) << s.status();
+    s->server->Shutdown();
+    return s->address;
+  }
+  FakeStore& Store(const std::string& address) { return *store_of_.at(address); }
+
+  std::unique_ptr<SessionStoreClient> Client(int replicas = 2) {
+    return std::make_unique<SessionStoreClient>(
+        channels_, SessionStoreClient::Options{
+                       .decode_workers =
+                           [this] {
+                             absl::MutexLock lock(&mu_);
+                             return workers_;
+                           },
+                       .replicas = replicas,
+                       .timeout = absl::Seconds(5),
+                       .on_under_replicated = [this] { ++under_replicated_; }});
+  }
+  void SetWorkers(std::vector<SessionStoreClient::DecodeWorker> workers) {
+    absl::MutexLock lock(&mu_);
+    workers_ = std::move(workers);
+  }
+  static tandem::v1::SessionRecord Record(const std::string& id, uint64_t version,
+                                          const std::string& holder) {
+    tandem::v1::SessionRecord r;
+    r.set_session_id(id);
+    r.set_version(version);
+    r.set_kv_holder(holder);
+    return r;
+  }
+  static absl::Status SaveNow(SessionStoreClient& client, const tandem::v1::SessionRecord& r,
+                              const std::string& previous = "") {
+    absl::Notification done;
+    absl::Status status;
+    client.Save(r, previous, [&](absl::Status s) {
+      status = std::move(s);
+      done.Notify();
+    });
+    done.WaitForNotification();
+    return status;
+  }
+  static absl::StatusOr<tandem::v1::SessionRecord> LoadNow(SessionStoreClient& client,
+                                                           const std::string& id) {
+    absl::Notification done;
+    absl::StatusOr<tandem::v1::SessionRecord> record;
+    client.Load(id, [&](absl::StatusOr<tandem::v1::SessionRecord> r) {
+      record = std::move(r);
+      done.Notify();
+    });
+    done.WaitForNotification();
+    return record;
+  }
+
+  rpc::ChannelCache channels_;
+  std::vector<std::unique_ptr<FakeStore>> stores_;
+  std::vector<rpc::StartedServer> servers_;
+  std::map<std::string, FakeStore*> store_of_;
+  absl::Mutex mu_;
+  std::vector<SessionStoreClient::DecodeWorker> workers_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int> under_replicated_{0};
+};
+
+TEST_F(SessionStoreClientTest, TargetsSkipAWorkerKnownUnreachable) {
+  SetWorkers({{.address = "a"}, {.address = "b"}, {.address = "c"}});
+  auto client = Client();
+  const std::vector<std::string> all = client->Ranked("s-1", "a");
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0], "a");
+  EXPECT_THAT(client->Targets("s-1", "a"), ElementsAre("a", all[1]));
+  // The replica the hash picks is down: the next one takes its place, and
+  // the down one is only a last resort.
+  SetWorkers({{.address = "a"},
+              {.address = "b", .reachable = all[1] != "b"},
+              {.address = "c", .reachable = all[1] != "c"}});
+  EXPECT_THAT(client->Targets("s-1", "a"), ElementsAre("a", all[2]));
+  EXPECT_THAT(client->Ranked("s-1", "a"), ElementsAre("a", all[2], all[1]));
+  // An unreachable holder is no longer first either.
+  SetWorkers({{.address = "a", .reachable = false}, {.address = "b"}, {.address = "c"}});
+  const std::vector<std::string> without_holder = client->Ranked("s-1", "a");
+  EXPECT_EQ(without_holder.back(), "a");
+  EXPECT_THAT(client->Targets("s-1", "a"), UnorderedElementsAre("b", "c"));
+}
+
+TEST_F(SessionStoreClientTest, SaveFallsOverToTheNextWorkerWhenATargetIsDown) {
+  const std::string holder = Live(), other = Live(), dead = Dead();
+  // The dead worker is not known down yet (its stream has not broken).
+  SetWorkers({{.address = holder}, {.address = other}, {.address = dead}});
+  auto client = Client();
+  // A session whose replica, after its holder, is the dead worker.
+  std::string id;
+  for (int i = 0; i < 100 && id.empty(); ++i) {
+    const std::string candidate = absl::StrCat("s-", i);
+    if (client->Targets(candidate, holder)[1] == dead) id = candidate;
+  }
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(SaveNow(*client, Record(id, 1, holder)).ok());
+  EXPECT_EQ(Store(holder).Version(id), 1u);
+  EXPECT_EQ(Store(other).Version(id), 1u);  // the dead one's copy
+  EXPECT_EQ(under_replicated_.load(), 0);
+
+  // With every other worker gone the write still lands, and says it is short.
+  SetWorkers({{.address = holder}, {.address = dead}});
+  ASSERT_TRUE(SaveNow(*client, Record(id, 2, holder)).ok());
+  EXPECT_EQ(Store(holder).Version(id), 2u);
+  EXPECT_EQ(under_replicated_.load(), 1);
+  // A stale version is refused.
+  EXPECT_EQ(SaveNow(*client, Record(id, 2, holder)).code(), absl::StatusCode::kAborted);
+}
+
+TEST_F(SessionStoreClientTest, SaveDropsOnlyThePreviousHolderAfterThePuts) {
+  const std::string a = Live(), b = Live(), c = Live(), d = Live();
+  SetWorkers({{.address = a}, {.address = b}, {.address = c}, {.address = d}});
+  auto client = Client();
+  // A session whose previous holder `a` is not among the new targets.
+  std::string id, holder;
+  for (int i = 0; i < 100 && id.empty(); ++i) {
+    const std::string candidate = absl::StrCat("s-", i);
+    for (const std::string& h : {b, c, d}) {
+      const std::vector<std::string> t = client->Targets(candidate, h);
+      if (std::find(t.begin(), t.end(), a) == t.end()) {
+        id = candidate;
+        holder = h;
+        break;
+      }
+    }
+  }
+  ASSERT_FALSE(id.empty());
+  Store(a).Put(Record(id, 1, a));
+  ASSERT_TRUE(SaveNow(*client, Record(id, 2, holder), a).ok());
+  for (const std::string& w : client->Targets(id, holder)) EXPECT_EQ(Store(w).Version(id), 2u);
+  // The drop is sent after the puts; it reaches `a` alone.
+  ASSERT_TRUE(Store(a).AwaitDrops(1));
+  EXPECT_EQ(Store(a).drops(), 1);
+  EXPECT_EQ(Store(a).Version(id), 0u);
+  for (const std::string& w : {b, c, d}) EXPECT_EQ(Store(w).drops(), 0) << w;
+}
+
+TEST_F(SessionStoreClientTest, LoadPutsTheNewestVersionBackWhereItIsMissing) {
+  const std::string a = Live(), b = Live(), c = Live(), dead = Dead();
+  // The holder died; its replica alone has the record.
+  SetWorkers({{.address = a}, {.address = b}, {.address = c}, {.address = dead, .reachable = false}});
+  auto client = Client();
+  const std::string id = "s-repair";
+  const std::vector<std::string> targets = client->Targets(id, dead);
+  ASSERT_EQ(targets.size(), 2u);
+  Store(targets[0]).Put(Record(id, 3, dead));
+  for (const std::string& w : {a, b, c}) {
+    if (w != targets[0]) Store(w).Put(Record(id, 2, dead));  // a stale copy
+  }
+  absl::StatusOr<tandem::v1::SessionRecord> loaded = LoadNow(*client, id);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->version(), 3u);
+  // The next target in rank order gets the newest version.
+  EXPECT_TRUE(Store(targets[1]).AwaitVersion(id, 3));
+
+  // Loss after loss, as long as one worker is left the session is read.
+  SetWorkers({{.address = targets[1]}, {.address = dead, .reachable = false}});
+  loaded = LoadNow(*client, id);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->version(), 3u);
+}
+
+}  // namespace
+}  // namespace tandem::gateway
