@@ -1,6 +1,10 @@
 #include "decode_worker/decode_service.h"
 
+#include <algorithm>
 #include <atomic>
+#include <memory>
+
+#include <grpcpp/alarm.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -49,6 +53,7 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
+      last_write_ = absl::Now();
     }
     Pump();
   }
@@ -84,6 +89,7 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
       Done(ticket.status());
       return;
     }
+    StartHeartbeat();
     if (local_) {
       ticket_ = std::move(*ticket);
       SubmitLocal(request);
@@ -158,6 +164,44 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
                                            });
   }
 
+  // From admission to the end: an alarm every stream_heartbeat writes a
+  // heartbeat when nothing was written for that long and no write is out,
+  // so the gateway hears from this worker while the KV is fetched or a long
+  // step runs. It stops with the call.
+  void StartHeartbeat() {
+    const absl::Duration every = service_->options_.stream_heartbeat;
+    if (every <= absl::ZeroDuration()) return;
+    absl::MutexLock lock(&mu_);
+    last_write_ = absl::Now();
+    ArmHeartbeat(last_write_ + every);
+  }
+  void ArmHeartbeat(absl::Time at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    heartbeat_alarm_ = std::make_unique<grpc::Alarm>();
+    std::weak_ptr<DecodeCall> weak = weak_from_this();
+    heartbeat_alarm_->Set(absl::ToChronoTime(at), [weak](bool ok) {
+      if (std::shared_ptr<DecodeCall> call = weak.lock(); ok && call != nullptr) {
+        call->Heartbeat();
+      }
+    });
+  }
+  void Heartbeat() {
+    const absl::Duration every = service_->options_.stream_heartbeat;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_ || cancelled_) return;
+      const absl::Time now = absl::Now();
+      if (writing_ || now - last_write_ < every) {
+        ArmHeartbeat(std::max(now, last_write_) + every);
+        return;
+      }
+      response_.Clear();
+      response_.set_heartbeat(true);
+      writing_ = true;
+      ArmHeartbeat(now + every);
+    }
+    StartWrite(&response_);
+  }
+
   // Engine thread (listener) or gRPC thread (after a write): writes what the
   // engine produced, or finishes when the sequence ended.
   void Pump() {
@@ -210,6 +254,7 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
       if (finished_) return;
       finished_ = true;
       keep_lease_.Reset();
+      if (heartbeat_alarm_ != nullptr) heartbeat_alarm_->Cancel();
     }
     if (absl::IsResourceExhausted(status)) {
       rpc::AddRetryHint(*ctx_, service_->admission_.retry_after());
@@ -236,6 +281,8 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
   kvtransfer::LeaseKeeper::Handle keep_lease_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<worker::SequenceStream> stream_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_write_ ABSL_GUARDED_BY(mu_);  // the last write's end (or the start)
+  std::unique_ptr<grpc::Alarm> heartbeat_alarm_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -41,6 +41,9 @@ struct DecodeServiceOptions {
   // The hand-off's heartbeat: a request's lease is renewed this often from
   // its arrival until its fetch ends (zero: off).
   absl::Duration lease_heartbeat = absl::Seconds(5);
+  // A Decode stream with nothing written for this long sends a heartbeat
+  // message (DecodeResponse.heartbeat; zero: never).
+  absl::Duration stream_heartbeat = absl::Milliseconds(250);
   // The session store: its limit (--max-sessions), how often idle records
   // are swept, and the clock their idle TTLs are timed by (tests pass a fake
   // one and move it by hand).

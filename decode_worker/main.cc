@@ -27,6 +27,10 @@ int main(int argc, char** argv) {
   specs.push_back({.name = "max-sessions", .default_value = "4096",
                    .help = "session records this worker keeps for the gateways"});
   specs.push_back(tandem::kvtransfer::LeaseHeartbeatFlagSpec());
+  specs.push_back({.name = "stream-heartbeat-ms", .default_value = "250",
+                   .help = "a Decode stream with nothing to send for this long (a KV fetch, "
+                           "a long step) sends a heartbeat, so gateways tell a slow worker "
+                           "from a lost one (0: never)"});
   // Leases on the blocks prefill workers pull from here (a session's).
   for (tandem::common::FlagSpec& s : tandem::worker::LeaseFlagSpecs()) specs.push_back(s);
   for (tandem::common::FlagSpec& s : tandem::rpc::PeerChannelFlagSpecs()) specs.push_back(s);
@@ -41,10 +45,13 @@ int main(int argc, char** argv) {
   absl::StatusOr<int32_t> heartbeat_ms =
       args->IntInRange("lease-heartbeat-ms", 0, 24 * 3600 * 1000);
   absl::StatusOr<int32_t> max_sessions = args->IntInRange("max-sessions", 0, 1 << 24);
+  absl::StatusOr<int32_t> stream_heartbeat_ms =
+      args->IntInRange("stream-heartbeat-ms", 0, 3600 * 1000);
   absl::StatusOr<tandem::kvtransfer::LeaseTableOptions> leases =
       tandem::worker::LeaseOptionsFromArgs(*args);
   for (const absl::Status& s : {fetch_ms.status(), channels.status(), streams.status(),
                                 heartbeat_ms.status(), max_sessions.status(),
+                                stream_heartbeat_ms.status(),
                                 leases.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-decode: " << s.message() << "\n";
@@ -68,6 +75,8 @@ int main(int argc, char** argv) {
                                                             ? nullptr
                                                             : worker->block_events.get(),
                                          .lease_heartbeat = absl::Milliseconds(*heartbeat_ms),
+                                         .stream_heartbeat =
+                                             absl::Milliseconds(*stream_heartbeat_ms),
                                          .sessions = {.max_sessions = *max_sessions}});
   auto& requests = tandem::rpc::CounterFamily(worker->metrics->registry(),
                                               "tandem_requests_total",

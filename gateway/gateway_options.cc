@@ -65,9 +65,13 @@ std::vector<common::FlagSpec> GatewayFlagSpecs() {
        .help = "when every prefill worker tried is unavailable, how long a request waits for "
                "one to come back (retrying) before it fails"},
       {.name = "progress-timeout-ms", .default_value = "20000",
-       .help = "a decode worker that sends nothing this long while a stream waits on it (the "
-               "KV fetch and first step, or any later step) is treated as failed and the "
-               "stream moves on; 0 = off"},
+       .help = "the most a decode worker may send nothing while a stream waits on it before "
+               "it is treated as failed and the stream moves on; within it the silence "
+               "allowed adapts to the worker's pace (5x its p99 gap between messages, "
+               "heartbeats included); 0 = off"},
+      {.name = "progress-timeout-floor-ms", .default_value = "1000",
+       .help = "the least silence the adaptive progress deadline allows a decode worker "
+               "that has been quick"},
       {.name = "kv-overcommit", .default_value = "1.0",
        .help = "requests in flight may be charged (prompt + max_tokens each) this many times "
                "the KV the decode workers report; past it a request is refused before any "
@@ -219,6 +223,9 @@ absl::StatusOr<GatewaySetup> GatewaySetupFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(const int32_t progress_ms,
                    args.IntInRange("progress-timeout-ms", 0, 24 * 3600 * 1000));
   options.progress_timeout = absl::Milliseconds(progress_ms);
+  ASSIGN_OR_RETURN(const int32_t floor_ms,
+                   args.IntInRange("progress-timeout-floor-ms", 1, 24 * 3600 * 1000));
+  options.progress_floor = absl::Milliseconds(floor_ms);
   ASSIGN_OR_RETURN(const int32_t heartbeat_ms,
                    args.IntInRange("lease-heartbeat-ms", 0, 24 * 3600 * 1000));
   options.lease_heartbeat = absl::Milliseconds(heartbeat_ms);

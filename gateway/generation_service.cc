@@ -203,7 +203,9 @@ CallEnv GenerationService::MakeCallEnv() {
                 return workers * options_.streams_per_decode_worker;
               },
           .unavailable_wait = options_.unavailable_wait,
-          .progress_timeout = options_.progress_timeout};
+          .progress_timeout = options_.progress_timeout,
+          .progress_floor = options_.progress_floor,
+          .decode_pace = &decode_pace_};
 }
 
 std::vector<SessionStoreClient::DecodeWorker> GenerationService::DecodeWorkers() const {

@@ -21,6 +21,7 @@
 #include "gateway/sessions/session_store_client.h"
 #include "gateway/routing/worker_resolver.h"
 #include "gateway/calls/validated_request.h"
+#include "gateway/routing/worker_pace.h"
 #include "gateway/routing/worker_picker.h"
 #include "kvtransfer/rpc/lease_keeper.h"
 #include "kvtransfer/rpc/release_client.h"
@@ -73,6 +74,8 @@ struct GatewayOptions {
   absl::Duration unavailable_wait = absl::Seconds(10);
   // A decode worker silent this long while owing a message is given up on.
   absl::Duration progress_timeout = absl::Seconds(20);
+  // The least silence the adaptive deadline allows (WorkerPace).
+  absl::Duration progress_floor = absl::Seconds(1);
   // How often a lease waiting for its decode worker is renewed (zero: off).
   absl::Duration lease_heartbeat = absl::Seconds(5);
   rpc::AdmissionLimits admission;
@@ -188,6 +191,7 @@ class GenerationService final : public GenerationServiceBase {
   const GatewayOptions options_;
   WorkerPicker prefill_;
   WorkerPicker decode_;
+  WorkerPace decode_pace_;  // by decode_ index: the progress deadline's pace
   rpc::ChannelCache channels_;
   kvtransfer::ReleaseClient releases_;
   kvtransfer::LeaseKeeper lease_keeper_;

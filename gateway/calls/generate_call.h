@@ -32,6 +32,7 @@
 #include "gateway/routing/kv_budget.h"
 #include "gateway/routing/kv_router.h"
 #include "gateway/calls/validated_request.h"
+#include "gateway/routing/worker_pace.h"
 #include "gateway/routing/worker_picker.h"
 #include "kvtransfer/rpc/lease_keeper.h"
 #include "kvtransfer/rpc/release_client.h"
@@ -97,7 +98,11 @@ struct CallEnv {
   // A decode worker that sends nothing for this long while the gateway
   // waits on it (its first message, covering the KV fetch, or the next
   // step's tokens) is treated as failed and the stream migrates; zero: off.
+  // Within it the silence allowed adapts to the worker's pace (decode_pace),
+  // never below progress_floor.
   absl::Duration progress_timeout;
+  absl::Duration progress_floor;
+  WorkerPace* decode_pace = nullptr;
 };
 
 // A session's turn, run as a Generate call of its truncated conversation
@@ -240,6 +245,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   // alarm is set again for the read outstanding.
   void CheckProgress() ABSL_LOCKS_EXCLUDED(mu_);
   void ArmProgressAlarm(absl::Time at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How long the decode worker in use may stay silent now (WorkerPace).
+  absl::Duration ProgressSilence() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run(Next next) ABSL_LOCKS_EXCLUDED(mu_);
   // Builds response_ (and write_buffer_) from `tokens` (and the finish, when
   // the emitter is done); false when there is nothing to send.
@@ -300,8 +307,13 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   // the alarm checks it (one alarm set at a time, while decoding).
   bool awaiting_decode_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time awaiting_since_ ABSL_GUARDED_BY(mu_);
+  // When the read outstanding is overdue (AwaitDecodeMessage), and the
+  // longest this stream has waited for a message.
+  absl::Time progress_due_ ABSL_GUARDED_BY(mu_);
+  absl::Duration longest_gap_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<grpc::Alarm> progress_alarm_ ABSL_GUARDED_BY(mu_);
   bool progress_alarm_set_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time progress_alarm_at_ ABSL_GUARDED_BY(mu_);  // when it rings
   // The relay was cancelled here because its worker made no progress (its
   // end migrates the stream).
   bool decode_stalled_ ABSL_GUARDED_BY(mu_) = false;

@@ -135,6 +135,24 @@ void GenerateCall::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
     // The relay is being cancelled, or the reply is complete.
     if (phase_ != Phase::kDecoding || decode_stalled_) return;
     awaiting_decode_ = false;
+    // The wait for this message sets the worker's pace (and this stream's).
+    const absl::Duration gap = absl::Now() - awaiting_since_;
+    longest_gap_ = std::max(longest_gap_, gap);
+    if (env_.decode_pace != nullptr) env_.decode_pace->Observe(decode_pick_.index(), gap);
+    if (message.heartbeat()) {
+      // Alive and working (fetching the KV, or in a long step): nothing
+      // else changes.
+      next.read = true;
+      AwaitDecodeMessage();
+    }
+  }
+  if (message.heartbeat()) {
+    Run(std::move(next));
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (phase_ != Phase::kDecoding || decode_stalled_) return;
     relay_answered_ = true;
     keep_lease_.Reset();  // the decode worker fetched the blocks
     if (!got_decode_message_) {
@@ -178,13 +196,22 @@ void GenerateCall::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
 void GenerateCall::AwaitDecodeMessage() {
   awaiting_decode_ = true;
   awaiting_since_ = absl::Now();
-  if (env_.progress_timeout > absl::ZeroDuration() && !progress_alarm_set_) {
-    ArmProgressAlarm(awaiting_since_ + env_.progress_timeout);
-  }
+  if (env_.progress_timeout <= absl::ZeroDuration()) return;
+  progress_due_ = awaiting_since_ + ProgressSilence();
+  // One alarm at a time; set again when this read is due before it rings
+  // (the worker's pace became known, or quicker).
+  if (!progress_alarm_set_ || progress_due_ < progress_alarm_at_) ArmProgressAlarm(progress_due_);
+}
+
+absl::Duration GenerateCall::ProgressSilence() const {
+  if (env_.decode_pace == nullptr) return env_.progress_timeout;
+  return env_.decode_pace->Silence(decode_pick_.index(), longest_gap_, env_.progress_floor,
+                                   env_.progress_timeout);
 }
 
 void GenerateCall::ArmProgressAlarm(absl::Time at) {
   progress_alarm_set_ = true;
+  progress_alarm_at_ = at;
   progress_alarm_ = std::make_unique<grpc::Alarm>();
   // Weak, as the retry alarm's: the server call keeps this object alive.
   std::weak_ptr<GenerateCall> weak = weak_from_this();
@@ -202,9 +229,8 @@ void GenerateCall::CheckProgress() {
     progress_alarm_set_ = false;
     // Set again on the next read.
     if (phase_ != Phase::kDecoding || relay_ == nullptr || !awaiting_decode_) return;
-    const absl::Time due = awaiting_since_ + env_.progress_timeout;
-    if (absl::Now() < due) {
-      ArmProgressAlarm(due);
+    if (absl::Now() < progress_due_) {
+      ArmProgressAlarm(progress_due_);
       return;
     }
     // The worker is alive enough to hold the call open but makes no
@@ -283,8 +309,8 @@ void GenerateCall::OnDecodeDone(const grpc::Status& result, const DecodeEnd& end
     const grpc::Status status =
         decode_stalled_
             ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                           absl::StrCat("the decode worker made no progress in ",
-                                        absl::FormatDuration(env_.progress_timeout)))
+                           absl::StrCat("the decode worker sent nothing in ",
+                                        absl::FormatDuration(absl::Now() - awaiting_since_)))
             : result;
     decode_stalled_ = false;
     if (end.refused_hand_off && !relay_answered_ && !local_ && lease_ == Lease::kHandedOff &&

@@ -25,14 +25,20 @@ namespace {
 // `at_pause` runs (the fault is injected there).
 Completion ReadWithFault(tandem::v1::Generation::Stub& stub,
                          const tandem::v1::GenerateRequest& req, size_t pause_after,
-                         const std::function<void()>& at_pause) {
+                         const std::function<void()>& at_pause,
+                         absl::Duration* longest_gap = nullptr) {
   Completion c;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
   auto reader = stub.Generate(&ctx, req);
   tandem::v1::GenerateResponse resp;
   bool paused = false;
+  absl::Time last = absl::Now();
   while (reader->Read(&resp)) {
+    // The client's view of the fault: its longest wait between messages.
+    const absl::Time now = absl::Now();
+    if (longest_gap != nullptr) *longest_gap = std::max(*longest_gap, now - last);
+    last = now;
     for (const auto& t : resp.tokens()) c.tokens.push_back(t);
     if (resp.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) c.usage = resp.usage();
     if (!paused && c.tokens.size() >= pause_after) {
@@ -218,11 +224,17 @@ TEST_P(StoppedDecodeWorkerTest, TheStreamMovesOn) {
   const std::vector<int32_t> ids = Prompt(40, 8, 14);
   constexpr int32_t kTokens = 1500;
   int stopped = -1;
-  const Completion c = ReadWithFault(stack->gateway(), Request(ids, kTokens), 3, [&] {
-    stopped = BusyDecodeWorker(*stack, 2);
-    ASSERT_GE(stopped, 0);
-    stack->decode_process(stopped).Signal(SIGSTOP);
-  });
+  absl::Duration stall;
+  const Completion c = ReadWithFault(
+      stack->gateway(), Request(ids, kTokens), 3,
+      [&] {
+        stopped = BusyDecodeWorker(*stack, 2);
+        ASSERT_GE(stopped, 0);
+        stack->decode_process(stopped).Signal(SIGSTOP);
+      },
+      &stall);
+  ASSERT_GE(stopped, 0);
+  std::cout << GetParam().name << ": the client's longest wait " << stall << "\n";
   ExpectMatches(c, Reference(ids, kTokens));
   EXPECT_EQ(c.usage.migrations(), 1);
   EXPECT_EQ(MetricValue(stack->gateway_info().metrics_address, "tandem_progress_timeouts_total"),
@@ -234,12 +246,17 @@ TEST_P(StoppedDecodeWorkerTest, TheStreamMovesOn) {
 INSTANTIATE_TEST_SUITE_P(
     KeepaliveOrProgressDeadline, StoppedDecodeWorkerTest,
     ::testing::Values(
+        // The pings alone (the adaptive deadline held off).
         StoppedWorkerCase{"Keepalive",
-                          {"--keepalive-ms", "300", "--keepalive-timeout-ms", "300"},
+                          {"--keepalive-ms", "300", "--keepalive-timeout-ms", "300",
+                           "--progress-timeout-floor-ms", "15000"},
                           0},
         StoppedWorkerCase{"ProgressDeadline",
                           {"--keepalive-ms", "0", "--progress-timeout-ms", "500"},
-                          1}),
+                          1},
+        // The defaults (pings every 10 s): the deadline adapted to the
+        // worker's pace moves the stream after about a second.
+        StoppedWorkerCase{"AdaptiveDeadline", {}, 1}),
     [](const ::testing::TestParamInfo<StoppedWorkerCase>& info) { return info.param.name; });
 
 // A prefill worker that dies after its prefill answered but before the

@@ -13,6 +13,8 @@
 #include <deque>
 #include <map>
 
+#include <grpcpp/alarm.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -94,7 +96,12 @@ class FakeDecode final : public tandem::v1::Decode::CallbackService {
     // Refuses the hand-off at admission, as a full decode worker does: the
     // lease stays the gateway's (with a 10 ms retry hint).
     bool refuse_hand_off = false;
+    // The wait before each message (gaps[i] before message i where given,
+    // else `gap`); a token id of kHeartbeat sends a heartbeat message.
+    absl::Duration gap = absl::ZeroDuration();
+    std::vector<absl::Duration> gaps = {};
   };
+  static constexpr int32_t kHeartbeat = -1;
   void Set(Script s) { SetEach({std::move(s)}); }
   // Call i follows scripts[i] (the last one for every call after).
   void SetEach(std::vector<Script> scripts) {
@@ -155,6 +162,15 @@ class FakeDecode final : public tandem::v1::Decode::CallbackService {
       if (!finished_.exchange(true)) Finish(s);
     }
     void Next() {
+      const absl::Duration gap =
+          next_ < script_.gaps.size() ? script_.gaps[next_] : script_.gap;
+      if (gap <= absl::ZeroDuration() || next_ == script_.tokens.size()) {
+        WriteNext();
+        return;
+      }
+      alarm_.Set(absl::ToChronoTime(absl::Now() + gap), [this](bool) { WriteNext(); });
+    }
+    void WriteNext() {
       if (next_ == script_.tokens.size()) {
         written_all_.store(true);
         if (!script_.hang) FinishOnce(script_.end);
@@ -164,10 +180,15 @@ class FakeDecode final : public tandem::v1::Decode::CallbackService {
         return;  // a hanging stream finishes in OnCancel
       }
       msg_.Clear();
-      msg_.add_tokens()->set_id(script_.tokens[next_]);
+      if (script_.tokens[next_] == kHeartbeat) {
+        msg_.set_heartbeat(true);
+      } else {
+        msg_.add_tokens()->set_id(script_.tokens[next_]);
+      }
       if (++next_ == script_.tokens.size()) msg_.set_finish_reason(script_.finish);
       StartWrite(&msg_);
     }
+    grpc::Alarm alarm_;
     FakeDecode* owner_;
     Script script_;
     size_t next_ = 0;  // reactions only (one at a time)
@@ -214,6 +235,7 @@ class GenerateCallTest : public ::testing::Test {
     options.max_migrations = max_migrations;
     options.streams_per_decode_worker = decode_streams;
     options.unavailable_wait = unavailable_wait_;
+    options.progress_floor = progress_floor_;
     service_ = std::make_unique<GenerationService>(std::move(*tokenizer), options, registry_);
     auto g = rpc::StartGrpcServer({}, {service_.get()});
     ASSERT_TRUE(g.ok()) << g.status();
@@ -292,6 +314,7 @@ class GenerateCallTest : public ::testing::Test {
   }
 
   absl::Duration unavailable_wait_ = absl::ZeroDuration();  // per test
+  absl::Duration progress_floor_ = absl::Seconds(1);        // per test
   std::vector<std::unique_ptr<FakePrefill>> prefills_;
   FakeDecode decode_;
   std::vector<rpc::StartedServer> servers_;
@@ -496,6 +519,51 @@ TEST_F(GenerateCallTest, AFirstPrefillRefusedForCapacityIsRefusedAtOnce) {
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_TRUE(r.text.empty());
   EXPECT_EQ(prefills_[0]->prefills(), 1);
+}
+
+// The progress deadline adapts to the worker's pace: a worker that has been
+// quick (5 ms a token) and goes silent is given up on after the floor, not
+// the 20 s flag, and the stream goes on elsewhere.
+TEST_F(GenerateCallTest, AQuickWorkerGoneSilentIsGivenUpOnAfterTheFloor) {
+  progress_floor_ = absl::Milliseconds(200);
+  StartGateway(1);
+  FakeDecode::Script quick{.tokens = std::vector<int32_t>(40, Byte('b')),
+                           .hang = true,
+                           .gap = absl::Milliseconds(5)};
+  decode_.SetEach({quick, {.tokens = {Byte('e')}, .finish = tandem::v1::FINISH_REASON_LENGTH}});
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));  // < the 20 s flag
+  auto reader = stub_->Generate(&ctx, Request(64));
+  tandem::v1::GenerateResponse msg;
+  int tokens = 0;
+  while (reader->Read(&msg)) tokens += msg.tokens_size();
+  const grpc::Status status = reader->Finish();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(tokens, 1 + 40 + 1 + 1);  // prefill, the quick worker, the resumed prefill, decode
+  EXPECT_EQ(Counter("tandem_progress_timeouts_total"), 1);
+  EXPECT_EQ(Counter("tandem_migrations_total"), 1);
+}
+
+// A worker whose steps are slow but steady is not given up on, nor is one
+// that sends heartbeats through a step far longer than its pace (a long
+// prefill chunk): no false migration.
+TEST_F(GenerateCallTest, SlowStepsAndHeartbeatsThroughALongOneAreNotGivenUpOn) {
+  progress_floor_ = absl::Milliseconds(20);
+  StartGateway(1);
+  FakeDecode::Script s{.tokens = std::vector<int32_t>(24, Byte('b')),
+                       .finish = tandem::v1::FINISH_REASON_LENGTH,
+                       .gap = absl::Milliseconds(40)};
+  // A step of 1.2 s in the middle, covered by heartbeats every 100 ms (the
+  // pace allows 5 x 40 ms of silence).
+  s.tokens.insert(s.tokens.begin() + 20, 12, FakeDecode::kHeartbeat);
+  s.gaps.assign(s.tokens.size(), absl::Milliseconds(40));
+  for (int i = 20; i < 32; ++i) s.gaps[i] = absl::Milliseconds(100);
+  decode_.Set(s);
+  const Result r = Generate(Request(64));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "a" + std::string(24, 'b'));
+  EXPECT_EQ(r.usage.migrations(), 0);
+  EXPECT_EQ(Counter("tandem_progress_timeouts_total"), 0);
 }
 
 TEST_F(GenerateCallTest, MigrationsStopAtTheLimit) {
