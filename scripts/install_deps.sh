@@ -12,7 +12,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus-cpp-dev python3-grpcio python3-protobuf python3-grpc-tools
   libcpp-httplib-dev nlohmann-json3-dev curl
-  libssl-dev openssl prometheus iproute2
+  libssl-dev openssl prometheus iproute2 nftables
 )
 # Node.js and npm run the OpenAI SDK test; a machine that already has them
 # (from any source) keeps its own.

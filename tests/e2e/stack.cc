@@ -49,6 +49,9 @@ std::unique_ptr<Stack> Stack::Start(const StackOptions& o) {
     auto& w = s->prefills_.emplace_back();
     w.argv = worker_argv("tandem-prefill");
     w.argv.insert(w.argv.end(), o.prefill_flags.begin(), o.prefill_flags.end());
+    if (o.prefill_host != "127.0.0.1") {
+      w.argv.insert(w.argv.end(), {"--listen", o.prefill_host + ":0"});
+    }
     w.proc = StartReady(w.argv, &w.info);
     if (w.proc == nullptr) return nullptr;
     w.stub = tandem::v1::Prefill::NewStub(Channel(w.info.grpc_address));
@@ -58,6 +61,11 @@ std::unique_ptr<Stack> Stack::Start(const StackOptions& o) {
     auto& w = s->decodes_.emplace_back();
     w.argv = worker_argv("tandem-decode");
     w.argv.insert(w.argv.end(), o.decode_flags.begin(), o.decode_flags.end());
+    if (static_cast<size_t>(i) < o.decode_hosts.size()) {
+      w.argv.insert(w.argv.end(), {"--listen", o.decode_hosts[i] + ":0", "--metrics-listen",
+                                   o.decode_hosts[i] + ":0"});
+    }
+    if (static_cast<size_t>(i) < o.decode_wrap.size()) w.argv = o.decode_wrap[i](w.argv);
     w.proc = StartReady(w.argv, &w.info);
     if (w.proc == nullptr) return nullptr;
     w.stub = tandem::v1::Decode::NewStub(Channel(w.info.grpc_address));

@@ -32,6 +32,14 @@ struct StackOptions {
   // Name each worker to the gateway as dns:///127.0.0.1:PORT (the resolver's
   // path) instead of 127.0.0.1:PORT.
   bool dns_targets = false;
+  // Where the prefill workers listen (host; every peer must reach it).
+  std::string prefill_host = "127.0.0.1";
+  // Decode worker i runs as decode_wrap[i](argv) (e.g. inside a network
+  // namespace) and listens, metrics included, on decode_hosts[i]; workers
+  // past either list run as they are, on 127.0.0.1.
+  std::vector<std::function<std::vector<std::string>(const std::vector<std::string>&)>>
+      decode_wrap;
+  std::vector<std::string> decode_hosts;
 };
 
 class Stack {

@@ -1,0 +1,133 @@
+#include "tests/e2e/netns.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace tandem::testing {
+namespace {
+
+// Runs `command` through the shell, its output discarded.
+absl::Status Run(const std::string& command) {
+  const int rc = std::system((command + " >/dev/null 2>&1").c_str());
+  if (rc != 0) {
+    return absl::FailedPreconditionError(absl::StrCat("`", command, "` failed (", rc, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const char* FaultName(WorkerNetwork::Fault fault) {
+  switch (fault) {
+    case WorkerNetwork::Fault::kBlackhole: return "Blackhole";
+    case WorkerNetwork::Fault::kLinkDown: return "LinkDown";
+    case WorkerNetwork::Fault::kDropToWorker: return "DropToWorker";
+    case WorkerNetwork::Fault::kDropFromWorker: return "DropFromWorker";
+  }
+  return "?";
+}
+
+absl::StatusOr<std::unique_ptr<WorkerNetwork>> WorkerNetwork::Create(int index) {
+  if (geteuid() != 0) return absl::FailedPreconditionError("not root: no network namespaces");
+  if (Run("command -v nft").ok() == false) {
+    return absl::FailedPreconditionError("nft (nftables) is not installed");
+  }
+  // Unique per process, short enough for interface names (15 characters).
+  const int tag = static_cast<int>(getpid() % 10000);
+  std::unique_ptr<WorkerNetwork> n(new WorkerNetwork());
+  n->ns_ = absl::StrCat("tandem-", tag, "-", index);
+  n->host_if_ = absl::StrCat("tdh", tag, "x", index);
+  n->worker_if_ = absl::StrCat("tdw", tag, "x", index);
+  const int subnet = (tag % 50) * 4 + index;  // 10.213.<subnet>.0/30
+  n->host_ip_ = absl::StrCat("10.213.", subnet % 250, ".1");
+  n->worker_ip_ = absl::StrCat("10.213.", subnet % 250, ".2");
+  for (const std::string& c : {
+           absl::StrCat("ip netns add ", n->ns_),
+           absl::StrCat("ip link add ", n->host_if_, " type veth peer name ", n->worker_if_),
+           absl::StrCat("ip link set ", n->worker_if_, " netns ", n->ns_),
+           absl::StrCat("ip addr add ", n->host_ip_, "/30 dev ", n->host_if_),
+           absl::StrCat("ip link set ", n->host_if_, " up"),
+           absl::StrCat("ip -n ", n->ns_, " addr add ", n->worker_ip_, "/30 dev ", n->worker_if_),
+           absl::StrCat("ip -n ", n->ns_, " link set ", n->worker_if_, " up"),
+           absl::StrCat("ip -n ", n->ns_, " link set lo up"),
+           absl::StrCat("ip netns exec ", n->ns_, " nft list tables")}) {
+    if (absl::Status s = Run(c); !s.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("network namespaces or nftables are not usable here: ", s.message()));
+    }
+  }
+  return n;
+}
+
+WorkerNetwork::~WorkerNetwork() {
+  (void)Run(absl::StrCat("ip netns del ", ns_));
+  (void)Run(absl::StrCat("ip link del ", host_if_));  // gone with the namespace, usually
+}
+
+std::vector<std::string> WorkerNetwork::Wrap(const std::vector<std::string>& argv) const {
+  std::vector<std::string> out = {"ip", "netns", "exec", ns_};
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+absl::Status WorkerNetwork::Inject(Fault fault) {
+  auto nft = [this](const std::string& chains) {
+    return Run(absl::StrCat("ip netns exec ", ns_, " nft 'add table inet tandem_fault; ", chains,
+                            "'"));
+  };
+  const std::string in = absl::StrCat(
+      "add chain inet tandem_fault in { type filter hook input priority 0; policy accept; }; "
+      "add rule inet tandem_fault in iifname ",
+      worker_if_, " drop");
+  const std::string out = absl::StrCat(
+      "add chain inet tandem_fault out { type filter hook output priority 0; policy accept; }; "
+      "add rule inet tandem_fault out oifname ",
+      worker_if_, " drop");
+  switch (fault) {
+    case Fault::kBlackhole: return nft(absl::StrCat(in, "; ", out));
+    case Fault::kDropToWorker: return nft(in);
+    case Fault::kDropFromWorker: return nft(out);
+    case Fault::kLinkDown: return Run(absl::StrCat("ip link set ", host_if_, " down"));
+  }
+  return absl::InvalidArgumentError("fault");
+}
+
+absl::Status WorkerNetwork::Heal() {
+  (void)Run(absl::StrCat("ip netns exec ", ns_, " nft delete table inet tandem_fault"));
+  return Run(absl::StrCat("ip link set ", host_if_, " up"));
+}
+
+bool WorkerNetwork::Connects(int port, absl::Duration timeout) const {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, worker_ip_.c_str(), &addr.sin_addr);
+  bool ok = false;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    ok = true;
+  } else if (errno == EINPROGRESS) {
+    pollfd p{.fd = fd, .events = POLLOUT, .revents = 0};
+    if (poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) == 1) {
+      int err = 0;
+      socklen_t len = sizeof(err);
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      ok = err == 0;
+    }
+  }
+  close(fd);
+  return ok;
+}
+
+}  // namespace tandem::testing

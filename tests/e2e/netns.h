@@ -1,0 +1,59 @@
+// A worker behind its own network: a network namespace joined to the host by
+// a veth pair (host 10.213.N.1, worker 10.213.N.2), and the faults a fleet's
+// network has, made with nftables inside the namespace and iproute2: every
+// packet dropped both ways (a blackhole), one way only, or the link down;
+// then healed. Needs root (CAP_NET_ADMIN), `ip` and `nft`; Create says why
+// not where they are missing, and tests skip with that message.
+#ifndef TANDEM_TESTS_E2E_NETNS_H_
+#define TANDEM_TESTS_E2E_NETNS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace tandem::testing {
+
+class WorkerNetwork {
+ public:
+  enum class Fault {
+    kBlackhole,      // every packet to and from the worker dropped
+    kLinkDown,       // the veth pair down
+    kDropToWorker,   // packets to the worker dropped (one way)
+    kDropFromWorker  // packets from the worker dropped (one way)
+  };
+
+  // Namespace `index` (0..99) of this process. FailedPrecondition with the
+  // reason when namespaces or nftables cannot be used here.
+  static absl::StatusOr<std::unique_ptr<WorkerNetwork>> Create(int index);
+  ~WorkerNetwork();  // the namespace and the veth pair are removed
+
+  const std::string& host_ip() const { return host_ip_; }
+  const std::string& worker_ip() const { return worker_ip_; }
+  // `argv` run inside the namespace.
+  std::vector<std::string> Wrap(const std::vector<std::string>& argv) const;
+
+  absl::Status Inject(Fault fault);
+  absl::Status Heal();
+  // Whether a fresh TCP connection from the host to `worker_ip():port`
+  // completes within `timeout`: how a test proves a fault took effect (or
+  // healed).
+  bool Connects(int port, absl::Duration timeout) const;
+
+ private:
+  WorkerNetwork() = default;
+  std::string ns_;
+  std::string host_if_;
+  std::string worker_if_;
+  std::string host_ip_;
+  std::string worker_ip_;
+};
+
+const char* FaultName(WorkerNetwork::Fault fault);
+
+}  // namespace tandem::testing
+
+#endif  // TANDEM_TESTS_E2E_NETNS_H_
