@@ -37,8 +37,10 @@ absl::Duration WorkerPace::P99(int index) const {
 absl::Duration WorkerPace::Silence(int index, absl::Duration stream_gap, absl::Duration floor,
                                    absl::Duration cap) const {
   const absl::Duration p99 = P99(index);
-  if (p99 == absl::InfiniteDuration()) return cap;
-  const absl::Duration want = std::max(kFactor * p99, 2 * stream_gap);
+  const absl::Duration want =
+      p99 == absl::InfiniteDuration()
+          ? std::max(kUnknownPaceFloors * floor, 2 * stream_gap)
+          : std::max(kFactor * p99, 2 * stream_gap);
   return std::clamp(want, std::min(floor, cap), cap);
 }
 

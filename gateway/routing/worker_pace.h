@@ -21,9 +21,11 @@ namespace tandem::gateway {
 class WorkerPace {
  public:
   // The gaps kept per worker, and the fewest that say anything: with fewer,
-  // Silence answers `cap`.
+  // Silence allows kUnknownPaceFloors floors (the worker's heartbeats, every
+  // 250 ms by default, keep a live one well inside that).
   static constexpr int kWindow = 128;
   static constexpr int kMinSamples = 16;
+  static constexpr int kUnknownPaceFloors = 2;
   // Silence allowed: this many times the worker's p99 gap.
   static constexpr int kFactor = 5;
 
@@ -31,8 +33,9 @@ class WorkerPace {
   void Observe(int index, absl::Duration gap);
   // The silence a stream on worker `index` allows before giving up on it:
   // kFactor x the worker's p99 gap, and at least `stream_gap` (the longest
-  // wait the stream itself has seen) twice over, within [floor, cap]; `cap`
-  // while the worker has fewer than kMinSamples gaps.
+  // wait the stream itself has seen) twice over, within [floor, cap];
+  // kUnknownPaceFloors x floor (and that twice-over gap; at most cap) while
+  // the worker has fewer than kMinSamples gaps.
   absl::Duration Silence(int index, absl::Duration stream_gap, absl::Duration floor,
                          absl::Duration cap) const;
   // The worker's p99 gap (infinite with fewer than kMinSamples gaps).

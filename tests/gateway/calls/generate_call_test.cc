@@ -548,7 +548,7 @@ TEST_F(GenerateCallTest, AQuickWorkerGoneSilentIsGivenUpOnAfterTheFloor) {
 // that sends heartbeats through a step far longer than its pace (a long
 // prefill chunk): no false migration.
 TEST_F(GenerateCallTest, SlowStepsAndHeartbeatsThroughALongOneAreNotGivenUpOn) {
-  progress_floor_ = absl::Milliseconds(20);
+  progress_floor_ = absl::Milliseconds(50);
   StartGateway(1);
   FakeDecode::Script s{.tokens = std::vector<int32_t>(24, Byte('b')),
                        .finish = tandem::v1::FINISH_REASON_LENGTH,

@@ -1,4 +1,4 @@
-// The progress deadline's pace: too few gaps say nothing (the flag's cap);
+// The progress deadline's pace: too few gaps say little (two floors);
 // then five times the worker's p99 gap, at least twice the stream's own
 // longest wait, within [floor, cap]; workers are kept apart.
 #include "gateway/routing/worker_pace.h"
@@ -11,15 +11,20 @@ namespace {
 constexpr absl::Duration kFloor = absl::Milliseconds(100);
 constexpr absl::Duration kCap = absl::Seconds(20);
 
-TEST(WorkerPaceTest, FewGapsSayNothing) {
+TEST(WorkerPaceTest, FewGapsSayLittle) {
   WorkerPace pace;
-  EXPECT_EQ(pace.Silence(0, absl::ZeroDuration(), kFloor, kCap), kCap);
+  const absl::Duration unknown = WorkerPace::kUnknownPaceFloors * kFloor;
+  EXPECT_EQ(pace.Silence(0, absl::ZeroDuration(), kFloor, kCap), unknown);
   for (int i = 0; i < WorkerPace::kMinSamples - 1; ++i) pace.Observe(0, absl::Milliseconds(5));
-  EXPECT_EQ(pace.Silence(0, absl::ZeroDuration(), kFloor, kCap), kCap);
+  EXPECT_EQ(pace.Silence(0, absl::ZeroDuration(), kFloor, kCap), unknown);
+  // The stream's own long wait counts even so, and the cap still holds.
+  EXPECT_EQ(pace.Silence(0, absl::Milliseconds(400), kFloor, kCap), absl::Milliseconds(800));
+  EXPECT_EQ(pace.Silence(0, absl::ZeroDuration(), kFloor, absl::Milliseconds(150)),
+            absl::Milliseconds(150));
   pace.Observe(0, absl::Milliseconds(5));
   EXPECT_EQ(pace.Silence(0, absl::ZeroDuration(), kFloor, kCap), kFloor);
   // Another worker has no gaps of its own.
-  EXPECT_EQ(pace.Silence(1, absl::ZeroDuration(), kFloor, kCap), kCap);
+  EXPECT_EQ(pace.Silence(1, absl::ZeroDuration(), kFloor, kCap), unknown);
 }
 
 TEST(WorkerPaceTest, FiveTimesTheP99WithinTheBounds) {
