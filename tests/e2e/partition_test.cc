@@ -44,6 +44,10 @@ TEST_P(PartitionTest, AStreamOnACutOffDecodeWorkerMovesOnAndTheWorkerReturnsWhen
   // stream (the lowest index wins a tie).
   o.decode_wrap = {[&n](const std::vector<std::string>& argv) { return n.Wrap(argv); }};
   o.decode_hosts = {n.worker_ip()};
+  // Least-loaded routing: with both idle the lowest index wins, so the
+  // requests after the heal go to the healed worker whatever the others'
+  // caches hold.
+  o.gateway_flags = {"--router", "least-loaded"};
   auto stack = Stack::Start(o);
   ASSERT_NE(stack, nullptr);
   ASSERT_TRUE(stack->AwaitGatewaySynced());
@@ -93,13 +97,18 @@ TEST_P(PartitionTest, AStreamOnACutOffDecodeWorkerMovesOnAndTheWorkerReturnsWhen
   EXPECT_EQ(AwaitMetric(gateway, "tandem_decode_kv_capacity_tokens",
                         [both](double v) { return v >= both; }, absl::Seconds(30)),
             both);
+  // The gateway's old connection may still be stuck in its retransmissions
+  // (or its keepalive may break it now): requests go on until one is served
+  // there, each completing without error wherever it runs.
   const std::string worker_metrics = stack->decode_info(0).metrics_address;
   const double before = MetricValue(worker_metrics, "tandem_generated_tokens_total");
-  for (int i = 0; i < 4; ++i) {
+  bool served = false;
+  for (int i = 0; i < 100 && !served; ++i) {
     const Completion after = Generate(stack->gateway(), Request(Prompt(24, 8, 30 + i), 16));
     EXPECT_TRUE(after.status.ok()) << after.status.error_message();
+    served = MetricValue(worker_metrics, "tandem_generated_tokens_total") > before;
   }
-  EXPECT_GT(MetricValue(worker_metrics, "tandem_generated_tokens_total"), before);
+  EXPECT_TRUE(served) << "the healed worker served nothing";
   stack->Stop();
 }
 
