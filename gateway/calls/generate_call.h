@@ -220,6 +220,9 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
       ABSL_LOCKS_EXCLUDED(mu_);
   void StartDecode() ABSL_LOCKS_EXCLUDED(mu_);
   void OnDecodeMessage(const tandem::v1::DecodeResponse& message) ABSL_LOCKS_EXCLUDED(mu_);
+  // A message with tokens (not a heartbeat): relayed to the client.
+  void OnDecodeTokens(const tandem::v1::DecodeResponse& message, Next& next)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How a Decode call ended besides its status (its trailing metadata).
   struct DecodeEnd {
     // The worker refused the hand-off at admission (full), before touching

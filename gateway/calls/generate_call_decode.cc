@@ -144,53 +144,50 @@ void GenerateCall::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
       // else changes.
       next.read = true;
       AwaitDecodeMessage();
-    }
-  }
-  if (message.heartbeat()) {
-    Run(std::move(next));
-    return;
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    if (phase_ != Phase::kDecoding || decode_stalled_) return;
-    relay_answered_ = true;
-    keep_lease_.Reset();  // the decode worker fetched the blocks
-    if (!got_decode_message_) {
-      got_decode_message_ = true;
-      usage_.set_kv_transfer_seconds(message.kv_transfer_seconds());
-      usage_.set_first_decode_seconds(message.first_decode_seconds());
-      if (local_ && migrations_ == 0) {
-        // The decode worker prefilled the prompt: its first message holds
-        // the first token.
-        ticket_.DoneQueuing();
-        usage_.set_prefill_seconds(message.first_decode_seconds());
-        usage_.set_cached_prompt_tokens(message.cached_prompt_tokens());
-      }
-    }
-    std::vector<tandem::v1::Token> out;
-    for (const tandem::v1::SampledTokenProto& t : message.tokens()) {
-      generated_ids_.push_back(t.id());
-      if (emitter_->Push(t, &out)) break;
-    }
-    // The worker ends its call after this message by itself.
-    decode_finishing_ = message.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED;
-    if (!emitter_->finished() &&
-        message.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
-      emitter_->Finish(message.finish_reason(), &out);
-    }
-    next.write = Prepare(out);
-    if (emitter_->finished()) {
-      // Done here (e.g. a stop string matched): stop the decode worker.
-      Next end = Complete();
-      next.finish = end.finish;
-      next.status = end.status;
-      next.commit = end.commit;
-    } else if (!next.write) {
-      next.read = true;
-      AwaitDecodeMessage();
+    } else {
+      OnDecodeTokens(message, next);
     }
   }
   Run(std::move(next));
+}
+
+void GenerateCall::OnDecodeTokens(const tandem::v1::DecodeResponse& message, Next& next) {
+  relay_answered_ = true;
+  keep_lease_.Reset();  // the decode worker fetched the blocks
+  if (!got_decode_message_) {
+    got_decode_message_ = true;
+    usage_.set_kv_transfer_seconds(message.kv_transfer_seconds());
+    usage_.set_first_decode_seconds(message.first_decode_seconds());
+    if (local_ && migrations_ == 0) {
+      // The decode worker prefilled the prompt: its first message holds
+      // the first token.
+      ticket_.DoneQueuing();
+      usage_.set_prefill_seconds(message.first_decode_seconds());
+      usage_.set_cached_prompt_tokens(message.cached_prompt_tokens());
+    }
+  }
+  std::vector<tandem::v1::Token> out;
+  for (const tandem::v1::SampledTokenProto& t : message.tokens()) {
+    generated_ids_.push_back(t.id());
+    if (emitter_->Push(t, &out)) break;
+  }
+  // The worker ends its call after this message by itself.
+  decode_finishing_ = message.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED;
+  if (!emitter_->finished() &&
+      message.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
+    emitter_->Finish(message.finish_reason(), &out);
+  }
+  next.write = Prepare(out);
+  if (emitter_->finished()) {
+    // Done here (e.g. a stop string matched): stop the decode worker.
+    Next end = Complete();
+    next.finish = end.finish;
+    next.status = end.status;
+    next.commit = end.commit;
+  } else if (!next.write) {
+    next.read = true;
+    AwaitDecodeMessage();
+  }
 }
 
 void GenerateCall::AwaitDecodeMessage() {

@@ -15,6 +15,7 @@
 #include "rpc/bootstrap.h"
 #include "rpc/convert.h"
 #include "tests/engine/test_models.h"
+#include "tests/kvtransfer/rpc/stripe_writer.h"
 #include "tests/kvtransfer/rpc/release_recorder.h"
 
 namespace tandem::decode {
@@ -30,13 +31,7 @@ class FakePrefill final : public tandem::v1::Prefill::Service {
   grpc::Status FetchKv(grpc::ServerContext*, const tandem::v1::FetchKvRequest* request,
                        grpc::ServerWriter<tandem::v1::KvBlockMessage>* writer) override {
     absl::MutexLock lock(&mu_);
-    const size_t stripes = std::max(request->stripes(), 1);
-    for (size_t i = request->stripe(); i < blocks_.size(); i += stripes) {
-      tandem::v1::KvBlockMessage m;
-      m.set_index(static_cast<int32_t>(i));
-      m.set_block(blocks_[i]);
-      writer->Write(m);
-    }
+    kvtransfer::testing::WriteStripe(blocks_, *request, writer);
     return grpc::Status::OK;
   }
   grpc::Status ReleaseKv(grpc::ServerContext*, const tandem::v1::ReleaseKvRequest* r,

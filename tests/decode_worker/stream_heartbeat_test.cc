@@ -16,6 +16,7 @@
 #include "rpc/bootstrap.h"
 #include "rpc/convert.h"
 #include "tests/engine/test_models.h"
+#include "tests/kvtransfer/rpc/stripe_writer.h"
 
 namespace tandem::decode {
 namespace {
@@ -30,13 +31,7 @@ class HeldPrefill final : public tandem::v1::Prefill::Service {
     while (!release_.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
       if (ctx->IsCancelled()) return grpc::Status::CANCELLED;
     }
-    const size_t stripes = std::max(request->stripes(), 1);
-    for (size_t i = request->stripe(); i < blocks_.size(); i += stripes) {
-      tandem::v1::KvBlockMessage m;
-      m.set_index(static_cast<int32_t>(i));
-      m.set_block(blocks_[i]);
-      writer->Write(m);
-    }
+    kvtransfer::testing::WriteStripe(blocks_, *request, writer);
     return grpc::Status::OK;
   }
   grpc::Status ReleaseKv(grpc::ServerContext*, const tandem::v1::ReleaseKvRequest*,
