@@ -9,6 +9,7 @@
 // drains the gateway's streams before it exits.
 #include <signal.h>
 
+#include <iostream>
 #include <thread>
 
 #include <gmock/gmock.h>
@@ -81,13 +82,18 @@ TEST_P(DecodeKillTest, ADecodeWorkerKilledMidStreamIsInvisibleToTheClient) {
     req.mutable_sampling()->set_seed(7);
   }
   int killed = -1;
-  const Completion c = ReadWithFault(stack->gateway(), req, 3, [&] {
-    killed = BusyDecodeWorker(*stack, 2);
-    ASSERT_GE(killed, 0);
-    // Stopped first so it cannot finish the stream before it dies.
-    stack->decode_process(killed).Signal(SIGSTOP);
-    stack->decode_process(killed).Signal(SIGKILL);
-  });
+  absl::Duration stall;
+  const Completion c = ReadWithFault(
+      stack->gateway(), req, 3,
+      [&] {
+        killed = BusyDecodeWorker(*stack, 2);
+        ASSERT_GE(killed, 0);
+        // Stopped first so it cannot finish the stream before it dies.
+        stack->decode_process(killed).Signal(SIGSTOP);
+        stack->decode_process(killed).Signal(SIGKILL);
+      },
+      &stall);
+  std::cout << "decode worker killed: the client's longest wait " << stall << "\n";
   ExpectMatches(c, Reference(ids, kTokens, sampling));
   EXPECT_EQ(c.usage.migrations(), 1);
   EXPECT_EQ(c.usage.completion_tokens(), kTokens);
@@ -124,12 +130,20 @@ TEST(MigrationTest, APrefillWorkerDyingUnderItsRequestIsInvisibleToTheClient) {
   p0.Signal(SIGSTOP);
   const std::vector<int32_t> ids = Prompt(300, 8, 12);
   Completion c;
-  std::thread client([&] { c = Generate(stack->gateway(), Request(ids, 40)); });
+  const absl::Time asked = absl::Now();
+  absl::Time answered;
+  std::thread client([&] {
+    c = Generate(stack->gateway(), Request(ids, 40));
+    answered = absl::Now();
+  });
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   while (routed() < 1 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
   EXPECT_EQ(routed(), 1);
+  const absl::Time killed = absl::Now();
   p0.Signal(SIGKILL);
   client.join();
+  std::cout << "prefill worker killed under its request: answered " << (answered - killed)
+            << " after the kill (" << (answered - asked) << " after the request)\n";
   ExpectMatches(c, Reference(ids, 40));
   EXPECT_EQ(MetricValue(gateway, "tandem_prefill_retries_total"), 1);
   stack->Stop();  // worker 0 exits by SIGKILL, not 0
