@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <optional>
 
 #include <grpcpp/alarm.h>
 
@@ -45,15 +46,22 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
   }
 
   void OnWriteDone(bool ok) override {
-    if (!ok) {
-      CancelWork();
-      Done(absl::CancelledError("the gateway went away"));
-      return;
-    }
+    std::optional<grpc::Status> deferred;
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
       last_write_ = absl::Now();
+      // Done ran while this write was out: its Finish waited for it.
+      if (finished_) deferred = std::move(deferred_finish_);
+    }
+    if (deferred.has_value()) {
+      Finish(*deferred);
+      return;
+    }
+    if (!ok) {
+      CancelWork();
+      Done(absl::CancelledError("the gateway went away"));
+      return;
     }
     Pump();
   }
@@ -248,20 +256,30 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
     if (fetch_ != nullptr) fetch_->Cancel();
   }
 
+  // Ends the call once: at once, or when the write out (a heartbeat racing
+  // a failed fetch, say) completes, since Finish may not overtake a
+  // StartWrite already decided on.
   void Done(const absl::Status& status) {
+    bool finish_now = false;
     {
       absl::MutexLock lock(&mu_);
       if (finished_) return;
       finished_ = true;
+      // Under the lock: before either Finish (here or OnWriteDone's).
+      if (absl::IsResourceExhausted(status)) {
+        rpc::AddRetryHint(*ctx_, service_->admission_.retry_after());
+      }
       keep_lease_.Reset();
       if (heartbeat_alarm_ != nullptr) heartbeat_alarm_->Cancel();
-    }
-    if (absl::IsResourceExhausted(status)) {
-      rpc::AddRetryHint(*ctx_, service_->admission_.retry_after());
+      if (writing_) {
+        deferred_finish_ = rpc::ToGrpcStatus(status);
+      } else {
+        finish_now = true;
+      }
     }
     service_->Count(status);
     ticket_ = rpc::Admission::Ticket();
-    Finish(rpc::ToGrpcStatus(status));
+    if (finish_now) Finish(rpc::ToGrpcStatus(status));
   }
 
   DecodeService* const service_;
@@ -284,6 +302,8 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
   absl::Time last_write_ ABSL_GUARDED_BY(mu_);  // the last write's end (or the start)
   std::unique_ptr<grpc::Alarm> heartbeat_alarm_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // Done's status while a write was out; OnWriteDone finishes with it.
+  std::optional<grpc::Status> deferred_finish_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -73,8 +73,12 @@ void GenerateCall::StartDecode() {
     std::vector<int> exclude = decode_tried_;
     exclude.insert(exclude.end(), decode_refused_.begin(), decode_refused_.end());
     decode_pick_ = pick(exclude);
-    // Every decode worker failed once: one may be back.
-    if (!decode_pick_.valid() && !decode_tried_.empty()) decode_pick_ = pick(decode_refused_);
+    // Every decode worker failed once: one may be back. But a worker that
+    // refused for room is alive: it is waited for (below) rather than one
+    // that failed being tried again.
+    if (!decode_pick_.valid() && !decode_tried_.empty() && decode_refused_.empty()) {
+      decode_pick_ = pick({});
+    }
     if (local_ && (!decode_pick_.valid() || decode_pick_.address() != turn_.kv_holder)) {
       decode_pick_ = WorkerPicker::Pick();
       local_ = false;

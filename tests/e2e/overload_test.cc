@@ -13,6 +13,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "rpc/admission.h"
+#include "tests/e2e/burst.h"
 #include "tests/e2e/stack.h"
 #include "tests/e2e/synthetic.h"
 
@@ -21,71 +22,6 @@ namespace {
 
 constexpr int kStreams = 2048;
 constexpr int32_t kTokens = 16;
-
-struct Outcome {
-  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
-  std::string message;
-  int tokens = 0;
-  bool retry_hint = false;
-};
-
-// The streams' end, counted.
-class Outcomes {
- public:
-  void Add(Outcome o) {
-    absl::MutexLock lock(&mu_);
-    all_.push_back(std::move(o));
-  }
-  bool AwaitAll(absl::Duration timeout, int streams = kStreams) {
-    absl::MutexLock lock(&mu_);
-    auto all = [this, streams]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return static_cast<int>(all_.size()) == streams;
-    };
-    return mu_.AwaitWithTimeout(absl::Condition(&all), timeout);
-  }
-  std::vector<Outcome> Take() {
-    absl::MutexLock lock(&mu_);
-    return std::move(all_);
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<Outcome> all_ ABSL_GUARDED_BY(mu_);
-};
-
-// One Generate stream on the callback API; deletes itself when done.
-class Stream final : public grpc::ClientReadReactor<tandem::v1::GenerateResponse> {
- public:
-  Stream(tandem::v1::Generation::Stub& stub, tandem::v1::GenerateRequest request,
-         Outcomes& outcomes)
-      : request_(std::move(request)), outcomes_(outcomes) {
-    ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
-    stub.async()->Generate(&ctx_, &request_, this);
-    StartRead(&message_);
-    StartCall();
-  }
-  void OnReadDone(bool ok) override {
-    if (!ok) return;  // OnDone follows
-    tokens_ += message_.tokens_size();
-    StartRead(&message_);
-  }
-  void OnDone(const grpc::Status& status) override {
-    Outcome o{.code = status.error_code(),
-              .message = status.error_message(),
-              .tokens = tokens_,
-              .retry_hint = ctx_.GetServerTrailingMetadata().count(rpc::kRetryAfterMsKey) > 0};
-    Outcomes& outcomes = outcomes_;
-    delete this;
-    outcomes.Add(std::move(o));
-  }
-
- private:
-  grpc::ClientContext ctx_;
-  tandem::v1::GenerateRequest request_;
-  tandem::v1::GenerateResponse message_;
-  Outcomes& outcomes_;
-  int tokens_ = 0;
-};
 
 TEST(OverloadTest, EveryStreamCompletesOrIsRefusedBeforeItsFirstToken) {
   StackOptions o;
@@ -102,7 +38,7 @@ TEST(OverloadTest, EveryStreamCompletesOrIsRefusedBeforeItsFirstToken) {
   for (int i = 0; i < kStreams; ++i) {
     new Stream(stack->gateway(), Request(Prompt(8, 8, i), kTokens), outcomes);
   }
-  ASSERT_TRUE(outcomes.AwaitAll(absl::Seconds(600)));
+  ASSERT_TRUE(outcomes.AwaitAll(absl::Seconds(600), kStreams));
   int completed = 0, refused = 0, refused_for_kv = 0;
   for (const Outcome& r : outcomes.Take()) {
     if (r.code == grpc::StatusCode::OK) {
@@ -124,23 +60,6 @@ TEST(OverloadTest, EveryStreamCompletesOrIsRefusedBeforeItsFirstToken) {
   EXPECT_GT(refused_for_kv, 0);
   EXPECT_EQ(MetricValue(gateway, "tandem_decode_kv_charged_tokens"), 0);
   EXPECT_TRUE(stack->Stop());
-}
-
-// Counts a burst's outcomes: every stream completed with all its tokens,
-// or was refused RESOURCE_EXHAUSTED before its first token.
-std::pair<int, int> ExpectCompletedOrRefusedEarly(Outcomes& outcomes, int32_t tokens) {
-  int completed = 0, refused = 0;
-  for (const Outcome& r : outcomes.Take()) {
-    if (r.code == grpc::StatusCode::OK) {
-      EXPECT_EQ(r.tokens, tokens);
-      ++completed;
-    } else {
-      EXPECT_EQ(r.code, grpc::StatusCode::RESOURCE_EXHAUSTED) << r.message;
-      EXPECT_EQ(r.tokens, 0) << r.message;
-      ++refused;
-    }
-  }
-  return {completed, refused};
 }
 
 // The burst right after one of two decode workers is killed: the dead
@@ -168,7 +87,7 @@ TEST(OverloadTest, ABurstRightAfterADecodeWorkerDiesIsRefusedOnlyBeforeItsFirstT
   for (int i = 0; i < kStreams; ++i) {
     new Stream(stack->gateway(), Request(Prompt(8, 8, i), 2 * kTokens), outcomes);
   }
-  ASSERT_TRUE(outcomes.AwaitAll(absl::Seconds(600)));
+  ASSERT_TRUE(outcomes.AwaitAll(absl::Seconds(600), kStreams));
   const auto [completed, refused] = ExpectCompletedOrRefusedEarly(outcomes, 2 * kTokens);
   std::cout << "burst after a kill: " << completed << " completed, " << refused
             << " refused before their first token\n";

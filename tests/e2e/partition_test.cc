@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/e2e/burst.h"
 #include "tests/e2e/netns.h"
 #include "tests/e2e/stack.h"
 #include "tests/e2e/synthetic.h"
@@ -109,6 +110,42 @@ TEST_P(PartitionTest, AStreamOnACutOffDecodeWorkerMovesOnAndTheWorkerReturnsWhen
     served = MetricValue(worker_metrics, "tandem_generated_tokens_total") > before;
   }
   EXPECT_TRUE(served) << "the healed worker served nothing";
+  stack->Stop();
+}
+
+// 2048 streams at once while a decode worker is cut off (every packet
+// dropped) and the gateway cannot know it yet (no reset; the keepalive is
+// 10 s away): the streams sent there move on after the progress deadline,
+// and the other worker's refusals at the hand-off wait for room. Every
+// stream completes or is refused before its first token.
+TEST(PartitionBurstTest, ABurstDuringABlackholeIsRefusedOnlyBeforeItsFirstToken) {
+  absl::StatusOr<std::unique_ptr<WorkerNetwork>> net = WorkerNetwork::Create(1);
+  if (!net.ok()) GTEST_SKIP() << net.status().message();
+  WorkerNetwork& n = **net;
+  StackOptions o;
+  o.model = ModelPath();
+  o.decode_workers = 2;
+  o.prefill_host = n.host_ip();
+  o.decode_wrap = {[&n](const std::vector<std::string>& argv) { return n.Wrap(argv); }};
+  o.decode_hosts = {n.worker_ip()};
+  auto stack = Stack::Start(o);
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  const int port = PortOf(stack->decode_info(0).grpc_address);
+  ASSERT_TRUE(n.Inject(Fault::kBlackhole).ok());
+  ASSERT_FALSE(n.Connects(port, absl::Milliseconds(300)));
+  constexpr int kStreams = 2048;
+  constexpr int32_t kTokens = 32;
+  Outcomes outcomes;
+  for (int i = 0; i < kStreams; ++i) {
+    new Stream(stack->gateway(), Request(Prompt(8, 8, i), kTokens), outcomes);
+  }
+  ASSERT_TRUE(outcomes.AwaitAll(absl::Seconds(600), kStreams));
+  const auto [completed, refused] = ExpectCompletedOrRefusedEarly(outcomes, kTokens);
+  std::cout << "burst during a blackhole: " << completed << " completed, " << refused
+            << " refused before their first token\n";
+  EXPECT_GT(completed, 0);
+  ASSERT_TRUE(n.Heal().ok());
   stack->Stop();
 }
 
