@@ -135,7 +135,8 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
          .first_block = *held,
          .token_ids = std::move(held_tokens),
          .cache_salt = request.cache_salt(),
-         .deadline = std::min(limit, client)},
+         .deadline = std::min(limit, client),
+         .stall_timeout = service_->options_.fetch_stall_timeout},
         [weak](kvtransfer::FetchResult result) {
           if (std::shared_ptr<DecodeCall> call = weak.lock()) call->OnFetched(std::move(result));
         });
@@ -159,7 +160,10 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
       keep_lease_.Reset();  // fetched (and released) or failed: nothing left to keep
     }
     if (!result.kv.ok()) {
-      Done(result.kv.status());
+      // The gateway resumes the stream; it prefers another prefill worker
+      // than the one the blocks did not come from.
+      Done(result.kv.status(),
+           absl::IsCancelled(result.kv.status()) ? nullptr : rpc::kKvFetchFailedKey);
       return;
     }
     transfer_ = result.took;
@@ -259,12 +263,14 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
   // Ends the call once: at once, or when the write out (a heartbeat racing
   // a failed fetch, say) completes, since Finish may not overtake a
   // StartWrite already decided on.
-  void Done(const absl::Status& status) {
+  // `trailer`, when given, is added to the trailing metadata (as "1").
+  void Done(const absl::Status& status, const char* trailer = nullptr) {
     bool finish_now = false;
     {
       absl::MutexLock lock(&mu_);
       if (finished_) return;
       finished_ = true;
+      if (trailer != nullptr) ctx_->AddTrailingMetadata(trailer, "1");
       // Under the lock: before either Finish (here or OnWriteDone's).
       if (absl::IsResourceExhausted(status)) {
         rpc::AddRetryHint(*ctx_, service_->admission_.retry_after());

@@ -31,6 +31,10 @@ namespace tandem::decode {
 struct DecodeServiceOptions {
   // Upper bound on one KV fetch from a prefill worker.
   absl::Duration fetch_timeout = absl::Seconds(60);
+  // The longest a fetch may go without a block arriving before it fails
+  // Unavailable (the prefill worker cut off, or this worker from it); the
+  // gateway then resumes the stream elsewhere.
+  absl::Duration fetch_stall_timeout = absl::Seconds(1);
   rpc::AdmissionLimits admission;
   rpc::ChannelCacheOptions channels;
   // Streams one KV fetch is striped over (KvFetcher).

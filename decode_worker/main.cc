@@ -18,6 +18,10 @@ int main(int argc, char** argv) {
   std::vector<tandem::common::FlagSpec> specs = tandem::worker::WorkerFlagSpecs();
   specs.push_back({.name = "fetch-timeout-ms", .default_value = "60000",
                    .help = "upper bound on fetching one request's KV from a prefill worker"});
+  specs.push_back({.name = "fetch-stall-timeout-ms", .default_value = "1000",
+                   .help = "a KV fetch that receives no block for this long fails and the "
+                           "gateway resumes the stream elsewhere (a prefill worker cut off "
+                           "by the network sends nothing)"});
   specs.push_back({.name = "kv-transfer-streams", .default_value = "2",
                    .help = "streams (each on its own connection) one KV fetch is striped "
                            "over, 1..16"});
@@ -39,6 +43,8 @@ int main(int argc, char** argv) {
       tandem::common::ParseFlagsOrExit("tandem-decode", argc, argv, specs, &exit_code);
   if (!args.has_value()) return exit_code;
   absl::StatusOr<int32_t> fetch_ms = args->IntInRange("fetch-timeout-ms", 1, 24 * 3600 * 1000);
+  absl::StatusOr<int32_t> stall_ms =
+      args->IntInRange("fetch-stall-timeout-ms", 1, 24 * 3600 * 1000);
   absl::StatusOr<tandem::rpc::ChannelCacheOptions> channels =
       tandem::rpc::PeerChannelOptionsFromArgs(*args);
   absl::StatusOr<int32_t> streams = args->IntInRange("kv-transfer-streams", 1, 16);
@@ -49,7 +55,7 @@ int main(int argc, char** argv) {
       args->IntInRange("stream-heartbeat-ms", 0, 3600 * 1000);
   absl::StatusOr<tandem::kvtransfer::LeaseTableOptions> leases =
       tandem::worker::LeaseOptionsFromArgs(*args);
-  for (const absl::Status& s : {fetch_ms.status(), channels.status(), streams.status(),
+  for (const absl::Status& s : {fetch_ms.status(), stall_ms.status(), channels.status(), streams.status(),
                                 heartbeat_ms.status(), max_sessions.status(),
                                 stream_heartbeat_ms.status(),
                                 leases.status()}) {
@@ -68,6 +74,7 @@ int main(int argc, char** argv) {
   }
   tandem::decode::DecodeService service(*worker->loop, worker->metrics->registry(),
                                         {.fetch_timeout = absl::Milliseconds(*fetch_ms),
+                                         .fetch_stall_timeout = absl::Milliseconds(*stall_ms),
                                          .admission = worker->admission,
                                          .channels = *channels,
                                          .kv_transfer_streams = *streams,

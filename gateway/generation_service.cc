@@ -205,7 +205,10 @@ CallEnv GenerationService::MakeCallEnv() {
           .unavailable_wait = options_.unavailable_wait,
           .progress_timeout = options_.progress_timeout,
           .progress_floor = options_.progress_floor,
-          .decode_pace = &decode_pace_};
+          .decode_pace = &decode_pace_,
+          .suspect = [this](WorkerRole role, int index) {
+            subscriber_->Suspect((role == WorkerRole::kDecode ? kDecodeSlotBase : 0) + index);
+          }};
 }
 
 std::vector<SessionStoreClient::DecodeWorker> GenerationService::DecodeWorkers() const {

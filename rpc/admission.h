@@ -27,6 +27,10 @@ inline constexpr char kRetryAfterMsKey[] = "tandem-retry-after-ms";
 // hand-off at admission, before touching its KV: the prefill's lease is
 // still the caller's, who may hand it to another worker.
 inline constexpr char kRefusedHandOffKey[] = "tandem-refused-hand-off";
+// Trailing metadata a decode worker adds when a hand-off failed fetching the
+// KV from the prefill worker (rather than on this worker): the gateway
+// resumes the stream on another prefill worker where it has one.
+inline constexpr char kKvFetchFailedKey[] = "tandem-kv-fetch-failed";
 
 struct AdmissionLimits {
   int32_t max_in_flight = 1024;       // requests admitted and not yet finished

@@ -163,14 +163,25 @@ void GenerateCall::StartPrefill() {
     if (Ended()) return;
     // From Begin, a retry, a migration, or a local prefill that cannot run.
     Transition(Phase::kPrefilling);
+    auto route_among = [&](const std::vector<int>& exclude) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (env_.prefill_router != nullptr) {
+        return env_.prefill_router->Route(*env_.prefill, request_.prompt_ids, exclude,
+                                          request_.cache_salt);
+      }
+      RouteDecision r;
+      r.pick = env_.prefill->Acquire(exclude, static_cast<int64_t>(request_.prompt_ids.size()));
+      return r;
+    };
     RouteDecision route;
-    if (env_.prefill_router != nullptr) {
-      route = env_.prefill_router->Route(*env_.prefill, request_.prompt_ids, tried_,
-                                           request_.cache_salt);
-    } else {
-      route.pick =
-          env_.prefill->Acquire(tried_, static_cast<int64_t>(request_.prompt_ids.size()));
+    if (avoid_prefill_ >= 0) {
+      // Another worker than the one a decode worker could not reach, if
+      // any can take it; that one otherwise.
+      std::vector<int> exclude = tried_;
+      exclude.push_back(avoid_prefill_);
+      avoid_prefill_ = -1;
+      route = route_among(exclude);
     }
+    if (!route.pick.valid()) route = route_among(tried_);
     WorkerPicker::Pick pick = std::move(route.pick);
     // Another worker holds more of the prefix: the chosen one pulls it. A
     // resumed stream (tokens generated before a migration) computes what its
@@ -193,6 +204,7 @@ void GenerateCall::StartPrefill() {
                      : last_prefill_error_);
     } else {
       tried_.push_back(pick.index());
+      prefill_index_ = pick.index();
       prefill_address_ = pick.address();
       prefill_pick_ = std::move(pick);
       prefill_attempt_ = attempt =
@@ -211,8 +223,10 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status,
                                  const tandem::v1::PrefillResponse& response) {
   Next next;
   bool retry = false;
+  int suspect = -1;  // a prefill worker whose call failed as a lost worker's do
   {
     absl::MutexLock lock(&mu_);
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) suspect = prefill_index_;
     prefill_attempt_ = nullptr;
     prefill_pick_ = WorkerPicker::Pick();
     if (status.ok()) prefill_ = response;
@@ -287,6 +301,7 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status,
       next = End(rpc::FromGrpcStatus(status, "prefill"));
     }
   }
+  if (suspect >= 0 && env_.suspect) env_.suspect(WorkerRole::kPrefill, suspect);
   if (retry) {
     StartPrefill();
   } else {

@@ -67,6 +67,8 @@ class LiveCalls {
   int live_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+enum class WorkerRole { kPrefill, kDecode };
+
 // What a call needs from the service; all outlive the call.
 struct CallEnv {
   const engine::Tokenizer* tokenizer;
@@ -103,6 +105,10 @@ struct CallEnv {
   absl::Duration progress_timeout;
   absl::Duration progress_floor;
   WorkerPace* decode_pace = nullptr;
+  // A worker's call failed the way a lost worker's do (UNAVAILABLE, or no
+  // progress within the deadline): it stops being picked and counted until
+  // it answers again (BlockEventSubscriber::Suspect). Null: nothing.
+  std::function<void(WorkerRole role, int index)> suspect;
 };
 
 // A session's turn, run as a Generate call of its truncated conversation
@@ -229,6 +235,9 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     // the KV: the lease is still ours.
     bool refused_hand_off = false;
     absl::Duration retry_after;  // its hint, zero when none
+    // The worker could not fetch the KV from the prefill worker (which may
+    // be the one cut off): the resumption prefers another prefill worker.
+    bool kv_fetch_failed = false;
   };
   void OnDecodeDone(const grpc::Status& result, const DecodeEnd& end) ABSL_LOCKS_EXCLUDED(mu_);
   // A decode worker refused the hand-off: the stream goes to another one,
@@ -279,6 +288,10 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   tandem::v1::PrefillRequest prefill_request_ ABSL_GUARDED_BY(mu_);
   tandem::v1::PrefillResponse prefill_ ABSL_GUARDED_BY(mu_);
   std::string prefill_address_ ABSL_GUARDED_BY(mu_);
+  int prefill_index_ ABSL_GUARDED_BY(mu_) = -1;  // the worker of prefill_address_
+  // A prefill worker the next prefill avoids where another can take it (a
+  // decode worker could not fetch the KV from it); -1 when none.
+  int avoid_prefill_ ABSL_GUARDED_BY(mu_) = -1;
   Lease lease_ ABSL_GUARDED_BY(mu_) = Lease::kNone;  // prefill_'s lease
   kvtransfer::LeaseKeeper::Handle keep_lease_ ABSL_GUARDED_BY(mu_);  // the heartbeat
   absl::Status last_prefill_error_ ABSL_GUARDED_BY(mu_);

@@ -77,7 +77,8 @@ class GenerateCall::DecodeRelay final
     // A refusal at the worker's admission leaves the lease to us.
     const auto& trailers = ctx_->GetServerTrailingMetadata();
     DecodeEnd end{.refused_hand_off = trailers.count(rpc::kRefusedHandOffKey) > 0,
-                  .retry_after = absl::ZeroDuration()};
+                  .retry_after = absl::ZeroDuration(),
+                  .kv_fetch_failed = trailers.count(rpc::kKvFetchFailedKey) > 0};
     if (auto hint = trailers.find(rpc::kRetryAfterMsKey); hint != trailers.end()) {
       int64_t ms = 0;
       if (absl::SimpleAtoi(absl::string_view(hint->second.data(), hint->second.size()), &ms)) {

@@ -299,6 +299,7 @@ void GenerateCall::RetryHandOff() {
 void GenerateCall::OnDecodeDone(const grpc::Status& result, const DecodeEnd& end) {
   Next next;
   bool migrate = false;
+  int suspect = -1;  // a decode worker to report as lost
   {
     absl::MutexLock lock(&mu_);
     relay_ = nullptr;
@@ -313,6 +314,13 @@ void GenerateCall::OnDecodeDone(const grpc::Status& result, const DecodeEnd& end
                            absl::StrCat("the decode worker sent nothing in ",
                                         absl::FormatDuration(absl::Now() - awaiting_since_)))
             : result;
+    // Silent past its deadline, or its call failed as a lost worker's do
+    // (not a fetch from the prefill worker, which may be the lost one).
+    if (failed >= 0 && !end.kv_fetch_failed &&
+        (decode_stalled_ || (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+                             !end.refused_hand_off))) {
+      suspect = failed;
+    }
     decode_stalled_ = false;
     if (end.refused_hand_off && !relay_answered_ && !local_ && lease_ == Lease::kHandedOff &&
         !cancelled_ && status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
@@ -333,6 +341,7 @@ void GenerateCall::OnDecodeDone(const grpc::Status& result, const DecodeEnd& end
         env_.releases->Release(prefill_address_, prefill_.lease_id(),
                                rpc::FromGrpcStatus(status, "decode"));
       }
+      if (end.kv_fetch_failed && !local_) avoid_prefill_ = prefill_index_;
       local_ = false;
       lease_ = Lease::kNone;
       decode_finishing_ = false;
@@ -350,6 +359,7 @@ void GenerateCall::OnDecodeDone(const grpc::Status& result, const DecodeEnd& end
       next = End(rpc::FromGrpcStatus(status, "decode"));
     }
   }
+  if (suspect >= 0 && env_.suspect) env_.suspect(WorkerRole::kDecode, suspect);
   if (migrate) {
     StartPrefill();
   } else {

@@ -1,6 +1,7 @@
 #include "gateway/routing/block_event_subscriber.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "rpc/metrics.h"
 #include "tandem/v1/worker.grpc.pb.h"
@@ -21,6 +22,11 @@ class BlockEventSubscriber::Stream final
     StartCall();
   }
   void Cancel() { ctx_.TryCancel(); }
+  // Ends this stream for a fresh one at once (Suspect); any thread.
+  void Restart() {
+    restart_.store(true);
+    ctx_.TryCancel();
+  }
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows
@@ -41,7 +47,7 @@ class BlockEventSubscriber::Stream final
     // of any other kind came from a live worker.
     const bool lost = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-    owner->OnStreamEnded(worker_, resync_, lost);
+    owner->OnStreamEnded(worker_, resync_ || restart_.load(), lost);
     delete this;
     owner->OnStreamReleased();
   }
@@ -54,6 +60,7 @@ class BlockEventSubscriber::Stream final
   tandem::v1::WatchBlockEventsRequest request_;
   tandem::v1::BlockEventBatch batch_;
   bool resync_ = false;
+  std::atomic<bool> restart_{false};
 };
 
 namespace {
@@ -315,6 +322,21 @@ BlockEventSubscriber::KvCapacity BlockEventSubscriber::SyncedKvCapacity(int min_
     c.block_size = std::max(c.block_size, s.block_size);
   }
   return c;
+}
+
+void BlockEventSubscriber::Suspect(int slot) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = slots_.find(slot);
+    // Only a synced slot: its fresh snapshot is what brings it back (a slot
+    // whose stream is not working is down already, or not yet heard from).
+    if (it == slots_.end() || !it->second.active || !it->second.synced || it->second.down) {
+      return;
+    }
+    it->second.down = true;
+    if (it->second.stream != nullptr) it->second.stream->Restart();
+  }
+  if (options_.on_sync_change) options_.on_sync_change();
 }
 
 std::vector<int> BlockEventSubscriber::down_slots() const {

@@ -66,6 +66,14 @@ class BlockEventSubscriber {
   // (could not connect, reset, keepalive lapsed, or refused UNAVAILABLE) and
   // no snapshot has come since (a slot not yet heard from is not).
   std::vector<int> down_slots() const;
+  // A call to the worker in `slot` failed the way a lost worker's calls do
+  // (no progress within its deadline, or UNAVAILABLE): the slot is down at
+  // once and its stream starts again with a fresh snapshot, whose arrival
+  // brings it back. A worker that is alive answers in a round trip; one cut
+  // off stays down until the network heals (or its keepalive ends the new
+  // stream, which retries with backoff). Nothing unless the slot is synced
+  // (not down already, and not a worker whose stream never worked).
+  void Suspect(int slot);
   // The KV pools the synced workers in slots >= `min_slot` report: their
   // sum in tokens, and the largest block size among them; and the smallest
   // max_context any synced worker (of any slot) reports (0: none reported).

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/byte_buffer.h>
@@ -72,6 +73,10 @@ class KvFetcher::Transfer final : public KvFetcher::Fetch,
 
   void CancelStreams();
   void Finish();
+  // The stall watchdog: fails the fetch when no block arrived for
+  // request_.stall_timeout.
+  void ArmStallAlarm(absl::Time at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckStall();
 
   KvFetcher* const fetcher_;
   const FetchRequest request_;
@@ -90,6 +95,9 @@ class KvFetcher::Transfer final : public KvFetcher::Fetch,
   absl::Status transport_error_ ABSL_GUARDED_BY(mu_);  // first non-OK stream end
   int32_t running_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_block_ ABSL_GUARDED_BY(mu_) = start_;  // the fetch's start before one
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<grpc::Alarm> stall_alarm_ ABSL_GUARDED_BY(mu_);
 };
 
 // One stream of a fetch, made as a generic call so each message arrives as
@@ -165,9 +173,37 @@ void KvFetcher::Transfer::Begin() {
   {
     absl::MutexLock lock(&mu_);
     running_ = stripes_;
+    if (request_.stall_timeout < absl::InfiniteDuration()) {
+      ArmStallAlarm(start_ + request_.stall_timeout);
+    }
   }
   for (int32_t i = 0; i < stripes_; ++i) calls_.push_back(std::make_unique<StripeCall>(this, i));
   for (const std::unique_ptr<StripeCall>& call : calls_) call->Begin();
+}
+
+void KvFetcher::Transfer::ArmStallAlarm(absl::Time at) {
+  stall_alarm_ = std::make_unique<grpc::Alarm>();
+  // Weak: the transfer keeps itself alive only while its streams run.
+  std::weak_ptr<Transfer> weak = weak_from_this();
+  stall_alarm_->Set(absl::ToChronoTime(at), [weak](bool ok) {
+    if (std::shared_ptr<Transfer> self = weak.lock(); ok && self != nullptr) self->CheckStall();
+  });
+}
+
+void KvFetcher::Transfer::CheckStall() {
+  absl::Duration silent;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || !error_.ok()) return;
+    silent = absl::Now() - last_block_;
+    if (silent < request_.stall_timeout) {
+      ArmStallAlarm(last_block_ + request_.stall_timeout);
+      return;
+    }
+  }
+  Fail(absl::UnavailableError(absl::StrCat("fetching KV from ", request_.address,
+                                           ": no block arrived in ",
+                                           absl::FormatDuration(silent))));
 }
 
 void KvFetcher::Transfer::CancelStreams() {
@@ -194,6 +230,7 @@ absl::Status KvFetcher::Transfer::AddBlock(int32_t expected,
   Arrived arrived{.block = DecodeBlockPieces(msg.block, fetcher_->expect_),
                   .owner = std::move(slices)};
   absl::MutexLock lock(&mu_);
+  last_block_ = absl::Now();
   bytes_ += static_cast<int64_t>(msg.block_bytes);
   waiting_.emplace(msg.index, std::move(arrived));
   // Chain every block whose predecessors are in.
@@ -238,6 +275,8 @@ void KvFetcher::Transfer::Finish() {
   int64_t bytes = 0;
   {
     absl::MutexLock lock(&mu_);
+    finished_ = true;
+    stall_alarm_.reset();  // cancelled: its callback sees !ok
     bytes = bytes_;
     if (!error_.ok()) {
       result.kv = error_;

@@ -38,12 +38,19 @@ struct FetchRequest {
   std::vector<int32_t> token_ids;  // the positions the blocks hold
   uint64_t cache_salt = 0;         // the blocks' hash salt (the request's)
   absl::Time deadline = absl::InfiniteFuture();
+  // The longest the fetch may go without a block arriving (the first one
+  // included) before it fails Unavailable: a holder cut off by the network
+  // sends nothing and resets nothing, and only this tells it from a slow
+  // transfer. The holder streams from memory, so a healthy one is never
+  // silent this long.
+  absl::Duration stall_timeout = absl::InfiniteDuration();
 };
 
 struct FetchResult {
   // DataLoss for corrupt, missing or reordered blocks; FailedPrecondition for
-  // blocks of another model or prompt; the transport's error otherwise
-  // (Cancelled after Cancel()).
+  // blocks of another model or prompt; Unavailable when nothing arrived for
+  // the stall timeout; the transport's error otherwise (Cancelled after
+  // Cancel()).
   absl::StatusOr<std::shared_ptr<const engine::KvSnapshot>> kv;
   absl::Duration took;
 };

@@ -102,6 +102,18 @@ absl::Status WorkerNetwork::Inject(Fault fault) {
   return absl::InvalidArgumentError("fault");
 }
 
+absl::Status WorkerNetwork::CutFromHostPort(int port) {
+  return Run(absl::StrCat(
+      "ip netns exec ", ns_, " nft 'add table inet tandem_fault; ",
+      "add chain inet tandem_fault cut_in { type filter hook input priority 0; policy accept; }; ",
+      "add rule inet tandem_fault cut_in iifname ", worker_if_, " ip saddr ", host_ip_,
+      " tcp sport ", port, " drop; ",
+      "add chain inet tandem_fault cut_out { type filter hook output priority 0; policy accept; "
+      "}; ",
+      "add rule inet tandem_fault cut_out oifname ", worker_if_, " ip daddr ", host_ip_,
+      " tcp dport ", port, " drop'"));
+}
+
 absl::Status WorkerNetwork::Heal() {
   (void)Run(absl::StrCat("ip netns exec ", ns_, " nft delete table inet tandem_fault"));
   return Run(absl::StrCat("ip link set ", host_if_, " up"));
@@ -128,6 +140,13 @@ bool WorkerNetwork::Connects(int port, absl::Duration timeout) const {
   }
   close(fd);
   return ok;
+}
+
+bool WorkerNetwork::ConnectsFromWorker(int port, absl::Duration timeout) const {
+  return Run(absl::StrCat("ip netns exec ", ns_, " timeout ",
+                          absl::ToDoubleSeconds(timeout), " bash -c 'exec 3<>/dev/tcp/", host_ip_,
+                          "/", port, "'"))
+      .ok();
 }
 
 }  // namespace tandem::testing

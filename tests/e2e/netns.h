@@ -37,11 +37,20 @@ class WorkerNetwork {
   std::vector<std::string> Wrap(const std::vector<std::string>& argv) const;
 
   absl::Status Inject(Fault fault);
+  // Cuts the worker off from one service on the host only (every packet
+  // between the worker and host_ip():port dropped, both ways) while the
+  // rest of its traffic flows: the partial partition a fleet's network has
+  // when one path fails.
+  absl::Status CutFromHostPort(int port);
+  // Heals every fault and cut.
   absl::Status Heal();
   // Whether a fresh TCP connection from the host to `worker_ip():port`
   // completes within `timeout`: how a test proves a fault took effect (or
   // healed).
   bool Connects(int port, absl::Duration timeout) const;
+  // Whether a fresh TCP connection from the worker to `host_ip():port`
+  // completes within `timeout` (proves a CutFromHostPort).
+  bool ConnectsFromWorker(int port, absl::Duration timeout) const;
 
  private:
   WorkerNetwork() = default;

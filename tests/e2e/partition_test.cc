@@ -1,20 +1,27 @@
-// A decode worker cut off by the network, the ways a fleet's network fails:
-// the worker runs in its own network namespace (tests/e2e/netns.h) and,
+// A worker cut off by the network, the ways a fleet's network fails. A
+// decode worker runs in its own network namespace (tests/e2e/netns.h) and,
 // while a greedy stream is on it, every packet to and from it is dropped
 // (a blackhole), or the link goes down, or packets are dropped one way
 // only. Each fault is proven by a fresh connection that fails. The stream
 // moves to the other decode worker and equals an undisturbed run token for
 // token, with no error, within about a second with the default flags (the
 // progress deadline adapted to the worker's pace; the keepalive would take
-// 5 to 15 s). Then the network heals and the worker is used again. Needs
-// root and nftables; skips with the reason where they are missing.
+// 5 to 15 s); the gateway stops picking the cut-off worker at once. Then
+// the network heals and the worker is used again. The same holds when the
+// cut falls on a hand-off (the decode worker cut off from the prefill
+// worker it fetches the KV from) and on a session's turn (the worker
+// keeping the session's KV cut off mid-reply: the turn and those after it
+// equal an undisturbed conversation). Needs root and nftables; skips with
+// the reason where they are missing.
 #include <csignal>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "tests/e2e/burst.h"
 #include "tests/e2e/netns.h"
 #include "tests/e2e/stack.h"
@@ -29,6 +36,64 @@ int PortOf(const std::string& address) {
   return std::stoi(address.substr(address.rfind(':') + 1));
 }
 
+// The stack the tests run: decode worker 0 behind `n` (with both idle it
+// takes the first stream: the lowest index wins a tie), the others and the
+// prefill worker on the host, the prefill worker listening where the
+// isolated worker reaches it (the host's end of its link) and the host does
+// too.
+std::unique_ptr<Stack> StartWithIsolatedDecodeWorker(WorkerNetwork& n, StackOptions o) {
+  if (o.model.empty()) o.model = ModelPath();
+  o.prefill_host = n.host_ip();
+  o.decode_wrap = {[&n](const std::vector<std::string>& argv) { return n.Wrap(argv); }};
+  o.decode_hosts = {n.worker_ip()};
+  auto stack = Stack::Start(o);
+  if (stack == nullptr || !stack->AwaitGatewaySynced()) return nullptr;
+  return stack;
+}
+
+// Reads a Generate or Chat stream to its end. `inject` runs after each
+// message with the tokens so far until it returns true (it made the fault);
+// from then on the longest wait between messages is measured.
+struct Watched {
+  Completion c;
+  absl::Duration longest;  // after the fault
+};
+Watched ReadWatched(grpc::ClientReader<tandem::v1::GenerateResponse>& reader,
+                    const std::function<bool(size_t tokens)>& inject) {
+  Watched w;
+  tandem::v1::GenerateResponse resp;
+  absl::Time last = absl::Now();
+  bool injected = false;
+  while (reader.Read(&resp)) {
+    const absl::Time now = absl::Now();
+    if (injected) w.longest = std::max(w.longest, now - last);
+    last = now;
+    for (const auto& t : resp.tokens()) w.c.tokens.push_back(t);
+    if (resp.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) w.c.usage = resp.usage();
+    if (!injected && inject(w.c.tokens.size())) {
+      injected = true;
+      last = absl::Now();
+    }
+  }
+  w.c.status = reader.Finish();
+  return w;
+}
+
+// After a heal: requests go on until decode worker 0 has served one, each
+// completing without error wherever it runs (the gateway's old connection
+// may still be stuck in its retransmissions, or its keepalive may break it
+// now). Whether the worker served.
+bool ServesAgain(Stack& stack) {
+  const std::string worker_metrics = stack.decode_info(0).metrics_address;
+  const double before = MetricValue(worker_metrics, "tandem_generated_tokens_total");
+  for (int i = 0; i < 100; ++i) {
+    const Completion after = Generate(stack.gateway(), Request(Prompt(24, 8, 30 + i), 16));
+    EXPECT_TRUE(after.status.ok()) << after.status.error_message();
+    if (MetricValue(worker_metrics, "tandem_generated_tokens_total") > before) return true;
+  }
+  return false;
+}
+
 class PartitionTest : public ::testing::TestWithParam<Fault> {};
 
 TEST_P(PartitionTest, AStreamOnACutOffDecodeWorkerMovesOnAndTheWorkerReturnsWhenHealed) {
@@ -36,22 +101,13 @@ TEST_P(PartitionTest, AStreamOnACutOffDecodeWorkerMovesOnAndTheWorkerReturnsWhen
   if (!net.ok()) GTEST_SKIP() << net.status().message();
   WorkerNetwork& n = **net;
   StackOptions o;
-  o.model = ModelPath();
   o.decode_workers = 2;
-  // The prefill worker listens where the isolated decode worker reaches it
-  // (the host's end of its link) and the host does too.
-  o.prefill_host = n.host_ip();
-  // Decode worker 0 is the isolated one; with both idle it takes the first
-  // stream (the lowest index wins a tie).
-  o.decode_wrap = {[&n](const std::vector<std::string>& argv) { return n.Wrap(argv); }};
-  o.decode_hosts = {n.worker_ip()};
   // Least-loaded routing: with both idle the lowest index wins, so the
   // requests after the heal go to the healed worker whatever the others'
   // caches hold.
   o.gateway_flags = {"--router", "least-loaded"};
-  auto stack = Stack::Start(o);
+  auto stack = StartWithIsolatedDecodeWorker(n, o);
   ASSERT_NE(stack, nullptr);
-  ASSERT_TRUE(stack->AwaitGatewaySynced());
   const std::string gateway = stack->gateway_info().metrics_address;
   const double both = MetricValue(gateway, "tandem_decode_kv_capacity_tokens");
   const int port = PortOf(stack->decode_info(0).grpc_address);
@@ -62,35 +118,31 @@ TEST_P(PartitionTest, AStreamOnACutOffDecodeWorkerMovesOnAndTheWorkerReturnsWhen
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
   auto reader = stack->gateway().Generate(&ctx, Request(ids, kTokens));
-  tandem::v1::GenerateResponse resp;
-  Completion c;
-  absl::Duration longest;
-  absl::Time last = absl::Now();
-  bool injected = false;
-  while (reader->Read(&resp)) {
-    const absl::Time now = absl::Now();
-    if (injected) longest = std::max(longest, now - last);
-    last = now;
-    for (const auto& t : resp.tokens()) c.tokens.push_back(t);
-    if (resp.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) c.usage = resp.usage();
-    if (!injected && c.tokens.size() >= 3) {
-      injected = true;
-      // The stream is on the isolated worker.
-      grpc::ClientContext stats_ctx;
-      tandem::v1::WorkerStats stats;
-      ASSERT_TRUE(stack->decode(0).GetWorkerStats(&stats_ctx, {}, &stats).ok());
-      ASSERT_GT(stats.running(), 0) << "the stream is not on the isolated worker";
-      ASSERT_TRUE(n.Inject(GetParam()).ok());
-      // The fault holds: a fresh connection does not get through.
-      ASSERT_FALSE(n.Connects(port, absl::Milliseconds(300))) << FaultName(GetParam());
-      last = absl::Now();
-    }
-  }
-  c.status = reader->Finish();
+  const Watched w = ReadWatched(*reader, [&](size_t tokens) {
+    if (tokens < 3) return false;
+    // The stream is on the isolated worker.
+    grpc::ClientContext stats_ctx;
+    tandem::v1::WorkerStats stats;
+    EXPECT_TRUE(stack->decode(0).GetWorkerStats(&stats_ctx, {}, &stats).ok());
+    EXPECT_GT(stats.running(), 0) << "the stream is not on the isolated worker";
+    EXPECT_TRUE(n.Inject(GetParam()).ok());
+    // The fault holds: a fresh connection does not get through.
+    EXPECT_FALSE(n.Connects(port, absl::Milliseconds(300))) << FaultName(GetParam());
+    return true;
+  });
   std::cout << FaultName(GetParam()) << ": the client's longest wait after the fault "
-            << longest << "\n";
-  ExpectMatches(c, Reference(ids, kTokens));
-  EXPECT_EQ(c.usage.migrations(), 1);
+            << w.longest << "\n";
+  ExpectMatches(w.c, Reference(ids, kTokens));
+  EXPECT_EQ(w.c.usage.migrations(), 1);
+
+  // The gateway stopped counting the cut-off worker the moment the stream
+  // left it, and no longer picks it: a new stream runs on the other worker
+  // without a migration.
+  const double one = MetricValue(gateway, "tandem_decode_kv_capacity_tokens");
+  EXPECT_LT(one, both);
+  const Completion next = Generate(stack->gateway(), Request(Prompt(24, 8, 29), 32));
+  ASSERT_TRUE(next.status.ok()) << next.status.error_message();
+  EXPECT_EQ(next.usage.migrations(), 0);
 
   // Healed: the worker answers again, the gateway counts it, and it serves.
   ASSERT_TRUE(n.Heal().ok());
@@ -98,18 +150,176 @@ TEST_P(PartitionTest, AStreamOnACutOffDecodeWorkerMovesOnAndTheWorkerReturnsWhen
   EXPECT_EQ(AwaitMetric(gateway, "tandem_decode_kv_capacity_tokens",
                         [both](double v) { return v >= both; }, absl::Seconds(30)),
             both);
-  // The gateway's old connection may still be stuck in its retransmissions
-  // (or its keepalive may break it now): requests go on until one is served
-  // there, each completing without error wherever it runs.
-  const std::string worker_metrics = stack->decode_info(0).metrics_address;
-  const double before = MetricValue(worker_metrics, "tandem_generated_tokens_total");
-  bool served = false;
-  for (int i = 0; i < 100 && !served; ++i) {
-    const Completion after = Generate(stack->gateway(), Request(Prompt(24, 8, 30 + i), 16));
-    EXPECT_TRUE(after.status.ok()) << after.status.error_message();
-    served = MetricValue(worker_metrics, "tandem_generated_tokens_total") > before;
+  EXPECT_TRUE(ServesAgain(*stack)) << "the healed worker served nothing";
+  stack->Stop();
+}
+
+// A hand-off whose KV fetch is cut off: the decode worker, which took the
+// stream, can no longer reach the prefill worker (every packet between them
+// dropped on the connection it fetched over before) while both still
+// answer the gateway. The fetch receives nothing; after its stall timeout
+// the decode worker gives the stream back and the gateway resumes it on the
+// other decode worker. The client sees its first token, a pause of about a
+// second, then the rest, equal to an undisturbed run.
+TEST(PartitionHandOffTest, AHandOffWhoseKvFetchIsCutOffResumesOnAnotherDecodeWorker) {
+  absl::StatusOr<std::unique_ptr<WorkerNetwork>> net = WorkerNetwork::Create(2);
+  if (!net.ok()) GTEST_SKIP() << net.status().message();
+  WorkerNetwork& n = **net;
+  StackOptions o;
+  o.decode_workers = 2;
+  o.gateway_flags = {"--router", "least-loaded"};
+  auto stack = StartWithIsolatedDecodeWorker(n, o);
+  ASSERT_NE(stack, nullptr);
+  const int prefill_port = PortOf(stack->prefill_info(0).grpc_address);
+  const std::string isolated = stack->decode_info(0).metrics_address;
+  const std::string gateway = stack->gateway_info().metrics_address;
+  const double both = MetricValue(gateway, "tandem_decode_kv_capacity_tokens");
+
+  // A first stream on the isolated worker: it fetches from the prefill
+  // worker, so the connection the cut falls on is an established one.
+  const Completion warm = Generate(stack->gateway(), Request(Prompt(16, 8, 40), 8));
+  ASSERT_TRUE(warm.status.ok()) << warm.status.error_message();
+  ASSERT_GT(MetricValue(isolated, "tandem_generated_tokens_total"), 0)
+      << "the first stream did not run on the isolated worker";
+  ASSERT_TRUE(n.ConnectsFromWorker(prefill_port, absl::Seconds(5)));
+
+  ASSERT_TRUE(n.CutFromHostPort(prefill_port).ok());
+  // The cut holds, and only on that path: the gateway still reaches the
+  // decode worker.
+  ASSERT_FALSE(n.ConnectsFromWorker(prefill_port, absl::Milliseconds(300)));
+  ASSERT_TRUE(n.Connects(PortOf(stack->decode_info(0).grpc_address), absl::Seconds(5)));
+  const double failures_before =
+      MetricValue(isolated, "tandem_kv_transfer_failures_total{side=\"decode\"}");
+
+  const std::vector<int32_t> ids = Prompt(40, 8, 41);
+  constexpr int32_t kTokens = 200;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
+  auto reader = stack->gateway().Generate(&ctx, Request(ids, kTokens));
+  // The fault is in place before the hand-off: the wait is measured from
+  // the first token (the prefill's), which arrives before the fetch.
+  const Watched w = ReadWatched(*reader, [](size_t tokens) { return tokens >= 1; });
+  std::cout << "hand-off fetch cut off: the client's longest wait after its first token "
+            << w.longest << "\n";
+  ExpectMatches(w.c, Reference(ids, kTokens));
+  EXPECT_EQ(w.c.usage.migrations(), 1);
+  // It was the fetch that failed, on the isolated worker.
+  EXPECT_EQ(MetricValue(isolated, "tandem_kv_transfer_failures_total{side=\"decode\"}"),
+            failures_before + 1);
+  // The decode worker was not at fault as far as the gateway can tell: it
+  // still counts.
+  EXPECT_EQ(MetricValue(gateway, "tandem_decode_kv_capacity_tokens"), both);
+
+  ASSERT_TRUE(n.Heal().ok());
+  EXPECT_TRUE(n.ConnectsFromWorker(prefill_port, absl::Seconds(5)));
+  EXPECT_TRUE(ServesAgain(*stack)) << "the healed worker served nothing";
+  stack->Stop();
+}
+
+// Turn 1's reply is long: the fault falls in it.
+tandem::v1::ChatRequest Turn(const std::string& session, int turn) {
+  tandem::v1::ChatRequest req;
+  req.set_session_id(session);
+  req.set_message(absl::StrCat("Tell me what Tom did on day ", turn, "."));
+  req.set_max_tokens(turn == 1 ? 1200 : 24);
+  req.set_ignore_eos(true);
+  req.set_top_logprobs(3);
+  return req;
+}
+
+std::string NewSession(tandem::v1::Generation::Stub& stub) {
+  grpc::ClientContext ctx;
+  tandem::v1::CreateSessionRequest req;
+  req.set_system_prompt("A story about a cat named Tom.");
+  req.mutable_window()->set_max_tokens(1800);
+  tandem::v1::SessionInfo info;
+  const grpc::Status s = stub.CreateSession(&ctx, req, &info);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return info.session_id();
+}
+
+void ExpectSameTokens(const Completion& got, const Completion& want, const std::string& what) {
+  ASSERT_TRUE(got.status.ok()) << what << ": " << got.status.error_message();
+  ASSERT_EQ(got.tokens.size(), want.tokens.size()) << what;
+  for (size_t i = 0; i < got.tokens.size(); ++i) {
+    EXPECT_EQ(got.tokens[i].id(), want.tokens[i].id()) << what << " token " << i;
+    EXPECT_NEAR(got.tokens[i].logprob(), want.tokens[i].logprob(), 1e-4) << what;
   }
-  EXPECT_TRUE(served) << "the healed worker served nothing";
+}
+
+// A session's turn while the decode worker keeping its KV (and a copy of
+// its record) is cut off mid-reply: the reply moves to the other decode
+// worker, and it and the turns after it equal an undisturbed conversation,
+// each turn's first token coming within the progress deadline's second or
+// two (nothing waits on the cut-off worker once the gateway knows).
+TEST(PartitionSessionTest, ATurnWhoseKvHolderIsCutOffMovesOnAndTheSessionGoesOn) {
+  absl::StatusOr<std::unique_ptr<WorkerNetwork>> net = WorkerNetwork::Create(3);
+  if (!net.ok()) GTEST_SKIP() << net.status().message();
+  WorkerNetwork& n = **net;
+  StackOptions o;
+  o.decode_workers = 2;
+  o.gateway_flags = {"--router", "least-loaded"};
+  auto stack = StartWithIsolatedDecodeWorker(n, o);
+  ASSERT_NE(stack, nullptr);
+  const int port = PortOf(stack->decode_info(0).grpc_address);
+  constexpr int kTurns = 4;
+  std::vector<Completion> undisturbed;
+  {
+    const std::string id = NewSession(stack->gateway());
+    for (int turn = 0; turn < kTurns; ++turn) {
+      undisturbed.push_back(Chat(stack->gateway(), Turn(id, turn)));
+      ASSERT_TRUE(undisturbed.back().status.ok()) << undisturbed.back().status.error_message();
+    }
+    grpc::ClientContext ctx;
+    tandem::v1::CloseSessionRequest close;
+    close.set_session_id(id);
+    tandem::v1::CloseSessionResponse closed;
+    ASSERT_TRUE(stack->gateway().CloseSession(&ctx, close, &closed).ok());
+  }
+  auto pinned = [&](int worker) {
+    grpc::ClientContext ctx;
+    tandem::v1::WorkerStats stats;
+    EXPECT_TRUE(stack->decode(worker).GetWorkerStats(&ctx, {}, &stats).ok());
+    return stats.sessions_pinned();
+  };
+  // Both idle again once the closed session's KV is let go.
+  const absl::Time idle_by = absl::Now() + absl::Seconds(10);
+  while ((pinned(0) > 0 || pinned(1) > 0) && absl::Now() < idle_by) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+
+  const std::string id = NewSession(stack->gateway());
+  ExpectSameTokens(Chat(stack->gateway(), Turn(id, 0)), undisturbed[0], "turn 0");
+  ASSERT_GT(pinned(0), 0) << "the session's KV is not on the isolated worker";
+  absl::Duration worst;
+  for (int turn = 1; turn < kTurns; ++turn) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
+    const absl::Time asked = absl::Now();
+    absl::Time first_token = absl::InfiniteFuture();
+    auto reader = stack->gateway().Chat(&ctx, Turn(id, turn));
+    const Watched w = ReadWatched(*reader, [&](size_t tokens) {
+      if (tokens == 0) return false;
+      if (first_token == absl::InfiniteFuture()) first_token = absl::Now();
+      if (turn != 1 || tokens < 3) return turn != 1;
+      EXPECT_TRUE(n.Inject(Fault::kBlackhole).ok());
+      EXPECT_FALSE(n.Connects(port, absl::Milliseconds(300)));
+      return true;
+    });
+    ExpectSameTokens(w.c, undisturbed[turn], absl::StrCat("turn ", turn));
+    if (turn == 1) {
+      EXPECT_EQ(w.c.usage.migrations(), 1);
+    }
+    worst = std::max({worst, w.longest, first_token - asked});
+    std::cout << "turn " << turn << ": first token after " << (first_token - asked)
+              << ", longest wait after the fault " << w.longest << "\n";
+  }
+  std::cout << "session turns with the KV holder cut off: the client's longest wait " << worst
+            << "\n";
+
+  ASSERT_TRUE(n.Heal().ok());
+  EXPECT_TRUE(n.Connects(port, absl::Seconds(5)));
+  EXPECT_TRUE(ServesAgain(*stack)) << "the healed worker served nothing";
   stack->Stop();
 }
 
@@ -123,14 +333,9 @@ TEST(PartitionBurstTest, ABurstDuringABlackholeIsRefusedOnlyBeforeItsFirstToken)
   if (!net.ok()) GTEST_SKIP() << net.status().message();
   WorkerNetwork& n = **net;
   StackOptions o;
-  o.model = ModelPath();
   o.decode_workers = 2;
-  o.prefill_host = n.host_ip();
-  o.decode_wrap = {[&n](const std::vector<std::string>& argv) { return n.Wrap(argv); }};
-  o.decode_hosts = {n.worker_ip()};
-  auto stack = Stack::Start(o);
+  auto stack = StartWithIsolatedDecodeWorker(n, o);
   ASSERT_NE(stack, nullptr);
-  ASSERT_TRUE(stack->AwaitGatewaySynced());
   const int port = PortOf(stack->decode_info(0).grpc_address);
   ASSERT_TRUE(n.Inject(Fault::kBlackhole).ok());
   ASSERT_FALSE(n.Connects(port, absl::Milliseconds(300)));

@@ -96,6 +96,8 @@ class FakeDecode final : public tandem::v1::Decode::CallbackService {
     // Refuses the hand-off at admission, as a full decode worker does: the
     // lease stays the gateway's (with a 10 ms retry hint).
     bool refuse_hand_off = false;
+    // Ends marked as a failed KV fetch from the prefill worker.
+    bool kv_fetch_failed = false;
     // The wait before each message (gaps[i] before message i where given,
     // else `gap`); a token id of kHeartbeat sends a heartbeat message.
     absl::Duration gap = absl::ZeroDuration();
@@ -118,6 +120,7 @@ class FakeDecode final : public tandem::v1::Decode::CallbackService {
       ctx->AddTrailingMetadata(rpc::kRefusedHandOffKey, "admission");
       rpc::AddRetryHint(*ctx, absl::Milliseconds(10));
     }
+    if (s.kv_fetch_failed) ctx->AddTrailingMetadata(rpc::kKvFetchFailedKey, "1");
     return new Writer(this, s);
   }
   std::vector<tandem::v1::DecodeRequest> requests() {
@@ -431,6 +434,39 @@ TEST_F(GenerateCallTest, ADecodeFailureMidStreamMigratesWithTheTokensSoFar) {
   const auto releases = prefills_[0]->WaitForReleases(1);
   EXPECT_EQ(releases[0].lease_id(), "lease-1");
   EXPECT_FALSE(releases[0].ok());
+}
+
+// The decode worker could not fetch the KV from the prefill worker (cut off
+// from it, or it from the network): the stream resumes on another prefill
+// worker, where the first one's cache would have drawn it back; with one
+// prefill worker it resumes there.
+TEST_F(GenerateCallTest, AFailedKvFetchResumesOnAnotherPrefillWorker) {
+  StartGateway(2);
+  decode_.SetEach({{.tokens = {},
+                    .end = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                        "fetching KV from a: no block arrived in 1s"),
+                    .kv_fetch_failed = true},
+                   {.tokens = {Byte('e')}, .finish = tandem::v1::FINISH_REASON_LENGTH}});
+  const Result r = Generate(Request(16));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "aae");
+  EXPECT_EQ(r.usage.migrations(), 1);
+  // Both idle: the first prefill goes to worker 0 (the lowest index), the
+  // resumption to worker 1.
+  EXPECT_EQ(prefills_[0]->prefills(), 1);
+  EXPECT_EQ(prefills_[1]->prefills(), 1);
+}
+
+TEST_F(GenerateCallTest, AFailedKvFetchWithOnePrefillWorkerResumesThere) {
+  StartGateway(1);
+  decode_.SetEach({{.tokens = {},
+                    .end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "fetch failed"),
+                    .kv_fetch_failed = true},
+                   {.tokens = {Byte('e')}, .finish = tandem::v1::FINISH_REASON_LENGTH}});
+  const Result r = Generate(Request(16));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "aae");
+  EXPECT_EQ(prefills_[0]->prefills(), 2);
 }
 
 // A decode worker full at the hand-off refuses it without touching the

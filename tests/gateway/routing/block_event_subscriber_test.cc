@@ -3,14 +3,17 @@
 // removed blocks; a gap in the numbering makes the subscriber resync and
 // end consistent; a worker that goes away loses its entries at once; a
 // restarted worker (new epoch) replaces what was known, and one restarted
-// on its address is subscribed again after its stream broke.
+// on its address is subscribed again after its stream broke; a suspected
+// worker is down at once and back when a fresh snapshot arrives.
 #include "gateway/routing/block_event_subscriber.h"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "rpc/bootstrap.h"
 #include "worker/block_event_publisher.h"
 
@@ -218,6 +221,102 @@ TEST(BlockEventSubscriberTest, WorkersThatComeAndGoAreSubscribedAndDropped) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   EXPECT_EQ(a.publisher.subscribers(), 0);
+}
+
+// The first subscription gets a snapshot at once; later ones get theirs
+// only after Open() (a worker cut off by the network until it heals).
+class GatedEvents final : public tandem::v1::BlockEvents::CallbackService {
+ public:
+  grpc::ServerWriteReactor<tandem::v1::BlockEventBatch>* Watch(
+      grpc::CallbackServerContext*, const tandem::v1::WatchBlockEventsRequest*) override {
+    absl::MutexLock lock(&mu_);
+    tandem::v1::BlockEventBatch snapshot = Batch(7, 1 + subscriptions_, true, {1});
+    snapshot.set_kv_capacity_blocks(10);
+    auto* w = new Writer(this, std::move(snapshot));
+    if (subscriptions_++ == 0 || open_) {
+      w->Send();
+    } else {
+      pending_.push_back(w);
+    }
+    return w;
+  }
+  void Open() {
+    absl::MutexLock lock(&mu_);
+    open_ = true;
+    for (Writer* w : pending_) w->Send();
+    pending_.clear();
+  }
+  int subscriptions() {
+    absl::MutexLock lock(&mu_);
+    return subscriptions_;
+  }
+
+ private:
+  class Writer final : public grpc::ServerWriteReactor<tandem::v1::BlockEventBatch> {
+   public:
+    Writer(GatedEvents* owner, tandem::v1::BlockEventBatch batch)
+        : owner_(owner), batch_(std::move(batch)) {}
+    void Send() { StartWrite(&batch_); }  // then open until cancelled
+    void OnCancel() override { Finish(grpc::Status::CANCELLED); }
+    void OnDone() override {
+      {
+        absl::MutexLock lock(&owner_->mu_);
+        std::erase(owner_->pending_, this);
+      }
+      delete this;
+    }
+
+   private:
+    GatedEvents* const owner_;
+    tandem::v1::BlockEventBatch batch_;
+  };
+
+  absl::Mutex mu_;
+  int subscriptions_ ABSL_GUARDED_BY(mu_) = 0;
+  bool open_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Writer*> pending_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST(BlockEventSubscriberTest, ASuspectedWorkerIsDownUntilAFreshSnapshotArrives) {
+  GatedEvents events;
+  auto server = rpc::StartGrpcServer({}, {&events});
+  ASSERT_TRUE(server.ok());
+  prometheus::Registry registry;
+  BlockIndex index;
+  rpc::ChannelCache channels;
+  std::atomic<int> changes{0};
+  BlockEventSubscriber sub(index, channels, {server->address}, registry,
+                           {.on_sync_change = [&changes] { ++changes; }});
+  ASSERT_TRUE(sub.AwaitSynced(0, kWait));
+  ASSERT_EQ(index.entries_of(0), 1);
+  EXPECT_TRUE(sub.down_slots().empty());
+  EXPECT_EQ(sub.SyncedKvCapacity(0).tokens, 160);
+  const int before = changes.load();
+
+  // A call to it stalled: down at once, told at once, its stream restarted
+  // for a snapshot that does not come yet.
+  sub.Suspect(0);
+  EXPECT_EQ(sub.down_slots(), std::vector<int>{0});
+  EXPECT_GT(changes.load(), before);
+  ASSERT_TRUE(sub.AwaitDisconnected(0, kWait));
+  EXPECT_EQ(sub.SyncedKvCapacity(0).tokens, 0);
+  EXPECT_EQ(index.entries_of(0), 0);
+  // Already down (and not synced): a second suspicion changes nothing.
+  const int down = changes.load();
+  sub.Suspect(0);
+  EXPECT_EQ(sub.down_slots(), std::vector<int>{0});
+  EXPECT_EQ(changes.load(), down);
+  // Unknown slots are ignored.
+  sub.Suspect(42);
+
+  // It answers again: its fresh snapshot brings it back.
+  events.Open();
+  ASSERT_TRUE(sub.AwaitSynced(0, kWait));
+  EXPECT_TRUE(sub.down_slots().empty());
+  EXPECT_EQ(index.entries_of(0), 1);
+  EXPECT_EQ(sub.SyncedKvCapacity(0).tokens, 160);
+  EXPECT_EQ(events.subscriptions(), 2);
+  rpc::ShutdownServer(*server->server, absl::ZeroDuration());
 }
 
 }  // namespace

@@ -31,7 +31,9 @@ constexpr int32_t kKvDim = 8;
 constexpr size_t kBlockBytes = size_t{2} * kLayers * kBlockSize * kKvDim * sizeof(float);
 
 // Serves FetchKv from a lease server, as the Prefill service does; records
-// releases. When `break_stripe` is set, that stripe's stream fails at once.
+// releases. When `break_stripe` is set, that stripe's stream fails at once;
+// when `silent_stripe` is, that stripe's stream sends nothing and ends only
+// when cancelled (a holder cut off by the network).
 class LeasePrefill final : public tandem::v1::Prefill::WithRawCallbackMethod_FetchKv<
                                tandem::v1::Prefill::CallbackService> {
  public:
@@ -50,6 +52,16 @@ class LeasePrefill final : public tandem::v1::Prefill::WithRawCallbackMethod_Fet
       };
       return new Broken();
     }
+    if (silent_stripe_ >= 0 &&
+        grpc::SerializationTraits<tandem::v1::FetchKvRequest>::Deserialize(&copy, &parsed).ok() &&
+        parsed.stripe() == silent_stripe_) {
+      class Silent final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+       public:
+        void OnCancel() override { Finish(grpc::Status::CANCELLED); }
+        void OnDone() override { delete this; }
+      };
+      return new Silent();
+    }
     return leases_.Fetch(ctx, request);
   }
   grpc::ServerUnaryReactor* ReleaseKv(grpc::CallbackServerContext* ctx,
@@ -62,11 +74,13 @@ class LeasePrefill final : public tandem::v1::Prefill::WithRawCallbackMethod_Fet
     return r;
   }
   void set_break_stripe(int32_t stripe) { break_stripe_ = stripe; }
+  void set_silent_stripe(int32_t stripe) { silent_stripe_ = stripe; }
   testing::ReleaseRecorder& releases() { return releases_; }
 
  private:
   KvLeaseServer& leases_;
   int32_t break_stripe_ = -1;
+  int32_t silent_stripe_ = -1;
   testing::ReleaseRecorder releases_;
 };
 
@@ -119,12 +133,13 @@ class KvFetcherTest : public ::testing::Test {
     return ids;
   }
   FetchResult Fetch(KvFetcher& fetcher, const KvLeaseServer::Held& held,
-                    std::vector<int32_t> ids, int32_t first_block = 0) {
+                    std::vector<int32_t> ids, int32_t first_block = 0,
+                    absl::Duration stall_timeout = absl::InfiniteDuration()) {
     absl::Notification done;
     FetchResult out;
     fetcher.Start({.address = server_.address, .lease_id = held.lease_id,
                    .num_blocks = held.num_blocks, .first_block = first_block,
-                   .token_ids = std::move(ids)},
+                   .token_ids = std::move(ids), .stall_timeout = stall_timeout},
                   [&](FetchResult r) {
                     out = std::move(r);
                     done.Notify();
@@ -211,6 +226,34 @@ TEST_F(KvFetcherTest, ABrokenStreamFailsTheFetchWithItsStatusAndReleasesTheLease
   EXPECT_FALSE(released[0].ok());
   EXPECT_EQ(released[0].lease_id(), held->lease_id);
   EXPECT_TRUE(leases_.table().AwaitAtMost(0, absl::Now() + absl::Seconds(10)));
+}
+
+// A holder cut off by the network sends nothing and resets nothing: the
+// stall timeout fails the fetch Unavailable, naming the holder, and the
+// holder is told; a fetch whose blocks flow is untouched by the same timeout.
+TEST_F(KvFetcherTest, AFetchThatReceivesNothingFailsAfterTheStallTimeout) {
+  KvFetcher fetcher(channels_, releases_, expect_, registry_, 2);
+  const auto kv = Snapshot(40);
+  {
+    absl::StatusOr<KvLeaseServer::Held> held = leases_.Hold(kv, Ids(40), 0);
+    ASSERT_TRUE(held.ok());
+    FetchResult r = Fetch(fetcher, *held, Ids(40), 0, absl::Milliseconds(200));
+    ASSERT_TRUE(r.kv.ok()) << r.kv.status();
+  }
+  service_.set_silent_stripe(1);
+  absl::StatusOr<KvLeaseServer::Held> held = leases_.Hold(kv, Ids(40), 0);
+  ASSERT_TRUE(held.ok());
+  const absl::Time start = absl::Now();
+  FetchResult r = Fetch(fetcher, *held, Ids(40), 0, absl::Milliseconds(200));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));
+  EXPECT_EQ(r.kv.status().code(), absl::StatusCode::kUnavailable) << r.kv.status();
+  EXPECT_THAT(std::string(r.kv.status().message()), HasSubstr("no block arrived"));
+  EXPECT_THAT(std::string(r.kv.status().message()), HasSubstr(server_.address));
+  const std::vector<tandem::v1::ReleaseKvRequest> released = service_.releases().WaitFor(2);
+  ASSERT_EQ(released.size(), 2u);
+  EXPECT_TRUE(released[0].ok());
+  EXPECT_FALSE(released[1].ok());
+  EXPECT_EQ(released[1].lease_id(), held->lease_id);
 }
 
 TEST_F(KvFetcherTest, TheRawStreamReadsAsKvBlockMessagesAndRefusesBadStripes) {
