@@ -26,7 +26,8 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
                                     "under them")),
       progress_timeouts(rpc::CounterMetric(
           registry, "tandem_progress_timeouts_total",
-          "Decode workers given up on for sending nothing within --progress-timeout-ms")),
+          "Worker calls given up on for no sign of life: a decode stream silent past its "
+          "progress deadline, or a prefill whose worker did not answer a probe")),
       hand_off_refusals(rpc::CounterMetric(
           registry, "tandem_hand_off_refusals_total",
           "Hand-offs a decode worker refused for capacity; the stream went to another "

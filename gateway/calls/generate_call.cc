@@ -207,9 +207,12 @@ void GenerateCall::StartPrefill() {
       prefill_index_ = pick.index();
       prefill_address_ = pick.address();
       prefill_pick_ = std::move(pick);
+      prefill_ctx_ = ChildContext();
+      ++prefill_attempt_no_;
       prefill_attempt_ = attempt =
-          new PrefillAttempt(shared_from_this(), ChildContext(),
+          new PrefillAttempt(shared_from_this(), prefill_ctx_,
                              env_.channels->Get(prefill_address_), prefill_request_);
+      ArmPrefillProbe();
     }
   }
   if (attempt == nullptr) {
@@ -219,13 +222,87 @@ void GenerateCall::StartPrefill() {
   attempt->Start();
 }
 
-void GenerateCall::OnPrefillDone(const grpc::Status& status,
+void GenerateCall::ArmPrefillProbe() {
+  if (env_.progress_timeout <= absl::ZeroDuration() ||
+      env_.progress_floor <= absl::ZeroDuration()) {
+    return;
+  }
+  prefill_probe_alarm_ = std::make_unique<grpc::Alarm>();
+  // Weak, as the other alarms: the server call keeps this object alive.
+  std::weak_ptr<GenerateCall> weak = weak_from_this();
+  const int64_t attempt = prefill_attempt_no_;
+  prefill_probe_alarm_->Set(absl::ToChronoTime(absl::Now() + env_.progress_floor / 2),
+                            [weak, attempt](bool ok) {
+                              if (std::shared_ptr<GenerateCall> self = weak.lock();
+                                  ok && self != nullptr) {
+                                self->ProbePrefill(attempt);
+                              }
+                            });
+}
+
+void GenerateCall::ProbePrefill(int64_t attempt) {
+  struct Probe {
+    grpc::ClientContext ctx;
+    tandem::v1::WorkerStatsRequest request;
+    tandem::v1::WorkerStats response;
+    std::unique_ptr<tandem::v1::Prefill::Stub> stub;
+  };
+  auto probe = std::make_shared<Probe>();
+  {
+    absl::MutexLock lock(&mu_);
+    if (attempt != prefill_attempt_no_ || prefill_attempt_ == nullptr || Ended()) return;
+    probe->ctx.set_deadline(absl::ToChronoTime(absl::Now() + env_.progress_floor));
+    probe->stub = tandem::v1::Prefill::NewStub(env_.channels->Get(prefill_address_));
+  }
+  std::weak_ptr<GenerateCall> weak = weak_from_this();
+  Probe* p = probe.get();
+  p->stub->async()->GetWorkerStats(&p->ctx, &p->request, &p->response,
+                                   [weak, attempt, probe](grpc::Status status) {
+                                     if (std::shared_ptr<GenerateCall> self = weak.lock()) {
+                                       self->OnPrefillProbe(attempt, status);
+                                     }
+                                   });
+}
+
+void GenerateCall::OnPrefillProbe(int64_t attempt, const grpc::Status& status) {
+  std::shared_ptr<grpc::ClientContext> stalled;
+  {
+    absl::MutexLock lock(&mu_);
+    if (attempt != prefill_attempt_no_ || prefill_attempt_ == nullptr || Ended()) return;
+    if (status.ok()) {
+      ArmPrefillProbe();
+    } else if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+               status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      // Not answered: the worker is stopped or cut off (the keepalive would
+      // take its 5 to 15 s to say so).
+      prefill_stalled_ = true;
+      env_.metrics->progress_timeouts.Increment();
+      stalled = prefill_ctx_;
+    }
+    // Any other answer (a worker without the method) came from a live
+    // worker: no more probes for this attempt.
+  }
+  if (stalled != nullptr) stalled->TryCancel();  // OnPrefillDone follows
+}
+
+void GenerateCall::OnPrefillDone(const grpc::Status& result,
                                  const tandem::v1::PrefillResponse& response) {
   Next next;
   bool retry = false;
   int suspect = -1;  // a prefill worker whose call failed as a lost worker's do
   {
     absl::MutexLock lock(&mu_);
+    // A result that raced the probe's cancellation stands.
+    const grpc::Status status =
+        prefill_stalled_ && !result.ok()
+            ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                           absl::StrCat("the prefill worker at ", prefill_address_,
+                                        " did not answer a probe within ",
+                                        absl::FormatDuration(env_.progress_floor)))
+            : result;
+    prefill_stalled_ = false;
+    prefill_ctx_.reset();
+    prefill_probe_alarm_.reset();
     if (status.error_code() == grpc::StatusCode::UNAVAILABLE) suspect = prefill_index_;
     prefill_attempt_ = nullptr;
     prefill_pick_ = WorkerPicker::Pick();

@@ -257,6 +257,14 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   // alarm is set again for the read outstanding.
   void CheckProgress() ABSL_LOCKS_EXCLUDED(mu_);
   void ArmProgressAlarm(absl::Time at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The prefill call's liveness probe: while attempt `attempt` is out, its
+  // worker is asked for its stats every half progress floor; a probe not
+  // answered within the floor (a stopped or cut-off worker: a prefill sends
+  // nothing until it ends, however long the prompt) fails the attempt
+  // UNAVAILABLE, and it is retried on another worker.
+  void ArmPrefillProbe() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ProbePrefill(int64_t attempt) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnPrefillProbe(int64_t attempt, const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
   // How long the decode worker in use may stay silent now (WorkerPace).
   absl::Duration ProgressSilence() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run(Next next) ABSL_LOCKS_EXCLUDED(mu_);
@@ -333,6 +341,11 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   // The relay was cancelled here because its worker made no progress (its
   // end migrates the stream).
   bool decode_stalled_ ABSL_GUARDED_BY(mu_) = false;
+  // The prefill attempt out (numbered), its context, and its probe.
+  int64_t prefill_attempt_no_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<grpc::ClientContext> prefill_ctx_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<grpc::Alarm> prefill_probe_alarm_ ABSL_GUARDED_BY(mu_);
+  bool prefill_stalled_ ABSL_GUARDED_BY(mu_) = false;  // its probe went unanswered
   tandem::v1::GenerateResponse response_ ABSL_GUARDED_BY(mu_);
   grpc::ByteBuffer write_buffer_;  // response_ serialized; the write in flight
   tandem::v1::Usage usage_ ABSL_GUARDED_BY(mu_);

@@ -24,7 +24,9 @@ namespace tandem::gateway {
 // from inside a completion callback of its own.
 class GenerateCall::PrefillAttempt final : public grpc::ClientUnaryReactor {
  public:
-  PrefillAttempt(std::shared_ptr<GenerateCall> call, std::unique_ptr<grpc::ClientContext> ctx,
+  // `ctx` is shared with the GenerateCall, whose liveness probe may cancel
+  // it from another thread as this attempt ends.
+  PrefillAttempt(std::shared_ptr<GenerateCall> call, std::shared_ptr<grpc::ClientContext> ctx,
                  std::shared_ptr<grpc::Channel> channel, tandem::v1::PrefillRequest request)
       : call_(std::move(call)),
         ctx_(std::move(ctx)),
@@ -43,7 +45,7 @@ class GenerateCall::PrefillAttempt final : public grpc::ClientUnaryReactor {
 
  private:
   std::shared_ptr<GenerateCall> call_;
-  std::unique_ptr<grpc::ClientContext> ctx_;
+  std::shared_ptr<grpc::ClientContext> ctx_;
   std::unique_ptr<tandem::v1::Prefill::Stub> stub_;
   tandem::v1::PrefillRequest request_;
   tandem::v1::PrefillResponse response_;

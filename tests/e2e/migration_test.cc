@@ -149,6 +149,46 @@ TEST(MigrationTest, APrefillWorkerDyingUnderItsRequestIsInvisibleToTheClient) {
   stack->Stop();  // worker 0 exits by SIGKILL, not 0
 }
 
+// A prefill worker stopped (SIGSTOP) under its request, and left stopped:
+// its prefill sends nothing until it ends, so the gateway probes the worker
+// while the call is out; the probe goes unanswered, the request is
+// prefilled on worker 1 with no error, and once continued worker 0 serves
+// again.
+TEST(MigrationTest, APrefillWorkerStoppedUnderItsRequestIsInvisibleToTheClient) {
+  StackOptions o;
+  o.model = ModelPath();
+  o.prefill_workers = 2;
+  auto stack = Stack::Start(o);
+  ASSERT_NE(stack, nullptr);
+  EXPECT_TRUE(stack->AwaitGatewaySynced());
+  const std::string gateway = stack->gateway_info().metrics_address;
+  process::Subprocess& p0 = stack->prefill_process(0);
+  p0.Signal(SIGSTOP);
+  const std::vector<int32_t> ids = Prompt(300, 8, 13);
+  const absl::Time asked = absl::Now();
+  const Completion c = Generate(stack->gateway(), Request(ids, 40));
+  std::cout << "prefill worker stopped under its request: answered " << (absl::Now() - asked)
+            << " after the request\n";
+  ExpectMatches(c, Reference(ids, 40));
+  EXPECT_EQ(MetricValue(gateway, "tandem_prefill_retries_total"), 1);
+  EXPECT_EQ(MetricValue(gateway, "tandem_progress_timeouts_total"), 1);
+
+  p0.Signal(SIGCONT);
+  const std::string p0_metrics = stack->prefill_info(0).metrics_address;
+  const double before = MetricValue(p0_metrics, "tandem_prompt_tokens_total");
+  bool served = false;
+  for (int i = 0; i < 100 && !served; ++i) {
+    // A prompt no worker holds any of: a tie, which worker 0 wins once
+    // the gateway counts it again.
+    const Completion after =
+        Generate(stack->gateway(), Request(Prompt(24, 8, 50 + i, /*group=*/100 + i), 8));
+    EXPECT_TRUE(after.status.ok()) << after.status.error_message();
+    served = MetricValue(p0_metrics, "tandem_prompt_tokens_total") > before;
+  }
+  EXPECT_TRUE(served) << "the continued prefill worker served nothing";
+  stack->Stop();
+}
+
 // The gateway's health (for "" and for tandem.v1.Generation by name)
 // follows its workers: NOT_SERVING once no prefill worker is reachable.
 TEST(GatewayHealthTest, FollowsTheWorkers) {

@@ -43,8 +43,24 @@ class FakePrefill final : public tandem::v1::Prefill::Service {
     absl::MutexLock lock(&mu_);
     codes_ = std::move(codes);
   }
-  grpc::Status Prefill(grpc::ServerContext*, const tandem::v1::PrefillRequest* r,
+  grpc::Status Prefill(grpc::ServerContext* ctx, const tandem::v1::PrefillRequest* r,
                        tandem::v1::PrefillResponse* out) override {
+    absl::Duration delay;
+    bool stopped = false;
+    {
+      absl::MutexLock lock(&mu_);
+      delay = delay_;
+      stopped = stopped_;
+    }
+    if (stopped) {
+      {
+        absl::MutexLock lock(&mu_);
+        ++prefills_;
+      }
+      AwaitCancelled(ctx);
+      return grpc::Status::CANCELLED;
+    }
+    absl::SleepFor(delay);  // the work a slow worker does
     absl::MutexLock lock(&mu_);
     ++prefills_;
     requests_.push_back(*r);
@@ -64,6 +80,32 @@ class FakePrefill final : public tandem::v1::Prefill::Service {
     releases_.Record(*r);
     return grpc::Status::OK;
   }
+  // The liveness probe. A stopped worker answers nothing: its calls end only
+  // when the caller gives up.
+  grpc::Status GetWorkerStats(grpc::ServerContext* ctx, const tandem::v1::WorkerStatsRequest*,
+                              tandem::v1::WorkerStats*) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++probes_;
+      if (!stopped_) return grpc::Status::OK;
+    }
+    AwaitCancelled(ctx);
+    return grpc::Status::CANCELLED;
+  }
+  // Stopped: Prefill and the probe hang until the caller cancels them.
+  void Stop() {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+  }
+  // Each Prefill takes this long (the worker alive and answering probes).
+  void SetDelay(absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    delay_ = d;
+  }
+  int probes() {
+    absl::MutexLock lock(&mu_);
+    return probes_;
+  }
   int prefills() {
     absl::MutexLock lock(&mu_);
     return prefills_;
@@ -77,9 +119,18 @@ class FakePrefill final : public tandem::v1::Prefill::Service {
   }
 
  private:
+  // A sync handler's wait for its caller to give up (the server has no
+  // event for it: polled).
+  static void AwaitCancelled(grpc::ServerContext* ctx) {
+    while (!ctx->IsCancelled()) absl::SleepFor(absl::Milliseconds(5));
+  }
+
   absl::Mutex mu_;
   std::deque<grpc::StatusCode> codes_ ABSL_GUARDED_BY(mu_);
   int prefills_ ABSL_GUARDED_BY(mu_) = 0;
+  int probes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Duration delay_ ABSL_GUARDED_BY(mu_);
   std::vector<tandem::v1::PrefillRequest> requests_ ABSL_GUARDED_BY(mu_);
   kvtransfer::testing::ReleaseRecorder releases_;
 };
@@ -599,6 +650,37 @@ TEST_F(GenerateCallTest, SlowStepsAndHeartbeatsThroughALongOneAreNotGivenUpOn) {
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   EXPECT_EQ(r.text, "a" + std::string(24, 'b'));
   EXPECT_EQ(r.usage.migrations(), 0);
+  EXPECT_EQ(Counter("tandem_progress_timeouts_total"), 0);
+}
+
+// A prefill worker stopped (or cut off) under a request answers neither the
+// prefill nor the probe: after the probe's floor the request is retried on
+// the other worker, with no error; a worker that is merely slow answers
+// its probes and keeps its prefill.
+TEST_F(GenerateCallTest, APrefillOnAWorkerThatAnswersNoProbeMovesToAnother) {
+  progress_floor_ = absl::Milliseconds(200);
+  StartGateway(2);
+  prefills_[0]->Stop();
+  decode_.Set({.tokens = {Byte('b')}, .finish = tandem::v1::FINISH_REASON_LENGTH});
+  const Result r = Generate(Request(16));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "ab");
+  EXPECT_EQ(prefills_[0]->prefills(), 1);
+  EXPECT_EQ(prefills_[1]->prefills(), 1);
+  EXPECT_EQ(Counter("tandem_progress_timeouts_total"), 1);
+}
+
+TEST_F(GenerateCallTest, ASlowPrefillWhoseWorkerAnswersProbesIsLeftToFinish) {
+  progress_floor_ = absl::Milliseconds(100);
+  StartGateway(2);
+  prefills_[0]->SetDelay(absl::Milliseconds(600));  // several probes' worth
+  decode_.Set({.tokens = {Byte('b')}, .finish = tandem::v1::FINISH_REASON_LENGTH});
+  const Result r = Generate(Request(16));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "ab");
+  EXPECT_EQ(prefills_[0]->prefills(), 1);
+  EXPECT_EQ(prefills_[1]->prefills(), 0);
+  EXPECT_GE(prefills_[0]->probes(), 2);
   EXPECT_EQ(Counter("tandem_progress_timeouts_total"), 0);
 }
 
