@@ -224,24 +224,22 @@ void GenerateCall::ArmProgressAlarm(absl::Time at) {
 }
 
 void GenerateCall::CheckProgress() {
-  DecodeRelay* stalled = nullptr;
-  {
-    absl::MutexLock lock(&mu_);
-    progress_alarm_set_ = false;
-    // Set again on the next read.
-    if (phase_ != Phase::kDecoding || relay_ == nullptr || !awaiting_decode_) return;
-    if (absl::Now() < progress_due_) {
-      ArmProgressAlarm(progress_due_);
-      return;
-    }
-    // The worker is alive enough to hold the call open but makes no
-    // progress (its engine is stuck, or its process stopped before the
-    // keepalive noticed): it is treated as failed.
-    decode_stalled_ = true;
-    env_.metrics->progress_timeouts.Increment();
-    stalled = relay_;
+  absl::MutexLock lock(&mu_);
+  progress_alarm_set_ = false;
+  // Set again on the next read.
+  if (phase_ != Phase::kDecoding || relay_ == nullptr || !awaiting_decode_) return;
+  if (absl::Now() < progress_due_) {
+    ArmProgressAlarm(progress_due_);
+    return;
   }
-  stalled->Cancel();  // OnDecodeDone follows and migrates the stream
+  // The worker is alive enough to hold the call open but makes no progress
+  // (its engine is stuck, or its process stopped or cut off before the
+  // keepalive noticed): it is treated as failed. Cancelled under the lock,
+  // as everywhere: the relay is not deleted before OnDecodeDone has taken
+  // it, which needs the lock.
+  decode_stalled_ = true;
+  env_.metrics->progress_timeouts.Increment();
+  relay_->Cancel();  // OnDecodeDone follows and migrates the stream
 }
 
 GenerateCall::Next GenerateCall::OnHandOffRefused(int refused, absl::Duration retry_after) {
