@@ -31,8 +31,12 @@ GenerationService::GenerationService(std::unique_ptr<engine::Tokenizer> tokenize
                 {.decode_workers = [this] { return DecodeWorkers(); },
                  .replicas = options_.sessions.replicas,
                  .timeout = options_.sessions.store_timeout,
+                 .tracked_sessions = options_.sessions.rereplicate_tracked,
+                 .rereplicate_parallel = options_.sessions.rereplicate_parallel,
                  .on_under_replicated =
-                     [this] { metrics_.session_records_under_replicated.Increment(); }}) {
+                     [this] { metrics_.session_records_under_replicated.Increment(); },
+                 .on_rereplicated = [this] { metrics_.session_records_rereplicated.Increment(); },
+                 .calls_in_flight = &metrics_.session_store_calls_in_flight}) {
   subscriber_ = std::make_unique<BlockEventSubscriber>(
       index_, channels_, std::vector<BlockEventSubscriber::Worker>{}, registry,
       SubscriberOptions{.on_sync_change = [this] { UpdateHealth(); }});
@@ -80,6 +84,15 @@ void GenerationService::Detach() {
 }
 
 void GenerationService::UpdateHealth() {
+  std::vector<std::string> lost;
+  UpdateHealthLocked(lost);
+  // Sessions with a record copy on a decode worker just found down get one
+  // elsewhere (after the pickers above know it unreachable, so the new
+  // copies avoid it).
+  for (const std::string& address : lost) sessions_.OnWorkerLost(address);
+}
+
+void GenerationService::UpdateHealthLocked(std::vector<std::string>& lost_decode_workers) {
   // Under the lock: a detached server is never touched again, and a
   // service being destroyed has detached.
   absl::MutexLock lock(&health_mu_);
@@ -95,7 +108,15 @@ void GenerationService::UpdateHealth() {
   for (const auto& [picker, base] : {std::pair<WorkerPicker*, int>{&prefill_, 0},
                                      std::pair<WorkerPicker*, int>{&decode_, kDecodeSlotBase}}) {
     for (int i = 0; i < picker->size(); ++i) {
-      picker->SetReachable(i, std::find(down.begin(), down.end(), base + i) == down.end());
+      const bool is_down = std::find(down.begin(), down.end(), base + i) != down.end();
+      picker->SetReachable(i, !is_down);
+      if (picker != &decode_) continue;
+      const std::string address = picker->address(i);
+      if (is_down && picker->active(i) && decode_down_.insert(address).second) {
+        lost_decode_workers.push_back(address);
+      } else if (!is_down) {
+        decode_down_.erase(address);
+      }
     }
   }
   const BlockEventSubscriber::KvCapacity kv = subscriber_->SyncedKvCapacity(kDecodeSlotBase);
