@@ -100,7 +100,7 @@ std::vector<common::FlagSpec> GatewayFlagSpecs() {
                "to the next worker)"},
       {.name = "session-rereplicate-tracked", .default_value = "65536",
        .help = "sessions whose record copies this gateway remembers (the latest it wrote or "
-               "read, about 200 bytes each), so that a decode worker found down has their "
+               "read, a few hundred bytes each), so that a decode worker found down has their "
                "records copied to another worker at once; past it the least recently used "
                "are forgotten and repaired at their next read; 0 = off"},
       {.name = "session-rereplicate-parallel", .default_value = "8",
