@@ -84,19 +84,18 @@ void GenerationService::Detach() {
 }
 
 void GenerationService::UpdateHealth() {
-  std::vector<std::string> lost;
-  UpdateHealthLocked(lost);
-  // Sessions with a record copy on a decode worker just found down get one
-  // elsewhere (after the pickers above know it unreachable, so the new
-  // copies avoid it).
-  for (const std::string& address : lost) sessions_.OnWorkerLost(address);
-}
-
-void GenerationService::UpdateHealthLocked(std::vector<std::string>& lost_decode_workers) {
   // Under the lock: a detached server is never touched again, and a
   // service being destroyed has detached.
   absl::MutexLock lock(&health_mu_);
   if (!attached_) return;
+  // Sessions with a record copy on a decode worker just found down get one
+  // elsewhere (after the pickers know it unreachable, so the new copies
+  // avoid it). OnWorkerLost only queues reads and starts calls.
+  for (const std::string& address : UpdateHealthLocked()) sessions_.OnWorkerLost(address);
+}
+
+std::vector<std::string> GenerationService::UpdateHealthLocked() {
+  std::vector<std::string> lost_decode_workers;
   const std::vector<int> synced = subscriber_->synced_slots();
   const std::vector<int> down = subscriber_->down_slots();
   bool prefill = false, decode = false;
@@ -129,10 +128,12 @@ void GenerationService::UpdateHealthLocked(std::vector<std::string>& lost_decode
         << "--max-context " << options_.limits.max_context << " exceeds the workers' "
         << kv.max_context << ": not serving until they agree";
   }
-  if (health_ == nullptr) return;
-  const bool serving = prefill && decode && consistent;
-  health_->SetServingStatus(serving);  // "" (this also resets named services)
-  health_->SetServingStatus(tandem::v1::Generation::service_full_name(), serving);
+  if (health_ != nullptr) {
+    const bool serving = prefill && decode && consistent;
+    health_->SetServingStatus(serving);  // "" (this also resets named services)
+    health_->SetServingStatus(tandem::v1::Generation::service_full_name(), serving);
+  }
+  return lost_decode_workers;
 }
 
 grpc::ServerUnaryReactor* GenerationService::Answer(grpc::CallbackServerContext* ctx,

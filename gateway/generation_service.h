@@ -170,9 +170,9 @@ class GenerationService final : public GenerationServiceBase {
   // Follows which workers are reachable: the pickers prefer them and the
   // health (once attached) reports whether the gateway can serve.
   void UpdateHealth();
-  // UpdateHealth's work under health_mu_; the decode workers it found down
+  // UpdateHealth's work once attached; the decode workers it found down
   // that were not before.
-  void UpdateHealthLocked(std::vector<std::string>& lost_decode_workers);
+  std::vector<std::string> UpdateHealthLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(health_mu_);
   void Detach();
 
   grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const char* method,

@@ -327,17 +327,20 @@ void SessionStoreClient::LoadFrom(const std::string& session_id,
           }
         }
         if (newest == nullptr) {
-          if (repaired != nullptr) repaired(0);
+          absl::Status status;
           if (unreachable > 0) {
-            done(absl::UnavailableError(absl::StrCat(
+            status = absl::UnavailableError(absl::StrCat(
                 "session_id: \"", session_id,
                 "\" was not found on the reachable decode workers; ", unreachable,
-                " could not be asked")));
+                " could not be asked"));
           } else {
             placements_->Erase(session_id);
-            done(absl::FailedPreconditionError(absl::StrCat(
-                "session_id: \"", session_id, "\" is unknown, closed or expired")));
+            status = absl::FailedPreconditionError(absl::StrCat(
+                "session_id: \"", session_id, "\" is unknown, closed or expired"));
           }
+          // Last: a re-replication's slot may let the client go.
+          if (repaired != nullptr) repaired(0);
+          done(std::move(status));
           return;
         }
         std::vector<std::string> holding;
@@ -556,7 +559,10 @@ void SessionStoreClient::Rereplicate(std::string id) {
 }
 
 std::optional<std::string> SessionStoreClient::NextRereplication() {
-  Rereplication& r = *rereplication_;
+  // Held here: once the slot is released the destructor may return, and
+  // the client go, while this still unlocks.
+  const std::shared_ptr<Rereplication> state = rereplication_;
+  Rereplication& r = *state;
   absl::MutexLock lock(&r.mu);
   if (r.stopped || r.queue.empty()) {
     --r.in_flight;  // the last touch of the client by this slot

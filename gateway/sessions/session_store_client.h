@@ -147,8 +147,8 @@ class SessionStoreClient {
   // released, when none is left or the client is stopping.
   std::optional<std::string> NextRereplication();
 
-  // What re-replication shares with its reads' callbacks, which may run
-  // on after the client's destructor stopped waiting for them.
+  // Re-replication's queue and slots. Shared: a slot's last unlock may
+  // come after the destructor saw it released.
   struct Rereplication {
     absl::Mutex mu;
     std::deque<std::string> queue ABSL_GUARDED_BY(mu);
