@@ -550,8 +550,8 @@ void SessionStoreClient::Rereplicate(std::string id) {
                });
       return;
     }
-    // No worker to copy to: this slot goes on to the next (each finds
-    // none either, until one is back).
+    // No reachable worker to copy to: the session is left to its next
+    // read's repair, and this slot goes on to the next (the queue drains).
     std::optional<std::string> next = NextRereplication();
     if (!next.has_value()) return;
     id = std::move(*next);
