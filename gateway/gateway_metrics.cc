@@ -40,6 +40,13 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
           registry, "tandem_session_records_under_replicated_total",
           "Session record writes that landed on fewer decode workers than "
           "min(--session-replicas, reachable decode workers)")),
+      session_records_rereplicated(rpc::CounterMetric(
+          registry, "tandem_session_records_rereplicated_total",
+          "Session records copied to another decode worker after one holding a copy was "
+          "found down, before the session's next turn")),
+      session_store_calls_in_flight(rpc::GaugeFamily(
+          registry, "tandem_session_store_calls_in_flight",
+          "Calls to decode workers' session stores in flight, by worker and method")),
       time_to_first_token(rpc::LatencyHistogram(
           registry, "tandem_time_to_first_token_seconds",
           "From a Generate call's arrival to its first token being sent")),

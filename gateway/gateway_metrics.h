@@ -5,6 +5,7 @@
 
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
+#include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
@@ -31,6 +32,12 @@ struct GatewayMetrics {
   prometheus::Counter& local_prefills;
   // Session record writes that left fewer copies than aimed for.
   prometheus::Counter& session_records_under_replicated;
+  // Sessions whose record got a new copy after a decode worker holding one
+  // was lost (before their next turn).
+  prometheus::Counter& session_records_rereplicated;
+  // Calls to the decode workers' session stores in flight, by worker and
+  // method: a stuck worker shows its calls piling up to the deadline.
+  prometheus::Family<prometheus::Gauge>& session_store_calls_in_flight;
   prometheus::Histogram& time_to_first_token;
   prometheus::Histogram& inter_token_latency;
   prometheus::Histogram& e2e_latency;

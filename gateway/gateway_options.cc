@@ -95,7 +95,17 @@ std::vector<common::FlagSpec> GatewayFlagSpecs() {
                "prompt + max_tokens fits this percent of the window (100: only what the turn "
                "needs; less leaves room for the next turns to reuse the KV)"},
       {.name = "session-store-timeout-ms", .default_value = "5000",
-       .help = "deadline of each call to a decode worker's session store"},
+       .help = "deadline of each call to a decode worker's session store (a stuck worker "
+               "delays a turn's record write by at most this per copy; the copy then goes "
+               "to the next worker)"},
+      {.name = "session-rereplicate-tracked", .default_value = "65536",
+       .help = "sessions whose record copies this gateway remembers (the latest it wrote or "
+               "read, a few hundred bytes each), so that a decode worker found down has their "
+               "records copied to another worker at once; past it the least recently used "
+               "are forgotten and repaired at their next read; 0 = off"},
+      {.name = "session-rereplicate-parallel", .default_value = "8",
+       .help = "re-replications (a read of the record from the reachable decode workers, "
+               "then a put) in flight at once after a decode worker is lost"},
       {.name = "max-migrations", .default_value = "3",
        .help = "times a stream may move to another worker after one failed under it "
                "(0 = a worker failure ends the stream)"},
@@ -244,6 +254,11 @@ absl::StatusOr<GatewaySetup> GatewaySetupFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(const int32_t store_ms,
                    args.IntInRange("session-store-timeout-ms", 1, 24 * 3600 * 1000));
   sessions.store_timeout = absl::Milliseconds(store_ms);
+  ASSIGN_OR_RETURN(const int32_t tracked,
+                   args.IntInRange("session-rereplicate-tracked", 0, 1 << 30));
+  sessions.rereplicate_tracked = tracked;
+  ASSIGN_OR_RETURN(sessions.rereplicate_parallel,
+                   args.IntInRange("session-rereplicate-parallel", 1, 1024));
   ASSIGN_OR_RETURN(const int32_t evict_percent, args.IntInRange("session-evict-percent", 1, 100));
   sessions.evict_to = evict_percent / 100.0;
   ASSIGN_OR_RETURN(sessions.local_prefill_tokens,

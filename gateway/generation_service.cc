@@ -31,8 +31,12 @@ GenerationService::GenerationService(std::unique_ptr<engine::Tokenizer> tokenize
                 {.decode_workers = [this] { return DecodeWorkers(); },
                  .replicas = options_.sessions.replicas,
                  .timeout = options_.sessions.store_timeout,
+                 .tracked_sessions = options_.sessions.rereplicate_tracked,
+                 .rereplicate_parallel = options_.sessions.rereplicate_parallel,
                  .on_under_replicated =
-                     [this] { metrics_.session_records_under_replicated.Increment(); }}) {
+                     [this] { metrics_.session_records_under_replicated.Increment(); },
+                 .on_rereplicated = [this] { metrics_.session_records_rereplicated.Increment(); },
+                 .calls_in_flight = &metrics_.session_store_calls_in_flight}) {
   subscriber_ = std::make_unique<BlockEventSubscriber>(
       index_, channels_, std::vector<BlockEventSubscriber::Worker>{}, registry,
       SubscriberOptions{.on_sync_change = [this] { UpdateHealth(); }});
@@ -84,6 +88,14 @@ void GenerationService::UpdateHealth() {
   // service being destroyed has detached.
   absl::MutexLock lock(&health_mu_);
   if (!attached_) return;
+  // Sessions with a record copy on a decode worker just found down get one
+  // elsewhere (after the pickers know it unreachable, so the new copies
+  // avoid it). OnWorkerLost only queues reads and starts calls.
+  for (const std::string& address : UpdateHealthLocked()) sessions_.OnWorkerLost(address);
+}
+
+std::vector<std::string> GenerationService::UpdateHealthLocked() {
+  std::vector<std::string> lost_decode_workers;
   const std::vector<int> synced = subscriber_->synced_slots();
   const std::vector<int> down = subscriber_->down_slots();
   bool prefill = false, decode = false;
@@ -95,7 +107,15 @@ void GenerationService::UpdateHealth() {
   for (const auto& [picker, base] : {std::pair<WorkerPicker*, int>{&prefill_, 0},
                                      std::pair<WorkerPicker*, int>{&decode_, kDecodeSlotBase}}) {
     for (int i = 0; i < picker->size(); ++i) {
-      picker->SetReachable(i, std::find(down.begin(), down.end(), base + i) == down.end());
+      const bool is_down = std::find(down.begin(), down.end(), base + i) != down.end();
+      picker->SetReachable(i, !is_down);
+      if (picker != &decode_) continue;
+      const std::string address = picker->address(i);
+      if (is_down && picker->active(i) && decode_down_.insert(address).second) {
+        lost_decode_workers.push_back(address);
+      } else if (!is_down) {
+        decode_down_.erase(address);
+      }
     }
   }
   const BlockEventSubscriber::KvCapacity kv = subscriber_->SyncedKvCapacity(kDecodeSlotBase);
@@ -108,10 +128,12 @@ void GenerationService::UpdateHealth() {
         << "--max-context " << options_.limits.max_context << " exceeds the workers' "
         << kv.max_context << ": not serving until they agree";
   }
-  if (health_ == nullptr) return;
-  const bool serving = prefill && decode && consistent;
-  health_->SetServingStatus(serving);  // "" (this also resets named services)
-  health_->SetServingStatus(tandem::v1::Generation::service_full_name(), serving);
+  if (health_ != nullptr) {
+    const bool serving = prefill && decode && consistent;
+    health_->SetServingStatus(serving);  // "" (this also resets named services)
+    health_->SetServingStatus(tandem::v1::Generation::service_full_name(), serving);
+  }
+  return lost_decode_workers;
 }
 
 grpc::ServerUnaryReactor* GenerationService::Answer(grpc::CallbackServerContext* ctx,

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gateway/api_keys.h"
 #include "gateway/routing/block_event_subscriber.h"
@@ -48,6 +49,11 @@ struct SessionOptions {
   double evict_to = 0.75;
   // Deadline of each call to a decode worker's session store.
   absl::Duration store_timeout = absl::Seconds(5);
+  // Sessions whose record copies are remembered, so that a decode worker
+  // found down has their records re-replicated at once (0: at their next
+  // read), and how many of those re-replications run at once.
+  int64_t rereplicate_tracked = 65536;
+  int32_t rereplicate_parallel = 8;
 };
 
 struct GatewayOptions {
@@ -164,6 +170,9 @@ class GenerationService final : public GenerationServiceBase {
   // Follows which workers are reachable: the pickers prefer them and the
   // health (once attached) reports whether the gateway can serve.
   void UpdateHealth();
+  // UpdateHealth's work once attached; the decode workers it found down
+  // that were not before.
+  std::vector<std::string> UpdateHealthLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(health_mu_);
   void Detach();
 
   grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* ctx, const char* method,
@@ -209,6 +218,9 @@ class GenerationService final : public GenerationServiceBase {
   grpc::HealthCheckServiceInterface* health_ ABSL_GUARDED_BY(health_mu_) = nullptr;
   // False once destruction began: worker reachability is no longer followed.
   bool attached_ ABSL_GUARDED_BY(health_mu_) = true;
+  // Decode workers found down (by address) and not back since: a new one
+  // has its sessions' records re-replicated.
+  absl::flat_hash_set<std::string> decode_down_ ABSL_GUARDED_BY(health_mu_);
   std::atomic<bool> draining_{false};
   // The smallest max_context the synced workers report (0: none yet).
   std::atomic<int32_t> workers_max_context_{0};

@@ -20,6 +20,13 @@ namespace {
 
 using Stub = tandem::v1::Decode::Stub;
 
+// The in-flight gauge of `method` calls to `address` (null: not counted).
+prometheus::Gauge* InFlight(prometheus::Family<prometheus::Gauge>* family,
+                            const std::string& address, const char* method) {
+  if (family == nullptr) return nullptr;
+  return &family->Add({{"worker", address}, {"method", method}});
+}
+
 // One unary call to a decode worker; deletes itself when done.
 template <typename Req, typename Resp>
 class UnaryCall final : public grpc::ClientUnaryReactor {
@@ -28,15 +35,19 @@ class UnaryCall final : public grpc::ClientUnaryReactor {
                            grpc::ClientUnaryReactor*);
   using Done = std::function<void(const grpc::Status&, Resp&)>;
 
+  // `in_flight` (may be null) counts the call while it runs.
   static void Run(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout, Req request,
-                  Starter starter, Done done) {
+                  Starter starter, prometheus::Gauge* in_flight, Done done) {
     auto* call = new UnaryCall(std::move(channel), std::move(request), std::move(done));
+    call->in_flight_ = in_flight;
+    if (in_flight != nullptr) in_flight->Increment();
     call->ctx_.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
     starter(*call->stub_, &call->ctx_, &call->request_, &call->response_, call);
     call->StartCall();
   }
 
   void OnDone(const grpc::Status& status) override {
+    if (in_flight_ != nullptr) in_flight_->Decrement();
     done_(status, response_);
     delete this;
   }
@@ -52,6 +63,7 @@ class UnaryCall final : public grpc::ClientUnaryReactor {
   Req request_;
   Resp response_;
   Done done_;
+  prometheus::Gauge* in_flight_ = nullptr;
 };
 
 // Gathers one answer per target, then runs `finish` once with all of them.
@@ -90,6 +102,7 @@ template <typename Req, typename Resp>
 void FanOut(rpc::ChannelCache& channels, const std::vector<std::string>& addresses,
             absl::Duration timeout, const Req& request,
             typename UnaryCall<Req, Resp>::Starter starter,
+            prometheus::Family<prometheus::Gauge>* in_flight, const char* method,
             typename Gather<Resp>::Finish finish) {
   if (addresses.empty()) {
     finish({});
@@ -98,7 +111,7 @@ void FanOut(rpc::ChannelCache& channels, const std::vector<std::string>& address
   auto gather = std::make_shared<Gather<Resp>>(addresses.size(), std::move(finish));
   for (const std::string& address : addresses) {
     UnaryCall<Req, Resp>::Run(channels.Get(address), timeout, request, starter,
-                              [gather, address](const grpc::Status& s, Resp& r) {
+                              InFlight(in_flight, address, method), [gather, address](const grpc::Status& s, Resp& r) {
                                 gather->Add(address, s, r);
                               });
   }
@@ -125,12 +138,16 @@ class Placer : public std::enable_shared_from_this<Placer> {
   // `release_kv`: a worker other than the record's holder lets go of KV it
   // kept for the session.
   Placer(rpc::ChannelCache& channels, absl::Duration timeout, tandem::v1::SessionRecord record,
-         const std::vector<std::string>& ranked, bool release_kv, Finish finish)
+         const std::vector<std::string>& ranked, bool release_kv,
+         prometheus::Family<prometheus::Gauge>* in_flight, Finish finish)
       : timeout_(timeout),
         record_(std::move(record)),
         release_kv_(release_kv),
         finish_(std::move(finish)) {
-    for (const std::string& address : ranked) workers_.push_back({address, channels.Get(address)});
+    for (const std::string& address : ranked) {
+      workers_.push_back(
+          {address, channels.Get(address), InFlight(in_flight, address, "PutSession")});
+    }
   }
 
   // Sends the first `want` copies; `finish` runs once every copy landed or
@@ -155,6 +172,7 @@ class Placer : public std::enable_shared_from_this<Placer> {
   struct Worker {
     std::string address;
     std::shared_ptr<grpc::Channel> channel;
+    prometheus::Gauge* in_flight = nullptr;
   };
 
   void Put(size_t i) {
@@ -167,7 +185,7 @@ class Placer : public std::enable_shared_from_this<Placer> {
            tandem::v1::PutSessionResponse* resp, grpc::ClientUnaryReactor* r) {
           stub.async()->PutSession(ctx, req, resp, r);
         },
-        [self = shared_from_this(), i](const grpc::Status& s, tandem::v1::PutSessionResponse&) {
+        workers_[i].in_flight, [self = shared_from_this(), i](const grpc::Status& s, tandem::v1::PutSessionResponse&) {
           self->OnAnswer(i, s);
         });
   }
@@ -215,7 +233,22 @@ class Placer : public std::enable_shared_from_this<Placer> {
 }  // namespace
 
 SessionStoreClient::SessionStoreClient(rpc::ChannelCache& channels, Options options)
-    : channels_(channels), options_(std::move(options)) {}
+    : channels_(channels),
+      options_(std::move(options)),
+      placements_(std::make_shared<SessionPlacements>(options_.tracked_sessions)),
+      rereplication_(std::make_shared<Rereplication>()) {}
+
+SessionStoreClient::~SessionStoreClient() {
+  Rereplication& r = *rereplication_;
+  absl::MutexLock lock(&r.mu);
+  r.stopped = true;
+  r.queue.clear();
+  r.queued.clear();
+  // Each read ends within the timeout (its repair needs nothing of the
+  // client).
+  auto idle = [&r]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(r.mu) { return r.in_flight == 0; };
+  r.mu.Await(absl::Condition(&idle));
+}
 
 SessionStoreClient::Placement SessionStoreClient::Place(const std::string& session_id,
                                                         const std::string& holder) const {
@@ -242,9 +275,11 @@ SessionStoreClient::Placement SessionStoreClient::Place(const std::string& sessi
   return out;
 }
 
-std::vector<std::string> SessionStoreClient::Addresses() const {
+std::vector<std::string> SessionStoreClient::Addresses(bool reachable_only) const {
   std::vector<std::string> out;
-  for (DecodeWorker& w : options_.decode_workers()) out.push_back(std::move(w.address));
+  for (DecodeWorker& w : options_.decode_workers()) {
+    if (w.reachable || !reachable_only) out.push_back(std::move(w.address));
+  }
   return out;
 }
 
@@ -261,15 +296,23 @@ std::vector<std::string> SessionStoreClient::Targets(const std::string& session_
 }
 
 void SessionStoreClient::Load(const std::string& session_id, RecordDone done) const {
+  LoadFrom(session_id, Addresses(), std::move(done), nullptr);
+}
+
+void SessionStoreClient::LoadFrom(const std::string& session_id,
+                                  std::vector<std::string> addresses, RecordDone done,
+                                  std::function<void(int)> repaired) const {
   tandem::v1::SessionKey key;
   key.set_session_id(session_id);
   FanOut<tandem::v1::SessionKey, tandem::v1::SessionRecord>(
-      channels_, Addresses(), options_.timeout, key,
+      channels_, addresses, options_.timeout, key,
       [](Stub& stub, grpc::ClientContext* ctx, const tandem::v1::SessionKey* req,
          tandem::v1::SessionRecord* resp, grpc::ClientUnaryReactor* r) {
         stub.async()->GetSession(ctx, req, resp, r);
       },
-      [this, session_id, done = std::move(done)](auto answers) {
+      options_.calls_in_flight, "GetSession",
+      [this, session_id, done = std::move(done),
+       repaired = std::move(repaired)](auto answers) mutable {
         const tandem::v1::SessionRecord* newest = nullptr;
         int unreachable = 0;
         std::vector<std::string> unanswered;
@@ -284,15 +327,20 @@ void SessionStoreClient::Load(const std::string& session_id, RecordDone done) co
           }
         }
         if (newest == nullptr) {
+          absl::Status status;
           if (unreachable > 0) {
-            done(absl::UnavailableError(absl::StrCat(
+            status = absl::UnavailableError(absl::StrCat(
                 "session_id: \"", session_id,
                 "\" was not found on the reachable decode workers; ", unreachable,
-                " could not be asked")));
+                " could not be asked"));
           } else {
-            done(absl::FailedPreconditionError(absl::StrCat(
-                "session_id: \"", session_id, "\" is unknown, closed or expired")));
+            placements_->Erase(session_id);
+            status = absl::FailedPreconditionError(absl::StrCat(
+                "session_id: \"", session_id, "\" is unknown, closed or expired"));
           }
+          // Last: a re-replication's slot may let the client go.
+          if (repaired != nullptr) repaired(0);
+          done(std::move(status));
           return;
         }
         std::vector<std::string> holding;
@@ -302,30 +350,40 @@ void SessionStoreClient::Load(const std::string& session_id, RecordDone done) co
           }
         }
         const tandem::v1::SessionRecord record = *newest;
+        placements_->Set(session_id, holding);
         // The repair is planned before `done`, which may end the caller's
         // call (and the client with it); its puts need nothing of either.
-        Repair(record, std::move(holding), std::move(unanswered));
+        Repair(record, std::move(holding), std::move(unanswered), std::move(repaired));
         done(record);
       });
 }
 
 void SessionStoreClient::Repair(const tandem::v1::SessionRecord& record,
                                 std::vector<std::string> holding,
-                                std::vector<std::string> unanswered) const {
+                                std::vector<std::string> unanswered,
+                                std::function<void(int)> repaired) const {
   Placement place = Place(record.session_id(), record.kv_holder());
   const int missing = place.want - static_cast<int>(holding.size());
-  if (missing <= 0) return;
   std::vector<std::string> candidates;
   for (std::string& w : place.ranked) {
     if (std::find(holding.begin(), holding.end(), w) != holding.end()) continue;
     if (std::find(unanswered.begin(), unanswered.end(), w) != unanswered.end()) continue;
     candidates.push_back(std::move(w));
   }
-  if (candidates.empty()) return;
+  if (missing <= 0 || candidates.empty()) {
+    if (repaired != nullptr) repaired(0);
+    return;
+  }
   // KV stays where it is: the copy is the record's alone, and a turn may be
   // pinning KV on that worker right now.
-  auto placer = std::make_shared<Placer>(channels_, options_.timeout, record, candidates,
-                                         /*release_kv=*/false, [](Placer::Outcome) {});
+  auto placer = std::make_shared<Placer>(
+      channels_, options_.timeout, record, candidates, /*release_kv=*/false,
+      options_.calls_in_flight,
+      [placements = placements_, id = record.session_id(),
+       repaired = std::move(repaired)](Placer::Outcome outcome) {
+        placements->Add(id, outcome.stored);
+        if (repaired != nullptr) repaired(static_cast<int>(outcome.stored.size()));
+      });
   placer->Start(missing);
 }
 
@@ -343,11 +401,15 @@ void SessionStoreClient::Save(const tandem::v1::SessionRecord& record,
   if (!previous_holder.empty() && previous_holder != record.kv_holder()) {
     previous = channels_.Get(previous_holder);
   }
+  prometheus::Gauge* drop_in_flight =
+      previous == nullptr ? nullptr
+                          : InFlight(options_.calls_in_flight, previous_holder, "DropSession");
   auto placer = std::make_shared<Placer>(
       channels_, options_.timeout, record, place.ranked, /*release_kv=*/true,
-      [want = place.want, id = record.session_id(), previous, previous_holder,
-       under = options_.on_under_replicated, timeout = options_.timeout,
-       done = std::move(done)](Placer::Outcome outcome) {
+      options_.calls_in_flight,
+      [want = place.want, id = record.session_id(), previous, previous_holder, drop_in_flight,
+       placements = placements_, under = options_.on_under_replicated,
+       timeout = options_.timeout, done = std::move(done)](Placer::Outcome outcome) {
         const int stored = static_cast<int>(outcome.stored.size());
         if (stored < want && outcome.aborted.ok()) {
           common::LogLine("tandem-gateway")
@@ -355,6 +417,9 @@ void SessionStoreClient::Save(const tandem::v1::SessionRecord& record,
               << " decode workers aimed for";
           if (under != nullptr) under();
         }
+        // Where this version landed, for re-replication after a loss (a
+        // newer version written elsewhere is learnt at its next read).
+        if (stored > 0 && outcome.aborted.ok()) placements->Set(id, outcome.stored);
         if (previous != nullptr && stored > 0 &&
             std::find(outcome.stored.begin(), outcome.stored.end(), previous_holder) ==
                 outcome.stored.end()) {
@@ -366,7 +431,7 @@ void SessionStoreClient::Save(const tandem::v1::SessionRecord& record,
                  tandem::v1::DropSessionResponse* resp, grpc::ClientUnaryReactor* r) {
                 stub.async()->DropSession(ctx, req, resp, r);
               },
-              [](const grpc::Status&, tandem::v1::DropSessionResponse&) {});
+              drop_in_flight, [](const grpc::Status&, tandem::v1::DropSessionResponse&) {});
         }
         if (!outcome.aborted.ok()) {
           done(outcome.aborted);
@@ -382,6 +447,7 @@ void SessionStoreClient::Save(const tandem::v1::SessionRecord& record,
 }
 
 void SessionStoreClient::Drop(const std::string& session_id, StatusDone done) const {
+  placements_->Erase(session_id);
   tandem::v1::SessionKey key;
   key.set_session_id(session_id);
   FanOut<tandem::v1::SessionKey, tandem::v1::DropSessionResponse>(
@@ -390,6 +456,7 @@ void SessionStoreClient::Drop(const std::string& session_id, StatusDone done) co
          tandem::v1::DropSessionResponse* resp, grpc::ClientUnaryReactor* r) {
         stub.async()->DropSession(ctx, req, resp, r);
       },
+      options_.calls_in_flight, "DropSession",
       [done = std::move(done)](auto answers) {
         for (const auto& a : answers) {
           if (!a.status.ok()) {
@@ -408,6 +475,7 @@ void SessionStoreClient::List(ListDone done) const {
          tandem::v1::ListSessionRecordsResponse* resp, grpc::ClientUnaryReactor* r) {
         stub.async()->ListSessions(ctx, req, resp, r);
       },
+      options_.calls_in_flight, "ListSessions",
       [done = std::move(done)](auto answers) {
         absl::flat_hash_map<std::string, tandem::v1::SessionRecord> newest;
         for (auto& a : answers) {
@@ -425,6 +493,85 @@ void SessionStoreClient::List(ListDone done) const {
         });
         done(std::move(out));
       });
+}
+
+void SessionStoreClient::OnWorkerLost(const std::string& address) {
+  const std::vector<std::string> ids = placements_->TakeWorker(address);
+  if (ids.empty()) return;
+  common::LogLine("tandem-gateway") << "decode worker " << address << " lost: re-replicating "
+                                    << ids.size() << " session record(s) it held";
+  {
+    Rereplication& r = *rereplication_;
+    absl::MutexLock lock(&r.mu);
+    if (r.stopped) return;
+    for (const std::string& id : ids) {
+      if (r.queued.insert(id).second) r.queue.push_back(id);
+    }
+  }
+  PumpRereplication();
+}
+
+int64_t SessionStoreClient::rereplications_pending() const {
+  absl::MutexLock lock(&rereplication_->mu);
+  return static_cast<int64_t>(rereplication_->queue.size()) + rereplication_->in_flight;
+}
+
+void SessionStoreClient::PumpRereplication() {
+  Rereplication& r = *rereplication_;
+  std::vector<std::string> start;
+  {
+    absl::MutexLock lock(&r.mu);
+    while (!r.stopped && !r.queue.empty() && r.in_flight < options_.rereplicate_parallel) {
+      start.push_back(std::move(r.queue.front()));
+      r.queued.erase(start.back());
+      r.queue.pop_front();
+      ++r.in_flight;
+    }
+  }
+  for (std::string& id : start) Rereplicate(std::move(id));
+}
+
+void SessionStoreClient::Rereplicate(std::string id) {
+  while (true) {
+    // Only the reachable workers are read: a stuck one would hold every
+    // read for the timeout, and a newer version it may hold wins at the
+    // session's next read anyway (versions order the copies).
+    std::vector<std::string> addresses = Addresses(/*reachable_only=*/true);
+    if (!addresses.empty()) {
+      LoadFrom(id, std::move(addresses), [](absl::StatusOr<tandem::v1::SessionRecord>) {},
+               [this](int added) {
+                 if (added > 0 && options_.on_rereplicated != nullptr) {
+                   options_.on_rereplicated();
+                 }
+                 // The slot goes to the next session while the client is
+                 // kept (the destructor waits for in_flight 0).
+                 std::optional<std::string> next = NextRereplication();
+                 if (next.has_value()) Rereplicate(std::move(*next));
+               });
+      return;
+    }
+    // No reachable worker to copy to: the session is left to its next
+    // read's repair, and this slot goes on to the next (the queue drains).
+    std::optional<std::string> next = NextRereplication();
+    if (!next.has_value()) return;
+    id = std::move(*next);
+  }
+}
+
+std::optional<std::string> SessionStoreClient::NextRereplication() {
+  // Held here: once the slot is released the destructor may return, and
+  // the client go, while this still unlocks.
+  const std::shared_ptr<Rereplication> state = rereplication_;
+  Rereplication& r = *state;
+  absl::MutexLock lock(&r.mu);
+  if (r.stopped || r.queue.empty()) {
+    --r.in_flight;  // the last touch of the client by this slot
+    return std::nullopt;
+  }
+  std::string id = std::move(r.queue.front());
+  r.queue.pop_front();
+  r.queued.erase(id);
+  return id;
 }
 
 }  // namespace tandem::gateway

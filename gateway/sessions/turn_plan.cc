@@ -138,6 +138,12 @@ CommittedTurn CommitChatTurn(const tandem::v1::SessionRecord& record, const Chat
         SessionMessages(next), false, *options.tokenizer, *options.chat_template);
     next.set_tokens_held(held.ok() ? static_cast<int32_t>(held->size()) : 0);
   }
+  // The tokens the session's context holds now, as a sliding window's
+  // context length: a reply that outgrew the window rolled in it (the
+  // decode worker dropped the oldest tokens after the kept prefix), so the
+  // context is the window, full. The record keeps the whole reply's text
+  // (and, for SHIFT, its ids): the next turn evicts it as a whole.
+  next.set_tokens_held(std::min(next.tokens_held(), record.window().max_tokens()));
   if (!result.decode_address.empty()) next.set_kv_holder(result.decode_address);
   out.usage.set_session_tokens_evicted(static_cast<int32_t>(window.tokens_evicted));
   out.usage.set_session_tokens_held(next.tokens_held());

@@ -93,7 +93,8 @@ struct TurnResult {
 
 struct CommittedTurn {
   // The record after the turn: version + 1, the kept turns then this one,
-  // the eviction counters, the tokens held and the KV holder.
+  // the eviction counters, the tokens held (the conversation's, at most the
+  // window: a reply that rolled leaves the window full) and the KV holder.
   tandem::v1::SessionRecord record;
   // The session fields the turn's last message adds to its usage.
   tandem::v1::Usage usage;

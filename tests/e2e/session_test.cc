@@ -5,7 +5,10 @@
 // decode worker; turns alternating
 // between two gateways equal a single-gateway run; a decode worker killed
 // (kill -9) between turns loses no session, nor do two kills of its KV
-// holder with one of three decode workers left; a 1000-turn conversation keeps
+// holder with one of three decode workers left (over seeds that vary the
+// messages and the turns the kills come before), nor two losses with no turn
+// between them (the records are re-replicated at once), nor a worker stuck or
+// killed while the record is written to it; a 1000-turn conversation keeps
 // the decode worker's pinned KV within its window; closing a session frees
 // its KV at once, and its idle TTL reaches its record (the expiry itself is
 // tests/decode_worker/session_expiry_test.cc's, on a fake clock); bad
@@ -14,7 +17,9 @@
 
 #include <algorithm>
 #include <fstream>
+#include <random>
 #include <string>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -148,6 +153,61 @@ int KillKvHolder(Stack& stack, int workers = 2, const std::vector<int>& dead = {
     if (absl::Now() >= deadline) return -1;
     absl::SleepFor(absl::Milliseconds(20));
   }
+}
+
+// The version of `session`'s record decode worker `decode` holds (0: none;
+// a 5 s deadline: never asked of a stopped worker). A session's record is
+// version 1 when created and each turn adds 1; a worker may keep a stale
+// copy it was written before the copies moved.
+uint64_t RecordVersion(Stack& stack, int decode, const std::string& session) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  tandem::v1::SessionKey key;
+  key.set_session_id(session);
+  tandem::v1::SessionRecord record;
+  return stack.decode(decode).GetSession(&ctx, key, &record).ok() ? record.version() : 0;
+}
+
+// The decode workers among the first `workers`, less those in `dead`,
+// holding version `version` (or newer) of `session`'s record.
+std::vector<int> RecordHolders(Stack& stack, const std::string& session, uint64_t version,
+                               int workers, const std::vector<int>& dead) {
+  std::vector<int> out;
+  for (int i = 0; i < workers; ++i) {
+    if (std::find(dead.begin(), dead.end(), i) != dead.end()) continue;
+    if (RecordVersion(stack, i, session) >= version) out.push_back(i);
+  }
+  return out;
+}
+
+// Polls until every live one of the first `workers` decode workers holds
+// version `version` of `session`'s record (or 30 s pass); whether they do.
+bool AwaitRecordOnEveryLiveWorker(Stack& stack, const std::string& session, uint64_t version,
+                                  int workers, const std::vector<int>& dead) {
+  const size_t live = static_cast<size_t>(workers) - dead.size();
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (RecordHolders(stack, session, version, workers, dead).size() < live) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return true;
+}
+
+// The sum of one series over the stack's gateways.
+double GatewaysMetric(Stack& stack, int gateways, const std::string& series) {
+  double sum = 0;
+  for (int g = 0; g < gateways; ++g) {
+    sum += std::max(0.0, MetricValue(stack.gateway_info(g).metrics_address, series));
+  }
+  return sum;
+}
+
+void CloseNow(tandem::v1::Generation::Stub& stub, const std::string& session) {
+  grpc::ClientContext ctx;
+  tandem::v1::CloseSessionRequest close;
+  close.set_session_id(session);
+  tandem::v1::CloseSessionResponse closed;
+  EXPECT_TRUE(stub.CloseSession(&ctx, close, &closed).ok());
 }
 
 // VmRSS of process `pid`, in KiB (-1 if unreadable).
@@ -297,17 +357,159 @@ TEST(SessionTest, DecodeWorkerKilledBetweenTurnsLosesNoSession) {
   EXPECT_FALSE(stack->Stop());
 }
 
-TEST(SessionTest, KvHolderKilledTwiceWithADecodeWorkerLeftLosesNoSession) {
+// Param: the seed that draws the turns' messages and the turns the two
+// kills come before; 0 is the fixed scenario (kills before turns 5 and 9,
+// counting from 1).
+class SessionLossTest : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(SessionLossTest, KvHolderKilledTwiceWithADecodeWorkerLeftLosesNoSession) {
+  constexpr int32_t kWindow = 160;
+  constexpr int kTurns = 12;
+  std::mt19937 rng(GetParam());
+  // The first kill before turn 2..5, the second 2..8 turns later (at most
+  // before turn 10): each lands on a holder that has served turns.
+  int first_kill = 4, second_kill = 8;
+  if (GetParam() != 0) {
+    first_kill = 2 + static_cast<int>(rng() % 4);
+    second_kill = first_kill + 2 + static_cast<int>(rng() % (9 - first_kill));
+  }
+  const std::vector<std::string> names = {"Tom", "Lily", "Ben", "Sue", "Max"};
+  const std::vector<std::string> places = {"park", "sea", "farm", "shop", "hill"};
+  std::vector<std::string> messages;
+  for (int turn = 0; turn < kTurns; ++turn) {
+    const std::string& name = names[rng() % names.size()];
+    const std::string& place = places[rng() % places.size()];
+    if (GetParam() == 0) {
+      messages.push_back(Message(turn));
+    } else {
+      messages.push_back(rng() % 2 == 0
+                             ? absl::StrCat("Tell me what ", name, " did on day ", turn, ".")
+                             : absl::StrCat("What did ", name, " see at the ", place, "?"));
+    }
+  }
+  SCOPED_TRACE(absl::StrCat("seed ", GetParam(), ": kills before turns ", first_kill, " and ",
+                            second_kill));
   StackOptions o;
   o.model = StoriesPath();
   o.decode_workers = 3;
   o.gateways = 2;
+  o.gateway_flags = {"--keepalive-ms", "500", "--keepalive-timeout-ms", "1000"};
   auto stack = Stack::Start(o);
   ASSERT_NE(stack, nullptr);
   ASSERT_TRUE(stack->AwaitGatewaySynced());
-  constexpr int32_t kWindow = 160;
-  constexpr int kTurns = 12;
   // The undisturbed run, then closed so that its KV is no longer pinned.
+  std::vector<Completion> undisturbed;
+  {
+    const std::string id = Create(stack->gateway(0), kWindow).session_id();
+    for (int turn = 0; turn < kTurns; ++turn) {
+      undisturbed.push_back(Chat(stack->gateway(turn % 2), id, messages[turn]));
+      ASSERT_TRUE(undisturbed.back().status.ok()) << undisturbed.back().status.error_message();
+    }
+    CloseNow(stack->gateway(0), id);
+  }
+  const std::string id = Create(stack->gateway(0), kWindow).session_id();
+  std::vector<int> dead;
+  for (int turn = 0; turn < kTurns; ++turn) {
+    const bool kill = turn == first_kill || turn == second_kill;
+    if (kill) {
+      // The worker keeping the session's KV (and a copy of its record).
+      const int holder = KillKvHolder(*stack, 3, dead);
+      ASSERT_GE(holder, 0) << "turn " << turn;
+      dead.push_back(holder);
+      // Before the turn, the gateways have copied the record (its version
+      // after `turn` turns) to every worker left (two after the first kill).
+      EXPECT_TRUE(AwaitRecordOnEveryLiveWorker(*stack, id, turn + 1, 3, dead))
+          << "turn " << turn;
+    }
+    const Completion reply = Chat(stack->gateway(turn % 2), id, messages[turn]);
+    ASSERT_TRUE(reply.status.ok()) << "turn " << turn << ": " << reply.status.error_message();
+    if (kill) {
+      EXPECT_TRUE(reply.usage.session_rebuilt()) << "turn " << turn;
+    }
+    ExpectSameTokens(reply, undisturbed[turn], absl::StrCat("turn ", turn));
+    EXPECT_LE(reply.usage.session_tokens_held(), kWindow) << "turn " << turn;
+    const tandem::v1::SessionInfo info = Get(stack->gateway((turn + 1) % 2), id);
+    EXPECT_EQ(info.turns_held() + info.turns_evicted(), turn + 1);
+    EXPECT_LE(info.tokens_held(), kWindow) << "turn " << turn;
+  }
+  EXPECT_GE(GatewaysMetric(*stack, 2, "tandem_session_records_rereplicated_total"), 1);
+  EXPECT_FALSE(stack->Stop());  // the killed workers' exits are not 0
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeded, SessionLossTest, ::testing::Values(0u, 1u, 2u, 3u),
+                         [](const auto& info) { return absl::StrCat("Seed", info.param); });
+
+TEST(SessionTest, TwoLossesWithNoTurnBetweenLoseNoSession) {
+  // The KV holder and the other worker with the record are lost one after
+  // the other, no turn between: only the copy the gateway made after the
+  // first loss keeps the session.
+  constexpr int32_t kWindow = 160;
+  constexpr int kTurns = 4;
+  StackOptions o;
+  o.model = StoriesPath();
+  o.decode_workers = 3;
+  o.gateway_flags = {"--keepalive-ms", "500", "--keepalive-timeout-ms", "1000"};
+  auto stack = Stack::Start(o);
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  std::vector<Completion> undisturbed;
+  {
+    const std::string id = Create(stack->gateway(), kWindow).session_id();
+    for (int turn = 0; turn < kTurns; ++turn) {
+      undisturbed.push_back(Chat(stack->gateway(), id, Message(turn)));
+      ASSERT_TRUE(undisturbed.back().status.ok()) << undisturbed.back().status.error_message();
+    }
+    CloseNow(stack->gateway(), id);
+  }
+  const std::string id = Create(stack->gateway(), kWindow).session_id();
+  for (int turn = 0; turn < 2; ++turn) {
+    const Completion reply = Chat(stack->gateway(), id, Message(turn));
+    ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+    ExpectSameTokens(reply, undisturbed[turn], absl::StrCat("turn ", turn));
+  }
+  // Two turns: version 3, on the KV holder and one other worker (a third
+  // may keep a stale copy from before the first turn moved them).
+  std::vector<int> copies = RecordHolders(*stack, id, 3, 3, {});
+  ASSERT_EQ(copies.size(), 2u);
+  std::vector<int> dead;
+  const int holder = KillKvHolder(*stack, 3);
+  ASSERT_GE(holder, 0);
+  dead.push_back(holder);
+  ASSERT_NE(std::find(copies.begin(), copies.end(), holder), copies.end());
+  const int second = copies[0] == holder ? copies[1] : copies[0];
+  // Without a turn, the record is on both workers left...
+  ASSERT_TRUE(AwaitRecordOnEveryLiveWorker(*stack, id, /*version=*/3, 3, dead));
+  EXPECT_GE(MetricValue(stack->gateway_info().metrics_address,
+                        "tandem_session_records_rereplicated_total"),
+            1);
+  // ...so losing the one that had a copy before leaves it on the other.
+  stack->decode_process(second).Signal(SIGKILL);
+  stack->decode_process(second).Wait();
+  for (int turn = 2; turn < kTurns; ++turn) {
+    const Completion reply = Chat(stack->gateway(), id, Message(turn));
+    ASSERT_TRUE(reply.status.ok()) << "turn " << turn << ": " << reply.status.error_message();
+    if (turn == 2) {
+      EXPECT_TRUE(reply.usage.session_rebuilt());
+    }
+    ExpectSameTokens(reply, undisturbed[turn], absl::StrCat("turn ", turn));
+  }
+  EXPECT_FALSE(stack->Stop());  // the killed workers' exits are not 0
+}
+
+TEST(SessionTest, ARecordWriteToAStuckOrDyingWorkerNeitherHangsNorLosesTheSession) {
+  // Keepalive off: a stopped worker keeps its connections open and the
+  // gateways cannot tell it from a slow one, as with a worker that hangs.
+  // Each store call's deadline is 2 s.
+  constexpr int32_t kWindow = 160;
+  constexpr int kTurns = 6;
+  StackOptions o;
+  o.model = StoriesPath();
+  o.decode_workers = 3;
+  o.gateways = 2;
+  o.gateway_flags = {"--keepalive-ms", "0", "--session-store-timeout-ms", "2000"};
+  auto stack = Stack::Start(o);
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
   std::vector<Completion> undisturbed;
   {
     const std::string id = Create(stack->gateway(0), kWindow).session_id();
@@ -315,31 +517,77 @@ TEST(SessionTest, KvHolderKilledTwiceWithADecodeWorkerLeftLosesNoSession) {
       undisturbed.push_back(Chat(stack->gateway(turn % 2), id, Message(turn)));
       ASSERT_TRUE(undisturbed.back().status.ok()) << undisturbed.back().status.error_message();
     }
-    grpc::ClientContext ctx;
-    tandem::v1::CloseSessionRequest close;
-    close.set_session_id(id);
-    tandem::v1::CloseSessionResponse closed;
-    ASSERT_TRUE(stack->gateway(0).CloseSession(&ctx, close, &closed).ok());
+    CloseNow(stack->gateway(0), id);
   }
   const std::string id = Create(stack->gateway(0), kWindow).session_id();
   std::vector<int> dead;
+  // The worker other than the KV holder (as the record names it) with a
+  // copy of the record as it is after `turns` turns.
+  auto other_copy = [&](int turns) {
+    for (int i : RecordHolders(*stack, id, turns + 1, 3, dead)) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+      tandem::v1::SessionKey key;
+      key.set_session_id(id);
+      tandem::v1::SessionRecord record;
+      if (!stack->decode(i).GetSession(&ctx, key, &record).ok()) continue;
+      if (record.kv_holder() != stack->decode_info(i).grpc_address) return i;
+    }
+    return -1;
+  };
+  // A turn run on another thread while the test stops and kills workers.
+  auto start_turn = [&](int turn, Completion* out) {
+    return std::thread([&stack, &id, turn, out] {
+      tandem::v1::ChatRequest req;
+      req.set_session_id(id);
+      req.set_message(Message(turn));
+      req.set_max_tokens(24);
+      req.set_top_logprobs(3);
+      *out = testing::Chat(stack->gateway(turn % 2), req);
+    });
+  };
   for (int turn = 0; turn < kTurns; ++turn) {
-    if (turn == 4 || turn == 8) {
-      // The worker keeping the session's KV (and a copy of its record).
-      const int holder = KillKvHolder(*stack, 3, dead);
-      ASSERT_GE(holder, 0) << "turn " << turn;
-      dead.push_back(holder);
+    Completion reply;
+    if (turn == 2) {
+      // The copy's worker stops; once the turn's write to it is in flight
+      // it is killed under it. The write goes on to the third worker.
+      const int victim = other_copy(turn);
+      ASSERT_GE(victim, 0);
+      stack->decode_process(victim).Signal(SIGSTOP);
+      std::thread t = start_turn(turn, &reply);
+      const double in_flight = AwaitMetric(
+          stack->gateway_info(turn % 2).metrics_address,
+          absl::StrCat("tandem_session_store_calls_in_flight{method=\"PutSession\",worker=\"",
+                       stack->decode_info(victim).grpc_address, "\"}"),
+          [](double v) { return v >= 1; }, absl::Seconds(30));
+      EXPECT_GE(in_flight, 1);
+      stack->decode_process(victim).Signal(SIGKILL);
+      stack->decode_process(victim).Wait();
+      dead.push_back(victim);
+      t.join();
+    } else if (turn == 4) {
+      // The copy's worker hangs through the whole turn: its read and its
+      // write each end at their deadline, and the turn completes with the
+      // record on the KV holder alone.
+      const int victim = other_copy(turn);
+      ASSERT_GE(victim, 0);
+      stack->decode_process(victim).Signal(SIGSTOP);
+      std::thread t = start_turn(turn, &reply);
+      t.join();
+      stack->decode_process(victim).Signal(SIGKILL);
+      stack->decode_process(victim).Wait();
+      dead.push_back(victim);
+      EXPECT_GE(MetricValue(stack->gateway_info(turn % 2).metrics_address,
+                            "tandem_session_records_under_replicated_total"),
+                1);
+    } else {
+      reply = Chat(stack->gateway(turn % 2), id, Message(turn));
     }
-    const Completion reply = Chat(stack->gateway(turn % 2), id, Message(turn));
     ASSERT_TRUE(reply.status.ok()) << "turn " << turn << ": " << reply.status.error_message();
-    if (turn == 4 || turn == 8) {
-      EXPECT_TRUE(reply.usage.session_rebuilt()) << "turn " << turn;
-    }
     ExpectSameTokens(reply, undisturbed[turn], absl::StrCat("turn ", turn));
-    const tandem::v1::SessionInfo info = Get(stack->gateway((turn + 1) % 2), id);
-    EXPECT_EQ(info.turns_held() + info.turns_evicted(), turn + 1);
-    EXPECT_LE(info.tokens_held(), kWindow) << "turn " << turn;
   }
+  const tandem::v1::SessionInfo info = Get(stack->gateway(0), id);
+  EXPECT_EQ(info.turns_held() + info.turns_evicted(), kTurns);
   EXPECT_FALSE(stack->Stop());  // the killed workers' exits are not 0
 }
 
@@ -491,6 +739,12 @@ TEST(SessionTest, AReplyLongerThanTheWindowRollsInIt) {
     ASSERT_TRUE(longer.status.ok()) << longer.status.error_message();
     EXPECT_EQ(longer.tokens.size(), 300u);  // far past the window's 128
     EXPECT_EQ(longer.finish, tandem::v1::FINISH_REASON_LENGTH);
+    // The session's context is the window, full (the record keeps the
+    // whole reply's text).
+    EXPECT_EQ(longer.usage.session_tokens_held(), 128);
+    const tandem::v1::SessionInfo rolled = Get(stack->gateway(), id);
+    EXPECT_EQ(rolled.tokens_held(), 128);
+    EXPECT_EQ(rolled.messages(rolled.messages_size() - 1).content(), longer.text);
     // What the decode worker keeps of it stays within the window.
     EXPECT_LE(Stats(*stack, 0).kv_blocks_pinned(), 128 / 16 + 2);
     // The next turn evicts the long one and goes on.
@@ -498,6 +752,8 @@ TEST(SessionTest, AReplyLongerThanTheWindowRollsInIt) {
     ASSERT_TRUE(next.status.ok()) << next.status.error_message();
     EXPECT_GT(next.usage.session_tokens_evicted(), 0);
     EXPECT_LE(next.usage.prompt_tokens(), 128);
+    EXPECT_LE(next.usage.session_tokens_held(), 128);
+    EXPECT_LE(Get(stack->gateway(), id).tokens_held(), 128);
     grpc::ClientContext ctx;
     tandem::v1::CloseSessionRequest close;
     close.set_session_id(id);

@@ -81,13 +81,16 @@ TEST(GatewayFlagsTest, DefaultsParse) {
   EXPECT_EQ(o.sessions.local_prefill_tokens, 512);
   EXPECT_EQ(o.sessions.evict_to, 0.75);
   EXPECT_EQ(o.sessions.store_timeout, absl::Seconds(5));
+  EXPECT_EQ(o.sessions.rereplicate_tracked, 65536);
+  EXPECT_EQ(o.sessions.rereplicate_parallel, 8);
 }
 
 TEST(GatewayFlagsTest, ValuesReachTheirFields) {
   absl::StatusOr<GatewaySetup> setup =
       FromFlags({"--model-name", "chat", "--prefill", "dns:///prefill:9000,10.0.0.1:9000",
              "--router", "least-loaded", "--router-host-tier-weight", "0.25",
-             "--session-evict-percent", "40", "--http-listen", "127.0.0.1:8080",
+             "--session-evict-percent", "40", "--session-rereplicate-tracked", "0",
+             "--session-rereplicate-parallel", "2", "--http-listen", "127.0.0.1:8080",
              "--max-context", "1024", "--log-level", "debug", "--chat-template", "chatml"});
   ASSERT_TRUE(setup.ok()) << setup.status();
   EXPECT_EQ(setup->service.model_name, "chat");
@@ -96,6 +99,8 @@ TEST(GatewayFlagsTest, ValuesReachTheirFields) {
   EXPECT_FALSE(setup->service.kv_routing);
   EXPECT_THAT(setup->service.router.tier_weights, ElementsAre(1.0, 0.25, 0.5));
   EXPECT_EQ(setup->service.sessions.evict_to, 0.4);
+  EXPECT_EQ(setup->service.sessions.rereplicate_tracked, 0);
+  EXPECT_EQ(setup->service.sessions.rereplicate_parallel, 2);
   EXPECT_EQ(setup->http.listen, "127.0.0.1:8080");
   EXPECT_EQ(setup->service.limits.max_context, 1024);
   EXPECT_EQ(setup->log_level, common::LogLevel::kDebug);
@@ -138,6 +143,8 @@ INSTANTIATE_TEST_SUITE_P(
         // --session-ttl-s may not exceed --max-session-ttl-s.
         BadFlag{"SessionTtlAboveMax", {"--session-ttl-s", "100", "--max-session-ttl-s", "50"},
                 "--session-ttl-s: 100 is out of range [1, 50]"},
+        BadFlag{"RereplicateParallel", {"--session-rereplicate-parallel", "0"},
+                "--session-rereplicate-parallel: 0 is out of range [1, 1024]"},
         BadFlag{"NoPrefillAddress", {"--prefill", " , "},
                 "--prefill and --decode need at least one address each"},
         // Several bad flags: the first in main()'s fixed order is named.

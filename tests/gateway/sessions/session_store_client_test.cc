@@ -3,7 +3,9 @@
 // replica set skips workers known unreachable, a write that finds a target
 // down goes on to the next worker, a read puts the newest version back to
 // the targets lacking it, and a write drops the session from its previous
-// holder alone, after the puts.
+// holder alone, after the puts; a worker found down has the sessions it
+// held a copy of re-replicated at once, and a stuck worker holds a write
+// back by the store's deadline alone.
 #include "gateway/sessions/session_store_client.h"
 
 #include <atomic>
@@ -16,7 +18,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "prometheus/registry.h"
 #include "rpc/bootstrap.h"
+#include "rpc/metrics.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem::gateway {
@@ -28,12 +32,19 @@ using ::testing::UnorderedElementsAre;
 // A decode worker's session store, and no more.
 class FakeStore final : public tandem::v1::Decode::CallbackService {
  public:
+  ~FakeStore() { Unstick(); }
+
   grpc::ServerUnaryReactor* PutSession(grpc::CallbackServerContext* ctx,
                                        const tandem::v1::PutSessionRequest* request,
                                        tandem::v1::PutSessionResponse*) override {
     grpc::Status status;
     {
       absl::MutexLock lock(&mu_);
+      if (stuck_) {
+        // A stuck worker: the call is answered only when it is unstuck.
+        held_.push_back(ctx->DefaultReactor());
+        return held_.back();
+      }
       const tandem::v1::SessionRecord& r = request->record();
       auto it = records_.find(r.session_id());
       if (it != records_.end() && it->second.version() >= r.version()) {
@@ -106,9 +117,26 @@ class FakeStore final : public tandem::v1::Decode::CallbackService {
     absl::MutexLock lock(&mu_);
     return drops_;
   }
+  // From now on puts are left unanswered (as by a stopped process).
+  void Stick() {
+    absl::MutexLock lock(&mu_);
+    stuck_ = true;
+  }
+  // Answers the puts held (CANCELLED: their callers have gone on).
+  void Unstick() {
+    std::vector<grpc::ServerUnaryReactor*> held;
+    {
+      absl::MutexLock lock(&mu_);
+      stuck_ = false;
+      held.swap(held_);
+    }
+    for (grpc::ServerUnaryReactor* r : held) r->Finish(grpc::Status::CANCELLED);
+  }
 
  private:
   absl::Mutex mu_;
+  bool stuck_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<grpc::ServerUnaryReactor*> held_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, tandem::v1::SessionRecord> records_ ABSL_GUARDED_BY(mu_);
   int drops_ ABSL_GUARDED_BY(mu_) = 0;
   int releases_ ABSL_GUARDED_BY(mu_) = 0;
@@ -117,6 +145,7 @@ class FakeStore final : public tandem::v1::Decode::CallbackService {
 class SessionStoreClientTest : public ::testing::Test {
  protected:
   void TearDown() override {
+    for (auto& store : stores_) store->Unstick();
     for (rpc::StartedServer& s : servers_) s.server->Shutdown();
   }
 
@@ -138,8 +167,16 @@ class SessionStoreClientTest : public ::testing::Test {
     return s->address;
   }
   FakeStore& Store(const std::string& address) { return *store_of_.at(address); }
+  // Kills the live worker at `address`: its server shuts down.
+  void Kill(const std::string& address) {
+    for (rpc::StartedServer& s : servers_) {
+      if (s.address == address) s.server->Shutdown();
+    }
+  }
 
-  std::unique_ptr<SessionStoreClient> Client(int replicas = 2) {
+  std::unique_ptr<SessionStoreClient> Client(int replicas = 2,
+                                             absl::Duration timeout = absl::Seconds(5),
+                                             int64_t tracked = 1024) {
     return std::make_unique<SessionStoreClient>(
         channels_, SessionStoreClient::Options{
                        .decode_workers =
@@ -148,8 +185,15 @@ class SessionStoreClientTest : public ::testing::Test {
                              return workers_;
                            },
                        .replicas = replicas,
-                       .timeout = absl::Seconds(5),
-                       .on_under_replicated = [this] { ++under_replicated_; }});
+                       .timeout = timeout,
+                       .tracked_sessions = tracked,
+                       .rereplicate_parallel = 2,
+                       .on_under_replicated = [this] { ++under_replicated_; },
+                       .on_rereplicated = [this] { ++rereplicated_; },
+                       .calls_in_flight = &in_flight_});
+  }
+  double InFlight(const std::string& address, const char* method) {
+    return in_flight_.Add({{"worker", address}, {"method", method}}).Value();
   }
   void SetWorkers(std::vector<SessionStoreClient::DecodeWorker> workers) {
     absl::MutexLock lock(&mu_);
@@ -193,6 +237,10 @@ class SessionStoreClientTest : public ::testing::Test {
   absl::Mutex mu_;
   std::vector<SessionStoreClient::DecodeWorker> workers_ ABSL_GUARDED_BY(mu_);
   std::atomic<int> under_replicated_{0};
+  std::atomic<int> rereplicated_{0};
+  prometheus::Registry registry_;
+  prometheus::Family<prometheus::Gauge>& in_flight_ =
+      rpc::GaugeFamily(registry_, "tandem_session_store_calls_in_flight", "in flight");
 };
 
 TEST_F(SessionStoreClientTest, TargetsSkipAWorkerKnownUnreachable) {
@@ -293,6 +341,92 @@ TEST_F(SessionStoreClientTest, LoadPutsTheNewestVersionBackWhereItIsMissing) {
   loaded = LoadNow(*client, id);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->version(), 3u);
+}
+
+TEST_F(SessionStoreClientTest, AWorkerFoundDownHasItsSessionsReReplicatedAtOnce) {
+  const std::string a = Live(), b = Live(), c = Live();
+  SetWorkers({{.address = a}, {.address = b}, {.address = c}});
+  auto client = Client();
+  // Sessions held by `a`, each with one more copy on b or c.
+  std::vector<std::string> ids;
+  for (int i = 0; i < 6; ++i) {
+    ids.push_back(absl::StrCat("s-", i));
+    ASSERT_TRUE(SaveNow(*client, Record(ids.back(), 1, a)).ok());
+  }
+  // A session only another gateway wrote: this one knows nothing of it.
+  Store(a).Put(Record("elsewhere", 1, a));
+  Store(b).Put(Record("elsewhere", 1, a));
+  EXPECT_EQ(client->tracked(), 6);
+
+  // `a` dies, and its block event stream says so.
+  Kill(a);
+  SetWorkers({{.address = a, .reachable = false}, {.address = b}, {.address = c}});
+  client->OnWorkerLost(a);
+  // Without a read or a write, every session is on both survivors again.
+  for (const std::string& id : ids) {
+    EXPECT_TRUE(Store(b).AwaitVersion(id, 1)) << id;
+    EXPECT_TRUE(Store(c).AwaitVersion(id, 1)) << id;
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (client->rereplications_pending() > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(client->rereplications_pending(), 0);
+  EXPECT_EQ(rereplicated_.load(), 6);
+  EXPECT_EQ(Store(c).Version("elsewhere"), 0u);
+  // Losing `a` again (its stream flapping) finds nothing left to copy.
+  client->OnWorkerLost(a);
+  EXPECT_EQ(client->rereplications_pending(), 0);
+  // A closed session is forgotten.
+  absl::Notification dropped;
+  client->Drop(ids[0], [&](absl::Status) { dropped.Notify(); });
+  dropped.WaitForNotification();
+  EXPECT_EQ(client->tracked(), 5);
+}
+
+TEST_F(SessionStoreClientTest, NothingIsRememberedWhenTrackingIsOff) {
+  const std::string a = Live(), b = Live(), c = Live();
+  SetWorkers({{.address = a}, {.address = b}, {.address = c}});
+  auto client = Client(2, absl::Seconds(5), /*tracked=*/0);
+  ASSERT_TRUE(SaveNow(*client, Record("s-1", 1, a)).ok());
+  EXPECT_EQ(client->tracked(), 0);
+  client->OnWorkerLost(a);
+  EXPECT_EQ(client->rereplications_pending(), 0);
+}
+
+TEST_F(SessionStoreClientTest, AStuckTargetHoldsASaveBackByTheDeadlineAlone) {
+  const std::string holder = Live(), stuck = Live(), third = Live();
+  SetWorkers({{.address = holder}, {.address = stuck}, {.address = third}});
+  constexpr absl::Duration kTimeout = absl::Milliseconds(300);
+  auto client = Client(2, kTimeout);
+  // A session whose replica, after its holder, is the worker that hangs.
+  std::string id;
+  for (int i = 0; i < 100 && id.empty(); ++i) {
+    const std::string candidate = absl::StrCat("s-", i);
+    if (client->Targets(candidate, holder)[1] == stuck) id = candidate;
+  }
+  ASSERT_FALSE(id.empty());
+  Store(stuck).Stick();
+  absl::Notification saved;
+  absl::Status status;
+  client->Save(Record(id, 1, holder), "", [&](absl::Status s) {
+    status = std::move(s);
+    saved.Notify();
+  });
+  // The stuck call is in flight (the holder's lands at once).
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (InFlight(stuck, "PutSession") < 1 && !saved.HasBeenNotified() && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(InFlight(stuck, "PutSession"), 1);
+  // The deadline ends it and its copy goes to the next worker.
+  ASSERT_TRUE(saved.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(Store(holder).Version(id), 1u);
+  EXPECT_EQ(Store(third).Version(id), 1u);
+  EXPECT_EQ(Store(stuck).Version(id), 0u);
+  EXPECT_EQ(InFlight(stuck, "PutSession"), 0);
+  EXPECT_EQ(under_replicated_.load(), 0);
 }
 
 }  // namespace

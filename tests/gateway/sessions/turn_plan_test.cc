@@ -4,7 +4,8 @@
 // a turn overflowing its window evicts under REPREFILL and cuts the KV's
 // tokens under SHIFT, never the kept prefix; bad request fields are named;
 // routing follows the KV holder's blocks; a commit appends the turn and
-// turn after turn the record never holds more tokens than its window.
+// turn after turn the record never holds more tokens than its window, nor
+// after a reply that rolled in it (the window is full then).
 #include "gateway/sessions/turn_plan.h"
 
 #include <gmock/gmock.h>
@@ -268,6 +269,43 @@ TEST_F(TurnPlanTest, AReplyThatFillsItsRoomStillFitsTheWindow) {
       r = next.record;
     }
     EXPECT_GT(r.turns_evicted(), 0);
+  }
+}
+
+TEST_F(TurnPlanTest, AReplyThatRolledLeavesTheWindowFull) {
+  // A reply far longer than the window rolls in it on the decode worker:
+  // the context then holds the window's tokens, not the whole reply's.
+  const std::vector<int32_t> text = tok_->Encode(kReply, {.add_special = false});
+  for (auto policy : {tandem::v1::WINDOW_POLICY_REPREFILL, tandem::v1::WINDOW_POLICY_SHIFT}) {
+    SCOPED_TRACE(policy == tandem::v1::WINDOW_POLICY_SHIFT ? "SHIFT" : "REPREFILL");
+    TurnOptions options = Options();
+    options.block_size = 16;
+    const int32_t window = 128;
+    const tandem::v1::SessionRecord r =
+        Session(policy, window, static_cast<int32_t>(SystemTokens().size()));
+    absl::StatusOr<ChatTurnPlan> plan = PlanChatTurn(r, Chat("Tell me a long story.", 300),
+                                                     options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_TRUE(plan->request.ok()) << plan->request.status();
+    EXPECT_EQ(plan->request->max_tokens, 300);  // rolls: not clamped to the window
+    EXPECT_EQ(plan->turn.roll_window, window);
+    TurnResult reply;
+    reply.decode_address = "decode-a";
+    while (reply.reply_ids.size() < 300) {
+      reply.reply_ids.push_back(text[reply.reply_ids.size() % text.size()]);
+    }
+    reply.reply = tok_->Decode(reply.reply_ids);
+    const CommittedTurn next = CommitChatTurn(r, *plan, reply, options);
+    EXPECT_EQ(next.record.tokens_held(), window);
+    EXPECT_EQ(next.usage.session_tokens_held(), window);
+    // The record keeps the whole reply; the next turn evicts it whole.
+    EXPECT_EQ(next.record.turns(1).content(), reply.reply);
+    absl::StatusOr<ChatTurnPlan> after = PlanChatTurn(next.record, Chat("And then?"), options);
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_EQ(after->window.turns_evicted, 1);
+    const CommittedTurn again = CommitChatTurn(next.record, *after, Reply("decode-a"), options);
+    EXPECT_LT(again.record.tokens_held(), window);
+    EXPECT_EQ(again.record.turns_evicted(), 1);
   }
 }
 
