@@ -296,7 +296,23 @@ std::vector<std::string> SessionStoreClient::Targets(const std::string& session_
 }
 
 void SessionStoreClient::Load(const std::string& session_id, RecordDone done) const {
-  LoadFrom(session_id, Addresses(), std::move(done), nullptr);
+  std::vector<std::string> reachable = Addresses(/*reachable_only=*/true);
+  if (reachable.size() == Addresses().size() || reachable.empty()) {
+    LoadFrom(session_id, Addresses(), std::move(done), nullptr);
+    return;
+  }
+  LoadFrom(session_id, std::move(reachable),
+           [this, session_id, done = std::move(done)](
+               absl::StatusOr<tandem::v1::SessionRecord> record) mutable {
+             if (record.ok()) {
+               done(std::move(record));
+               return;
+             }
+             // Not on the reachable workers: every worker is asked, the
+             // down ones within the timeout.
+             LoadFrom(session_id, Addresses(), std::move(done), nullptr);
+           },
+           nullptr);
 }
 
 void SessionStoreClient::LoadFrom(const std::string& session_id,

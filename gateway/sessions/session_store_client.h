@@ -83,7 +83,11 @@ class SessionStoreClient {
   // it (an unknown session is the caller's error, as the contract says); Unavailable
   // when some could not be asked and none had it. When fewer workers than
   // aimed for hold that version, it is put to the missing targets after
-  // `done` (not waited for).
+  // `done` (not waited for). The workers known down are asked only when the
+  // reachable ones do not have the session: a worker cut off would hold
+  // every turn for the timeout, and a write never skips to a down worker
+  // while a reachable one can take it, so its copy is no newer unless that
+  // write found no reachable worker (counted as under-replicated).
   void Load(const std::string& session_id, RecordDone done) const;
   // Writes `record` to the first copies of Ranked(its id, its kv_holder),
   // aiming for min(replicas, reachable workers); a target that cannot be

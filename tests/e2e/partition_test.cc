@@ -79,11 +79,17 @@ Watched ReadWatched(grpc::ClientReader<tandem::v1::GenerateResponse>& reader,
   return w;
 }
 
-// After a heal: requests go on until decode worker 0 has served one, each
-// completing without error wherever it runs (the gateway's old connection
-// may still be stuck in its retransmissions, or its keepalive may break it
-// now). Whether the worker served.
-bool ServesAgain(Stack& stack) {
+// After a heal: once the gateway counts every decode worker again (its
+// capacity back to `all`; the worker's event stream may wait out TCP's
+// retransmission backoff), requests go on until decode worker 0 has served
+// one, each completing without error wherever it runs (the gateway's old
+// connection may still be stuck, or its keepalive may break it now).
+// Whether the worker served.
+bool ServesAgain(Stack& stack, double all) {
+  const std::string gateway = stack.gateway_info().metrics_address;
+  EXPECT_EQ(AwaitMetric(gateway, "tandem_decode_kv_capacity_tokens",
+                        [all](double v) { return v >= all; }, absl::Seconds(30)),
+            all);
   const std::string worker_metrics = stack.decode_info(0).metrics_address;
   const double before = MetricValue(worker_metrics, "tandem_generated_tokens_total");
   for (int i = 0; i < 100; ++i) {
@@ -147,10 +153,7 @@ TEST_P(PartitionTest, AStreamOnACutOffDecodeWorkerMovesOnAndTheWorkerReturnsWhen
   // Healed: the worker answers again, the gateway counts it, and it serves.
   ASSERT_TRUE(n.Heal().ok());
   EXPECT_TRUE(n.Connects(port, absl::Seconds(5)));
-  EXPECT_EQ(AwaitMetric(gateway, "tandem_decode_kv_capacity_tokens",
-                        [both](double v) { return v >= both; }, absl::Seconds(30)),
-            both);
-  EXPECT_TRUE(ServesAgain(*stack)) << "the healed worker served nothing";
+  EXPECT_TRUE(ServesAgain(*stack, both)) << "the healed worker served nothing";
   stack->Stop();
 }
 
@@ -212,7 +215,7 @@ TEST(PartitionHandOffTest, AHandOffWhoseKvFetchIsCutOffResumesOnAnotherDecodeWor
 
   ASSERT_TRUE(n.Heal().ok());
   EXPECT_TRUE(n.ConnectsFromWorker(prefill_port, absl::Seconds(5)));
-  EXPECT_TRUE(ServesAgain(*stack)) << "the healed worker served nothing";
+  EXPECT_TRUE(ServesAgain(*stack, both)) << "the healed worker served nothing";
   stack->Stop();
 }
 
@@ -262,6 +265,8 @@ TEST(PartitionSessionTest, ATurnWhoseKvHolderIsCutOffMovesOnAndTheSessionGoesOn)
   auto stack = StartWithIsolatedDecodeWorker(n, o);
   ASSERT_NE(stack, nullptr);
   const int port = PortOf(stack->decode_info(0).grpc_address);
+  const double both =
+      MetricValue(stack->gateway_info().metrics_address, "tandem_decode_kv_capacity_tokens");
   constexpr int kTurns = 4;
   std::vector<Completion> undisturbed;
   {
@@ -319,7 +324,7 @@ TEST(PartitionSessionTest, ATurnWhoseKvHolderIsCutOffMovesOnAndTheSessionGoesOn)
 
   ASSERT_TRUE(n.Heal().ok());
   EXPECT_TRUE(n.Connects(port, absl::Seconds(5)));
-  EXPECT_TRUE(ServesAgain(*stack)) << "the healed worker served nothing";
+  EXPECT_TRUE(ServesAgain(*stack, both)) << "the healed worker served nothing";
   stack->Stop();
 }
 

@@ -64,6 +64,11 @@ class FakeStore final : public tandem::v1::Decode::CallbackService {
     grpc::Status status;
     {
       absl::MutexLock lock(&mu_);
+      ++gets_;
+      if (stuck_) {
+        held_.push_back(ctx->DefaultReactor());
+        return held_.back();
+      }
       auto it = records_.find(request->session_id());
       if (it == records_.end()) {
         status = grpc::Status(grpc::StatusCode::NOT_FOUND, "not held here");
@@ -117,7 +122,11 @@ class FakeStore final : public tandem::v1::Decode::CallbackService {
     absl::MutexLock lock(&mu_);
     return drops_;
   }
-  // From now on puts are left unanswered (as by a stopped process).
+  int gets() {
+    absl::MutexLock lock(&mu_);
+    return gets_;
+  }
+  // From now on puts and gets are left unanswered (as by a stopped process).
   void Stick() {
     absl::MutexLock lock(&mu_);
     stuck_ = true;
@@ -136,6 +145,7 @@ class FakeStore final : public tandem::v1::Decode::CallbackService {
  private:
   absl::Mutex mu_;
   bool stuck_ ABSL_GUARDED_BY(mu_) = false;
+  int gets_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<grpc::ServerUnaryReactor*> held_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, tandem::v1::SessionRecord> records_ ABSL_GUARDED_BY(mu_);
   int drops_ ABSL_GUARDED_BY(mu_) = 0;
@@ -427,6 +437,33 @@ TEST_F(SessionStoreClientTest, AStuckTargetHoldsASaveBackByTheDeadlineAlone) {
   EXPECT_EQ(Store(stuck).Version(id), 0u);
   EXPECT_EQ(InFlight(stuck, "PutSession"), 0);
   EXPECT_EQ(under_replicated_.load(), 0);
+}
+
+// A worker known down (cut off: its calls would hang to the deadline) is
+// not asked while the reachable workers have the session; it is asked when
+// they do not.
+TEST_F(SessionStoreClientTest, LoadAsksAWorkerKnownDownOnlyWhenNoReachableOneHasTheSession) {
+  const std::string holder = Live(), down = Live(), third = Live();
+  SetWorkers({{.address = holder}, {.address = down, .reachable = false}, {.address = third}});
+  auto client = Client(2, absl::Seconds(60));  // a wait on `down` would show
+  Store(holder).Put(Record("s-on-reachable", 4, holder));
+  Store(down).Put(Record("s-on-reachable", 3, holder));
+  Store(down).Stick();
+  absl::StatusOr<tandem::v1::SessionRecord> loaded = LoadNow(*client, "s-on-reachable");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->version(), 4u);
+  EXPECT_EQ(Store(down).gets(), 0);
+  Store(down).Unstick();
+
+  // Only the down worker has it (its last write found no reachable one).
+  Store(down).Put(Record("s-on-down", 7, down));
+  loaded = LoadNow(*client, "s-on-down");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->version(), 7u);
+  EXPECT_EQ(Store(down).gets(), 1);
+  // Nowhere: unknown, after every worker answered.
+  EXPECT_EQ(LoadNow(*client, "s-nowhere").status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
