@@ -59,6 +59,10 @@ TEST(OverloadTest, EveryStreamCompletesOrIsRefusedBeforeItsFirstToken) {
   // and nothing is charged after the burst.
   EXPECT_GT(refused_for_kv, 0);
   EXPECT_EQ(MetricValue(gateway, "tandem_decode_kv_charged_tokens"), 0);
+  // Under the burst every worker was slow, none lost: no prefill probe went
+  // unanswered and no stream was taken for a lost one's.
+  EXPECT_EQ(MetricValue(gateway, "tandem_progress_timeouts_total"), 0);
+  EXPECT_EQ(MetricValue(gateway, "tandem_migrations_total"), 0);
   EXPECT_TRUE(stack->Stop());
 }
 
@@ -121,6 +125,7 @@ TEST(OverloadTest, AFullDecodeWorkerRefusingHandOffsIsInvisibleToTheClient) {
   const std::string gateway = stack->gateway_info().metrics_address;
   EXPECT_GT(MetricValue(gateway, "tandem_hand_off_refusals_total"), 0);
   EXPECT_EQ(MetricValue(gateway, "tandem_migrations_total"), 0);
+  EXPECT_EQ(MetricValue(gateway, "tandem_progress_timeouts_total"), 0);
   EXPECT_TRUE(stack->Stop());
 }
 
