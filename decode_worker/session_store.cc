@@ -30,6 +30,14 @@ absl::Status SessionStore::Put(tandem::v1::SessionRecord record) {
   const auto it = sessions_.find(record.session_id());
   // An expired record the sweeper has not reached yet is replaced like any.
   if (it != sessions_.end() && !Expired(it->second, options_.clock())) {
+    // The same record again (a write that moved here after a repair had
+    // already copied it) is taken as written; another record of the same
+    // version is another turn's.
+    if (it->second.record.version() == record.version() &&
+        it->second.record.SerializeAsString() == record.SerializeAsString()) {
+      it->second.last_used = options_.clock();
+      return absl::OkStatus();
+    }
     if (it->second.record.version() >= record.version()) {
       return absl::AbortedError(absl::StrCat(
           "session_id: \"", record.session_id(), "\" is at version ",

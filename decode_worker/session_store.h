@@ -43,9 +43,11 @@ class SessionStore {
   SessionStore(const SessionStore&) = delete;
   SessionStore& operator=(const SessionStore&) = delete;
 
-  // Keeps `record` if it is newer than the one held (or none is).
-  // InvalidArgument without a session_id or version; Aborted when the held
-  // version is the same or later; ResourceExhausted naming --max-sessions
+  // Keeps `record` if it is newer than the one held (or none is); the very
+  // record held, again, is OK (a write that moved here after a repair had
+  // copied it). InvalidArgument without a session_id or version; Aborted
+  // when the held version is later, or the same in another record;
+  // ResourceExhausted naming --max-sessions
   // when a new session finds the store full.
   absl::Status Put(tandem::v1::SessionRecord record);
   // The record, its idle time restarted; NotFound when not held.

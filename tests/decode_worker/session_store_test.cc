@@ -1,5 +1,6 @@
 // The decode worker's session store: the newest version wins and an older
-// or equal one is ABORTED, a full store is RESOURCE_EXHAUSTED naming
+// one, or another of the same version, is ABORTED (the same record again is
+// taken as written), a full store is RESOURCE_EXHAUSTED naming
 // --max-sessions, records expire after their own idle TTL (reads refresh
 // it, listing does not), and every record dropped or expired lets go of
 // its session's KV.
@@ -41,7 +42,12 @@ TEST_F(SessionStoreTest, TheNewestVersionWins) {
   SessionStore store = Make();
   ASSERT_TRUE(store.Put(Record("a", 1)).ok());
   ASSERT_TRUE(store.Put(Record("a", 3)).ok());
-  const absl::Status stale = store.Put(Record("a", 3));
+  // The same record again is taken as written; another one of that version
+  // is another turn's.
+  EXPECT_TRUE(store.Put(Record("a", 3)).ok());
+  tandem::v1::SessionRecord other = Record("a", 3);
+  other.set_kv_holder("elsewhere");
+  const absl::Status stale = store.Put(other);
   EXPECT_EQ(stale.code(), absl::StatusCode::kAborted);
   EXPECT_THAT(stale.message(), HasSubstr("session_id"));
   EXPECT_EQ(store.Put(Record("a", 2)).code(), absl::StatusCode::kAborted);

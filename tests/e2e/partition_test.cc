@@ -36,20 +36,45 @@ int PortOf(const std::string& address) {
   return std::stoi(address.substr(address.rfind(':') + 1));
 }
 
-// The stack the tests run: decode worker 0 behind `n` (with both idle it
-// takes the first stream: the lowest index wins a tie), the others and the
-// prefill worker on the host, the prefill worker listening where the
-// isolated worker reaches it (the host's end of its link) and the host does
-// too.
-std::unique_ptr<Stack> StartWithIsolatedDecodeWorker(WorkerNetwork& n, StackOptions o) {
-  if (o.model.empty()) o.model = ModelPath();
-  o.prefill_host = n.host_ip();
-  o.decode_wrap = {[&n](const std::vector<std::string>& argv) { return n.Wrap(argv); }};
-  o.decode_hosts = {n.worker_ip()};
-  auto stack = Stack::Start(o);
-  if (stack == nullptr || !stack->AwaitGatewaySynced()) return nullptr;
-  return stack;
-}
+// What every test here runs: decode worker 0 behind its own network (with
+// both idle it takes the first stream: the lowest index wins a tie), the
+// others and the prefill worker on the host, the prefill worker listening
+// where the isolated worker reaches it (the host's end of its link) and the
+// host does too.
+class IsolatedDecodeWorker {
+ protected:
+  // Starts the stack with decode worker 0 in network namespace `index`;
+  // skips the test where namespaces or nftables cannot be used. The caller
+  // returns when IsSkipped() or HasFatalFailure().
+  void StartIsolated(int index, StackOptions o) {
+    absl::StatusOr<std::unique_ptr<WorkerNetwork>> net = WorkerNetwork::Create(index);
+    if (!net.ok()) GTEST_SKIP() << net.status().message();
+    net_ = std::move(*net);
+    if (o.model.empty()) o.model = ModelPath();
+    o.prefill_host = net_->host_ip();
+    o.decode_wrap = {[n = net_.get()](const std::vector<std::string>& argv) {
+      return n->Wrap(argv);
+    }};
+    o.decode_hosts = {net_->worker_ip()};
+    stack_ = Stack::Start(o);
+    ASSERT_NE(stack_, nullptr);
+    ASSERT_TRUE(stack_->AwaitGatewaySynced());
+    all_ = MetricValue(stack_->gateway_info().metrics_address,
+                       "tandem_decode_kv_capacity_tokens");
+    port_ = PortOf(stack_->decode_info(0).grpc_address);
+  }
+  static bool Stopped() {
+    return ::testing::Test::IsSkipped() || ::testing::Test::HasFatalFailure();
+  }
+  // Heals the network; decode worker 0 then answers, is counted and serves
+  // again. Stops the stack.
+  void HealAndExpectServed();
+
+  std::unique_ptr<WorkerNetwork> net_;
+  std::unique_ptr<Stack> stack_;
+  double all_ = 0;  // the decode KV capacity with every worker counted
+  int port_ = 0;    // decode worker 0's gRPC port
+};
 
 // Reads a Generate or Chat stream to its end. `inject` runs after each
 // message with the tokens so far until it returns true (it made the fault);
@@ -79,44 +104,49 @@ Watched ReadWatched(grpc::ClientReader<tandem::v1::GenerateResponse>& reader,
   return w;
 }
 
-// After a heal: once the gateway counts every decode worker again (its
-// capacity back to `all`; the worker's event stream may wait out TCP's
-// retransmission backoff), requests go on until decode worker 0 has served
-// one, each completing without error wherever it runs (the gateway's old
-// connection may still be stuck, or its keepalive may break it now).
-// Whether the worker served.
-bool ServesAgain(Stack& stack, double all) {
-  const std::string gateway = stack.gateway_info().metrics_address;
-  EXPECT_EQ(AwaitMetric(gateway, "tandem_decode_kv_capacity_tokens",
+// Once the gateway counts every decode worker again (the worker's event
+// stream may wait out TCP's retransmission backoff), requests go on until
+// decode worker 0 has served one, each completing without error wherever
+// it runs (the gateway's old connection may still be stuck, or its
+// keepalive may break it now).
+void IsolatedDecodeWorker::HealAndExpectServed() {
+  ASSERT_TRUE(net_->Heal().ok());
+  EXPECT_TRUE(net_->Connects(port_, absl::Seconds(5)));
+  const double all = all_;
+  EXPECT_EQ(AwaitMetric(stack_->gateway_info().metrics_address,
+                        "tandem_decode_kv_capacity_tokens",
                         [all](double v) { return v >= all; }, absl::Seconds(30)),
             all);
-  const std::string worker_metrics = stack.decode_info(0).metrics_address;
+  const std::string worker_metrics = stack_->decode_info(0).metrics_address;
   const double before = MetricValue(worker_metrics, "tandem_generated_tokens_total");
-  for (int i = 0; i < 100; ++i) {
-    const Completion after = Generate(stack.gateway(), Request(Prompt(24, 8, 30 + i), 16));
+  bool served = false;
+  for (int i = 0; i < 100 && !served; ++i) {
+    const Completion after = Generate(stack_->gateway(), Request(Prompt(24, 8, 30 + i), 16));
     EXPECT_TRUE(after.status.ok()) << after.status.error_message();
-    if (MetricValue(worker_metrics, "tandem_generated_tokens_total") > before) return true;
+    served = MetricValue(worker_metrics, "tandem_generated_tokens_total") > before;
   }
-  return false;
+  EXPECT_TRUE(served) << "the healed worker served nothing";
+  stack_->Stop();
 }
 
-class PartitionTest : public ::testing::TestWithParam<Fault> {};
+class PartitionTest : public ::testing::TestWithParam<Fault>, protected IsolatedDecodeWorker {};
+class PartitionHandOffTest : public ::testing::Test, protected IsolatedDecodeWorker {};
+class PartitionSessionTest : public ::testing::Test, protected IsolatedDecodeWorker {};
+class PartitionBurstTest : public ::testing::Test, protected IsolatedDecodeWorker {};
 
 TEST_P(PartitionTest, AStreamOnACutOffDecodeWorkerMovesOnAndTheWorkerReturnsWhenHealed) {
-  absl::StatusOr<std::unique_ptr<WorkerNetwork>> net = WorkerNetwork::Create(0);
-  if (!net.ok()) GTEST_SKIP() << net.status().message();
-  WorkerNetwork& n = **net;
   StackOptions o;
   o.decode_workers = 2;
   // Least-loaded routing: with both idle the lowest index wins, so the
   // requests after the heal go to the healed worker whatever the others'
   // caches hold.
   o.gateway_flags = {"--router", "least-loaded"};
-  auto stack = StartWithIsolatedDecodeWorker(n, o);
-  ASSERT_NE(stack, nullptr);
+  StartIsolated(0, o);
+  if (Stopped()) return;
+  WorkerNetwork& n = *net_;
+  Stack* stack = stack_.get();
   const std::string gateway = stack->gateway_info().metrics_address;
-  const double both = MetricValue(gateway, "tandem_decode_kv_capacity_tokens");
-  const int port = PortOf(stack->decode_info(0).grpc_address);
+  const int port = port_;
   ASSERT_TRUE(n.Connects(port, absl::Seconds(5)));
 
   const std::vector<int32_t> ids = Prompt(40, 8, 21);
@@ -145,16 +175,12 @@ TEST_P(PartitionTest, AStreamOnACutOffDecodeWorkerMovesOnAndTheWorkerReturnsWhen
   // left it, and no longer picks it: a new stream runs on the other worker
   // without a migration.
   const double one = MetricValue(gateway, "tandem_decode_kv_capacity_tokens");
-  EXPECT_LT(one, both);
+  EXPECT_LT(one, all_);
   const Completion next = Generate(stack->gateway(), Request(Prompt(24, 8, 29), 32));
   ASSERT_TRUE(next.status.ok()) << next.status.error_message();
   EXPECT_EQ(next.usage.migrations(), 0);
 
-  // Healed: the worker answers again, the gateway counts it, and it serves.
-  ASSERT_TRUE(n.Heal().ok());
-  EXPECT_TRUE(n.Connects(port, absl::Seconds(5)));
-  EXPECT_TRUE(ServesAgain(*stack, both)) << "the healed worker served nothing";
-  stack->Stop();
+  HealAndExpectServed();
 }
 
 // A hand-off whose KV fetch is cut off: the decode worker, which took the
@@ -164,19 +190,17 @@ TEST_P(PartitionTest, AStreamOnACutOffDecodeWorkerMovesOnAndTheWorkerReturnsWhen
 // the decode worker gives the stream back and the gateway resumes it on the
 // other decode worker. The client sees its first token, a pause of about a
 // second, then the rest, equal to an undisturbed run.
-TEST(PartitionHandOffTest, AHandOffWhoseKvFetchIsCutOffResumesOnAnotherDecodeWorker) {
-  absl::StatusOr<std::unique_ptr<WorkerNetwork>> net = WorkerNetwork::Create(2);
-  if (!net.ok()) GTEST_SKIP() << net.status().message();
-  WorkerNetwork& n = **net;
+TEST_F(PartitionHandOffTest, AHandOffWhoseKvFetchIsCutOffResumesOnAnotherDecodeWorker) {
   StackOptions o;
   o.decode_workers = 2;
   o.gateway_flags = {"--router", "least-loaded"};
-  auto stack = StartWithIsolatedDecodeWorker(n, o);
-  ASSERT_NE(stack, nullptr);
+  StartIsolated(2, o);
+  if (Stopped()) return;
+  WorkerNetwork& n = *net_;
+  Stack* stack = stack_.get();
   const int prefill_port = PortOf(stack->prefill_info(0).grpc_address);
   const std::string isolated = stack->decode_info(0).metrics_address;
   const std::string gateway = stack->gateway_info().metrics_address;
-  const double both = MetricValue(gateway, "tandem_decode_kv_capacity_tokens");
 
   // A first stream on the isolated worker: it fetches from the prefill
   // worker, so the connection the cut falls on is an established one.
@@ -190,7 +214,7 @@ TEST(PartitionHandOffTest, AHandOffWhoseKvFetchIsCutOffResumesOnAnotherDecodeWor
   // The cut holds, and only on that path: the gateway still reaches the
   // decode worker.
   ASSERT_FALSE(n.ConnectsFromWorker(prefill_port, absl::Milliseconds(300)));
-  ASSERT_TRUE(n.Connects(PortOf(stack->decode_info(0).grpc_address), absl::Seconds(5)));
+  ASSERT_TRUE(n.Connects(port_, absl::Seconds(5)));
   const double failures_before =
       MetricValue(isolated, "tandem_kv_transfer_failures_total{side=\"decode\"}");
 
@@ -211,12 +235,10 @@ TEST(PartitionHandOffTest, AHandOffWhoseKvFetchIsCutOffResumesOnAnotherDecodeWor
             failures_before + 1);
   // The decode worker was not at fault as far as the gateway can tell: it
   // still counts.
-  EXPECT_EQ(MetricValue(gateway, "tandem_decode_kv_capacity_tokens"), both);
+  EXPECT_EQ(MetricValue(gateway, "tandem_decode_kv_capacity_tokens"), all_);
 
-  ASSERT_TRUE(n.Heal().ok());
-  EXPECT_TRUE(n.ConnectsFromWorker(prefill_port, absl::Seconds(5)));
-  EXPECT_TRUE(ServesAgain(*stack, both)) << "the healed worker served nothing";
-  stack->Stop();
+  // Serving again after the heal takes a fetch from the prefill worker.
+  HealAndExpectServed();
 }
 
 // Turn 1's reply is long: the fault falls in it.
@@ -241,32 +263,20 @@ std::string NewSession(tandem::v1::Generation::Stub& stub) {
   return info.session_id();
 }
 
-void ExpectSameTokens(const Completion& got, const Completion& want, const std::string& what) {
-  ASSERT_TRUE(got.status.ok()) << what << ": " << got.status.error_message();
-  ASSERT_EQ(got.tokens.size(), want.tokens.size()) << what;
-  for (size_t i = 0; i < got.tokens.size(); ++i) {
-    EXPECT_EQ(got.tokens[i].id(), want.tokens[i].id()) << what << " token " << i;
-    EXPECT_NEAR(got.tokens[i].logprob(), want.tokens[i].logprob(), 1e-4) << what;
-  }
-}
-
 // A session's turn while the decode worker keeping its KV (and a copy of
 // its record) is cut off mid-reply: the reply moves to the other decode
 // worker, and it and the turns after it equal an undisturbed conversation,
 // each turn's first token coming within the progress deadline's second or
 // two (nothing waits on the cut-off worker once the gateway knows).
-TEST(PartitionSessionTest, ATurnWhoseKvHolderIsCutOffMovesOnAndTheSessionGoesOn) {
-  absl::StatusOr<std::unique_ptr<WorkerNetwork>> net = WorkerNetwork::Create(3);
-  if (!net.ok()) GTEST_SKIP() << net.status().message();
-  WorkerNetwork& n = **net;
+TEST_F(PartitionSessionTest, ATurnWhoseKvHolderIsCutOffMovesOnAndTheSessionGoesOn) {
   StackOptions o;
   o.decode_workers = 2;
   o.gateway_flags = {"--router", "least-loaded"};
-  auto stack = StartWithIsolatedDecodeWorker(n, o);
-  ASSERT_NE(stack, nullptr);
-  const int port = PortOf(stack->decode_info(0).grpc_address);
-  const double both =
-      MetricValue(stack->gateway_info().metrics_address, "tandem_decode_kv_capacity_tokens");
+  StartIsolated(3, o);
+  if (Stopped()) return;
+  WorkerNetwork& n = *net_;
+  Stack* stack = stack_.get();
+  const int port = port_;
   constexpr int kTurns = 4;
   std::vector<Completion> undisturbed;
   {
@@ -322,10 +332,7 @@ TEST(PartitionSessionTest, ATurnWhoseKvHolderIsCutOffMovesOnAndTheSessionGoesOn)
   std::cout << "session turns with the KV holder cut off: the client's longest wait " << worst
             << "\n";
 
-  ASSERT_TRUE(n.Heal().ok());
-  EXPECT_TRUE(n.Connects(port, absl::Seconds(5)));
-  EXPECT_TRUE(ServesAgain(*stack, both)) << "the healed worker served nothing";
-  stack->Stop();
+  HealAndExpectServed();
 }
 
 // 2048 streams at once while a decode worker is cut off (every packet
@@ -333,17 +340,15 @@ TEST(PartitionSessionTest, ATurnWhoseKvHolderIsCutOffMovesOnAndTheSessionGoesOn)
 // 10 s away): the streams sent there move on after the progress deadline,
 // and the other worker's refusals at the hand-off wait for room. Every
 // stream completes or is refused before its first token.
-TEST(PartitionBurstTest, ABurstDuringABlackholeIsRefusedOnlyBeforeItsFirstToken) {
-  absl::StatusOr<std::unique_ptr<WorkerNetwork>> net = WorkerNetwork::Create(1);
-  if (!net.ok()) GTEST_SKIP() << net.status().message();
-  WorkerNetwork& n = **net;
+TEST_F(PartitionBurstTest, ABurstDuringABlackholeIsRefusedOnlyBeforeItsFirstToken) {
   StackOptions o;
   o.decode_workers = 2;
-  auto stack = StartWithIsolatedDecodeWorker(n, o);
-  ASSERT_NE(stack, nullptr);
-  const int port = PortOf(stack->decode_info(0).grpc_address);
+  StartIsolated(1, o);
+  if (Stopped()) return;
+  WorkerNetwork& n = *net_;
+  Stack* stack = stack_.get();
   ASSERT_TRUE(n.Inject(Fault::kBlackhole).ok());
-  ASSERT_FALSE(n.Connects(port, absl::Milliseconds(300)));
+  ASSERT_FALSE(n.Connects(port_, absl::Milliseconds(300)));
   constexpr int kStreams = 2048;
   constexpr int32_t kTokens = 32;
   Outcomes outcomes;
@@ -356,7 +361,7 @@ TEST(PartitionBurstTest, ABurstDuringABlackholeIsRefusedOnlyBeforeItsFirstToken)
             << " refused before their first token\n";
   EXPECT_GT(completed, 0);
   ASSERT_TRUE(n.Heal().ok());
-  stack->Stop();
+  stack_->Stop();
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, PartitionTest,

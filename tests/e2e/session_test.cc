@@ -103,18 +103,6 @@ tandem::v1::GenerateRequest Stateless(const tandem::v1::SessionInfo& info, int32
   return req;
 }
 
-void ExpectSameTokens(const Completion& got, const Completion& want, const std::string& what) {
-  ASSERT_EQ(got.tokens.size(), want.tokens.size()) << what;
-  for (size_t i = 0; i < got.tokens.size(); ++i) {
-    EXPECT_EQ(got.tokens[i].id(), want.tokens[i].id()) << what << " token " << i;
-    EXPECT_NEAR(got.tokens[i].logprob(), want.tokens[i].logprob(), 1e-4) << what;
-    ASSERT_EQ(got.tokens[i].top_logprobs_size(), want.tokens[i].top_logprobs_size()) << what;
-    for (int k = 0; k < got.tokens[i].top_logprobs_size(); ++k) {
-      EXPECT_EQ(got.tokens[i].top_logprobs(k).id(), want.tokens[i].top_logprobs(k).id()) << what;
-    }
-  }
-}
-
 tandem::v1::WorkerStats Stats(Stack& stack, int decode) {
   grpc::ClientContext ctx;
   tandem::v1::WorkerStats stats;
@@ -208,6 +196,27 @@ void CloseNow(tandem::v1::Generation::Stub& stub, const std::string& session) {
   close.set_session_id(session);
   tandem::v1::CloseSessionResponse closed;
   EXPECT_TRUE(stub.CloseSession(&ctx, close, &closed).ok());
+}
+
+// The undisturbed run a disturbed one is held to: one session of `window`,
+// turn t sending messages[t] through gateway t % gateways, then closed so
+// that its KV is no longer pinned. Fails the test when a turn does.
+std::vector<Completion> Undisturbed(Stack& stack, int32_t window,
+                                    const std::vector<std::string>& messages, int gateways) {
+  std::vector<Completion> out;
+  const std::string id = Create(stack.gateway(0), window).session_id();
+  for (size_t turn = 0; turn < messages.size(); ++turn) {
+    out.push_back(Chat(stack.gateway(static_cast<int>(turn) % gateways), id, messages[turn]));
+    EXPECT_TRUE(out.back().status.ok()) << out.back().status.error_message();
+  }
+  CloseNow(stack.gateway(0), id);
+  return out;
+}
+
+std::vector<std::string> Messages(int turns) {
+  std::vector<std::string> out;
+  for (int turn = 0; turn < turns; ++turn) out.push_back(Message(turn));
+  return out;
 }
 
 // VmRSS of process `pid`, in KiB (-1 if unreadable).
@@ -398,15 +407,8 @@ TEST_P(SessionLossTest, KvHolderKilledTwiceWithADecodeWorkerLeftLosesNoSession) 
   ASSERT_NE(stack, nullptr);
   ASSERT_TRUE(stack->AwaitGatewaySynced());
   // The undisturbed run, then closed so that its KV is no longer pinned.
-  std::vector<Completion> undisturbed;
-  {
-    const std::string id = Create(stack->gateway(0), kWindow).session_id();
-    for (int turn = 0; turn < kTurns; ++turn) {
-      undisturbed.push_back(Chat(stack->gateway(turn % 2), id, messages[turn]));
-      ASSERT_TRUE(undisturbed.back().status.ok()) << undisturbed.back().status.error_message();
-    }
-    CloseNow(stack->gateway(0), id);
-  }
+  const std::vector<Completion> undisturbed = Undisturbed(*stack, kWindow, messages, 2);
+  if (HasFailure()) return;
   const std::string id = Create(stack->gateway(0), kWindow).session_id();
   std::vector<int> dead;
   for (int turn = 0; turn < kTurns; ++turn) {
@@ -452,15 +454,8 @@ TEST(SessionTest, TwoLossesWithNoTurnBetweenLoseNoSession) {
   auto stack = Stack::Start(o);
   ASSERT_NE(stack, nullptr);
   ASSERT_TRUE(stack->AwaitGatewaySynced());
-  std::vector<Completion> undisturbed;
-  {
-    const std::string id = Create(stack->gateway(), kWindow).session_id();
-    for (int turn = 0; turn < kTurns; ++turn) {
-      undisturbed.push_back(Chat(stack->gateway(), id, Message(turn)));
-      ASSERT_TRUE(undisturbed.back().status.ok()) << undisturbed.back().status.error_message();
-    }
-    CloseNow(stack->gateway(), id);
-  }
+  const std::vector<Completion> undisturbed = Undisturbed(*stack, kWindow, Messages(kTurns), 1);
+  if (HasFailure()) return;
   const std::string id = Create(stack->gateway(), kWindow).session_id();
   for (int turn = 0; turn < 2; ++turn) {
     const Completion reply = Chat(stack->gateway(), id, Message(turn));
@@ -510,15 +505,8 @@ TEST(SessionTest, ARecordWriteToAStuckOrDyingWorkerNeitherHangsNorLosesTheSessio
   auto stack = Stack::Start(o);
   ASSERT_NE(stack, nullptr);
   ASSERT_TRUE(stack->AwaitGatewaySynced());
-  std::vector<Completion> undisturbed;
-  {
-    const std::string id = Create(stack->gateway(0), kWindow).session_id();
-    for (int turn = 0; turn < kTurns; ++turn) {
-      undisturbed.push_back(Chat(stack->gateway(turn % 2), id, Message(turn)));
-      ASSERT_TRUE(undisturbed.back().status.ok()) << undisturbed.back().status.error_message();
-    }
-    CloseNow(stack->gateway(0), id);
-  }
+  const std::vector<Completion> undisturbed = Undisturbed(*stack, kWindow, Messages(kTurns), 2);
+  if (HasFailure()) return;
   const std::string id = Create(stack->gateway(0), kWindow).session_id();
   std::vector<int> dead;
   // The worker other than the KV holder (as the record names it) with a

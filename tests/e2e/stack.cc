@@ -188,6 +188,19 @@ Completion Chat(tandem::v1::Generation::Stub& stub, const tandem::v1::ChatReques
       metadata);
 }
 
+void ExpectSameTokens(const Completion& got, const Completion& want, const std::string& what) {
+  ASSERT_TRUE(got.status.ok()) << what << ": " << got.status.error_message();
+  ASSERT_EQ(got.tokens.size(), want.tokens.size()) << what;
+  for (size_t i = 0; i < got.tokens.size(); ++i) {
+    EXPECT_EQ(got.tokens[i].id(), want.tokens[i].id()) << what << " token " << i;
+    EXPECT_NEAR(got.tokens[i].logprob(), want.tokens[i].logprob(), 1e-4) << what;
+    ASSERT_EQ(got.tokens[i].top_logprobs_size(), want.tokens[i].top_logprobs_size()) << what;
+    for (int k = 0; k < got.tokens[i].top_logprobs_size(); ++k) {
+      EXPECT_EQ(got.tokens[i].top_logprobs(k).id(), want.tokens[i].top_logprobs(k).id()) << what;
+    }
+  }
+}
+
 double MetricValue(const std::string& metrics_address, const std::string& series) {
   absl::StatusOr<std::string> text = process::HttpGet(metrics_address, "/metrics");
   if (!text.ok()) return -1;

@@ -107,6 +107,10 @@ Completion Generate(tandem::v1::Generation::Stub& stub, const tandem::v1::Genera
 Completion Chat(tandem::v1::Generation::Stub& stub, const tandem::v1::ChatRequest& req,
                 const Metadata& metadata = {});
 
+// `got` completed and equals `want` token for token: ids, logprobs (within
+// 1e-4) and the top alternatives' ids; `what` names the pair in failures.
+void ExpectSameTokens(const Completion& got, const Completion& want, const std::string& what);
+
 // The value of one series (`name` or `name{labels}` exactly as exposed) on
 // the /metrics page at `metrics_address`; -1 when absent or unreadable.
 double MetricValue(const std::string& metrics_address, const std::string& series);
