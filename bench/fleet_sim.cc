@@ -1,0 +1,330 @@
+#include "bench/fleet_sim.h"
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <list>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/kv/block_hash.h"
+#include "gateway/routing/block_index.h"
+#include "gateway/routing/kv_router.h"
+#include "gateway/routing/worker_picker.h"
+#include "prometheus/registry.h"
+
+namespace tandem::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kFingerprint = 0x5eedf1ee7ull;
+
+uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Draws from [0, n) with P(k) proportional to 1 / (k + 1)^s.
+class Zipf {
+ public:
+  Zipf(int32_t n, double s) : cdf_(static_cast<size_t>(n)) {
+    double sum = 0;
+    for (int32_t k = 0; k < n; ++k) cdf_[k] = sum += 1.0 / std::pow(k + 1.0, s);
+    for (double& c : cdf_) c /= sum;
+  }
+  int32_t operator()(std::mt19937_64& rng) const {
+    const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+    return static_cast<int32_t>(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
+  }
+
+ private:
+  std::vector<double> cdf_;
+};
+
+// The prompts: conversation c continues system prompt system_of[c]; its
+// tokens are a deterministic function of the seed and the ids.
+class Prompts {
+ public:
+  explicit Prompts(const FleetConfig& c)
+      : config_(c), systems_(c.system_prompts, c.zipf_s), conversations_(c.conversations, c.zipf_s) {
+    std::mt19937_64 rng(c.seed);
+    for (int32_t i = 0; i < c.conversations; ++i) system_of_.push_back(systems_(rng));
+  }
+  // A prompt's tokens, drawn.
+  std::vector<int32_t> Draw(std::mt19937_64& rng) const {
+    const int32_t conversation = conversations_(rng);
+    const int32_t system = system_of_[conversation];
+    const int32_t bs = config_.block_size;
+    std::vector<int32_t> tokens;
+    tokens.reserve(static_cast<size_t>(config_.prompt_blocks) * bs);
+    for (int64_t i = 0; i < int64_t{config_.system_blocks} * bs; ++i) {
+      tokens.push_back(Token((uint64_t{1} << 40) + system, i));
+    }
+    for (int64_t i = 0; i < int64_t{config_.prompt_blocks - config_.system_blocks} * bs; ++i) {
+      tokens.push_back(Token(conversation, i));
+    }
+    return tokens;
+  }
+
+ private:
+  int32_t Token(uint64_t stream, uint64_t i) const {
+    return 3 + static_cast<int32_t>(Mix(config_.seed ^ Mix(stream) ^ (i * 0x100000001b3ull)) %
+                                    32000);
+  }
+  const FleetConfig& config_;
+  Zipf systems_;
+  Zipf conversations_;
+  std::vector<int32_t> system_of_;
+};
+
+tandem::v1::BlockHashProto ToProto(const engine::BlockHash& h) {
+  tandem::v1::BlockHashProto p;
+  p.set_low(h.low);
+  p.set_high(h.high);
+  return p;
+}
+
+// One worker's pool: an LRU of block hashes within its budget, and its
+// event stream's numbering.
+class SimWorker {
+ public:
+  SimWorker(int64_t budget, int32_t block_size, uint64_t epoch)
+      : budget_(budget), block_size_(block_size), epoch_(epoch) {}
+
+  // The empty snapshot a (re)started worker's stream begins with.
+  tandem::v1::BlockEventBatch Start(uint64_t epoch) {
+    epoch_ = epoch;
+    sequence_ = 0;
+    lru_.clear();
+    where_.clear();
+    tandem::v1::BlockEventBatch b = Header();
+    b.set_snapshot(true);
+    return b;
+  }
+  // Computes `chain` here: every block becomes the most recent, new ones
+  // are stored, and the least recent go past the budget.
+  tandem::v1::BlockEventBatch Compute(const std::vector<engine::BlockHash>& chain) {
+    tandem::v1::BlockEventBatch b = Header();
+    b.set_sequence(++sequence_);
+    for (const engine::BlockHash& h : chain) {
+      if (auto it = where_.find(h); it != where_.end()) {
+        lru_.splice(lru_.begin(), lru_, it->second);
+        continue;
+      }
+      lru_.push_front(h);
+      where_[h] = lru_.begin();
+      *b.add_stored() = ToProto(h);
+    }
+    while (static_cast<int64_t>(lru_.size()) > budget_) {
+      where_.erase(lru_.back());
+      *b.add_removed() = ToProto(lru_.back());
+      lru_.pop_back();
+    }
+    return b;
+  }
+  // The leading blocks of `chain` this worker holds.
+  int32_t Holds(const std::vector<engine::BlockHash>& chain) const {
+    int32_t n = 0;
+    while (n < static_cast<int32_t>(chain.size()) && where_.contains(chain[n])) ++n;
+    return n;
+  }
+  int64_t size() const { return static_cast<int64_t>(lru_.size()); }
+  // Every block held, as a snapshot.
+  tandem::v1::BlockEventBatch Snapshot() const {
+    tandem::v1::BlockEventBatch b = Header();
+    b.set_snapshot(true);
+    b.set_sequence(sequence_);
+    for (const engine::BlockHash& h : lru_) *b.add_stored() = ToProto(h);
+    return b;
+  }
+
+ private:
+  tandem::v1::BlockEventBatch Header() const {
+    tandem::v1::BlockEventBatch b;
+    b.set_epoch(epoch_);
+    b.set_model_fingerprint(kFingerprint);
+    b.set_block_size(block_size_);
+    b.set_kv_capacity_blocks(budget_);
+    return b;
+  }
+
+  const int64_t budget_;
+  const int32_t block_size_;
+  uint64_t epoch_;
+  uint64_t sequence_ = 0;
+  std::list<engine::BlockHash> lru_;
+  absl::flat_hash_map<engine::BlockHash, std::list<engine::BlockHash>::iterator> where_;
+};
+
+double Percentile(std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const size_t i = std::min(sorted.size() - 1, static_cast<size_t>(p * sorted.size()));
+  return sorted[i];
+}
+
+}  // namespace
+
+FleetResult RunFleet(const FleetConfig& config) {
+  FleetResult r;
+  const Prompts prompts(config);
+  std::vector<std::string> addresses;
+  for (int32_t i = 0; i < config.workers; ++i) addresses.push_back(absl::StrFormat("w%d", i));
+  gateway::WorkerPicker picker(addresses);
+  gateway::BlockIndex index({.max_entries = config.max_entries});
+  prometheus::Registry registry;
+  gateway::KvRouter router(index, 0, {}, registry, gateway::RouteRole::kPrefill);
+
+  std::mt19937_64 rng(config.seed);
+  std::vector<SimWorker> workers;
+  workers.reserve(static_cast<size_t>(config.workers));
+  Clock::duration applying{};
+  auto apply = [&](int worker, const tandem::v1::BlockEventBatch& batch) {
+    const Clock::time_point t0 = Clock::now();
+    const gateway::BlockIndex::Applied applied = index.Apply(worker, batch);
+    applying += Clock::now() - t0;
+    r.events += batch.stored_size() + batch.removed_size();
+    return applied;
+  };
+  for (int32_t i = 0; i < config.workers; ++i) {
+    workers.emplace_back(config.blocks_per_worker, config.block_size, rng());
+    apply(i, workers.back().Start(rng()));
+  }
+
+  // Routing beside the events: each extra thread routes drawn prompts
+  // until the fleet is done, through a router of its own that predicts
+  // nothing and a picker of its own, so what it routes (and never
+  // computes) does not sway the fleet's own routing.
+  std::atomic<bool> done{false};
+  absl::Mutex latencies_mu;
+  std::vector<double> latencies_us;
+  auto route_timed = [](gateway::KvRouter& by, gateway::WorkerPicker& among,
+                        const std::vector<int32_t>& tokens, std::vector<double>& out) {
+    const Clock::time_point t0 = Clock::now();
+    gateway::RouteDecision d = by.Route(among, tokens, {});
+    out.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    return d;
+  };
+  gateway::WorkerPicker side_picker(addresses);
+  prometheus::Registry side_registry;
+  gateway::KvRouter side_router(index, 0, {.prediction_ttl = absl::ZeroDuration()},
+                                side_registry, gateway::RouteRole::kPrefill);
+  std::vector<std::thread> routers;
+  for (int32_t t = 0; t < config.router_threads; ++t) {
+    routers.emplace_back([&, t] {
+      std::mt19937_64 own(config.seed * 7919 + t + 1);
+      std::vector<double> mine;
+      while (!done.load(std::memory_order_relaxed)) {
+        route_timed(side_router, side_picker, prompts.Draw(own), mine);
+      }
+      absl::MutexLock lock(&latencies_mu);
+      latencies_us.insert(latencies_us.end(), mine.begin(), mine.end());
+    });
+  }
+
+  // Batches made and not yet applied (the event streams' lag), in order.
+  std::deque<std::pair<int, tandem::v1::BlockEventBatch>> lagging;
+  auto deliver = [&] {
+    auto& [w, batch] = lagging.front();
+    if (apply(w, batch) == gateway::BlockIndex::Applied::kNeedsResync) {
+      apply(w, workers[w].Snapshot());  // as the subscriber's resubscribe
+    }
+    lagging.pop_front();
+  };
+  std::vector<double> main_latencies;
+  std::deque<gateway::WorkerPicker::Pick> in_flight;
+  const size_t max_in_flight =
+      static_cast<size_t>(config.in_flight > 0 ? config.in_flight : 4 * config.workers);
+  std::uniform_real_distribution<double> unit(0, 1);
+  for (int64_t q = 0; q < config.requests; ++q) {
+    if (unit(rng) < config.restart_probability) {
+      const int w = static_cast<int>(rng() % static_cast<uint64_t>(config.workers));
+      lagging.emplace_back(w, workers[w].Start(rng()));
+      while (static_cast<int32_t>(lagging.size()) > config.event_lag) deliver();
+      ++r.restarts;
+    }
+    const std::vector<int32_t> tokens = prompts.Draw(rng);
+    const std::vector<engine::BlockHash> chain =
+        engine::PrefixBlockHashes(tokens, config.block_size, kFingerprint);
+    // The router's own rule on the exact caches: blocks to compute plus the
+    // blocks in flight there, ties to fewer requests, then the lower index
+    // (KvRouter, WorkerPicker). The last block is always computed.
+    const std::vector<engine::BlockHash> lookup(chain.begin(), chain.end() - 1);
+    int oracle = 0;
+    double oracle_cost = 0;
+    for (int i = 0; i < config.workers; ++i) {
+      const double cost = (config.prompt_blocks - workers[i].Holds(lookup)) +
+                          static_cast<double>(picker.in_flight_tokens(i)) / config.block_size;
+      if (i == 0 || cost < oracle_cost ||
+          (cost == oracle_cost && picker.in_flight(i) < picker.in_flight(oracle))) {
+        oracle = i;
+        oracle_cost = cost;
+      }
+    }
+    gateway::RouteDecision d = route_timed(router, picker, tokens, main_latencies);
+    const int chosen = d.pick.valid() ? d.pick.index() : 0;
+    in_flight.push_back(std::move(d.pick));  // its load ends max_in_flight requests on
+    if (in_flight.size() > max_in_flight) in_flight.pop_front();
+    r.hit_blocks += workers[chosen].Holds(lookup);
+    r.oracle_hit_blocks += workers[oracle].Holds(lookup);
+    lagging.emplace_back(chosen, workers[chosen].Compute(chain));
+    while (static_cast<int32_t>(lagging.size()) > config.event_lag) deliver();
+  }
+  while (!lagging.empty()) deliver();
+  done.store(true);
+  for (std::thread& t : routers) t.join();
+  latencies_us.insert(latencies_us.end(), main_latencies.begin(), main_latencies.end());
+
+  r.apply_seconds = std::chrono::duration<double>(applying).count();
+  r.events_per_second = r.apply_seconds > 0 ? r.events / r.apply_seconds : 0;
+  r.entries = index.entries();
+  r.dropped_entries = index.dropped_entries();
+  for (const SimWorker& w : workers) r.oracle_entries += w.size();
+  std::sort(latencies_us.begin(), latencies_us.end());
+  r.routes = static_cast<int64_t>(latencies_us.size());
+  r.route_p50_us = Percentile(latencies_us, 0.50);
+  r.route_p99_us = Percentile(latencies_us, 0.99);
+  r.route_p999_us = Percentile(latencies_us, 0.999);
+  r.hit_rate_vs_oracle =
+      r.oracle_hit_blocks > 0 ? static_cast<double>(r.hit_blocks) / r.oracle_hit_blocks : 1.0;
+
+  // The index's own heap for the fleet's final state: a fresh index fed
+  // every worker's snapshot, measured by the allocator's bytes in use.
+  {
+    std::vector<tandem::v1::BlockEventBatch> snapshots;
+    for (const SimWorker& w : workers) snapshots.push_back(w.Snapshot());
+    const size_t before = mallinfo2().uordblks;
+    auto fresh = std::make_unique<gateway::BlockIndex>(
+        gateway::BlockIndexOptions{.max_entries = config.max_entries});
+    for (int32_t i = 0; i < config.workers; ++i) fresh->Apply(i, snapshots[i]);
+    const size_t after = mallinfo2().uordblks;
+    if (fresh->entries() > 0) {
+      r.bytes_per_entry = static_cast<double>(after - before) / fresh->entries();
+    }
+  }
+  return r;
+}
+
+std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
+  return absl::StrFormat(
+      "{\"bench\":\"fleet\",\"workers\":%d,\"blocks_per_worker\":%d,\"prompt_blocks\":%d,"
+      "\"requests\":%d,\"in_flight\":%d,\"event_lag\":%d,\"router_threads\":%d,\"events\":%d,\"events_per_second\":%.0f,"
+      "\"entries\":%d,\"bytes_per_entry\":%.1f,\"routes\":%d,\"route_p50_us\":%.1f,"
+      "\"route_p99_us\":%.1f,\"route_p999_us\":%.1f,\"hit_rate_vs_oracle\":%.4f,"
+      "\"restarts\":%d,\"dropped_entries\":%d}",
+      c.workers, c.blocks_per_worker, c.prompt_blocks, c.requests, c.in_flight, c.event_lag,
+      c.router_threads, r.events,
+      r.events_per_second, r.entries, r.bytes_per_entry, r.routes, r.route_p50_us,
+      r.route_p99_us, r.route_p999_us, r.hit_rate_vs_oracle, r.restarts, r.dropped_entries);
+}
+
+}  // namespace tandem::bench

@@ -1,0 +1,74 @@
+// A fleet of workers simulated in one process against the gateway's real
+// block index and KV router (no processes, no network): each worker keeps
+// an LRU cache of KV blocks within its budget and reports what it stores
+// and evicts as BlockEventBatches, applied to the index as the subscriber
+// does; prompts (a Zipf-popular system prompt, then a Zipf-popular
+// conversation's own blocks) are routed by the KvRouter, computed on the
+// chosen worker, and measured against an oracle that knows every worker's
+// exact cache. Workers restart now and then (a new epoch and an empty
+// cache). Extra router threads route prompts while the events stream in, so
+// routing latency includes contention with the apply path. Seeded and
+// deterministic in what it simulates (the timings are the machine's).
+#ifndef TANDEM_BENCH_FLEET_SIM_H_
+#define TANDEM_BENCH_FLEET_SIM_H_
+
+#include <cstdint>
+#include <string>
+
+namespace tandem::bench {
+
+struct FleetConfig {
+  int32_t workers = 16;
+  int64_t blocks_per_worker = 4096;  // each worker's cache budget, blocks
+  int32_t block_size = 16;           // tokens per block
+  int32_t system_prompts = 64;       // shared prefixes, Zipf-popular
+  int32_t system_blocks = 64;        // blocks of each system prompt
+  int32_t conversations = 4096;      // each prompt continues one, Zipf-popular
+  int32_t prompt_blocks = 256;       // a prompt's blocks in all (4k tokens at 16)
+  double zipf_s = 1.1;               // the popularity exponent of both draws
+  int64_t requests = 20000;          // prompts routed and computed
+  // Requests in flight: a routed request's load stays on its worker (as
+  // the router weighs it) until this many later ones were routed; 0: the
+  // workers' number times 4.
+  int32_t in_flight = 0;
+  // A worker's batch reaches the index this many requests after it was
+  // made (the event stream's lag); until then the router works from what
+  // it knew, and its predictions.
+  int32_t event_lag = 4;
+  int32_t router_threads = 1;        // extra threads routing while events apply
+  double restart_probability = 0.0005;  // per request, a random worker restarts
+  int64_t max_entries = 4 << 20;     // the index's bound (BlockIndexOptions)
+  uint64_t seed = 1;
+};
+
+struct FleetResult {
+  int64_t events = 0;             // stored and removed hashes applied
+  double apply_seconds = 0;       // spent in BlockIndex::Apply
+  double events_per_second = 0;   // on the applying thread
+  int64_t entries = 0;            // (block, worker) entries at the end
+  int64_t oracle_entries = 0;     // the workers' caches, summed
+  double bytes_per_entry = 0;     // the index's heap per entry
+  int64_t routes = 0;             // Route calls timed, every thread's
+  double route_p50_us = 0;
+  double route_p99_us = 0;
+  double route_p999_us = 0;
+  // Blocks of the routed prompts the chosen worker really held, over those
+  // the oracle's choice held: the same cost (blocks to compute plus load)
+  // weighed with every worker's exact cache instead of the index. 1 is the
+  // oracle's hit rate.
+  int64_t hit_blocks = 0;
+  int64_t oracle_hit_blocks = 0;
+  double hit_rate_vs_oracle = 0;
+  int64_t restarts = 0;
+  int64_t dropped_entries = 0;  // not recorded: the index was full
+};
+
+// Runs the simulation; the timings are wall clock on this machine.
+FleetResult RunFleet(const FleetConfig& config);
+
+// One line of JSON: the config's sizes and the result.
+std::string FleetJson(const FleetConfig& config, const FleetResult& result);
+
+}  // namespace tandem::bench
+
+#endif  // TANDEM_BENCH_FLEET_SIM_H_

@@ -1,0 +1,71 @@
+// The fleet simulator (bench/fleet_sim.h) at a small size: the index it
+// drives mirrors every simulated worker's cache exactly (the apply path,
+// restarts and lagging events included), with no lag routing by it makes
+// the oracle's choices, and its figures are filled in. Speed is the
+// benchmark's to report, not this test's.
+#include "bench/fleet_sim.h"
+
+#include <gtest/gtest.h>
+
+namespace tandem::bench {
+namespace {
+
+FleetConfig Small() {
+  FleetConfig c;
+  c.workers = 8;
+  c.blocks_per_worker = 512;
+  c.prompt_blocks = 32;
+  c.system_blocks = 8;
+  c.system_prompts = 8;
+  c.conversations = 256;
+  c.requests = 3000;
+  c.router_threads = 1;
+  c.restart_probability = 0.002;
+  c.event_lag = 0;
+  c.seed = 7;
+  return c;
+}
+
+TEST(FleetSimTest, TheIndexMirrorsTheFleetAndRoutingFindsTheOraclesOverlap) {
+  const FleetResult r = RunFleet(Small());
+  EXPECT_GT(r.restarts, 0);
+  EXPECT_EQ(r.dropped_entries, 0);
+  // Every (block, worker) pair the workers hold, and nothing else.
+  EXPECT_EQ(r.entries, r.oracle_entries);
+  EXPECT_GT(r.entries, 0);
+  // With no event lag the index is exact, so the router's choice is the
+  // oracle's (its own cost rule over the workers' exact caches).
+  EXPECT_GT(r.oracle_hit_blocks, 0);
+  EXPECT_EQ(r.hit_blocks, r.oracle_hit_blocks);
+  EXPECT_DOUBLE_EQ(r.hit_rate_vs_oracle, 1.0);
+  EXPECT_GT(r.events, 0);
+  EXPECT_GT(r.events_per_second, 0);
+  EXPECT_GT(r.bytes_per_entry, 0);
+  EXPECT_GE(r.routes, Small().requests);
+  EXPECT_GT(r.route_p99_us, 0);
+  EXPECT_GE(r.route_p999_us, r.route_p99_us);
+  EXPECT_GE(r.route_p99_us, r.route_p50_us);
+}
+
+TEST(FleetSimTest, LaggingEventsStillLeaveTheIndexExactOnceApplied) {
+  FleetConfig c = Small();
+  c.event_lag = 16;
+  const FleetResult r = RunFleet(c);
+  EXPECT_EQ(r.entries, r.oracle_entries);
+  EXPECT_EQ(r.dropped_entries, 0);
+  EXPECT_GT(r.hit_blocks, 0);
+}
+
+TEST(FleetSimTest, TheSameSeedSimulatesTheSameFleet) {
+  FleetConfig c = Small();
+  c.router_threads = 0;
+  const FleetResult a = RunFleet(c);
+  const FleetResult b = RunFleet(c);
+  EXPECT_EQ(a.events, b.events);
+  EXPECT_EQ(a.entries, b.entries);
+  EXPECT_EQ(a.hit_blocks, b.hit_blocks);
+  EXPECT_EQ(a.restarts, b.restarts);
+}
+
+}  // namespace
+}  // namespace tandem::bench
