@@ -326,7 +326,7 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, const C
     if (v.is_undefined()) return Value(List{});
     if (!v.is_dict()) return absl::InvalidArgumentError("items: can only get item pairs from a mapping");
     List out;
-    for (const auto& [k, x] : v.as_dict().items) out.push_back(Value(List{k, x}));
+    for (const auto& [k, x] : v.as_dict().items) out.push_back(Value(List{k, x}).AsTuple());
     return Value(std::move(out));
   }
   if (name == "dictsort") {
@@ -335,7 +335,7 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, const C
     const Value* by = Arg(a, 1, "by");
     const bool reverse = BoolArg(a, 2, "reverse", false);
     List out;
-    for (const auto& [k, x] : v.as_dict().items) out.push_back(Value(List{k, x}));
+    for (const auto& [k, x] : v.as_dict().items) out.push_back(Value(List{k, x}).AsTuple());
     const Value index(by != nullptr && by->Str() == "value" ? 1 : 0);
     if (absl::Status s = SortList(&out, reverse, cs, &index); !s.ok()) return s;
     return Value(std::move(out));

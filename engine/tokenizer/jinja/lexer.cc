@@ -168,7 +168,7 @@ class Lexer {
   Pos PosOf(size_t offset) const {
     const auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
     const size_t line = static_cast<size_t>(it - line_starts_.begin());
-    return Pos{static_cast<int>(line) + 1, static_cast<int>(offset - line_starts_[line - 1]) + 1};
+    return Pos{static_cast<int>(line), static_cast<int>(offset - line_starts_[line - 1]) + 1};
   }
 
   absl::Status Error(size_t offset, std::string_view what) const {

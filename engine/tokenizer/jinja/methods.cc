@@ -267,7 +267,7 @@ absl::StatusOr<Value> DictMethod(const Value& obj, std::string_view name) {
     return MakeFunction(n, [obj, n](const CallArgs&) -> absl::StatusOr<Value> {
       List out;
       for (const auto& [k, v] : obj.as_dict().items) {
-        if (n == "items") out.push_back(Value(List{k, v}));
+        if (n == "items") out.push_back(Value(List{k, v}).AsTuple());
         else if (n == "keys") out.push_back(k);
         else out.push_back(v);
       }

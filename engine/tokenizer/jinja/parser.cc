@@ -465,6 +465,7 @@ class Parser {
       if (!inner.ok()) return inner;
       if (IsOp(",")) {
         ExprPtr list = Make(Expr::Kind::kList, tok.pos);
+        list->name = "tuple";
         list->kids.push_back(std::move(*inner));
         while (IsOp(",")) {
           ++i_;
@@ -593,7 +594,7 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> ParseCall(ExprPtr callee) {
-    ExprPtr e = Make(Expr::Kind::kCall, Cur().pos);
+    ExprPtr e = Make(Expr::Kind::kCall, callee->pos);
     e->kids.push_back(std::move(callee));
     if (absl::Status s = ParseArgs(e.get()); !s.ok()) return s;
     return e;

@@ -371,6 +371,7 @@ class Renderer {
           if (!v.ok()) return v;
           l.push_back(std::move(*v));
         }
+        if (e.name == "tuple") return Value(std::move(l)).AsTuple();
         return Value(std::move(l));
       }
       case Expr::Kind::kDict: {

@@ -195,14 +195,15 @@ std::string Value::Repr() const {
     case Kind::kString:
       return StrRepr(as_string());
     case Kind::kList: {
-      std::string out = "[";
+      std::string out = tuple_ ? "(" : "[";
       bool first = true;
       for (const Value& v : as_list()) {
         if (!first) out += ", ";
         first = false;
         out += v.Repr();
       }
-      return out + "]";
+      if (tuple_ && as_list().size() == 1) out += ",";
+      return out + (tuple_ ? ")" : "]");
     }
     case Kind::kDict: {
       if (as_dict().is_namespace) return "<Namespace>";

@@ -121,6 +121,13 @@ class Value {
   // A string marked safe (jinja2's Markup, from `|safe`): `+` with a plain
   // string HTML-escapes the plain one.
   bool is_markup() const { return markup_; }
+  // A list that Python holds as a tuple (dict items, `(a, b)`): printed
+  // with parentheses.
+  bool is_tuple() const { return tuple_; }
+  Value AsTuple() && {
+    tuple_ = true;
+    return std::move(*this);
+  }
   Value AsMarkup() && {
     markup_ = true;
     return std::move(*this);
@@ -146,6 +153,7 @@ class Value {
       v_;
   bool generator_ = false;
   bool markup_ = false;
+  bool tuple_ = false;
 };
 
 // jinja2's escape(): & < > " ' as HTML entities.
