@@ -459,7 +459,9 @@ class Parser {
       ++i_;
       if (IsOp(")")) {
         ++i_;
-        return Make(Expr::Kind::kList, tok.pos);
+        ExprPtr empty = Make(Expr::Kind::kList, tok.pos);
+        empty->name = "tuple";
+        return empty;
       }
       absl::StatusOr<ExprPtr> inner = ParseExpression(true);
       if (!inner.ok()) return inner;

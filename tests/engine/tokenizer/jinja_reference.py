@@ -4,7 +4,7 @@ once with Python's jinja2 set up as HF transformers sets it up and once with
 Tandem's interpreter (jinja_render_tool), and fails unless the outputs are
 byte-equal (or both renders fail; a raise_exception() message must match).
 
-Usage: jinja_reference.py RENDER_TOOL TEMPLATES_DIR
+Usage: jinja_reference.py RENDER_TOOL TEMPLATES_DIR...
 Exits 77 (ctest's skip code) when python3-jinja2 is not installed.
 """
 import datetime
@@ -142,9 +142,9 @@ def render_python(env, source, ctx):
 
 
 def main():
-    tool, template_dir = sys.argv[1], sys.argv[2]
+    tool, template_dirs = sys.argv[1], sys.argv[2:]
     env = make_env()
-    templates = sorted(glob.glob(os.path.join(template_dir, "*.jinja")))
+    templates = sorted(p for d in template_dirs for p in glob.glob(os.path.join(d, "*.jinja")))
     cases, expected = [], []
     for path in templates:
         source = open(path, encoding="utf-8").read()
