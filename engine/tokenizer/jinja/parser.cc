@@ -102,7 +102,31 @@ class Parser {
     }
   }
 
+  // Nesting deeper than this is refused, so that a hostile template cannot
+  // exhaust the stack of the parser or the renderer.
+  static constexpr int kMaxNesting = 1000;
+  struct Nest {
+    explicit Nest(int* depth) : depth_(depth) { ++*depth_; }
+    ~Nest() { --*depth_; }
+    int* depth_;
+  };
+
+  // A chain (`a + b + c`, `x | f | g`, `a.b.c`) deepens the tree one level
+  // per link: each link counts against the same limit as nesting.
+  struct Chain {
+    explicit Chain(int* depth) : depth_(depth) {}
+    ~Chain() { *depth_ -= links_; }
+    bool Add() {
+      ++links_;
+      return ++*depth_ <= kMaxNesting;
+    }
+    int* depth_;
+    int links_ = 0;
+  };
+
   absl::StatusOr<NodePtr> ParseStatement() {
+    Nest nest(&depth_);
+    if (depth_ > kMaxNesting) return Error("statements nested too deeply");
     const Token kw = Cur();
     ++i_;
     auto n = std::make_unique<Node>();
@@ -275,6 +299,8 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> ParseExpression(bool with_ternary) {
+    Nest nest(&depth_);
+    if (depth_ > kMaxNesting) return Error("expression nested too deeply");
     absl::StatusOr<ExprPtr> e = ParseOr();
     if (!e.ok()) return e;
     ExprPtr expr = std::move(*e);
@@ -301,7 +327,9 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParseOr() {
     absl::StatusOr<ExprPtr> left = ParseAnd();
+    Chain chain(&depth_);
     while (left.ok() && IsName("or")) {
+      if (!chain.Add()) return Error("expression nested too deeply");
       const Pos pos = Cur().pos;
       ++i_;
       absl::StatusOr<ExprPtr> right = ParseAnd();
@@ -316,7 +344,9 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParseAnd() {
     absl::StatusOr<ExprPtr> left = ParseNot();
+    Chain chain(&depth_);
     while (left.ok() && IsName("and")) {
+      if (!chain.Add()) return Error("expression nested too deeply");
       const Pos pos = Cur().pos;
       ++i_;
       absl::StatusOr<ExprPtr> right = ParseNot();
@@ -330,6 +360,8 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> ParseNot() {
+    Nest nest(&depth_);
+    if (depth_ > kMaxNesting) return Error("expression nested too deeply");
     if (IsName("not")) {
       const Pos pos = Cur().pos;
       ++i_;
@@ -379,10 +411,12 @@ class Parser {
   template <typename Next>
   absl::StatusOr<ExprPtr> ParseBinary(std::initializer_list<std::string_view> ops, Next next) {
     absl::StatusOr<ExprPtr> left = (this->*next)();
+    Chain chain(&depth_);
     while (left.ok() && Cur().kind == K::kOp) {
       bool match = false;
       for (std::string_view op : ops) match = match || Cur().text == op;
       if (!match) break;
+      if (!chain.Add()) return Error("expression nested too deeply");
       ExprPtr e = Make(Expr::Kind::kBinary, Cur().pos);
       e->name = Cur().text;
       ++i_;
@@ -402,6 +436,8 @@ class Parser {
   absl::StatusOr<ExprPtr> ParseUnaryFiltered() { return ParseUnary(true); }
 
   absl::StatusOr<ExprPtr> ParseUnary(bool with_filter) {
+    Nest nest(&depth_);
+    if (depth_ > kMaxNesting) return Error("expression nested too deeply");
     ExprPtr node;
     if (IsOp("-") || IsOp("+")) {
       ExprPtr e = Make(IsOp("-") ? Expr::Kind::kNeg : Expr::Kind::kPos, Cur().pos);
@@ -515,7 +551,9 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> ParsePostfix(ExprPtr node) {
+    Chain chain(&depth_);
     while (true) {
+      if (!chain.Add()) return Error("expression nested too deeply");
       if (IsOp(".")) {
         const Pos pos = Cur().pos;
         ++i_;
@@ -615,7 +653,9 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> ParseFilterExpr(ExprPtr node) {
+    Chain chain(&depth_);
     while (true) {
+      if (!chain.Add()) return Error("expression nested too deeply");
       if (IsOp("|")) {
         ++i_;
         absl::StatusOr<ExprPtr> f = ParseFilter(std::move(node));
@@ -658,6 +698,7 @@ class Parser {
 
   std::vector<Token> t_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -149,6 +149,19 @@ TEST(JinjaTest, SyntaxErrorsNameTheirPosition) {
   EXPECT_THAT(Render("a\n{% frobnicate %}").status().message(), HasSubstr("2:4: unknown statement 'frobnicate'"));
   EXPECT_THAT(Render("{{ 'unterminated }}").status().message(), HasSubstr("1:4: unterminated string"));
   EXPECT_EQ(Render("{% for %}").status().code(), absl::StatusCode::kInvalidArgument);
+  // Nesting that would exhaust the stack is a syntax error.
+  EXPECT_THAT(Render("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}").status().message(),
+              HasSubstr("nested too deeply"));
+  EXPECT_THAT(Render("{{ " + std::string(100000, '-') + "1 }}").status().message(), HasSubstr("nested too deeply"));
+  std::string chain = "{{ 1";
+  for (int i = 0; i < 100000; ++i) chain += " + 1";
+  EXPECT_THAT(Render(chain + " }}").status().message(), HasSubstr("nested too deeply"));
+  std::string filters = "{{ 'x'";
+  for (int i = 0; i < 100000; ++i) filters += " | trim";
+  EXPECT_THAT(Render(filters + " }}").status().message(), HasSubstr("nested too deeply"));
+  std::string ifs;
+  for (int i = 0; i < 10000; ++i) ifs += "{% if true %}";
+  EXPECT_THAT(Render(ifs).status().message(), HasSubstr("nested too deeply"));
 }
 
 TEST(JinjaTest, RaiseExceptionAndTypeErrorsNameTheirPosition) {
