@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/gguf/gguf.h"
 #include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace tandem::engine {
 namespace {
@@ -132,6 +134,24 @@ TEST(ChatTemplateJinjaTest, BadToolsJsonNamesTheField) {
   o.tools_json = "{\"not\": \"a list\"}";
   const std::vector<ChatMessage> m = {{"user", "Hi"}};
   EXPECT_THAT(std::string(t.Render(m, true, o).status().message()), StartsWith("tools: not a JSON array"));
+}
+
+TEST(ChatTemplateJinjaTest, TakesItsTokensFromTheModel) {
+  const std::string path = std::string(TANDEM_SHARED_MODELS_DIR) + "/stories260K.gguf";
+  absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(path, {.require_tensor_data = false});
+  if (!file.ok()) GTEST_SKIP() << path << ": " << file.status();
+  absl::StatusOr<ChatTemplate> from_file = ChatTemplate::FromGguf(**file);
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  EXPECT_FALSE(from_file->renders_jinja());  // stories260K has no chat template
+  EXPECT_EQ(from_file->family(), ChatFamily::kPlain);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::FromGguf(**file);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  ASSERT_TRUE((*tokenizer)->add_bos());
+  const ChatTemplate t = ChatTemplate::FromModel(
+      "{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}", **tokenizer);
+  const std::vector<ChatMessage> m = {{"user", "Hi"}};
+  // The tokenizer adds BOS itself, so the template's is dropped.
+  EXPECT_EQ(*t.Render(m, true), "Hi" + (*tokenizer)->TokenText((*tokenizer)->eos_id()));
 }
 
 }  // namespace
