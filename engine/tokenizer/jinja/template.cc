@@ -65,6 +65,17 @@ class Renderer {
     return absl::OkStatus();
   }
 
+  // Work proportional to `n` elements or bytes built in one operation
+  // (range(), list and string concatenation), counted against max_steps so
+  // that a few operations cannot build unbounded values.
+  absl::Status Charge(int64_t n) {
+    steps_ += n;
+    if (steps_ > options_.limits.max_steps) {
+      return absl::ResourceExhaustedError(Cat("template exceeded ", options_.limits.max_steps, " steps"));
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Emit(Pos p, std::string_view text) {
     emitted_ += static_cast<int64_t>(text.size());
     if (emitted_ > options_.limits.max_output_bytes) {
@@ -76,7 +87,7 @@ class Renderer {
   }
 
   void AddGlobals(Scope* g) {
-    g->vars["range"] = MakeFunction("range", [](const CallArgs& a) -> absl::StatusOr<Value> {
+    g->vars["range"] = MakeFunction("range", [this](const CallArgs& a) -> absl::StatusOr<Value> {
       int64_t start = 0, stop = 0, step = 1;
       const auto& p = a.positional;
       for (const Value& v : p) {
@@ -88,11 +99,11 @@ class Renderer {
       else if (p.size() == 3) start = I(p[0]), stop = I(p[1]), step = I(p[2]);
       else return absl::InvalidArgumentError("range expected 1 to 3 arguments");
       if (step == 0) return absl::InvalidArgumentError("range() arg 3 must not be zero");
+      const int64_t n = step > 0 ? (stop > start ? (stop - start + step - 1) / step : 0)
+                                 : (start > stop ? (start - stop - step - 1) / -step : 0);
+      if (absl::Status s = Charge(n); !s.ok()) return s;
       List out;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-        if (out.size() >= 1'000'000) return absl::ResourceExhaustedError("range too large");
-        out.push_back(Value(i));
-      }
+      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(Value(i));
       return Value(std::move(out));
     });
     g->vars["namespace"] = MakeFunction("namespace", [](const CallArgs& a) -> absl::StatusOr<Value> {
@@ -519,6 +530,7 @@ class Renderer {
   absl::StatusOr<Value> Binary(const std::string& op, const Value& a, const Value& b) {
     if (op == "~") {
       std::string s = a.Str() + b.Str();
+      if (absl::Status c = Charge(static_cast<int64_t>(s.size()) / 64); !c.ok()) return c;
       return Value(std::move(s));
     }
     for (const Value* v : {&a, &b}) {
@@ -530,9 +542,9 @@ class Renderer {
     };
     if (op == "+") {
       if (a.is_string() && b.is_string()) {
-        if (static_cast<int64_t>(a.as_string().size() + b.as_string().size()) > options_.limits.max_output_bytes) {
-          return absl::ResourceExhaustedError("string too long");
-        }
+        const int64_t size = static_cast<int64_t>(a.as_string().size() + b.as_string().size());
+        if (size > options_.limits.max_output_bytes) return absl::ResourceExhaustedError("string too long");
+        if (absl::Status c = Charge(size / 64); !c.ok()) return c;
         if (a.is_markup() || b.is_markup()) {
           const std::string x = a.is_markup() ? a.as_string() : HtmlEscape(a.as_string());
           const std::string y = b.is_markup() ? b.as_string() : HtmlEscape(b.as_string());
@@ -541,6 +553,7 @@ class Renderer {
         return Value(a.as_string() + b.as_string());
       }
       if (a.is_list() && b.is_list()) {
+        if (absl::Status c = Charge(static_cast<int64_t>(a.as_list().size() + b.as_list().size())); !c.ok()) return c;
         List l = a.as_list();
         l.insert(l.end(), b.as_list().begin(), b.as_list().end());
         return Value(std::move(l));
@@ -551,6 +564,9 @@ class Renderer {
       const int64_t n = a.is_int() ? a.as_int() : b.as_int();
       if (n > 0 && static_cast<int64_t>(s.size()) * n > options_.limits.max_output_bytes) {
         return absl::ResourceExhaustedError("string too long");
+      }
+      if (n > 0) {
+        if (absl::Status c = Charge(static_cast<int64_t>(s.size()) * n / 64); !c.ok()) return c;
       }
       std::string out;
       for (int64_t i = 0; i < n; ++i) out += s;

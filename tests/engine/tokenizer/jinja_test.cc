@@ -187,6 +187,12 @@ TEST(JinjaTest, LimitsStopHostileTemplates) {
   absl::StatusOr<std::string> doubling = Render(
       "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}", o);
   EXPECT_EQ(doubling.status().code(), absl::StatusCode::kResourceExhausted);
+  o = Options();
+  o.limits.max_steps = 100'000;
+  absl::StatusOr<std::string> lists = Render(
+      "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}", o);
+  EXPECT_EQ(lists.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Render("{{ range(100000000) | length }}", o).status().code(), absl::StatusCode::kResourceExhausted);
   absl::StatusOr<std::string> recursion = Render("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}");
   EXPECT_EQ(recursion.status().code(), absl::StatusCode::kResourceExhausted);
 }
