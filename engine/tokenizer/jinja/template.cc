@@ -52,6 +52,9 @@ class Renderer {
     std::string result;
     out_ = &result;
     absl::StatusOr<Flow> flow = Exec(body, top);
+    // Namespaces are the only mutable values, so every reference cycle
+    // (`ns.self = ns`, `ns.l = [ns]`) runs through one: emptying them frees it.
+    for (Value& ns : namespaces_) ns.mutable_dict().items.clear();
     if (!flow.ok()) return flow.status();
     return result;
   }
@@ -106,7 +109,7 @@ class Renderer {
       for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(Value(i));
       return Value(std::move(out));
     });
-    g->vars["namespace"] = MakeFunction("namespace", [](const CallArgs& a) -> absl::StatusOr<Value> {
+    g->vars["namespace"] = MakeFunction("namespace", [this](const CallArgs& a) -> absl::StatusOr<Value> {
       Dict d;
       d.is_namespace = true;
       for (const Value& v : a.positional) {
@@ -114,7 +117,9 @@ class Renderer {
         for (const auto& [k, x] : v.as_dict().items) d.Set(k, x);
       }
       for (const auto& [k, v] : a.keyword) d.Set(k, v);
-      return Value(std::move(d));
+      Value ns(std::move(d));
+      namespaces_.push_back(ns);
+      return ns;
     });
     g->vars["dict"] = MakeFunction("dict", [](const CallArgs& a) -> absl::StatusOr<Value> {
       Dict d;
@@ -295,9 +300,16 @@ class Renderer {
     return Flow::kNormal;
   }
 
-  Value MakeMacro(const Node& n, const ScopePtr& defining) {
+  Value MakeMacro(const Node& n, const ScopePtr& scope) {
     const Node* node = &n;
-    return MakeFunction(n.name, [this, node, defining](const CallArgs& a) -> absl::StatusOr<Value> {
+    // The macro lives in the scope it captures: a weak reference keeps that
+    // from being a cycle.
+    std::weak_ptr<Scope> weak = scope;
+    return MakeFunction(n.name, [this, node, weak](const CallArgs& a) -> absl::StatusOr<Value> {
+      ScopePtr defining = weak.lock();
+      if (defining == nullptr) {
+        return absl::InvalidArgumentError(Cat("macro '", node->name, "' called outside the scope that defined it"));
+      }
       if (++depth_ > options_.limits.max_call_depth) {
         --depth_;
         return absl::ResourceExhaustedError(
@@ -619,6 +631,7 @@ class Renderer {
   int64_t steps_ = 0;
   int64_t emitted_ = 0;
   int depth_ = 0;
+  std::vector<Value> namespaces_;  // every namespace() made, emptied at the end
 };
 
 }  // namespace
