@@ -4,6 +4,8 @@
 #ifndef TANDEM_ENGINE_TOKENIZER_JINJA_BUILTINS_H_
 #define TANDEM_ENGINE_TOKENIZER_JINJA_BUILTINS_H_
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +31,12 @@ absl::StatusOr<Value> Slice(const Value& obj, const Value& start, const Value& s
 absl::StatusOr<List> Iterate(const Value& v);
 // Python's < for numbers, strings and lists.
 absl::StatusOr<bool> Less(const Value& a, const Value& b);
+// `a op b` for + - * / // % ** ~, Python's way. A string built may not pass
+// `max_string_bytes`; `charge` is told the size of what is built.
+absl::StatusOr<Value> BinaryOp(std::string_view op, const Value& a, const Value& b, int64_t max_string_bytes,
+                               const std::function<absl::Status(int64_t)>& charge);
+// `a op b` for == != < > <= >= in, not in.
+absl::StatusOr<bool> CompareOp(std::string_view op, const Value& a, const Value& b);
 // Python's `a in b`.
 absl::StatusOr<bool> Contains(const Value& container, const Value& item);
 
