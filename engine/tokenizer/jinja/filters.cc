@@ -145,7 +145,8 @@ absl::StatusOr<Value> ToFloat(const Value& v, const CallArgs& a) {
 absl::StatusOr<Value> Round(const Value& v, const CallArgs& a) {
   if (!v.is_number()) return absl::InvalidArgumentError(Cat("round: '", v.TypeName(), "' is not a number"));
   const Value* p = Arg(a, 0, "precision");
-  const int64_t precision = p == nullptr ? 0 : p->as_int();
+  if (p != nullptr && !p->is_int()) return absl::InvalidArgumentError("round: precision must be an integer");
+  const int64_t precision = p == nullptr ? 0 : std::clamp<int64_t>(p->as_int(), -30, 30);
   const std::string method = Arg(a, 1, "method") == nullptr ? "common" : Arg(a, 1, "method")->Str();
   const double scale = std::pow(10.0, static_cast<double>(precision));
   const double x = v.as_double() * scale;
@@ -226,6 +227,8 @@ absl::StatusOr<Value> Map(const Value& v, const CallArgs& a) {
 
 absl::StatusOr<Value> Indent(const Value& v, const CallArgs& a) {
   const Value* w = Arg(a, 0, "width");
+  if (w != nullptr && !w->is_string() && !w->is_int()) return absl::InvalidArgumentError("indent: width must be a number or a string");
+  if (w != nullptr && w->is_int() && w->as_int() > 4096) return absl::InvalidArgumentError("indent: width too large");
   const std::string pad = w == nullptr ? "    " : w->is_string() ? w->as_string()
                                                                   : std::string(static_cast<size_t>(std::max<int64_t>(0, w->as_int())), ' ');
   const bool first = BoolArg(a, 1, "first", false);

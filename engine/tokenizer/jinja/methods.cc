@@ -18,7 +18,13 @@ absl::Status Unsafe(std::string_view attr, const Value& obj) {
       Cat("access to attribute '", attr, "' of '", obj.TypeName(), "' object is unsafe."));
 }
 
-int64_t AsIndex(const Value& v) { return v.is_bool() ? (v.as_bool() ? 1 : 0) : v.as_int(); }
+// An integer argument; a value of another type counts as 0 (where Python
+// would raise a TypeError).
+int64_t AsIndex(const Value& v) {
+  if (v.is_int()) return v.as_int();
+  if (v.is_bool()) return v.as_bool() ? 1 : 0;
+  return 0;
+}
 
 std::string StrArg(const CallArgs& a, size_t i, std::string_view name, std::string def = "") {
   const Value* v = a.Get(i, name);
@@ -45,7 +51,8 @@ std::vector<std::string> Split(const std::string& s, const Value* sep, int64_t m
     }
     return out;
   }
-  const std::string& d = sep->as_string();
+  const std::string d = sep->Str();
+  if (d.empty()) return {s};  // Python raises 'empty separator'
   size_t start = 0;
   while (true) {
     const size_t at = (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) ? std::string::npos : s.find(d, start);

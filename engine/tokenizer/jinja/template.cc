@@ -252,6 +252,7 @@ class Renderer {
     if (!seq.ok()) return seq.status();
     absl::StatusOr<List> all = Iterate(*seq);
     if (!all.ok()) return At(n.expr->pos, all.status());
+    if (absl::Status s = Charge(static_cast<int64_t>(all->size())); !s.ok()) return At(n.pos, s);
     auto loop_scope = std::make_shared<Scope>();
     loop_scope->parent = scope;
     List items;
@@ -444,14 +445,24 @@ class Renderer {
         if (!callee->is_function()) {
           return absl::InvalidArgumentError(Cat("'", callee->TypeName(), "' object is not callable"));
         }
-        return callee->as_function().call(*args);
+        absl::StatusOr<Value> result = callee->as_function().call(*args);
+        if (result.ok() && result->is_list()) {
+          if (absl::Status c = Charge(static_cast<int64_t>(result->as_list().size())); !c.ok()) return c;
+        }
+        return result;
       }
       case Expr::Kind::kFilter: {
         absl::StatusOr<Value> subject = Eval(*e.kids[0], scope);
         if (!subject.ok()) return subject;
         absl::StatusOr<CallArgs> args = EvalArgs(e, 1, scope);
         if (!args.ok()) return args.status();
-        return ApplyFilter(e.name, *subject, *args);
+        absl::StatusOr<Value> result = ApplyFilter(e.name, *subject, *args);
+        // A list built from another value (`| list`, `| map(...)`) is work
+        // in proportion to its length.
+        if (result.ok() && result->is_list()) {
+          if (absl::Status c = Charge(static_cast<int64_t>(result->as_list().size())); !c.ok()) return c;
+        }
+        return result;
       }
       case Expr::Kind::kTest: {
         absl::StatusOr<Value> subject = Eval(*e.kids[0], scope);
