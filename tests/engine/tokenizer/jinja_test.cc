@@ -173,6 +173,12 @@ TEST(JinjaTest, RaiseExceptionAndTypeErrorsNameTheirPosition) {
   EXPECT_THAT(Render("{{ [].append(1) }}").status().message(), HasSubstr("unsafe"));
   EXPECT_THAT(Render("{{ 1 | nosuchfilter }}").status().message(), HasSubstr("No filter named 'nosuchfilter'"));
   EXPECT_THAT(Render("{{ none | tojson }}{{ x | tojson }}").status().message(), HasSubstr("not JSON serializable"));
+  // Arguments of the wrong type fail by name (found by jinja_fuzz).
+  EXPECT_THAT(Render("{{ 'a' | indent([1]) }}").status().message(), HasSubstr("indent: width"));
+  EXPECT_THAT(Render("{{ 1.5 | round('x') }}").status().message(), HasSubstr("round: precision"));
+  // Python raises on an empty separator; here it splits nothing rather
+  // than looping.
+  EXPECT_EQ(*Render("{{ 'abc'.split('') }}"), "['abc']");
 }
 
 TEST(JinjaTest, LimitsStopHostileTemplates) {
