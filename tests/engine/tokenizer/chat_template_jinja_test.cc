@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <thread>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -134,6 +135,29 @@ TEST(ChatTemplateJinjaTest, BadToolsJsonNamesTheField) {
   o.tools_json = "{\"not\": \"a list\"}";
   const std::vector<ChatMessage> m = {{"user", "Hi"}};
   EXPECT_THAT(std::string(t.Render(m, true, o).status().message()), StartsWith("tools: not a JSON array"));
+}
+
+TEST(ChatTemplateJinjaTest, OneTemplateRendersOnManyThreads) {
+  const ChatTemplate t = ChatTemplate::FromModel(ReadTemplate("Qwen-Qwen3-0.6B.jinja"), ChatTemplateTokens{});
+  ChatRenderOptions o = Options();
+  o.tools_json = kTools;
+  std::vector<ChatMessage> m = ToolConversation();
+  m[1].content_is_null = false;  // Qwen3's template needs a string
+  const absl::StatusOr<std::string> first = t.Render(m, true, o);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string want = *first;
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (int i = 0; i < 50; ++i) {
+        absl::StatusOr<std::string> got = t.Render(m, true, o);
+        if (!got.ok() || *got != want) ++mismatches[static_cast<size_t>(k)];
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
 TEST(ChatTemplateJinjaTest, TakesItsTokensFromTheModel) {
