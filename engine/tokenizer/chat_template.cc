@@ -1,13 +1,19 @@
 #include "engine/tokenizer/chat_template.h"
 
 #include <array>
-#include <optional>
+#include <atomic>
 #include <cctype>
+#include <ctime>
 #include <initializer_list>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "engine/gguf/gguf.h"
+#include "engine/tokenizer/jinja/json.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace tandem::engine {
 namespace {
@@ -136,7 +142,150 @@ void RenderGemma(std::span<const ChatMessage> messages, bool add_generation_prom
   if (add_generation_prompt) out->append("<start_of_turn>model\n");
 }
 
+void LogOnce(std::atomic<bool>* logged, const std::string& line) {
+  if (logged->exchange(true)) return;
+  if (common::LogEnabled(common::LogLevel::kWarning)) common::LogLine("chat template") << line;
+}
+
+jinja::RenderTime NowUtc() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  return jinja::RenderTime{tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec};
+}
+
+// A message as HF transformers hands it to a template: OpenAI's shape, with
+// a tool call's arguments as an object (its JSON text when it is not one).
+jinja::Value MessageValue(const ChatMessage& m) {
+  jinja::Dict d;
+  d.Set("role", jinja::Value(m.role));
+  d.Set("content", m.content_is_null ? jinja::Value::None() : jinja::Value(m.content));
+  if (!m.tool_calls.empty()) {
+    jinja::List calls;
+    for (const ChatToolCall& c : m.tool_calls) {
+      absl::StatusOr<jinja::Value> args = jinja::ParseJson(c.arguments);
+      jinja::Dict function;
+      function.Set("name", jinja::Value(c.name));
+      function.Set("arguments", args.ok() && args->is_dict() ? *args : jinja::Value(c.arguments));
+      jinja::Dict call;
+      call.Set("id", jinja::Value(c.id));
+      call.Set("type", jinja::Value("function"));
+      call.Set("function", jinja::Value(std::move(function)));
+      calls.push_back(jinja::Value(std::move(call)));
+    }
+    d.Set("tool_calls", jinja::Value(std::move(calls)));
+  }
+  if (!m.tool_call_id.empty()) d.Set("tool_call_id", jinja::Value(m.tool_call_id));
+  if (!m.name.empty()) d.Set("name", jinja::Value(m.name));
+  return jinja::Value(std::move(d));
+}
+
+bool UsesTools(std::span<const ChatMessage> messages, const ChatRenderOptions& options) {
+  if (!options.tools_json.empty()) return true;
+  for (const ChatMessage& m : messages) {
+    if (m.role == "tool" || !m.tool_calls.empty()) return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+struct ChatTemplate::Jinja {
+  Jinja(jinja::Template t, ChatTemplateTokens k) : tmpl(std::move(t)), tokens(std::move(k)) {}
+  jinja::Template tmpl;
+  ChatTemplateTokens tokens;
+  mutable std::atomic<bool> logged_fallback{false};
+};
+
+ChatTemplate ChatTemplate::FromModel(std::string_view source, const ChatTemplateTokens& tokens) {
+  ChatTemplate t = Detect(source);
+  if (source.empty()) return t;
+  absl::StatusOr<jinja::Template> parsed = jinja::Template::Parse(source);
+  if (!parsed.ok()) {
+    if (common::LogEnabled(common::LogLevel::kWarning)) {
+      common::LogLine("chat template") << "the model's template does not parse (" << parsed.status().message()
+                                       << "); rendering it as " << t.name();
+    }
+    return t;
+  }
+  t.jinja_ = std::make_shared<const Jinja>(std::move(*parsed), tokens);
+  return t;
+}
+
+ChatTemplate ChatTemplate::FromModel(std::string_view source, const Tokenizer& tokenizer) {
+  ChatTemplateTokens tokens;
+  if (tokenizer.IsValidId(tokenizer.bos_id())) tokens.bos_token = tokenizer.TokenText(tokenizer.bos_id());
+  if (tokenizer.IsValidId(tokenizer.eos_id())) tokens.eos_token = tokenizer.TokenText(tokenizer.eos_id());
+  tokens.strip_leading_bos = tokenizer.add_bos();
+  return FromModel(source, tokens);
+}
+
+absl::StatusOr<ChatTemplate> ChatTemplate::FromGguf(const GgufFile& model) {
+  absl::StatusOr<std::string_view> source = model.GetString("tokenizer.chat_template");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::FromGguf(model);
+  if (!tokenizer.ok()) return tokenizer.status();
+  return FromModel(source.ok() ? *source : "", **tokenizer);
+}
+
+absl::StatusOr<std::string> ChatTemplate::RenderJinja(std::span<const ChatMessage> messages,
+                                                      bool add_generation_prompt,
+                                                      const ChatRenderOptions& options) const {
+  if (jinja_ == nullptr) return absl::FailedPreconditionError("the chat template is rendered by family");
+  jinja::List list;
+  for (const ChatMessage& m : messages) list.push_back(MessageValue(m));
+  jinja::Dict context;
+  context.Set("messages", jinja::Value(std::move(list)));
+  jinja::Value tools = jinja::Value::None();
+  if (!options.tools_json.empty()) {
+    absl::StatusOr<jinja::Value> parsed = jinja::ParseJson(options.tools_json);
+    if (!parsed.ok() || !parsed->is_list()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tools: not a JSON array", parsed.ok() ? "" : absl::StrCat(" (", parsed.status().message(), ")")));
+    }
+    tools = std::move(*parsed);
+  }
+  context.Set("tools", tools);
+  context.Set("documents", jinja::Value::None());
+  context.Set("add_generation_prompt", jinja::Value(add_generation_prompt));
+  context.Set("bos_token", jinja::Value(jinja_->tokens.bos_token));
+  context.Set("eos_token", jinja::Value(jinja_->tokens.eos_token));
+  absl::StatusOr<std::string> text =
+      jinja_->tmpl.Render(context, jinja::RenderOptions{.limits = options.limits, .now = options.now});
+  if (!text.ok()) {
+    return absl::Status(text.status().code(), absl::StrCat("messages: chat template: ", text.status().message()));
+  }
+  const std::string& bos = jinja_->tokens.bos_token;
+  if (jinja_->tokens.strip_leading_bos && !bos.empty() && text->compare(0, bos.size(), bos) == 0) {
+    text->erase(0, bos.size());
+  }
+  return text;
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
+                                                 bool add_generation_prompt) const {
+  ChatRenderOptions options;
+  options.now = NowUtc();
+  return Render(messages, add_generation_prompt, options);
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
+                                                 bool add_generation_prompt,
+                                                 const ChatRenderOptions& options) const {
+  if (jinja_ != nullptr) {
+    absl::StatusOr<std::string> text = RenderJinja(messages, add_generation_prompt, options);
+    // The family code cannot render tools, so a failure with them is the
+    // request's; without them the family rendering stands in.
+    if (text.ok() || UsesTools(messages, options)) return text;
+    std::string reason(text.status().message());
+    if (reason.rfind("messages: chat template: ", 0) == 0) reason.erase(0, 25);
+    LogOnce(&jinja_->logged_fallback, absl::StrCat("the model's template failed (", reason, "); rendering as ",
+                                                   std::string(name()), " instead (logged once)"));
+  } else if (!options.tools_json.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tools: the ", std::string(name()), " chat template cannot render tools"));
+  }
+  return RenderFamily(messages, add_generation_prompt);
+}
 
 ChatTemplate ChatTemplate::Detect(std::string_view jinja) {
   if (jinja.empty()) return ChatTemplate(ChatFamily::kPlain, true);
@@ -161,8 +310,8 @@ std::string_view ChatTemplate::name() const {
   return "plain";
 }
 
-absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
-                                                 bool add_generation_prompt) const {
+absl::StatusOr<std::string> ChatTemplate::RenderFamily(std::span<const ChatMessage> messages,
+                                                       bool add_generation_prompt) const {
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& role = messages[i].role;
     if (role != "system" && role != "user" && role != "assistant") {
