@@ -115,8 +115,9 @@ std::vector<common::FlagSpec> GatewayFlagSpecs() {
        .help = "longest prompt + completion accepted, in tokens (match the workers'); "
                "0 = the model's trained context length"},
       {.name = "chat-template", .default_value = "",
-       .help = "how GenerateRequest.messages are rendered: empty = the family of the model's "
-               "tokenizer.chat_template (plain User:/Assistant: when it has none), or one of "
+       .help = "how GenerateRequest.messages are rendered: empty = the model's own "
+               "tokenizer.chat_template, rendered (its family's rendering where it cannot; "
+               "plain User:/Assistant: when it has none), or a family by name: "
                "plain, chatml, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1, "
                "mistral-v3, mistral-v3-tekken, mistral-v7, llama3, gemma, phi3, zephyr"},
       {.name = "max-stop-strings", .default_value = "16", .help = "stop strings per request"},
@@ -292,6 +293,11 @@ absl::StatusOr<int32_t> TrainedContextLength(const engine::GgufFile& model,
 }
 
 engine::ChatTemplate DetectChatTemplate(const engine::GgufFile& model) {
+  // The model's own template, rendered by the Jinja interpreter (falling
+  // back to its recognised family where it cannot render); without a
+  // vocabulary to take BOS and EOS from, the family alone.
+  absl::StatusOr<engine::ChatTemplate> own = engine::ChatTemplate::FromGguf(model);
+  if (own.ok()) return *std::move(own);
   absl::StatusOr<std::string_view> jinja = model.GetString("tokenizer.chat_template");
   return engine::ChatTemplate::Detect(jinja.ok() ? *jinja : "");
 }

@@ -41,6 +41,7 @@ run() {  # run TARGET [MODEL]
 run block
 run gguf
 run chat_template
+run jinja
 for m in "${models[@]}"; do
   run tokenizer "$m"
   run request "$m"

@@ -108,6 +108,7 @@ void AddTokenizer(const SyntheticModelOptions& o, GgufWriter& w) {
   w.SetUint32("tokenizer.ggml.eos_token_id", 2);
   w.SetBool("tokenizer.ggml.add_bos_token", true);
   w.SetBool("tokenizer.ggml.add_eos_token", false);
+  if (!o.chat_template.empty()) w.SetString("tokenizer.chat_template", o.chat_template);
 }
 
 }  // namespace

@@ -26,6 +26,7 @@ struct SyntheticModelOptions {
   GgmlType type = GgmlType::kF32;  // type of the 2-D weights
   bool tied_output = false;        // omit output.weight
   uint64_t seed = 1;
+  std::string chat_template;       // tokenizer.chat_template; empty: none
 };
 
 // InvalidArgument naming the option when the shape is inconsistent (e.g.

@@ -12,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/gguf/gguf_writer.h"
+#include "engine/model/synthetic_model.h"
+#include "tests/engine/test_models.h"
 
 namespace tandem::gateway {
 namespace {
@@ -267,6 +269,27 @@ TEST_F(ModelMetadataTest, DetectsTheModelsChatTemplateFamily) {
   ASSERT_NE(unknown, nullptr);
   EXPECT_EQ(DetectChatTemplate(*unknown).family(), engine::ChatFamily::kPlain);
   EXPECT_FALSE(DetectChatTemplate(*unknown).recognised());
+}
+
+// A model with a vocabulary: its own template is what renders (one no
+// family's code would produce), with its tokens.
+TEST_F(ModelMetadataTest, RendersTheModelsOwnTemplate) {
+  engine::SyntheticModelOptions o = engine::testing::TinyOptions();
+  o.chat_template =
+      "{% for m in messages %}<<{{ m.role }}>>{{ m.content }}{{ eos_token }}{% endfor %}"
+      "{% if add_generation_prompt %}<<assistant>>{% endif %}";
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/gateway-options-own-template-", ::getpid(), ".gguf");
+  paths_.push_back(path);
+  ASSERT_TRUE(engine::WriteSyntheticModel(o, path).ok());
+  absl::StatusOr<std::unique_ptr<engine::GgufFile>> file =
+      engine::GgufFile::Open(path, {.require_tensor_data = false});
+  ASSERT_TRUE(file.ok()) << file.status();
+  const engine::ChatTemplate t = DetectChatTemplate(**file);
+  const std::vector<engine::ChatMessage> m = {{"system", "Be brief."}, {"user", "Hi"}};
+  absl::StatusOr<std::string> text = t.Render(m, true);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "<<system>>Be brief.</s><<user>>Hi</s><<assistant>>");
 }
 
 TEST_F(ModelMetadataTest, ChatTemplateFlagOverridesTheModels) {
