@@ -21,8 +21,29 @@
 #include "gateway/routing/worker_picker.h"
 #include "prometheus/registry.h"
 
+// The heap's bytes in use: the allocator's own count (ASan replaces
+// malloc, and glibc's mallinfo2 then counts nothing).
+#if defined(__SANITIZE_ADDRESS__)
+#define TANDEM_FLEET_SIM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TANDEM_FLEET_SIM_ASAN 1
+#endif
+#endif
+#ifdef TANDEM_FLEET_SIM_ASAN
+#include <sanitizer/allocator_interface.h>
+#endif
+
 namespace tandem::bench {
 namespace {
+
+size_t HeapInUse() {
+#ifdef TANDEM_FLEET_SIM_ASAN
+  return __sanitizer_get_current_allocated_bytes();
+#else
+  return mallinfo2().uordblks;
+#endif
+}
 
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kFingerprint = 0x5eedf1ee7ull;
@@ -302,11 +323,11 @@ FleetResult RunFleet(const FleetConfig& config) {
   {
     std::vector<tandem::v1::BlockEventBatch> snapshots;
     for (const SimWorker& w : workers) snapshots.push_back(w.Snapshot());
-    const size_t before = mallinfo2().uordblks;
+    const size_t before = HeapInUse();
     auto fresh = std::make_unique<gateway::BlockIndex>(
         gateway::BlockIndexOptions{.max_entries = config.max_entries});
     for (int32_t i = 0; i < config.workers; ++i) fresh->Apply(i, snapshots[i]);
-    const size_t after = mallinfo2().uordblks;
+    const size_t after = HeapInUse();
     if (fresh->entries() > 0) {
       r.bytes_per_entry = static_cast<double>(after - before) / fresh->entries();
     }
