@@ -250,6 +250,10 @@ void KvFetcher::Transfer::Fail(absl::Status status) {
 }
 
 void KvFetcher::Transfer::StreamDone(const grpc::Status& status) {
+  // Held until this returns: once this stream is counted out, the last
+  // one may finish (and let go of the transfer) on another thread while
+  // this one still cancels the others.
+  std::shared_ptr<Transfer> keep = shared_from_this();
   bool last = false;
   {
     absl::MutexLock lock(&mu_);
