@@ -55,32 +55,24 @@ absl::StatusOr<ExprPtr> ExpressionParser::ParseExpression(bool with_ternary) {
 }
 
 absl::StatusOr<ExprPtr> ExpressionParser::ParseOr() {
-  absl::StatusOr<ExprPtr> left = ParseAnd();
-  Chain chain(&depth_);
-  while (left.ok() && IsName("or")) {
-    if (!chain.Add()) return Error("expression nested too deeply");
-    const Pos pos = Cur().pos;
-    ++i_;
-    absl::StatusOr<ExprPtr> right = ParseAnd();
-    if (!right.ok()) return right;
-    ExprPtr e = Make(Expr::Kind::kOr, pos);
-    e->kids.push_back(std::move(*left));
-    e->kids.push_back(std::move(*right));
-    left = std::move(e);
-  }
-  return left;
+  return ParseLeftChain("or", Expr::Kind::kOr, &ExpressionParser::ParseAnd);
 }
 
 absl::StatusOr<ExprPtr> ExpressionParser::ParseAnd() {
-  absl::StatusOr<ExprPtr> left = ParseNot();
+  return ParseLeftChain("and", Expr::Kind::kAnd, &ExpressionParser::ParseNot);
+}
+
+absl::StatusOr<ExprPtr> ExpressionParser::ParseLeftChain(
+    const char* op, Expr::Kind kind, absl::StatusOr<ExprPtr> (ExpressionParser::*operand)()) {
+  absl::StatusOr<ExprPtr> left = (this->*operand)();
   Chain chain(&depth_);
-  while (left.ok() && IsName("and")) {
+  while (left.ok() && IsName(op)) {
     if (!chain.Add()) return Error("expression nested too deeply");
     const Pos pos = Cur().pos;
     ++i_;
-    absl::StatusOr<ExprPtr> right = ParseNot();
+    absl::StatusOr<ExprPtr> right = (this->*operand)();
     if (!right.ok()) return right;
-    ExprPtr e = Make(Expr::Kind::kAnd, pos);
+    ExprPtr e = Make(kind, pos);
     e->kids.push_back(std::move(*left));
     e->kids.push_back(std::move(*right));
     left = std::move(e);

@@ -83,6 +83,10 @@ class ExpressionParser {
   absl::StatusOr<ExprPtr> ParseExpression(bool with_ternary);
   absl::StatusOr<ExprPtr> ParseOr();
   absl::StatusOr<ExprPtr> ParseAnd();
+  // `operand` (op `operand`)*, left-associative, as `kind` nodes ("or",
+  // "and").
+  absl::StatusOr<ExprPtr> ParseLeftChain(const char* op, Expr::Kind kind,
+                                         absl::StatusOr<ExprPtr> (ExpressionParser::*operand)());
   absl::StatusOr<ExprPtr> ParseNot();
   absl::StatusOr<ExprPtr> ParseCompare();
   // One level of left-associative binary operators.

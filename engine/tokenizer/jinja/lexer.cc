@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "engine/tokenizer/jinja/value.h"
+#include "engine/tokenizer/unicode.h"
 
 namespace tandem::engine::jinja {
 namespace {
@@ -12,26 +13,6 @@ bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' ||
 bool IsNameStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
-// Python's "unicode-escape" decoding of a string literal's body, as jinja2
-// applies it.
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-  } else {
-    out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-  }
-}
-
 int HexValue(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -39,6 +20,9 @@ int HexValue(char c) {
   return -1;
 }
 
+// Python's "unicode-escape" decoding of a string literal's body, as jinja2
+// applies it (a code point past U+10FFFF, which Python refuses, becomes
+// U+FFFD).
 std::string Unescape(std::string_view body) {
   std::string out;
   for (size_t i = 0; i < body.size(); ++i) {
