@@ -173,14 +173,16 @@ void GenerateCall::StartPrefill() {
       return r;
     };
     RouteDecision route;
-    if (avoid_prefill_ >= 0) {
-      // Another worker than the one a decode worker could not reach, if
-      // any can take it; that one otherwise.
+    // Another worker than the one a decode worker could not reach, if any
+    // can take it; that one otherwise (and at once when it is the only one:
+    // a second routing would hash the prompt and count a decision twice).
+    if (avoid_prefill_ >= 0 &&
+        static_cast<size_t>(env_.prefill->size()) > tried_.size() + 1) {
       std::vector<int> exclude = tried_;
       exclude.push_back(avoid_prefill_);
-      avoid_prefill_ = -1;
       route = route_among(exclude);
     }
+    avoid_prefill_ = -1;
     if (!route.pick.valid()) route = route_among(tried_);
     WorkerPicker::Pick pick = std::move(route.pick);
     // Another worker holds more of the prefix: the chosen one pulls it. A
