@@ -48,6 +48,24 @@ engine::SamplingParams SamplingFromProto(const tandem::v1::SamplingParams& p) {
       .min_tokens = p.min_tokens(),
       .stop_token_ids = {p.stop_token_ids().begin(), p.stop_token_ids().end()},
   };
+  using Kind = engine::OutputConstraint::Kind;
+  const tandem::v1::ResponseFormat& f = p.response_format();
+  switch (f.format_case()) {
+    case tandem::v1::ResponseFormat::kJsonSchema:
+      s.constraint = {.kind = Kind::kJsonSchema, .source = f.json_schema()};
+      break;
+    case tandem::v1::ResponseFormat::kJsonObject:
+      if (f.json_object()) s.constraint = {.kind = Kind::kJsonObject, .source = {}};
+      break;
+    case tandem::v1::ResponseFormat::kRegex:
+      s.constraint = {.kind = Kind::kRegex, .source = f.regex()};
+      break;
+    case tandem::v1::ResponseFormat::kGrammar:
+      s.constraint = {.kind = Kind::kGrammar, .source = f.grammar()};
+      break;
+    case tandem::v1::ResponseFormat::FORMAT_NOT_SET:
+      break;
+  }
   s.logit_bias.reserve(p.logit_bias_size());
   for (const auto& [id, bias] : p.logit_bias()) s.logit_bias.push_back({.id = id, .bias = bias});
   // A proto map has no order; the engine's list does.
@@ -68,6 +86,15 @@ void SamplingToProto(const engine::SamplingParams& s, tandem::v1::SamplingParams
   for (const engine::LogitBias& b : s.logit_bias) (*p->mutable_logit_bias())[b.id] = b.bias;
   p->set_min_tokens(s.min_tokens);
   p->mutable_stop_token_ids()->Assign(s.stop_token_ids.begin(), s.stop_token_ids.end());
+  using Kind = engine::OutputConstraint::Kind;
+  tandem::v1::ResponseFormat* f = p->mutable_response_format();
+  switch (s.constraint.kind) {
+    case Kind::kNone: p->clear_response_format(); break;
+    case Kind::kJsonObject: f->set_json_object(true); break;
+    case Kind::kJsonSchema: f->set_json_schema(s.constraint.source); break;
+    case Kind::kRegex: f->set_regex(s.constraint.source); break;
+    case Kind::kGrammar: f->set_grammar(s.constraint.source); break;
+  }
 }
 
 engine::SamplingRequest SamplingRequestFromProto(const tandem::v1::GenerateRequest& r) {

@@ -13,6 +13,17 @@ bool SamplingParams::IsStopToken(int32_t id) const {
   return std::find(stop_token_ids.begin(), stop_token_ids.end(), id) != stop_token_ids.end();
 }
 
+const char* OutputConstraintKindName(OutputConstraint::Kind kind) {
+  switch (kind) {
+    case OutputConstraint::Kind::kNone: return "none";
+    case OutputConstraint::Kind::kJsonObject: return "json_object";
+    case OutputConstraint::Kind::kJsonSchema: return "json_schema";
+    case OutputConstraint::Kind::kRegex: return "regex";
+    case OutputConstraint::Kind::kGrammar: return "grammar";
+  }
+  return "unknown";
+}
+
 bool SamplingParams::AdjustsLogits() const {
   return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f ||
          !logit_bias.empty() || min_tokens > 0;

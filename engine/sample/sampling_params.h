@@ -8,6 +8,7 @@
 #define TANDEM_ENGINE_SAMPLE_SAMPLING_PARAMS_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -26,6 +27,30 @@ struct LogitBias {
 
   friend bool operator==(const LogitBias&, const LogitBias&) = default;
 };
+
+// Structured output: what the generated text must be. The engine compiles
+// `source` to a grammar (engine/constrain) and, at every step, masks the
+// tokens that cannot continue a valid output; end-of-generation only where
+// the grammar may end. The sequence's place in the grammar is a function of
+// the tokens generated, so a sequence continued in another process (the
+// decode worker after the prefill worker, a migrated stream) re-derives it.
+struct OutputConstraint {
+  enum class Kind : uint8_t {
+    kNone = 0,
+    kJsonObject,  // any JSON object; `source` empty
+    kJsonSchema,  // `source`: a JSON Schema document
+    kRegex,       // `source`: a regular expression the whole output matches
+    kGrammar,     // `source`: a GBNF-style grammar, start rule `root`
+  };
+  Kind kind = Kind::kNone;
+  std::string source;
+
+  bool active() const { return kind != Kind::kNone; }
+  friend bool operator==(const OutputConstraint&, const OutputConstraint&) = default;
+};
+
+// "json_object", "json_schema", "regex", "grammar" ("none" for kNone).
+const char* OutputConstraintKindName(OutputConstraint::Kind kind);
 
 struct SamplingParams {
   float temperature = 0.0f;  // 0 = greedy (argmax)
@@ -47,6 +72,8 @@ struct SamplingParams {
   // Generating one of these ends the sequence (FinishReason::kStop); the
   // token is reported, as an end-of-generation token is.
   std::vector<int32_t> stop_token_ids = {};
+  // Structured output (response_format); kNone: free text.
+  OutputConstraint constraint = {};
 
   bool IsStopToken(int32_t id) const;
   bool AdjustsLogits() const;
