@@ -24,7 +24,7 @@ using jinja::Dict;
 using jinja::Value;
 
 // The building blocks every schema grammar shares.
-constexpr char kBaseRules[] = R"(ws ::= [ \t\n]{0,16}
+constexpr char kBaseRules[] = R"(ws ::= ("" | " " | "\n" [ \t]{0,16})
 json-char ::= [^"\\\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})
 json-string ::= "\"" json-char* "\""
 json-int ::= "-"? ("0" | [1-9] [0-9]{0,15})
