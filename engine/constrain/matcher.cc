@@ -65,7 +65,7 @@ TokenVocabulary::TokenVocabulary(const std::vector<std::string>& token_bytes,
 CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab,
                                  MatcherLimits limits)
     : grammar_(std::move(grammar)), vocab_(std::move(vocab)), limits_(limits) {
-  scratch_.resize(static_cast<size_t>(vocab_->max_depth()) + 1);
+  path_.resize(static_cast<size_t>(vocab_->max_depth()) + 1);
 }
 
 int64_t CompiledGrammar::mask_cache_hits() const {
@@ -139,39 +139,72 @@ std::string CompiledGrammar::Key(const State& s) const {
   return key;
 }
 
-// One preorder walk of the trie: scratch_[d] is the state after a node's
-// first d bytes; a subtree is skipped when no stack survives its prefix.
+int32_t CompiledGrammar::InternState(const State& s) {
+  std::string key = Key(s);
+  if (auto it = state_index_.find(key); it != state_index_.end()) return it->second;
+  if (states_.size() >= kMaxInternedStates) {
+    // Only a cache: matchers keep their states by value.
+    states_.clear();
+    state_index_.clear();
+  }
+  Interned interned{.state = s, .firsts = {}, .next = nullptr};
+  for (int32_t id : s.stacks) interned.firsts |= grammar_.BytesAt(nodes_[id].pos);
+  const auto index = static_cast<int32_t>(states_.size());
+  states_.push_back(std::move(interned));
+  state_index_.emplace(std::move(key), index);
+  return index;
+}
+
+int32_t CompiledGrammar::Next(int32_t state, uint8_t byte) {
+  if (!states_[state].firsts.Has(byte)) return kDead;
+  if (states_[state].next == nullptr) {
+    states_[state].next = std::make_unique<std::array<int32_t, 256>>();
+    states_[state].next->fill(kUnknown);
+  }
+  int32_t next = (*states_[state].next)[byte];
+  if (next != kUnknown) return next;
+  State out;
+  if (!Advance(states_[state].state, byte, out)) {
+    next = kOverflow;
+  } else if (out.stacks.empty() && !out.accepting) {
+    next = kDead;
+  } else {
+    const size_t before = states_.size();
+    next = InternState(out);
+    // Interning may have cleared the table (and `state` with it).
+    if (states_.size() < before || state >= static_cast<int32_t>(states_.size())) return next;
+  }
+  (*states_[state].next)[byte] = next;
+  return next;
+}
+
+// One preorder walk of the trie: path_[d] is the state after a node's first
+// d bytes; a subtree is skipped as soon as no stack survives its prefix.
 bool CompiledGrammar::ComputeMask(const State& state, std::vector<uint64_t>& mask) {
   mask.assign(static_cast<size_t>(mask_words()), 0);
   const TokenVocabulary& vocab = *vocab_;
   const std::vector<TokenVocabulary::TrieNode>& trie = vocab.trie();
-  scratch_[0] = state;
-  // The bytes any stack of the state at each depth accepts, to reject a
-  // child without advancing.
-  std::vector<ByteSet> firsts(scratch_.size());
-  auto first_bytes = [&](const State& s, ByteSet& set) {
-    set = ByteSet{};
-    for (int32_t id : s.stacks) set |= grammar_.BytesAt(nodes_[id].pos);
-  };
-  first_bytes(scratch_[0], firsts[0]);
+  if (states_.size() + trie.size() > kMaxInternedStates) {
+    // A walk may intern a state per node; start it with room to spare.
+    states_.clear();
+    state_index_.clear();
+  }
+  path_[0] = InternState(state);
   const auto n = static_cast<int32_t>(trie.size());
   for (int32_t i = 0; i < n;) {
     const TokenVocabulary::TrieNode& node = trie[i];
-    const int32_t d = node.depth;
-    if (!firsts[d - 1].Has(node.byte)) {
+    const int32_t next = Next(path_[node.depth - 1], node.byte);
+    if (next == kOverflow) return false;
+    if (next == kDead) {
       i = node.skip;
       continue;
     }
-    State& next = scratch_[d];
-    if (!Advance(scratch_[d - 1], node.byte, next)) return false;
-    if (next.accepting || !next.stacks.empty()) {
-      for (int32_t id : vocab.TokensAt(node)) mask[id >> 6] |= uint64_t{1} << (id & 63);
-    }
-    if (next.stacks.empty()) {
+    for (int32_t id : vocab.TokensAt(node)) mask[id >> 6] |= uint64_t{1} << (id & 63);
+    if (states_[next].state.stacks.empty()) {
       i = node.skip;
       continue;
     }
-    first_bytes(next, firsts[d]);
+    path_[node.depth] = next;
     ++i;
   }
   if (state.accepting) {
