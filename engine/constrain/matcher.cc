@@ -86,34 +86,44 @@ int32_t CompiledGrammar::Intern(int32_t pos, int32_t parent) {
   return it->second;
 }
 
-// Brings the stack (pos, parent) to a byte element: a rule reference opens
+// Brings the stack (pos, parent) to byte elements: a rule reference opens
 // each alternative with the reference's continuation below it (none when
 // the reference ends its alternative, so right recursion does not deepen
-// the stack); the end of an alternative returns to the parent.
-void CompiledGrammar::Expand(int32_t pos, int32_t parent, State& out) {
+// the stack); the end of an alternative returns to the parent. A worklist,
+// not recursion, so a long chain of rules cannot exhaust the thread's stack;
+// false when an ambiguous grammar makes it grow past its bound.
+bool CompiledGrammar::Expand(int32_t pos, int32_t parent, State& out) {
   const std::vector<Element>& elements = grammar_.elements();
-  while (true) {
-    const Element& e = elements[pos];
-    if (e.kind == Element::Kind::kBytes) {
-      out.stacks.push_back(Intern(pos, parent));
-      return;
-    }
-    if (e.kind == Element::Kind::kEnd) {
-      if (parent == kNoParent) {
-        out.accepting = true;
-        return;
+  work_.clear();
+  work_.push_back({pos, parent});
+  int64_t budget = int64_t{limits_.max_stacks} * 16;
+  while (!work_.empty()) {
+    if (--budget < 0) return false;
+    auto [p, par] = work_.back();
+    work_.pop_back();
+    while (true) {
+      const Element& e = elements[p];
+      if (e.kind == Element::Kind::kBytes) {
+        out.stacks.push_back(Intern(p, par));
+        break;
       }
-      const Node p = nodes_[parent];
-      pos = p.pos;
-      parent = p.parent;
-      continue;
+      if (e.kind == Element::Kind::kEnd) {
+        if (par == kNoParent) {
+          out.accepting = true;
+          break;
+        }
+        const Node up = nodes_[par];
+        p = up.pos;
+        par = up.parent;
+        continue;
+      }
+      const int32_t cont =
+          elements[p + 1].kind == Element::Kind::kEnd ? par : Intern(p + 1, par);
+      for (int32_t start : grammar_.alternatives(e.value)) work_.push_back({start, cont});
+      break;
     }
-    const int32_t cont = elements[pos + 1].kind == Element::Kind::kEnd
-                             ? parent
-                             : Intern(pos + 1, parent);
-    for (int32_t start : grammar_.alternatives(e.value)) Expand(start, cont, out);
-    return;
   }
+  return true;
 }
 
 void CompiledGrammar::Finish(State& s) const {
@@ -126,7 +136,7 @@ bool CompiledGrammar::Advance(const State& in, uint8_t byte, State& out) {
   out.accepting = false;
   for (int32_t id : in.stacks) {
     const Node n = nodes_[id];
-    if (grammar_.BytesAt(n.pos).Has(byte)) Expand(n.pos + 1, n.parent, out);
+    if (grammar_.BytesAt(n.pos).Has(byte) && !Expand(n.pos + 1, n.parent, out)) return false;
   }
   Finish(out);
   return static_cast<int32_t>(out.stacks.size()) <= limits_.max_stacks;
@@ -217,7 +227,9 @@ Matcher::Matcher(std::shared_ptr<CompiledGrammar> grammar) : grammar_(std::move(
   std::lock_guard lock(grammar_->mu_);
   const Grammar& g = grammar_->grammar();
   for (int32_t start : g.alternatives(g.root())) {
-    grammar_->Expand(start, CompiledGrammar::kNoParent, state_);
+    // An overflow here leaves a partial state; FillMask then finds it short
+    // of tokens at worst, never wrong about one it allows.
+    (void)grammar_->Expand(start, CompiledGrammar::kNoParent, state_);
   }
   grammar_->Finish(state_);
 }

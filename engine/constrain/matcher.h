@@ -120,7 +120,7 @@ class CompiledGrammar {
   int32_t InternState(const State& s);
   int32_t Next(int32_t state, uint8_t byte);
   int32_t Intern(int32_t pos, int32_t parent);
-  void Expand(int32_t pos, int32_t parent, State& out);
+  bool Expand(int32_t pos, int32_t parent, State& out);
   // False when the state outgrows max_stacks.
   bool Advance(const State& in, uint8_t byte, State& out);
   void Finish(State& s) const;
@@ -138,6 +138,7 @@ class CompiledGrammar {
   int64_t mask_bytes_ = 0;
   int64_t hits_ = 0;
   int64_t misses_ = 0;
+  std::vector<Node> work_;  // Expand's worklist
   std::vector<Interned> states_;
   absl::flat_hash_map<std::string, int32_t> state_index_;
   std::vector<int32_t> path_;  // the walk's state per trie depth
