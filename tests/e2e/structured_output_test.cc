@@ -142,6 +142,49 @@ TEST_F(StructuredOutputTest, RegexAndGrammarFormatsOverGrpc) {
   EXPECT_TRUE(c.text.starts_with("{")) << c.text;
 }
 
+// n choices each follow the format; a session's turn does too, and the turn
+// after it (whose prompt holds the first reply) is constrained again.
+TEST_F(StructuredOutputTest, ChoicesAndSessionTurnsFollowTheFormat) {
+  tandem::v1::GenerateRequest req = SchemaRequest(21);
+  req.set_n(3);
+  req.mutable_sampling()->set_presence_penalty(0.5f);
+  req.mutable_sampling()->set_repetition_penalty(1.2f);
+  grpc::ClientContext ctx;
+  auto reader = stack_->gateway().Generate(&ctx, req);
+  std::vector<std::string> texts(3);
+  tandem::v1::GenerateResponse message;
+  while (reader->Read(&message)) {
+    for (const auto& t : message.tokens()) texts[message.index()] += t.text();
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  for (const std::string& text : texts) {
+    absl::StatusOr<engine::jinja::Value> v = engine::jinja::ParseJson(text);
+    ASSERT_TRUE(v.ok() && v->is_dict()) << text;
+    EXPECT_NE(v->as_dict().Find("mood"), nullptr) << text;
+  }
+  EXPECT_NE(texts[0], texts[1]);
+
+  tandem::v1::CreateSessionRequest create;
+  create.set_system_prompt("You answer in JSON.");
+  grpc::ClientContext cctx;
+  tandem::v1::SessionInfo session;
+  ASSERT_TRUE(stack_->gateway().CreateSession(&cctx, create, &session).ok());
+  for (const char* turn : {"Tell me about a cat.", "And a dog?"}) {
+    tandem::v1::ChatRequest chat;
+    chat.set_session_id(session.session_id());
+    chat.set_message(turn);
+    chat.set_max_tokens(400);
+    chat.mutable_sampling()->set_temperature(1.0f);
+    chat.mutable_sampling()->set_seed(3);
+    chat.mutable_sampling()->mutable_response_format()->set_json_schema(kSchema);
+    const Completion reply = Chat(stack_->gateway(), chat);
+    ASSERT_TRUE(reply.status.ok()) << reply.status.error_message();
+    EXPECT_EQ(reply.finish, tandem::v1::FINISH_REASON_STOP) << reply.text;
+    absl::StatusOr<engine::jinja::Value> v = engine::jinja::ParseJson(reply.text);
+    ASSERT_TRUE(v.ok() && v->is_dict()) << reply.text;
+  }
+}
+
 TEST_F(StructuredOutputTest, BadFormatsAreInvalidArgumentNamingTheField) {
   tandem::v1::GenerateRequest req = SchemaRequest(1);
   req.mutable_sampling()->mutable_response_format()->set_json_schema(
