@@ -144,7 +144,9 @@ bool CompiledGrammar::Advance(const State& in, uint8_t byte, State& out) {
 
 std::string CompiledGrammar::Key(const State& s) const {
   std::string key(s.stacks.size() * sizeof(int32_t) + 1, '\0');
-  std::memcpy(key.data(), s.stacks.data(), s.stacks.size() * sizeof(int32_t));
+  if (!s.stacks.empty()) {
+    std::memcpy(key.data(), s.stacks.data(), s.stacks.size() * sizeof(int32_t));
+  }
   key.back() = s.accepting ? 1 : 0;
   return key;
 }
