@@ -33,6 +33,10 @@ enum class FinishReason {
 // (TokenEvent::prompt_logprobs), and the whole prompt is computed (no prefix
 // cache, no pulled prefix), in chunks of at most kPromptLogprobsChunk tokens,
 // whose logits rows are reduced to O(k) per position as they are made.
+// Speculative decoding for one request: the engine's default
+// (EngineOptions::speculation), off, or prompt lookup.
+enum class Speculation : int8_t { kDefault = 0, kOff, kPromptLookup };
+
 struct GenerationRequest : SamplingRequest {
   std::vector<int32_t> prompt;  // token ids, BOS included when wanted
   int32_t max_tokens = 16;      // >= 1; counts `generated` too
@@ -73,6 +77,11 @@ struct GenerationRequest : SamplingRequest {
   // Salts every block hash of the sequence (a tenant's; 0: none): its
   // blocks are found and shared only by requests with the same salt.
   uint64_t cache_salt = 0;
+  // Prompt-lookup speculation: tokens proposed from the sequence's own
+  // earlier n-grams are verified in one step, and each kept only where the
+  // model's own choice (greedy or sampled, with this request's seed) is that
+  // token, so the output is what decoding one token per step gives.
+  Speculation speculation = Speculation::kDefault;
 };
 
 // Prompt tokens per step, over all requests, whose logits rows are kept for
@@ -93,6 +102,11 @@ struct TokenEvent {
   int32_t cached_tokens = 0;
   // Set on the finishing event of a sequence added with export_kv.
   std::shared_ptr<const KvSnapshot> kv = nullptr;
+  // Speculation in the step that produced this event (on the first event of
+  // the step's tokens for the sequence; 0 elsewhere): tokens proposed, and
+  // of them those the model kept.
+  int32_t spec_proposed = 0;
+  int32_t spec_accepted = 0;
 };
 
 // A change in the full blocks this worker holds, for the block index:
@@ -139,6 +153,9 @@ struct EngineStats {
   int32_t pins = 0;
   int32_t blocks_pinned = 0;
   int64_t pins_dropped = 0;
+  // Speculation: tokens proposed, and of them those the model kept.
+  int64_t spec_proposed = 0;
+  int64_t spec_accepted = 0;
 };
 
 }  // namespace tandem::engine
