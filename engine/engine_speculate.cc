@@ -43,8 +43,8 @@ std::vector<int32_t> LookUp(std::span<const int32_t> tokens, int32_t ngram_max,
 
 bool Engine::Speculates(const Sequence& seq) const {
   const GenerationRequest& r = seq.request;
-  const bool on = r.speculation == Speculation::kPromptLookup ||
-                  (r.speculation == Speculation::kDefault && options_.speculation.prompt_lookup);
+  const bool on = r.sampling.speculation == Speculation::kPromptLookup ||
+                  (r.sampling.speculation == Speculation::kDefault && options_.speculation.prompt_lookup);
   // Decoding (one pending token after at least one generated), and nothing
   // that needs the KV of exactly one new token per step: an export (the
   // prefill side's single token), a rolling window.

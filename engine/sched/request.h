@@ -33,10 +33,6 @@ enum class FinishReason {
 // (TokenEvent::prompt_logprobs), and the whole prompt is computed (no prefix
 // cache, no pulled prefix), in chunks of at most kPromptLogprobsChunk tokens,
 // whose logits rows are reduced to O(k) per position as they are made.
-// Speculative decoding for one request: the engine's default
-// (EngineOptions::speculation), off, or prompt lookup.
-enum class Speculation : int8_t { kDefault = 0, kOff, kPromptLookup };
-
 struct GenerationRequest : SamplingRequest {
   std::vector<int32_t> prompt;  // token ids, BOS included when wanted
   int32_t max_tokens = 16;      // >= 1; counts `generated` too
@@ -77,11 +73,6 @@ struct GenerationRequest : SamplingRequest {
   // Salts every block hash of the sequence (a tenant's; 0: none): its
   // blocks are found and shared only by requests with the same salt.
   uint64_t cache_salt = 0;
-  // Prompt-lookup speculation: tokens proposed from the sequence's own
-  // earlier n-grams are verified in one step, and each kept only where the
-  // model's own choice (greedy or sampled, with this request's seed) is that
-  // token, so the output is what decoding one token per step gives.
-  Speculation speculation = Speculation::kDefault;
 };
 
 // Prompt tokens per step, over all requests, whose logits rows are kept for

@@ -136,7 +136,7 @@ TEST_F(SpeculateTest, PenaltiesFormatsAndBatchesAreUnchanged) {
   c.sampling.seed = 9;
   batch.push_back(c);
   GenerationRequest d = Request(kRepetitive, 50);
-  d.speculation = Speculation::kOff;  // a request may say no
+  d.sampling.speculation = Speculation::kOff;  // a request may say no
   batch.push_back(d);
   GenerationRequest e = Request(kRepetitive, 7);  // max_tokens cuts proposals
   batch.push_back(e);
@@ -147,7 +147,7 @@ TEST_F(SpeculateTest, AContinuedSequenceMatchesAndARequestMayAskForIt) {
   const Outcome plain = Run({Request(kRepetitive, 60)}, false);
   GenerationRequest r = Request(kRepetitive, 60);
   for (int i = 0; i < 10; ++i) r.generated.push_back(plain.tokens[0][i].id);
-  r.speculation = Speculation::kPromptLookup;  // the engine default is off
+  r.sampling.speculation = Speculation::kPromptLookup;  // the engine default is off
   const Outcome rest = Run({r}, false);
   ASSERT_EQ(rest.tokens[0].size(), plain.tokens[0].size() - 10);
   for (size_t t = 0; t < rest.tokens[0].size(); ++t) {
