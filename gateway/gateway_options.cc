@@ -152,7 +152,7 @@ std::vector<common::FlagSpec> GatewayFlagSpecs() {
                "worker reports them; 0 = off"},
       {.name = "index-max-entries", .default_value = "50331648",
        .help = "(block hash, worker) entries the block index holds at most (~20 bytes each; "
-               "past it the blocks least recently routed to are evicted)"},
+               "past it the blocks least used by routes are evicted)"},
       {.name = "log-level", .default_value = "info",
        .help = "stderr diagnostics: error, warning, info or debug (routing decisions)"},
       {.name = "api-keys-file", .default_value = "",

@@ -69,17 +69,17 @@ uint16_t BlockIndex::IdOf(WorkerState& w) {
   return id;
 }
 
-void BlockIndex::EvictLocked(Shard& shard, Tally& tally) {
-  while (entries_.load(std::memory_order_relaxed) + tally.entries >
-         options_.max_entries) {
-    const int64_t n = shard.table.EvictOne([&](uint16_t holder) {
-      entries_of_id_[holder].fetch_sub(1, std::memory_order_relaxed);
-    });
-    if (n == 0) return;
+bool BlockIndex::EvictLocked(Shard& shard, Tally& tally) {
+  while (entries_.load(std::memory_order_relaxed) + tally.entries > options_.max_entries) {
+    const int64_t n = shard.table.EvictOne(
+        [&](uint16_t holder) { entries_of_id_[holder].fetch_sub(1, std::memory_order_relaxed); },
+        kEvictionVisits);
+    if (n == 0) return false;
     tally.entries -= n;
     tally.hashes -= 1;
     dropped_.fetch_add(n, std::memory_order_relaxed);
   }
+  return true;
 }
 
 void BlockIndex::Add(uint16_t id, uint64_t key, int tier, Tally& tally) {
@@ -101,7 +101,16 @@ void BlockIndex::Add(uint16_t id, uint64_t key, int tier, Tally& tally) {
   ++tally.entries;
   ++tally.of_id;
   tally.hashes += static_cast<int64_t>(shard.table.size() - keys);
-  EvictLocked(shard, tally);
+  if (EvictLocked(shard, tally)) return;
+  // Full of blocks still in use: the new entry is the one not kept (unless
+  // the hand took it already).
+  const size_t before = shard.table.size();
+  if (shard.table.Remove(key, id, tier)) {
+    --tally.entries;
+    --tally.of_id;
+    tally.hashes -= static_cast<int64_t>(before - shard.table.size());
+    dropped_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void BlockIndex::Remove(uint16_t id, uint64_t key, int tier, Tally& tally) {

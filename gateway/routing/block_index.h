@@ -18,9 +18,11 @@
 // sets, and stops where no candidate holds the block.
 //
 // Memory is bounded by `max_entries` (block, worker) pairs: past it the
-// shard being written evicts the block its clock finds least recently
-// routed to or stored (CLOCK, an approximate LRU), with all its holders;
-// evictions are counted. Removing a worker (its stream ended, or a snapshot
+// shard being written evicts, with all its holders, the first block its
+// clock hand finds with no use left (a route reading a block or a worker
+// storing it counts a use, up to 3; the hand takes one off each block it
+// passes); when the hand passes kEvictionVisits blocks all still in use,
+// the new entry is the one not kept. Both are counted as dropped. Removing a worker (its stream ended, or a snapshot
 // replaces it) sweeps every shard once.
 //
 // Predictions: the router records the blocks of a prompt it just sent to a
@@ -171,6 +173,9 @@ class BlockIndex {
     int64_t of_id = 0;  // the applying worker's entries
   };
 
+  // Keys the clock hand passes looking for one to evict before the index
+  // keeps what it has and refuses the new entry instead.
+  static constexpr size_t kEvictionVisits = 16;
   static uint64_t KeyOf(const engine::BlockHash& h) { return h.low; }
   Shard& ShardOf(uint64_t key) const;
   // Starts loading `key`'s slot, without the shard's lock.
@@ -187,8 +192,9 @@ class BlockIndex {
   // Takes `id` off every block and every prediction.
   void Clear(uint16_t id);
   // Evicts from `shard` while the index (with `tally` not yet published)
-  // is over its bound.
-  void EvictLocked(Shard& shard, Tally& tally)
+  // is over its bound; false when the hand found no block without uses
+  // within kEvictionVisits.
+  bool EvictLocked(Shard& shard, Tally& tally)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
   // Drops `shard`'s predictions past their deadline at `now`.
   void PruneLocked(Shard& shard, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);

@@ -201,11 +201,11 @@ bool HolderTable::Add(uint64_t key, uint16_t id, int tier) {
   const Holder bit = static_cast<Holder>(1u << (kIdBits + tier));
   const size_t p = Find(key);
   if (p == kNone) {
-    Insert(key, kRefBit | id | bit);
+    Insert(key, kOneUse | id | bit);
     return true;
   }
   uint64_t& w = slots_[p].holders;
-  w |= kRefBit;
+  if ((w & kUses) != kUses) w += kOneUse;
   if (Spilled(w)) return SpillAdd(spills_[SpillIndex(w)], id, tier);
   for (int i = 0; i < kInline; ++i) {
     if (InlineAt(w, i) != 0 && IdOf(InlineAt(w, i)) == id) {
@@ -225,7 +225,7 @@ bool HolderTable::Add(uint64_t key, uint16_t id, int tier) {
   s.list.reserve(kInline * 2);
   for (int i = 0; i < kInline; ++i) s.list.push_back(InlineAt(w, i));
   s.count = kInline;
-  w = kRefBit | kSpillBit | index;
+  w = (w & kUses) | kSpillBit | index;
   return SpillAdd(s, id, tier);
 }
 
@@ -247,7 +247,7 @@ void HolderTable::MaybeUnspill(uint64_t& w) {
     for (Holder h : s.list) inline_word |= uint64_t{h} << (16 * i++);
   }
   FreeSpill(w);
-  w = (w & kRefBit) | inline_word;
+  w = (w & kUses) | inline_word;
 }
 
 uint8_t HolderTable::TakeHolder(size_t p, uint16_t id) {

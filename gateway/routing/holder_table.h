@@ -8,10 +8,11 @@
 // grows by half again, so the table is never less than ~58% full once it
 // has grown.
 //
-// Eviction is CLOCK (an approximate LRU): a lookup or a store sets the key's
-// referenced bit, the hand clears it, and evicts the first key it finds
-// unreferenced. Lookups set the bit through atomics, so they may run under
-// a shared lock. Thread-compatible: the block index holds the shard's
+// Eviction is CLOCK with a count (between LRU and LFU): a lookup or a store
+// counts a use of the key (up to 3), the hand takes one off each key it
+// passes and evicts the first it finds at 0, so a block routed to often
+// outlives one stored once. Lookups count through atomics, so they may run
+// under a shared lock. Thread-compatible: the block index holds the shard's
 // lock (shared for Visit, ForEachHolder and Prefetch's callers' reads,
 // exclusive for everything else).
 #ifndef TANDEM_GATEWAY_ROUTING_HOLDER_TABLE_H_
@@ -53,7 +54,7 @@ class HolderTable {
   HolderTable& operator=(const HolderTable&) = delete;
 
   // Records worker `id` holding `key` in `tier`; true when the (key, id)
-  // entry is new. The key is marked referenced.
+  // entry is new. Counts a use of the key.
   bool Add(uint64_t key, uint16_t id, int tier);
   // Clears `tier` of (key, id); true when the entry went (no tier left).
   bool Remove(uint64_t key, uint16_t id, int tier);
@@ -63,7 +64,7 @@ class HolderTable {
     const uint64_t* bits;
     size_t words;
   };
-  // Marks `key` referenced and calls on_list(std::span<const Holder>) or,
+  // Counts a use of `key` and calls on_list(std::span<const Holder>) or,
   // for a block with many holders, on_bitmap(Bitmap); false when no worker
   // holds it (neither is called).
   template <typename OnList, typename OnBitmap>
@@ -73,7 +74,7 @@ class HolderTable {
     // Other readers may set the bit at once: all of them through atomics.
     std::atomic_ref<uint64_t> shared(slots_[p].holders);
     const uint64_t w = shared.load(std::memory_order_relaxed);
-    if ((w & kRefBit) == 0) shared.store(w | kRefBit, std::memory_order_relaxed);
+    if ((w & kUses) != kUses) shared.store(w + kOneUse, std::memory_order_relaxed);
     if (Spilled(w)) {
       const Spill& s = spills_[SpillIndex(w)];
       if (s.IsBitmap()) {
@@ -91,8 +92,8 @@ class HolderTable {
     on_list(std::span<const Holder>(inline_holders, n));
     return true;
   }
-  // Calls on_holder(id, tier_bits) for each holder of `key` and marks it
-  // referenced; false when no worker holds it.
+  // Calls on_holder(id, tier_bits) for each holder of `key` and counts a
+  // use of it; false when no worker holds it.
   template <typename F>
   bool ForEachHolder(uint64_t key, F&& on_holder) const {
     return Visit(
@@ -126,17 +127,19 @@ class HolderTable {
   // Takes worker `id` off every key; returns the entries removed. Stops
   // once `expected` are (the worker's entries in this table, if known).
   int64_t RemoveWorker(uint16_t id, int64_t expected = INT64_MAX);
-  // Evicts the key at the clock hand's first unreferenced slot, calling
-  // on_holder(id) for each of its holders; returns them (0: empty table).
+  // Evicts the first key the clock hand finds with no use left, calling
+  // on_holder(id) for each of its holders; returns them. 0: the table is
+  // empty, or the hand passed `max_visits` keys that all had uses left.
   template <typename F>
-  int64_t EvictOne(F&& on_holder) {
+  int64_t EvictOne(F&& on_holder, size_t max_visits = SIZE_MAX) {
     if (size_ == 0) return 0;
-    while (true) {
+    for (size_t visits = 0;;) {
       if (hand_ >= capacity_) hand_ = 0;
       const size_t p = hand_;
       if (slots_[p].holders != 0) {
-        if ((slots_[p].holders & kRefBit) != 0) {
-          slots_[p].holders &= ~kRefBit;
+        if (visits++ == max_visits) return 0;
+        if ((slots_[p].holders & kUses) != 0) {
+          slots_[p].holders -= kOneUse;
         } else {
           int64_t n = 0;
           ForEachHolder(slots_[p].key, [&](uint16_t id, uint8_t) {
@@ -163,19 +166,21 @@ class HolderTable {
 
   size_t size() const { return size_; }  // keys
   size_t capacity() const { return capacity_; }
-  // Heap bytes this table owns (slots, referenced bytes, spills).
+  // Heap bytes this table owns (slots, spills).
   size_t MemoryBytes() const;
 
  private:
   static constexpr int kInline = 3;
   static constexpr uint64_t kSpillBit = uint64_t{1} << 63;
-  static constexpr uint64_t kRefBit = uint64_t{1} << 62;  // the clock's
+  // The clock's count of uses since the hand last passed, saturating at 3.
+  static constexpr uint64_t kOneUse = uint64_t{1} << 61;
+  static constexpr uint64_t kUses = uint64_t{3} << 61;
   static constexpr size_t kNone = ~size_t{0};
   // Empty: holders == 0. Inline: holders 0..2 in bits 0..47 (0 = none).
   // Spilled: kSpillBit | index into spills_ (bits 0..31). Either way
-  // kRefBit: referenced since the clock hand last passed. Writers hold the
-  // shard's lock exclusively and use plain accesses; readers, under the
-  // shared lock, read and set kRefBit through std::atomic_ref.
+  // kUses: the clock's count. Writers hold the shard's lock exclusively and
+  // use plain accesses; readers, under the shared lock, read and count a use
+  // through std::atomic_ref (two at once may count one: no matter).
   struct Slot {
     uint64_t key;
     uint64_t holders;
@@ -202,11 +207,11 @@ class HolderTable {
   size_t Home(uint64_t key) const { return HomeIn(key, capacity_); }
   size_t Distance(size_t p) const;  // of the key in slot p from its home
   size_t Find(uint64_t key) const;
-  // Whether slot p holds a key (readers may be setting its kRefBit).
+  // Whether slot p holds a key (readers may be counting a use in it).
   bool Occupied(size_t p) const {
     return std::atomic_ref<uint64_t>(slots_[p].holders).load(std::memory_order_relaxed) != 0;
   }
-  static bool NoHolders(uint64_t w) { return (w & ~kRefBit) == 0; }
+  static bool NoHolders(uint64_t w) { return (w & ~kUses) == 0; }
   // Places a key known absent; grows first when the table is full.
   void Insert(uint64_t key, uint64_t holders);
   void InsertNoGrow(Slot slot);
