@@ -1,13 +1,14 @@
 #include "bench/fleet_sim.h"
 
 #include <malloc.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <deque>
-#include <list>
 #include <random>
 #include <thread>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "engine/kv/block_hash.h"
 #include "gateway/routing/block_index.h"
 #include "gateway/routing/kv_router.h"
@@ -41,12 +43,22 @@ size_t HeapInUse() {
 #ifdef TANDEM_FLEET_SIM_ASAN
   return __sanitizer_get_current_allocated_bytes();
 #else
-  return mallinfo2().uordblks;
+  // Large blocks (a big table) are mapped on their own, outside uordblks.
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
 #endif
 }
 
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kFingerprint = 0x5eedf1ee7ull;
+
+// This thread's CPU time.
+Clock::duration ThreadCpu() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(ts.tv_sec) +
+                                                    std::chrono::nanoseconds(ts.tv_nsec));
+}
 
 uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
   x += 0x9e3779b97f4a7c15ull;
@@ -116,7 +128,9 @@ tandem::v1::BlockHashProto ToProto(const engine::BlockHash& h) {
 }
 
 // One worker's pool: an LRU of block hashes within its budget, and its
-// event stream's numbering.
+// event stream's numbering. The LRU is a list threaded through an array of
+// the budget's size and a map of the hashes' low halves to its slots (about
+// 50 bytes a block), so that a fleet of 100M blocks fits beside the index.
 class SimWorker {
  public:
   SimWorker(int64_t budget, int32_t block_size, uint64_t epoch)
@@ -126,8 +140,11 @@ class SimWorker {
   tandem::v1::BlockEventBatch Start(uint64_t epoch) {
     epoch_ = epoch;
     sequence_ = 0;
-    lru_.clear();
-    where_.clear();
+    nodes_.clear();
+    nodes_.shrink_to_fit();
+    free_.clear();
+    where_ = {};
+    head_ = tail_ = kNil;
     tandem::v1::BlockEventBatch b = Header();
     b.set_snapshot(true);
     return b;
@@ -138,38 +155,68 @@ class SimWorker {
     tandem::v1::BlockEventBatch b = Header();
     b.set_sequence(++sequence_);
     for (const engine::BlockHash& h : chain) {
-      if (auto it = where_.find(h); it != where_.end()) {
-        lru_.splice(lru_.begin(), lru_, it->second);
+      if (auto it = where_.find(h.low); it != where_.end()) {
+        Unlink(it->second);
+        PushFront(it->second);
         continue;
       }
-      lru_.push_front(h);
-      where_[h] = lru_.begin();
+      uint32_t n;
+      if (!free_.empty()) {
+        n = free_.back();
+        free_.pop_back();
+      } else {
+        nodes_.push_back({});
+        n = static_cast<uint32_t>(nodes_.size() - 1);
+      }
+      nodes_[n].hash = h;
+      PushFront(n);
+      where_[h.low] = n;
       *b.add_stored() = ToProto(h);
     }
-    while (static_cast<int64_t>(lru_.size()) > budget_) {
-      where_.erase(lru_.back());
-      *b.add_removed() = ToProto(lru_.back());
-      lru_.pop_back();
+    // Only after the whole chain: a block of it is never the least recent.
+    while (static_cast<int64_t>(where_.size()) > budget_) {
+      const uint32_t n = tail_;
+      Unlink(n);
+      where_.erase(nodes_[n].hash.low);
+      *b.add_removed() = ToProto(nodes_[n].hash);
+      free_.push_back(n);
     }
     return b;
   }
   // The leading blocks of `chain` this worker holds.
   int32_t Holds(const std::vector<engine::BlockHash>& chain) const {
     int32_t n = 0;
-    while (n < static_cast<int32_t>(chain.size()) && where_.contains(chain[n])) ++n;
+    while (n < static_cast<int32_t>(chain.size()) && where_.contains(chain[n].low)) ++n;
     return n;
   }
-  int64_t size() const { return static_cast<int64_t>(lru_.size()); }
+  int64_t size() const { return static_cast<int64_t>(where_.size()); }
   // Every block held, as a snapshot.
   tandem::v1::BlockEventBatch Snapshot() const {
     tandem::v1::BlockEventBatch b = Header();
     b.set_snapshot(true);
     b.set_sequence(sequence_);
-    for (const engine::BlockHash& h : lru_) *b.add_stored() = ToProto(h);
+    for (uint32_t n = head_; n != kNil; n = nodes_[n].next) *b.add_stored() = ToProto(nodes_[n].hash);
     return b;
   }
 
  private:
+  static constexpr uint32_t kNil = ~uint32_t{0};
+  struct Node {
+    engine::BlockHash hash;
+    uint32_t prev = kNil;
+    uint32_t next = kNil;
+  };
+  void Unlink(uint32_t n) {
+    Node& x = nodes_[n];
+    (x.prev == kNil ? head_ : nodes_[x.prev].next) = x.next;
+    (x.next == kNil ? tail_ : nodes_[x.next].prev) = x.prev;
+  }
+  void PushFront(uint32_t n) {
+    nodes_[n].prev = kNil;
+    nodes_[n].next = head_;
+    (head_ == kNil ? tail_ : nodes_[head_].prev) = n;
+    head_ = n;
+  }
   tandem::v1::BlockEventBatch Header() const {
     tandem::v1::BlockEventBatch b;
     b.set_epoch(epoch_);
@@ -183,8 +230,13 @@ class SimWorker {
   const int32_t block_size_;
   uint64_t epoch_;
   uint64_t sequence_ = 0;
-  std::list<engine::BlockHash> lru_;
-  absl::flat_hash_map<engine::BlockHash, std::list<engine::BlockHash>::iterator> where_;
+  std::vector<Node> nodes_;  // the LRU, most recent at head_
+  std::vector<uint32_t> free_;  // slots of nodes_ in no list
+  uint32_t head_ = kNil;
+  uint32_t tail_ = kNil;
+  // Keyed by the low half, as the index is (a collision of two of one
+  // worker's blocks there would show as a miss in the oracle).
+  absl::flat_hash_map<uint64_t, uint32_t> where_;
 };
 
 double Percentile(std::vector<double>& sorted, double p) {
@@ -201,18 +253,29 @@ FleetResult RunFleet(const FleetConfig& config) {
   std::vector<std::string> addresses;
   for (int32_t i = 0; i < config.workers; ++i) addresses.push_back(absl::StrFormat("w%d", i));
   gateway::WorkerPicker picker(addresses);
-  gateway::BlockIndex index({.max_entries = config.max_entries});
+  auto owned_index =
+      std::make_unique<gateway::BlockIndex>(gateway::BlockIndexOptions{.max_entries = config.max_entries});
+  gateway::BlockIndex& index = *owned_index;
   prometheus::Registry registry;
   gateway::KvRouter router(index, 0, {}, registry, gateway::RouteRole::kPrefill);
 
   std::mt19937_64 rng(config.seed);
   std::vector<SimWorker> workers;
   workers.reserve(static_cast<size_t>(config.workers));
+  // The applying thread's CPU time, not the wall clock: "per core", and
+  // blind to other processes taking the core away.
   Clock::duration applying{};
+  Clock::duration resetting{};  // snapshots' share: the worker's old entries swept
   auto apply = [&](int worker, const tandem::v1::BlockEventBatch& batch) {
-    const Clock::time_point t0 = Clock::now();
+    const Clock::duration t0 = ThreadCpu();
     const gateway::BlockIndex::Applied applied = index.Apply(worker, batch);
-    applying += Clock::now() - t0;
+    const Clock::duration took = ThreadCpu() - t0;
+    applying += took;
+    if (batch.snapshot()) {
+      resetting += took;
+      ++r.snapshots;
+      r.snapshot_events += batch.stored_size();
+    }
     r.events += batch.stored_size() + batch.removed_size();
     return applied;
   };
@@ -226,13 +289,28 @@ FleetResult RunFleet(const FleetConfig& config) {
   // nothing and a picker of its own, so what it routes (and never
   // computes) does not sway the fleet's own routing.
   std::atomic<bool> done{false};
+  // Wall clock (what a request waits) and the thread's CPU time (what the
+  // route costs, whatever else the machine runs).
+  struct Timed {
+    std::vector<double> wall_us;
+    std::vector<double> cpu_us;
+  };
+  // The extra router threads start with the measured requests (the warm-up
+  // only fills the caches).
+  absl::Notification measuring;
+  if (config.warmup_requests == 0) measuring.Notify();
   absl::Mutex latencies_mu;
-  std::vector<double> latencies_us;
+  Timed latencies;
   auto route_timed = [](gateway::KvRouter& by, gateway::WorkerPicker& among,
-                        const std::vector<int32_t>& tokens, std::vector<double>& out) {
+                        const std::vector<int32_t>& tokens, Timed* out) {
     const Clock::time_point t0 = Clock::now();
+    const Clock::duration c0 = ThreadCpu();
     gateway::RouteDecision d = by.Route(among, tokens, {});
-    out.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    const Clock::duration cpu = ThreadCpu() - c0;
+    if (out != nullptr) {
+      out->wall_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+      out->cpu_us.push_back(std::chrono::duration<double, std::micro>(cpu).count());
+    }
     return d;
   };
   gateway::WorkerPicker side_picker(addresses);
@@ -243,12 +321,14 @@ FleetResult RunFleet(const FleetConfig& config) {
   for (int32_t t = 0; t < config.router_threads; ++t) {
     routers.emplace_back([&, t] {
       std::mt19937_64 own(config.seed * 7919 + t + 1);
-      std::vector<double> mine;
+      Timed mine;
+      measuring.WaitForNotification();
       while (!done.load(std::memory_order_relaxed)) {
-        route_timed(side_router, side_picker, prompts.Draw(own), mine);
+        route_timed(side_router, side_picker, prompts.Draw(own), &mine);
       }
       absl::MutexLock lock(&latencies_mu);
-      latencies_us.insert(latencies_us.end(), mine.begin(), mine.end());
+      latencies.wall_us.insert(latencies.wall_us.end(), mine.wall_us.begin(), mine.wall_us.end());
+      latencies.cpu_us.insert(latencies.cpu_us.end(), mine.cpu_us.begin(), mine.cpu_us.end());
     });
   }
 
@@ -261,12 +341,16 @@ FleetResult RunFleet(const FleetConfig& config) {
     }
     lagging.pop_front();
   };
-  std::vector<double> main_latencies;
+  Timed main_latencies;
   std::deque<gateway::WorkerPicker::Pick> in_flight;
   const size_t max_in_flight =
       static_cast<size_t>(config.in_flight > 0 ? config.in_flight : 4 * config.workers);
   std::uniform_real_distribution<double> unit(0, 1);
-  for (int64_t q = 0; q < config.requests; ++q) {
+  std::vector<double> hash_latencies;
+  const int64_t total_requests = config.warmup_requests + config.requests;
+  for (int64_t q = 0; q < total_requests; ++q) {
+    const bool measured = q >= config.warmup_requests;
+    if (q == config.warmup_requests && !measuring.HasBeenNotified()) measuring.Notify();
     if (unit(rng) < config.restart_probability) {
       const int w = static_cast<int>(rng() % static_cast<uint64_t>(config.workers));
       lagging.emplace_back(w, workers[w].Start(rng()));
@@ -274,15 +358,20 @@ FleetResult RunFleet(const FleetConfig& config) {
       ++r.restarts;
     }
     const std::vector<int32_t> tokens = prompts.Draw(rng);
+    const Clock::time_point hash_start = Clock::now();
     const std::vector<engine::BlockHash> chain =
         engine::PrefixBlockHashes(tokens, config.block_size, kFingerprint);
+    if (measured) {
+      hash_latencies.push_back(
+          std::chrono::duration<double, std::micro>(Clock::now() - hash_start).count());
+    }
     // The router's own rule on the exact caches: blocks to compute plus the
     // blocks in flight there, ties to fewer requests, then the lower index
     // (KvRouter, WorkerPicker). The last block is always computed.
     const std::vector<engine::BlockHash> lookup(chain.begin(), chain.end() - 1);
     int oracle = 0;
     double oracle_cost = 0;
-    for (int i = 0; i < config.workers; ++i) {
+    for (int i = 0; measured && i < config.workers; ++i) {
       const double cost = (config.prompt_blocks - workers[i].Holds(lookup)) +
                           static_cast<double>(picker.in_flight_tokens(i)) / config.block_size;
       if (i == 0 || cost < oracle_cost ||
@@ -291,47 +380,70 @@ FleetResult RunFleet(const FleetConfig& config) {
         oracle_cost = cost;
       }
     }
-    gateway::RouteDecision d = route_timed(router, picker, tokens, main_latencies);
+    gateway::RouteDecision d =
+        route_timed(router, picker, tokens, measured ? &main_latencies : nullptr);
     const int chosen = d.pick.valid() ? d.pick.index() : 0;
     in_flight.push_back(std::move(d.pick));  // its load ends max_in_flight requests on
     if (in_flight.size() > max_in_flight) in_flight.pop_front();
-    r.hit_blocks += workers[chosen].Holds(lookup);
-    r.oracle_hit_blocks += workers[oracle].Holds(lookup);
+    if (measured) {
+      r.hit_blocks += workers[chosen].Holds(lookup);
+      r.oracle_hit_blocks += workers[oracle].Holds(lookup);
+    }
     lagging.emplace_back(chosen, workers[chosen].Compute(chain));
     while (static_cast<int32_t>(lagging.size()) > config.event_lag) deliver();
   }
   while (!lagging.empty()) deliver();
   done.store(true);
+  if (!measuring.HasBeenNotified()) measuring.Notify();
   for (std::thread& t : routers) t.join();
-  latencies_us.insert(latencies_us.end(), main_latencies.begin(), main_latencies.end());
+  latencies.wall_us.insert(latencies.wall_us.end(), main_latencies.wall_us.begin(),
+                           main_latencies.wall_us.end());
+  latencies.cpu_us.insert(latencies.cpu_us.end(), main_latencies.cpu_us.begin(),
+                          main_latencies.cpu_us.end());
 
   r.apply_seconds = std::chrono::duration<double>(applying).count();
+  r.snapshot_seconds = std::chrono::duration<double>(resetting).count();
+  if (r.apply_seconds > r.snapshot_seconds) {
+    r.delta_events_per_second =
+        (r.events - r.snapshot_events) / (r.apply_seconds - r.snapshot_seconds);
+  }
+  std::sort(hash_latencies.begin(), hash_latencies.end());
+  r.hash_p50_us = Percentile(hash_latencies, 0.50);
   r.events_per_second = r.apply_seconds > 0 ? r.events / r.apply_seconds : 0;
   r.entries = index.entries();
+  r.hashes = index.hashes();
   r.dropped_entries = index.dropped_entries();
   for (const SimWorker& w : workers) r.oracle_entries += w.size();
-  std::sort(latencies_us.begin(), latencies_us.end());
-  r.routes = static_cast<int64_t>(latencies_us.size());
-  r.route_p50_us = Percentile(latencies_us, 0.50);
-  r.route_p99_us = Percentile(latencies_us, 0.99);
-  r.route_p999_us = Percentile(latencies_us, 0.999);
+  std::sort(latencies.wall_us.begin(), latencies.wall_us.end());
+  std::sort(latencies.cpu_us.begin(), latencies.cpu_us.end());
+  r.routes = static_cast<int64_t>(latencies.wall_us.size());
+  r.route_p50_us = Percentile(latencies.wall_us, 0.50);
+  r.route_p99_us = Percentile(latencies.wall_us, 0.99);
+  r.route_p999_us = Percentile(latencies.wall_us, 0.999);
+  r.route_cpu_p50_us = Percentile(latencies.cpu_us, 0.50);
+  r.route_cpu_p99_us = Percentile(latencies.cpu_us, 0.99);
   r.hit_rate_vs_oracle =
       r.oracle_hit_blocks > 0 ? static_cast<double>(r.hit_blocks) / r.oracle_hit_blocks : 1.0;
 
-  // The index's own heap for the fleet's final state: a fresh index fed
-  // every worker's snapshot, measured by the allocator's bytes in use.
+  // The index's own heap for the fleet's final state: the live index
+  // goes, then a fresh one is fed every worker's snapshot (one at a time,
+  // so that only the index grows), measured by the allocator's bytes in
+  // use and by the index's own count of its tables.
+  owned_index.reset();
   {
-    std::vector<tandem::v1::BlockEventBatch> snapshots;
-    for (const SimWorker& w : workers) snapshots.push_back(w.Snapshot());
     const size_t before = HeapInUse();
     auto fresh = std::make_unique<gateway::BlockIndex>(
         gateway::BlockIndexOptions{.max_entries = config.max_entries});
-    for (int32_t i = 0; i < config.workers; ++i) fresh->Apply(i, snapshots[i]);
+    for (int32_t i = 0; i < config.workers; ++i) fresh->Apply(i, workers[i].Snapshot());
     const size_t after = HeapInUse();
     if (fresh->entries() > 0) {
       r.bytes_per_entry = static_cast<double>(after - before) / fresh->entries();
+      r.table_bytes_per_entry = static_cast<double>(fresh->table_bytes()) / fresh->entries();
     }
   }
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  r.peak_rss_bytes = int64_t{usage.ru_maxrss} * 1024;
   return r;
 }
 
@@ -341,11 +453,17 @@ std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
       "\"requests\":%d,\"in_flight\":%d,\"event_lag\":%d,\"router_threads\":%d,\"events\":%d,\"events_per_second\":%.0f,"
       "\"entries\":%d,\"bytes_per_entry\":%.1f,\"routes\":%d,\"route_p50_us\":%.1f,"
       "\"route_p99_us\":%.1f,\"route_p999_us\":%.1f,\"hit_rate_vs_oracle\":%.4f,"
-      "\"restarts\":%d,\"dropped_entries\":%d}",
+      "\"restarts\":%d,\"dropped_entries\":%d,\"warmup_requests\":%d,\"conversations\":%d,"
+      "\"system_prompts\":%d,\"hashes\":%d,\"table_bytes_per_entry\":%.1f,\"snapshots\":%d,"
+      "\"snapshot_seconds\":%.3f,\"hash_p50_us\":%.1f,\"route_cpu_p50_us\":%.1f,"
+      "\"route_cpu_p99_us\":%.1f,\"peak_rss_bytes\":%d,\"delta_events_per_second\":%.0f}",
       c.workers, c.blocks_per_worker, c.prompt_blocks, c.requests, c.in_flight, c.event_lag,
       c.router_threads, r.events,
       r.events_per_second, r.entries, r.bytes_per_entry, r.routes, r.route_p50_us,
-      r.route_p99_us, r.route_p999_us, r.hit_rate_vs_oracle, r.restarts, r.dropped_entries);
+      r.route_p99_us, r.route_p999_us, r.hit_rate_vs_oracle, r.restarts, r.dropped_entries,
+      c.warmup_requests, c.conversations, c.system_prompts, r.hashes, r.table_bytes_per_entry,
+      r.snapshots, r.snapshot_seconds, r.hash_p50_us, r.route_cpu_p50_us, r.route_cpu_p99_us,
+      r.peak_rss_bytes, r.delta_events_per_second);
 }
 
 }  // namespace tandem::bench

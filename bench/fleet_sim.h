@@ -26,7 +26,10 @@ struct FleetConfig {
   int32_t conversations = 4096;      // each prompt continues one, Zipf-popular
   int32_t prompt_blocks = 256;       // a prompt's blocks in all (4k tokens at 16)
   double zipf_s = 1.1;               // the popularity exponent of both draws
-  int64_t requests = 20000;          // prompts routed and computed
+  int64_t requests = 20000;          // prompts routed, computed and measured
+  // Prompts routed and computed first, to fill the caches, without the
+  // oracle or the latencies (their events count, and their apply time).
+  int64_t warmup_requests = 0;
   // Requests in flight: a routed request's load stays on its worker (as
   // the router weighs it) until this many later ones were routed; 0: the
   // workers' number times 4.
@@ -37,21 +40,35 @@ struct FleetConfig {
   int32_t event_lag = 4;
   int32_t router_threads = 1;        // extra threads routing while events apply
   double restart_probability = 0.0005;  // per request, a random worker restarts
-  int64_t max_entries = 4 << 20;     // the index's bound (BlockIndexOptions)
+  int64_t max_entries = int64_t{48} << 20;  // the index's bound (BlockIndexOptions)
   uint64_t seed = 1;
 };
 
 struct FleetResult {
   int64_t events = 0;             // stored and removed hashes applied
-  double apply_seconds = 0;       // spent in BlockIndex::Apply
-  double events_per_second = 0;   // on the applying thread
+  double apply_seconds = 0;       // CPU time spent in BlockIndex::Apply
+  int64_t snapshots = 0;          // snapshot batches among them (starts, restarts, resyncs)
+  double snapshot_seconds = 0;    // their share: each sweeps the worker's old entries
+  int64_t snapshot_events = 0;    // the blocks those snapshots carried
+  // Events of the delta batches per second of their own apply time: the
+  // steady stream, without the sweeps of workers' restarts.
+  double delta_events_per_second = 0;
+  double events_per_second = 0;   // per second of the applying thread's CPU time
   int64_t entries = 0;            // (block, worker) entries at the end
+  int64_t hashes = 0;             // distinct blocks among them
   int64_t oracle_entries = 0;     // the workers' caches, summed
-  double bytes_per_entry = 0;     // the index's heap per entry
+  double bytes_per_entry = 0;     // the index's heap per entry (the allocator's count)
+  double table_bytes_per_entry = 0;  // the same by the index's own count of its tables
+  int64_t peak_rss_bytes = 0;     // the whole simulation's, workers' caches included
   int64_t routes = 0;             // Route calls timed, every thread's
   double route_p50_us = 0;
   double route_p99_us = 0;
   double route_p999_us = 0;
+  double hash_p50_us = 0;  // hashing a prompt's blocks, which each route does first
+  // The routing thread's CPU time per route: the cost without the waits for
+  // a core (the machine is shared) that the wall clock figures include.
+  double route_cpu_p50_us = 0;
+  double route_cpu_p99_us = 0;
   // Blocks of the routed prompts the chosen worker really held, over those
   // the oracle's choice held: the same cost (blocks to compute plus load)
   // weighed with every worker's exact cache instead of the index. 1 is the

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "bench/fleet_sim.h"
 #include "common/flags.h"
 
@@ -26,12 +27,15 @@ int main(int argc, char** argv) {
       {.name = "system-prompts", .default_value = "64", .help = "shared system prompts"},
       {.name = "conversations", .default_value = "4096", .help = "conversations prompts continue"},
       {.name = "zipf", .default_value = "1.1", .help = "popularity exponent of both draws"},
-      {.name = "requests", .default_value = "20000", .help = "prompts routed and computed"},
+      {.name = "requests", .default_value = "20000",
+       .help = "prompts routed, computed and measured (hit rate, latency)"},
+      {.name = "warmup-requests", .default_value = "0",
+       .help = "prompts routed and computed first to fill the caches, unmeasured"},
       {.name = "in-flight", .default_value = "0",
        .help = "requests whose load stays on their worker (0: 4 per worker)"},
       {.name = "router-threads", .default_value = "1",
        .help = "extra threads routing while the events apply"},
-      {.name = "max-entries", .default_value = "4194304",
+      {.name = "max-entries", .default_value = "50331648",
        .help = "the index's bound in (block, worker) entries (as --index-max-entries)"},
       {.name = "seed", .default_value = "1", .help = "the simulation's seed"},
       {.name = "out", .help = "file to append the JSON line to"},
@@ -48,13 +52,14 @@ int main(int argc, char** argv) {
   auto systems = args->IntInRange("system-prompts", 1, 1 << 24);
   auto conversations = args->IntInRange("conversations", 1, 1 << 24);
   auto requests = args->IntInRange("requests", 1, 1 << 30);
+  auto warmup = args->IntInRange("warmup-requests", 0, 1 << 30);
   auto in_flight = args->IntInRange("in-flight", 0, 1 << 24);
   auto routers = args->IntInRange("router-threads", 0, 64);
   auto max_entries = args->IntInRange("max-entries", 1, 1 << 30);
   auto seed = args->IntInRange("seed", 0, 1 << 30);
   for (const absl::Status& s :
        {workers.status(), budget.status(), prompt.status(), system.status(), systems.status(),
-        conversations.status(), requests.status(), in_flight.status(), routers.status(), max_entries.status(),
+        conversations.status(), requests.status(), warmup.status(), in_flight.status(), routers.status(), max_entries.status(),
         seed.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-fleet-sim: " << s.message() << "\n";
@@ -78,22 +83,33 @@ int main(int argc, char** argv) {
   c.system_prompts = *systems;
   c.conversations = *conversations;
   c.requests = *requests;
+  c.warmup_requests = *warmup;
   c.in_flight = *in_flight;
   c.router_threads = *routers;
   c.max_entries = *max_entries;
   c.seed = static_cast<uint64_t>(*seed);
   c.zipf_s = *zipf;
+  // Abseil's mutex deadlock detector (on in Debian's build) costs every
+  // lock a graph lookup; the gateway turns it off too.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const tandem::bench::FleetResult r = tandem::bench::RunFleet(c);
   std::cout << absl::StrFormat(
       "fleet: %d workers x %d blocks, %d requests of %d blocks, %d router threads\n"
-      "  events applied: %d, %.0f per second (applying thread)\n"
-      "  index: %d entries (workers' caches: %d), %.1f bytes per entry, %d dropped\n"
-      "  routing: %d routes, p50 %.1f us, p99 %.1f us, p999 %.1f us\n"
+      "  events applied: %d, %.0f per second of the applying thread's CPU\n"
+      "  events applied: %.3f s in snapshots (%d: each sweeps a worker's old entries); "
+      "the deltas alone %.0f per second\n"
+      "  index: %d entries over %d blocks (workers' caches: %d), %.1f bytes per entry "
+      "(tables alone: %.1f), %d evicted\n"
+      "  routing: %d routes, p50 %.1f us, p99 %.1f us, p999 %.1f us (hashing the prompt: "
+      "p50 %.1f us); CPU time per route p50 %.1f us, p99 %.1f us\n"
+      "  peak RSS: %.2f GiB\n"
       "  hit rate vs oracle: %.4f (%d of %d blocks), %d restarts\n",
       c.workers, c.blocks_per_worker, c.requests, c.prompt_blocks, c.router_threads, r.events,
-      r.events_per_second, r.entries, r.oracle_entries, r.bytes_per_entry, r.dropped_entries,
-      r.routes, r.route_p50_us, r.route_p99_us, r.route_p999_us, r.hit_rate_vs_oracle,
-      r.hit_blocks, r.oracle_hit_blocks, r.restarts);
+      r.events_per_second, r.snapshot_seconds, r.snapshots, r.delta_events_per_second, r.entries, r.hashes,
+      r.oracle_entries, r.bytes_per_entry, r.table_bytes_per_entry, r.dropped_entries,
+      r.routes, r.route_p50_us, r.route_p99_us, r.route_p999_us, r.hash_p50_us, r.route_cpu_p50_us, r.route_cpu_p99_us,
+      static_cast<double>(r.peak_rss_bytes) / (1 << 30), r.hit_rate_vs_oracle, r.hit_blocks,
+      r.oracle_hit_blocks, r.restarts);
   if (args->IsSet("out")) {
     std::ofstream out(args->String("out"), std::ios::app);
     out << tandem::bench::FleetJson(c, r) << "\n";

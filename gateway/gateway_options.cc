@@ -153,8 +153,9 @@ std::vector<common::FlagSpec> GatewayFlagSpecs() {
       {.name = "router-prediction-ms", .default_value = "10000",
        .help = "how long a routed prompt's blocks count as held by its worker before the "
                "worker reports them; 0 = off"},
-      {.name = "index-max-entries", .default_value = "4194304",
-       .help = "(block hash, worker) entries the block index holds at most"},
+      {.name = "index-max-entries", .default_value = "50331648",
+       .help = "(block hash, worker) entries the block index holds at most (~20 bytes each; "
+               "past it the blocks least used by routes are evicted)"},
       {.name = "log-level", .default_value = "info",
        .help = "stderr diagnostics: error, warning, info or debug (routing decisions)"},
       {.name = "api-keys-file", .default_value = "",

@@ -100,7 +100,7 @@ BlockEventSubscriber::BlockEventSubscriber(BlockIndex& index, rpc::ChannelCache&
       entries_total_(rpc::GaugeMetric(registry, "tandem_block_index_size",
                                       "(hash, worker) entries in the block index")),
       dropped_(rpc::CounterMetric(registry, "tandem_block_index_dropped_entries_total",
-                                  "Entries not recorded because the index was full")) {
+                                  "Entries evicted (or not recorded) because the index was full")) {
   {
     absl::MutexLock lock(&mu_);
     for (const Worker& w : workers) AddSlotLocked(w.slot, w.address);

@@ -1,141 +1,408 @@
 #include "gateway/routing/block_index.h"
 
 #include <algorithm>
+#include <bit>
 
-#include "absl/container/flat_hash_map.h"
-
+#include "common/check.h"
 #include "rpc/convert.h"
 
 namespace tandem::gateway {
-
-BlockIndex::BlockIndex(const BlockIndexOptions& options) : options_(options) {}
-
 namespace {
-
-uint8_t TierBit(int tier) { return static_cast<uint8_t>(1u << tier); }
 
 // The fastest tier in `bits` (bit t: tier t).
 int FastestTier(uint8_t bits) {
   int t = 0;
-  while (t < kNumTiers - 1 && (bits & TierBit(t)) == 0) ++t;
+  while (t < kNumTiers - 1 && (bits & (1u << t)) == 0) ++t;
   return t;
+}
+
+int ShardShift(int shards) {
+  TANDEM_CHECK(shards >= 1 && shards <= 4096 && std::has_single_bit(static_cast<unsigned>(shards)),
+               "block index shards: a power of two in 1..4096")
+      << "got " << shards;
+  return 64 - std::countr_zero(static_cast<unsigned>(shards));
 }
 
 }  // namespace
 
-void BlockIndex::AddLocked(int worker, WorkerState& w, const engine::BlockHash& h, int tier) {
-  if (w.predicted.erase(h) > 0) --predicted_;  // confirmed
-  if (auto it = w.held.find(h); it != w.held.end()) {
-    it->second |= TierBit(tier);
-    return;
-  }
-  if (entries_ >= options_.max_entries) {
-    ++dropped_;
-    return;
-  }
-  w.held.emplace(h, TierBit(tier));
-  holders_[h].push_back(worker);
-  ++entries_;
+BlockIndex::BlockIndex(const BlockIndexOptions& options)
+    : options_(options),
+      shard_shift_(ShardShift(options.shards)),
+      shards_(new Shard[static_cast<size_t>(options.shards)]),
+      entries_of_id_(new std::atomic<int64_t>[HolderTable::kMaxId + 1]()) {}
+
+BlockIndex::~BlockIndex() = default;
+
+BlockIndex::Shard& BlockIndex::ShardOf(uint64_t key) const {
+  // A shift by 64 (one shard) is undefined, hence the branch.
+  const uint64_t s = shard_shift_ >= 64 ? 0 : HolderTable::Mix(key) >> shard_shift_;
+  return shards_[s];
 }
 
-void BlockIndex::ApplyTiersLocked(int worker, WorkerState& w,
-                                  const tandem::v1::BlockEventBatch& batch) {
+void BlockIndex::Prefetch(uint64_t key) const {
+  // Unlocked by design: HolderTable::Prefetch reads only atomics.
+  ShardOf(key).table.Prefetch(key);
+}
+
+BlockIndex::WorkerState& BlockIndex::StateOf(int worker) {
+  {
+    absl::ReaderMutexLock lock(&workers_mu_);
+    if (auto it = workers_.find(worker); it != workers_.end()) return *it->second;
+  }
+  absl::MutexLock lock(&workers_mu_);
+  std::unique_ptr<WorkerState>& w = workers_[worker];
+  if (w == nullptr) w = std::make_unique<WorkerState>();
+  return *w;
+}
+
+uint16_t BlockIndex::IdOf(WorkerState& w) {
+  if (const uint16_t id = w.id.load(std::memory_order_relaxed); id != 0) return id;
+  absl::MutexLock lock(&workers_mu_);
+  uint16_t id = 0;
+  if (!free_ids_.empty()) {
+    id = free_ids_.back();
+    free_ids_.pop_back();
+  } else if (next_id_ <= HolderTable::kMaxId) {
+    id = next_id_++;
+  }  // else 0: more workers at once than the holder sets number; unrecorded
+  w.id.store(id, std::memory_order_relaxed);
+  return id;
+}
+
+bool BlockIndex::EvictLocked(Shard& shard, Tally& tally) {
+  while (entries_.load(std::memory_order_relaxed) + tally.entries > options_.max_entries) {
+    const int64_t n = shard.table.EvictOne(
+        [&](uint16_t holder) { entries_of_id_[holder].fetch_sub(1, std::memory_order_relaxed); },
+        kEvictionVisits);
+    if (n == 0) return false;
+    tally.entries -= n;
+    tally.hashes -= 1;
+    dropped_.fetch_add(n, std::memory_order_relaxed);
+  }
+  return true;
+}
+
+void BlockIndex::Add(uint16_t id, uint64_t key, int tier, Tally& tally) {
+  Shard& shard = ShardOf(key);
+  absl::MutexLock lock(&shard.mu);
+  if (!shard.predicted.empty()) {  // the worker's report ends its prediction
+    if (auto it = shard.predicted.find(key); it != shard.predicted.end()) {
+      auto& v = it->second;
+      const size_t before = v.size();
+      v.erase(std::remove_if(v.begin(), v.end(), [id](const Prediction& p) { return p.id == id; }),
+              v.end());
+      predicted_count_.fetch_sub(static_cast<int64_t>(before - v.size()),
+                                 std::memory_order_relaxed);
+      if (v.empty()) shard.predicted.erase(it);
+    }
+  }
+  const size_t keys = shard.table.size();
+  if (!shard.table.Add(key, id, tier)) return;
+  ++tally.entries;
+  ++tally.of_id;
+  tally.hashes += static_cast<int64_t>(shard.table.size() - keys);
+  if (EvictLocked(shard, tally)) return;
+  // Full of blocks still in use: the new entry is the one not kept (unless
+  // the hand took it already).
+  const size_t before = shard.table.size();
+  if (shard.table.Remove(key, id, tier)) {
+    --tally.entries;
+    --tally.of_id;
+    tally.hashes -= static_cast<int64_t>(before - shard.table.size());
+    dropped_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void BlockIndex::Remove(uint16_t id, uint64_t key, int tier, Tally& tally) {
+  Shard& shard = ShardOf(key);
+  absl::MutexLock lock(&shard.mu);
+  const size_t keys = shard.table.size();
+  if (!shard.table.Remove(key, id, tier)) return;
+  --tally.entries;
+  --tally.of_id;
+  tally.hashes -= static_cast<int64_t>(keys - shard.table.size());
+}
+
+void BlockIndex::ApplyTiers(uint16_t id, const tandem::v1::BlockEventBatch& batch,
+                            Tally& tally) {
   for (const tandem::v1::TierBlockEvents& t : batch.tiers()) {
     const int tier = static_cast<int>(t.tier());
     if (tier <= 0 || tier >= kNumTiers) continue;  // a tier this gateway predates
-    for (const auto& h : t.stored()) AddLocked(worker, w, rpc::BlockHashFromProto(h), tier);
-    for (const auto& h : t.removed()) {
-      RemoveLocked(worker, w, rpc::BlockHashFromProto(h), tier);
-    }
+    for (const auto& h : t.stored()) Add(id, h.low(), tier, tally);
+    for (const auto& h : t.removed()) Remove(id, h.low(), tier, tally);
   }
 }
 
-void BlockIndex::UnholdLocked(int worker, const engine::BlockHash& h) {
-  auto it = holders_.find(h);
-  if (it == holders_.end()) return;
-  auto& v = it->second;
-  v.erase(std::remove(v.begin(), v.end(), worker), v.end());
-  if (v.empty()) holders_.erase(it);
-  --entries_;
+void BlockIndex::Clear(uint16_t id) {
+  int64_t removed = 0;
+  // Evictions only lower this while the worker's lock is held: once it is
+  // reached, the other shards hold nothing of the worker.
+  const int64_t had = entries_of_id_[id].load(std::memory_order_relaxed);
+  for (int s = 0; s < options_.shards; ++s) {
+    Shard& shard = shards_[s];
+    absl::MutexLock lock(&shard.mu);
+    const size_t keys = shard.table.size();
+    if (removed < had) removed += shard.table.RemoveWorker(id, had - removed);
+    hashes_.fetch_sub(static_cast<int64_t>(keys - shard.table.size()),
+                      std::memory_order_relaxed);
+    int64_t predictions = 0;
+    absl::erase_if(shard.predicted, [&](auto& entry) {
+      auto& v = entry.second;
+      const size_t before = v.size();
+      v.erase(std::remove_if(v.begin(), v.end(), [id](const Prediction& p) { return p.id == id; }),
+              v.end());
+      predictions += static_cast<int64_t>(before - v.size());
+      return v.empty();
+    });
+    predicted_count_.fetch_sub(predictions, std::memory_order_relaxed);
+  }
+  entries_.fetch_sub(removed, std::memory_order_relaxed);
+  entries_of_id_[id].fetch_sub(removed, std::memory_order_relaxed);
 }
 
-void BlockIndex::RemoveLocked(int worker, WorkerState& w, const engine::BlockHash& h,
-                              int tier) {
-  auto it = w.held.find(h);
-  if (it == w.held.end()) return;
-  it->second &= static_cast<uint8_t>(~TierBit(tier));
-  if (it->second != 0) return;
-  w.held.erase(it);
-  UnholdLocked(worker, h);
-}
-
-void BlockIndex::ClearLocked(int worker, WorkerState& w) {
-  for (const auto& [h, tiers] : w.held) UnholdLocked(worker, h);
-  w.held.clear();
-  predicted_ -= static_cast<int64_t>(w.predicted.size());
-  w.predicted.clear();
-}
-
-void BlockIndex::PruneLocked(WorkerState& w, absl::Time now) {
-  const size_t before = w.predicted.size();
-  absl::erase_if(w.predicted, [now](const auto& p) { return p.second <= now; });
-  predicted_ -= static_cast<int64_t>(before - w.predicted.size());
+void BlockIndex::PruneLocked(Shard& shard, absl::Time now) {
+  while (!shard.deadlines.empty() && shard.deadlines.front().until <= now) {
+    const PredictionDeadline d = shard.deadlines.front();
+    shard.deadlines.pop_front();
+    auto it = shard.predicted.find(d.key);
+    if (it == shard.predicted.end()) continue;
+    auto& v = it->second;
+    // Not when it was renewed since (its later deadline is further back).
+    const auto p = std::find_if(v.begin(), v.end(), [&](const Prediction& x) {
+      return x.id == d.id && x.until == d.until;
+    });
+    if (p == v.end()) continue;
+    v.erase(p);
+    predicted_count_.fetch_sub(1, std::memory_order_relaxed);
+    if (v.empty()) shard.predicted.erase(it);
+  }
 }
 
 void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, absl::Time until) {
-  absl::MutexLock lock(&mu_);
-  WorkerState& w = workers_[worker];
-  PruneLocked(w, absl::Now());
+  WorkerState& w = StateOf(worker);
+  absl::MutexLock worker_lock(&w.mu);
+  const uint16_t id = IdOf(w);
+  if (id == 0) return;
+  const absl::Time now = absl::Now();
   for (const engine::BlockHash& h : chain) {
-    if (w.held.contains(h)) continue;
-    auto [it, inserted] = w.predicted.try_emplace(h, until);
-    if (!inserted) {
-      it->second = std::max(it->second, until);
+    const uint64_t key = KeyOf(h);
+    Shard& shard = ShardOf(key);
+    absl::MutexLock lock(&shard.mu);
+    PruneLocked(shard, now);
+    if (shard.table.Holds(key, id)) continue;
+    absl::InlinedVector<Prediction, 1>& v = shard.predicted[key];
+    auto p = std::find_if(v.begin(), v.end(), [id](const Prediction& x) { return x.id == id; });
+    if (p != v.end()) {
+      if (until > p->until) {
+        p->until = until;
+        shard.deadlines.push_back({.key = key, .id = id, .until = until});
+      }
       continue;
     }
-    if (predicted_ >= options_.max_entries) {
-      w.predicted.erase(it);
-      ++dropped_;
+    if (predicted_count_.load(std::memory_order_relaxed) >=
+        std::min(options_.max_entries, options_.max_predictions)) {
+      if (v.empty()) shard.predicted.erase(key);
+      dropped_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    ++predicted_;
+    v.push_back({.id = id, .until = until});
+    shard.deadlines.push_back({.key = key, .id = id, .until = until});
+    predicted_count_.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
 BlockIndex::Applied BlockIndex::Apply(int worker, const tandem::v1::BlockEventBatch& batch) {
-  absl::MutexLock lock(&mu_);
-  WorkerState& w = workers_[worker];
-  if (batch.snapshot()) {
-    ClearLocked(worker, w);
-    w.epoch = batch.epoch();
-    w.sequence = batch.sequence();
-    w.synced = true;
-    for (const auto& h : batch.stored()) AddLocked(worker, w, rpc::BlockHashFromProto(h), 0);
-    ApplyTiersLocked(worker, w, batch);
-  } else {
-    if (!w.synced || batch.epoch() != w.epoch || batch.sequence() != w.sequence + 1) {
-      return Applied::kNeedsResync;
-    }
-    w.sequence = batch.sequence();
-    for (const auto& h : batch.stored()) AddLocked(worker, w, rpc::BlockHashFromProto(h), 0);
-    for (const auto& h : batch.removed()) {
-      RemoveLocked(worker, w, rpc::BlockHashFromProto(h), 0);
-    }
-    ApplyTiersLocked(worker, w, batch);
+  WorkerState& w = StateOf(worker);
+  absl::MutexLock worker_lock(&w.mu);
+  if (!batch.snapshot() &&
+      (!w.synced || batch.epoch() != w.epoch || batch.sequence() != w.sequence + 1)) {
+    return Applied::kNeedsResync;
   }
-  if (!params_.has_value() && batch.block_size() > 0) {
-    params_ = BlockHashParams{.model_fingerprint = batch.model_fingerprint(),
-                              .block_size = batch.block_size()};
+  const uint16_t id = IdOf(w);
+  if (batch.snapshot()) {
+    if (id != 0) Clear(id);
+    w.epoch = batch.epoch();
+    w.synced = true;
+  }
+  w.sequence = batch.sequence();
+  if (id == 0) {  // no number for it: nothing of it is recorded
+    dropped_.fetch_add(batch.stored_size(), std::memory_order_relaxed);
+  } else {
+    Tally tally;
+    // Slots are loaded a few events ahead (see OverlapAll).
+    constexpr int kAhead = 4;
+    auto prefetch = [&](const auto& list, int i) {
+      if (i < list.size()) Prefetch(list[i].low());
+    };
+    for (int i = 0; i < batch.stored_size(); ++i) {
+      prefetch(batch.stored(), i + kAhead);
+      Add(id, batch.stored(i).low(), 0, tally);
+    }
+    for (int i = 0; i < batch.removed_size(); ++i) {
+      prefetch(batch.removed(), i + kAhead);
+      Remove(id, batch.removed(i).low(), 0, tally);
+    }
+    ApplyTiers(id, batch, tally);
+    entries_.fetch_add(tally.entries, std::memory_order_relaxed);
+    hashes_.fetch_add(tally.hashes, std::memory_order_relaxed);
+    entries_of_id_[id].fetch_add(tally.of_id, std::memory_order_relaxed);
+  }
+  if (!has_params_.load(std::memory_order_acquire) && batch.block_size() > 0) {
+    absl::MutexLock lock(&workers_mu_);
+    if (!params_.has_value()) {
+      params_ = BlockHashParams{.model_fingerprint = batch.model_fingerprint(),
+                                .block_size = batch.block_size()};
+      has_params_.store(true, std::memory_order_release);
+    }
   }
   return Applied::kApplied;
 }
 
 void BlockIndex::Drop(int worker) {
-  absl::MutexLock lock(&mu_);
-  auto it = workers_.find(worker);
-  if (it == workers_.end()) return;
-  ClearLocked(worker, it->second);
-  workers_.erase(it);
+  WorkerState* w = nullptr;
+  {
+    absl::ReaderMutexLock lock(&workers_mu_);
+    auto it = workers_.find(worker);
+    if (it == workers_.end()) return;
+    w = it->second.get();
+  }
+  absl::MutexLock worker_lock(&w->mu);
+  w->synced = false;
+  const uint16_t id = w->id.load(std::memory_order_relaxed);
+  if (id == 0) return;
+  {
+    // Routes stop asking for it first; the number is free once swept.
+    absl::MutexLock lock(&workers_mu_);
+    w->id.store(0, std::memory_order_relaxed);
+  }
+  Clear(id);
+  absl::MutexLock lock(&workers_mu_);
+  free_ids_.push_back(id);
+}
+
+Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
+                                std::span<const engine::BlockHash> chain, absl::Time now,
+                                bool with_predictions) const {
+  const size_t n = workers.size();
+  Overlaps r;
+  r.tiered.resize(n);
+  r.reported.assign(n, 0);
+  std::vector<uint16_t> ids(n, 0);
+  {
+    absl::ReaderMutexLock lock(&workers_mu_);
+    for (size_t k = 0; k < n; ++k) {
+      if (auto it = workers_.find(workers[k]); it != workers_.end()) {
+        ids[k] = it->second->id.load(std::memory_order_relaxed);
+      }
+    }
+  }
+  // The walk keeps, as bitmaps over compact ids, the workers whose run is
+  // still going: `running` holds or is predicted to hold blocks 0..j-1,
+  // `reporting` reported them. Block j ends the run of each one that is not
+  // among its holders; a block costs a few words per 64 workers, or its
+  // holder list when it has few, never a lookup per worker.
+  constexpr size_t kWords = (HolderTable::kMaxId + 1) / 64;
+  uint64_t running[kWords] = {};
+  uint64_t reporting[kWords] = {};
+  uint64_t next_running[kWords];
+  uint64_t next_reporting[kWords];
+  size_t words = 0;
+  for (uint16_t id : ids) {
+    if (id == 0) continue;
+    running[id / 64] |= uint64_t{1} << (id % 64);
+    words = std::max<size_t>(words, id / 64 + 1);
+  }
+  std::copy(running, running + words, reporting);
+  // Per id: where its runs ended, and its blocks credited to a slower tier.
+  thread_local std::vector<int32_t> run_end(HolderTable::kMaxId + 1);
+  thread_local std::vector<int32_t> reported_end(HolderTable::kMaxId + 1);
+  thread_local std::vector<std::array<int32_t, kNumTiers>> slower(HolderTable::kMaxId + 1);
+  for (uint16_t id : ids) {
+    if (id == 0) continue;
+    run_end[id] = reported_end[id] = static_cast<int32_t>(chain.size());
+    slower[id] = {};
+  }
+  auto set = [](uint64_t* bits, uint16_t id) { bits[id / 64] |= uint64_t{1} << (id % 64); };
+  auto has = [](const uint64_t* bits, uint16_t id) { return (bits[id / 64] >> (id % 64)) & 1; };
+  const bool predicting = with_predictions && predicted_count_.load(std::memory_order_relaxed) > 0;
+  // Slots are loaded a few blocks ahead: a lookup is a cache miss, and the
+  // shard locks between them would otherwise keep the misses one at a time.
+  constexpr size_t kAhead = 4;
+  auto prefetch = [&](size_t j) {
+    if (j < chain.size()) Prefetch(KeyOf(chain[j]));
+  };
+  for (size_t j = 0; words > 0 && j < kAhead; ++j) prefetch(j);
+  for (size_t j = 0; words > 0 && j < chain.size(); ++j) {
+    prefetch(j + kAhead);
+    const uint64_t key = KeyOf(chain[j]);
+    const Shard& shard = ShardOf(key);
+    std::fill(next_running, next_running + words, 0);
+    std::fill(next_reporting, next_reporting + words, 0);
+    {
+      absl::ReaderMutexLock lock(&shard.mu);
+      shard.table.Visit(
+          key,
+          [&](std::span<const HolderTable::Holder> list) {
+            for (HolderTable::Holder h : list) {
+              const uint16_t id = HolderTable::IdOf(h);
+              if (id / 64 >= words || !has(running, id)) continue;
+              set(next_running, id);
+              if (has(reporting, id)) set(next_reporting, id);
+              const int tier = FastestTier(HolderTable::TiersOf(h));
+              if (tier > 0) ++slower[id][static_cast<size_t>(tier)];
+            }
+          },
+          [&](HolderTable::Bitmap b) {
+            const size_t common = std::min(words, b.words);
+            for (size_t i = 0; i < common; ++i) {
+              const uint64_t any = HolderTable::AnyTier(b, i);
+              next_running[i] = running[i] & any;
+              next_reporting[i] = reporting[i] & any;
+              // Those not in the pool (rare) are credited by their tier.
+              for (uint64_t off = next_running[i] & ~b.bits[i * HolderTable::kMaxTiers];
+                   off != 0; off &= off - 1) {
+                const uint16_t id = static_cast<uint16_t>(64 * i + std::countr_zero(off));
+                ++slower[id][static_cast<size_t>(
+                    FastestTier(HolderTable::BitmapTiers(b, id)))];
+              }
+            }
+          });
+      if (predicting && !shard.predicted.empty()) {
+        if (auto it = shard.predicted.find(key); it != shard.predicted.end()) {
+          for (const Prediction& p : it->second) {
+            // Being computed into the worker's pool.
+            if (p.until > now && p.id / 64 < words && has(running, p.id)) set(next_running, p.id);
+          }
+        }
+      }
+    }
+    bool any = false;
+    for (size_t i = 0; i < words; ++i) {
+      for (uint64_t gone = running[i] & ~next_running[i]; gone != 0; gone &= gone - 1) {
+        run_end[64 * i + std::countr_zero(gone)] = static_cast<int32_t>(j);
+      }
+      for (uint64_t gone = reporting[i] & ~next_reporting[i]; gone != 0; gone &= gone - 1) {
+        reported_end[64 * i + std::countr_zero(gone)] = static_cast<int32_t>(j);
+      }
+      running[i] = next_running[i];
+      reporting[i] = next_reporting[i];
+      any = any || running[i] != 0;
+    }
+    if (!any) break;
+  }
+  for (size_t k = 0; k < n; ++k) {
+    const uint16_t id = ids[k];
+    if (id == 0) continue;
+    TieredOverlap& o = r.tiered[k];
+    o.blocks = run_end[id];
+    o.by_tier[0] = o.blocks;
+    for (int t = 1; t < kNumTiers; ++t) {
+      o.by_tier[static_cast<size_t>(t)] = slower[id][static_cast<size_t>(t)];
+      o.by_tier[0] -= slower[id][static_cast<size_t>(t)];
+    }
+    r.reported[k] = with_predictions ? reported_end[id] : o.blocks;
+  }
+  return r;
 }
 
 std::vector<int32_t> BlockIndex::Overlap(std::span<const int> workers,
@@ -151,60 +418,54 @@ std::vector<TieredOverlap> BlockIndex::OverlapByTier(std::span<const int> worker
                                                      std::span<const engine::BlockHash> chain,
                                                      absl::Time now,
                                                      bool with_predictions) const {
-  std::vector<TieredOverlap> overlap(workers.size());
-  absl::ReaderMutexLock lock(&mu_);
-  for (size_t k = 0; k < workers.size(); ++k) {
-    auto it = workers_.find(workers[k]);
-    if (it == workers_.end()) continue;
-    const WorkerState& w = it->second;
-    const bool predicting = with_predictions && !w.predicted.empty();
-    TieredOverlap& o = overlap[k];
-    for (const engine::BlockHash& h : chain) {
-      int tier = -1;
-      if (auto held = w.held.find(h); held != w.held.end()) {
-        tier = FastestTier(held->second);
-      } else if (predicting) {
-        // Being computed into the worker's pool.
-        auto p = w.predicted.find(h);
-        if (p != w.predicted.end() && p->second > now) tier = 0;
-      }
-      if (tier < 0) break;
-      ++o.blocks;
-      ++o.by_tier[static_cast<size_t>(tier)];
-    }
+  return OverlapAll(workers, chain, now, with_predictions).tiered;
+}
+
+bool BlockIndex::Holds(int worker, const engine::BlockHash& h) const {
+  uint16_t id = 0;
+  {
+    absl::ReaderMutexLock lock(&workers_mu_);
+    auto it = workers_.find(worker);
+    if (it == workers_.end()) return false;
+    id = it->second->id.load(std::memory_order_relaxed);
   }
-  return overlap;
+  if (id == 0) return false;
+  const Shard& shard = ShardOf(KeyOf(h));
+  absl::ReaderMutexLock lock(&shard.mu);
+  return shard.table.Holds(KeyOf(h), id);
 }
 
 std::optional<BlockHashParams> BlockIndex::params() const {
-  absl::ReaderMutexLock lock(&mu_);
+  if (!has_params_.load(std::memory_order_acquire)) return std::nullopt;
+  absl::ReaderMutexLock lock(&workers_mu_);
   return params_;
 }
 
-int64_t BlockIndex::entries() const {
-  absl::ReaderMutexLock lock(&mu_);
-  return entries_;
-}
+int64_t BlockIndex::entries() const { return entries_.load(std::memory_order_relaxed); }
 
-int64_t BlockIndex::hashes() const {
-  absl::ReaderMutexLock lock(&mu_);
-  return static_cast<int64_t>(holders_.size());
-}
+int64_t BlockIndex::hashes() const { return hashes_.load(std::memory_order_relaxed); }
 
 int64_t BlockIndex::entries_of(int worker) const {
-  absl::ReaderMutexLock lock(&mu_);
+  absl::ReaderMutexLock lock(&workers_mu_);
   auto it = workers_.find(worker);
-  return it == workers_.end() ? 0 : static_cast<int64_t>(it->second.held.size());
+  if (it == workers_.end()) return 0;
+  const uint16_t id = it->second->id.load(std::memory_order_relaxed);
+  return id == 0 ? 0 : entries_of_id_[id].load(std::memory_order_relaxed);
 }
 
-int64_t BlockIndex::dropped_entries() const {
-  absl::ReaderMutexLock lock(&mu_);
-  return dropped_;
-}
+int64_t BlockIndex::dropped_entries() const { return dropped_.load(std::memory_order_relaxed); }
 
 int64_t BlockIndex::predicted_entries() const {
-  absl::ReaderMutexLock lock(&mu_);
-  return predicted_;
+  return predicted_count_.load(std::memory_order_relaxed);
+}
+
+int64_t BlockIndex::table_bytes() const {
+  int64_t bytes = 0;
+  for (int s = 0; s < options_.shards; ++s) {
+    absl::ReaderMutexLock lock(&shards_[s].mu);
+    bytes += static_cast<int64_t>(shards_[s].table.MemoryBytes());
+  }
+  return bytes;
 }
 
 }  // namespace tandem::gateway

@@ -4,9 +4,26 @@
 // read by the router. Workers are the gateway's numbered worker slots. A
 // batch that does not follow the last one applied (a gap, or a new epoch)
 // is refused so that the subscriber resubscribes for a snapshot; a worker
-// whose stream ends is dropped with every entry. Memory is bounded by
-// `max_entries` (hash, worker) pairs: past it new entries are not recorded
-// (counted), which only costs routing accuracy.
+// whose stream ends is dropped with every entry.
+//
+// Layout, for a fleet of 1000 workers in a pod of 2 GiB: the index is
+// sharded by block key (the low 64 bits of the 128-bit block hash; a
+// collision there costs one routing choice, never a wrong cache hit, since
+// the worker matches the whole hash), each shard a HolderTable
+// (gateway/routing/holder_table.h) under its own reader/writer lock, so a
+// route waits at most for one shard's writer and only on the block it is
+// reading. A (block, worker) entry is 2 bytes of a holder set, not a map
+// node; workers are numbered compactly (up to 8191 at once). Overlap walks
+// the prompt's blocks once for every worker together, intersecting holder
+// sets, and stops where no candidate holds the block.
+//
+// Memory is bounded by `max_entries` (block, worker) pairs: past it the
+// shard being written evicts, with all its holders, the first block its
+// clock hand finds with no use left (a route reading a block or a worker
+// storing it counts a use, up to 3; the hand takes one off each block it
+// passes); when the hand passes kEvictionVisits blocks all still in use,
+// the new entry is the one not kept. Both are counted as dropped. Removing a worker (its stream ended, or a snapshot
+// replaces it) sweeps every shard once.
 //
 // Predictions: the router records the blocks of a prompt it just sent to a
 // worker as predicted there until a deadline, because the worker reports
@@ -14,12 +31,20 @@
 // that arrive together would be spread over every worker before the first
 // is done. Overlap counts a predicted block as held; the worker's own
 // `stored` event (or the deadline, or its stream ending) ends the
-// prediction. Predictions are bounded by `max_entries` too. Thread-safe.
+// prediction. Predictions are bounded by `max_predictions` (and
+// `max_entries`).
+//
+// Thread-safe. Lock order: a worker's own lock, then a shard's or the
+// workers' table lock; never two shards' at once.
+// A reader may see a batch, or a worker's removal, half applied.
 #ifndef TANDEM_GATEWAY_ROUTING_BLOCK_INDEX_H_
 #define TANDEM_GATEWAY_ROUTING_BLOCK_INDEX_H_
 
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <deque>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -31,22 +56,39 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/kv/block_hash.h"
+#include "gateway/routing/holder_table.h"
 #include "tandem/v1/worker.pb.h"
 
 namespace tandem::gateway {
 
 struct BlockIndexOptions {
-  int64_t max_entries = 4 << 20;  // (hash, worker) pairs
+  // (hash, worker) pairs. 48M: about 0.7-1.0 GiB at the 15-20 bytes per
+  // entry measured at fleet size, 1.3 GiB in the worst case (one holder per
+  // block, tables just grown; docs/benchmarks.md), so a 2 GiB gateway pod
+  // keeps headroom for the rest of the process; 1000 workers x 48k blocks.
+  int64_t max_entries = int64_t{48} << 20;
+  // Predictions held at most (a map entry each, ~50 bytes), and never more
+  // than max_entries.
+  int64_t max_predictions = int64_t{1} << 20;
+  // Lock shards (a power of two, 1..4096); tests use 1 for a single clock.
+  int shards = 256;
 };
 
 // Tiers a worker reports (tandem.v1.KvTier: device, host, disk).
 inline constexpr int kNumTiers = tandem::v1::KvTier_ARRAYSIZE;
+static_assert(kNumTiers <= HolderTable::kMaxTiers);
 
 // A worker's run of a prompt's leading blocks, and the fastest tier it holds
 // each of them in (predicted blocks count as the pool's).
 struct TieredOverlap {
   int32_t blocks = 0;
   std::array<int32_t, kNumTiers> by_tier = {};  // tier order; sums to blocks
+};
+
+// One walk's answer for every worker asked, in their order.
+struct Overlaps {
+  std::vector<TieredOverlap> tiered;  // held or predicted
+  std::vector<int32_t> reported;      // held as the worker reported (no predictions)
 };
 
 // How the workers hash blocks (they report it with their events).
@@ -58,6 +100,7 @@ struct BlockHashParams {
 class BlockIndex {
  public:
   explicit BlockIndex(const BlockIndexOptions& options = {});
+  ~BlockIndex();
 
   enum class Applied { kApplied, kNeedsResync };
   // Applies a batch from `worker`'s stream: a snapshot replaces what the
@@ -70,55 +113,110 @@ class BlockIndex {
   // Records `chain` as soon held by `worker`, until `until`.
   void Predict(int worker, std::span<const engine::BlockHash> chain, absl::Time until);
   // For each of `workers`, how many leading blocks of `chain` it holds (or
-  // is predicted to hold at `now`).
+  // is predicted to hold at `now`), with tiers, and how many it reported:
+  // one walk of the chain for all of them.
+  Overlaps OverlapAll(std::span<const int> workers, std::span<const engine::BlockHash> chain,
+                      absl::Time now = absl::Now(), bool with_predictions = true) const;
   std::vector<int32_t> Overlap(std::span<const int> workers,
                                std::span<const engine::BlockHash> chain,
                                absl::Time now = absl::Now(), bool with_predictions = true) const;
-  // The same run, with the tier each block would come from.
   std::vector<TieredOverlap> OverlapByTier(std::span<const int> workers,
                                            std::span<const engine::BlockHash> chain,
                                            absl::Time now = absl::Now(),
                                            bool with_predictions = true) const;
+  // Whether `worker` holds `h` in any tier; unlike a walk, not a use that
+  // keeps the block from eviction (diagnostics, tests).
+  bool Holds(int worker, const engine::BlockHash& h) const;
   // What the workers hash with, once one has reported.
   std::optional<BlockHashParams> params() const;
 
   int64_t entries() const;           // (hash, worker) pairs
   int64_t hashes() const;            // distinct hashes
   int64_t entries_of(int worker) const;
-  int64_t dropped_entries() const;   // not recorded: the index was full
+  int64_t dropped_entries() const;   // evicted (or not kept): the index was full
   int64_t predicted_entries() const;  // predictions held, expired ones included
+  // Heap bytes of the shards' tables (the allocator's own overhead aside).
+  int64_t table_bytes() const;
 
  private:
-  struct WorkerState {
-    uint64_t epoch = 0;
-    uint64_t sequence = 0;
-    bool synced = false;  // a snapshot has been applied
-    // Each hash held, with a bit per tier holding it (1 << KvTier).
-    absl::flat_hash_map<engine::BlockHash, uint8_t> held;
-    absl::flat_hash_map<engine::BlockHash, absl::Time> predicted;  // -> until
+  struct Prediction {
+    uint16_t id;
+    absl::Time until;
   };
-  // Drops `w`'s expired predictions.
-  void PruneLocked(WorkerState& w, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AddLocked(int worker, WorkerState& w, const engine::BlockHash& h, int tier)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RemoveLocked(int worker, WorkerState& w, const engine::BlockHash& h, int tier)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct PredictionDeadline {
+    uint64_t key;
+    uint16_t id;
+    absl::Time until;
+  };
+  // A shard's lock covers its blocks' holders and predictions, so a route
+  // takes one lock per block.
+  struct Shard {
+    mutable absl::Mutex mu;
+    HolderTable table ABSL_GUARDED_BY(mu);
+    absl::flat_hash_map<uint64_t, absl::InlinedVector<Prediction, 1>> predicted
+        ABSL_GUARDED_BY(mu);
+    std::deque<PredictionDeadline> deadlines ABSL_GUARDED_BY(mu);  // as made
+  };
+  struct WorkerState {
+    absl::Mutex mu;  // one Apply, Predict or Drop of the worker at a time
+    // Its compact number in the holder sets; 0 while it has none. Written
+    // under mu and workers_mu_ together, so either suffices to read it.
+    std::atomic<uint16_t> id{0};
+    uint64_t epoch ABSL_GUARDED_BY(mu) = 0;
+    uint64_t sequence ABSL_GUARDED_BY(mu) = 0;
+    bool synced ABSL_GUARDED_BY(mu) = false;  // a snapshot has been applied
+  };
+  // What one Apply changed in the counters, published once at its end.
+  struct Tally {
+    int64_t entries = 0;
+    int64_t hashes = 0;
+    int64_t of_id = 0;  // the applying worker's entries
+  };
+
+  // Keys the clock hand passes looking for one to evict before the index
+  // keeps what it has and refuses the new entry instead.
+  static constexpr size_t kEvictionVisits = 16;
+  static uint64_t KeyOf(const engine::BlockHash& h) { return h.low; }
+  Shard& ShardOf(uint64_t key) const;
+  // Starts loading `key`'s slot, without the shard's lock.
+  void Prefetch(uint64_t key) const ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // The worker's state, made on first use (never freed: slots are few).
+  WorkerState& StateOf(int worker) ABSL_LOCKS_EXCLUDED(workers_mu_);
+  // `w`'s compact id, numbering it if it has none.
+  uint16_t IdOf(WorkerState& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w.mu)
+      ABSL_LOCKS_EXCLUDED(workers_mu_);
+  void Add(uint16_t id, uint64_t key, int tier, Tally& tally);
+  void Remove(uint16_t id, uint64_t key, int tier, Tally& tally);
   // The batch's lower-tier events (`tiers`).
-  void ApplyTiersLocked(int worker, WorkerState& w, const tandem::v1::BlockEventBatch& batch)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ClearLocked(int worker, WorkerState& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Takes `worker` off the holders of `h` (an entry it had).
-  void UnholdLocked(int worker, const engine::BlockHash& h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyTiers(uint16_t id, const tandem::v1::BlockEventBatch& batch, Tally& tally);
+  // Takes `id` off every block and every prediction.
+  void Clear(uint16_t id);
+  // Evicts from `shard` while the index (with `tally` not yet published)
+  // is over its bound; false when the hand found no block without uses
+  // within kEvictionVisits.
+  bool EvictLocked(Shard& shard, Tally& tally)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
+  // Drops `shard`'s predictions past their deadline at `now`.
+  void PruneLocked(Shard& shard, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
 
   const BlockIndexOptions options_;
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<engine::BlockHash, absl::InlinedVector<int, 2>> holders_
-      ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<int, WorkerState> workers_ ABSL_GUARDED_BY(mu_);
-  std::optional<BlockHashParams> params_ ABSL_GUARDED_BY(mu_);
-  int64_t entries_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t predicted_ ABSL_GUARDED_BY(mu_) = 0;
+  const int shard_shift_;  // key mix >> shard_shift_: the shard
+  std::unique_ptr<Shard[]> shards_;
+  std::atomic<int64_t> entries_{0};
+  std::atomic<int64_t> hashes_{0};
+  std::atomic<int64_t> dropped_{0};
+  // Entries per compact id.
+  std::unique_ptr<std::atomic<int64_t>[]> entries_of_id_;
+
+  mutable absl::Mutex workers_mu_;
+  absl::flat_hash_map<int, std::unique_ptr<WorkerState>> workers_ ABSL_GUARDED_BY(workers_mu_);
+  std::vector<uint16_t> free_ids_ ABSL_GUARDED_BY(workers_mu_);
+  uint16_t next_id_ ABSL_GUARDED_BY(workers_mu_) = 1;
+  std::optional<BlockHashParams> params_ ABSL_GUARDED_BY(workers_mu_);
+
+  // Predictions held; read without a lock to skip them when there are none.
+  std::atomic<int64_t> predicted_count_{0};
+  std::atomic<bool> has_params_{false};
 };
 
 }  // namespace tandem::gateway

@@ -44,7 +44,10 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
     const int n = picker.size();
     std::vector<int> slots(n);
     for (int i = 0; i < n; ++i) slots[i] = first_slot_ + i;
-    const std::vector<TieredOverlap> tiered = index_.OverlapByTier(slots, chain);
+    // One walk answers both questions: what each worker holds or is
+    // predicted to (the cost) and what it has reported (whom to pull from).
+    const Overlaps overlaps = index_.OverlapAll(slots, chain);
+    const std::vector<TieredOverlap>& tiered = overlaps.tiered;
     std::vector<int32_t> overlap(tiered.size());
     std::vector<double> credit(tiered.size(), 0.0);
     for (size_t i = 0; i < tiered.size(); ++i) {
@@ -73,14 +76,17 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
       // A holder that has reported the blocks (not a prediction: those are
       // still being computed) and has enough more of them than the chosen
       // worker: pulling them beats computing them.
-      const std::vector<int32_t> held = index_.Overlap(slots, chain, absl::Now(), false);
+      const std::vector<int32_t>& held = overlaps.reported;
       int best = -1;
       for (int i = 0; i < n; ++i) {
-        if (i == d.pick.index() || !picker.active(i) ||
-            std::find(exclude.begin(), exclude.end(), i) != exclude.end()) {
+        // Whether it would be the better holder first: that is a compare,
+        // active() takes the picker's lock (a thousand workers, a thousand
+        // locks a route otherwise).
+        if (i == d.pick.index() || (best >= 0 && held[i] <= held[best])) continue;
+        if (!picker.active(i) || std::find(exclude.begin(), exclude.end(), i) != exclude.end()) {
           continue;
         }
-        if (best < 0 || held[i] > held[best]) best = i;
+        best = i;
       }
       if (best >= 0 && held[best] - d.overlap_blocks >= options_.pull_min_blocks) {
         d.pull_from = picker.address(best);
@@ -89,7 +95,12 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
       }
     }
     if (d.pick.valid() && options_.prediction_ttl > absl::ZeroDuration()) {
-      index_.Predict(first_slot_ + d.pick.index(), full, absl::Now() + options_.prediction_ttl);
+      // The leading blocks it reported holding need no prediction (Predict
+      // would skip them, a shard lock each).
+      const int i = d.pick.index();
+      const size_t held = i < n ? static_cast<size_t>(overlaps.reported[i]) : 0;
+      index_.Predict(first_slot_ + i, std::span(full).subspan(std::min(held, full.size())),
+                     absl::Now() + options_.prediction_ttl);
     }
     const int32_t best_overlap =
         overlap.empty() ? 0 : *std::max_element(overlap.begin(), overlap.end());

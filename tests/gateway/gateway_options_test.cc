@@ -68,7 +68,7 @@ TEST(GatewayFlagsTest, DefaultsParse) {
   EXPECT_THAT(o.router.tier_weights, ElementsAre(1.0, 0.8, 0.5));
   EXPECT_EQ(o.router.prediction_ttl, absl::Seconds(10));
   EXPECT_EQ(o.router.pull_min_blocks, 4);
-  EXPECT_EQ(o.index.max_entries, 4194304);
+  EXPECT_EQ(o.index.max_entries, 50331648);
   EXPECT_EQ(o.resolve_interval, absl::Seconds(5));
   EXPECT_EQ(o.max_migrations, 3);
   EXPECT_EQ(o.streams_per_decode_worker, 1024);

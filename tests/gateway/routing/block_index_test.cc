@@ -1,11 +1,17 @@
 // The gateway's block index: snapshots replace, deltas must follow in
 // order within an epoch (else a resync is asked for), a dropped worker's
-// entries go at once, overlap counts leading blocks only, and the entry
-// bound holds.
+// entries go at once, overlap counts leading blocks only, the entry bound
+// holds by evicting the block least recently routed to, one walk for all
+// workers answers what a walk per worker would, and routes read while a
+// writer applies.
 #include "gateway/routing/block_index.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+#include <random>
+#include <thread>
 #include <vector>
 
 namespace tandem::gateway {
@@ -89,12 +95,14 @@ TEST(BlockIndexTest, OverlapIsPerWorkerAndADroppedWorkerLosesEverything) {
 TEST(BlockIndexTest, EntriesStayWithinTheBound) {
   BlockIndex index({.max_entries = 3});
   index.Apply(0, Batch(1, 1, true, {1, 2}));
-  index.Apply(1, Batch(2, 1, true, {1, 2}));  // the fourth entry is not kept
-  EXPECT_EQ(index.entries(), 3);
-  EXPECT_EQ(index.dropped_entries(), 1);
-  index.Apply(0, Batch(1, 2, false, {}, {1}));  // room again
-  index.Apply(1, Batch(2, 2, false, {9}));
-  EXPECT_EQ(index.entries(), 3);
+  index.Apply(1, Batch(2, 1, true, {1, 2}));  // the fourth entry evicts a block
+  EXPECT_LE(index.entries(), 3);
+  EXPECT_EQ(index.entries() + index.dropped_entries(), 4);
+  EXPECT_EQ(index.entries(), index.entries_of(0) + index.entries_of(1));
+  index.Apply(1, Batch(2, 2, false, {9, 10, 11}));
+  EXPECT_LE(index.entries(), 3);
+  EXPECT_EQ(index.entries(), index.entries_of(0) + index.entries_of(1));
+  EXPECT_EQ(index.entries() + index.dropped_entries(), 7);
 }
 
 TEST(BlockIndexTest, PredictionsCountUntilTheirDeadlineOrTheWorkersOwnReport) {
@@ -171,6 +179,246 @@ TEST(BlockIndexTest, TiersAreKeptPerBlockAndTheFastestIsCredited) {
   ASSERT_EQ(index.Apply(0, gone), BlockIndex::Applied::kApplied);
   EXPECT_EQ(index.Overlap(workers, Chain({1, 2, 3, 4})), std::vector<int32_t>{2});
   EXPECT_EQ(index.entries_of(0), 3);
+}
+
+}  // namespace
+}  // namespace tandem::gateway
+
+namespace tandem::gateway {
+namespace {
+
+// One shard, so that the clock's order is the test's.
+TEST(BlockIndexTest, EvictionTakesTheBlockNotRoutedToSince) {
+  BlockIndex index({.max_entries = 4, .shards = 1});
+  index.Apply(0, Batch(1, 1, true, {1, 2, 3, 4}));
+  // A fifth entry: every block was just stored (referenced), so the hand
+  // clears them all and takes the first; the rest are now unreferenced.
+  index.Apply(0, Batch(1, 2, false, {5}));
+  EXPECT_EQ(index.entries(), 4);
+  EXPECT_EQ(index.dropped_entries(), 1);
+  std::vector<uint64_t> kept;
+  for (uint64_t b = 1; b <= 5; ++b) {
+    if (index.Holds(0, H(b))) kept.push_back(b);  // not a use, unlike a walk
+  }
+  ASSERT_EQ(kept.size(), 4u);
+  // Route to all but one of them (a walk marks what it reads)...
+  const uint64_t cold = kept.back();
+  kept.pop_back();
+  const std::vector<int> w0 = {0};
+  for (uint64_t b : kept) index.Overlap(w0, Chain({b}));
+  // ...and the next block stored evicts that one.
+  index.Apply(0, Batch(1, 3, false, {6}));
+  EXPECT_EQ(index.entries(), 4);
+  EXPECT_EQ(index.dropped_entries(), 2);
+  EXPECT_EQ(index.Overlap(w0, Chain({cold}))[0], 0);
+  for (uint64_t b : kept) EXPECT_EQ(index.Overlap(w0, Chain({b}))[0], 1) << b;
+  EXPECT_EQ(index.Overlap(w0, Chain({6}))[0], 1);
+  EXPECT_EQ(index.entries_of(0), 4);
+}
+
+TEST(BlockIndexTest, ABlockHeldByManyIsOneSlotAndLosesOnlyTheWorkerRemoved) {
+  BlockIndex index;
+  // 200 workers share blocks 1..50 (their holder sets spill to a list, then
+  // to bitmaps); each also holds a block of its own.
+  for (int w = 0; w < 200; ++w) {
+    std::vector<uint64_t> blocks;
+    for (uint64_t b = 1; b <= 50; ++b) blocks.push_back(b);
+    blocks.push_back(1000 + w);
+    ASSERT_EQ(index.Apply(w, Batch(w + 1, 1, true, blocks)), BlockIndex::Applied::kApplied);
+  }
+  EXPECT_EQ(index.hashes(), 250);
+  EXPECT_EQ(index.entries(), 200 * 51);
+  // Interned: far less than a map node per entry.
+  EXPECT_LT(index.table_bytes(), 8 * index.entries());
+  std::vector<int> all(200);
+  for (int w = 0; w < 200; ++w) all[w] = w;
+  std::vector<int32_t> o = index.Overlap(all, Chain({1, 2, 3, 1007}));
+  for (int w = 0; w < 200; ++w) EXPECT_EQ(o[w], w == 7 ? 4 : 3) << w;
+  // A worker that leaves: gone from every set, the others untouched.
+  index.Drop(7);
+  EXPECT_EQ(index.entries(), 199 * 51);
+  EXPECT_EQ(index.hashes(), 249);
+  o = index.Overlap(all, Chain({1, 2, 3, 1007}));
+  for (int w = 0; w < 200; ++w) EXPECT_EQ(o[w], w == 7 ? 0 : 3) << w;
+  // A restart (a new epoch's snapshot) replaces the worker's blocks.
+  ASSERT_EQ(index.Apply(9, Batch(77, 0, true, {1, 2})), BlockIndex::Applied::kApplied);
+  EXPECT_EQ(index.entries_of(9), 2);
+  EXPECT_EQ(index.Overlap(all, Chain({1, 2, 3}))[9], 2);
+  // The number a dropped worker had goes to a newcomer without its blocks.
+  ASSERT_EQ(index.Apply(500, Batch(5, 1, true, {2000})), BlockIndex::Applied::kApplied);
+  EXPECT_EQ(index.entries_of(500), 1);
+  const std::vector<int> newcomer = {500};
+  EXPECT_EQ(index.Overlap(newcomer, Chain({1}))[0], 0);
+  EXPECT_EQ(index.Overlap(newcomer, Chain({2000}))[0], 1);
+  // Workers leaving one by one shrink the sets back to lists and inline.
+  for (int w = 0; w < 200; ++w) index.Drop(w);
+  EXPECT_EQ(index.entries(), 1);
+  EXPECT_EQ(index.hashes(), 1);
+}
+
+// The reference: per worker, a map of block -> tier bits and a map of
+// predictions, walked once per worker as the index did before.
+struct Reference {
+  std::map<int, std::map<uint64_t, uint8_t>> held;
+  std::map<int, std::map<uint64_t, absl::Time>> predicted;
+
+  TieredOverlap Walk(int w, const std::vector<uint64_t>& chain, absl::Time now,
+                     bool with_predictions) const {
+    TieredOverlap o;
+    for (uint64_t b : chain) {
+      int tier = -1;
+      auto h = held.find(w);
+      if (h != held.end() && h->second.contains(b)) {
+        const uint8_t bits = h->second.at(b);
+        tier = 0;
+        while (tier < kNumTiers - 1 && (bits & (1u << tier)) == 0) ++tier;
+      } else if (with_predictions) {
+        auto p = predicted.find(w);
+        if (p != predicted.end() && p->second.contains(b) && p->second.at(b) > now) tier = 0;
+      }
+      if (tier < 0) break;
+      ++o.blocks;
+      ++o.by_tier[static_cast<size_t>(tier)];
+    }
+    return o;
+  }
+};
+
+TEST(BlockIndexTest, OneWalkForAllWorkersAnswersAsAWalkPerWorker) {
+  std::mt19937_64 rng(34);
+  for (const int shards : {1, 256}) {
+    BlockIndex index({.shards = shards});
+    Reference ref;
+    constexpr int kWorkers = 150;
+    std::map<int, uint64_t> sequence;
+    const absl::Time t0 = absl::Now();
+    // Blocks 1..40: popular ones (low numbers) are held by many workers.
+    auto block = [&] { return 1 + std::min<uint64_t>(rng() % 40, rng() % 40); };
+    for (int w = 0; w < kWorkers; ++w) {
+      index.Apply(w, Batch(1, 0, true, {}));
+      sequence[w] = 0;
+    }
+    for (int step = 0; step < 6000; ++step) {
+      const int w = static_cast<int>(rng() % kWorkers);
+      const int what = static_cast<int>(rng() % 100);
+      if (what < 2) {  // the worker leaves and comes back empty
+        index.Drop(w);
+        ref.held.erase(w);
+        ref.predicted.erase(w);
+        index.Apply(w, Batch(1, 0, true, {}));
+        sequence[w] = 0;
+        continue;
+      }
+      if (what < 6) {  // a prediction
+        std::vector<uint64_t> chain;
+        for (int i = 0; i < 5; ++i) chain.push_back(block());
+        const absl::Time until = t0 + absl::Seconds(static_cast<int>(rng() % 20));
+        index.Predict(w, Chain(chain), until);
+        for (uint64_t b : chain) {
+          if (ref.held[w].contains(b)) continue;
+          absl::Time& u = ref.predicted[w][b];
+          u = std::max(u, until);
+        }
+        continue;
+      }
+      tandem::v1::BlockEventBatch b = Batch(1, ++sequence[w], false, {});
+      const uint64_t x = block();
+      const int tier = static_cast<int>(rng() % kNumTiers);
+      const bool store = rng() % 3 != 0;
+      if (tier == 0) {
+        b = Batch(1, sequence[w], false, store ? std::vector<uint64_t>{x} : std::vector<uint64_t>{},
+                  store ? std::vector<uint64_t>{} : std::vector<uint64_t>{x});
+      } else {
+        AddTier(b, static_cast<tandem::v1::KvTier>(tier),
+                store ? std::vector<uint64_t>{x} : std::vector<uint64_t>{},
+                store ? std::vector<uint64_t>{} : std::vector<uint64_t>{x});
+      }
+      ASSERT_EQ(index.Apply(w, b), BlockIndex::Applied::kApplied);
+      if (store) {
+        ref.held[w][x] |= static_cast<uint8_t>(1u << tier);
+        ref.predicted[w].erase(x);  // the worker's report ends its prediction
+      } else if (ref.held[w].contains(x)) {
+        ref.held[w][x] &= static_cast<uint8_t>(~(1u << tier));
+        if (ref.held[w][x] == 0) ref.held[w].erase(x);
+      }
+      if (step % 50 != 0) continue;
+      // Ask for every worker (and one twice, and one unknown) at once.
+      std::vector<int> asked;
+      for (int k = 0; k < kWorkers; ++k) asked.push_back(k);
+      asked.push_back(3);
+      asked.push_back(9999);
+      std::vector<uint64_t> chain;
+      const int len = 1 + static_cast<int>(rng() % 12);
+      for (int i = 0; i < len; ++i) chain.push_back(1 + rng() % 12);
+      const absl::Time now = t0 + absl::Seconds(static_cast<int>(rng() % 20));
+      const Overlaps got = index.OverlapAll(asked, Chain(chain), now);
+      const std::vector<int32_t> plain = index.Overlap(asked, Chain(chain), now, false);
+      int64_t entries = 0;
+      for (const auto& [worker, blocks] : ref.held) entries += static_cast<int64_t>(blocks.size());
+      ASSERT_EQ(index.entries(), entries) << "step " << step;
+      for (size_t k = 0; k < asked.size(); ++k) {
+        const TieredOverlap want = ref.Walk(asked[k], chain, now, true);
+        ASSERT_EQ(got.tiered[k].blocks, want.blocks) << "step " << step << " worker " << asked[k];
+        ASSERT_EQ(got.tiered[k].by_tier, want.by_tier) << "step " << step << " worker " << asked[k];
+        const int32_t reported = ref.Walk(asked[k], chain, now, false).blocks;
+        ASSERT_EQ(got.reported[k], reported) << "step " << step << " worker " << asked[k];
+        ASSERT_EQ(plain[k], reported) << "step " << step << " worker " << asked[k];
+      }
+    }
+  }
+}
+
+// Readers walk a chain that worker 0 holds throughout while a writer churns
+// other workers' blocks (sets spilling and shrinking, tables growing and
+// shifting): every answer is the whole chain, whatever the interleaving.
+// Deterministic by design: fixed work on each side, no sleeps.
+TEST(BlockIndexTest, RoutesReadWhileAWriterAppliesAndSeeWhatDidNotChange) {
+  BlockIndex index({.shards = 4});
+  std::vector<uint64_t> fixed;
+  for (uint64_t b = 1; b <= 64; ++b) fixed.push_back(b);
+  ASSERT_EQ(index.Apply(0, Batch(1, 0, true, fixed)), BlockIndex::Applied::kApplied);
+  const std::vector<engine::BlockHash> chain = Chain(fixed);
+  std::thread writer([&] {
+    std::mt19937_64 rng(7);
+    std::map<int, uint64_t> seq;
+    for (int w = 1; w <= 64; ++w) index.Apply(w, Batch(1, 0, true, {}));
+    for (int i = 0; i < 20000; ++i) {
+      const int w = 1 + static_cast<int>(rng() % 64);
+      // Blocks 1..64 too, so the fixed chain's holder sets keep changing.
+      const uint64_t b = 1 + rng() % 5000;
+      const bool store = rng() % 2 == 0;
+      index.Apply(w, Batch(1, ++seq[w], false, store ? std::vector<uint64_t>{b} : std::vector<uint64_t>{},
+                           store ? std::vector<uint64_t>{} : std::vector<uint64_t>{b}));
+      if (i % 5000 == 4999) {
+        index.Drop(w);
+        index.Apply(w, Batch(2, 0, true, {}));
+        seq[w] = 0;
+      }
+      if (i % 97 == 0) index.Predict(w, Chain({b, b + 1}), absl::Now() + absl::Seconds(5));
+    }
+  });
+  std::vector<std::thread> readers;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 2; ++t) {
+    readers.emplace_back([&] {
+      std::vector<int> asked(65);
+      for (int w = 0; w <= 64; ++w) asked[w] = w;
+      for (int i = 0; i < 3000; ++i) {
+        const Overlaps o = index.OverlapAll(asked, chain);
+        if (o.tiered[0].blocks != 64 || o.reported[0] != 64) wrong.fetch_add(1);
+        for (int w = 1; w <= 64; ++w) {
+          if (o.tiered[w].blocks < 0 || o.tiered[w].blocks > 64) wrong.fetch_add(1);
+        }
+      }
+    });
+  }
+  writer.join();
+  for (std::thread& r : readers) r.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(index.entries_of(0), 64);
+  int64_t sum = 0;
+  for (int w = 0; w <= 64; ++w) sum += index.entries_of(w);
+  EXPECT_EQ(index.entries(), sum);
 }
 
 }  // namespace

@@ -1,0 +1,248 @@
+// One shard of the gateway's block index (gateway/routing/block_index.h): an
+// open-addressing table from a block's 64-bit key to the workers holding it,
+// each with the tiers it holds the block in. A slot is 16 bytes (the key and
+// one word of holders: up to three inline, more spill to a vector of 2 bytes
+// per holder, or to bitmaps over the workers for a block many hold), so a
+// (block, worker) entry costs no map node of its own. Robin Hood probing
+// with backward-shift deletion keeps misses short at a high load; capacity
+// grows by half again, so the table is never less than ~58% full once it
+// has grown.
+//
+// Eviction is CLOCK with a count (between LRU and LFU): a lookup or a store
+// counts a use of the key (up to 3), the hand takes one off each key it
+// passes and evicts the first it finds at 0, so a block routed to often
+// outlives one stored once. Lookups count through atomics, so they may run
+// under a shared lock. Thread-compatible: the block index holds the shard's
+// lock (shared for Visit, ForEachHolder and Prefetch's callers' reads,
+// exclusive for everything else).
+#ifndef TANDEM_GATEWAY_ROUTING_HOLDER_TABLE_H_
+#define TANDEM_GATEWAY_ROUTING_HOLDER_TABLE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <climits>
+#include <cstdint>
+#include <bit>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace tandem::gateway {
+
+class HolderTable {
+ public:
+  // A holder: a worker's compact id (1..kMaxId) and its tier bits (bit t:
+  // tier t) above it.
+  using Holder = uint16_t;
+  static constexpr int kIdBits = 13;
+  static constexpr uint16_t kMaxId = (1u << kIdBits) - 1;
+  static constexpr int kMaxTiers = 16 - kIdBits;
+  static uint16_t IdOf(Holder h) { return h & kMaxId; }
+  static uint8_t TiersOf(Holder h) { return static_cast<uint8_t>(h >> kIdBits); }
+  // The key's bits mixed (splitmix64's finalizer): block keys are hashes
+  // already, but tests and tools use small numbers. The top bits pick the
+  // block index's shard, the rest the slot.
+  static uint64_t Mix(uint64_t x) {
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  }
+
+  // `capacity`: slots to start with (at least 4).
+  explicit HolderTable(size_t capacity = 16);
+  HolderTable(const HolderTable&) = delete;
+  HolderTable& operator=(const HolderTable&) = delete;
+
+  // Records worker `id` holding `key` in `tier`; true when the (key, id)
+  // entry is new. Counts a use of the key.
+  bool Add(uint64_t key, uint16_t id, int tier);
+  // Clears `tier` of (key, id); true when the entry went (no tier left).
+  bool Remove(uint64_t key, uint16_t id, int tier);
+  // A popular block's holders as bitmaps: word w of tier t's plane is
+  // bits[w * kMaxTiers + t]; bit b of word w is worker id 64w + b.
+  struct Bitmap {
+    const uint64_t* bits;
+    size_t words;
+  };
+  // Counts a use of `key` and calls on_list(std::span<const Holder>) or,
+  // for a block with many holders, on_bitmap(Bitmap); false when no worker
+  // holds it (neither is called).
+  template <typename OnList, typename OnBitmap>
+  bool Visit(uint64_t key, OnList&& on_list, OnBitmap&& on_bitmap) const {
+    const size_t p = Find(key);
+    if (p == kNone) return false;
+    // Other readers may set the bit at once: all of them through atomics.
+    std::atomic_ref<uint64_t> shared(slots_[p].holders);
+    const uint64_t w = shared.load(std::memory_order_relaxed);
+    if ((w & kUses) != kUses) shared.store(w + kOneUse, std::memory_order_relaxed);
+    if (Spilled(w)) {
+      const Spill& s = spills_[SpillIndex(w)];
+      if (s.IsBitmap()) {
+        on_bitmap(Bitmap{.bits = s.bits.data(), .words = s.bits.size() / kMaxTiers});
+      } else {
+        on_list(std::span<const Holder>(s.list));
+      }
+      return true;
+    }
+    Holder inline_holders[kInline];
+    size_t n = 0;
+    for (int i = 0; i < kInline; ++i) {
+      if (InlineAt(w, i) != 0) inline_holders[n++] = InlineAt(w, i);
+    }
+    on_list(std::span<const Holder>(inline_holders, n));
+    return true;
+  }
+  // Calls on_holder(id, tier_bits) for each holder of `key` and counts a
+  // use of it; false when no worker holds it.
+  template <typename F>
+  bool ForEachHolder(uint64_t key, F&& on_holder) const {
+    return Visit(
+        key, [&](std::span<const Holder> list) {
+          for (Holder h : list) on_holder(IdOf(h), TiersOf(h));
+        },
+        [&](Bitmap b) {
+          for (size_t i = 0; i < b.words; ++i) {
+            for (uint64_t any = AnyTier(b, i); any != 0; any &= any - 1) {
+              const uint16_t id = static_cast<uint16_t>(64 * i + std::countr_zero(any));
+              on_holder(id, BitmapTiers(b, id));
+            }
+          }
+        });
+  }
+  // Word `i` of the holders in any tier.
+  static uint64_t AnyTier(Bitmap b, size_t i) {
+    uint64_t any = 0;
+    for (int t = 0; t < kMaxTiers; ++t) any |= b.bits[i * kMaxTiers + t];
+    return any;
+  }
+  static uint8_t BitmapTiers(Bitmap b, uint16_t id) {
+    uint8_t tiers = 0;
+    for (int t = 0; t < kMaxTiers; ++t) {
+      if ((b.bits[(id / 64) * kMaxTiers + t] >> (id % 64)) & 1) tiers |= 1u << t;
+    }
+    return tiers;
+  }
+  // Whether worker `id` holds `key` in any tier (marks nothing).
+  bool Holds(uint64_t key, uint16_t id) const;
+  // Takes worker `id` off every key; returns the entries removed. Stops
+  // once `expected` are (the worker's entries in this table, if known).
+  int64_t RemoveWorker(uint16_t id, int64_t expected = INT64_MAX);
+  // Evicts the first key the clock hand finds with no use left, calling
+  // on_holder(id) for each of its holders; returns them. 0: the table is
+  // empty, or the hand passed `max_visits` keys that all had uses left.
+  template <typename F>
+  int64_t EvictOne(F&& on_holder, size_t max_visits = SIZE_MAX) {
+    if (size_ == 0) return 0;
+    for (size_t visits = 0;;) {
+      if (hand_ >= capacity_) hand_ = 0;
+      const size_t p = hand_;
+      if (slots_[p].holders != 0) {
+        if (visits++ == max_visits) return 0;
+        if ((slots_[p].holders & kUses) != 0) {
+          slots_[p].holders -= kOneUse;
+        } else {
+          int64_t n = 0;
+          ForEachHolder(slots_[p].key, [&](uint16_t id, uint8_t) {
+            on_holder(id);
+            ++n;
+          });
+          FreeSpill(slots_[p].holders);
+          Erase(p);  // the hand stays: a later key may have shifted into p
+          return n;
+        }
+      }
+      ++hand_;
+    }
+  }
+
+  // Starts loading the slot where `key` would be. Safe without the lock:
+  // it reads the table's location through atomics and never dereferences
+  // (a stale location costs only a useless prefetch).
+  void Prefetch(uint64_t key) const {
+    const Slot* slots = slots_view_.load(std::memory_order_relaxed);
+    const size_t capacity = capacity_view_.load(std::memory_order_relaxed);
+    if (slots != nullptr) __builtin_prefetch(slots + HomeIn(key, capacity));
+  }
+
+  size_t size() const { return size_; }  // keys
+  size_t capacity() const { return capacity_; }
+  // Heap bytes this table owns (slots, spills).
+  size_t MemoryBytes() const;
+
+ private:
+  static constexpr int kInline = 3;
+  static constexpr uint64_t kSpillBit = uint64_t{1} << 63;
+  // The clock's count of uses since the hand last passed, saturating at 3.
+  static constexpr uint64_t kOneUse = uint64_t{1} << 61;
+  static constexpr uint64_t kUses = uint64_t{3} << 61;
+  static constexpr size_t kNone = ~size_t{0};
+  // Empty: holders == 0. Inline: holders 0..2 in bits 0..47 (0 = none).
+  // Spilled: kSpillBit | index into spills_ (bits 0..31). Either way
+  // kUses: the clock's count. Writers hold the shard's lock exclusively and
+  // use plain accesses; readers, under the shared lock, read and count a use
+  // through std::atomic_ref (two at once may count one: no matter).
+  struct Slot {
+    uint64_t key;
+    uint64_t holders;
+  };
+  // A holder set past kInline: a list, or bitmaps once the list would be a
+  // quarter of their size (a block many workers hold); count holders
+  // either way.
+  struct Spill {
+    std::vector<Holder> list;
+    std::vector<uint64_t> bits;  // see Bitmap
+    uint32_t count = 0;
+    bool IsBitmap() const { return !bits.empty(); }
+  };
+  static bool Spilled(uint64_t w) { return (w & kSpillBit) != 0; }
+  static uint32_t SpillIndex(uint64_t w) { return static_cast<uint32_t>(w); }
+  static Holder InlineAt(uint64_t w, int i) { return static_cast<Holder>(w >> (16 * i)); }
+
+  static size_t HomeIn(uint64_t key, size_t capacity) {
+    // The top bits choose the block index's shard; the rest, scaled to the
+    // capacity (which need not be a power of two), choose the slot.
+    const unsigned __int128 m = static_cast<unsigned __int128>(Mix(key) << 12) * capacity;
+    return static_cast<size_t>(m >> 64);
+  }
+  size_t Home(uint64_t key) const { return HomeIn(key, capacity_); }
+  size_t Distance(size_t p) const;  // of the key in slot p from its home
+  size_t Find(uint64_t key) const;
+  // Whether slot p holds a key (readers may be counting a use in it).
+  bool Occupied(size_t p) const {
+    return std::atomic_ref<uint64_t>(slots_[p].holders).load(std::memory_order_relaxed) != 0;
+  }
+  static bool NoHolders(uint64_t w) { return (w & ~kUses) == 0; }
+  // Places a key known absent; grows first when the table is full.
+  void Insert(uint64_t key, uint64_t holders);
+  void InsertNoGrow(Slot slot);
+  void Erase(size_t p);
+  void Grow();
+  // Removes `id` from the holder word in slot p (by reference); returns its
+  // tier bits, 0 when it was not there. Spills shrink back inline.
+  uint8_t TakeHolder(size_t p, uint16_t id);
+  // Sets `tier` of `id` in spill `s`; true when `id` is a new holder.
+  bool SpillAdd(Spill& s, uint16_t id, int tier);
+  // Clears `tier` (or, with tier < 0, every tier) of `id` in `s`; returns
+  // the tiers it had.
+  uint8_t SpillClear(Spill& s, uint16_t id, int tier);
+  // Switches `s` between list and bitmaps by which is smaller.
+  void Reshape(Spill& s);
+  // Moves the spill of holder word `w` back inline when it is small enough.
+  void MaybeUnspill(uint64_t& w);
+  void FreeSpill(uint64_t w);
+  uint32_t NewSpill();
+
+  size_t capacity_;
+  size_t size_ = 0;
+  size_t hand_ = 0;
+  std::unique_ptr<Slot[]> slots_;
+  // slots_ and capacity_ for Prefetch, which runs without the lock.
+  std::atomic<const Slot*> slots_view_{nullptr};
+  std::atomic<size_t> capacity_view_{0};
+  std::vector<Spill> spills_;
+  std::vector<uint32_t> free_spills_;
+};
+
+}  // namespace tandem::gateway
+
+#endif  // TANDEM_GATEWAY_ROUTING_HOLDER_TABLE_H_

@@ -1,0 +1,116 @@
+// One shard of the block index: keys stay findable through growth and
+// backward-shift deletion, holder sets keep their tiers as they move inline
+// -> list -> bitmaps and back, a worker's removal takes it off every key,
+// and the clock evicts whole keys.
+#include "gateway/routing/holder_table.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+namespace tandem::gateway {
+namespace {
+
+using Holders = std::map<uint16_t, uint8_t>;  // id -> tier bits
+
+Holders Read(const HolderTable& t, uint64_t key) {
+  Holders h;
+  t.ForEachHolder(key, [&](uint16_t id, uint8_t tiers) {
+    EXPECT_FALSE(h.contains(id)) << "holder " << id << " twice";
+    h[id] = tiers;
+  });
+  return h;
+}
+
+TEST(HolderTableTest, MatchesAMapThroughGrowthSpillsAndRemovals) {
+  std::mt19937_64 rng(34);
+  HolderTable table(4);
+  std::map<uint64_t, Holders> ref;
+  int64_t entries = 0;
+  for (int step = 0; step < 200000; ++step) {
+    // Keys: a few popular ones (many holders) and many rare ones.
+    const uint64_t key = rng() % 4 == 0 ? rng() % 8 : 1000 + rng() % 5000;
+    const uint16_t id = static_cast<uint16_t>(1 + (rng() % 4 == 0 ? rng() % 600 : rng() % 6));
+    const int tier = static_cast<int>(rng() % 3);
+    if (rng() % 3 != 0) {
+      const bool fresh = table.Add(key, id, tier);
+      EXPECT_EQ(fresh, !ref[key].contains(id));
+      entries += fresh;
+      ref[key][id] |= static_cast<uint8_t>(1u << tier);
+    } else {
+      const bool gone = table.Remove(key, id, tier);
+      auto it = ref.find(key);
+      bool want = false;
+      if (it != ref.end() && it->second.contains(id) && (it->second[id] >> tier) & 1) {
+        it->second[id] &= static_cast<uint8_t>(~(1u << tier));
+        if (it->second[id] == 0) {
+          it->second.erase(id);
+          want = true;
+        }
+        if (it->second.empty()) ref.erase(it);
+      }
+      EXPECT_EQ(gone, want);
+      entries -= gone;
+    }
+    if (step % 20000 == 19999) {  // a worker leaves
+      const uint16_t leaving = static_cast<uint16_t>(1 + rng() % 6);
+      int64_t had = 0;
+      for (auto it = ref.begin(); it != ref.end();) {
+        had += it->second.erase(leaving);
+        it = it->second.empty() ? ref.erase(it) : std::next(it);
+      }
+      EXPECT_EQ(table.RemoveWorker(leaving), had);
+      entries -= had;
+    }
+  }
+  ASSERT_EQ(table.size(), ref.size());
+  for (const auto& [key, holders] : ref) EXPECT_EQ(Read(table, key), holders) << key;
+  for (uint64_t key = 1000; key < 6000; ++key) {
+    if (!ref.contains(key)) {
+      EXPECT_FALSE(table.ForEachHolder(key, [](uint16_t, uint8_t) {}));
+    }
+  }
+  // Growth kept it at most 7/8 full; at least 7/12 once it has grown.
+  EXPECT_LE(table.size() * 8, table.capacity() * 7);
+  EXPECT_GE(table.size() * 12, table.capacity() * 7 - 12 * 4);
+  // Evicting everything returns every entry once.
+  int64_t evicted = 0;
+  while (int64_t n = table.EvictOne([](uint16_t) {})) evicted += n;
+  EXPECT_EQ(evicted, entries);
+  EXPECT_EQ(table.size(), 0u);
+}
+
+TEST(HolderTableTest, APopularBlocksHoldersKeepTheirTiersAcrossRepresentations) {
+  HolderTable table;
+  // 1000 holders: inline, then a list, then bitmaps; tiers vary by id.
+  for (uint16_t id = 1; id <= 1000; ++id) {
+    EXPECT_TRUE(table.Add(42, id, id % 3));
+    if (id % 7 == 0) {
+      EXPECT_FALSE(table.Add(42, id, 2));  // a second tier
+    }
+  }
+  Holders h = Read(table, 42);
+  ASSERT_EQ(h.size(), 1000u);
+  EXPECT_EQ(h[5], 1u << 2);
+  EXPECT_EQ(h[7], (1u << 1) | (1u << 2));
+  EXPECT_EQ(h[9], 1u << 0);
+  int bitmap_visits = 0;
+  table.Visit(42, [](std::span<const HolderTable::Holder>) {},
+              [&](HolderTable::Bitmap) { ++bitmap_visits; });
+  EXPECT_EQ(bitmap_visits, 1);
+  // Back down to two holders: inline again, tiers intact.
+  for (uint16_t id = 1; id <= 1000; ++id) {
+    if (id == 7 || id == 500) continue;
+    EXPECT_EQ(table.RemoveWorker(id), 1);
+  }
+  h = Read(table, 42);
+  EXPECT_EQ(h, (Holders{{7, (1u << 1) | (1u << 2)}, {500, 1u << 2}}));
+  EXPECT_FALSE(table.Remove(42, 7, 1));  // still on disk
+  EXPECT_TRUE(table.Remove(42, 7, 2));
+  EXPECT_TRUE(table.Remove(42, 500, 2));
+  EXPECT_EQ(table.size(), 0u);
+}
+
+}  // namespace
+}  // namespace tandem::gateway
