@@ -40,6 +40,10 @@ constexpr char kPassage[] =
 struct Run {
   double tokens_per_s = 0;  // per sequence, decode only
   std::vector<std::vector<int32_t>> ids;
+  // Per sequence and token: the logprob gap between the two most likely
+  // tokens (a near tie decides differently when a row is computed in a
+  // chunk instead of alone).
+  std::vector<std::vector<float>> gaps;
   int64_t proposed = 0;
   int64_t accepted = 0;
 };
@@ -59,11 +63,13 @@ absl::StatusOr<Run> Decode(const engine::Model& model, const std::string& prompt
     r.prompt = model.tokenizer().Encode(prompt, {.add_special = true, .parse_special = false});
     r.max_tokens = tokens;
     r.ignore_eos = true;
+    r.top_logprobs = 2;
     ASSIGN_OR_RETURN(int64_t id, eng->Add(std::move(r)));
     ids.push_back(id);
   }
   Run run;
   run.ids.resize(static_cast<size_t>(batch));
+  run.gaps.resize(static_cast<size_t>(batch));
   // Timed from the step after every sequence has its first token.
   int32_t firsts = 0;
   bool timing = false;
@@ -76,6 +82,8 @@ absl::StatusOr<Run> Decode(const engine::Model& model, const std::string& prompt
       if (run.ids[i].empty()) ++firsts;
       if (timing) ++decoded;
       run.ids[i].push_back(e.token.id);
+      run.gaps[i].push_back(e.token.top.size() >= 2 ? e.token.top[0].logprob - e.token.top[1].logprob
+                                                    : 1e9f);
     }
     if (!timing && firsts == batch) {
       timing = true;
@@ -143,6 +151,23 @@ int main(int argc, char** argv) {
         return 1;
       }
       const bool same = plain->ids == spec->ids;
+      if (!same) {
+        // Where the streams part, and how close the plain run's two best
+        // tokens were there.
+        for (size_t q = 0; q < plain->ids.size(); ++q) {
+          const auto& a = plain->ids[q];
+          const auto& b = spec->ids[q];
+          size_t t = 0;
+          while (t < a.size() && t < b.size() && a[t] == b[t]) ++t;
+          if (t < a.size()) {
+            std::cout << absl::StrFormat(
+                "  %s batch %d: sequence %d differs from token %d, where the plain run's top-2 "
+                "logprob gap was %.2e\n",
+                w.name, batch, q, t, plain->gaps[q][t]);
+            break;
+          }
+        }
+      }
       const double speedup = spec->tokens_per_s / plain->tokens_per_s;
       const double rate = spec->proposed == 0 ? 0.0
                                               : static_cast<double>(spec->accepted) /
