@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
 #include "common/status_macros.h"
+#include "gateway/http/openai_structured.h"
 
 namespace tandem::gateway::openai {
 namespace {
@@ -158,9 +159,6 @@ absl::Status RefuseUnsupported(const Reader& r) {
   if (r.Has("suffix") && !(r.Get("suffix").is_string() && r.Get("suffix").empty())) {
     return FieldError("suffix", "is not supported");
   }
-  for (const char* key : {"tools", "functions", "response_format"}) {
-    if (r.Has(key)) return FieldError(key, "is not supported");
-  }
   return absl::OkStatus();
 }
 
@@ -198,13 +196,15 @@ absl::Status ParseMessages(const Reader& r, tandem::v1::GenerateRequest& g) {
     }
     std::string role = m["role"].get<std::string>();
     if (role == "developer") role = "system";  // OpenAI's newer name for it
-    if (role != "system" && role != "user" && role != "assistant") {
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
       return FieldError(absl::StrCat(field, ".role"),
                         absl::StrCat("\"", SanitizeUtf8(role), "\" is not supported"));
     }
     tandem::v1::ChatMessage* out = g.add_messages();
     out->set_role(role);
+    RETURN_IF_ERROR(ParseMessageToolFields(m, field, *out));
     const Json content = m.contains("content") ? m["content"] : Json();
+    out->set_content_is_null(content.is_null());
     if (content.is_string()) {
       out->set_content(content.get<std::string>());
     } else if (content.is_array()) {
@@ -275,7 +275,8 @@ std::string OpenAiParam(std::string_view message) {
 
 }  // namespace
 
-absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body) {
+absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body,
+                                     tools::ToolCallFormat tool_format) {
   Json json = Json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) return FieldError("body", "is not valid JSON");
   if (!json.is_object()) return FieldError("body", "must be a JSON object");
@@ -302,6 +303,11 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body) {
   }
   g.set_max_tokens(max_tokens);
   RETURN_IF_ERROR(ParseSampling(r, g));
+  RETURN_IF_ERROR(ParseStructuredOutput(json, *g.mutable_sampling()));
+  ASSIGN_OR_RETURN(out.tools, ParseTools(json, endpoint == Endpoint::kChat, g));
+  out.tool_format = !out.tools.parse   ? tools::ToolCallFormat::kNone
+                    : out.tools.forced ? tools::ToolCallFormat::kJson
+                                       : tool_format;
   RETURN_IF_ERROR(ParseLogprobs(endpoint, r, out));
   int32_t n = 1;
   RETURN_IF_ERROR(r.Integer("n", &n));
@@ -322,6 +328,8 @@ ResponseBuilder::ResponseBuilder(const Request& request, std::string id, std::st
       logprobs_(request.logprobs),
       prompt_logprobs_(request.generate.has_prompt_logprobs()),
       include_usage_(request.include_usage),
+      tools_(request.tools),
+      tool_format_(request.tool_format),
       id_(absl::StrCat(request.endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-", id)),
       model_(std::move(model)),
       created_(created) {}
@@ -409,24 +417,21 @@ ResponseBuilder::Choice& ResponseBuilder::Take(const tandem::v1::GenerateRespons
   return c;
 }
 
-Json ResponseBuilder::ChunkJson(const tandem::v1::GenerateResponse& message,
-                                       const Choice& c, bool first) const {
+std::string ResponseBuilder::FinishName(const Choice& c, tandem::v1::FinishReason reason) const {
+  if (c.calls_sent > 0 && reason != tandem::v1::FINISH_REASON_UNSPECIFIED) return "tool_calls";
+  return FinishReasonName(reason);
+}
+
+Json ResponseBuilder::ChunkJson(const tandem::v1::GenerateResponse& message, const Choice& c,
+                                bool first, Json delta, bool with_logprobs,
+                                bool with_finish) const {
   const auto& tokens = message.tokens();
-  std::string text;
-  for (const tandem::v1::Token& t : tokens) text += t.text();
   Json choice = {{"index", message.index()}};
-  if (endpoint_ == Endpoint::kChat) {
-    Json delta = Json::object();
-    if (first) delta["role"] = "assistant";
-    if (!text.empty()) delta["content"] = text;
-    choice["delta"] = std::move(delta);
-  } else {
-    choice["text"] = text;
-  }
-  choice["logprobs"] = logprobs_ && !tokens.empty()
+  choice[endpoint_ == Endpoint::kChat ? "delta" : "text"] = std::move(delta);
+  choice["logprobs"] = with_logprobs && logprobs_ && !tokens.empty()
                            ? LogprobsJson(tokens, c.streamed_chars)
                            : Json(nullptr);
-  const std::string finish = FinishReasonName(message.finish_reason());
+  const std::string finish = with_finish ? FinishName(c, message.finish_reason()) : "";
   choice["finish_reason"] = finish.empty() ? Json(nullptr) : Json(finish);
   if (first && prompt_logprobs_ && message.index() == 0) {
     choice["prompt_logprobs"] = PromptLogprobsJson();
@@ -439,11 +444,58 @@ Json ResponseBuilder::ChunkJson(const tandem::v1::GenerateResponse& message,
   return chunk;
 }
 
+std::vector<Json> ResponseBuilder::ToolChunks(const tandem::v1::GenerateResponse& message,
+                                              Choice& c, bool first) {
+  if (!c.parser.has_value()) c.parser.emplace(tool_format_, tools_.parallel);
+  std::string text;
+  for (const tandem::v1::Token& t : message.tokens()) text += t.text();
+  tools::ToolCallChunk got = c.parser->Feed(text);
+  const bool finished = message.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED;
+  if (finished) {
+    tools::ToolCallChunk rest = c.parser->Finish();
+    got.content += rest.content;
+    for (tools::ParsedToolCall& call : rest.calls) got.calls.push_back(std::move(call));
+  }
+  std::vector<Json> out;
+  // Text held back as a possible call sends nothing (but its logprobs).
+  if (first || !got.content.empty() || (logprobs_ && !message.tokens().empty())) {
+    Json delta = Json::object();
+    if (first) delta["role"] = "assistant";
+    if (!got.content.empty()) delta["content"] = std::move(got.content);
+    out.push_back(ChunkJson(message, c, first, std::move(delta), /*with_logprobs=*/true,
+                            /*with_finish=*/false));
+  }
+  const std::string seed = absl::StrCat(id_, "/", message.index());
+  for (const tools::ParsedToolCall& call : got.calls) {
+    for (Json& delta : ToolCallDeltas(call, c.calls_sent, seed, tool_format_)) {
+      out.push_back(ChunkJson(message, c, false, std::move(delta), false, false));
+    }
+    ++c.calls_sent;
+  }
+  if (finished) out.push_back(ChunkJson(message, c, false, Json::object(), false, true));
+  return out;
+}
+
 std::vector<std::string> ResponseBuilder::Events(const tandem::v1::GenerateResponse& message) {
-  std::vector<std::string> out;
   bool first = false;
   Choice& c = Take(message, &first);
-  out.push_back(absl::StrCat("data: ", Dump(ChunkJson(message, c, first)), "\n\n"));
+  std::vector<Json> chunks;
+  if (endpoint_ == Endpoint::kChat && tools_.parse) {
+    chunks = ToolChunks(message, c, first);
+  } else {
+    std::string text;
+    for (const tandem::v1::Token& t : message.tokens()) text += t.text();
+    Json delta = Json::object();
+    if (endpoint_ == Endpoint::kChat) {
+      if (first) delta["role"] = "assistant";
+      if (!text.empty()) delta["content"] = text;
+    } else {
+      delta = text;
+    }
+    chunks.push_back(ChunkJson(message, c, first, std::move(delta), true, true));
+  }
+  std::vector<std::string> out;
+  for (const Json& chunk : chunks) out.push_back(absl::StrCat("data: ", Dump(chunk), "\n\n"));
   for (const tandem::v1::Token& t : message.tokens()) c.streamed_chars += Utf8Chars(t.text());
   return out;
 }
@@ -481,13 +533,25 @@ std::string ResponseBuilder::Body() const {
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
     Json choice = {{"index", i}};
-    if (endpoint_ == Endpoint::kChat) {
+    std::string finish = FinishReasonName(c.finish);
+    if (endpoint_ == Endpoint::kChat && tools_.parse) {
+      const tools::ToolCallChunk got =
+          tools::ToolCallParser::ParseAll(tool_format_, tools_.parallel, c.text);
+      Json message = {{"role", "assistant"},
+                      {"content", got.content.empty() && !got.calls.empty() ? Json(nullptr)
+                                                                            : Json(got.content)}};
+      if (!got.calls.empty()) {
+        message["tool_calls"] = ToolCallsJson(got.calls, absl::StrCat(id_, "/", i), tool_format_);
+        finish = "tool_calls";
+      }
+      choice["message"] = std::move(message);
+    } else if (endpoint_ == Endpoint::kChat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     } else {
       choice["text"] = c.text;
     }
     choice["logprobs"] = logprobs_ ? LogprobsJson(c.tokens, 0) : Json(nullptr);
-    choice["finish_reason"] = FinishReasonName(c.finish);
+    choice["finish_reason"] = finish;
     if (prompt_logprobs_ && i == 0) choice["prompt_logprobs"] = PromptLogprobsJson();
     choices.push_back(std::move(choice));
   }
