@@ -66,7 +66,8 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
 }
 
 int64_t Engine::Enqueue(GenerationRequest request, std::shared_ptr<const KvSnapshot> import,
-                        const SampledToken* first, std::optional<BlockList> kept) {
+                        const SampledToken* first, std::optional<BlockList> kept,
+                        std::unique_ptr<constrain::Matcher> matcher) {
   auto seq = std::make_unique<Sequence>(Sequence{
       .id = next_id_++,
       .request = std::move(request),
@@ -82,6 +83,8 @@ int64_t Engine::Enqueue(GenerationRequest request, std::shared_ptr<const KvSnaps
       .logits_processor = {},
       .prompt_logprobs = {},
       .import = std::move(import),
+      .import_from_block = 0,
+      .matcher = std::move(matcher),
   });
   seq->sampler = Sampler(seq->request.sampling);
   seq->logits_processor = LogitsProcessor(
@@ -126,11 +129,13 @@ absl::StatusOr<int64_t> Engine::Add(GenerationRequest request) {
       return absl::InvalidArgumentError("generated: must be empty with a pulled prefix");
     }
   }
+  ASSIGN_OR_RETURN(std::unique_ptr<constrain::Matcher> matcher, StartMatcher(request, nullptr));
   std::optional<BlockList> kept;
   if (request.private_kv && prefix == nullptr && request.generated.empty()) {
     kept = ShiftPinned(request);
   }
-  return Enqueue(std::move(request), std::move(prefix), nullptr, std::move(kept));
+  return Enqueue(std::move(request), std::move(prefix), nullptr, std::move(kept),
+                 std::move(matcher));
 }
 
 absl::StatusOr<int64_t> Engine::AddWithKv(GenerationRequest request, const SampledToken& first,
@@ -155,7 +160,8 @@ absl::StatusOr<int64_t> Engine::AddWithKv(GenerationRequest request, const Sampl
     return absl::InvalidArgumentError(absl::StrCat(
         "prompt: ", held, " tokens leave no room under max_context ", options_.max_context));
   }
-  return Enqueue(std::move(request), std::move(kv), &first);
+  ASSIGN_OR_RETURN(std::unique_ptr<constrain::Matcher> matcher, StartMatcher(request, &first));
+  return Enqueue(std::move(request), std::move(kv), &first, std::nullopt, std::move(matcher));
 }
 
 void Engine::Roll(Sequence& seq) {
@@ -286,7 +292,8 @@ bool Engine::WantsPromptLogprobs(const Sequence& seq, const ScheduledChunk& c) {
 }
 
 bool Engine::SamplesFromSummary(const Sequence& seq) {
-  return seq.sampler.SamplesFromTop() && !seq.logits_processor.active();
+  return seq.sampler.SamplesFromTop() && !seq.logits_processor.active() &&
+         seq.matcher == nullptr;
 }
 
 void Engine::RequestLogits(const Sequence& seq, const ScheduledChunk& c,
@@ -345,6 +352,7 @@ SampledToken Engine::SampleRow(Sequence& seq, const ForwardResult& result, int32
   }
   forward_->DownloadRow(row, row_);
   seq.logits_processor.Apply(row_);
+  if (seq.matcher != nullptr) MaskRow(seq);
   return seq.sampler.Sample(row_, k);
 }
 
@@ -370,6 +378,11 @@ void Engine::Update(const StepPlan& plan, const ForwardResult& result, StepOutpu
     seq.logits_processor.ObserveGenerated(ev.token.id);
     if (!seq.request.ignore_eos && tok.IsEog(ev.token.id)) {
       ev.finish = FinishReason::kEos;
+    } else if (const FinishReason end = seq.matcher != nullptr
+                                            ? AdvanceMatcher(seq, ev.token.id)
+                                            : FinishReason::kNone;
+               end != FinishReason::kNone) {
+      ev.finish = end;  // the response format is complete
     } else if (seq.request.sampling.IsStopToken(ev.token.id)) {
       ev.finish = FinishReason::kStop;
     } else if (seq.n_generated >= seq.request.max_tokens ||

@@ -15,6 +15,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "engine/constrain/constraint.h"
 #include "engine/model/backend.h"
 #include "engine/model/forward.h"
 #include "engine/kv/kv_cache.h"
@@ -42,6 +43,12 @@ struct EngineOptions {
   // The cache tiers below the pool (worker/kv_tiers.h); null: none. Must
   // outlive the engine; called on the engine thread only.
   KvTierStore* tiers = nullptr;
+  // Structured output (SamplingParams::constraint): bounds on compiling a
+  // response format and on matching it, and how many compiled formats are
+  // kept (each with its mask cache).
+  constrain::CompileLimits constrain_compile;
+  constrain::MatcherLimits constrain_matcher;
+  int32_t grammar_cache_size = 64;
 };
 
 // What an engine thread drives (worker/engine_loop.h): the Engine below, or
@@ -183,7 +190,20 @@ class Engine final : public StepEngine, private TierPromoter {
   // `kept`: KV already in the pool for the leading whole blocks of the
   // prompt (ShiftPinned's), which the sequence takes as computed.
   int64_t Enqueue(GenerationRequest request, std::shared_ptr<const KvSnapshot> import,
-                  const SampledToken* first, std::optional<BlockList> kept = std::nullopt);
+                  const SampledToken* first, std::optional<BlockList> kept = std::nullopt,
+                  std::unique_ptr<constrain::Matcher> matcher = nullptr);
+  // engine_constrain.cc: structured output. The matcher of a constrained
+  // request, advanced over the tokens it comes with (`generated`, then
+  // `first`); null for a free one. InvalidArgument naming response_format
+  // for a format that does not compile, or a token it does not allow.
+  absl::StatusOr<std::unique_ptr<constrain::Matcher>> StartMatcher(
+      const GenerationRequest& request, const SampledToken* first);
+  // Sets every token the sequence's matcher refuses to -inf in row_.
+  void MaskRow(Sequence& seq);
+  // After `id` was sampled: advances the matcher; kStop when the output is
+  // complete with nothing that could follow (or no token could continue it),
+  // else kNone.
+  FinishReason AdvanceMatcher(Sequence& seq, int32_t id);
   // Copies the admitted sequences' imported KV into their blocks (one
   // WriteBlocks).
   void CopyImports(std::span<const int64_t> seq_ids);
@@ -245,6 +265,10 @@ class Engine final : public StepEngine, private TierPromoter {
   // logits row for samplers that need a whole one.
   std::vector<LogitsRequest> requests_;
   std::vector<float> row_;
+  // Compiled response formats for this model's vocabulary (built on the
+  // first constrained request), and the mask buffer.
+  std::unique_ptr<constrain::GrammarCache> grammars_;
+  std::vector<uint64_t> mask_;
   Scheduler scheduler_;
   int64_t next_id_ = 1;
   std::vector<int64_t> cancelled_;

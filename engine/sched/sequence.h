@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "engine/constrain/matcher.h"
 #include "engine/kv/block_hash.h"
 #include "engine/kv/block_pool.h"
 #include "engine/kv/kv_snapshot.h"
@@ -58,6 +59,9 @@ struct Sequence {
   // The import's blocks from this one on are copied (those before came
   // from the prefix cache); set at admission.
   int32_t import_from_block = 0;
+  // The request's response format, where it has one: its place in the
+  // grammar after the tokens generated so far.
+  std::unique_ptr<constrain::Matcher> matcher = nullptr;
 
   bool import_is_prefix() const {
     return import != nullptr && import->n_tokens < static_cast<int32_t>(request.prompt.size());

@@ -1,0 +1,707 @@
+#include "engine/constrain/grammar.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "engine/constrain/utf8_ranges.h"
+
+namespace tandem::engine::constrain {
+namespace {
+
+using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
+
+constexpr int32_t kUnbounded = -1;
+
+// The parsed form of a rule body, before lowering to bytes.
+struct Node {
+  enum class Kind { kAlt, kSeq, kLiteral, kClass, kRef, kRepeat };
+  Kind kind = Kind::kSeq;
+  std::vector<Node> children = {};  // kAlt: sequences; kSeq: items; kRepeat: one
+  std::string bytes = {};           // kLiteral
+  Ranges ranges = {};               // kClass: normalized code points
+  std::string name = {};            // kRef
+  int32_t min = 0;             // kRepeat
+  int32_t max = 0;             // kRepeat; kUnbounded for no bound
+  int32_t line = 0;
+  int32_t column = 0;
+};
+
+struct ParsedRule {
+  std::string name;
+  Node body;  // kAlt
+  int32_t line = 0;
+  int32_t column = 0;
+};
+
+bool IsNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         c == '-' || c == '_';
+}
+
+class Parser {
+ public:
+  Parser(std::string_view text, const CompileLimits& limits) : text_(text), limits_(limits) {}
+
+  absl::StatusOr<std::vector<ParsedRule>> Parse() {
+    std::vector<ParsedRule> rules;
+    SkipSpace(/*newlines=*/true);
+    while (!AtEnd()) {
+      ParsedRule rule;
+      rule.line = line_;
+      rule.column = column();
+      rule.name = Name();
+      if (rule.name.empty()) return Error("expected a rule name");
+      SkipSpace(true);
+      if (!Consume("::=")) return Error(absl::StrCat("expected '::=' after '", rule.name, "'"));
+      SkipSpace(true);
+      absl::StatusOr<Node> body = Alternatives(0);
+      if (!body.ok()) return body.status();
+      rule.body = *std::move(body);
+      rules.push_back(std::move(rule));
+      SkipSpace(true);
+    }
+    if (rules.empty()) return Error("the grammar has no rules");
+    return rules;
+  }
+
+ private:
+  bool AtEnd() const { return pos_ >= text_.size(); }
+  char Peek(size_t ahead = 0) const {
+    return pos_ + ahead < text_.size() ? text_[pos_ + ahead] : '\0';
+  }
+  int32_t column() const { return static_cast<int32_t>(pos_ - line_start_) + 1; }
+  void Advance() {
+    if (text_[pos_] == '\n') {
+      ++line_;
+      line_start_ = pos_ + 1;
+    }
+    ++pos_;
+  }
+  bool Consume(std::string_view s) {
+    if (text_.substr(pos_, s.size()) != s) return false;
+    for (size_t i = 0; i < s.size(); ++i) Advance();
+    return true;
+  }
+
+  absl::Status Error(std::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat(line_, ":", column(), ": ", std::string(what)));
+  }
+
+  // Spaces and comments; newlines too where a rule may continue on the
+  // next line (inside parentheses, after '|' or '::=').
+  void SkipSpace(bool newlines) {
+    while (!AtEnd()) {
+      const char c = Peek();
+      if (c == ' ' || c == '\t' || c == '\r' || (newlines && c == '\n')) {
+        Advance();
+      } else if (c == '#') {
+        while (!AtEnd() && Peek() != '\n') Advance();
+      } else {
+        break;
+      }
+    }
+  }
+
+  std::string Name() {
+    std::string name;
+    while (!AtEnd() && IsNameChar(Peek())) {
+      name.push_back(Peek());
+      Advance();
+    }
+    return name;
+  }
+
+  // Whether the text at the cursor starts the next rule: `name ::=`.
+  bool AtRuleStart() const {
+    size_t p = pos_;
+    while (p < text_.size() && IsNameChar(text_[p])) ++p;
+    if (p == pos_) return false;
+    while (p < text_.size() && (text_[p] == ' ' || text_[p] == '\t')) ++p;
+    return text_.substr(p, 3) == "::=";
+  }
+
+  absl::StatusOr<Node> Alternatives(int32_t depth) {
+    if (depth > limits_.max_depth) return Error("parentheses nest too deeply");
+    Node alt{.kind = Node::Kind::kAlt, .line = line_, .column = column()};
+    while (true) {
+      absl::StatusOr<Node> seq = Sequence(depth);
+      if (!seq.ok()) return seq.status();
+      alt.children.push_back(*std::move(seq));
+      SkipSpace(depth > 0);
+      if (Peek() != '|') break;
+      Advance();
+      SkipSpace(true);
+    }
+    return alt;
+  }
+
+  absl::StatusOr<Node> Sequence(int32_t depth) {
+    Node seq{.kind = Node::Kind::kSeq, .line = line_, .column = column()};
+    while (true) {
+      SkipSpace(depth > 0);
+      if (AtEnd()) break;
+      const char c = Peek();
+      if (c == '|' || c == ')') break;
+      if (c == '\n') {
+        // A newline at the top level ends the rule unless the next line
+        // continues it (anything but a new `name ::=`).
+        SkipSpace(true);
+        if (AtEnd() || AtRuleStart() || Peek() == '|') break;
+        continue;
+      }
+      const int32_t line = line_;
+      const int32_t col = column();
+      Node item;
+      if (c == '"') {
+        absl::StatusOr<Node> lit = Literal();
+        if (!lit.ok()) return lit.status();
+        item = *std::move(lit);
+      } else if (c == '[') {
+        absl::StatusOr<Node> cls = Class();
+        if (!cls.ok()) return cls.status();
+        item = *std::move(cls);
+      } else if (c == '.') {
+        Advance();
+        item = Node{.kind = Node::Kind::kClass,
+                    .ranges = NormalizeRanges({{0, kMaxCodepoint}})};
+      } else if (c == '(') {
+        Advance();
+        SkipSpace(true);
+        absl::StatusOr<Node> group = Alternatives(depth + 1);
+        if (!group.ok()) return group.status();
+        SkipSpace(true);
+        if (Peek() != ')') return Error("expected ')'");
+        Advance();
+        item = *std::move(group);
+      } else if (IsNameChar(c)) {
+        if (AtRuleStart()) break;
+        item = Node{.kind = Node::Kind::kRef, .name = Name()};
+      } else {
+        return Error(absl::StrFormat("unexpected character '%c'", c));
+      }
+      item.line = line;
+      item.column = col;
+      absl::Status s = Postfix(item);
+      if (!s.ok()) return s;
+      seq.children.push_back(std::move(item));
+    }
+    return seq;
+  }
+
+  absl::Status Postfix(Node& item) {
+    while (true) {
+      const char c = Peek();
+      int32_t min = 0;
+      int32_t max = 0;
+      if (c == '*') {
+        Advance();
+        min = 0;
+        max = kUnbounded;
+      } else if (c == '+') {
+        Advance();
+        min = 1;
+        max = kUnbounded;
+      } else if (c == '?') {
+        Advance();
+        min = 0;
+        max = 1;
+      } else if (c == '{') {
+        Advance();
+        std::optional<int32_t> lo = Number();
+        if (!lo.has_value()) return Error("expected a number after '{'");
+        min = *lo;
+        max = min;
+        if (Peek() == ',') {
+          Advance();
+          std::optional<int32_t> hi = Number();
+          max = hi.value_or(kUnbounded);
+        }
+        if (Peek() != '}') return Error("expected '}'");
+        Advance();
+        if (max != kUnbounded && max < min) return Error("repetition {m,n} has n < m");
+        if (std::max(min, max) > limits_.max_repeat) {
+          return Error(absl::StrCat("repetition bound exceeds ", limits_.max_repeat));
+        }
+      } else {
+        return absl::OkStatus();
+      }
+      Node rep{.kind = Node::Kind::kRepeat, .min = min, .max = max, .line = item.line,
+               .column = item.column};
+      rep.children.push_back(std::move(item));
+      item = std::move(rep);
+    }
+  }
+
+  std::optional<int32_t> Number() {
+    SkipSpace(false);
+    int64_t v = 0;
+    bool any = false;
+    while (Peek() >= '0' && Peek() <= '9') {
+      v = v * 10 + (Peek() - '0');
+      if (v > 1'000'000'000) return std::nullopt;
+      any = true;
+      Advance();
+    }
+    SkipSpace(false);
+    if (!any) return std::nullopt;
+    return static_cast<int32_t>(v);
+  }
+
+  // One code point of a literal or class (escapes decoded); the cursor is
+  // on it.
+  absl::StatusOr<uint32_t> Char() {
+    if (AtEnd()) return Error("unterminated literal or class");
+    const auto byte = static_cast<uint8_t>(Peek());
+    if (byte != '\\') {
+      // A UTF-8 sequence in the grammar text.
+      int len = byte < 0x80 ? 1 : byte >= 0xF0 ? 4 : byte >= 0xE0 ? 3 : byte >= 0xC0 ? 2 : 0;
+      if (len == 0 || pos_ + len > text_.size()) return Error("invalid UTF-8");
+      uint32_t cp = len == 1 ? byte : byte & (0xFF >> (len + 1));
+      Advance();
+      for (int i = 1; i < len; ++i) {
+        const auto b = static_cast<uint8_t>(Peek());
+        if ((b & 0xC0) != 0x80) return Error("invalid UTF-8");
+        cp = (cp << 6) | (b & 0x3F);
+        Advance();
+      }
+      return cp;
+    }
+    Advance();
+    const char e = Peek();
+    if (AtEnd()) return Error("dangling '\\'");
+    Advance();
+    switch (e) {
+      case 'n': return '\n';
+      case 't': return '\t';
+      case 'r': return '\r';
+      case 'f': return '\f';
+      case 'v': return '\v';
+      case '0': return 0;
+      case 'x': return Hex(2);
+      case 'u': return Hex(4);
+      case 'U': return Hex(8);
+      default: return static_cast<uint8_t>(e);  // \\ \" \] \[ \- \^ and the like
+    }
+  }
+
+  absl::StatusOr<uint32_t> Hex(int digits) {
+    uint32_t v = 0;
+    for (int i = 0; i < digits; ++i) {
+      const char c = Peek();
+      int d = (c >= '0' && c <= '9')   ? c - '0'
+              : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+              : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                       : -1;
+      if (d < 0) return Error(absl::StrCat("expected ", digits, " hex digits"));
+      v = v * 16 + static_cast<uint32_t>(d);
+      Advance();
+    }
+    if (v > kMaxCodepoint) return Error("code point out of range");
+    return v;
+  }
+
+  absl::StatusOr<Node> Literal() {
+    Advance();  // "
+    Node lit{.kind = Node::Kind::kLiteral};
+    while (true) {
+      if (AtEnd()) return Error("unterminated string literal");
+      if (Peek() == '"') {
+        Advance();
+        break;
+      }
+      // A \x escape is a byte, so that a literal can hold any byte; other
+      // characters are code points, encoded as UTF-8.
+      if (Peek() == '\\' && Peek(1) == 'x') {
+        Advance();
+        Advance();
+        absl::StatusOr<uint32_t> b = Hex(2);
+        if (!b.ok()) return b.status();
+        lit.bytes.push_back(static_cast<char>(*b));
+        continue;
+      }
+      absl::StatusOr<uint32_t> cp = Char();
+      if (!cp.ok()) return cp.status();
+      AppendUtf8(*cp, &lit.bytes);
+    }
+    return lit;
+  }
+
+  absl::StatusOr<Node> Class() {
+    Advance();  // [
+    bool negated = false;
+    if (Peek() == '^') {
+      negated = true;
+      Advance();
+    }
+    Ranges ranges;
+    while (true) {
+      if (AtEnd()) return Error("unterminated character class");
+      if (Peek() == ']') {
+        Advance();
+        break;
+      }
+      absl::StatusOr<uint32_t> lo = Char();
+      if (!lo.ok()) return lo.status();
+      uint32_t hi = *lo;
+      if (Peek() == '-' && Peek(1) != ']' && Peek(1) != '\0') {
+        Advance();
+        absl::StatusOr<uint32_t> h = Char();
+        if (!h.ok()) return h.status();
+        hi = *h;
+        if (hi < *lo) return Error("character range is reversed");
+      }
+      ranges.push_back({*lo, hi});
+    }
+    ranges = NormalizeRanges(std::move(ranges));
+    if (negated) ranges = ComplementRanges(ranges);
+    return Node{.kind = Node::Kind::kClass, .ranges = std::move(ranges)};
+  }
+
+  std::string_view text_;
+  const CompileLimits& limits_;
+  size_t pos_ = 0;
+  int32_t line_ = 1;
+  size_t line_start_ = 0;
+};
+
+using Alt = std::vector<Element>;
+
+}  // namespace
+
+// Lowers parsed rules to byte elements and checks the result.
+class GrammarLowering {
+ public:
+  GrammarLowering(const CompileLimits& limits) : limits_(limits) {}
+
+  absl::StatusOr<Grammar> Lower(const std::vector<ParsedRule>& parsed) {
+    for (const ParsedRule& r : parsed) {
+      if (index_.contains(r.name)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(r.line, ":", r.column, ": rule '", r.name, "' is defined twice"));
+      }
+      index_[r.name] = NewRule(r.name);
+    }
+    auto root = index_.find("root");
+    if (root == index_.end()) return absl::InvalidArgumentError("the grammar has no 'root' rule");
+    for (const ParsedRule& r : parsed) {
+      absl::StatusOr<std::vector<Alt>> alts = LowerAlternatives(r.body, r.name);
+      if (!alts.ok()) return alts.status();
+      rules_[index_[r.name]] = *std::move(alts);
+    }
+    RETURN_IF_ERROR(CheckAndPrune(root->second));
+    return Flatten(root->second);
+  }
+
+ private:
+
+  int32_t NewRule(std::string name) {
+    rules_.emplace_back();
+    names_.push_back(std::move(name));
+    return static_cast<int32_t>(rules_.size()) - 1;
+  }
+
+  int32_t ByteSetIndex(const ByteSet& set) {
+    auto [it, inserted] = set_index_.try_emplace(set.bits, static_cast<int32_t>(sets_.size()));
+    if (inserted) sets_.push_back(set);
+    return it->second;
+  }
+
+  absl::Status Count(int64_t n) {
+    elements_ += n;
+    if (elements_ > limits_.max_elements) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the grammar expands to more than ", limits_.max_elements, " elements"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<Alt>> LowerAlternatives(const Node& alt, const std::string& owner) {
+    std::vector<Alt> out;
+    for (const Node& seq : alt.children) {
+      Alt elems;
+      RETURN_IF_ERROR(LowerInto(seq, owner, elems));
+      out.push_back(std::move(elems));
+    }
+    return out;
+  }
+
+  // Appends the elements that match `node` to `out`.
+  absl::Status LowerInto(const Node& node, const std::string& owner, Alt& out) {
+    switch (node.kind) {
+      case Node::Kind::kSeq:
+        for (const Node& child : node.children) RETURN_IF_ERROR(LowerInto(child, owner, out));
+        return absl::OkStatus();
+      case Node::Kind::kLiteral:
+        RETURN_IF_ERROR(Count(static_cast<int64_t>(node.bytes.size())));
+        for (char c : node.bytes) {
+          ByteSet set;
+          set.Add(static_cast<uint8_t>(c));
+          out.push_back({Element::Kind::kBytes, ByteSetIndex(set)});
+        }
+        return absl::OkStatus();
+      case Node::Kind::kClass: {
+        absl::StatusOr<Element> e = ClassElement(node.ranges);
+        if (!e.ok()) return e.status();
+        out.push_back(*e);
+        return Count(1);
+      }
+      case Node::Kind::kRef: {
+        auto it = index_.find(node.name);
+        if (it == index_.end()) {
+          return absl::InvalidArgumentError(absl::StrCat(node.line, ":", node.column,
+                                                         ": undefined rule '", node.name, "'"));
+        }
+        out.push_back({Element::Kind::kRule, it->second});
+        return Count(1);
+      }
+      case Node::Kind::kAlt: {
+        if (node.children.size() == 1) return LowerInto(node.children[0], owner, out);
+        const int32_t rule = NewRule(absl::StrCat(owner, "-", rules_.size()));
+        absl::StatusOr<std::vector<Alt>> alts = LowerAlternatives(node, owner);
+        if (!alts.ok()) return alts.status();
+        rules_[rule] = *std::move(alts);
+        out.push_back({Element::Kind::kRule, rule});
+        return Count(1);
+      }
+      case Node::Kind::kRepeat:
+        return LowerRepeat(node, owner, out);
+    }
+    return absl::OkStatus();
+  }
+
+  // x{min,max}: min copies of x, then a chain of optional ones (or x* as
+  // S ::= x S | "", right-recursive so the matcher's stacks stay flat).
+  absl::Status LowerRepeat(const Node& node, const std::string& owner, Alt& out) {
+    Alt unit;
+    RETURN_IF_ERROR(LowerInto(node.children[0], owner, unit));
+    if (unit.size() != 1) {
+      // Make x one element, so copies cost one element each.
+      const int32_t rule = NewRule(absl::StrCat(owner, "-", rules_.size()));
+      rules_[rule] = {unit};
+      unit = {{Element::Kind::kRule, rule}};
+    }
+    RETURN_IF_ERROR(Count(node.min));
+    for (int32_t i = 0; i < node.min; ++i) out.push_back(unit[0]);
+    if (node.max == kUnbounded) {
+      const int32_t star = NewRule(absl::StrCat(owner, "-", rules_.size()));
+      rules_[star] = {{unit[0], {Element::Kind::kRule, star}}, {}};
+      out.push_back({Element::Kind::kRule, star});
+      return Count(3);
+    }
+    int32_t tail = -1;
+    for (int32_t i = node.min; i < node.max; ++i) {
+      const int32_t opt = NewRule(absl::StrCat(owner, "-", rules_.size()));
+      Alt take = {unit[0]};
+      if (tail >= 0) take.push_back({Element::Kind::kRule, tail});
+      rules_[opt] = {std::move(take), {}};
+      tail = opt;
+      RETURN_IF_ERROR(Count(3));
+    }
+    if (tail >= 0) out.push_back({Element::Kind::kRule, tail});
+    return absl::OkStatus();
+  }
+
+  // A class of code points: one element when every member is one byte,
+  // else a rule with one alternative per UTF-8 byte-range sequence.
+  absl::StatusOr<Element> ClassElement(const Ranges& ranges) {
+    auto cached = class_rule_.find(ranges);
+    if (cached != class_rule_.end()) return cached->second;
+    const std::vector<std::vector<ByteRange>> seqs = Utf8Sequences(ranges);
+    Element e;
+    if (std::all_of(seqs.begin(), seqs.end(), [](const auto& s) { return s.size() == 1; })) {
+      ByteSet set;
+      for (const auto& s : seqs) set.AddRange(s[0].lo, s[0].hi);
+      e = {Element::Kind::kBytes, ByteSetIndex(set)};
+    } else {
+      const int32_t rule = NewRule(absl::StrCat("class-", rules_.size()));
+      // Single-byte members share one alternative.
+      ByteSet ascii;
+      for (const auto& s : seqs) {
+        if (s.size() == 1) {
+          ascii.AddRange(s[0].lo, s[0].hi);
+          continue;
+        }
+        Alt alt;
+        for (const ByteRange& r : s) {
+          ByteSet set;
+          set.AddRange(r.lo, r.hi);
+          alt.push_back({Element::Kind::kBytes, ByteSetIndex(set)});
+        }
+        RETURN_IF_ERROR(Count(static_cast<int64_t>(alt.size())));
+        rules_[rule].push_back(std::move(alt));
+      }
+      if (!ascii.empty()) rules_[rule].push_back({{Element::Kind::kBytes, ByteSetIndex(ascii)}});
+      e = {Element::Kind::kRule, rule};
+    }
+    class_rule_[ranges] = e;
+    return e;
+  }
+
+  bool ElementEmpty(const Element& e) const {
+    return e.kind == Element::Kind::kBytes && sets_[e.value].empty();
+  }
+
+  // Prunes alternatives that can never finish (they reference a rule that
+  // derives no finite string, or a class with no member), then refuses
+  // left recursion and a root that matches nothing.
+  absl::Status CheckAndPrune(int32_t root) {
+    const size_t n = rules_.size();
+    std::vector<bool> productive(n, false);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t r = 0; r < n; ++r) {
+        if (productive[r]) continue;
+        for (const Alt& alt : rules_[r]) {
+          const bool ok = std::all_of(alt.begin(), alt.end(), [&](const Element& e) {
+            return e.kind == Element::Kind::kRule ? productive[e.value] : !ElementEmpty(e);
+          });
+          if (ok) {
+            productive[r] = true;
+            changed = true;
+            break;
+          }
+        }
+      }
+    }
+    if (!productive[root]) {
+      return absl::InvalidArgumentError("the grammar matches nothing: 'root' derives no string");
+    }
+    for (size_t r = 0; r < n; ++r) {
+      std::erase_if(rules_[r], [&](const Alt& alt) {
+        return std::any_of(alt.begin(), alt.end(), [&](const Element& e) {
+          return e.kind == Element::Kind::kRule ? !productive[e.value] : ElementEmpty(e);
+        });
+      });
+    }
+    // Nullable rules, then the "can start with" graph; a cycle is left
+    // recursion.
+    std::vector<bool> nullable(n, false);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t r = 0; r < n; ++r) {
+        if (nullable[r]) continue;
+        for (const Alt& alt : rules_[r]) {
+          const bool all = std::all_of(alt.begin(), alt.end(), [&](const Element& e) {
+            return e.kind == Element::Kind::kRule && nullable[e.value];
+          });
+          if (all) {
+            nullable[r] = true;
+            changed = true;
+            break;
+          }
+        }
+      }
+    }
+    std::vector<std::vector<int32_t>> starts(n);
+    for (size_t r = 0; r < n; ++r) {
+      for (const Alt& alt : rules_[r]) {
+        for (const Element& e : alt) {
+          if (e.kind != Element::Kind::kRule) break;
+          starts[r].push_back(e.value);
+          if (!nullable[e.value]) break;
+        }
+      }
+    }
+    // Iterative DFS with colors: 0 new, 1 on the path, 2 done.
+    std::vector<uint8_t> color(n, 0);
+    for (size_t s = 0; s < n; ++s) {
+      if (color[s] != 0) continue;
+      std::vector<std::pair<int32_t, size_t>> stack = {{static_cast<int32_t>(s), 0}};
+      color[s] = 1;
+      while (!stack.empty()) {
+        auto& [r, next] = stack.back();
+        if (next == starts[r].size()) {
+          color[r] = 2;
+          stack.pop_back();
+          continue;
+        }
+        const int32_t to = starts[r][next++];
+        if (color[to] == 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "rule '", VisibleName(to), "' is left-recursive (it can start with itself)"));
+        }
+        if (color[to] == 0) {
+          color[to] = 1;
+          stack.push_back({to, 0});
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Helper rules are named after the rule they were written in.
+  std::string VisibleName(int32_t rule) const {
+    const std::string& name = names_[rule];
+    const size_t dash = name.rfind('-');
+    if (dash != std::string::npos && !index_.contains(name)) return name.substr(0, dash);
+    return name;
+  }
+
+  Grammar Flatten(int32_t root) {
+    Grammar g;
+    g.byte_sets_ = std::move(sets_);
+    g.names_ = std::move(names_);
+    g.root_ = root;
+    g.rules_.resize(rules_.size());
+    for (size_t r = 0; r < rules_.size(); ++r) {
+      for (const Alt& alt : rules_[r]) {
+        g.rules_[r].push_back(static_cast<int32_t>(g.elements_.size()));
+        g.elements_.insert(g.elements_.end(), alt.begin(), alt.end());
+        g.elements_.push_back({Element::Kind::kEnd, 0});
+      }
+    }
+    return g;
+  }
+
+  const CompileLimits& limits_;
+  absl::flat_hash_map<std::string, int32_t> index_;
+  std::vector<std::vector<Alt>> rules_;
+  std::vector<std::string> names_;
+  std::vector<ByteSet> sets_;
+  absl::flat_hash_map<std::array<uint64_t, 4>, int32_t> set_index_;
+  std::map<Ranges, Element> class_rule_;
+  int64_t elements_ = 0;
+};
+
+absl::StatusOr<Grammar> Grammar::Parse(std::string_view text, const CompileLimits& limits) {
+  if (static_cast<int64_t>(text.size()) > limits.max_text_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the grammar is longer than ", limits.max_text_bytes, " bytes"));
+  }
+  absl::StatusOr<std::vector<ParsedRule>> parsed = Parser(text, limits).Parse();
+  if (!parsed.ok()) return parsed.status();
+  return GrammarLowering(limits).Lower(*parsed);
+}
+
+void AppendGbnfLiteral(std::string_view text, std::string* out) {
+  out->push_back('"');
+  for (char c : text) {
+    const auto b = static_cast<uint8_t>(c);
+    switch (c) {
+      case '"': out->append("\\\""); break;
+      case '\\': out->append("\\\\"); break;
+      case '\n': out->append("\\n"); break;
+      case '\r': out->append("\\r"); break;
+      case '\t': out->append("\\t"); break;
+      default:
+        if (b < 0x20 || b == 0x7F) {
+          absl::StrAppendFormat(out, "\\x%02X", b);
+        } else {
+          out->push_back(c);  // UTF-8 passes through as code points
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+}  // namespace tandem::engine::constrain
