@@ -61,6 +61,7 @@ ResponseBuilder::ResponseBuilder(const Request& request, std::string id, std::st
       include_usage_(request.include_usage),
       tools_(request.tools),
       tool_format_(request.tool_format),
+      id_format_(request.model_tool_format),
       id_(absl::StrCat(request.endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-", id)),
       model_(std::move(model)),
       created_(created) {}
@@ -198,7 +199,7 @@ std::vector<Json> ResponseBuilder::ToolChunks(const tandem::v1::GenerateResponse
   }
   const std::string seed = absl::StrCat(id_, "/", message.index());
   for (const tools::ParsedToolCall& call : got.calls) {
-    for (Json& delta : ToolCallDeltas(call, c.calls_sent, seed, tool_format_)) {
+    for (Json& delta : ToolCallDeltas(call, c.calls_sent, seed, id_format_)) {
       out.push_back(ChunkJson(message, c, false, std::move(delta), false, false));
     }
     ++c.calls_sent;
@@ -272,7 +273,7 @@ std::string ResponseBuilder::Body() const {
                       {"content", got.content.empty() && !got.calls.empty() ? Json(nullptr)
                                                                             : Json(got.content)}};
       if (!got.calls.empty()) {
-        message["tool_calls"] = ToolCallsJson(got.calls, absl::StrCat(id_, "/", i), tool_format_);
+        message["tool_calls"] = ToolCallsJson(got.calls, absl::StrCat(id_, "/", i), id_format_);
         finish = "tool_calls";
       }
       choice["message"] = std::move(message);

@@ -41,6 +41,9 @@ struct Request {
   // The format calls are read in: kNone unless tools.parse; kJson for a
   // forced call; else the model's (ParseRequest's `tool_format`).
   tools::ToolCallFormat tool_format = tools::ToolCallFormat::kNone;
+  // The model's format, which also shapes call ids (Mistral's templates
+  // take only 9 alphanumerics), forced call or not.
+  tools::ToolCallFormat model_tool_format = tools::ToolCallFormat::kJson;
 };
 
 // Parses and checks a request body. InvalidArgument naming the OpenAI field
@@ -117,6 +120,7 @@ class ResponseBuilder {
   bool include_usage_;
   ToolUse tools_;
   tools::ToolCallFormat tool_format_;
+  tools::ToolCallFormat id_format_;  // the model's (Request::model_tool_format)
   std::string id_;
   std::string model_;
   int64_t created_;

@@ -272,6 +272,7 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body,
   out.tool_format = !out.tools.parse   ? tools::ToolCallFormat::kNone
                     : out.tools.forced ? tools::ToolCallFormat::kJson
                                        : tool_format;
+  out.model_tool_format = tool_format;
   RETURN_IF_ERROR(ParseLogprobs(endpoint, r, out));
   int32_t n = 1;
   RETURN_IF_ERROR(r.Integer("n", &n));

@@ -260,6 +260,8 @@ TEST(OpenAiToolsTest, ForcedReplyIsReadAsJsonCalls) {
   EXPECT_EQ(calls[0]["function"]["name"], "get_time");
   EXPECT_EQ(calls[1]["function"]["arguments"], R"({"city":"Oslo"})");
   EXPECT_NE(calls[0]["id"], calls[1]["id"]);
+  // The model is Mistral's, whose templates take back only 9-character ids.
+  EXPECT_EQ(calls[0]["id"].get<std::string>().size(), 9u);
 }
 
 std::vector<Json> Chunks(const std::vector<std::string>& events) {

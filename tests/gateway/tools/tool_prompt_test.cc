@@ -95,6 +95,35 @@ TEST(ToolPromptTest, ATemplateWithToolsRendersThemItself) {
   EXPECT_THAT(*text, Not(HasSubstr("You can call the following functions")));
 }
 
+TEST(ToolPromptTest, LlamaAndMistralTemplatesRenderToolsThemselves) {
+  const engine::ChatTemplate llama = engine::ChatTemplate::FromModel(
+      Template("meta-llama-Llama-3.1-8B-Instruct"),
+      engine::ChatTemplateTokens{.bos_token = "<|begin_of_text|>", .eos_token = "<|eot_id|>",
+                                 .strip_leading_bos = false});
+  ASSERT_TRUE(llama.renders_jinja());
+  absl::StatusOr<std::string> text = RenderWithTools(llama, Conversation(), kTools);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text, HasSubstr("\"name\": \"get_weather\""));
+  EXPECT_THAT(*text, HasSubstr("<|start_header_id|>ipython<|end_header_id|>"));
+  EXPECT_THAT(*text, Not(HasSubstr("You can call the following functions")));
+
+  // Mistral's templates take only 9-character call ids (what the front
+  // makes for a Mistral model).
+  std::vector<engine::ChatMessage> m = Conversation();
+  m[2].tool_calls[0].id = "a1B2c3D4e";
+  m[3].tool_call_id = "a1B2c3D4e";
+  const engine::ChatTemplate mistral = engine::ChatTemplate::FromModel(
+      Template("mistralai-Mistral-Nemo-Instruct-2407"),
+      engine::ChatTemplateTokens{.bos_token = "<s>", .eos_token = "</s>",
+                                 .strip_leading_bos = false});
+  ASSERT_TRUE(mistral.renders_jinja());
+  text = RenderWithTools(mistral, m, kTools);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text, HasSubstr("[AVAILABLE_TOOLS]"));
+  EXPECT_THAT(*text, HasSubstr("[TOOL_CALLS]"));
+  EXPECT_THAT(*text, HasSubstr("[TOOL_RESULTS]"));
+}
+
 TEST(ToolPromptTest, ATemplateThatIgnoresToolsGetsTheDescription) {
   const engine::ChatTemplate gemma = engine::ChatTemplate::FromModel(
       Template("google-gemma-2-2b-it"), engine::ChatTemplateTokens{.bos_token = "<bos>", .eos_token = "<eos>", .strip_leading_bos = false});
