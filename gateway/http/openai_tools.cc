@@ -73,10 +73,44 @@ absl::Status CheckTools(const Json& tools) {
   return absl::OkStatus();
 }
 
-// One call of `function` as the forced reply writes it.
-Json CallSchema(const Json& function) {
+// Rewrites every "#/$defs/X..." and "#/definitions/X..." $ref under `v` to
+// "#/$defs/<prefix>X...".
+void PrefixRefs(Json& v, const std::string& prefix) {
+  if (v.is_array()) {
+    for (Json& e : v) PrefixRefs(e, prefix);
+    return;
+  }
+  if (!v.is_object()) return;
+  for (auto& [key, value] : v.items()) {
+    if (key == "$ref" && value.is_string()) {
+      const std::string ref = value.get<std::string>();
+      for (const char* root : {"#/$defs/", "#/definitions/"}) {
+        if (ref.rfind(root, 0) == 0) {
+          value = absl::StrCat("#/$defs/", prefix, ref.substr(std::string_view(root).size()));
+        }
+      }
+    } else {
+      PrefixRefs(value, prefix);
+    }
+  }
+}
+
+// One call of `function` as the forced reply writes it. The parameters'
+// own definitions ($defs, definitions) move to the root `defs`, named
+// "<function>.<name>", since their $refs are relative to the document's root,
+// which is now the forced schema.
+Json CallSchema(const Json& function, Json& defs) {
   Json parameters = Has(function, "parameters") ? function["parameters"] : Json::object();
   if (!parameters.contains("type")) parameters["type"] = "object";
+  const std::string prefix = absl::StrCat(function["name"].get<std::string>(), ".");
+  PrefixRefs(parameters, prefix);
+  for (const char* key : {"$defs", "definitions"}) {
+    if (!parameters.contains(key)) continue;
+    if (parameters[key].is_object()) {
+      for (auto& [name, def] : parameters[key].items()) defs[absl::StrCat(prefix, name)] = def;
+    }
+    parameters.erase(key);
+  }
   return Json{{"type", "object"},
               {"properties",
                {{"name", {{"const", function["name"]}}}, {"arguments", std::move(parameters)}}},
@@ -87,16 +121,19 @@ Json CallSchema(const Json& function) {
 }  // namespace
 
 std::string ForcedCallSchema(const Json& tools, std::string_view name, bool parallel) {
-  if (!name.empty()) {
-    for (const Json& tool : tools) {
-      if (tool["function"]["name"] == name) return Dump(CallSchema(tool["function"]));
-    }
+  Json defs = Json::object();
+  Json schema;
+  for (const Json& tool : tools) {
+    if (!name.empty() && tool["function"]["name"] == name) schema = CallSchema(tool["function"], defs);
   }
-  Json any = Json::array();
-  for (const Json& tool : tools) any.push_back(CallSchema(tool["function"]));
-  Json items = any.size() == 1 ? any[0] : Json{{"anyOf", std::move(any)}};
-  Json schema = {{"type", "array"}, {"items", std::move(items)}, {"minItems", 1}};
-  if (!parallel) schema["maxItems"] = 1;
+  if (schema.is_null()) {
+    Json any = Json::array();
+    for (const Json& tool : tools) any.push_back(CallSchema(tool["function"], defs));
+    Json items = any.size() == 1 ? any[0] : Json{{"anyOf", std::move(any)}};
+    schema = {{"type", "array"}, {"items", std::move(items)}, {"minItems", 1}};
+    if (!parallel) schema["maxItems"] = 1;
+  }
+  if (!defs.empty()) schema["$defs"] = std::move(defs);
   return Dump(schema);
 }
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "engine/constrain/constraint.h"
 #include "gateway/http/openai_api.h"
 
 namespace tandem::gateway::openai {
@@ -150,6 +151,45 @@ TEST(OpenAiToolsTest, ANamedFunctionConstrainsTheReplyToOneCallOfIt) {
   const Json schema = Json::parse(r.generate.sampling().response_format().json_schema());
   EXPECT_EQ(schema["type"], "object");
   EXPECT_EQ(schema["properties"]["name"]["const"], "get_weather");
+}
+
+// Parameters' definitions ($defs, as pydantic writes them) move to the
+// forced schema's root, where their $refs resolve.
+TEST(OpenAiToolsTest, ForcedSchemaKeepsTheParametersDefinitions) {
+  Request r = Parse(Endpoint::kChat, Chat(R"("tools": [{"type": "function", "function": {
+      "name": "book", "parameters": {"type": "object", "$defs": {"City": {"enum": ["Rome"]}},
+      "properties": {"to": {"$ref": "#/$defs/City"}, "via": {"items": {"$ref": "#/definitions/City"}}}}}}],
+      "tool_choice": "required")"));
+  const Json schema = Json::parse(r.generate.sampling().response_format().json_schema());
+  EXPECT_EQ(schema["$defs"]["book.City"], Json::parse(R"({"enum": ["Rome"]})"));
+  const Json& args = schema["items"]["properties"]["arguments"];
+  EXPECT_FALSE(args.contains("$defs"));
+  EXPECT_EQ(args["properties"]["to"]["$ref"], "#/$defs/book.City");
+  EXPECT_EQ(args["properties"]["via"]["items"]["$ref"], "#/$defs/book.City");
+}
+
+// Every forced schema the front writes compiles with the engine's JSON
+// Schema compiler (const, anyOf, additionalProperties, $defs).
+TEST(OpenAiToolsTest, ForcedSchemasCompile) {
+  for (const std::string& extra :
+       {std::string(R"("tool_choice": "required")"),
+        std::string(R"("tool_choice": "required", "parallel_tool_calls": false)"),
+        std::string(R"("tool_choice": {"type": "function", "function": {"name": "get_time"}})")}) {
+    Request r = Parse(Endpoint::kChat, Chat(absl::StrCat(kTools, ", ", extra)));
+    const engine::OutputConstraint constraint{
+        .kind = engine::OutputConstraint::Kind::kJsonSchema,
+        .source = r.generate.sampling().response_format().json_schema()};
+    absl::StatusOr<std::string> gbnf = engine::constrain::ConstraintToGbnf(constraint);
+    EXPECT_TRUE(gbnf.ok()) << gbnf.status() << "\n" << constraint.source;
+  }
+  Request r = Parse(Endpoint::kChat, Chat(R"("tools": [{"type": "function", "function": {
+      "name": "book", "parameters": {"type": "object", "$defs": {"City": {"enum": ["Rome"]}},
+      "properties": {"to": {"$ref": "#/$defs/City"}}}}}], "tool_choice": "required")"));
+  const engine::OutputConstraint with_defs{
+      .kind = engine::OutputConstraint::Kind::kJsonSchema,
+      .source = r.generate.sampling().response_format().json_schema()};
+  absl::StatusOr<std::string> gbnf = engine::constrain::ConstraintToGbnf(with_defs);
+  EXPECT_TRUE(gbnf.ok()) << gbnf.status() << "\n" << with_defs.source;
 }
 
 TEST(OpenAiToolsTest, ToolMessagesAndAssistantCalls) {
