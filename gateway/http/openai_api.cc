@@ -186,7 +186,7 @@ std::vector<Json> ResponseBuilder::ToolChunks(const tandem::v1::GenerateResponse
   if (finished) {
     tools::ToolCallChunk rest = c.parser->Finish();
     got.content += rest.content;
-    for (tools::ParsedToolCall& call : rest.calls) got.calls.push_back(std::move(call));
+    for (tools::ToolCallDelta& delta : rest.deltas) got.deltas.push_back(std::move(delta));
   }
   std::vector<Json> out;
   // Text held back as a possible call sends nothing (but its logprobs).
@@ -198,11 +198,11 @@ std::vector<Json> ResponseBuilder::ToolChunks(const tandem::v1::GenerateResponse
                             /*with_finish=*/false));
   }
   const std::string seed = absl::StrCat(id_, "/", message.index());
-  for (const tools::ParsedToolCall& call : got.calls) {
-    for (Json& delta : ToolCallDeltas(call, c.calls_sent, seed, id_format_)) {
-      out.push_back(ChunkJson(message, c, false, std::move(delta), false, false));
-    }
-    ++c.calls_sent;
+  for (const tools::ToolCallDelta& delta : got.deltas) {
+    if (!delta.name.empty()) ++c.calls_sent;
+    if (delta.name.empty() && delta.arguments.empty()) continue;
+    out.push_back(ChunkJson(message, c, false, ToolCallDeltaJson(delta, seed, id_format_), false,
+                            false));
   }
   if (finished) out.push_back(ChunkJson(message, c, false, Json::object(), false, true));
   return out;

@@ -90,7 +90,7 @@ class ResponseBuilder {
     bool has_usage = false;
     // Chat with tools, streaming: reads the calls out as the text comes.
     std::optional<tools::ToolCallParser> parser;
-    int calls_sent = 0;  // tool calls streamed (their index)
+    int calls_sent = 0;  // tool calls started in the stream
   };
 
   // The choice a message belongs to, marked started; `first` tells whether

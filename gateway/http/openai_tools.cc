@@ -269,15 +269,18 @@ Json ToolCallsJson(const std::vector<tools::ParsedToolCall>& calls, std::string_
   return out;
 }
 
-std::vector<Json> ToolCallDeltas(const tools::ParsedToolCall& call, int index,
-                                 std::string_view id_seed, tools::ToolCallFormat format) {
-  Json opening = {{"index", index},
-                  {"id", tools::ToolCallId(absl::StrCat(std::string(id_seed), "/", index), format)},
-                  {"type", "function"},
-                  {"function", {{"name", call.name}, {"arguments", ""}}}};
-  Json arguments = {{"index", index}, {"function", {{"arguments", call.arguments}}}};
-  return {Json{{"tool_calls", Json::array({std::move(opening)})}},
-          Json{{"tool_calls", Json::array({std::move(arguments)})}}};
+Json ToolCallDeltaJson(const tools::ToolCallDelta& delta, std::string_view id_seed,
+                       tools::ToolCallFormat format) {
+  Json call;
+  if (!delta.name.empty()) {
+    call = {{"index", delta.index},
+            {"id", tools::ToolCallId(absl::StrCat(std::string(id_seed), "/", delta.index), format)},
+            {"type", "function"},
+            {"function", {{"name", delta.name}, {"arguments", ""}}}};
+  } else {
+    call = {{"index", delta.index}, {"function", {{"arguments", delta.arguments}}}};
+  }
+  return Json{{"tool_calls", Json::array({std::move(call)})}};
 }
 
 }  // namespace tandem::gateway::openai

@@ -58,12 +58,11 @@ nlohmann::ordered_json ToolCallsJson(const std::vector<tools::ParsedToolCall>& c
                                      std::string_view id_seed, tools::ToolCallFormat format,
                                      int first_index = 0);
 
-// The streamed deltas of one call, index `index`: {"tool_calls": [{index, id,
-// type, function: {name, arguments: ""}}]} then {"tool_calls": [{index,
-// function: {arguments}}]}.
-std::vector<nlohmann::ordered_json> ToolCallDeltas(const tools::ParsedToolCall& call, int index,
-                                                   std::string_view id_seed,
-                                                   tools::ToolCallFormat format);
+// One streamed piece of a call as OpenAI's delta: its start {"tool_calls":
+// [{index, id, type, function: {name, arguments: ""}}]}, or a piece of its
+// arguments {"tool_calls": [{index, function: {arguments}}]}.
+nlohmann::ordered_json ToolCallDeltaJson(const tools::ToolCallDelta& delta,
+                                         std::string_view id_seed, tools::ToolCallFormat format);
 
 }  // namespace tandem::gateway::openai
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "gateway/tools/call_scanner.h"
 
 namespace tandem::gateway::tools {
 namespace {
@@ -205,7 +206,19 @@ size_t JsonValueEnd(std::string_view text) {
 std::vector<ParsedToolCall> CallsFromJson(std::string_view json) {
   const Json v = Json::parse(json, nullptr, /*allow_exceptions=*/false);
   if (v.is_discarded()) return {};
-  return CallsFromValue(v);
+  std::vector<ParsedToolCall> calls = CallsFromValue(v);
+  // The arguments as the model wrote them (less whitespace), which is what
+  // the deltas stream, rather than as re-serialized.
+  const std::vector<ScannedCall> scanned = ScanCalls(json);
+  if (scanned.size() == calls.size()) {
+    for (size_t k = 0; k < calls.size(); ++k) {
+      if (scanned[k].complete && scanned[k].arguments_complete &&
+          scanned[k].name == calls[k].name) {
+        calls[k].arguments = scanned[k].arguments;
+      }
+    }
+  }
+  return calls;
 }
 
 std::string ToolCallId(std::string_view seed, ToolCallFormat format) {
@@ -229,7 +242,36 @@ ToolCallChunk ToolCallParser::Feed(std::string_view text) {
   buffer_.append(text);
   while (Step(/*final=*/false, out)) {
   }
+  Preview(out);
   return out;
+}
+
+std::string_view ToolCallParser::HeldJson() const {
+  if (state_ == State::kJson || (state_ == State::kMarker && format_ == ToolCallFormat::kHermes)) {
+    return buffer_;
+  }
+  return "";
+}
+
+void ToolCallParser::Preview(ToolCallChunk& out) {
+  const std::string_view held = HeldJson();
+  if (held.empty()) return;
+  const std::vector<ScannedCall> scanned = ScanCalls(held);
+  for (size_t j = 0; j < scanned.size(); ++j) {
+    const ScannedCall& call = scanned[j];
+    if (!call.arguments_started) break;  // in order: a later call waits for this one
+    if (j == previewed_.size()) {
+      if (!parallel_ && calls_ + static_cast<int>(previewed_.size()) >= 1) break;
+      previewed_.push_back({.index = next_index_++, .sent = ""});
+      out.deltas.push_back({.index = previewed_.back().index, .name = call.name, .arguments = ""});
+    }
+    Previewed& p = previewed_[j];
+    if (call.arguments.size() > p.sent.size() && call.arguments.starts_with(p.sent)) {
+      out.deltas.push_back(
+          {.index = p.index, .name = "", .arguments = call.arguments.substr(p.sent.size())});
+      p.sent = call.arguments;
+    }
+  }
 }
 
 ToolCallChunk ToolCallParser::Finish() {
@@ -237,6 +279,7 @@ ToolCallChunk ToolCallParser::Finish() {
   while (Step(/*final=*/true, out)) {
   }
   // Whatever is still held could only have become a call with more text.
+  DropPreview();
   if (!marker_.empty() || !buffer_.empty()) Content(marker_ + buffer_, out);
   marker_.clear();
   buffer_.clear();
@@ -250,6 +293,7 @@ ToolCallChunk ToolCallParser::ParseAll(ToolCallFormat format, bool parallel,
   ToolCallChunk rest = parser.Finish();
   out.content += rest.content;
   for (ParsedToolCall& call : rest.calls) out.calls.push_back(std::move(call));
+  for (ToolCallDelta& delta : rest.deltas) out.deltas.push_back(std::move(delta));
   return out;
 }
 
@@ -263,11 +307,25 @@ void ToolCallParser::Content(std::string_view text, ToolCallChunk& out) {
 }
 
 void ToolCallParser::Calls(std::vector<ParsedToolCall> calls, ToolCallChunk& out) {
-  for (ParsedToolCall& call : calls) {
-    if (!parallel_ && calls_ >= 1) break;
+  for (size_t k = 0; k < calls.size(); ++k) {
+    ParsedToolCall& call = calls[k];
+    if (k < previewed_.size()) {
+      // Streamed already: the rest of its arguments.
+      const Previewed& p = previewed_[k];
+      if (call.arguments.size() > p.sent.size() && call.arguments.starts_with(p.sent)) {
+        out.deltas.push_back(
+            {.index = p.index, .name = "", .arguments = call.arguments.substr(p.sent.size())});
+      }
+    } else {
+      if (!parallel_ && calls_ >= 1) break;
+      const int index = next_index_++;
+      out.deltas.push_back({.index = index, .name = call.name, .arguments = ""});
+      out.deltas.push_back({.index = index, .name = "", .arguments = call.arguments});
+    }
     out.calls.push_back(std::move(call));
     ++calls_;
   }
+  previewed_.clear();
 }
 
 void ToolCallParser::AfterCall() {
@@ -336,6 +394,7 @@ bool ToolCallParser::StepJson(bool final, ToolCallChunk& out) {
   if (length == std::string_view::npos) {
     if (final) {
       // An unfinished reply: content as generated (Finish adds it).
+      DropPreview();
       state_ = State::kText;
     }
     return false;
@@ -343,6 +402,7 @@ bool ToolCallParser::StepJson(bool final, ToolCallChunk& out) {
   std::vector<ParsedToolCall> calls = CallsFromJson(std::string_view(buffer_).substr(p, length));
   if (calls.empty()) {
     // JSON, but no call: content, and the rest is scanned as text.
+    DropPreview();
     Content(marker_ + buffer_.substr(0, p + length), out);
     marker_.clear();
     buffer_.erase(0, p + length);
@@ -358,6 +418,7 @@ bool ToolCallParser::StepJson(bool final, ToolCallChunk& out) {
 bool ToolCallParser::StepMarker(bool final, ToolCallChunk& out) {
   // Gives the marker and `consumed` bytes of the buffer back as content.
   auto not_a_call = [&](size_t consumed) {
+    DropPreview();
     Content(marker_ + buffer_.substr(0, consumed), out);
     marker_.clear();
     buffer_.erase(0, consumed);

@@ -53,12 +53,25 @@ struct ParsedToolCall {
   std::string arguments;
 };
 
+// A streamed piece of a call: its start (`name` set, as OpenAI's first
+// delta of a call has it) or text appended to its arguments.
+struct ToolCallDelta {
+  int index = 0;  // the call's place among the reply's calls
+  std::string name;
+  std::string arguments;
+};
+
 // What a piece of generated text turned out to be: content to pass on now
-// (it precedes `calls` in the text, save for whitespace between calls) and
-// the calls completed by it.
+// (it precedes the calls in the text, save for whitespace between calls),
+// the calls it completed, and the same calls as deltas: a call whose name
+// comes before its arguments object starts streaming once the name is
+// known, its arguments as they come (whitespace outside strings removed);
+// the others come whole when complete. The deltas of a reply add up to its
+// calls.
 struct ToolCallChunk {
   std::string content;
   std::vector<ParsedToolCall> calls;
+  std::vector<ToolCallDelta> deltas;
 };
 
 class ToolCallParser {
@@ -100,6 +113,12 @@ class ToolCallParser {
   void Calls(std::vector<ParsedToolCall> calls, ToolCallChunk& out);
   // After a call's text: more calls may follow.
   void AfterCall();
+  // Deltas of the calls held but not complete (ScanCalls over HeldJson).
+  void Preview(ToolCallChunk& out);
+  // The JSON text of the call(s) being held, or empty.
+  std::string_view HeldJson() const;
+  // The held value was no call after all: what was previewed of it stays.
+  void DropPreview() { previewed_.clear(); }
 
   ToolCallFormat format_;
   bool parallel_;
@@ -110,13 +129,23 @@ class ToolCallParser {
   // as content when the call turns out not to be one.
   std::string marker_;
   int calls_ = 0;
+  // Calls streamed ahead of the held value's completion, in order: each
+  // one's index and the arguments text sent.
+  struct Previewed {
+    int index;
+    std::string sent;
+  };
+  std::vector<Previewed> previewed_;
+  int next_index_ = 0;
   // Whitespace after a call is dropped (until other content comes).
   bool after_call_ = false;
 };
 
 // Calls in a JSON value's text as kJson reads it: {"name", "arguments" |
 // "parameters"}, an array of those, {"tool_calls": [...]}, {"tool_call":
-// {...}}. Empty when the text is not JSON or not of that shape.
+// {...}}. Empty when the text is not JSON or not of that shape. An
+// arguments object is its text without whitespace outside strings (as the
+// deltas stream it), other arguments re-serialized compactly.
 std::vector<ParsedToolCall> CallsFromJson(std::string_view json);
 
 // Where the JSON object or array starting at text[0] ends (one past its

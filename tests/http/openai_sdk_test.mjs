@@ -251,11 +251,12 @@ test('tool flow, streamed: deltas accumulate into the same calls', async () => {
   assert.equal(whole.choices[0].finish_reason, 'tool_calls');
   assert.equal(whole.choices[0].message.tool_calls.length, 1);  // parallel_tool_calls: false
 
-  // By hand: index, id, type and name first, then argument chunks.
+  // By hand: index, id, type and name first, then argument pieces.
   const stream = await client.chat.completions.create({ ...request, stream: true });
   const calls = [];
   let finish = null;
   let content = '';
+  let argumentPieces = 0;
   for await (const chunk of stream) {
     const c = chunk.choices[0];
     finish = c.finish_reason ?? finish;
@@ -266,10 +267,13 @@ test('tool flow, streamed: deltas accumulate into the same calls', async () => {
         assert.equal(d.type, 'function');
         calls.push({ id: d.id, type: d.type, function: { name: d.function.name, arguments: '' } });
       }
+      if (d.function?.arguments) argumentPieces += 1;
       calls[d.index].function.arguments += d.function?.arguments ?? '';
     }
   }
   assert.equal(finish, 'tool_calls');
+  // The arguments stream as they are generated, not in one piece at the end.
+  assert.ok(argumentPieces > 1, `${argumentPieces} argument pieces`);
   assert.equal(content, '');
   // Seeded: the same call as the whole response (ids are per response).
   assert.equal(calls.length, 1);

@@ -320,31 +320,35 @@ TEST(OpenAiToolsTest, StreamedContentThenCallDeltasThenToolCallsFinish) {
   ASSERT_EQ(chunks.size(), 1u);
   EXPECT_EQ(chunks[0]["choices"][0]["delta"]["role"], "assistant");
   EXPECT_EQ(chunks[0]["choices"][0]["delta"]["content"], "Checking. ");
-  chunks = Chunks(b.Events(Text("_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}",
+  // Inside the call: it starts once its name is known, and its arguments
+  // stream as they come.
+  chunks = Chunks(b.Events(Text("_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Ro",
                                 tandem::v1::FINISH_REASON_UNSPECIFIED)));
-  EXPECT_TRUE(chunks.empty());  // held until the call closes
-  chunks = Chunks(b.Events(Text("</tool_call>", tandem::v1::FINISH_REASON_EOS)));
-  ASSERT_EQ(chunks.size(), 3u);
-  const Json& opening = chunks[0]["choices"][0]["delta"]["tool_calls"][0];
+  ASSERT_EQ(chunks.size(), 2u);
+  const Json opening = chunks[0]["choices"][0]["delta"]["tool_calls"][0];
   EXPECT_EQ(opening["index"], 0);
   EXPECT_THAT(opening["id"].get<std::string>(), StartsWith("call_"));
   EXPECT_EQ(opening["type"], "function");
   EXPECT_EQ(opening["function"]["name"], "get_weather");
   EXPECT_EQ(opening["function"]["arguments"], "");
-  const Json& arguments = chunks[1]["choices"][0]["delta"]["tool_calls"][0];
-  EXPECT_EQ(arguments["index"], 0);
-  EXPECT_FALSE(arguments.contains("id"));
-  EXPECT_EQ(arguments["function"]["arguments"], R"({"city":"Rome"})");
+  const Json& first_piece = chunks[1]["choices"][0]["delta"]["tool_calls"][0];
+  EXPECT_EQ(first_piece["index"], 0);
+  EXPECT_FALSE(first_piece.contains("id"));
+  EXPECT_EQ(first_piece["function"]["arguments"], R"({"city":"Ro)");
   EXPECT_TRUE(chunks[1]["choices"][0]["finish_reason"].is_null());
-  EXPECT_EQ(chunks[2]["choices"][0]["finish_reason"], "tool_calls");
-  EXPECT_EQ(chunks[2]["choices"][0]["delta"], Json::object());
+  chunks = Chunks(b.Events(Text("me\"}}</tool_call>", tandem::v1::FINISH_REASON_EOS)));
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"], R"(me"})");
+  EXPECT_EQ(chunks[1]["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(chunks[1]["choices"][0]["delta"], Json::object());
   // The whole response names the call by the same id.
   ResponseBuilder whole(request, "r1", "m", 1);
   whole.Add(Text("Checking. <tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": "
                  "\"Rome\"}}</tool_call>",
                  tandem::v1::FINISH_REASON_EOS));
-  EXPECT_EQ(Json::parse(whole.Body())["choices"][0]["message"]["tool_calls"][0]["id"],
-            opening["id"]);
+  const Json whole_call = Json::parse(whole.Body())["choices"][0]["message"]["tool_calls"][0];
+  EXPECT_EQ(whole_call["id"], opening["id"]);
+  EXPECT_EQ(whole_call["function"]["arguments"], R"({"city":"Rome"})");
 }
 
 TEST(OpenAiToolsTest, StreamedWithoutParallelCallsSendsTheFirstOnly) {

@@ -31,17 +31,41 @@ ToolCallChunk Streamed(ToolCallFormat format, std::string_view text, size_t step
   auto add = [&](ToolCallChunk c) {
     all.content += c.content;
     for (ParsedToolCall& call : c.calls) all.calls.push_back(std::move(call));
+    for (ToolCallDelta& d : c.deltas) all.deltas.push_back(std::move(d));
   };
   for (size_t i = 0; i < text.size(); i += step) add(parser.Feed(text.substr(i, step)));
   add(parser.Finish());
   return all;
 }
 
-// Whole and every piece size agree.
+// The calls the deltas add up to: a call starts with its name, then its
+// arguments accumulate; indices come in order.
+std::vector<ParsedToolCall> FromDeltas(const std::vector<ToolCallDelta>& deltas) {
+  std::vector<ParsedToolCall> calls;
+  for (const ToolCallDelta& d : deltas) {
+    if (!d.name.empty()) {
+      EXPECT_EQ(d.index, static_cast<int>(calls.size()));
+      EXPECT_EQ(d.arguments, "");
+      calls.push_back({.name = d.name, .arguments = ""});
+      continue;
+    }
+    EXPECT_LT(d.index, static_cast<int>(calls.size()));
+    if (d.index < static_cast<int>(calls.size())) calls[d.index].arguments += d.arguments;
+  }
+  return calls;
+}
+
+// Whole and every piece size agree, and the deltas add up to the calls.
 void ExpectSameStreamed(ToolCallFormat format, std::string_view text) {
   const ToolCallChunk whole = Whole(format, text);
   for (size_t step = 1; step <= text.size(); ++step) {
     const ToolCallChunk s = Streamed(format, text, step);
+    const std::vector<ParsedToolCall> from_deltas = FromDeltas(s.deltas);
+    ASSERT_EQ(from_deltas.size(), whole.calls.size()) << "step " << step << ": " << text;
+    for (size_t i = 0; i < from_deltas.size(); ++i) {
+      EXPECT_EQ(from_deltas[i].name, whole.calls[i].name) << "step " << step;
+      EXPECT_EQ(from_deltas[i].arguments, whole.calls[i].arguments) << "step " << step;
+    }
     EXPECT_EQ(s.content, whole.content) << "step " << step << ": " << text;
     ASSERT_EQ(s.calls.size(), whole.calls.size()) << "step " << step << ": " << text;
     for (size_t i = 0; i < s.calls.size(); ++i) {
@@ -63,6 +87,35 @@ TEST(ToolCallParserTest, HermesCallsAfterContent) {
   ExpectSameStreamed(ToolCallFormat::kHermes, text);
 }
 
+TEST(ToolCallParserTest, ArgumentsStreamBeforeTheCallIsComplete) {
+  ToolCallParser parser(ToolCallFormat::kHermes, true);
+  ToolCallChunk c = parser.Feed("<tool_call>\n{\"name\": \"write\", ");
+  EXPECT_TRUE(c.deltas.empty());
+  c = parser.Feed("\"arguments\": {\"text\": \"Once upon");
+  ASSERT_EQ(c.deltas.size(), 2u);
+  EXPECT_EQ(c.deltas[0].index, 0);
+  EXPECT_EQ(c.deltas[0].name, "write");
+  EXPECT_EQ(c.deltas[1].arguments, "{\"text\":\"Once upon");
+  EXPECT_TRUE(c.calls.empty());
+  c = parser.Feed(" a time\"}}\n</tool_call>");
+  ASSERT_EQ(c.calls.size(), 1u);
+  EXPECT_EQ(c.calls[0].arguments, "{\"text\":\"Once upon a time\"}");
+  ASSERT_EQ(c.deltas.size(), 1u);
+  EXPECT_EQ(c.deltas[0].arguments, " a time\"}");
+  // The forced path's array: each call streams in turn.
+  ToolCallParser forced(ToolCallFormat::kJson, true);
+  c = forced.Feed("[{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", \"arguments\": {");
+  ASSERT_EQ(c.deltas.size(), 4u);
+  EXPECT_EQ(c.deltas[2].index, 1);
+  EXPECT_EQ(c.deltas[2].name, "b");
+  EXPECT_EQ(c.deltas[3].arguments, "{");
+  // Arguments before the name: the call comes whole once complete.
+  ToolCallParser late(ToolCallFormat::kHermes, true);
+  EXPECT_TRUE(late.Feed("<tool_call>{\"arguments\": {\"x\": 1}, \"name\": \"f\"").deltas.empty());
+  ExpectSameStreamed(ToolCallFormat::kHermes,
+                     "<tool_call>{\"arguments\": {\"x\": 1}, \"name\": \"f\"}</tool_call>");
+}
+
 TEST(ToolCallParserTest, HermesWithoutParallelKeepsTheFirstCall) {
   const std::string text =
       "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n"
@@ -70,6 +123,16 @@ TEST(ToolCallParserTest, HermesWithoutParallelKeepsTheFirstCall) {
   const ToolCallChunk r = Whole(ToolCallFormat::kHermes, text, /*parallel=*/false);
   EXPECT_EQ(r.content, "");
   EXPECT_THAT(r.calls, ElementsAre(Call("a", "{}")));
+  for (size_t step = 1; step <= text.size(); ++step) {
+    const ToolCallChunk s = Streamed(ToolCallFormat::kHermes, text, step, /*parallel=*/false);
+    EXPECT_THAT(s.calls, ElementsAre(Call("a", "{}")));
+    EXPECT_THAT(FromDeltas(s.deltas), ElementsAre(Call("a", "{}"))) << step;
+  }
+  const std::string forced = R"([{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}])";
+  for (size_t step = 1; step <= forced.size(); ++step) {
+    const ToolCallChunk s = Streamed(ToolCallFormat::kJson, forced, step, /*parallel=*/false);
+    EXPECT_THAT(FromDeltas(s.deltas), ElementsAre(Call("a", "{}"))) << step;
+  }
 }
 
 TEST(ToolCallParserTest, HermesUnclosedCallAtTheEndStillCounts) {
