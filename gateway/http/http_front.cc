@@ -185,7 +185,8 @@ void HttpFront::Generate(openai::Endpoint endpoint, const httplib::Request& req,
   if (!call->reader->Read(&first)) {
     const grpc::Status status = call->Finish();
     return Fail(res, status.ok() ? absl::InternalError("the stream ended without a message")
-                                 : rpc::FromGrpcStatus(status));
+                                 : openai::ExplainForcedCallError(parsed->tools,
+                                                                  rpc::FromGrpcStatus(status)));
   }
   res.set_header("x-request-id", first.request_id());
   const std::string model =

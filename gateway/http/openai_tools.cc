@@ -269,6 +269,19 @@ Json ToolCallsJson(const std::vector<tools::ParsedToolCall>& calls, std::string_
   return out;
 }
 
+absl::Status ExplainForcedCallError(const ToolUse& use, const absl::Status& status) {
+  constexpr std::string_view kField = "response_format: ";
+  const std::string message(status.message());
+  const size_t at = message.find(kField);
+  if (!use.forced || status.code() != absl::StatusCode::kInvalidArgument ||
+      at == std::string::npos) {
+    return status;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "tools: the forced call's JSON schema, built from the tools' parameters, is refused: ",
+      message.substr(at + kField.size())));
+}
+
 Json ToolCallDeltaJson(const tools::ToolCallDelta& delta, std::string_view id_seed,
                        tools::ToolCallFormat format) {
   Json call;

@@ -58,6 +58,11 @@ nlohmann::ordered_json ToolCallsJson(const std::vector<tools::ParsedToolCall>& c
                                      std::string_view id_seed, tools::ToolCallFormat format,
                                      int first_index = 0);
 
+// A forced call's schema is the front's, not the client's: an error naming
+// response_format (say, a keyword of a tool's parameters the constraint
+// compiler does not take) is reworded to name `tools`. Other statuses pass.
+absl::Status ExplainForcedCallError(const ToolUse& use, const absl::Status& status);
+
 // One streamed piece of a call as OpenAI's delta: its start {"tool_calls":
 // [{index, id, type, function: {name, arguments: ""}}]}, or a piece of its
 // arguments {"tool_calls": [{index, function: {arguments}}]}.

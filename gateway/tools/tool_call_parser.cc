@@ -392,11 +392,25 @@ bool ToolCallParser::StepJson(bool final, ToolCallChunk& out) {
   if (p == buffer_.size()) return false;
   const size_t length = JsonValueEnd(std::string_view(buffer_).substr(p));
   if (length == std::string_view::npos) {
-    if (final) {
-      // An unfinished reply: content as generated (Finish adds it).
-      DropPreview();
-      state_ = State::kText;
+    if (!final) return false;
+    // An array of calls cut short (max_tokens, a stop string): its complete
+    // calls count and the unfinished one is dropped.
+    std::vector<ParsedToolCall> complete;
+    if (buffer_[p] == '[') {
+      for (const ScannedCall& call : ScanCalls(std::string_view(buffer_).substr(p))) {
+        if (!call.complete || !call.arguments_complete) break;
+        complete.push_back({.name = call.name, .arguments = call.arguments});
+      }
     }
+    if (!complete.empty()) {
+      Calls(std::move(complete), out);
+      buffer_.clear();
+      AfterCall();
+      return false;
+    }
+    // An unfinished reply: content as generated (Finish adds it).
+    DropPreview();
+    state_ = State::kText;
     return false;
   }
   std::vector<ParsedToolCall> calls = CallsFromJson(std::string_view(buffer_).substr(p, length));

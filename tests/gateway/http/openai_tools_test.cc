@@ -192,6 +192,20 @@ TEST(OpenAiToolsTest, ForcedSchemasCompile) {
   EXPECT_TRUE(gbnf.ok()) << gbnf.status() << "\n" << with_defs.source;
 }
 
+TEST(OpenAiToolsTest, AForcedSchemaRefusedNamesTools) {
+  const ToolUse forced{.parse = true, .forced = true, .parallel = true};
+  const absl::Status refused = absl::InvalidArgumentError(
+      "sampling.response_format: at /items/properties/arguments/properties/n: `minimum` is not "
+      "supported");
+  const absl::Status s = ExplainForcedCallError(forced, refused);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), StartsWith("tools: the forced call's JSON schema"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("`minimum` is not supported"));
+  EXPECT_EQ(ExplainForcedCallError(ToolUse{}, refused), refused);
+  const absl::Status other = absl::UnavailableError("no worker");
+  EXPECT_EQ(ExplainForcedCallError(forced, other), other);
+}
+
 TEST(OpenAiToolsTest, ToolMessagesAndAssistantCalls) {
   Request r = Parse(Endpoint::kChat, absl::StrCat(R"({"messages": [
       {"role": "user", "content": "Weather in Paris?"},

@@ -153,6 +153,18 @@ TEST(ToolCallParserTest, HermesBrokenCallIsContent) {
             "x<tool_call>{\"name\": \"f\", \"argu");
 }
 
+TEST(ToolCallParserTest, AnArrayCutShortKeepsItsCompleteCalls) {
+  const std::string text =
+      R"([ { "name" : "f" , "arguments" : { "n" : -30 } }, { "name" : "f")";
+  const ToolCallChunk r = Whole(ToolCallFormat::kJson, text);
+  EXPECT_THAT(r.calls, ElementsAre(Call("f", R"({"n":-30})")));
+  EXPECT_EQ(r.content, "");
+  ExpectSameStreamed(ToolCallFormat::kJson, text);
+  // Nothing complete: the text as generated.
+  EXPECT_EQ(Whole(ToolCallFormat::kJson, R"([{"name": "f", "argu)").content,
+            R"([{"name": "f", "argu)");
+}
+
 TEST(ToolCallParserTest, ContentStreamsAtOnceAndOnlyAMarkerPrefixIsHeld) {
   ToolCallParser parser(ToolCallFormat::kHermes, true);
   EXPECT_EQ(parser.Feed("Hello").content, "Hello");
