@@ -200,7 +200,9 @@ absl::Status ParseMessages(const Reader& r, tandem::v1::GenerateRequest& g) {
     out->set_role(role);
     RETURN_IF_ERROR(ParseMessageToolFields(m, field, *out));
     const Json content = m.contains("content") ? m["content"] : Json();
-    out->set_content_is_null(content.is_null());
+    // An assistant that only calls tools has no content; templates test
+    // for that (other roles' absent content stays the empty string).
+    out->set_content_is_null(role == "assistant" && content.is_null());
     if (content.is_string()) {
       out->set_content(content.get<std::string>());
     } else if (content.is_array()) {

@@ -51,8 +51,19 @@ absl::Status ResponseFormat(const Json& format, tandem::v1::ResponseFormat& out,
   const std::string type = format["type"].get<std::string>();
   if (type == "text") return absl::OkStatus();
   if (type == "json_object") {
-    out.set_json_object(true);
     *set = true;
+    // llama.cpp's server takes a schema here too.
+    if (Has(format, "schema")) {
+      std::string schema;
+      if (absl::Status s = SchemaText(format["schema"], "response_format.schema",
+                                      /*text_allowed=*/false, &schema);
+          !s.ok()) {
+        return s;
+      }
+      out.set_json_schema(std::move(schema));
+      return absl::OkStatus();
+    }
+    out.set_json_object(true);
     return absl::OkStatus();
   }
   if (type != "json_schema") {

@@ -1,7 +1,8 @@
 // Structured output on the OpenAI front: `response_format` (text,
 // json_object, json_schema) and the extensions other servers accept for the
 // same thing (vLLM's guided_json / guided_regex / guided_grammar /
-// guided_choice, llama.cpp's json_schema / grammar), read into the gRPC
+// guided_choice, llama.cpp's json_schema / grammar and its json_object with a
+// "schema"), read into the gRPC
 // request's sampling.response_format. Called by openai_api.cc's
 // ParseRequest. Pure functions; thread-safe.
 #ifndef TANDEM_GATEWAY_HTTP_OPENAI_STRUCTURED_H_

@@ -270,16 +270,18 @@ Json ToolCallsJson(const std::vector<tools::ParsedToolCall>& calls, std::string_
 }
 
 absl::Status ExplainForcedCallError(const ToolUse& use, const absl::Status& status) {
-  constexpr std::string_view kField = "response_format: ";
+  // "sampling.response_format.json_schema: at /items/...: ..." (the gateway's
+  // check) or "prefill: response_format: ..." (a worker's).
   const std::string message(status.message());
-  const size_t at = message.find(kField);
+  const size_t field = message.find("response_format");
+  const size_t colon = field == std::string::npos ? field : message.find(": ", field);
   if (!use.forced || status.code() != absl::StatusCode::kInvalidArgument ||
-      at == std::string::npos) {
+      colon == std::string::npos) {
     return status;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "tools: the forced call's JSON schema, built from the tools' parameters, is refused: ",
-      message.substr(at + kField.size())));
+      message.substr(colon + 2)));
 }
 
 Json ToolCallDeltaJson(const tools::ToolCallDelta& delta, std::string_view id_seed,

@@ -67,6 +67,9 @@ TEST(OpenAiStructuredTest, VllmAndLlamaCppExtensions) {
   EXPECT_EQ(r.generate.sampling().response_format().regex(), "[a-z]+");
   r = Parse(Endpoint::kChat, Chat(R"("guided_grammar": "root ::= \"yes\" | \"no\"")"));
   EXPECT_EQ(r.generate.sampling().response_format().grammar(), R"(root ::= "yes" | "no")");
+  r = Parse(Endpoint::kCompletions,
+            R"({"prompt": "x", "response_format": {"type": "json_object", "schema": {"type": "object"}}})");
+  EXPECT_EQ(r.generate.sampling().response_format().json_schema(), R"({"type":"object"})");
   r = Parse(Endpoint::kCompletions, R"({"prompt": "x", "grammar": "root ::= \"a\""})");
   EXPECT_EQ(r.generate.sampling().response_format().grammar(), R"(root ::= "a")");
   r = Parse(Endpoint::kCompletions, R"({"prompt": "x", "guided_choice": ["yes", "a.b"]})");
@@ -195,12 +198,13 @@ TEST(OpenAiToolsTest, ForcedSchemasCompile) {
 TEST(OpenAiToolsTest, AForcedSchemaRefusedNamesTools) {
   const ToolUse forced{.parse = true, .forced = true, .parallel = true};
   const absl::Status refused = absl::InvalidArgumentError(
-      "sampling.response_format: at /items/properties/arguments/properties/n: `minimum` is not "
-      "supported");
+      "sampling.response_format.json_schema: at /items/properties/arguments/properties/n: "
+      "`minimum` is not supported");
   const absl::Status s = ExplainForcedCallError(forced, refused);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), StartsWith("tools: the forced call's JSON schema"));
-  EXPECT_THAT(std::string(s.message()), HasSubstr("`minimum` is not supported"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("is refused: at /items/properties/arguments/properties/n: `minimum`"));
   EXPECT_EQ(ExplainForcedCallError(ToolUse{}, refused), refused);
   const absl::Status other = absl::UnavailableError("no worker");
   EXPECT_EQ(ExplainForcedCallError(forced, other), other);
