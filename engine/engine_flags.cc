@@ -7,7 +7,7 @@
 namespace tandem::engine {
 
 std::vector<common::FlagSpec> EngineFlagSpecs() {
-  return {
+  std::vector<common::FlagSpec> specs = {
       {.name = "device", .default_value = "cpu",
        .help = "compute device: cpu, or cuda[:N] (CUDA device N, default 0); the CUDA "
                "forward pass is not built yet, so cuda only reports whether this build and "
@@ -30,7 +30,16 @@ std::vector<common::FlagSpec> EngineFlagSpecs() {
       {.name = "session-kv-percent", .default_value = "50",
        .help = "most of the KV pool that sessions' kept blocks (pinned between turns) may "
                "hold, 0..100; past it the least recently used sessions' are let go"},
+      {.name = "grammar-max-stacks", .default_value = "4096",
+       .help = "live parse stacks of one structured-output sequence; an ambiguous grammar "
+               "that needs more ends the sequence at end-of-generation"},
+      {.name = "grammar-mask-cache-mb", .default_value = "64",
+       .help = "token masks cached per compiled response format, MiB (cleared when full)"},
+      {.name = "grammar-cache-size", .default_value = "64",
+       .help = "compiled response formats kept (the most recently used)"},
   };
+  for (common::FlagSpec& spec : constrain::CompileLimitFlagSpecs()) specs.push_back(spec);
+  return specs;
 }
 
 absl::StatusOr<EngineSetup> EngineSetupFromArgs(const common::Args& args) {
@@ -68,6 +77,12 @@ absl::StatusOr<EngineSetup> EngineSetupFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(s.engine.max_waiting, args.IntInRange("max-waiting", 0, 1 << 24));
   ASSIGN_OR_RETURN(int32_t session_percent, args.IntInRange("session-kv-percent", 0, 100));
   s.engine.max_pinned_fraction = session_percent / 100.0;
+  ASSIGN_OR_RETURN(s.engine.constrain_matcher.max_stacks,
+                   args.IntInRange("grammar-max-stacks", 16, 1 << 24));
+  ASSIGN_OR_RETURN(const int32_t mask_mb, args.IntInRange("grammar-mask-cache-mb", 1, 1 << 20));
+  s.engine.constrain_matcher.mask_cache_bytes = int64_t{mask_mb} << 20;
+  ASSIGN_OR_RETURN(s.engine.grammar_cache_size, args.IntInRange("grammar-cache-size", 1, 1 << 16));
+  ASSIGN_OR_RETURN(s.engine.constrain_compile, constrain::CompileLimitsFromArgs(args));
   return s;
 }
 

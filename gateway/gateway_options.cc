@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "engine/constrain/constraint.h"
 #include "gateway/api_keys.h"
 #include "gateway/routing/worker_resolver.h"
 #include "kvtransfer/rpc/lease_keeper.h"
@@ -134,6 +135,8 @@ std::vector<common::FlagSpec> GatewayFlagSpecs() {
       {.name = "max-stop-token-ids", .default_value = "64",
        .help = "entries of sampling.stop_token_ids per request"},
       {.name = "max-n", .default_value = "16", .help = "completions per request (n)"},
+      {.name = "max-response-format-bytes", .default_value = "65536",
+       .help = "bytes of a request's response format (JSON schema, regex or grammar)"},
       {.name = "request-timeout-ms", .default_value = "600000",
        .help = "deadline for Generate calls that set none"},
       {.name = "router", .default_value = "kv",
@@ -166,6 +169,7 @@ std::vector<common::FlagSpec> GatewayFlagSpecs() {
        .help = "check --api-keys-file for changes at most this often"},
   };
   for (common::FlagSpec& s : rpc::PublicTlsFlagSpecs()) specs.push_back(s);
+  for (common::FlagSpec& s : engine::constrain::CompileLimitFlagSpecs()) specs.push_back(s);
   specs.push_back(rpc::HealthListenFlagSpec());
   for (common::FlagSpec& s :
        rpc::AdmissionFlagSpecs({.max_in_flight = 4096, .max_queued_tokens = 1 << 20})) {
@@ -193,6 +197,10 @@ absl::StatusOr<GatewaySetup> GatewaySetupFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(options.limits.max_stop_token_ids,
                    args.IntInRange("max-stop-token-ids", 0, 1 << 16));
   ASSIGN_OR_RETURN(options.limits.max_n, args.IntInRange("max-n", 1, 1024));
+  ASSIGN_OR_RETURN(options.limits.max_response_format_bytes,
+                   args.IntInRange("max-response-format-bytes", 16, 1 << 26));
+  ASSIGN_OR_RETURN(options.limits.response_format,
+                   engine::constrain::CompileLimitsFromArgs(args));
   ASSIGN_OR_RETURN(const int32_t timeout_ms,
                    args.IntInRange("request-timeout-ms", 1, 24 * 3600 * 1000));
   options.request_timeout = absl::Milliseconds(timeout_ms);

@@ -13,7 +13,8 @@ cd "$(dirname "$0")/.."
 runs=${1:-2000}
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_FUZZ=ON \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
-ninja -C build-fuzz -j2 block_fuzz gguf_fuzz tokenizer_fuzz request_fuzz chat_template_fuzz
+ninja -C build-fuzz -j2 block_fuzz gguf_fuzz tokenizer_fuzz request_fuzz chat_template_fuzz \
+  jinja_fuzz constrain_fuzz
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work"
@@ -42,6 +43,7 @@ run block
 run gguf
 run chat_template
 run jinja
+run constrain
 for m in "${models[@]}"; do
   run tokenizer "$m"
   run request "$m"

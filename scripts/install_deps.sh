@@ -10,7 +10,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev opencl-headers
   libicu-dev libxxhash-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  prometheus-cpp-dev python3-grpcio python3-protobuf python3-grpc-tools python3-jinja2
+  prometheus-cpp-dev python3-grpcio python3-protobuf python3-grpc-tools python3-jinja2 python3-jsonschema
   libcpp-httplib-dev nlohmann-json3-dev curl
   libssl-dev openssl prometheus iproute2 nftables
 )

@@ -7,6 +7,32 @@
 
 namespace tandem::engine::constrain {
 
+std::vector<common::FlagSpec> CompileLimitFlagSpecs() {
+  const CompileLimits d;
+  return {
+      {.name = "response-format-max-elements", .default_value = absl::StrCat(d.max_elements),
+       .help = "elements (bytes, rule references) a response format's grammar may lower to; "
+               "bounds compile time and memory"},
+      {.name = "response-format-max-depth", .default_value = absl::StrCat(d.max_depth),
+       .help = "nesting of a response format's schemas, regex groups or grammar parentheses"},
+      {.name = "response-format-max-repeat", .default_value = absl::StrCat(d.max_repeat),
+       .help = "largest bound of a counted repetition in a response format ({m,n}, "
+               "minItems, maxLength)"},
+  };
+}
+
+absl::StatusOr<CompileLimits> CompileLimitsFromArgs(const common::Args& args) {
+  CompileLimits limits;
+  ASSIGN_OR_RETURN(const int32_t elements,
+                   args.IntInRange("response-format-max-elements", 1024, 1 << 28));
+  limits.max_elements = elements;
+  ASSIGN_OR_RETURN(limits.max_depth, args.IntInRange("response-format-max-depth", 1, 4096));
+  ASSIGN_OR_RETURN(limits.max_repeat, args.IntInRange("response-format-max-repeat", 1, 1 << 20));
+  // The text a schema or regex expands to is bounded with the elements.
+  limits.max_text_bytes = int64_t{elements} * 4;
+  return limits;
+}
+
 absl::StatusOr<std::string> ConstraintToGbnf(const OutputConstraint& constraint,
                                              const CompileLimits& limits) {
   using Kind = OutputConstraint::Kind;

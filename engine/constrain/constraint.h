@@ -11,14 +11,23 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "common/flags.h"
 #include "engine/constrain/grammar.h"
 #include "engine/constrain/matcher.h"
 #include "engine/sample/sampling_params.h"
 
 namespace tandem::engine::constrain {
+
+// --response-format-max-elements, --response-format-max-depth and
+// --response-format-max-repeat: the bounds on compiling a response format.
+// The gateway (which refuses a bad format before routing) and the workers
+// (which compile it again) take the same flags with the same defaults.
+std::vector<common::FlagSpec> CompileLimitFlagSpecs();
+absl::StatusOr<CompileLimits> CompileLimitsFromArgs(const common::Args& args);
 
 // The constraint as GBNF text. InvalidArgument naming the position (a JSON
 // pointer, a regex offset, or a grammar line:column).

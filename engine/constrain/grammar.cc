@@ -199,7 +199,8 @@ class Parser {
   }
 
   absl::Status Postfix(Node& item) {
-    while (true) {
+    for (int32_t ops = 0;; ++ops) {
+      if (ops > limits_.max_depth) return Error("too many repetition operators in a row");
       const char c = Peek();
       int32_t min = 0;
       int32_t max = 0;
@@ -551,28 +552,63 @@ class GrammarLowering {
     return e.kind == Element::Kind::kBytes && sets_[e.value].empty();
   }
 
+  // The least fixpoint "rule r has an alternative whose every element
+  // holds", where a byte element holds when `bytes_hold` says so and a rule
+  // element holds once its rule does. A worklist over the rules that reference each rule, so a chain of
+  // n rules costs O(n), not O(n^2) passes.
+  template <typename Holds>
+  std::vector<bool> Fixpoint(Holds bytes_hold) const {
+    const size_t n = rules_.size();
+    std::vector<bool> holds(n, false);
+    // pending[a]: rule elements of alternative a not yet known to hold.
+    std::vector<int32_t> pending;
+    std::vector<int32_t> owner;
+    std::vector<std::vector<int32_t>> users(n);  // rule -> alternatives using it
+    std::vector<int32_t> queue;
+    for (size_t r = 0; r < n; ++r) {
+      for (const Alt& alt : rules_[r]) {
+        const auto a = static_cast<int32_t>(pending.size());
+        int32_t count = 0;
+        bool blocked = false;
+        for (const Element& e : alt) {
+          if (e.kind == Element::Kind::kRule) {
+            ++count;
+            users[e.value].push_back(a);
+          } else if (!bytes_hold(e)) {
+            blocked = true;
+          }
+        }
+        pending.push_back(blocked ? -1 : count);
+        owner.push_back(static_cast<int32_t>(r));
+        if (!blocked && count == 0 && !holds[r]) {
+          holds[r] = true;
+          queue.push_back(static_cast<int32_t>(r));
+        }
+      }
+    }
+    while (!queue.empty()) {
+      const int32_t r = queue.back();
+      queue.pop_back();
+      for (int32_t a : users[r]) {
+        if (pending[a] <= 0 || --pending[a] > 0) continue;
+        if (!holds[owner[a]]) {
+          holds[owner[a]] = true;
+          queue.push_back(owner[a]);
+        }
+      }
+    }
+    return holds;
+  }
+
   // Prunes alternatives that can never finish (they reference a rule that
   // derives no finite string, or a class with no member), then refuses
   // left recursion and a root that matches nothing.
   absl::Status CheckAndPrune(int32_t root) {
     const size_t n = rules_.size();
-    std::vector<bool> productive(n, false);
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t r = 0; r < n; ++r) {
-        if (productive[r]) continue;
-        for (const Alt& alt : rules_[r]) {
-          const bool ok = std::all_of(alt.begin(), alt.end(), [&](const Element& e) {
-            return e.kind == Element::Kind::kRule ? productive[e.value] : !ElementEmpty(e);
-          });
-          if (ok) {
-            productive[r] = true;
-            changed = true;
-            break;
-          }
-        }
-      }
-    }
+    // An alternative derives a string once every element does (a byte set
+    // with a member, or a productive rule).
+    const std::vector<bool> productive =
+        Fixpoint([&](const Element& e) { return !ElementEmpty(e); });
     if (!productive[root]) {
       return absl::InvalidArgumentError("the grammar matches nothing: 'root' derives no string");
     }
@@ -583,25 +619,10 @@ class GrammarLowering {
         });
       });
     }
-    // Nullable rules, then the "can start with" graph; a cycle is left
+    // Nullable rules (an alternative derives "" once every element is a
+    // nullable rule), then the "can start with" graph; a cycle is left
     // recursion.
-    std::vector<bool> nullable(n, false);
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t r = 0; r < n; ++r) {
-        if (nullable[r]) continue;
-        for (const Alt& alt : rules_[r]) {
-          const bool all = std::all_of(alt.begin(), alt.end(), [&](const Element& e) {
-            return e.kind == Element::Kind::kRule && nullable[e.value];
-          });
-          if (all) {
-            nullable[r] = true;
-            changed = true;
-            break;
-          }
-        }
-      }
-    }
+    const std::vector<bool> nullable = Fixpoint([](const Element&) { return false; });
     std::vector<std::vector<int32_t>> starts(n);
     for (size_t r = 0; r < n; ++r) {
       for (const Alt& alt : rules_[r]) {

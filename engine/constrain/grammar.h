@@ -35,9 +35,9 @@ namespace tandem::engine::constrain {
 // cannot stall the process that compiles it.
 struct CompileLimits {
   // Elements of the lowered grammar (bytes, rule references) in all rules.
-  int64_t max_elements = 1 << 20;
+  int64_t max_elements = 1 << 18;
   // Bytes of grammar text a JSON Schema or regex may expand to.
-  int64_t max_text_bytes = 4 << 20;
+  int64_t max_text_bytes = 1 << 20;
   // Nesting of schemas, regex groups and grammar parentheses.
   int32_t max_depth = 64;
   // The largest bound of a counted repetition ({m,n}, minItems, maxLength).

@@ -65,7 +65,7 @@ TokenVocabulary::TokenVocabulary(const std::vector<std::string>& token_bytes,
 CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab,
                                  MatcherLimits limits)
     : grammar_(std::move(grammar)), vocab_(std::move(vocab)), limits_(limits) {
-  scratch_.resize(static_cast<size_t>(vocab_->max_depth()) + 1);
+  path_.resize(static_cast<size_t>(vocab_->max_depth()) + 1);
 }
 
 int64_t CompiledGrammar::mask_cache_hits() const {
@@ -86,34 +86,44 @@ int32_t CompiledGrammar::Intern(int32_t pos, int32_t parent) {
   return it->second;
 }
 
-// Brings the stack (pos, parent) to a byte element: a rule reference opens
+// Brings the stack (pos, parent) to byte elements: a rule reference opens
 // each alternative with the reference's continuation below it (none when
 // the reference ends its alternative, so right recursion does not deepen
-// the stack); the end of an alternative returns to the parent.
-void CompiledGrammar::Expand(int32_t pos, int32_t parent, State& out) {
+// the stack); the end of an alternative returns to the parent. A worklist,
+// not recursion, so a long chain of rules cannot exhaust the thread's stack;
+// false when an ambiguous grammar makes it grow past its bound.
+bool CompiledGrammar::Expand(int32_t pos, int32_t parent, State& out) {
   const std::vector<Element>& elements = grammar_.elements();
-  while (true) {
-    const Element& e = elements[pos];
-    if (e.kind == Element::Kind::kBytes) {
-      out.stacks.push_back(Intern(pos, parent));
-      return;
-    }
-    if (e.kind == Element::Kind::kEnd) {
-      if (parent == kNoParent) {
-        out.accepting = true;
-        return;
+  work_.clear();
+  work_.push_back({pos, parent});
+  int64_t budget = int64_t{limits_.max_stacks} * 16;
+  while (!work_.empty()) {
+    if (--budget < 0) return false;
+    auto [p, par] = work_.back();
+    work_.pop_back();
+    while (true) {
+      const Element& e = elements[p];
+      if (e.kind == Element::Kind::kBytes) {
+        out.stacks.push_back(Intern(p, par));
+        break;
       }
-      const Node p = nodes_[parent];
-      pos = p.pos;
-      parent = p.parent;
-      continue;
+      if (e.kind == Element::Kind::kEnd) {
+        if (par == kNoParent) {
+          out.accepting = true;
+          break;
+        }
+        const Node up = nodes_[par];
+        p = up.pos;
+        par = up.parent;
+        continue;
+      }
+      const int32_t cont =
+          elements[p + 1].kind == Element::Kind::kEnd ? par : Intern(p + 1, par);
+      for (int32_t start : grammar_.alternatives(e.value)) work_.push_back({start, cont});
+      break;
     }
-    const int32_t cont = elements[pos + 1].kind == Element::Kind::kEnd
-                             ? parent
-                             : Intern(pos + 1, parent);
-    for (int32_t start : grammar_.alternatives(e.value)) Expand(start, cont, out);
-    return;
   }
+  return true;
 }
 
 void CompiledGrammar::Finish(State& s) const {
@@ -126,7 +136,7 @@ bool CompiledGrammar::Advance(const State& in, uint8_t byte, State& out) {
   out.accepting = false;
   for (int32_t id : in.stacks) {
     const Node n = nodes_[id];
-    if (grammar_.BytesAt(n.pos).Has(byte)) Expand(n.pos + 1, n.parent, out);
+    if (grammar_.BytesAt(n.pos).Has(byte) && !Expand(n.pos + 1, n.parent, out)) return false;
   }
   Finish(out);
   return static_cast<int32_t>(out.stacks.size()) <= limits_.max_stacks;
@@ -134,44 +144,79 @@ bool CompiledGrammar::Advance(const State& in, uint8_t byte, State& out) {
 
 std::string CompiledGrammar::Key(const State& s) const {
   std::string key(s.stacks.size() * sizeof(int32_t) + 1, '\0');
-  std::memcpy(key.data(), s.stacks.data(), s.stacks.size() * sizeof(int32_t));
+  if (!s.stacks.empty()) {
+    std::memcpy(key.data(), s.stacks.data(), s.stacks.size() * sizeof(int32_t));
+  }
   key.back() = s.accepting ? 1 : 0;
   return key;
 }
 
-// One preorder walk of the trie: scratch_[d] is the state after a node's
-// first d bytes; a subtree is skipped when no stack survives its prefix.
+int32_t CompiledGrammar::InternState(const State& s) {
+  std::string key = Key(s);
+  if (auto it = state_index_.find(key); it != state_index_.end()) return it->second;
+  if (states_.size() >= kMaxInternedStates) {
+    // Only a cache: matchers keep their states by value.
+    states_.clear();
+    state_index_.clear();
+  }
+  Interned interned{.state = s, .firsts = {}, .next = nullptr};
+  for (int32_t id : s.stacks) interned.firsts |= grammar_.BytesAt(nodes_[id].pos);
+  const auto index = static_cast<int32_t>(states_.size());
+  states_.push_back(std::move(interned));
+  state_index_.emplace(std::move(key), index);
+  return index;
+}
+
+int32_t CompiledGrammar::Next(int32_t state, uint8_t byte) {
+  if (!states_[state].firsts.Has(byte)) return kDead;
+  if (states_[state].next == nullptr) {
+    states_[state].next = std::make_unique<std::array<int32_t, 256>>();
+    states_[state].next->fill(kUnknown);
+  }
+  int32_t next = (*states_[state].next)[byte];
+  if (next != kUnknown) return next;
+  State out;
+  if (!Advance(states_[state].state, byte, out)) {
+    next = kOverflow;
+  } else if (out.stacks.empty() && !out.accepting) {
+    next = kDead;
+  } else {
+    const size_t before = states_.size();
+    next = InternState(out);
+    // Interning may have cleared the table (and `state` with it).
+    if (states_.size() < before || state >= static_cast<int32_t>(states_.size())) return next;
+  }
+  (*states_[state].next)[byte] = next;
+  return next;
+}
+
+// One preorder walk of the trie: path_[d] is the state after a node's first
+// d bytes; a subtree is skipped as soon as no stack survives its prefix.
 bool CompiledGrammar::ComputeMask(const State& state, std::vector<uint64_t>& mask) {
   mask.assign(static_cast<size_t>(mask_words()), 0);
   const TokenVocabulary& vocab = *vocab_;
   const std::vector<TokenVocabulary::TrieNode>& trie = vocab.trie();
-  scratch_[0] = state;
-  // The bytes any stack of the state at each depth accepts, to reject a
-  // child without advancing.
-  std::vector<ByteSet> firsts(scratch_.size());
-  auto first_bytes = [&](const State& s, ByteSet& set) {
-    set = ByteSet{};
-    for (int32_t id : s.stacks) set |= grammar_.BytesAt(nodes_[id].pos);
-  };
-  first_bytes(scratch_[0], firsts[0]);
+  if (states_.size() + trie.size() > kMaxInternedStates) {
+    // A walk may intern a state per node; start it with room to spare.
+    states_.clear();
+    state_index_.clear();
+  }
+  path_[0] = InternState(state);
   const auto n = static_cast<int32_t>(trie.size());
   for (int32_t i = 0; i < n;) {
     const TokenVocabulary::TrieNode& node = trie[i];
-    const int32_t d = node.depth;
-    if (!firsts[d - 1].Has(node.byte)) {
+    const int32_t next = Next(path_[node.depth - 1], node.byte);
+    if (next == kOverflow) return false;
+    if (next == kDead) {
       i = node.skip;
       continue;
     }
-    State& next = scratch_[d];
-    if (!Advance(scratch_[d - 1], node.byte, next)) return false;
-    if (next.accepting || !next.stacks.empty()) {
-      for (int32_t id : vocab.TokensAt(node)) mask[id >> 6] |= uint64_t{1} << (id & 63);
-    }
-    if (next.stacks.empty()) {
+    for (int32_t id : vocab.TokensAt(node)) mask[id >> 6] |= uint64_t{1} << (id & 63);
+    if (states_[next].state.stacks.empty()) {
       i = node.skip;
       continue;
     }
-    first_bytes(next, firsts[d]);
+    path_[node.depth] = next;
     ++i;
   }
   if (state.accepting) {
@@ -184,7 +229,9 @@ Matcher::Matcher(std::shared_ptr<CompiledGrammar> grammar) : grammar_(std::move(
   std::lock_guard lock(grammar_->mu_);
   const Grammar& g = grammar_->grammar();
   for (int32_t start : g.alternatives(g.root())) {
-    grammar_->Expand(start, CompiledGrammar::kNoParent, state_);
+    // An overflow here leaves a partial state; FillMask then finds it short
+    // of tokens at worst, never wrong about one it allows.
+    (void)grammar_->Expand(start, CompiledGrammar::kNoParent, state_);
   }
   grammar_->Finish(state_);
 }

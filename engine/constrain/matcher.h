@@ -15,6 +15,7 @@
 #ifndef TANDEM_ENGINE_CONSTRAIN_MATCHER_H_
 #define TANDEM_ENGINE_CONSTRAIN_MATCHER_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -102,9 +103,24 @@ class CompiledGrammar {
     int32_t parent;
   };
 
+  // An interned state: what each byte leads to is computed once (the trie
+  // walk of a mask then costs a table lookup per node), and which bytes any
+  // of its stacks accepts.
+  static constexpr int32_t kDead = -1;      // no stack survives
+  static constexpr int32_t kOverflow = -2;  // more than max_stacks
+  static constexpr int32_t kUnknown = -3;
+  struct Interned {
+    State state;
+    ByteSet firsts;
+    std::unique_ptr<std::array<int32_t, 256>> next;
+  };
+  static constexpr size_t kMaxInternedStates = 1 << 16;
+
   // Callers hold mu_.
+  int32_t InternState(const State& s);
+  int32_t Next(int32_t state, uint8_t byte);
   int32_t Intern(int32_t pos, int32_t parent);
-  void Expand(int32_t pos, int32_t parent, State& out);
+  bool Expand(int32_t pos, int32_t parent, State& out);
   // False when the state outgrows max_stacks.
   bool Advance(const State& in, uint8_t byte, State& out);
   void Finish(State& s) const;
@@ -122,7 +138,10 @@ class CompiledGrammar {
   int64_t mask_bytes_ = 0;
   int64_t hits_ = 0;
   int64_t misses_ = 0;
-  std::vector<State> scratch_;  // one state per trie depth
+  std::vector<Node> work_;  // Expand's worklist
+  std::vector<Interned> states_;
+  absl::flat_hash_map<std::string, int32_t> state_index_;
+  std::vector<int32_t> path_;  // the walk's state per trie depth
 };
 
 // One sequence's place in the grammar. Thread-compatible; the compiled

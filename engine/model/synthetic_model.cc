@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "engine/gguf/gguf.h"
 #include "engine/gguf/gguf_writer.h"
 
 namespace tandem::engine {
@@ -111,6 +112,21 @@ void AddTokenizer(const SyntheticModelOptions& o, GgufWriter& w) {
   if (!o.chat_template.empty()) w.SetString("tokenizer.chat_template", o.chat_template);
 }
 
+absl::Status CopyTokenizer(const SyntheticModelOptions& o, GgufWriter& w) {
+  ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> vocab, GgufFile::Open(o.vocab_from));
+  ASSIGN_OR_RETURN(const uint64_t n, vocab->GetArrayLength("tokenizer.ggml.tokens"));
+  if (n != static_cast<uint64_t>(o.n_vocab)) {
+    return absl::InvalidArgumentError(absl::StrCat("n_vocab ", o.n_vocab, " is not the ", n,
+                                                   " tokens of ", o.vocab_from));
+  }
+  for (const std::string& key : vocab->Keys()) {
+    if (!key.starts_with("tokenizer.")) continue;
+    ASSIGN_OR_RETURN(GgufFile::EncodedValue v, vocab->GetEncoded(key));
+    w.SetEncoded(key, v.type, v.bytes);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateSyntheticModelOptions(const SyntheticModelOptions& o) {
@@ -161,7 +177,11 @@ absl::Status WriteSyntheticModel(const SyntheticModelOptions& o, const std::stri
   w.SetUint32(a + "rope.dimension_count", head_dim);
   w.SetFloat32(a + "rope.freq_base", 10000.0f);
   w.SetFloat32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
-  AddTokenizer(o, w);
+  if (o.vocab_from.empty()) {
+    AddTokenizer(o, w);
+  } else {
+    RETURN_IF_ERROR(CopyTokenizer(o, w));
+  }
 
   Rng rng(o.seed);
   // Weights ~ N(0, 1/fan_in) keep activations of order one through layers.

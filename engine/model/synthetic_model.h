@@ -27,6 +27,10 @@ struct SyntheticModelOptions {
   bool tied_output = false;        // omit output.weight
   uint64_t seed = 1;
   std::string chat_template;       // tokenizer.chat_template; empty: none
+  // A GGUF (a vocab-only one will do) whose tokenizer.* metadata is copied
+  // instead of the generated vocabulary: a model with a real vocabulary for
+  // benchmarks. n_vocab must equal its token count. Empty: generated.
+  std::string vocab_from;
 };
 
 // InvalidArgument naming the option when the shape is inconsistent (e.g.

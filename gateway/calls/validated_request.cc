@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
 #include "common/status_macros.h"
+#include "engine/constrain/constraint.h"
 #include "gateway/tools/tool_prompt.h"
 #include "rpc/convert.h"
 
@@ -20,6 +21,28 @@ absl::Status FieldError(const std::string& field, const std::string& message) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", message));
 }
 
+
+// A response format is compiled here, so that a bad one is refused before
+// any worker sees it, naming the field and the position in it.
+absl::Status CheckResponseFormat(const engine::OutputConstraint& constraint,
+                                 const GatewayLimits& limits) {
+  if (!constraint.active()) return absl::OkStatus();
+  const std::string field =
+      absl::StrCat("sampling.response_format.", engine::OutputConstraintKindName(constraint.kind));
+  if (constraint.source.size() > static_cast<size_t>(limits.max_response_format_bytes)) {
+    return FieldError(field, absl::StrCat(constraint.source.size(),
+                                          " bytes is more than the limit of ",
+                                          limits.max_response_format_bytes));
+  }
+  if (constraint.kind != engine::OutputConstraint::Kind::kJsonObject &&
+      constraint.source.empty()) {
+    return FieldError(field, "is empty");
+  }
+  absl::StatusOr<engine::constrain::Grammar> grammar =
+      engine::constrain::CompileConstraint(constraint, limits.response_format);
+  if (!grammar.ok()) return FieldError(field, std::string(grammar.status().message()));
+  return absl::OkStatus();
+}
 
 // The proto's ranges are checked here, field by field, so that each message
 // names the proto field; engine::ValidateSamplingParams then runs on the
@@ -59,7 +82,7 @@ absl::Status CheckSampling(const tandem::v1::SamplingParams& proto,
     // The engine's messages start with the bare field name ("top_p must ...").
     return absl::InvalidArgumentError(absl::StrCat("sampling.", status.message()));
   }
-  return absl::OkStatus();
+  return CheckResponseFormat(params.constraint, limits);
 }
 
 // The request's SamplingRequest, converted as every later hop converts it

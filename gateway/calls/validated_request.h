@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/constrain/grammar.h"
 #include "engine/sample/sampling_params.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -36,6 +37,10 @@ struct GatewayLimits {
   int32_t max_stop_token_ids = 64;
   // Completions per request (GenerateRequest.n).
   int32_t max_n = 16;
+  // Bytes of a response format's schema, regex or grammar, and the bounds on
+  // compiling it (the workers compile it again with the same bounds).
+  int32_t max_response_format_bytes = 64 << 10;
+  engine::constrain::CompileLimits response_format;
 
   // The largest request message these limits could accept (a prompt of
   // max_prompt_bytes, max_context token ids, every stop string, and room for
@@ -45,6 +50,7 @@ struct GatewayLimits {
     const int64_t bytes = int64_t{max_prompt_bytes} + int64_t{max_context} * 6 +
                           int64_t{max_stop_strings} * (max_stop_bytes + 8) +
                           int64_t{max_logit_bias} * 16 + int64_t{max_stop_token_ids} * 6 +
+                          int64_t{max_response_format_bytes} +
                           (64 << 10);
     return static_cast<int32_t>(std::min<int64_t>(bytes, 1 << 30));
   }

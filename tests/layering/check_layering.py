@@ -12,8 +12,8 @@ Each source folder lists the project folders it may include from; `proto`
 stands for the generated tandem/v1 headers and `grpc` for gRPC and protobuf
 headers. A few folders are narrowed to files: the gateway and rpc see only
 the engine's tokenizer library and request types, never its kernels.
-Inside engine/, each room (gguf, tokenizer, kv, model, sample, sched, cpu,
-cuda) may include only the rooms ENGINE_ROOMS lists, and outside
+Inside engine/, each room (gguf, tokenizer, kv, model, sample, constrain,
+sched, cpu, cuda) may include only the rooms ENGINE_ROOMS lists, and outside
 engine/cuda only CUDA_INCLUDERS include it (the CUDA runtime stays behind
 the backend factory).
 Usage: check_layering.py PROJECT_ROOT. Prints every violation; exits 1 if any.
@@ -29,6 +29,9 @@ ENGINE_NO_KERNELS = frozenset({
     "engine/gguf/gguf.h", "engine/gguf/gguf_writer.h", "engine/gguf/tensor_type.h", "engine/tokenizer/tokenizer.h",
     "engine/tokenizer/unicode.h", "engine/sample/sampling_params.h", "engine/gguf/model_fingerprint.h",
     "engine/gguf/model_config.h", "engine/kv/block_hash.h", "engine/tokenizer/chat_template.h",
+    # tandem_constrain: the gateway compiles a response format to refuse a
+    # bad one before any worker sees it.
+    "engine/constrain/constraint.h", "engine/constrain/grammar.h",
 })
 # The files of those two libraries: they may include nothing else of the engine.
 TOKENIZER_LIBRARY_DIRS = ("engine/gguf/", "engine/tokenizer/")
@@ -43,7 +46,8 @@ ENGINE_ROOMS = {
     "engine/tokenizer": {"engine/gguf", "engine/tokenizer"},
     "engine/kv": {"engine/gguf", "engine/kv"},
     "engine/sample": {"engine/sample"},
-    "engine/sched": {"engine/kv", "engine/sample", "engine/sched"},
+    "engine/sched": {"engine/kv", "engine/sample", "engine/constrain", "engine/sched"},
+    "engine/constrain": {"engine/gguf", "engine/tokenizer", "engine/sample", "engine/constrain"},
     "engine/model": {"engine/gguf", "engine/tokenizer", "engine/kv", "engine/model"},
     "engine/cpu": {"engine/gguf", "engine/sample", "engine/model", "engine/cpu"},
     "engine/cuda": {"engine/gguf", "engine/model", "engine/cuda"},

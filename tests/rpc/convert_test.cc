@@ -30,7 +30,7 @@ engine::SamplingRequest EveryFieldSet() {
   // until it is given a value here, and so a round trip below.
   auto& [sampling, top_logprobs, prompt_logprobs] = r;
   auto& [temperature, top_p, top_k, min_p, seed, presence_penalty, frequency_penalty,
-         repetition_penalty, logit_bias, min_tokens, stop_token_ids] = sampling;
+         repetition_penalty, logit_bias, min_tokens, stop_token_ids, constraint] = sampling;
   temperature = 0.75f;
   top_p = 0.5f;
   top_k = 7;
@@ -42,6 +42,7 @@ engine::SamplingRequest EveryFieldSet() {
   logit_bias = {{.id = 3, .bias = -2.5f}, {.id = 9, .bias = 4.0f}};  // ids ascending
   min_tokens = 2;
   stop_token_ids = {11, 13};
+  constraint = {.kind = engine::OutputConstraint::Kind::kJsonSchema, .source = "{\"type\": \"object\"}"};
   top_logprobs = 5;
   prompt_logprobs = 4;
   return r;
@@ -104,6 +105,23 @@ TEST(ConvertTest, EngineSamplingRoundTripKeepsEveryField) {
   SamplingToProto(sent, &proto);
   ExpectEveryFieldSet(proto);
   EXPECT_EQ(SamplingFromProto(proto), sent);
+}
+
+TEST(ConvertTest, EveryResponseFormatRoundTrips) {
+  using Kind = engine::OutputConstraint::Kind;
+  for (const engine::OutputConstraint& c : std::vector<engine::OutputConstraint>{
+           {Kind::kNone, ""},
+           {Kind::kJsonObject, ""},
+           {Kind::kJsonSchema, R"({"type":"string"})"},
+           {Kind::kRegex, "[0-9]+"},
+           {Kind::kGrammar, "root ::= \"a\""}}) {
+    engine::SamplingParams p;
+    p.constraint = c;
+    tandem::v1::SamplingParams proto;
+    SamplingToProto(p, &proto);
+    EXPECT_EQ(proto.has_response_format(), c.active());
+    EXPECT_EQ(SamplingFromProto(proto).constraint, c) << c.source;
+  }
 }
 
 TEST(ConvertTest, LogitBiasComesInIdOrder) {

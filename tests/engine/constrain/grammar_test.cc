@@ -120,6 +120,30 @@ TEST(GrammarTest, DeadAlternativesArePruned) {
   EXPECT_TRUE(m.IsTerminated());
 }
 
+TEST(GrammarTest, HostileGrammarsStayBounded) {
+  // A chain of 50000 rules: expanded without recursion.
+  std::string chain = "root ::= r0\n";
+  for (int i = 0; i < 50000; ++i) chain += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + "\n";
+  chain += "r50000 ::= \"x\"\n";
+  EXPECT_TRUE(Accepts(chain, "x"));
+  EXPECT_FALSE(Grammar::Parse("root ::= \"a\"" + std::string(1000, '*')).ok());
+  // Each level doubles the ways to derive nothing: the expansion stops at
+  // its bound instead of running 2^30 steps.
+  std::string doubling = "root ::= e0 \"a\"\n";
+  for (int i = 0; i < 30; ++i) {
+    doubling += "e" + std::to_string(i) + " ::= e" + std::to_string(i + 1) + " e" +
+                std::to_string(i + 1) + "\n";
+  }
+  doubling += "e30 ::= \"\" | \"b\"\n";
+  absl::StatusOr<Grammar> g = Grammar::Parse(doubling);
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto compiled = std::make_shared<CompiledGrammar>(*std::move(g), ByteVocab(),
+                                                    MatcherLimits{.max_stacks = 64});
+  Matcher m(compiled);
+  std::vector<uint64_t> mask(static_cast<size_t>(compiled->mask_words()));
+  (void)m.FillMask(mask);  // either answer, promptly
+}
+
 TEST(RegexTest, CommonSyntax) {
   EXPECT_TRUE(RegexAccepts(R"(\d{3}-\d{4})", "555-1234"));
   EXPECT_FALSE(RegexAccepts(R"(\d{3}-\d{4})", "55-1234"));

@@ -82,6 +82,35 @@ TEST_F(ValidatedRequestTest, GoodRequestIsParsed) {
   EXPECT_TRUE(v->ignore_eos);
 }
 
+TEST_F(ValidatedRequestTest, ResponseFormatIsCarriedAndCheckedBeforeRouting) {
+  tandem::v1::GenerateRequest request = Good();
+  request.mutable_sampling()->mutable_response_format()->set_json_schema(
+      R"({"type": "object", "properties": {"a": {"type": "integer"}}})");
+  auto v = Validate(request);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->sampling.constraint.kind, engine::OutputConstraint::Kind::kJsonSchema);
+
+  request.mutable_sampling()->mutable_response_format()->set_json_schema(
+      R"({"properties": {"a": {"type": "integer", "maximum": 3}}})");
+  EXPECT_THAT(Error(request), HasSubstr("sampling.response_format.json_schema: at "
+                                        "/properties/a: `maximum` is not supported"));
+  request.mutable_sampling()->mutable_response_format()->set_regex("ab(c");
+  EXPECT_THAT(Error(request), HasSubstr("sampling.response_format.regex: missing ')' at offset 4"));
+  request.mutable_sampling()->mutable_response_format()->set_grammar("root ::= \"a\" |\n  x");
+  EXPECT_THAT(Error(request), HasSubstr("sampling.response_format.grammar: 2:3: undefined rule 'x'"));
+  request.mutable_sampling()->mutable_response_format()->set_grammar("root ::= r\nr ::= \"a\" r");
+  EXPECT_THAT(Error(request), HasSubstr("matches nothing"));
+  request.mutable_sampling()->mutable_response_format()->set_regex("");
+  EXPECT_THAT(Error(request), HasSubstr("sampling.response_format.regex: is empty"));
+  limits_.max_response_format_bytes = 16;
+  request.mutable_sampling()->mutable_response_format()->set_regex(std::string(17, 'a'));
+  EXPECT_THAT(Error(request), HasSubstr("more than the limit of 16"));
+  limits_.response_format.max_elements = 2000;
+  limits_.max_response_format_bytes = 1 << 16;
+  request.mutable_sampling()->mutable_response_format()->set_regex("[a-z]{1000}[0-9]{1000}x");
+  EXPECT_THAT(Error(request), HasSubstr("more than 2000 elements"));
+}
+
 TEST_F(ValidatedRequestTest, TopPIsKeptWhenSet) {
   tandem::v1::GenerateRequest request = Good();
   request.mutable_sampling()->set_top_p(0.9f);
