@@ -124,8 +124,8 @@ std::vector<common::FlagSpec> GatewayFlagSpecs() {
       {.name = "tool-call-parser", .default_value = "auto",
        .help = "how the HTTP front reads tool calls out of a chat reply: auto = from the "
                "model's chat template's markers (json where it has none), or one of hermes "
-               "(<tool_call>, Qwen), llama3_json, mistral, granite, json (the reply is JSON "
-               "calls), none (never parsed)"},
+               "(<tool_call>, Qwen), qwen3_coder (<function=...> XML), llama3_json, mistral, "
+               "granite, json (the reply is JSON calls), none (never parsed)"},
       {.name = "max-stop-strings", .default_value = "16", .help = "stop strings per request"},
       {.name = "default-max-tokens", .default_value = "4096",
        .help = "tokens generated for a request that sets no max_tokens (it stops earlier at "

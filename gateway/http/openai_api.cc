@@ -62,6 +62,10 @@ ResponseBuilder::ResponseBuilder(const Request& request, std::string id, std::st
       tools_(request.tools),
       tool_format_(request.tool_format),
       id_format_(request.model_tool_format),
+      parameter_types_(request.tool_format == tools::ToolCallFormat::kQwen3Coder
+                           ? std::make_shared<const tools::ParameterTypes>(
+                                 tools::ParameterTypesFromTools(request.generate.tools_json()))
+                           : nullptr),
       id_(absl::StrCat(request.endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-", id)),
       model_(std::move(model)),
       created_(created) {}
@@ -178,7 +182,7 @@ Json ResponseBuilder::ChunkJson(const tandem::v1::GenerateResponse& message, con
 
 std::vector<Json> ResponseBuilder::ToolChunks(const tandem::v1::GenerateResponse& message,
                                               Choice& c, bool first) {
-  if (!c.parser.has_value()) c.parser.emplace(tool_format_, tools_.parallel);
+  if (!c.parser.has_value()) c.parser.emplace(tool_format_, tools_.parallel, parameter_types_);
   std::string text;
   for (const tandem::v1::Token& t : message.tokens()) text += t.text();
   tools::ToolCallChunk got = c.parser->Feed(text);
@@ -268,7 +272,7 @@ std::string ResponseBuilder::Body() const {
     std::string finish = FinishReasonName(c.finish);
     if (endpoint_ == Endpoint::kChat && tools_.parse) {
       const tools::ToolCallChunk got =
-          tools::ToolCallParser::ParseAll(tool_format_, tools_.parallel, c.text);
+          tools::ToolCallParser::ParseAll(tool_format_, tools_.parallel, c.text, parameter_types_);
       Json message = {{"role", "assistant"},
                       {"content", got.content.empty() && !got.calls.empty() ? Json(nullptr)
                                                                             : Json(got.content)}};

@@ -10,6 +10,7 @@
 #define TANDEM_GATEWAY_HTTP_OPENAI_API_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -121,6 +122,8 @@ class ResponseBuilder {
   ToolUse tools_;
   tools::ToolCallFormat tool_format_;
   tools::ToolCallFormat id_format_;  // the model's (Request::model_tool_format)
+  // The tools' parameter types (kQwen3Coder's values are text); null: none.
+  std::shared_ptr<const tools::ParameterTypes> parameter_types_;
   std::string id_;
   std::string model_;
   int64_t created_;

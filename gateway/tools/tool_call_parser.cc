@@ -32,11 +32,13 @@ constexpr FormatName kFormatNames[] = {
     {ToolCallFormat::kNone, "none"},       {ToolCallFormat::kJson, "json"},
     {ToolCallFormat::kHermes, "hermes"},   {ToolCallFormat::kLlama3Json, "llama3_json"},
     {ToolCallFormat::kMistral, "mistral"}, {ToolCallFormat::kGranite, "granite"},
+    {ToolCallFormat::kQwen3Coder, "qwen3_coder"},
 };
 
 std::string_view OpeningMarker(ToolCallFormat format) {
   switch (format) {
-    case ToolCallFormat::kHermes: return kHermesOpen;
+    case ToolCallFormat::kHermes:
+    case ToolCallFormat::kQwen3Coder: return kHermesOpen;
     case ToolCallFormat::kLlama3Json: return kPythonTag;
     case ToolCallFormat::kMistral: return kMistralOpen;
     case ToolCallFormat::kGranite: return kGraniteOpen;
@@ -166,6 +168,10 @@ absl::StatusOr<ToolCallFormat> ToolCallFormatFromName(std::string_view name) {
 }
 
 ToolCallFormat DetectToolCallFormat(std::string_view chat_template) {
+  if (chat_template.find(kHermesOpen) != std::string_view::npos &&
+      chat_template.find("<function=") != std::string_view::npos) {
+    return ToolCallFormat::kQwen3Coder;
+  }
   if (chat_template.find(kHermesOpen) != std::string_view::npos) return ToolCallFormat::kHermes;
   if (chat_template.find(kMistralOpen) != std::string_view::npos) return ToolCallFormat::kMistral;
   if (chat_template.find(kGraniteOpen) != std::string_view::npos) return ToolCallFormat::kGranite;
@@ -232,8 +238,9 @@ std::string ToolCallId(std::string_view seed, ToolCallFormat format) {
   return id;
 }
 
-ToolCallParser::ToolCallParser(ToolCallFormat format, bool parallel)
-    : format_(format), parallel_(parallel) {
+ToolCallParser::ToolCallParser(ToolCallFormat format, bool parallel,
+                               std::shared_ptr<const ParameterTypes> types)
+    : format_(format), parallel_(parallel), types_(std::move(types)) {
   if (format_ == ToolCallFormat::kNone) state_ = State::kText;
 }
 
@@ -287,8 +294,9 @@ ToolCallChunk ToolCallParser::Finish() {
 }
 
 ToolCallChunk ToolCallParser::ParseAll(ToolCallFormat format, bool parallel,
-                                       std::string_view text) {
-  ToolCallParser parser(format, parallel);
+                                       std::string_view text,
+                                       std::shared_ptr<const ParameterTypes> types) {
+  ToolCallParser parser(format, parallel, std::move(types));
   ToolCallChunk out = parser.Feed(text);
   ToolCallChunk rest = parser.Finish();
   out.content += rest.content;
@@ -326,6 +334,14 @@ void ToolCallParser::Calls(std::vector<ParsedToolCall> calls, ToolCallChunk& out
     ++calls_;
   }
   previewed_.clear();
+}
+
+std::vector<ParsedToolCall> ToolCallParser::TaggedCalls(std::string_view body) const {
+  if (format_ != ToolCallFormat::kQwen3Coder) return CallsFromJson(Trim(body));
+  static const ParameterTypes kNone;
+  std::optional<ParsedToolCall> call = XmlCall(body, types_ != nullptr ? *types_ : kNone);
+  if (!call.has_value()) return CallsFromJson(Trim(body));  // some write JSON anyway
+  return {*std::move(call)};
 }
 
 void ToolCallParser::AfterCall() {
@@ -439,21 +455,20 @@ bool ToolCallParser::StepMarker(bool final, ToolCallChunk& out) {
     state_ = State::kText;
     return true;
   };
-  if (format_ == ToolCallFormat::kHermes) {
+  if (format_ == ToolCallFormat::kHermes || format_ == ToolCallFormat::kQwen3Coder) {
     const size_t close = buffer_.find(kHermesClose);
     if (close == std::string::npos) {
       // The reply ended inside the call (a stop string or EOS before the
       // closing tag): a complete JSON call still counts.
       if (!final) return false;
-      std::vector<ParsedToolCall> calls = CallsFromJson(Trim(buffer_));
+      std::vector<ParsedToolCall> calls = TaggedCalls(buffer_);
       if (calls.empty()) return not_a_call(buffer_.size());
       Calls(std::move(calls), out);
       buffer_.clear();
       AfterCall();
       return false;
     }
-    std::vector<ParsedToolCall> calls =
-        CallsFromJson(Trim(std::string_view(buffer_).substr(0, close)));
+    std::vector<ParsedToolCall> calls = TaggedCalls(std::string_view(buffer_).substr(0, close));
     if (calls.empty()) return not_a_call(close + kHermesClose.size());
     Calls(std::move(calls), out);
     buffer_.erase(0, close + kHermesClose.size());

@@ -9,11 +9,13 @@
 #define TANDEM_GATEWAY_TOOLS_TOOL_CALL_PARSER_H_
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gateway/tools/xml_call.h"
 
 namespace tandem::gateway::tools {
 
@@ -33,15 +35,19 @@ enum class ToolCallFormat {
   kMistral,     // [TOOL_CALLS][{"name", "arguments"}, ...] (v3), or
                 // [TOOL_CALLS]name[CALL_ID]id[ARGS]{...} (v11+, CALL_ID optional)
   kGranite,     // <|tool_call|>[{"name", "arguments"}, ...]: Granite 3.x
+  kQwen3Coder,  // <tool_call><function=name><parameter=k>v</parameter>...
+                // </function></tool_call> (xml_call.h): Qwen3-Coder, Qwen 3.5,
+                // Nemotron 3, Step 3.5
 };
 
-// "none", "json", "hermes", "llama3_json", "mistral", "granite".
+// "none", "json", "hermes", "llama3_json", "mistral", "granite", "qwen3_coder".
 std::string_view ToolCallFormatName(ToolCallFormat format);
 // The inverse of ToolCallFormatName; InvalidArgument listing the names
 // (and "auto", which the caller resolves with DetectToolCallFormat).
 absl::StatusOr<ToolCallFormat> ToolCallFormatFromName(std::string_view name);
-// The format a chat template's own markers announce: <tool_call> (Hermes,
-// Qwen), [TOOL_CALLS] (Mistral), <|tool_call|> (Granite), <|python_tag|> or
+// The format a chat template's own markers announce: <tool_call> with
+// <function= (Qwen3-Coder's XML), <tool_call> (Hermes, Qwen), [TOOL_CALLS]
+// (Mistral), <|tool_call|> (Granite), <|python_tag|> or
 // Llama 3.2's "{"name": function name, "parameters": ...}" instruction
 // (Llama 3.x); kJson for any other template, which is what the gateway's
 // system-prompt description of tools asks for.
@@ -78,7 +84,10 @@ class ToolCallParser {
  public:
   // `parallel` false: only the first call is kept (OpenAI's
   // parallel_tool_calls: false); later ones are dropped with their text.
-  ToolCallParser(ToolCallFormat format, bool parallel);
+  // `types`: the tools' parameter types, which kQwen3Coder's text values
+  // are converted by (null: none known).
+  ToolCallParser(ToolCallFormat format, bool parallel,
+                 std::shared_ptr<const ParameterTypes> types = nullptr);
 
   // The next piece of generated text.
   ToolCallChunk Feed(std::string_view text);
@@ -90,7 +99,8 @@ class ToolCallParser {
   int calls() const { return calls_; }
 
   // Feed(text) and Finish() at once, the content and calls joined.
-  static ToolCallChunk ParseAll(ToolCallFormat format, bool parallel, std::string_view text);
+  static ToolCallChunk ParseAll(ToolCallFormat format, bool parallel, std::string_view text,
+                                std::shared_ptr<const ParameterTypes> types = nullptr);
 
  private:
   enum class State {
@@ -113,6 +123,8 @@ class ToolCallParser {
   void Calls(std::vector<ParsedToolCall> calls, ToolCallChunk& out);
   // After a call's text: more calls may follow.
   void AfterCall();
+  // The calls between <tool_call> and </tool_call> (JSON, or XML).
+  std::vector<ParsedToolCall> TaggedCalls(std::string_view body) const;
   // Deltas of the calls held but not complete (ScanCalls over HeldJson).
   void Preview(ToolCallChunk& out);
   // The JSON text of the call(s) being held, or empty.
@@ -122,6 +134,7 @@ class ToolCallParser {
 
   ToolCallFormat format_;
   bool parallel_;
+  std::shared_ptr<const ParameterTypes> types_;
   State state_ = State::kStart;
   // Text received and not yet decided (content before it has gone out).
   std::string buffer_;

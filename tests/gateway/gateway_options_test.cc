@@ -149,7 +149,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "--session-rereplicate-parallel: 0 is out of range [1, 1024]"},
         BadFlag{"ToolCallParser", {"--tool-call-parser", "qwen"},
                 "--tool-call-parser: unknown tool-call parser \"qwen\"; one of auto, none, "
-                "json, hermes, llama3_json, mistral, granite"},
+                "json, hermes, llama3_json, mistral, granite, qwen3_coder"},
         BadFlag{"NoPrefillAddress", {"--prefill", " , "},
                 "--prefill and --decode need at least one address each"},
         // Several bad flags: the first in main()'s fixed order is named.

@@ -295,6 +295,21 @@ TEST(OpenAiToolsTest, WholeReplyCarriesToolCallsAndNullContent) {
   EXPECT_EQ(call["function"]["arguments"], R"({"city":"Paris"})");
 }
 
+// Qwen3-Coder writes values as text: the tools' parameter types convert them.
+TEST(OpenAiToolsTest, Qwen3CoderValuesFollowTheToolsTypes) {
+  const Request request = Parse(
+      Endpoint::kChat, Chat(R"("tools": [{"type": "function", "function": {"name": "zip",
+          "parameters": {"type": "object", "properties": {"code": {"type": "string"}}}}}])"),
+      tools::ToolCallFormat::kQwen3Coder);
+  ResponseBuilder b(request, "r1", "m", 1);
+  b.Add(Text("<tool_call>\n<function=zip>\n<parameter=code>\n01234\n</parameter>\n</function>\n"
+             "</tool_call>",
+             tandem::v1::FINISH_REASON_EOS));
+  const Json body = Json::parse(b.Body());
+  EXPECT_EQ(body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
+            R"({"code":"01234"})");
+}
+
 TEST(OpenAiToolsTest, WholeReplyWithoutACallIsContent) {
   const Request request = Parse(Endpoint::kChat, Chat(kTools));
   ResponseBuilder b(request, "r1", "m", 1);

@@ -242,6 +242,29 @@ TEST(ToolCallParserTest, GraniteArray) {
   ExpectSameStreamed(ToolCallFormat::kGranite, text);
 }
 
+TEST(ToolCallParserTest, Qwen3CoderXml) {
+  const std::string text =
+      "I will look.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+      "<parameter=days>\n3\n</parameter>\n<parameter=zip>\n75001\n</parameter>\n"
+      "<parameter=opts>\n{\"metric\": true}\n</parameter>\n</function>\n</tool_call>";
+  // Without the tools' types: JSON where the text is JSON.
+  ToolCallChunk r = Whole(ToolCallFormat::kQwen3Coder, text);
+  EXPECT_EQ(r.content, "I will look.\n");
+  EXPECT_THAT(r.calls, ElementsAre(Call(
+                           "get_weather", R"({"city":"Paris","days":3,"zip":75001,"opts":{"metric":true}})")));
+  ExpectSameStreamed(ToolCallFormat::kQwen3Coder, text);
+  // With them: a string parameter stays a string.
+  auto types = std::make_shared<const ParameterTypes>(ParameterTypesFromTools(
+      R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+          "properties": {"city": {"type": "string"}, "zip": {"type": "string"}, "days": {"type": "integer"}}}}}])"));
+  r = ToolCallParser::ParseAll(ToolCallFormat::kQwen3Coder, true, text, types);
+  EXPECT_THAT(r.calls, ElementsAre(Call(
+                           "get_weather", R"({"city":"Paris","days":3,"zip":"75001","opts":{"metric":true}})")));
+  // Not of the shape: content.
+  const std::string bad = "<tool_call>\n<func>x</func>\n</tool_call>";
+  EXPECT_EQ(Whole(ToolCallFormat::kQwen3Coder, bad).content, bad);
+}
+
 TEST(ToolCallParserTest, GenericJsonShapes) {
   EXPECT_THAT(Whole(ToolCallFormat::kJson,
                     R"({"tool_calls": [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": "y"}}]})")
@@ -267,7 +290,7 @@ TEST(ToolCallParserTest, GenericJsonShapes) {
 TEST(ToolCallParserTest, EveryFormatReadsABareJsonReply) {
   for (ToolCallFormat f : {ToolCallFormat::kJson, ToolCallFormat::kHermes,
                            ToolCallFormat::kLlama3Json, ToolCallFormat::kMistral,
-                           ToolCallFormat::kGranite}) {
+                           ToolCallFormat::kGranite, ToolCallFormat::kQwen3Coder}) {
     EXPECT_THAT(Whole(f, R"([{"name": "a", "arguments": {"n": 1}}])").calls,
                 ElementsAre(Call("a", R"({"n":1})")))
         << ToolCallFormatName(f);
@@ -291,7 +314,8 @@ TEST(ToolCallParserTest, JsonValueEndHonoursStrings) {
 }
 
 TEST(ToolCallParserTest, NamesRoundTripAndIdsAreStable) {
-  for (std::string_view name : {"none", "json", "hermes", "llama3_json", "mistral", "granite"}) {
+  for (std::string_view name :
+       {"none", "json", "hermes", "llama3_json", "mistral", "granite", "qwen3_coder"}) {
     absl::StatusOr<ToolCallFormat> f = ToolCallFormatFromName(name);
     ASSERT_TRUE(f.ok()) << name;
     EXPECT_EQ(ToolCallFormatName(*f), name);
@@ -317,6 +341,8 @@ std::string Template(const std::string& name) {
 TEST(ToolCallParserTest, DetectsTheFamilyFromRealTemplates) {
   EXPECT_EQ(DetectToolCallFormat(Template("Qwen-Qwen2.5-7B-Instruct")), ToolCallFormat::kHermes);
   EXPECT_EQ(DetectToolCallFormat(Template("Qwen-Qwen3-0.6B")), ToolCallFormat::kHermes);
+  EXPECT_EQ(DetectToolCallFormat(Template("Qwen3-Coder")), ToolCallFormat::kQwen3Coder);
+  EXPECT_EQ(DetectToolCallFormat(Template("Qwen3.5-4B")), ToolCallFormat::kQwen3Coder);
   EXPECT_EQ(DetectToolCallFormat(Template("NousResearch-Hermes-3-Llama-3.1-8B-tool_use")),
             ToolCallFormat::kHermes);
   EXPECT_EQ(DetectToolCallFormat(Template("meta-llama-Llama-3.1-8B-Instruct")),
