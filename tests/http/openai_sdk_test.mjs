@@ -305,6 +305,40 @@ test('tool flow, streamed: deltas accumulate into the same calls', async () => {
   assert.ok(['stop', 'length'].includes(answerFinish), answerFinish);
 });
 
+test('tool_choice auto: a reply that is a call comes back as tool_calls', async () => {
+  // The model decides; here a schema makes its reply a call in the generic
+  // JSON form that a model without a template of its own is asked for.
+  const call = {
+    type: 'object',
+    properties: {
+      name: { const: 'get_weather' },
+      arguments: {
+        type: 'object', properties: { city: { enum: ['Paris', 'Oslo'] } }, required: ['city'],
+        additionalProperties: false,
+      },
+    },
+    required: ['name', 'arguments'], additionalProperties: false,
+  };
+  const request = {
+    messages: [{ role: 'user', content: 'Weather in Paris?' }], tools: TOOLS, tool_choice: 'auto',
+    max_tokens: 64, temperature: 0,
+    response_format: { type: 'json_schema', json_schema: { name: 'call', schema: call } },
+  };
+  const r = await client.chat.completions.create(request);
+  assert.equal(r.choices[0].finish_reason, 'tool_calls');
+  assert.equal(r.choices[0].message.content, null);
+  checkWeatherCall(r.choices[0].message.tool_calls[0]);
+  const final = await client.beta.chat.completions.stream(request).finalChatCompletion();
+  assert.equal(final.choices[0].finish_reason, 'tool_calls');
+  assert.deepEqual(final.choices[0].message.tool_calls.map((c) => c.function),
+                   r.choices[0].message.tool_calls.map((c) => c.function));
+  // tool_choice none: the same reply is content.
+  const none = await client.chat.completions.create({ ...request, tool_choice: 'none' });
+  assert.equal(none.choices[0].finish_reason, 'stop');
+  assert.equal(none.choices[0].message.tool_calls, undefined);
+  assert.deepEqual(JSON.parse(none.choices[0].message.content).name, 'get_weather');
+});
+
 test('tool_choice naming an unknown function is a 400 naming the field', async () => {
   await assert.rejects(
     client.chat.completions.create({
