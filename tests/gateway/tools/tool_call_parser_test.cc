@@ -4,6 +4,7 @@
 #include "gateway/tools/tool_call_parser.h"
 
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include <gmock/gmock.h>
@@ -136,10 +137,11 @@ TEST(ToolCallParserTest, HermesWithoutParallelKeepsTheFirstCall) {
 }
 
 TEST(ToolCallParserTest, HermesUnclosedCallAtTheEndStillCounts) {
-  const ToolCallChunk r =
-      Whole(ToolCallFormat::kHermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n");
+  const std::string text = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n";
+  const ToolCallChunk r = Whole(ToolCallFormat::kHermes, text);
   EXPECT_THAT(r.calls, ElementsAre(Call("f", R"({"x":1})")));
   EXPECT_EQ(r.content, "");
+  ExpectSameStreamed(ToolCallFormat::kHermes, text);
 }
 
 TEST(ToolCallParserTest, HermesBrokenCallIsContent) {
@@ -327,6 +329,37 @@ TEST(ToolCallParserTest, NamesRoundTripAndIdsAreStable) {
   EXPECT_EQ(id.size(), 29u);
   EXPECT_EQ(id.substr(0, 5), "call_");
   EXPECT_EQ(ToolCallId("r1/0/0", ToolCallFormat::kMistral).size(), 9u);
+}
+
+// Seeded random replies made of the pieces calls are made of: whatever
+// they are, streamed in random pieces they read as they do whole
+// (tests/fuzz/tool_call_fuzz.cc does the same with libFuzzer).
+TEST(ToolCallParserTest, RandomRepliesReadTheSameStreamed) {
+  const std::vector<std::string> pieces = {
+      "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "<|python_tag|>",
+      "<|tool_call|>", "<function=f>", "<parameter=x>", "</parameter>", "</function>", "{",
+      "}", "[", "]", "\"", "\\", ",", ":", ";", " ", "\n", "\"name\"", "\"arguments\"",
+      "\"parameters\"", "\"f\"", "1", "x", "<tool", "[TOOL", "é"};
+  const ToolCallFormat formats[] = {ToolCallFormat::kNone,       ToolCallFormat::kJson,
+                                    ToolCallFormat::kHermes,     ToolCallFormat::kLlama3Json,
+                                    ToolCallFormat::kMistral,    ToolCallFormat::kGranite,
+                                    ToolCallFormat::kQwen3Coder};
+  std::mt19937 rng(7);
+  for (int i = 0; i < 3000; ++i) {
+    std::string text;
+    const int n = 1 + static_cast<int>(rng() % 24);
+    for (int j = 0; j < n; ++j) text += pieces[rng() % pieces.size()];
+    const ToolCallFormat format = formats[rng() % 7];
+    const bool parallel = rng() % 2 == 0;
+    const ToolCallChunk whole = Whole(format, text, parallel);
+    const ToolCallChunk streamed = Streamed(format, text, 1 + rng() % 8, parallel);
+    ASSERT_EQ(streamed.content, whole.content) << ToolCallFormatName(format) << ": " << text;
+    ASSERT_EQ(streamed.calls.size(), whole.calls.size()) << ToolCallFormatName(format) << ": " << text;
+    for (size_t k = 0; k < whole.calls.size(); ++k) {
+      EXPECT_EQ(streamed.calls[k].name, whole.calls[k].name);
+      EXPECT_EQ(streamed.calls[k].arguments, whole.calls[k].arguments);
+    }
+  }
 }
 
 std::string Template(const std::string& name) {
