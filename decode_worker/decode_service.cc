@@ -238,6 +238,12 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
         }
         for (const engine::TokenEvent& ev : b.events) {
           rpc::SampledTokenToProto(ev.token, response_.add_tokens());
+          if (ev.spec_proposed > 0) {
+            response_.set_speculative_proposed_tokens(response_.speculative_proposed_tokens() +
+                                                      ev.spec_proposed);
+            response_.set_speculative_accepted_tokens(response_.speculative_accepted_tokens() +
+                                                      ev.spec_accepted);
+          }
           if (ev.finish != engine::FinishReason::kNone) {
             response_.set_finish_reason(ToProto(ev.finish));
           }

@@ -7,6 +7,16 @@
 #include "common/status_macros.h"
 
 namespace tandem::engine {
+namespace {
+
+// Logits rows a step may give speculative proposals: k per running sequence
+// (a request may ask for speculation the engine does not do by default).
+int32_t SpeculativeRows(const EngineOptions& options) {
+  return static_cast<int32_t>(
+      std::min<int64_t>(int64_t{options.max_running} * options.speculation.k, 1 << 16));
+}
+
+}  // namespace
 
 static_assert(kMaxReducedTop == kMaxTopLogprobs, "a reduced row holds every top-k asked for");
 
@@ -37,7 +47,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
       .max_tokens = options.max_batch_tokens,
       .max_seqs = options.max_running,
       .max_logit_rows = static_cast<int32_t>(std::min<int64_t>(
-          options.max_batch_tokens, int64_t{options.max_running} + kPromptLogprobsChunk))};
+          options.max_batch_tokens,
+          int64_t{options.max_running} + kPromptLogprobsChunk + SpeculativeRows(options)))};
   ASSIGN_OR_RETURN(std::unique_ptr<ForwardPass> forward,
                    ForwardPass::Create(model, *backend, *kv, *rope, limits));
   return std::unique_ptr<Engine>(new Engine(model, std::move(backend), resolved, std::move(kv),
@@ -56,7 +67,8 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
       row_(static_cast<size_t>(model.config().n_vocab)),
       scheduler_({.max_batch_tokens = options.max_batch_tokens,
                   .max_running = options.max_running,
-                  .model_fingerprint = model.fingerprint()},
+                  .model_fingerprint = model.fingerprint(),
+                  .max_speculative_rows = SpeculativeRows(options)},
                  kv_->pool(), kv_->block_size(), options.tiers != nullptr ? this : nullptr) {
   // Runs inside an allocation on the engine thread, before the block's
   // memory is reused: the lower tiers get its bytes before anything writes
@@ -240,6 +252,7 @@ absl::StatusOr<StepOutput> Engine::Step() {
     out.tokens.push_back({.seq_id = id, .token = {}, .finish = FinishReason::kCancelled});
   }
   cancelled_.clear();
+  Propose();
   StepPlan plan = scheduler_.Schedule();
   // Pins never hold back work: sequences wait with nothing running while
   // pinned blocks would make room.
@@ -247,6 +260,7 @@ absl::StatusOr<StepOutput> Engine::Step() {
     DropOldestPin();
     plan = scheduler_.Schedule();
   }
+  TrimProposals(plan);
   // What scheduling evicted and promoted comes before what this step's
   // forward pass stores: a hash evicted and then computed again ends held.
   out.blocks = std::move(pending_blocks_);
@@ -258,7 +272,7 @@ absl::StatusOr<StepOutput> Engine::Step() {
     // Each chunk's logits requests, laid out before any span points in.
     int32_t n_rows = 0;
     for (const ScheduledChunk& c : plan.chunks) {
-      n_rows += WantsPromptLogprobs(*scheduler_.Find(c.seq_id), c) ? c.count : 1;
+      n_rows += WantsAllRows(*scheduler_.Find(c.seq_id), c) ? c.count : 1;
     }
     requests_.assign(static_cast<size_t>(n_rows), LogitsRequest{});
     std::vector<BatchChunk> chunks;
@@ -266,7 +280,7 @@ absl::StatusOr<StepOutput> Engine::Step() {
     int32_t row = 0;
     for (const ScheduledChunk& c : plan.chunks) {
       const Sequence& seq = *scheduler_.Find(c.seq_id);
-      const bool all_logits = WantsPromptLogprobs(seq, c);
+      const bool all_logits = WantsAllRows(seq, c);
       const std::span<LogitsRequest> reduce =
           std::span<LogitsRequest>(requests_).subspan(row, all_logits ? c.count : 1);
       RequestLogits(seq, c, reduce);
@@ -291,6 +305,10 @@ bool Engine::WantsPromptLogprobs(const Sequence& seq, const ScheduledChunk& c) {
          c.start + 1 < static_cast<int32_t>(seq.request.prompt.size());
 }
 
+bool Engine::WantsAllRows(const Sequence& seq, const ScheduledChunk& c) {
+  return WantsPromptLogprobs(seq, c) || seq.n_proposed > 0;
+}
+
 bool Engine::SamplesFromSummary(const Sequence& seq) {
   return seq.sampler.SamplesFromTop() && !seq.logits_processor.active() &&
          seq.matcher == nullptr;
@@ -310,10 +328,15 @@ void Engine::RequestLogits(const Sequence& seq, const ScheduledChunk& c,
     }
   }
   // The last row samples the next token when the chunk ends the sequence's
-  // pending tokens; a greedy sampler with nothing to adjust needs only the
-  // top of it (else the whole row comes down in SampleRow).
+  // pending tokens (every row of a speculating chunk samples); a greedy
+  // sampler with nothing to adjust needs only the top of it (else the whole
+  // row comes down in SampleRow).
   if (c.start + c.count < static_cast<int32_t>(seq.tokens.size())) return;
   if (!SamplesFromSummary(seq)) return;
+  if (seq.n_proposed > 0) {
+    for (LogitsRequest& r : reduce) r.top_k = std::max({r.top_k, seq.request.top_logprobs, 1});
+    return;
+  }
   LogitsRequest& last = reduce.back();
   last.top_k = std::max({last.top_k, seq.request.top_logprobs, 1});
 }
@@ -356,11 +379,54 @@ SampledToken Engine::SampleRow(Sequence& seq, const ForwardResult& result, int32
   return seq.sampler.Sample(row_, k);
 }
 
+FinishReason Engine::EndAfter(Sequence& seq, int32_t id, int32_t n_generated, int64_t n_tokens,
+                              int32_t next_position) {
+  if (!seq.request.ignore_eos && model_.tokenizer().IsEog(id)) return FinishReason::kEos;
+  if (seq.matcher != nullptr) {
+    // The response format is complete.
+    if (const FinishReason end = AdvanceMatcher(seq, id); end != FinishReason::kNone) return end;
+  }
+  if (seq.request.sampling.IsStopToken(id)) return FinishReason::kStop;
+  if (n_generated >= seq.request.max_tokens || n_tokens > MaxSequenceLength() ||
+      next_position > options_.max_context) {
+    // The next token would need a position past max_context, or more KV
+    // than the whole pool holds (the sequence could never run alone).
+    return FinishReason::kLength;
+  }
+  return FinishReason::kNone;
+}
+
+bool Engine::Emit(Sequence& seq, SampledToken token, FinishReason finish, int32_t spec_proposed,
+                  int32_t spec_accepted, StepOutput& out) {
+  TokenEvent ev{.seq_id = seq.id,
+                .token = std::move(token),
+                .finish = finish,
+                .cached_tokens = seq.n_cached,
+                .spec_proposed = spec_proposed,
+                .spec_accepted = spec_accepted};
+  if (seq.n_generated == 1 + static_cast<int32_t>(seq.request.generated.size()) &&
+      seq.request.prompt_logprobs >= 0) {
+    ev.prompt_logprobs = std::move(seq.prompt_logprobs);
+  }
+  if (ev.finish != FinishReason::kNone && seq.request.export_kv) ev.kv = Export(seq);
+  const bool finished = ev.finish != FinishReason::kNone;
+  if (!finished && seq.request.roll_window > 0) Roll(seq);
+  out.tokens.push_back(std::move(ev));
+  if (finished) {
+    PinBlocks(seq);
+    scheduler_.Remove(seq.id);  // frees its blocks (full ones stay cached)
+  }
+  return finished;
+}
+
 void Engine::Update(const StepPlan& plan, const ForwardResult& result, StepOutput& out) {
-  const Tokenizer& tok = model_.tokenizer();
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const ScheduledChunk& c = plan.chunks[i];
     Sequence& seq = *scheduler_.Find(c.seq_id);
+    if (seq.n_proposed > 0) {
+      UpdateSpeculative(seq, c, result, result.first_row[i], out);
+      continue;
+    }
     seq.n_computed = c.start + c.count;
     HashFullBlocks(seq, out.blocks);
     int32_t last_row = result.first_row[i];
@@ -369,41 +435,14 @@ void Engine::Update(const StepPlan& plan, const ForwardResult& result, StepOutpu
       last_row += c.count - 1;
     }
     if (seq.pending() > 0) continue;  // mid-prefill
-    TokenEvent ev{.seq_id = seq.id,
-                  .token = SampleRow(seq, result, last_row),
-                  .finish = FinishReason::kNone,
-                  .cached_tokens = seq.n_cached};
-    seq.Append(ev.token.id);
+    SampledToken token = SampleRow(seq, result, last_row);
+    seq.logits_processor.ObserveGenerated(token.id);
+    const FinishReason finish =
+        EndAfter(seq, token.id, seq.n_generated + 1,
+                 static_cast<int64_t>(seq.tokens.size()) + 1, seq.next_position() + 1);
+    seq.Append(token.id);
     ++seq.n_generated;
-    seq.logits_processor.ObserveGenerated(ev.token.id);
-    if (!seq.request.ignore_eos && tok.IsEog(ev.token.id)) {
-      ev.finish = FinishReason::kEos;
-    } else if (const FinishReason end = seq.matcher != nullptr
-                                            ? AdvanceMatcher(seq, ev.token.id)
-                                            : FinishReason::kNone;
-               end != FinishReason::kNone) {
-      ev.finish = end;  // the response format is complete
-    } else if (seq.request.sampling.IsStopToken(ev.token.id)) {
-      ev.finish = FinishReason::kStop;
-    } else if (seq.n_generated >= seq.request.max_tokens ||
-               static_cast<int64_t>(seq.tokens.size()) > MaxSequenceLength() ||
-               seq.next_position() > options_.max_context) {
-      // The next token would need a position past max_context, or more KV
-      // than the whole pool holds (the sequence could never run alone).
-      ev.finish = FinishReason::kLength;
-    }
-    if (seq.n_generated == 1 + static_cast<int32_t>(seq.request.generated.size()) &&
-        seq.request.prompt_logprobs >= 0) {
-      ev.prompt_logprobs = std::move(seq.prompt_logprobs);
-    }
-    if (ev.finish != FinishReason::kNone && seq.request.export_kv) ev.kv = Export(seq);
-    const bool finished = ev.finish != FinishReason::kNone;
-    if (!finished && seq.request.roll_window > 0) Roll(seq);
-    out.tokens.push_back(std::move(ev));
-    if (finished) {
-      PinBlocks(seq);
-      scheduler_.Remove(seq.id);  // frees its blocks (full ones stay cached)
-    }
+    Emit(seq, std::move(token), finish, 0, 0, out);
   }
   ReadStepBlocks();
 }
@@ -427,6 +466,8 @@ EngineStats Engine::stats() const {
       .pins = static_cast<int32_t>(pins_.size()),
       .blocks_pinned = static_cast<int32_t>(pinned_blocks_),
       .pins_dropped = pins_dropped_,
+      .spec_proposed = spec_proposed_,
+      .spec_accepted = spec_accepted_,
   };
 }
 

@@ -49,6 +49,15 @@ struct EngineOptions {
   constrain::CompileLimits constrain_compile;
   constrain::MatcherLimits constrain_matcher;
   int32_t grammar_cache_size = 64;
+  // Prompt-lookup speculation (GenerationRequest::speculation): whether a
+  // request that does not say is speculated, the most tokens proposed per
+  // step, and the longest and shortest n-gram looked up.
+  struct Speculation {
+    bool prompt_lookup = false;
+    int32_t k = 4;
+    int32_t ngram_max = 3;
+    int32_t ngram_min = 2;
+  } speculation;
 };
 
 // What an engine thread drives (worker/engine_loop.h): the Engine below, or
@@ -204,6 +213,31 @@ class Engine final : public StepEngine, private TierPromoter {
   // complete with nothing that could follow (or no token could continue it),
   // else kNone.
   FinishReason AdvanceMatcher(Sequence& seq, int32_t id);
+  // How the sequence ends with `id`, sampled as its n_generated-th token,
+  // when it will then hold n_tokens tokens and its next position will be
+  // next_position (kNone: it goes on). Advances the matcher.
+  FinishReason EndAfter(Sequence& seq, int32_t id, int32_t n_generated, int64_t n_tokens,
+                        int32_t next_position);
+  // Reports a token already appended to `seq` (and its end): the event, the
+  // export, the rolling window, and on the end the pins and the sequence's
+  // removal. True when it ended.
+  bool Emit(Sequence& seq, SampledToken token, FinishReason finish, int32_t spec_proposed,
+            int32_t spec_accepted, StepOutput& out);
+  // engine_speculate.cc: prompt-lookup speculation. Appends proposals to
+  // the running sequences that speculate (seq.n_proposed) before the
+  // scheduler plans the step; then drops those it did not schedule.
+  void Propose();
+  void TrimProposals(const StepPlan& plan);
+  bool Speculates(const Sequence& seq) const;
+  // A speculating chunk's rows: each proposal is kept while the token the
+  // model picks at its row is that proposal; the first token that differs
+  // (or the one after the last proposal) is the step's last. The rejected
+  // proposals' KV is dropped (overwritten by the next step).
+  void UpdateSpeculative(Sequence& seq, const ScheduledChunk& c, const ForwardResult& result,
+                         int32_t first_row, StepOutput& out);
+  std::vector<int64_t> speculating_;  // sequences with proposals this step
+  int64_t spec_proposed_ = 0;
+  int64_t spec_accepted_ = 0;
   // Copies the admitted sequences' imported KV into their blocks (one
   // WriteBlocks).
   void CopyImports(std::span<const int64_t> seq_ids);
@@ -224,6 +258,8 @@ class Engine final : public StepEngine, private TierPromoter {
   // Prompt logprobs: whether chunk `c` of `seq` needs every row's logits,
   // and the reduction of those rows (from `first_row` on) to O(k) each.
   static bool WantsPromptLogprobs(const Sequence& seq, const ScheduledChunk& c);
+  // Prompt logprobs, or a speculating chunk: every row's logits.
+  static bool WantsAllRows(const Sequence& seq, const ScheduledChunk& c);
   static void GatherPromptLogprobs(Sequence& seq, const ScheduledChunk& c,
                                    const ForwardResult& result, int32_t first_row);
   // Whether the sequence's next token follows from its row's summary alone

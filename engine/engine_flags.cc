@@ -30,6 +30,16 @@ std::vector<common::FlagSpec> EngineFlagSpecs() {
       {.name = "session-kv-percent", .default_value = "50",
        .help = "most of the KV pool that sessions' kept blocks (pinned between turns) may "
                "hold, 0..100; past it the least recently used sessions' are let go"},
+      {.name = "speculative", .default_value = "off",
+       .help = "speculative decoding for requests that do not choose: off, or prompt-lookup "
+               "(tokens proposed from the sequence's own earlier n-grams, verified in one "
+               "step; the output is unchanged)"},
+      {.name = "spec-k", .default_value = "4",
+       .help = "most tokens proposed per sequence per step (adapts down when rejected)"},
+      {.name = "spec-ngram-max", .default_value = "3",
+       .help = "longest n-gram prompt lookup matches"},
+      {.name = "spec-ngram-min", .default_value = "2",
+       .help = "shortest n-gram prompt lookup matches"},
       {.name = "grammar-max-stacks", .default_value = "4096",
        .help = "live parse stacks of one structured-output sequence; an ambiguous grammar "
                "that needs more ends the sequence at end-of-generation"},
@@ -83,6 +93,16 @@ absl::StatusOr<EngineSetup> EngineSetupFromArgs(const common::Args& args) {
   s.engine.constrain_matcher.mask_cache_bytes = int64_t{mask_mb} << 20;
   ASSIGN_OR_RETURN(s.engine.grammar_cache_size, args.IntInRange("grammar-cache-size", 1, 1 << 16));
   ASSIGN_OR_RETURN(s.engine.constrain_compile, constrain::CompileLimitsFromArgs(args));
+  const std::string& speculative = args.String("speculative");
+  if (speculative != "off" && speculative != "prompt-lookup") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--speculative: \"", speculative, "\" is not off or prompt-lookup"));
+  }
+  s.engine.speculation.prompt_lookup = speculative == "prompt-lookup";
+  ASSIGN_OR_RETURN(s.engine.speculation.k, args.IntInRange("spec-k", 1, 64));
+  ASSIGN_OR_RETURN(s.engine.speculation.ngram_max, args.IntInRange("spec-ngram-max", 1, 64));
+  ASSIGN_OR_RETURN(s.engine.speculation.ngram_min,
+                   args.IntInRange("spec-ngram-min", 1, s.engine.speculation.ngram_max));
   return s;
 }
 

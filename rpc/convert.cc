@@ -66,6 +66,13 @@ engine::SamplingParams SamplingFromProto(const tandem::v1::SamplingParams& p) {
     case tandem::v1::ResponseFormat::FORMAT_NOT_SET:
       break;
   }
+  switch (p.speculation()) {
+    case tandem::v1::SPECULATION_OFF: s.speculation = engine::Speculation::kOff; break;
+    case tandem::v1::SPECULATION_PROMPT_LOOKUP:
+      s.speculation = engine::Speculation::kPromptLookup;
+      break;
+    default: s.speculation = engine::Speculation::kDefault; break;
+  }
   s.logit_bias.reserve(p.logit_bias_size());
   for (const auto& [id, bias] : p.logit_bias()) s.logit_bias.push_back({.id = id, .bias = bias});
   // A proto map has no order; the engine's list does.
@@ -86,6 +93,13 @@ void SamplingToProto(const engine::SamplingParams& s, tandem::v1::SamplingParams
   for (const engine::LogitBias& b : s.logit_bias) (*p->mutable_logit_bias())[b.id] = b.bias;
   p->set_min_tokens(s.min_tokens);
   p->mutable_stop_token_ids()->Assign(s.stop_token_ids.begin(), s.stop_token_ids.end());
+  switch (s.speculation) {
+    case engine::Speculation::kDefault: p->set_speculation(tandem::v1::SPECULATION_DEFAULT); break;
+    case engine::Speculation::kOff: p->set_speculation(tandem::v1::SPECULATION_OFF); break;
+    case engine::Speculation::kPromptLookup:
+      p->set_speculation(tandem::v1::SPECULATION_PROMPT_LOOKUP);
+      break;
+  }
   using Kind = engine::OutputConstraint::Kind;
   tandem::v1::ResponseFormat* f = p->mutable_response_format();
   switch (s.constraint.kind) {

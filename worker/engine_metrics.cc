@@ -61,6 +61,14 @@ EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) 
   auto* pins_dropped = &rpc::CounterMetric(
       registry, "tandem_session_kv_pins_dropped_total",
       "Sessions' kept KV let go early (over --session-kv-percent, or to make room)");
+  // By method (prompt_lookup is the one there is).
+  auto* spec_proposed = &rpc::CounterMetric(
+      registry, "tandem_speculative_proposed_tokens_total",
+      "Tokens proposed by speculative decoding, by method", {{"method", "prompt_lookup"}});
+  auto* spec_accepted = &rpc::CounterMetric(
+      registry, "tandem_speculative_accepted_tokens_total",
+      "Proposed tokens the model kept (its own pick was the proposal), by method",
+      {{"method", "prompt_lookup"}});
   auto* step = &rpc::LatencyHistogram(registry, "tandem_engine_step_seconds",
                                  "Duration of one engine step (forward pass + sampling)");
   // EngineStats counts since start; the counters take the deltas.
@@ -92,6 +100,8 @@ EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) 
     }
     pulled->Increment(static_cast<double>(s.prefix_pulled_tokens - counted.prefix_pulled_tokens));
     fallbacks->Increment(static_cast<double>(s.delta_fallbacks - counted.delta_fallbacks));
+    spec_proposed->Increment(static_cast<double>(s.spec_proposed - counted.spec_proposed));
+    spec_accepted->Increment(static_cast<double>(s.spec_accepted - counted.spec_accepted));
     counted = s;
     step->Observe(absl::ToDoubleSeconds(took));
   };

@@ -52,6 +52,13 @@ struct OutputConstraint {
 // "json_object", "json_schema", "regex", "grammar" ("none" for kNone).
 const char* OutputConstraintKindName(OutputConstraint::Kind kind);
 
+// Speculative decoding for one request: the worker's default (its
+// --speculative), off, or prompt lookup (tokens proposed from the
+// sequence's own earlier n-grams, verified in one step, each kept only where
+// the model's own pick -- greedy or sampled with this request's seed -- is
+// that token, so the output is what decoding one token per step gives).
+enum class Speculation : uint8_t { kDefault = 0, kOff, kPromptLookup };
+
 struct SamplingParams {
   float temperature = 0.0f;  // 0 = greedy (argmax)
   float top_p = 1.0f;        // (0, 1]; 1 = off
@@ -74,6 +81,7 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids = {};
   // Structured output (response_format); kNone: free text.
   OutputConstraint constraint = {};
+  Speculation speculation = Speculation::kDefault;
 
   bool IsStopToken(int32_t id) const;
   bool AdjustsLogits() const;

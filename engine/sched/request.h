@@ -93,6 +93,11 @@ struct TokenEvent {
   int32_t cached_tokens = 0;
   // Set on the finishing event of a sequence added with export_kv.
   std::shared_ptr<const KvSnapshot> kv = nullptr;
+  // Speculation in the step that produced this event (on the first event of
+  // the step's tokens for the sequence; 0 elsewhere): tokens proposed, and
+  // of them those the model kept.
+  int32_t spec_proposed = 0;
+  int32_t spec_accepted = 0;
 };
 
 // A change in the full blocks this worker holds, for the block index:
@@ -139,6 +144,9 @@ struct EngineStats {
   int32_t pins = 0;
   int32_t blocks_pinned = 0;
   int64_t pins_dropped = 0;
+  // Speculation: tokens proposed, and of them those the model kept.
+  int64_t spec_proposed = 0;
+  int64_t spec_accepted = 0;
 };
 
 }  // namespace tandem::engine

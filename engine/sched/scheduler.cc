@@ -59,9 +59,12 @@ bool GathersPromptLogprobs(const Sequence& seq) {
 // The tokens of `seq` a step computes: what is pending, within the budget,
 // and while prompt logprobs are gathered at most what is left of the step's
 // kPromptLogprobsChunk prompt-logprobs rows (possibly none).
-int32_t ChunkSize(const Sequence& seq, int32_t budget, int32_t logprob_rows) {
+// A speculating sequence's proposals take a logits row each, from
+// `spec_rows`.
+int32_t ChunkSize(const Sequence& seq, int32_t budget, int32_t logprob_rows, int32_t spec_rows) {
   int32_t count = std::min(seq.pending(), budget);
   if (GathersPromptLogprobs(seq)) count = std::min(count, logprob_rows);
+  if (seq.n_proposed > 0) count = std::min(count, 1 + spec_rows);
   return count;
 }
 
@@ -163,11 +166,12 @@ StepPlan Scheduler::Schedule() {
   // logprobs one per token, those at most kPromptLogprobsChunk in all
   // (StepLimits::max_logit_rows).
   int32_t logprob_rows = kPromptLogprobsChunk;
+  int32_t spec_rows = options_.max_speculative_rows;
   // Running sequences in admission order: each takes its pending tokens (one
   // when decoding, a chunk when its prompt is still being prefilled).
   for (auto it = running_.begin(); it != running_.end() && budget > 0;) {
     Sequence& seq = **it;
-    const int32_t count = ChunkSize(seq, budget, logprob_rows);
+    const int32_t count = ChunkSize(seq, budget, logprob_rows, spec_rows);
     if (count == 0) {  // its prompt logprobs wait for the next step's rows
       ++it;
       continue;
@@ -185,6 +189,7 @@ StepPlan Scheduler::Schedule() {
     }
     if (preempted_self) break;
     if (GathersPromptLogprobs(seq)) logprob_rows -= count;
+    if (seq.n_proposed > 0) spec_rows -= count - 1;
     plan.chunks.push_back({.seq_id = seq.id, .start = seq.n_computed, .count = count});
     budget -= count;
     ++it;
@@ -206,7 +211,7 @@ StepPlan Scheduler::Schedule() {
     // Of n_cached, what a pulled prefix brought (the rest the pool had).
     const int32_t pulled =
         seq.import_is_prefix() ? seq.n_cached - seq.import_from_block * block_size_ : 0;
-    const int32_t count = ChunkSize(seq, budget, logprob_rows);
+    const int32_t count = ChunkSize(seq, budget, logprob_rows, 0);
     if (count == 0 || !EnsureBlocks(seq, seq.n_computed + count)) {
       // Not admitted after all: give back what admission took (cached
       // blocks return to the LRU).

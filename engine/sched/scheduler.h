@@ -31,6 +31,9 @@ struct SchedulerOptions {
   int32_t max_running = 64;        // sequences in the running batch
   // The model's fingerprint, which block hashes include (prefix cache).
   uint64_t model_fingerprint = 0;
+  // Logits rows a step may spend on speculative tokens (beyond one per
+  // sequence); a sequence's proposals past them are not scheduled.
+  int32_t max_speculative_rows = 0;
 };
 
 // Sequence `seq_id` computes its tokens [start, start + count) this step.
@@ -76,6 +79,12 @@ class Scheduler {
   Sequence* Find(int64_t seq_id) const;
 
   StepPlan Schedule();
+
+  // Calls f(Sequence&) for each running sequence, in admission order.
+  template <typename F>
+  void ForEachRunning(F f) {
+    for (std::unique_ptr<Sequence>& seq : running_) f(*seq);
+  }
 
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }

@@ -62,6 +62,14 @@ struct Sequence {
   // The request's response format, where it has one: its place in the
   // grammar after the tokens generated so far.
   std::unique_ptr<constrain::Matcher> matcher = nullptr;
+  // Speculation (engine_speculate.cc): the proposed tokens at the end of
+  // `tokens` this step (0: none), how many the next proposal may hold (it
+  // grows while proposals are kept and halves when none is), and steps to
+  // go before proposing again after proposals that were all rejected.
+  int32_t n_proposed = 0;
+  int32_t spec_k = 0;
+  int32_t spec_cooldown = 0;
+  int32_t spec_misses = 0;
 
   bool import_is_prefix() const {
     return import != nullptr && import->n_tokens < static_cast<int32_t>(request.prompt.size());

@@ -170,6 +170,10 @@ void GenerateCall::OnDecodeTokens(const tandem::v1::DecodeResponse& message, Nex
       usage_.set_cached_prompt_tokens(message.cached_prompt_tokens());
     }
   }
+  usage_.set_speculative_proposed_tokens(usage_.speculative_proposed_tokens() +
+                                         message.speculative_proposed_tokens());
+  usage_.set_speculative_accepted_tokens(usage_.speculative_accepted_tokens() +
+                                         message.speculative_accepted_tokens());
   std::vector<tandem::v1::Token> out;
   for (const tandem::v1::SampledTokenProto& t : message.tokens()) {
     generated_ids_.push_back(t.id());

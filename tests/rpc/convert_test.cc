@@ -30,7 +30,8 @@ engine::SamplingRequest EveryFieldSet() {
   // until it is given a value here, and so a round trip below.
   auto& [sampling, top_logprobs, prompt_logprobs] = r;
   auto& [temperature, top_p, top_k, min_p, seed, presence_penalty, frequency_penalty,
-         repetition_penalty, logit_bias, min_tokens, stop_token_ids, constraint] = sampling;
+         repetition_penalty, logit_bias, min_tokens, stop_token_ids, constraint,
+         speculation] = sampling;
   temperature = 0.75f;
   top_p = 0.5f;
   top_k = 7;
@@ -43,6 +44,7 @@ engine::SamplingRequest EveryFieldSet() {
   min_tokens = 2;
   stop_token_ids = {11, 13};
   constraint = {.kind = engine::OutputConstraint::Kind::kJsonSchema, .source = "{\"type\": \"object\"}"};
+  speculation = engine::Speculation::kPromptLookup;
   top_logprobs = 5;
   prompt_logprobs = 4;
   return r;

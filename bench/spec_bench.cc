@@ -1,0 +1,167 @@
+// tandem-spec-bench: decode tokens/s per sequence with and without
+// prompt-lookup speculation, on one model, for
+//   - an edit-style workload (the prompt holds a passage and asks for it
+//     again: prompt lookup's case), and
+//   - free generation from a short prompt (little to look up: the adaptive k
+//     must keep the loss small),
+// at the batch sizes asked for. Both runs of a pair use the same engine
+// options but speculation, in the same process; the outputs are checked to
+// be token-for-token equal. Prints a table, then one JSON line (also
+// appended to --out). It reports figures; it never fails on speed.
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/flags.h"
+#include "common/status_macros.h"
+#include "engine/backend_factory.h"
+#include "engine/engine.h"
+#include "engine/model/model.h"
+
+namespace tandem::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr char kPassage[] =
+    "The lighthouse keeper climbed the winding stairs every evening, counting the steps "
+    "and listening to the sea below. At the top he lit the lamp, wiped the glass and "
+    "watched the beam sweep across the water. Ships passed in the dark, and each one "
+    "blinked its thanks before it went on its way. In the morning he walked down again, "
+    "made tea, and wrote in his book how many ships had gone by.";
+
+struct Run {
+  double tokens_per_s = 0;  // per sequence, decode only
+  std::vector<std::vector<int32_t>> ids;
+  int64_t proposed = 0;
+  int64_t accepted = 0;
+};
+
+absl::StatusOr<Run> Decode(const engine::Model& model, const std::string& prompt,
+                           int32_t batch, int32_t tokens, bool speculate, int32_t k,
+                           int32_t threads) {
+  engine::EngineOptions options;
+  options.speculation.prompt_lookup = speculate;
+  options.speculation.k = k;
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
+                   engine::Engine::Create(model, engine::MakeCpuBackend({.threads = threads}),
+                                          options));
+  std::vector<int64_t> ids;
+  for (int32_t i = 0; i < batch; ++i) {
+    engine::GenerationRequest r;
+    r.prompt = model.tokenizer().Encode(prompt, {.add_special = true, .parse_special = false});
+    r.max_tokens = tokens;
+    r.ignore_eos = true;
+    ASSIGN_OR_RETURN(int64_t id, eng->Add(std::move(r)));
+    ids.push_back(id);
+  }
+  Run run;
+  run.ids.resize(static_cast<size_t>(batch));
+  // Timed from the step after every sequence has its first token.
+  int32_t firsts = 0;
+  bool timing = false;
+  Clock::time_point start;
+  int64_t decoded = 0;
+  while (eng->HasWork()) {
+    ASSIGN_OR_RETURN(engine::StepOutput out, eng->Step());
+    for (const engine::TokenEvent& e : out.tokens) {
+      const size_t i = std::find(ids.begin(), ids.end(), e.seq_id) - ids.begin();
+      if (run.ids[i].empty()) ++firsts;
+      if (timing) ++decoded;
+      run.ids[i].push_back(e.token.id);
+    }
+    if (!timing && firsts == batch) {
+      timing = true;
+      start = Clock::now();
+    }
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  run.tokens_per_s = static_cast<double>(decoded) / batch / seconds;
+  run.proposed = eng->stats().spec_proposed;
+  run.accepted = eng->stats().spec_accepted;
+  return run;
+}
+
+}  // namespace
+}  // namespace tandem::bench
+
+int main(int argc, char** argv) {
+  using tandem::common::FlagSpec;
+  const std::vector<FlagSpec> specs = {
+      {.name = "model", .default_value = "../shared/models/stories260K.gguf",
+       .help = "the GGUF model"},
+      {.name = "tokens", .default_value = "256", .help = "tokens generated per sequence"},
+      {.name = "batches", .default_value = "1,8", .help = "batch sizes, comma-separated"},
+      {.name = "spec-k", .default_value = "4", .help = "most tokens proposed per step"},
+      {.name = "threads", .default_value = "2", .help = "compute threads"},
+      {.name = "out", .default_value = "", .help = "append the JSON line to this file"},
+  };
+  absl::StatusOr<tandem::common::Args> args =
+      tandem::common::Args::Parse(std::vector<std::string>(argv + 1, argv + argc), specs);
+  if (!args.ok()) {
+    std::cerr << "tandem-spec-bench: " << args.status().message() << "\n";
+    return 2;
+  }
+  auto model = tandem::engine::Model::Load(args->String("model"));
+  if (!model.ok()) {
+    std::cerr << "tandem-spec-bench: " << model.status().message() << "\n";
+    return 1;
+  }
+  const int32_t tokens = *args->IntInRange("tokens", 8, 1 << 20);
+  const int32_t k = *args->IntInRange("spec-k", 1, 64);
+  const int32_t threads = *args->IntInRange("threads", 1, 256);
+  const std::string edit = absl::StrCat(tandem::bench::kPassage, "\n\nThe same, again:\n\n",
+                                        tandem::bench::kPassage, "\n\n");
+  struct Workload {
+    const char* name;
+    std::string prompt;
+  };
+  const Workload workloads[] = {{"edit", edit}, {"free", "Once upon a time"}};
+  std::cout << absl::StrFormat("model: %s, threads %d, k %d, %d tokens per sequence\n",
+                               args->String("model"), threads, k, tokens);
+  std::cout << absl::StrFormat("| %-8s | %5s | %10s | %10s | %7s | %9s | %5s |\n", "workload",
+                               "batch", "plain t/s", "spec t/s", "speedup", "kept/prop",
+                               "same");
+  std::string json = absl::StrFormat(R"({"bench":"speculation","model":"%s","k":%d,"runs":[)",
+                                     args->String("model"), k);
+  bool first = true;
+  for (const Workload& w : workloads) {
+    for (absl::string_view b : absl::StrSplit(args->String("batches"), ',')) {
+      const int32_t batch = std::stoi(std::string(b));
+      auto plain = tandem::bench::Decode(**model, w.prompt, batch, tokens, false, k, threads);
+      auto spec = tandem::bench::Decode(**model, w.prompt, batch, tokens, true, k, threads);
+      if (!plain.ok() || !spec.ok()) {
+        std::cerr << "tandem-spec-bench: "
+                  << (plain.ok() ? spec.status() : plain.status()).message() << "\n";
+        return 1;
+      }
+      const bool same = plain->ids == spec->ids;
+      const double speedup = spec->tokens_per_s / plain->tokens_per_s;
+      const double rate = spec->proposed == 0 ? 0.0
+                                              : static_cast<double>(spec->accepted) /
+                                                    static_cast<double>(spec->proposed);
+      std::cout << absl::StrFormat("| %-8s | %5d | %10.1f | %10.1f | %6.2fx | %9.2f | %5s |\n",
+                                   w.name, batch, plain->tokens_per_s, spec->tokens_per_s,
+                                   speedup, rate, same ? "yes" : "NO");
+      absl::StrAppendFormat(
+          &json,
+          R"(%s{"workload":"%s","batch":%d,"plain_tps":%.2f,"spec_tps":%.2f,"speedup":%.3f,)"
+          R"("proposed":%d,"accepted":%d,"same_output":%s})",
+          first ? "" : ",", w.name, batch, plain->tokens_per_s, spec->tokens_per_s, speedup,
+          spec->proposed, spec->accepted, same ? "true" : "false");
+      first = false;
+    }
+  }
+  json += "]}";
+  std::cout << json << "\n";
+  const std::string out = args->String("out");
+  if (!out.empty()) std::ofstream(out, std::ios::app) << json << "\n";
+  return 0;
+}
