@@ -1,5 +1,7 @@
 // `tandem make-model`: writes a synthetic Llama GGUF (see
 // engine/model/synthetic_model.h) with a chosen shape and weight type.
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "common/flags.h"
@@ -24,6 +26,13 @@ absl::StatusOr<engine::SyntheticModelOptions> OptionsFromArgs(const common::Args
   ASSIGN_OR_RETURN(o.type, engine::GgmlTypeFromName(args.String("type")));
   o.tied_output = args.Bool("tied-output");
   ASSIGN_OR_RETURN(o.seed, args.Uint64("seed"));
+  if (const std::string path = args.String("chat-template-file"); !path.empty()) {
+    std::ifstream in(path);
+    if (!in) return absl::InvalidArgumentError("--chat-template-file: cannot read " + path);
+    std::stringstream text;
+    text << in.rdbuf();
+    o.chat_template = text.str();
+  }
   RETURN_IF_ERROR(engine::ValidateSyntheticModelOptions(o));
   return o;
 }
@@ -48,6 +57,8 @@ int RunMakeModel(const std::vector<std::string>& argv, std::ostream& out, std::o
       {.name = "tied-output", .default_value = "false",
        .help = "share token_embd as the output matrix", .is_bool = true},
       {.name = "seed", .default_value = "1", .help = "weight RNG seed"},
+      {.name = "chat-template-file", .default_value = "",
+       .help = "a Jinja chat template to store as tokenizer.chat_template; empty = none"},
   };
   absl::StatusOr<common::Args> args = common::Args::Parse(argv, specs);
   if (!args.ok() || args->help()) {

@@ -121,6 +121,11 @@ std::vector<common::FlagSpec> GatewayFlagSpecs() {
                "plain User:/Assistant: when it has none), or a family by name: "
                "plain, chatml, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1, "
                "mistral-v3, mistral-v3-tekken, mistral-v7, llama3, gemma, phi3, zephyr"},
+      {.name = "tool-call-parser", .default_value = "auto",
+       .help = "how the HTTP front reads tool calls out of a chat reply: auto = from the "
+               "model's chat template's markers (json where it has none), or one of hermes "
+               "(<tool_call>, Qwen), qwen3_coder (<function=...> XML), llama3_json, mistral, "
+               "granite, json (the reply is JSON calls), none (never parsed)"},
       {.name = "max-stop-strings", .default_value = "16", .help = "stop strings per request"},
       {.name = "default-max-tokens", .default_value = "4096",
        .help = "tokens generated for a request that sets no max_tokens (it stops earlier at "
@@ -282,6 +287,16 @@ absl::StatusOr<GatewaySetup> GatewaySetupFromArgs(const common::Args& args) {
                            ? std::filesystem::path(setup.model_path).stem().string()
                            : args.String("model-name");
   setup.chat_template = args.String("chat-template");
+  setup.tool_call_parser = args.String("tool-call-parser");
+  if (setup.tool_call_parser != "auto") {
+    absl::StatusOr<tools::ToolCallFormat> format =
+        tools::ToolCallFormatFromName(setup.tool_call_parser);
+    if (!format.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tool-call-parser: ", format.status().message()));
+    }
+    setup.http.tool_call_format = *format;
+  }
   setup.listen = args.String("listen");
   setup.metrics_listen = args.String("metrics-listen");
   setup.health_listen = args.String("health-listen");
@@ -321,8 +336,14 @@ absl::Status ApplyModelMetadata(const engine::GgufFile& model, GatewaySetup& set
   }
   if (setup.chat_template.empty()) {
     options.chat_template = DetectChatTemplate(model);
+    if (setup.tool_call_parser == "auto") {
+      absl::StatusOr<std::string_view> jinja = model.GetString("tokenizer.chat_template");
+      setup.http.tool_call_format = tools::DetectToolCallFormat(jinja.ok() ? *jinja : "");
+    }
     return absl::OkStatus();
   }
+  // A family by name renders no tools: the gateway's description of them
+  // asks for JSON calls (tools/tool_prompt.h), which "auto" leaves at kJson.
   absl::StatusOr<engine::ChatTemplate> named = engine::ChatTemplate::FromName(setup.chat_template);
   if (!named.ok()) {
     return absl::InvalidArgumentError(

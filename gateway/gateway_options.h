@@ -19,6 +19,7 @@
 #include "engine/tokenizer/chat_template.h"
 #include "gateway/generation_service.h"
 #include "gateway/http/http_front.h"
+#include "gateway/tools/tool_call_parser.h"
 #include "rpc/tls.h"
 
 namespace tandem::gateway {
@@ -35,6 +36,9 @@ struct GatewaySetup {
   GatewayOptions service;
   std::string model_path;     // --model (only its tokenizer and metadata are read)
   std::string chat_template;  // --chat-template; empty: detected from the model
+  // --tool-call-parser: "auto" (resolved by ApplyModelMetadata into
+  // http.tool_call_format) or a tools::ToolCallFormat's name.
+  std::string tool_call_parser = "auto";
   std::string listen;         // --listen (gRPC)
   std::string metrics_listen;  // --metrics-listen; empty: off
   std::string health_listen;   // --health-listen; empty: off
@@ -66,7 +70,9 @@ engine::ChatTemplate DetectChatTemplate(const engine::GgufFile& model);
 // Fills in what `setup.service` takes from the model: its architecture
 // (general.architecture, "" when absent), the trained context length when
 // --max-context was 0, and the chat template: --chat-template's when given,
-// else the model's (DetectChatTemplate). InvalidArgument from
+// else the model's (DetectChatTemplate); with --tool-call-parser auto, the
+// tool-call format of the model's template (tools::DetectToolCallFormat).
+// InvalidArgument from
 // TrainedContextLength, or naming --chat-template for an unknown name.
 absl::Status ApplyModelMetadata(const engine::GgufFile& model, GatewaySetup& setup);
 

@@ -14,7 +14,7 @@ runs=${1:-2000}
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_FUZZ=ON \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
 ninja -C build-fuzz -j2 block_fuzz gguf_fuzz tokenizer_fuzz request_fuzz chat_template_fuzz \
-  jinja_fuzz constrain_fuzz
+  jinja_fuzz constrain_fuzz tool_call_fuzz
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work"
@@ -44,6 +44,7 @@ run gguf
 run chat_template
 run jinja
 run constrain
+run tool_call
 for m in "${models[@]}"; do
   run tokenizer "$m"
   run request "$m"

@@ -11,6 +11,7 @@
 #include "common/json.h"
 #include "common/status_macros.h"
 #include "engine/constrain/constraint.h"
+#include "gateway/tools/tool_prompt.h"
 #include "rpc/convert.h"
 
 namespace tandem::gateway {
@@ -144,16 +145,32 @@ absl::StatusOr<ParsedPrompt> ParseMessages(const tandem::v1::GenerateRequest& re
     return FieldError("messages", "set together with prompt or prompt_token_ids; send one");
   }
   std::vector<engine::ChatMessage> messages;
-  size_t bytes = 0;
+  size_t bytes = request.tools_json().size();
   for (const tandem::v1::ChatMessage& m : request.messages()) {
-    bytes += m.role().size() + m.content().size();
+    bytes += m.role().size() + m.content().size() + m.tool_call_id().size() + m.name().size();
+    engine::ChatMessage message{.role = m.role(),
+                                .content = m.content(),
+                                .content_is_null = m.content_is_null(),
+                                .tool_call_id = m.tool_call_id(),
+                                .name = m.name()};
+    for (const tandem::v1::ToolCall& call : m.tool_calls()) {
+      bytes += call.id().size() + call.name().size() + call.arguments().size();
+      message.tool_calls.push_back(
+          {.id = call.id(), .name = call.name(), .arguments = call.arguments()});
+    }
     if (bytes > static_cast<size_t>(limits.max_prompt_bytes)) {
       return FieldError("messages", absl::StrCat("more than the limit of ",
                                                  limits.max_prompt_bytes, " bytes"));
     }
-    messages.push_back({.role = m.role(), .content = m.content()});
+    messages.push_back(std::move(message));
   }
-  ASSIGN_OR_RETURN(std::string text, chat.Render(messages, /*add_generation_prompt=*/true));
+  RETURN_IF_ERROR(tools::ValidateToolsJson(request.tools_json(), "tools_json"));
+  // With tools, the template renders them where it can, else the gateway's
+  // description of them (tools/tool_prompt.h).
+  ASSIGN_OR_RETURN(std::string text,
+                   tools::UsesTools(messages, request.tools_json())
+                       ? tools::RenderWithTools(chat, messages, request.tools_json())
+                       : chat.Render(messages, /*add_generation_prompt=*/true));
   std::vector<int32_t> ids =
       tokenizer.Encode(text, {.add_special = true, .parse_special = true});
   if (ids.empty()) return FieldError("messages", "render to no tokens");
@@ -165,6 +182,7 @@ absl::StatusOr<ParsedPrompt> ParsePrompt(const tandem::v1::GenerateRequest& requ
                                          const GatewayLimits& limits,
                                          const engine::ChatTemplate& chat) {
   if (!request.messages().empty()) return ParseMessages(request, tokenizer, limits, chat);
+  if (!request.tools_json().empty()) return FieldError("tools_json", "needs messages");
   if (!request.prompt_token_ids().empty()) {
     const auto& ids = request.prompt_token_ids();
     for (int i = 0; i < ids.size(); ++i) {

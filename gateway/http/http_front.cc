@@ -109,6 +109,7 @@ absl::StatusOr<std::unique_ptr<HttpFront>> HttpFront::Start(
   front->server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   front->server_->set_payload_max_length(options.max_body_bytes);
   front->model_name_ = options.model_name;
+  front->tool_call_format_ = options.tool_call_format;
   front->Route();
   const std::string host = common::StripBrackets(hp->host);
   int port = hp->port;
@@ -173,7 +174,7 @@ void HttpFront::Route() {
 
 void HttpFront::Generate(openai::Endpoint endpoint, const httplib::Request& req,
                          httplib::Response& res) {
-  absl::StatusOr<openai::Request> parsed = openai::ParseRequest(endpoint, req.body);
+  absl::StatusOr<openai::Request> parsed = openai::ParseRequest(endpoint, req.body, tool_call_format_);
   if (!parsed.ok()) return Fail(res, parsed.status());
   auto call = std::make_shared<Call>();
   if (absl::Status s = CopyMetadata(req, call->ctx); !s.ok()) return Fail(res, s);
@@ -184,7 +185,8 @@ void HttpFront::Generate(openai::Endpoint endpoint, const httplib::Request& req,
   if (!call->reader->Read(&first)) {
     const grpc::Status status = call->Finish();
     return Fail(res, status.ok() ? absl::InternalError("the stream ended without a message")
-                                 : rpc::FromGrpcStatus(status));
+                                 : openai::ExplainForcedCallError(parsed->tools,
+                                                                  rpc::FromGrpcStatus(status)));
   }
   res.set_header("x-request-id", first.request_id());
   const std::string model =

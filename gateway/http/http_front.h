@@ -43,6 +43,9 @@ struct HttpFrontOptions {
   std::string model_name;
   // Non-null: HTTPS with this (reloading) certificate; null: plain HTTP.
   std::shared_ptr<HttpsCertificate> https = nullptr;
+  // How the model writes tool calls (--tool-call-parser; "auto" is resolved
+  // from the chat template before the front starts).
+  tools::ToolCallFormat tool_call_format = tools::ToolCallFormat::kJson;
 };
 
 class HttpFront {
@@ -76,6 +79,7 @@ class HttpFront {
   std::thread thread_;
   std::string address_;
   std::string model_name_;
+  tools::ToolCallFormat tool_call_format_ = tools::ToolCallFormat::kJson;
   prometheus::Family<prometheus::Counter>& requests_;
 };
 

@@ -147,6 +147,9 @@ INSTANTIATE_TEST_SUITE_P(
                 "--session-ttl-s: 100 is out of range [1, 50]"},
         BadFlag{"RereplicateParallel", {"--session-rereplicate-parallel", "0"},
                 "--session-rereplicate-parallel: 0 is out of range [1, 1024]"},
+        BadFlag{"ToolCallParser", {"--tool-call-parser", "qwen"},
+                "--tool-call-parser: unknown tool-call parser \"qwen\"; one of auto, none, "
+                "json, hermes, llama3_json, mistral, granite, qwen3_coder"},
         BadFlag{"NoPrefillAddress", {"--prefill", " , "},
                 "--prefill and --decode need at least one address each"},
         // Several bad flags: the first in main()'s fixed order is named.
@@ -312,6 +315,26 @@ TEST_F(ModelMetadataTest, ChatTemplateFlagOverridesTheModels) {
   EXPECT_THAT(std::string(s.message()),
               StartsWith("--chat-template: chat template \"nope\" is not one of "));
   EXPECT_THAT(std::string(s.message()), HasSubstr("chatml"));
+}
+
+// --tool-call-parser auto reads the model's template's markers; a name
+// overrides them; a family named by --chat-template renders no tools, so
+// its calls come back as the gateway's description asks (json).
+TEST_F(ModelMetadataTest, ToolCallParserFollowsTheTemplateUnlessNamed) {
+  std::unique_ptr<engine::GgufFile> m =
+      Model({{"general.architecture", "llama"},
+             {"tokenizer.chat_template", "<|im_start|>{{ m.content }}<tool_call>"}},
+            {{"llama.context_length", 512}});
+  ASSERT_NE(m, nullptr);
+  GatewaySetup detected = Flags();
+  ASSERT_TRUE(ApplyModelMetadata(*m, detected).ok());
+  EXPECT_EQ(detected.http.tool_call_format, tools::ToolCallFormat::kHermes);
+  GatewaySetup named = Flags({"--tool-call-parser", "mistral"});
+  ASSERT_TRUE(ApplyModelMetadata(*m, named).ok());
+  EXPECT_EQ(named.http.tool_call_format, tools::ToolCallFormat::kMistral);
+  GatewaySetup family = Flags({"--chat-template", "chatml"});
+  ASSERT_TRUE(ApplyModelMetadata(*m, family).ok());
+  EXPECT_EQ(family.http.tool_call_format, tools::ToolCallFormat::kJson);
 }
 
 }  // namespace

@@ -160,11 +160,48 @@ TEST_F(ValidatedRequestTest, MessagesAreCheckedByField) {
   m->set_content("hi");
   EXPECT_THAT(Error(request), HasSubstr("messages: set together with prompt"));
   request.clear_prompt();
-  m->set_role("tool");
-  EXPECT_THAT(Error(request), HasSubstr("messages[0].role: \"tool\""));
+  m->set_role("bogus");
+  EXPECT_THAT(Error(request), HasSubstr("messages[0].role: \"bogus\""));
   m->set_role("user");
   m->set_content(std::string(limits_.max_prompt_bytes + 1, 'a'));
   EXPECT_THAT(Error(request), HasSubstr("messages: more than the limit"));
+  m->set_content("hi");
+  request.set_tools_json(std::string(limits_.max_prompt_bytes, ' '));
+  EXPECT_THAT(Error(request), HasSubstr("messages: more than the limit"));
+  request.set_tools_json(R"([{"type": "function"}])");
+  EXPECT_THAT(Error(request), StartsWith("tools_json[0].function: "));
+  request.clear_messages();
+  request.set_prompt("x");
+  EXPECT_THAT(Error(request), StartsWith("tools_json: needs messages"));
+}
+
+// A template that renders no tools (here the plain one) gets the gateway's
+// description of them, and tool messages rewritten (tools/tool_prompt.h).
+TEST_F(ValidatedRequestTest, ToolsWithoutATemplateForThemAreDescribed) {
+  tandem::v1::GenerateRequest request = Good();
+  request.clear_prompt();
+  request.set_tools_json(
+      R"([{"type": "function", "function": {"name": "get_weather", "parameters": {}}}])");
+  auto* user = request.add_messages();
+  user->set_role("user");
+  user->set_content("Weather?");
+  auto* call = request.add_messages();
+  call->set_role("assistant");
+  call->set_content_is_null(true);
+  tandem::v1::ToolCall* c = call->add_tool_calls();
+  c->set_id("call_1");
+  c->set_name("get_weather");
+  c->set_arguments("{}");
+  auto* result = request.add_messages();
+  result->set_role("tool");
+  result->set_tool_call_id("call_1");
+  result->set_content("sunny");
+  auto v = Validate(request);
+  ASSERT_TRUE(v.ok()) << v.status();
+  const std::string text = tok_->Decode(v->prompt_ids, /*special=*/true);
+  EXPECT_THAT(text, HasSubstr("get_weather"));
+  EXPECT_THAT(text, HasSubstr(R"({"tool_calls":[{"name":"get_weather","arguments":{}}]})"));
+  EXPECT_THAT(text, HasSubstr(R"("tool_call_id":"call_1")"));
 }
 
 TEST_F(ValidatedRequestTest, PromptTokenIdsAreUsedInsteadOfPrompt) {

@@ -92,6 +92,8 @@ TEST(OpenAiParseTest, BadBodiesNameTheField) {
   EXPECT_THAT(Error(Endpoint::kCompletions, R"({"prompt": "a", "logit_bias": {"x": 1}})"),
               StartsWith("logit_bias: "));
   EXPECT_THAT(Error(Endpoint::kChat, R"({"messages": [{"role": "tool", "content": "a"}]})"),
+              StartsWith("messages[0].tool_call_id: "));
+  EXPECT_THAT(Error(Endpoint::kChat, R"({"messages": [{"role": "function", "content": "a"}]})"),
               StartsWith("messages[0].role: "));
   EXPECT_THAT(Error(Endpoint::kChat, R"({"messages": [{"role": "user", "content": "a"}],
                                          "top_logprobs": 2})"),
