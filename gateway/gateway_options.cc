@@ -135,6 +135,11 @@ std::vector<common::FlagSpec> GatewayFlagSpecs() {
       {.name = "max-stop-token-ids", .default_value = "64",
        .help = "entries of sampling.stop_token_ids per request"},
       {.name = "max-n", .default_value = "16", .help = "completions per request (n)"},
+      {.name = "chat-template-max-steps", .default_value = "2000000",
+       .help = "statements and expressions one render of the model's chat template may "
+               "evaluate (a template past it fails the request)"},
+      {.name = "chat-template-max-output-bytes", .default_value = "8388608",
+       .help = "bytes one render of the model's chat template may produce"},
       {.name = "max-response-format-bytes", .default_value = "65536",
        .help = "bytes of a request's response format (JSON schema, regex or grammar)"},
       {.name = "request-timeout-ms", .default_value = "600000",
@@ -198,6 +203,12 @@ absl::StatusOr<GatewaySetup> GatewaySetupFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(options.limits.max_stop_token_ids,
                    args.IntInRange("max-stop-token-ids", 0, 1 << 16));
   ASSIGN_OR_RETURN(options.limits.max_n, args.IntInRange("max-n", 1, 1024));
+  ASSIGN_OR_RETURN(const int32_t template_steps,
+                   args.IntInRange("chat-template-max-steps", 1000, 1 << 30));
+  setup.chat_template_limits.max_steps = template_steps;
+  ASSIGN_OR_RETURN(const int32_t template_bytes,
+                   args.IntInRange("chat-template-max-output-bytes", 1024, 1 << 30));
+  setup.chat_template_limits.max_output_bytes = template_bytes;
   ASSIGN_OR_RETURN(options.limits.max_response_format_bytes,
                    args.IntInRange("max-response-format-bytes", 16, 1 << 26));
   ASSIGN_OR_RETURN(options.limits.response_format,
@@ -336,6 +347,7 @@ absl::Status ApplyModelMetadata(const engine::GgufFile& model, GatewaySetup& set
   }
   if (setup.chat_template.empty()) {
     options.chat_template = DetectChatTemplate(model);
+    options.chat_template.set_render_limits(setup.chat_template_limits);
     if (setup.tool_call_parser == "auto") {
       absl::StatusOr<std::string_view> jinja = model.GetString("tokenizer.chat_template");
       setup.http.tool_call_format = tools::DetectToolCallFormat(jinja.ok() ? *jinja : "");
@@ -350,6 +362,7 @@ absl::Status ApplyModelMetadata(const engine::GgufFile& model, GatewaySetup& set
         absl::StrCat("--chat-template: ", named.status().message()));
   }
   options.chat_template = *named;
+  options.chat_template.set_render_limits(setup.chat_template_limits);
   return absl::OkStatus();
 }
 

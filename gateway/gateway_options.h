@@ -36,6 +36,9 @@ struct GatewaySetup {
   GatewayOptions service;
   std::string model_path;     // --model (only its tokenizer and metadata are read)
   std::string chat_template;  // --chat-template; empty: detected from the model
+  // --chat-template-max-steps, --chat-template-max-output-bytes: bounds on
+  // rendering a request's conversation with the model's template.
+  engine::jinja::RenderLimits chat_template_limits;
   // --tool-call-parser: "auto" (resolved by ApplyModelMetadata into
   // http.tool_call_format) or a tools::ToolCallFormat's name.
   std::string tool_call_parser = "auto";

@@ -265,6 +265,7 @@ absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> me
                                                  bool add_generation_prompt) const {
   ChatRenderOptions options;
   options.now = NowUtc();
+  options.limits = render_limits_;
   return Render(messages, add_generation_prompt, options);
 }
 

@@ -122,6 +122,12 @@ class ChatTemplate {
   absl::StatusOr<std::string> RenderJinja(std::span<const ChatMessage> messages, bool add_generation_prompt,
                                           const ChatRenderOptions& options) const;
 
+  // Bounds on every render of this template that does not pass its own
+  // ChatRenderOptions (the gateway's --chat-template-max-steps and
+  // --chat-template-max-output-bytes).
+  void set_render_limits(const jinja::RenderLimits& limits) { render_limits_ = limits; }
+  const jinja::RenderLimits& render_limits() const { return render_limits_; }
+
  private:
   struct Jinja;
 
@@ -132,6 +138,7 @@ class ChatTemplate {
   ChatFamily family_;
   bool recognised_;
   std::shared_ptr<const Jinja> jinja_;  // null: family rendering only
+  jinja::RenderLimits render_limits_;
 };
 
 }  // namespace tandem::engine

@@ -142,6 +142,7 @@ absl::StatusOr<std::string> RenderWithTools(const engine::ChatTemplate& chat,
     engine::ChatRenderOptions options;
     options.tools_json = std::string(tools_json);
     options.now = NowUtc();
+    options.limits = chat.render_limits();
     ASSIGN_OR_RETURN(std::string with, chat.Render(messages, /*add_generation_prompt=*/true,
                                                    options));
     if (tools_json.empty()) return with;

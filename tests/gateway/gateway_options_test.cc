@@ -93,7 +93,9 @@ TEST(GatewayFlagsTest, ValuesReachTheirFields) {
              "--router", "least-loaded", "--router-host-tier-weight", "0.25",
              "--session-evict-percent", "40", "--session-rereplicate-tracked", "0",
              "--session-rereplicate-parallel", "2", "--http-listen", "127.0.0.1:8080",
-             "--max-context", "1024", "--log-level", "debug", "--chat-template", "chatml"});
+             "--max-context", "1024", "--log-level", "debug", "--chat-template", "chatml",
+             "--chat-template-max-steps", "5000", "--chat-template-max-output-bytes", "4096",
+             "--max-response-format-bytes", "1000", "--response-format-max-depth", "8"});
   ASSERT_TRUE(setup.ok()) << setup.status();
   EXPECT_EQ(setup->service.model_name, "chat");
   EXPECT_EQ(setup->http.model_name, "chat");
@@ -107,6 +109,10 @@ TEST(GatewayFlagsTest, ValuesReachTheirFields) {
   EXPECT_EQ(setup->service.limits.max_context, 1024);
   EXPECT_EQ(setup->log_level, common::LogLevel::kDebug);
   EXPECT_EQ(setup->chat_template, "chatml");
+  EXPECT_EQ(setup->chat_template_limits.max_steps, 5000);
+  EXPECT_EQ(setup->chat_template_limits.max_output_bytes, 4096);
+  EXPECT_EQ(setup->service.limits.max_response_format_bytes, 1000);
+  EXPECT_EQ(setup->service.limits.response_format.max_depth, 8);
 }
 
 struct BadFlag {
@@ -150,6 +156,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlag{"ToolCallParser", {"--tool-call-parser", "qwen"},
                 "--tool-call-parser: unknown tool-call parser \"qwen\"; one of auto, none, "
                 "json, hermes, llama3_json, mistral, granite, qwen3_coder"},
+        BadFlag{"ChatTemplateSteps", {"--chat-template-max-steps", "10"},
+                "--chat-template-max-steps: 10 is out of range [1000, 1073741824]"},
+        BadFlag{"ResponseFormatElements", {"--response-format-max-elements", "0"},
+                "--response-format-max-elements: 0 is out of range [1024, 268435456]"},
         BadFlag{"NoPrefillAddress", {"--prefill", " , "},
                 "--prefill and --decode need at least one address each"},
         // Several bad flags: the first in main()'s fixed order is named.
@@ -293,6 +303,37 @@ TEST_F(ModelMetadataTest, RendersTheModelsOwnTemplate) {
   absl::StatusOr<std::string> text = t.Render(m, true);
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(*text, "<<system>>Be brief.</s><<user>>Hi</s><<assistant>>");
+}
+
+// --chat-template-max-steps bounds every render of the model's template: a
+// render that loops past it stops there (Render then falls back to the
+// family's rendering, as for any template that fails, with the reason
+// logged).
+TEST_F(ModelMetadataTest, RenderLimitsComeFromTheFlags) {
+  engine::SyntheticModelOptions o = engine::testing::TinyOptions();
+  o.chat_template =
+      "{% for m in messages %}{% for i in range(m.content | length * 100) %}.{% endfor %}"
+      "{% endfor %}";
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/gateway-options-limits-", ::getpid(), ".gguf");
+  paths_.push_back(path);
+  ASSERT_TRUE(engine::WriteSyntheticModel(o, path).ok());
+  absl::StatusOr<std::unique_ptr<engine::GgufFile>> file =
+      engine::GgufFile::Open(path, {.require_tensor_data = false});
+  ASSERT_TRUE(file.ok()) << file.status();
+  GatewaySetup tight = Flags({"--chat-template-max-steps", "1000"});
+  ASSERT_TRUE(ApplyModelMetadata(**file, tight).ok());
+  EXPECT_EQ(tight.service.chat_template.render_limits().max_steps, 1000);
+  const std::vector<engine::ChatMessage> m = {{"user", std::string(50, 'x')}};
+  absl::StatusOr<std::string> text = tight.service.chat_template.RenderJinja(m, true, {
+      .tools_json = {}, .now = {}, .limits = tight.service.chat_template.render_limits()});
+  ASSERT_FALSE(text.ok());
+  EXPECT_THAT(std::string(text.status().message()), HasSubstr("1000 steps"));
+  GatewaySetup roomy = Flags();
+  ASSERT_TRUE(ApplyModelMetadata(**file, roomy).ok());
+  text = roomy.service.chat_template.Render(m, true);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->size(), 5000u);
 }
 
 TEST_F(ModelMetadataTest, ChatTemplateFlagOverridesTheModels) {
