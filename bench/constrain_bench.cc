@@ -33,6 +33,7 @@
 #include "engine/constrain/matcher.h"
 #include "engine/engine.h"
 #include "engine/gguf/gguf.h"
+#include "engine/gguf/gguf_writer.h"
 #include "engine/model/model.h"
 #include "engine/model/synthetic_model.h"
 
@@ -118,6 +119,11 @@ constexpr char kPeopleDocument[] = R"json([
 
 struct Config {
   std::string vocab;
+  // A second vocabulary whose tokens the first lacks are appended (as
+  // normal tokens) until the vocabulary holds n_vocab: a vocabulary of real
+  // tokens of a size no file at hand has (0: the first's own size).
+  std::string vocab_extra;
+  int32_t n_vocab = 0;
   int32_t n_embd = 1024;
   int32_t n_layer = 8;
   int32_t n_ff = 2816;
@@ -269,6 +275,50 @@ absl::StatusOr<double> DecodeStep(const engine::Model& model, const Config& c, i
   return Summarize(steps).p50;
 }
 
+// `first`'s tokenizer metadata with `extra`'s tokens that `first` lacks
+// appended up to `n_vocab` tokens, written to `path`.
+absl::Status MergeVocabularies(const std::string& first, const std::string& extra,
+                               int32_t n_vocab, const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::GgufFile> a, engine::GgufFile::Open(first));
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::GgufFile> b, engine::GgufFile::Open(extra));
+  ASSIGN_OR_RETURN(std::vector<std::string_view> a_tokens,
+                   a->GetStringArray("tokenizer.ggml.tokens"));
+  ASSIGN_OR_RETURN(std::vector<std::string_view> b_tokens,
+                   b->GetStringArray("tokenizer.ggml.tokens"));
+  ASSIGN_OR_RETURN(std::vector<int32_t> types, a->GetInt32Array("tokenizer.ggml.token_type"));
+  std::vector<std::string> tokens(a_tokens.begin(), a_tokens.end());
+  absl::flat_hash_map<std::string, int32_t> have;
+  for (size_t i = 0; i < tokens.size(); ++i) have.emplace(tokens[i], static_cast<int32_t>(i));
+  for (std::string_view t : b_tokens) {
+    if (static_cast<int32_t>(tokens.size()) >= n_vocab) break;
+    if (have.emplace(std::string(t), static_cast<int32_t>(tokens.size())).second) {
+      tokens.emplace_back(t);
+      types.push_back(1);  // normal
+    }
+  }
+  if (static_cast<int32_t>(tokens.size()) < n_vocab) {
+    return absl::InvalidArgumentError(absl::StrCat("the two vocabularies hold only ",
+                                                   tokens.size(), " distinct tokens"));
+  }
+  engine::GgufWriter w;
+  for (const std::string& key : a->Keys()) {
+    if (!key.starts_with("tokenizer.") || key == "tokenizer.ggml.tokens" ||
+        key == "tokenizer.ggml.token_type" || key == "tokenizer.ggml.scores") {
+      continue;
+    }
+    ASSIGN_OR_RETURN(engine::GgufFile::EncodedValue v, a->GetEncoded(key));
+    w.SetEncoded(key, v.type, v.bytes);
+  }
+  w.SetStringArray("tokenizer.ggml.tokens", tokens);
+  w.SetInt32Array("tokenizer.ggml.token_type", types);
+  if (absl::StatusOr<std::vector<float>> scores = a->GetFloatArray("tokenizer.ggml.scores");
+      scores.ok()) {
+    scores->resize(tokens.size(), 0.0f);
+    w.SetFloat32Array("tokenizer.ggml.scores", *scores);
+  }
+  return w.WriteFile(path);
+}
+
 absl::Status Run(const Config& c) {
   // The synthetic model, with the vocabulary's tokenizer when one is given.
   engine::SyntheticModelOptions o;
@@ -280,12 +330,20 @@ absl::Status Run(const Config& c) {
   o.context_length = 4096;
   ASSIGN_OR_RETURN(o.type, engine::GgmlTypeFromName(c.type));
   std::string vocab_name = "synthetic";
+  std::string vocab_path = c.vocab;
+  if (!c.vocab_extra.empty()) {
+    vocab_path = absl::StrCat("/tmp/tandem_constrain_bench_vocab_", c.n_vocab, ".gguf");
+    RETURN_IF_ERROR(MergeVocabularies(c.vocab, c.vocab_extra, c.n_vocab, vocab_path));
+  }
   if (!c.vocab.empty()) {
-    ASSIGN_OR_RETURN(std::unique_ptr<engine::GgufFile> v, engine::GgufFile::Open(c.vocab));
+    ASSIGN_OR_RETURN(std::unique_ptr<engine::GgufFile> v, engine::GgufFile::Open(vocab_path));
     ASSIGN_OR_RETURN(const uint64_t n, v->GetArrayLength("tokenizer.ggml.tokens"));
     o.n_vocab = static_cast<int32_t>(n);
-    o.vocab_from = c.vocab;
+    o.vocab_from = vocab_path;
     vocab_name = c.vocab.substr(c.vocab.find_last_of('/') + 1);
+    if (!c.vocab_extra.empty()) {
+      vocab_name += "+" + c.vocab_extra.substr(c.vocab_extra.find_last_of('/') + 1);
+    }
   } else {
     o.n_vocab = 32000;
   }
@@ -344,6 +402,7 @@ absl::Status Run(const Config& c) {
   std::cout << json << "\n";
   if (!c.out.empty()) std::ofstream(c.out, std::ios::app) << json << "\n";
   std::remove(path.c_str());
+  if (vocab_path != c.vocab) std::remove(vocab_path.c_str());
   return absl::OkStatus();
 }
 
@@ -355,6 +414,11 @@ int main(int argc, char** argv) {
   const std::vector<FlagSpec> specs = {
       {.name = "vocab", .default_value = "",
        .help = "a GGUF whose vocabulary to use (vocab-only files work); empty: synthetic 32000"},
+      {.name = "vocab-extra", .default_value = "",
+       .help = "a second GGUF vocabulary: its tokens --vocab lacks are appended up to "
+               "--n-vocab tokens"},
+      {.name = "n-vocab", .default_value = "0",
+       .help = "with --vocab-extra: the merged vocabulary's size"},
       {.name = "n-embd", .default_value = "1024", .help = "synthetic model width"},
       {.name = "n-layer", .default_value = "8", .help = "synthetic model layers"},
       {.name = "n-ff", .default_value = "2816", .help = "synthetic model feed-forward width"},
@@ -372,6 +436,8 @@ int main(int argc, char** argv) {
   }
   tandem::bench::Config c;
   c.vocab = args->String("vocab");
+  c.vocab_extra = args->String("vocab-extra");
+  c.n_vocab = *args->IntInRange("n-vocab", 0, 1 << 22);
   c.n_embd = *args->IntInRange("n-embd", 64, 16384);
   c.n_layer = *args->IntInRange("n-layer", 1, 256);
   c.n_ff = *args->IntInRange("n-ff", 64, 65536);
