@@ -119,9 +119,9 @@ constexpr char kPeopleDocument[] = R"json([
 
 struct Config {
   std::string vocab;
-  // A second vocabulary whose tokens the first lacks are appended (as
-  // normal tokens) until the vocabulary holds n_vocab: a vocabulary of real
-  // tokens of a size no file at hand has (0: the first's own size).
+  // More vocabularies (comma-separated) whose tokens the first lacks are
+  // appended (as normal tokens) until the vocabulary holds n_vocab: a
+  // vocabulary of real tokens of a size no file at hand has.
   std::string vocab_extra;
   int32_t n_vocab = 0;
   int32_t n_embd = 1024;
@@ -275,25 +275,29 @@ absl::StatusOr<double> DecodeStep(const engine::Model& model, const Config& c, i
   return Summarize(steps).p50;
 }
 
-// `first`'s tokenizer metadata with `extra`'s tokens that `first` lacks
-// appended up to `n_vocab` tokens, written to `path`.
-absl::Status MergeVocabularies(const std::string& first, const std::string& extra,
+// `first`'s tokenizer metadata with the tokens of `extras` (comma-separated
+// GGUF paths) that it lacks appended up to `n_vocab` tokens, written to
+// `path`.
+absl::Status MergeVocabularies(const std::string& first, const std::string& extras,
                                int32_t n_vocab, const std::string& path) {
   ASSIGN_OR_RETURN(std::unique_ptr<engine::GgufFile> a, engine::GgufFile::Open(first));
-  ASSIGN_OR_RETURN(std::unique_ptr<engine::GgufFile> b, engine::GgufFile::Open(extra));
   ASSIGN_OR_RETURN(std::vector<std::string_view> a_tokens,
                    a->GetStringArray("tokenizer.ggml.tokens"));
-  ASSIGN_OR_RETURN(std::vector<std::string_view> b_tokens,
-                   b->GetStringArray("tokenizer.ggml.tokens"));
   ASSIGN_OR_RETURN(std::vector<int32_t> types, a->GetInt32Array("tokenizer.ggml.token_type"));
   std::vector<std::string> tokens(a_tokens.begin(), a_tokens.end());
   absl::flat_hash_map<std::string, int32_t> have;
   for (size_t i = 0; i < tokens.size(); ++i) have.emplace(tokens[i], static_cast<int32_t>(i));
-  for (std::string_view t : b_tokens) {
-    if (static_cast<int32_t>(tokens.size()) >= n_vocab) break;
-    if (have.emplace(std::string(t), static_cast<int32_t>(tokens.size())).second) {
-      tokens.emplace_back(t);
-      types.push_back(1);  // normal
+  for (absl::string_view extra : absl::StrSplit(extras, ',')) {
+    ASSIGN_OR_RETURN(std::unique_ptr<engine::GgufFile> b,
+                     engine::GgufFile::Open(std::string(extra)));
+    ASSIGN_OR_RETURN(std::vector<std::string_view> b_tokens,
+                     b->GetStringArray("tokenizer.ggml.tokens"));
+    for (std::string_view t : b_tokens) {
+      if (static_cast<int32_t>(tokens.size()) >= n_vocab) break;
+      if (have.emplace(std::string(t), static_cast<int32_t>(tokens.size())).second) {
+        tokens.emplace_back(t);
+        types.push_back(1);  // normal
+      }
     }
   }
   if (static_cast<int32_t>(tokens.size()) < n_vocab) {
@@ -342,7 +346,7 @@ absl::Status Run(const Config& c) {
     o.vocab_from = vocab_path;
     vocab_name = c.vocab.substr(c.vocab.find_last_of('/') + 1);
     if (!c.vocab_extra.empty()) {
-      vocab_name += "+" + c.vocab_extra.substr(c.vocab_extra.find_last_of('/') + 1);
+      vocab_name += " + tokens of " + c.vocab_extra;
     }
   } else {
     o.n_vocab = 32000;
@@ -415,8 +419,8 @@ int main(int argc, char** argv) {
       {.name = "vocab", .default_value = "",
        .help = "a GGUF whose vocabulary to use (vocab-only files work); empty: synthetic 32000"},
       {.name = "vocab-extra", .default_value = "",
-       .help = "a second GGUF vocabulary: its tokens --vocab lacks are appended up to "
-               "--n-vocab tokens"},
+       .help = "more GGUF vocabularies, comma-separated: their tokens --vocab lacks are "
+               "appended up to --n-vocab tokens"},
       {.name = "n-vocab", .default_value = "0",
        .help = "with --vocab-extra: the merged vocabulary's size"},
       {.name = "n-embd", .default_value = "1024", .help = "synthetic model width"},
