@@ -7,16 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
+#include "gateway/http/openai_json.h"
 
 namespace tandem::gateway::openai {
 namespace {
-
-using Json = nlohmann::ordered_json;
-
-// Serialized, any invalid UTF-8 (a token's partial bytes) replaced.
-std::string Dump(const Json& json) {
-  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
 
 int64_t Utf8Chars(std::string_view s) {
   int64_t n = 0;

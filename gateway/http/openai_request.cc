@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
+#include "gateway/http/openai_json.h"
 #include "common/status_macros.h"
 #include "gateway/http/openai_api.h"
 #include "gateway/http/openai_structured.h"
@@ -17,16 +18,10 @@
 namespace tandem::gateway::openai {
 namespace {
 
-using Json = nlohmann::ordered_json;
-
 // OpenAI's default for /v1/completions (its API reference; vLLM's too). A
 // chat request without max_tokens runs to end-of-generation, within the
 // gateway's --default-max-tokens.
 constexpr int32_t kCompletionsDefaultMaxTokens = 16;
-
-absl::Status FieldError(std::string_view field, std::string_view message) {
-  return absl::InvalidArgumentError(absl::StrCat(std::string(field), ": ", std::string(message)));
-}
 
 // Typed reads of optional members: absent and null are "unset".
 class Reader {

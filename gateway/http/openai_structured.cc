@@ -7,23 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
+#include "gateway/http/openai_json.h"
 
 namespace tandem::gateway::openai {
 namespace {
-
-using Json = nlohmann::ordered_json;
-
-absl::Status FieldError(std::string_view field, std::string_view message) {
-  return absl::InvalidArgumentError(absl::StrCat(std::string(field), ": ", std::string(message)));
-}
-
-std::string Dump(const Json& json) {
-  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
-bool Has(const Json& body, const char* key) {
-  return body.contains(key) && !body[key].is_null();
-}
 
 // A schema given as an object, or (guided_json) as its JSON text.
 absl::Status SchemaText(const Json& value, std::string_view field, bool text_allowed,

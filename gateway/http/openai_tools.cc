@@ -6,23 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
+#include "gateway/http/openai_json.h"
 
 namespace tandem::gateway::openai {
 namespace {
-
-using Json = nlohmann::ordered_json;
-
-absl::Status FieldError(std::string_view field, std::string_view message) {
-  return absl::InvalidArgumentError(absl::StrCat(std::string(field), ": ", std::string(message)));
-}
-
-std::string Dump(const Json& json) {
-  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
-bool Has(const Json& body, const char* key) {
-  return body.contains(key) && !body[key].is_null();
-}
 
 // OpenAI's rule for function names: a-z, A-Z, 0-9, '_' and '-', at most 64.
 bool ValidFunctionName(const std::string& name) {
