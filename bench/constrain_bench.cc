@@ -155,16 +155,8 @@ absl::StatusOr<MaskFigures> MeasureMasks(const engine::Tokenizer& tok) {
   }
   f.compile_ms = Summarize(compile).p50;
 
-  std::vector<std::string> bytes(static_cast<size_t>(tok.n_vocab()));
-  for (int32_t id = 0; id < tok.n_vocab(); ++id) {
-    const engine::TokenType t = tok.token_type(id);
-    if (t != engine::TokenType::kControl && t != engine::TokenType::kUnknown &&
-        t != engine::TokenType::kUnused) {
-      bytes[id] = tok.TokenBytes(id);
-    }
-  }
-  auto vocab = std::make_shared<constrain::TokenVocabulary>(
-      bytes, std::vector<int32_t>(tok.eog_ids().begin(), tok.eog_ids().end()));
+  std::shared_ptr<const constrain::TokenVocabulary> vocab =
+      constrain::TokenVocabulary::FromTokenizer(tok);
   f.trie_nodes = static_cast<int64_t>(vocab->trie().size());
   const OutputConstraint people{OutputConstraint::Kind::kJsonSchema, kPeopleSchema};
   ASSIGN_OR_RETURN(constrain::Grammar grammar, constrain::CompileConstraint(people));
@@ -174,9 +166,10 @@ absl::StatusOr<MaskFigures> MeasureMasks(const engine::Tokenizer& tok) {
   absl::flat_hash_map<std::string, int32_t> by_bytes;
   size_t longest = 1;
   for (int32_t id = 0; id < tok.n_vocab(); ++id) {
-    if (bytes[id].empty()) continue;
-    by_bytes.try_emplace(bytes[id], id);
-    longest = std::max(longest, bytes[id].size());
+    const std::string& b = vocab->bytes(id);
+    if (b.empty()) continue;
+    by_bytes.try_emplace(b, id);
+    longest = std::max(longest, b.size());
   }
   std::vector<int32_t> doc;
   const std::string text = kPeopleDocument;

@@ -18,19 +18,9 @@ absl::StatusOr<std::unique_ptr<constrain::Matcher>> Engine::StartMatcher(
   const OutputConstraint& constraint = request.sampling.constraint;
   if (!constraint.active()) return nullptr;
   if (grammars_ == nullptr) {
-    const Tokenizer& tok = model_.tokenizer();
-    std::vector<std::string> bytes(static_cast<size_t>(tok.n_vocab()));
-    for (int32_t id = 0; id < tok.n_vocab(); ++id) {
-      // Control tokens add no text; only the end ids among them are ever
-      // allowed, where the output may end.
-      const TokenType type = tok.token_type(id);
-      if (type != TokenType::kControl && type != TokenType::kUnknown &&
-          type != TokenType::kUnused) {
-        bytes[id] = tok.TokenBytes(id);
-      }
-    }
-    auto vocab = std::make_shared<constrain::TokenVocabulary>(
-        bytes, std::vector<int32_t>(tok.eog_ids().begin(), tok.eog_ids().end()));
+    // Control tokens add no text; only the end ids among them are ever
+    // allowed, where the output may end.
+    auto vocab = constrain::TokenVocabulary::FromTokenizer(model_.tokenizer());
     grammars_ = std::make_unique<constrain::GrammarCache>(
         std::move(vocab), options_.constrain_compile, options_.constrain_matcher,
         options_.grammar_cache_size);

@@ -62,6 +62,18 @@ TokenVocabulary::TokenVocabulary(const std::vector<std::string>& token_bytes,
   }
 }
 
+std::shared_ptr<const TokenVocabulary> TokenVocabulary::FromTokenizer(const Tokenizer& tok) {
+  std::vector<std::string> bytes(static_cast<size_t>(tok.n_vocab()));
+  for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+    const TokenType type = tok.token_type(id);
+    if (type != TokenType::kControl && type != TokenType::kUnknown && type != TokenType::kUnused) {
+      bytes[id] = tok.TokenBytes(id);
+    }
+  }
+  return std::make_shared<TokenVocabulary>(
+      bytes, std::vector<int32_t>(tok.eog_ids().begin(), tok.eog_ids().end()));
+}
+
 CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocab,
                                  MatcherLimits limits)
     : grammar_(std::move(grammar)), vocab_(std::move(vocab)), limits_(limits) {

@@ -26,6 +26,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "engine/constrain/grammar.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace tandem::engine::constrain {
 
@@ -36,6 +37,9 @@ class TokenVocabulary {
  public:
   // `token_bytes[id]`: what the token adds to the output text.
   TokenVocabulary(const std::vector<std::string>& token_bytes, std::vector<int32_t> end_ids);
+  // A model's: each token's TokenBytes, except control, unknown and unused
+  // tokens (they add no text of their own); its end-of-generation ids.
+  static std::shared_ptr<const TokenVocabulary> FromTokenizer(const Tokenizer& tokenizer);
 
   int32_t size() const { return n_vocab_; }
   const std::string& bytes(int32_t id) const { return bytes_[id]; }

@@ -51,16 +51,6 @@ Completion ReadWithFault(tandem::v1::Generation::Stub& stub,
   return c;
 }
 
-// The decode worker that is running a sequence (-1 if none).
-int BusyDecodeWorker(Stack& stack, int workers) {
-  for (int i = 0; i < workers; ++i) {
-    grpc::ClientContext ctx;
-    tandem::v1::WorkerStats stats;
-    if (stack.decode(i).GetWorkerStats(&ctx, {}, &stats).ok() && stats.running() > 0) return i;
-  }
-  return -1;
-}
-
 class DecodeKillTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(DecodeKillTest, ADecodeWorkerKilledMidStreamIsInvisibleToTheClient) {

@@ -243,4 +243,13 @@ bool WorkersIdle(Stack& s, absl::Duration timeout) {
   return false;
 }
 
+int BusyDecodeWorker(Stack& stack, int workers) {
+  for (int i = 0; i < workers; ++i) {
+    grpc::ClientContext ctx;
+    tandem::v1::WorkerStats stats;
+    if (stack.decode(i).GetWorkerStats(&ctx, {}, &stats).ok() && stats.running() > 0) return i;
+  }
+  return -1;
+}
+
 }  // namespace tandem::testing

@@ -121,6 +121,10 @@ double MetricValue(const std::string& metrics_address, const std::string& series
 // `timeout`.
 bool WorkersIdle(Stack& s, absl::Duration timeout);
 
+// The first of the stack's first `workers` decode workers that is running a
+// sequence (-1 if none).
+int BusyDecodeWorker(Stack& stack, int workers);
+
 double AwaitMetric(const std::string& metrics_address, const std::string& series,
                    const std::function<bool(double)>& ok, absl::Duration timeout);
 

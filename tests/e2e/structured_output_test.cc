@@ -231,14 +231,9 @@ TEST(StructuredOutputMigrationTest, AConstrainedStreamSurvivesItsDecodeWorkerDyi
     if (resp.has_usage()) usage = resp.usage();
     if (!killed && got.size() >= 3) {
       killed = true;
-      for (int i = 0; i < 2; ++i) {
-        grpc::ClientContext sctx;
-        tandem::v1::WorkerStats stats;
-        if (stack->decode(i).GetWorkerStats(&sctx, {}, &stats).ok() && stats.running() > 0) {
-          stack->decode_process(i).Signal(SIGSTOP);
-          stack->decode_process(i).Signal(SIGKILL);
-          break;
-        }
+      if (const int busy = BusyDecodeWorker(*stack, 2); busy >= 0) {
+        stack->decode_process(busy).Signal(SIGSTOP);
+        stack->decode_process(busy).Signal(SIGKILL);
       }
     }
   }
