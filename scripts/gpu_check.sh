@@ -49,6 +49,10 @@ LIBDIR="$PREFIX/usr/lib/$ARCH"
 # the report's first lines, since its compiler and C library may not match.
 DEB_RELEASE="Debian GNU/Linux 12 (bookworm)"
 [ -d /usr/local/cuda/bin ] && export PATH="$PATH:/usr/local/cuda/bin"
+# The binaries find the prefix's libraries by RUNPATH, which covers only
+# their direct dependencies: libicuuc's own libicudata, say, is found through
+# this (the build runs the tests to list them, so it needs it too).
+export LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # What the engine's CMake looks for (CMakeLists.txt, TANDEM_ENGINE_ONLY):
 # Abseil, xxHash, ICU (uc), oneDNN (whose CMake package needs OpenCL's
@@ -271,7 +275,6 @@ step_isolation() {
 step_test() {
   local require="${1:-1}"
   local log_file="$DIR/ctest-require$require.log"
-  export LD_LIBRARY_PATH="$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   TANDEM_REQUIRE_CUDA="$require" ctest --test-dir "$BUILD" -j "$JOBS" --output-on-failure \
     > "$log_file" 2>&1
   local rc=$?
