@@ -11,7 +11,8 @@
 #include "engine/cuda/weight_types.h"
 
 #ifdef TANDEM_HAVE_CUDA
-#include "engine/cuda/driver.h"  // the CUDA runtime only, never cuBLAS
+#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/driver.h"
 #include "engine/cuda/kernels.h"
 #endif
 
@@ -57,9 +58,16 @@ absl::Status ProbeCuda(const DeviceSpec& device) {
 absl::StatusOr<std::unique_ptr<Backend>> Build(const DeviceSpec& device,
                                                const CpuBackendOptions& cpu) {
   if (device.kind == DeviceKind::kCpu) return MakeCpuBackend(cpu);
-  return absl::UnimplementedError(absl::StrCat(
-      "--device ", DeviceName(device),
-      ": the CUDA forward pass is not built yet; the kernels in engine/cuda are"));
+#ifdef TANDEM_HAVE_CUDA
+  absl::StatusOr<std::unique_ptr<Backend>> backend = MakeCudaBackend({.device = device.index});
+  if (!backend.ok()) {
+    return absl::Status(backend.status().code(), absl::StrCat("--device ", DeviceName(device),
+                                                              ": ", backend.status().message()));
+  }
+  return backend;
+#else
+  return absl::FailedPreconditionError("--device cuda: this build has no CUDA");
+#endif
 }
 
 }  // namespace

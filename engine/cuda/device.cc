@@ -3,12 +3,16 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace tandem::engine::cuda {
 
 absl::Status Check(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cublasGetStatusName(status)));
+  const absl::StatusOr<const CublasApi*> api = Cublas();
+  return absl::InternalError(absl::StrCat(
+      what, ": ", api.ok() ? (*api)->status_name(status) : "cuBLAS status",
+      " (", static_cast<int>(status), ")"));
 }
 
 absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(size_t bytes) {
@@ -53,14 +57,17 @@ absl::Status DeviceBuffer::Download(const Stream& stream, void* host, size_t byt
 
 absl::StatusOr<Stream> Stream::Create(int device) {
   if (absl::Status s = Check(cudaSetDevice(device), "cudaSetDevice"); !s.ok()) return s;
+  ASSIGN_OR_RETURN(const CublasApi* api, Cublas());
   Stream st;
+  st.api_ = api;
+  st.device_ = device;
   if (absl::Status s = Check(cudaStreamCreateWithFlags(&st.stream_, cudaStreamNonBlocking),
                              "cudaStreamCreate");
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = Check(cublasCreate(&st.blas_), "cublasCreate"); !s.ok()) return s;
-  if (absl::Status s = Check(cublasSetStream(st.blas_, st.stream_), "cublasSetStream");
+  if (absl::Status s = Check(api->create(&st.blas_), "cublasCreate"); !s.ok()) return s;
+  if (absl::Status s = Check(api->set_stream(st.blas_, st.stream_), "cublasSetStream");
       !s.ok()) {
     return s;
   }
@@ -68,12 +75,15 @@ absl::StatusOr<Stream> Stream::Create(int device) {
 }
 
 Stream::~Stream() {
-  if (blas_ != nullptr) cublasDestroy(blas_);
+  if (blas_ != nullptr) api_->destroy(blas_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
 Stream::Stream(Stream&& other) noexcept
-    : stream_(std::exchange(other.stream_, nullptr)), blas_(std::exchange(other.blas_, nullptr)) {}
+    : stream_(std::exchange(other.stream_, nullptr)),
+      blas_(std::exchange(other.blas_, nullptr)),
+      api_(other.api_),
+      device_(other.device_) {}
 
 absl::Status Stream::Synchronize() const {
   return Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");

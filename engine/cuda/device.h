@@ -9,11 +9,11 @@
 
 #include <cstddef>
 
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/cuda/cublas_api.h"
 #include "engine/cuda/driver.h"
 
 namespace tandem::engine::cuda {
@@ -55,7 +55,8 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-// A stream and a cuBLAS handle bound to it: one per engine thread.
+// A stream and a cuBLAS handle bound to it: one per engine thread. cuBLAS
+// is loaded on the first Create (engine/cuda/cublas_api.h).
 class Stream {
  public:
   static absl::StatusOr<Stream> Create(int device);
@@ -67,6 +68,9 @@ class Stream {
 
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t blas() const { return blas_; }
+  // The loaded cuBLAS functions, to call with blas().
+  const CublasApi& blas_api() const { return *api_; }
+  int device() const { return device_; }
   // Waits for everything queued on the stream; the first error since.
   absl::Status Synchronize() const;
 
@@ -74,6 +78,8 @@ class Stream {
   Stream() = default;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
+  const CublasApi* api_ = nullptr;
+  int device_ = 0;
 };
 
 }  // namespace tandem::engine::cuda

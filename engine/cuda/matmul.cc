@@ -30,7 +30,7 @@ absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x,
   const int k = static_cast<int>(w.cols);
   switch (w.type) {
     case GgmlType::kF32:
-      return Check(cublasGemmEx(stream.blas(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data,
+      return Check(stream.blas_api().gemm_ex(stream.blas(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data,
                                 CUDA_R_32F, k, x, CUDA_R_32F, k, &beta, y, CUDA_R_32F, m,
                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                    "cublasGemmEx (f32)");
@@ -46,7 +46,7 @@ absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x,
                              "activations to 16 bits");
       if (!s.ok()) return s;
       const cudaDataType type = f16 ? CUDA_R_16F : CUDA_R_16BF;
-      return Check(cublasGemmEx(stream.blas(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data,
+      return Check(stream.blas_api().gemm_ex(stream.blas(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data,
                                 type, k, scratch.data(), type, k, &beta, y, CUDA_R_32F, m,
                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                    f16 ? "cublasGemmEx (f16)" : "cublasGemmEx (bf16)");

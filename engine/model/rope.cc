@@ -61,14 +61,17 @@ void RopeTable::Apply(float* x, int32_t n_heads, int32_t head_dim, int32_t pos) 
 
 void RopeTable::ApplyDelta(float* x, int32_t n_heads, int32_t head_dim,
                            int32_t delta) const {
-  const int32_t half = n_rot_ / 2;
-  std::vector<float> c(half), s(half);
-  for (int32_t i = 0; i < half; ++i) {
-    const float theta = static_cast<float>(delta) * theta_scale_[i];
-    c[i] = std::cos(theta);
-    s[i] = std::sin(theta);
-  }
+  std::vector<float> c(n_rot_ / 2), s(n_rot_ / 2);
+  DeltaTables(delta, c.data(), s.data());
   Rotate(x, n_heads, head_dim, c.data(), s.data());
+}
+
+void RopeTable::DeltaTables(int32_t delta, float* cos, float* sin) const {
+  for (int32_t i = 0; i < n_rot_ / 2; ++i) {
+    const float theta = static_cast<float>(delta) * theta_scale_[i];
+    cos[i] = std::cos(theta);
+    sin[i] = std::sin(theta);
+  }
 }
 
 }  // namespace tandem::engine

@@ -34,6 +34,10 @@ class RopeTable {
   // at their new positions.
   void ApplyDelta(float* x, int32_t n_heads, int32_t head_dim, int32_t delta) const;
 
+  // The cos and sin ApplyDelta rotates pair i by, into cos[i] and sin[i],
+  // i < n_rot / 2 (a device backend's table for a SHIFT window's move).
+  void DeltaTables(int32_t delta, float* cos, float* sin) const;
+
  private:
   void Rotate(float* x, int32_t n_heads, int32_t head_dim, const float* cos,
               const float* sin) const;

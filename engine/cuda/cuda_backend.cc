@@ -1,0 +1,612 @@
+// The CUDA Backend. One stream carries everything: the step's metadata goes
+// over in BeginStep (from pinned memory, one copy per array, into buffers
+// whose addresses never change), each op is one launch on the stream, and
+// the host waits only where the interface says a call returns with its
+// result (ReduceLogits, Download, the block copies). Weights are the GGUF
+// bytes as the file holds them, uploaded once; the matrix products dispatch
+// on their type (engine/cuda/matmul.h).
+//
+// Errors. Start-up calls return a Status; a step's ops return nothing (the
+// Backend contract), so a CUDA error inside a step aborts the process with
+// the call and the error named: the device's state is unknown after one, and
+// the gateway re-routes the worker's streams (ARCHITECTURE.md, faults).
+#include "engine/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "common/status_macros.h"
+#include "engine/cuda/backend_kernels.h"
+#include "engine/cuda/device.h"
+#include "engine/cuda/driver.h"
+#include "engine/cuda/kernels.h"
+#include "engine/cuda/matmul.h"
+
+namespace tandem::engine {
+namespace cuda {
+namespace {
+
+// ReduceLogits downloads the device's rows straight into LogitsSummary.
+static_assert(kReducedTop == kMaxReducedTop);
+static_assert(sizeof(ReducedRow) == sizeof(LogitsSummary));
+static_assert(offsetof(ReducedRow, n_top) == offsetof(LogitsSummary, n_top));
+static_assert(offsetof(ReducedRow, top_ids) == offsetof(LogitsSummary, top_ids));
+static_assert(offsetof(ReducedRow, top_logprobs) == offsetof(LogitsSummary, top_logprobs));
+
+// cuBLAS's workspace, set once so that it never allocates inside a step.
+constexpr int64_t kBlasWorkspaceBytes = int64_t{32} << 20;
+
+void Ok(cudaError_t e, const char* what) {
+  TANDEM_CHECK(e == cudaSuccess, "a CUDA call inside a step succeeds")
+      << what << ": " << cudaGetErrorName(e) << " (" << cudaGetErrorString(e) << ")";
+}
+
+void Ok(const absl::Status& s, const char* what) {
+  TANDEM_CHECK(s.ok(), "a CUDA call inside a step succeeds") << what << ": " << s;
+}
+
+int64_t MiB(int64_t bytes) { return (bytes + (1 << 20) - 1) >> 20; }
+
+// Page-locked host memory (cudaMallocHost): what the copy engines read and
+// write without a bounce, so a copy from it is truly asynchronous.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() {
+    if (data_ != nullptr) cudaFreeHost(data_);
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  // Grows to at least `bytes` (contents lost); never shrinks.
+  absl::Status Reserve(int64_t bytes) {
+    if (bytes <= bytes_) return absl::OkStatus();
+    if (data_ != nullptr) cudaFreeHost(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+    RETURN_IF_ERROR(Check(cudaMallocHost(&data_, static_cast<size_t>(bytes)), "cudaMallocHost"));
+    bytes_ = bytes;
+    return absl::OkStatus();
+  }
+  uint8_t* data() const { return static_cast<uint8_t*>(data_); }
+
+ private:
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// Where each of a step's metadata arrays lives in the device buffer (and
+// its pinned mirror): fixed offsets for ReserveStep's limits, so the
+// kernels' pointers are the same every step.
+struct MetaLayout {
+  int64_t tokens = 0;        // int32 [T]
+  int64_t positions = 0;     // int32 [T]
+  int64_t slots = 0;         // int64 [T]
+  int64_t kv_len = 0;        // int32 [T]: slots row t attends to (its own included)
+  int64_t table_offset = 0;  // int32 [T]: its sequence's table in block_table
+  int64_t block_table = 0;   // int32 [max_table_entries]
+  int64_t logit_rows = 0;    // int32 [R]
+  int64_t top_k = 0;         // int32 [R]
+  int64_t target = 0;        // int32 [R]
+  int64_t bytes = 0;
+
+  static MetaLayout For(const StepLimits& l) {
+    MetaLayout m;
+    int64_t at = 0;
+    const auto region = [&at](int64_t bytes) {
+      const int64_t offset = at;
+      at += (bytes + 255) / 256 * 256;
+      return offset;
+    };
+    m.tokens = region(int64_t{l.max_tokens} * 4);
+    m.positions = region(int64_t{l.max_tokens} * 4);
+    m.slots = region(int64_t{l.max_tokens} * 8);
+    m.kv_len = region(int64_t{l.max_tokens} * 4);
+    m.table_offset = region(int64_t{l.max_tokens} * 4);
+    m.block_table = region(int64_t{l.max_table_entries} * 4);
+    m.logit_rows = region(int64_t{l.max_logit_rows} * 4);
+    m.top_k = region(int64_t{l.max_logit_rows} * 4);
+    m.target = region(int64_t{l.max_logit_rows} * 4);
+    m.bytes = at;
+    return m;
+  }
+};
+
+KvRows RowsOf(const PagedKvView& kv) {
+  TANDEM_CHECK(kv.dtype == GgmlType::kF32 || kv.dtype == GgmlType::kF16, "KV is f32 or f16");
+  return {.base = kv.base.backend_address(),
+          .block_bytes = kv.block_bytes,
+          .k_offset = kv.k_offset,
+          .v_offset = kv.v_offset,
+          .block_size = kv.block_size,
+          .kv_dim = kv.kv_dim,
+          .f16 = kv.dtype == GgmlType::kF16};
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, const DeviceInfo& info, Stream stream)
+      : device_(device),
+        info_(info),
+        name_(absl::StrCat("cuda:", device, " (", info.name, ")")),
+        stream_(std::move(stream)) {
+    Ok(cudaEventCreateWithFlags(&meta_copied_, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  ~CudaBackend() override {
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(stream_.stream());
+    cudaEventDestroy(meta_copied_);
+  }
+
+  std::string_view name() const override { return name_; }
+  // One stream: the engine thread is the only host thread at work.
+  int threads() const override { return 1; }
+
+  absl::StatusOr<DevicePtr<uint8_t>> Allocate(int64_t bytes, std::string_view what) override {
+    TANDEM_CHECK(bytes >= 0, "allocation size is not negative");
+    RETURN_IF_ERROR(Check(cudaSetDevice(device_), "cudaSetDevice"));
+    absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(static_cast<size_t>(std::max<int64_t>(bytes, 1)));
+    if (!b.ok()) return OutOfMemory(bytes, what);
+    allocated_[std::string(what.substr(0, what.find(' ')))] += bytes;
+    auto* p = b->as<uint8_t>();
+    memory_.push_back(*std::move(b));
+    return DevicePtr<uint8_t>(p);
+  }
+
+  void Upload(DevicePtr<uint8_t> dst, std::span<const uint8_t> src) override {
+    if (src.empty()) return;
+    SetDevice();
+    Ok(cudaMemcpyAsync(dst.backend_address(), src.data(), src.size(), cudaMemcpyHostToDevice,
+                       stream_.stream()),
+       "Upload");
+    Ok(stream_.Synchronize(), "Upload");
+  }
+
+  void Download(DevicePtr<const uint8_t> src, std::span<uint8_t> dst) override {
+    if (dst.empty()) return;
+    SetDevice();
+    Ok(cudaMemcpyAsync(dst.data(), src.backend_address(), dst.size(), cudaMemcpyDeviceToHost,
+                       stream_.stream()),
+       "Download");
+    Ok(stream_.Synchronize(), "Download");
+  }
+
+  void Synchronize() override {
+    SetDevice();
+    Ok(stream_.Synchronize(), "Synchronize");
+  }
+
+  // The file's bytes, each distinct matrix once (a tied output is the
+  // embedding's own copy); vectors as the model holds them.
+  absl::StatusOr<DeviceWeights> PrepareWeights(const ModelWeights& w) override {
+    std::map<const void*, DevicePtr<const uint8_t>> uploaded;
+    const auto matrix = [&](const WeightMatrix& m) -> absl::StatusOr<DeviceMatrix> {
+      DeviceMatrix d{.type = m.type, .data = {}, .rows = m.rows, .cols = m.cols};
+      if (m.data == nullptr) return d;
+      if (auto it = uploaded.find(m.data); it != uploaded.end()) {
+        d.data = it->second;
+        return d;
+      }
+      const int64_t bytes = m.rows * GgmlRowBytes(m.type, m.cols);
+      ASSIGN_OR_RETURN(DevicePtr<uint8_t> p, Allocate(bytes, "weights"));
+      RETURN_IF_ERROR(CopyIn(p, m.data, bytes));
+      d.data = p;
+      uploaded.emplace(m.data, d.data);
+      matrices_.push_back(d);
+      return d;
+    };
+    const auto vector = [&](const std::vector<float>& v) -> absl::StatusOr<DevicePtr<const float>> {
+      if (v.empty()) return DevicePtr<const float>();
+      const int64_t bytes = static_cast<int64_t>(v.size() * sizeof(float));
+      ASSIGN_OR_RETURN(DevicePtr<uint8_t> p, Allocate(bytes, "weights"));
+      RETURN_IF_ERROR(CopyIn(p, v.data(), bytes));
+      return p.As<const float>();
+    };
+    DeviceWeights d;
+    ASSIGN_OR_RETURN(d.token_embd, matrix(w.token_embd));
+    ASSIGN_OR_RETURN(d.output_norm, vector(w.output_norm));
+    ASSIGN_OR_RETURN(d.output, matrix(w.output));
+    for (const LayerWeights& l : w.layers) {
+      DeviceLayerWeights dl;
+      ASSIGN_OR_RETURN(dl.attn_norm, vector(l.attn_norm));
+      ASSIGN_OR_RETURN(dl.wq, matrix(l.wq));
+      ASSIGN_OR_RETURN(dl.wk, matrix(l.wk));
+      ASSIGN_OR_RETURN(dl.wv, matrix(l.wv));
+      ASSIGN_OR_RETURN(dl.wo, matrix(l.wo));
+      ASSIGN_OR_RETURN(dl.bq, vector(l.bq));
+      ASSIGN_OR_RETURN(dl.bk, vector(l.bk));
+      ASSIGN_OR_RETURN(dl.bv, vector(l.bv));
+      ASSIGN_OR_RETURN(dl.ffn_norm, vector(l.ffn_norm));
+      ASSIGN_OR_RETURN(dl.w_gate, matrix(l.w_gate));
+      ASSIGN_OR_RETURN(dl.w_up, matrix(l.w_up));
+      ASSIGN_OR_RETURN(dl.w_down, matrix(l.w_down));
+      d.layers.push_back(std::move(dl));
+    }
+    RETURN_IF_ERROR(stream_.Synchronize());
+    return d;
+  }
+
+  absl::Status PrepareRope(const RopeTable& rope) override {
+    rope_ = &rope;
+    n_rot_ = rope.n_rot();
+    style_ = rope.type() == RopeType::kNeox ? RopeStyle::kNeox : RopeStyle::kNormal;
+    const int64_t bytes = static_cast<int64_t>(rope.cos_table().size() * sizeof(float));
+    ASSIGN_OR_RETURN(DevicePtr<uint8_t> c, Allocate(bytes, "rope tables"));
+    ASSIGN_OR_RETURN(DevicePtr<uint8_t> s, Allocate(bytes, "rope tables"));
+    RETURN_IF_ERROR(CopyIn(c, rope.cos_table().data(), bytes));
+    RETURN_IF_ERROR(CopyIn(s, rope.sin_table().data(), bytes));
+    rope_cos_ = c.As<const float>().backend_address();
+    rope_sin_ = s.As<const float>().backend_address();
+    return stream_.Synchronize();
+  }
+
+  // The metadata buffers, the matrix products' scratch for the largest step,
+  // cuBLAS's workspace and the reduced rows, all before the first step.
+  absl::Status ReserveStep(const StepLimits& limits) override {
+    limits_ = limits;
+    layout_ = MetaLayout::For(limits);
+    ASSIGN_OR_RETURN(DevicePtr<uint8_t> meta, Allocate(layout_.bytes, "step metadata"));
+    meta_ = meta.backend_address();
+    RETURN_IF_ERROR(meta_host_.Reserve(layout_.bytes));
+    int64_t scratch = 0;
+    for (const DeviceMatrix& m : matrices_) {
+      scratch = std::max(scratch, MatMulScratchBytes(Weight(m), limits.max_tokens));
+    }
+    ASSIGN_OR_RETURN(DevicePtr<uint8_t> s, Allocate(scratch, "matmul scratch"));
+    matmul_scratch_ = &memory_.back();
+    (void)s;
+    ASSIGN_OR_RETURN(DevicePtr<uint8_t> ws, Allocate(kBlasWorkspaceBytes, "cuBLAS workspace"));
+    RETURN_IF_ERROR(Check(stream_.blas_api().set_workspace(stream_.blas(), ws.backend_address(),
+                                                           kBlasWorkspaceBytes),
+                          "cublasSetWorkspace"));
+    const int64_t reduced = int64_t{limits.max_logit_rows} * int64_t{sizeof(ReducedRow)};
+    ASSIGN_OR_RETURN(DevicePtr<uint8_t> r, Allocate(reduced, "reduced logits"));
+    reduced_ = r.As<ReducedRow>().backend_address();
+    RETURN_IF_ERROR(reduced_host_.Reserve(reduced));
+    return absl::OkStatus();
+  }
+
+  void BeginStep(const StepMetadata& step) override {
+    SetDevice();
+    const int32_t T = step.n_tokens();
+    const int32_t R = step.n_logit_rows();
+    TANDEM_CHECK(T <= limits_.max_tokens && R <= limits_.max_logit_rows &&
+                     static_cast<int32_t>(step.seqs.size()) <= limits_.max_seqs &&
+                     static_cast<int64_t>(step.block_tables.size()) <= limits_.max_table_entries,
+                 "a step within ReserveStep's limits");
+    // The last step's copies may still be reading the pinned mirror.
+    Ok(cudaEventSynchronize(meta_copied_), "cudaEventSynchronize");
+    uint8_t* host = meta_host_.data();
+    const auto put = [&](int64_t offset, const auto& v) {
+      std::memcpy(host + offset, v.data(), v.size() * sizeof(v[0]));
+      Copy(offset, static_cast<int64_t>(v.size() * sizeof(v[0])));
+    };
+    put(layout_.tokens, step.tokens);
+    put(layout_.positions, step.positions);
+    put(layout_.slots, step.slot_mapping);
+    auto* kv_len = reinterpret_cast<int32_t*>(host + layout_.kv_len);
+    auto* table_offset = reinterpret_cast<int32_t*>(host + layout_.table_offset);
+    for (const StepSequence& s : step.seqs) {
+      for (int32_t i = 0; i < s.n_rows; ++i) {
+        kv_len[s.first_row + i] = s.kv_start + i + 1;
+        table_offset[s.first_row + i] = s.table_offset;
+      }
+    }
+    Copy(layout_.kv_len, int64_t{T} * 4);
+    Copy(layout_.table_offset, int64_t{T} * 4);
+    put(layout_.block_table, step.block_tables);
+    put(layout_.logit_rows, step.logit_rows);
+    put(layout_.top_k, step.logit_top_k);
+    put(layout_.target, step.logit_target);
+    Ok(cudaEventRecord(meta_copied_, stream_.stream()), "cudaEventRecord");
+    step_ = &step;
+  }
+
+  void Embed(const DeviceMatrix& table, DevicePtr<float> x) override {
+    const int64_t T = step().n_tokens();
+    const auto* tokens = Meta<int32_t>(layout_.tokens);
+    switch (table.type) {
+      case GgmlType::kF32:
+      case GgmlType::kF16:
+      case GgmlType::kBF16:
+        Ok(LaunchEmbedFloat(table.data.backend_address(), table.cols,
+                            table.type == GgmlType::kF32 ? 4 : 2, table.type == GgmlType::kBF16,
+                            tokens, T, x.backend_address(), stream_.stream()),
+           "Embed");
+        return;
+      default:
+        TANDEM_CHECK(false, "an embedding type the CUDA backend gathers")
+            << GgmlTypeName(table.type);
+    }
+  }
+
+  void MatMul(const DeviceMatrix& w, DevicePtr<const float> x, int64_t n_tokens,
+              DevicePtr<float> y) override {
+    Ok(cuda::MatMul(stream_, Weight(w), x.backend_address(), n_tokens, y.backend_address(),
+                    *matmul_scratch_),
+       "MatMul");
+  }
+
+  void AddBias(DevicePtr<float> x, DevicePtr<const float> bias, int64_t n_rows,
+               int64_t dim) override {
+    Ok(LaunchAddBias(x.backend_address(), bias.backend_address(), n_rows, dim, stream_.stream()),
+       "AddBias");
+  }
+
+  void Rope(DevicePtr<float> x, int32_t n_heads, int32_t head_dim) override {
+    TANDEM_CHECK(rope_ != nullptr, "PrepareRope before Rope");
+    Ok(LaunchRope(x.backend_address(), Meta<int32_t>(layout_.positions), step().n_tokens(),
+                  n_heads, head_dim, n_rot_, style_, rope_cos_, rope_sin_, stream_.stream()),
+       "Rope");
+  }
+
+  void StoreKv(const PagedKvView& kv, DevicePtr<const float> k,
+               DevicePtr<const float> v) override {
+    Ok(LaunchStoreKv(RowsOf(kv), k.backend_address(), v.backend_address(),
+                     Meta<int64_t>(layout_.slots), step().n_tokens(), stream_.stream()),
+       "StoreKv");
+  }
+
+  void RmsNorm(DevicePtr<const float> x, DevicePtr<const float> weight, int64_t n_tokens,
+               int64_t dim, float eps, DevicePtr<float> y) override {
+    Ok(LaunchRmsNorm(x.backend_address(), weight.backend_address(), n_tokens, dim, eps,
+                     y.backend_address(), stream_.stream()),
+       "RmsNorm");
+  }
+
+  void SwiGlu(DevicePtr<const float> gate, DevicePtr<const float> up, int64_t n,
+              DevicePtr<float> out) override {
+    Ok(LaunchSwiGlu(gate.backend_address(), up.backend_address(), n, out.backend_address(),
+                    stream_.stream()),
+       "SwiGlu");
+  }
+
+  void Add(DevicePtr<float> x, DevicePtr<const float> y, int64_t n) override {
+    Ok(LaunchAdd(x.backend_address(), y.backend_address(), n, stream_.stream()), "Add");
+  }
+
+  void PagedAttention(const AttentionOp& op) override {
+    const KvRows kv = RowsOf(op.kv);
+    Ok(LaunchPagedAttention({.q = op.q.backend_address(),
+                             .out = op.out.backend_address(),
+                             .n_rows = step().n_tokens(),
+                             .n_head = op.n_head,
+                             .n_head_kv = op.n_head_kv,
+                             .head_dim = op.head_dim,
+                             .kv_base = kv.base,
+                             .block_bytes = kv.block_bytes,
+                             .k_offset = kv.k_offset,
+                             .v_offset = kv.v_offset,
+                             .block_size = kv.block_size,
+                             .kv_f16 = kv.f16,
+                             .kv_len = Meta<int32_t>(layout_.kv_len),
+                             .table_offset = Meta<int32_t>(layout_.table_offset),
+                             .block_table = Meta<int32_t>(layout_.block_table)},
+                            stream_.stream()),
+       "PagedAttention");
+  }
+
+  void GatherRows(DevicePtr<const float> x, int64_t dim, DevicePtr<float> out) override {
+    Ok(LaunchGatherRows(x.backend_address(), dim, Meta<int32_t>(layout_.logit_rows),
+                        step().n_logit_rows(), out.backend_address(), stream_.stream()),
+       "GatherRows");
+  }
+
+  // Reduced where the logits are; R rows of 176 bytes come back.
+  void ReduceLogits(DevicePtr<const float> logits, int32_t n_vocab,
+                    std::span<LogitsSummary> out) override {
+    const StepMetadata& s = step();
+    const int32_t R = s.n_logit_rows();
+    TANDEM_CHECK(static_cast<int32_t>(out.size()) >= R, "a summary per logits row");
+    Ok(LaunchReduceLogits(logits.backend_address(), R, n_vocab, Meta<int32_t>(layout_.top_k),
+                          Meta<int32_t>(layout_.target), reduced_, stream_.stream()),
+       "ReduceLogits");
+    const size_t bytes = static_cast<size_t>(R) * sizeof(ReducedRow);
+    Ok(cudaMemcpyAsync(reduced_host_.data(), reduced_, bytes, cudaMemcpyDeviceToHost,
+                       stream_.stream()),
+       "ReduceLogits download");
+    Ok(stream_.Synchronize(), "ReduceLogits");
+    for (int32_t r = 0; r < R; ++r) {
+      if (s.logit_top_k[r] < 0) continue;
+      std::memcpy(&out[r], reduced_host_.data() + r * sizeof(ReducedRow), sizeof(ReducedRow));
+    }
+  }
+
+  // Through pinned staging: every block's copy queued, then one wait.
+  void ReadBlocks(const KvPoolView& pool, std::span<const BlockId> ids,
+                  std::span<uint8_t> out) override {
+    TANDEM_CHECK(static_cast<int64_t>(out.size()) ==
+                     static_cast<int64_t>(ids.size()) * pool.block_bytes,
+                 "ReadBlocks' staging holds exactly the blocks");
+    if (ids.empty()) return;
+    SetDevice();
+    Ok(staging_.Reserve(static_cast<int64_t>(out.size())), "ReadBlocks staging");
+    for (size_t i = 0; i < ids.size(); ++i) {
+      Ok(cudaMemcpyAsync(staging_.data() + i * pool.block_bytes,
+                         pool.base.backend_address() + int64_t{ids[i]} * pool.block_bytes,
+                         static_cast<size_t>(pool.block_bytes), cudaMemcpyDeviceToHost,
+                         stream_.stream()),
+         "ReadBlocks");
+    }
+    Ok(stream_.Synchronize(), "ReadBlocks");
+    std::memcpy(out.data(), staging_.data(), out.size());
+  }
+
+  void WriteBlocks(const KvPoolView& pool, std::span<const BlockId> ids,
+                   std::span<const KvBlockBytes> blocks) override {
+    TANDEM_CHECK(ids.size() == blocks.size(), "one block of bytes per id");
+    if (ids.empty()) return;
+    SetDevice();
+    // The last copies out of the staging must be done before it is rewritten.
+    Ok(stream_.Synchronize(), "WriteBlocks");
+    Ok(staging_.Reserve(static_cast<int64_t>(ids.size()) * pool.block_bytes),
+       "WriteBlocks staging");
+    for (size_t i = 0; i < ids.size(); ++i) {
+      TANDEM_CHECK(static_cast<int64_t>(blocks[i].size()) == pool.block_bytes,
+                   "a written block is exactly one block");
+      blocks[i].CopyTo(staging_.data() + i * pool.block_bytes);
+      Ok(cudaMemcpyAsync(pool.base.backend_address() + int64_t{ids[i]} * pool.block_bytes,
+                         staging_.data() + i * pool.block_bytes,
+                         static_cast<size_t>(pool.block_bytes), cudaMemcpyHostToDevice,
+                         stream_.stream()),
+         "WriteBlocks");
+    }
+    Ok(stream_.Synchronize(), "WriteBlocks");
+  }
+
+  // On the device, layer by layer: every source row gathered (keys to f32),
+  // the keys rotated by the delta's own table, then scattered; the slot
+  // lists are all that cross.
+  void MoveKvSlots(std::span<const PagedKvView> layers, int32_t head_dim,
+                   std::span<const int64_t> src, std::span<const int64_t> dst,
+                   int32_t delta) override {
+    TANDEM_CHECK(src.size() == dst.size(), "one destination slot per source slot");
+    TANDEM_CHECK(rope_ != nullptr, "PrepareRope before MoveKvSlots");
+    if (src.empty() || layers.empty()) return;
+    SetDevice();
+    const int64_t n = static_cast<int64_t>(src.size());
+    int32_t kv_dim = 0;
+    for (const PagedKvView& kv : layers) kv_dim = std::max(kv_dim, kv.kv_dim);
+    const int64_t half = n_rot_ / 2;
+    // Device staging: slots (src, dst), zero positions, the delta's cos and
+    // sin, the keys as f32 and the values as bytes (f32 at most).
+    const int64_t slot_bytes = 2 * n * 8;
+    const int64_t pos_bytes = n * 4;
+    const int64_t table_bytes = 2 * half * 4;
+    const int64_t key_bytes = n * kv_dim * 4;
+    const int64_t need = slot_bytes + pos_bytes + table_bytes + 2 * key_bytes;
+    if (move_.bytes() < static_cast<size_t>(need)) {
+      Ok(stream_.Synchronize(), "MoveKvSlots");
+      absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(static_cast<size_t>(need));
+      Ok(b.status(), "MoveKvSlots staging");
+      move_ = *std::move(b);
+    }
+    Ok(host_move_.Reserve(slot_bytes + table_bytes), "MoveKvSlots staging");
+    uint8_t* host = host_move_.data();
+    std::memcpy(host, src.data(), n * 8);
+    std::memcpy(host + n * 8, dst.data(), n * 8);
+    auto* cos = reinterpret_cast<float*>(host + slot_bytes);
+    rope_->DeltaTables(delta, cos, cos + half);
+    uint8_t* dev = move_.as<uint8_t>();
+    Ok(cudaMemcpyAsync(dev, host, slot_bytes, cudaMemcpyHostToDevice, stream_.stream()),
+       "MoveKvSlots slots");
+    Ok(cudaMemcpyAsync(dev + slot_bytes + pos_bytes, host + slot_bytes, table_bytes,
+                       cudaMemcpyHostToDevice, stream_.stream()),
+       "MoveKvSlots tables");
+    Ok(cudaMemsetAsync(dev + slot_bytes, 0, pos_bytes, stream_.stream()), "MoveKvSlots");
+    const auto* src_dev = reinterpret_cast<const int64_t*>(dev);
+    const auto* dst_dev = src_dev + n;
+    const auto* positions = reinterpret_cast<const int32_t*>(dev + slot_bytes);
+    const auto* delta_cos = reinterpret_cast<const float*>(dev + slot_bytes + pos_bytes);
+    auto* keys = reinterpret_cast<float*>(dev + slot_bytes + pos_bytes + table_bytes);
+    auto* values = reinterpret_cast<uint8_t*>(keys) + key_bytes;
+    for (const PagedKvView& kv : layers) {
+      const KvRows rows = RowsOf(kv);
+      Ok(LaunchGatherKvRows(rows, src_dev, n, keys, values, stream_.stream()), "MoveKvSlots");
+      if (delta != 0) {
+        Ok(LaunchRope(keys, positions, n, kv.kv_dim / head_dim, head_dim, n_rot_, style_,
+                      delta_cos, delta_cos + half, stream_.stream()),
+           "MoveKvSlots rotation");
+      }
+      Ok(LaunchScatterKvRows(rows, dst_dev, n, keys, values, stream_.stream()), "MoveKvSlots");
+    }
+    // The pinned slot lists are rewritten by the next call.
+    Ok(stream_.Synchronize(), "MoveKvSlots");
+  }
+
+ private:
+  void SetDevice() const { Ok(cudaSetDevice(device_), "cudaSetDevice"); }
+
+  const StepMetadata& step() const {
+    TANDEM_CHECK(step_ != nullptr, "BeginStep before the step's ops");
+    return *step_;
+  }
+
+  template <typename T>
+  T* Meta(int64_t offset) const {
+    return reinterpret_cast<T*>(static_cast<uint8_t*>(meta_) + offset);
+  }
+
+  // Queues the pinned mirror's [offset, offset + bytes) to the device.
+  void Copy(int64_t offset, int64_t bytes) {
+    if (bytes == 0) return;
+    Ok(cudaMemcpyAsync(Meta<uint8_t>(offset), meta_host_.data() + offset,
+                       static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_.stream()),
+       "BeginStep");
+  }
+
+  // Start-up copies from pageable host memory (the mapped file).
+  absl::Status CopyIn(DevicePtr<uint8_t> dst, const void* src, int64_t bytes) {
+    if (bytes == 0) return absl::OkStatus();
+    return Check(cudaMemcpyAsync(dst.backend_address(), src, static_cast<size_t>(bytes),
+                                 cudaMemcpyHostToDevice, stream_.stream()),
+                 "weights upload");
+  }
+
+  static DeviceWeight Weight(const DeviceMatrix& m) {
+    return {.type = m.type, .data = m.data.backend_address(), .rows = m.rows, .cols = m.cols};
+  }
+
+  // What did not fit, what is already held, and the flags that size each.
+  absl::Status OutOfMemory(int64_t bytes, std::string_view what) const {
+    size_t free = 0, total = 0;
+    cudaMemGetInfo(&free, &total);
+    cudaGetLastError();
+    std::string held;
+    for (const auto& [use, b] : allocated_) {
+      absl::StrAppend(&held, held.empty() ? "" : ", ", use, " ", MiB(b), " MiB");
+    }
+    return absl::ResourceExhaustedError(absl::StrCat(
+        std::string(what), ": cannot allocate ", MiB(bytes), " MiB on ", name_, " (", MiB(free),
+        " MiB free of ", MiB(total), " MiB; this process holds ", held.empty() ? "nothing" : held,
+        "): lower --kv-budget-mb (the KV pool) or --max-batch-tokens (the step's scratch), "
+        "or use a smaller model"));
+  }
+
+  const int device_;
+  const DeviceInfo info_;
+  const std::string name_;
+  Stream stream_;
+  // Every Allocate, until the end (a deque: matmul_scratch_ points into it).
+  std::deque<DeviceBuffer> memory_;
+  std::map<std::string, int64_t> allocated_;  // bytes by use, for OutOfMemory
+  std::vector<DeviceMatrix> matrices_;        // the distinct weight matrices
+  const RopeTable* rope_ = nullptr;
+  const float* rope_cos_ = nullptr;
+  const float* rope_sin_ = nullptr;
+  int32_t n_rot_ = 0;
+  RopeStyle style_ = RopeStyle::kNormal;
+  StepLimits limits_;
+  MetaLayout layout_;
+  void* meta_ = nullptr;       // the step's metadata on the device
+  PinnedBuffer meta_host_;     // its host mirror
+  cudaEvent_t meta_copied_ = nullptr;  // after the last step's copies out of the mirror
+  DeviceBuffer* matmul_scratch_ = nullptr;
+  ReducedRow* reduced_ = nullptr;
+  PinnedBuffer reduced_host_;
+  PinnedBuffer staging_;       // ReadBlocks / WriteBlocks
+  DeviceBuffer move_;          // MoveKvSlots (outside steps; grows)
+  PinnedBuffer host_move_;
+  const StepMetadata* step_ = nullptr;
+};
+
+}  // namespace
+}  // namespace cuda
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options) {
+  ASSIGN_OR_RETURN(const cuda::DeviceInfo info, cuda::GetDeviceInfo(options.device));
+  ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create(options.device));
+  return std::make_unique<cuda::CudaBackend>(options.device, info, std::move(stream));
+}
+
+}  // namespace tandem::engine
