@@ -3,7 +3,11 @@
 // model. Prints a table, then one JSON line (also written to --out). It
 // reports figures; it never fails on speed. With --make-synthetic it first
 // writes the model itself, so an engine-only build (no `tandem` CLI, as
-// scripts/gpu_check.sh makes on a GPU machine) can benchmark.
+// scripts/gpu_check.sh makes on a GPU machine) can benchmark. On a CUDA
+// device it also measures the device's limits (engine::MeasureRoofline) and
+// prints the fractions reached: decode's bytes of weights and KV read per
+// second against the memory bandwidth, prefill's FLOP/s against the F16
+// tensor-core peak.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -26,6 +30,7 @@
 #include "common/status_macros.h"
 #include "engine/engine.h"
 #include "engine/model/model.h"
+#include "engine/model/model_quantizer.h"
 #include "engine/model/synthetic_model.h"
 
 namespace tandem::bench {
@@ -40,8 +45,11 @@ struct Config {
   int32_t batch = 8;
   int32_t repeats = 3;
   std::string out;
-  // Set: write a synthetic model with weights of this type to `model` first.
+  // Set: write a synthetic model with weights of this type (or, for a mix
+  // such as Q4_K_M, an F32 one quantized with it) to `model` first.
   std::optional<engine::GgmlType> make_synthetic;
+  std::optional<engine::QuantMix> make_mix;
+  std::string shape = "25m";  // --synthetic-shape
   engine::EngineSetup setup;
 };
 
@@ -94,12 +102,79 @@ absl::StatusOr<RunTimes> RunToCompletion(engine::Engine& eng, int32_t n_seqs) {
   return t;
 }
 
+// The synthetic shapes: engine/model/synthetic_model.h's 25.7M-parameter
+// Llama, and a 1B-class one (TinyLlama's shape: 1.1B parameters).
+absl::StatusOr<engine::SyntheticModelOptions> Shape(const std::string& name) {
+  engine::SyntheticModelOptions o;
+  if (name == "25m") return o;
+  if (name == "1b") {
+    o.n_vocab = 32000;
+    o.n_embd = 2048;
+    o.n_layer = 16;
+    o.n_head = 32;
+    o.n_head_kv = 8;
+    o.n_ff = 5632;
+    o.context_length = 4096;
+    return o;
+  }
+  return absl::InvalidArgumentError("--synthetic-shape: \"" + name + "\" is not 25m or 1b");
+}
+
+// Bytes a decode step reads per sequence besides the KV: every matrix but
+// the embedding table, of which it gathers one row (unless the output is
+// tied to it, when all of it is read as the output).
+int64_t DecodeWeightBytes(const engine::Model& model) {
+  const engine::ModelWeights& w = model.weights();
+  const auto bytes = [](const engine::WeightMatrix& m) {
+    return m.data == nullptr ? int64_t{0} : m.rows * engine::GgmlRowBytes(m.type, m.cols);
+  };
+  int64_t total = bytes(w.output);
+  for (const engine::LayerWeights& l : w.layers) {
+    for (const engine::WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up,
+                                          &l.w_down}) {
+      total += bytes(*m);
+    }
+  }
+  return total;
+}
+
+// Parameters of those matrices (the multiply-adds per token).
+int64_t DecodeWeightParams(const engine::Model& model) {
+  const engine::ModelWeights& w = model.weights();
+  int64_t total = w.output.rows * w.output.cols;
+  for (const engine::LayerWeights& l : w.layers) {
+    for (const engine::WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up,
+                                          &l.w_down}) {
+      total += m->rows * m->cols;
+    }
+  }
+  return total;
+}
+
+// Multiply-adds count 2 FLOPs: the matrix products per token, and causal
+// attention over a prompt of n tokens (q.k and p.v for each of n^2/2 pairs).
+double PrefillFlops(const engine::Model& model, int64_t n) {
+  const engine::ModelConfig& c = model.config();
+  const double per_token_matrices = 2.0 * static_cast<double>(DecodeWeightParams(model));
+  const double attention = 2.0 * 2.0 * c.n_layer * static_cast<double>(c.q_dim()) * n * n / 2;
+  return per_token_matrices * static_cast<double>(n) + attention;
+}
+
 absl::Status Run(const Config& c) {
   RETURN_IF_ERROR(engine::ProbeDevice(c.setup.device));  // before the model loads
-  if (c.make_synthetic.has_value()) {
-    engine::SyntheticModelOptions synthetic;  // the benchmark shape (25.7M parameters)
-    synthetic.type = *c.make_synthetic;
-    RETURN_IF_ERROR(engine::WriteSyntheticModel(synthetic, c.model));
+  if (c.make_synthetic.has_value() || c.make_mix.has_value()) {
+    ASSIGN_OR_RETURN(engine::SyntheticModelOptions synthetic, Shape(c.shape));
+    synthetic.type = c.make_synthetic.value_or(engine::GgmlType::kF32);
+    if (!c.make_mix.has_value()) {
+      RETURN_IF_ERROR(engine::WriteSyntheticModel(synthetic, c.model));
+    } else {
+      const std::string f32 = c.model + ".f32.tmp";
+      RETURN_IF_ERROR(engine::WriteSyntheticModel(synthetic, f32));
+      const absl::StatusOr<engine::QuantizeStats> q =
+          engine::QuantizeModel(f32, c.model, *c.make_mix);
+      std::remove(f32.c_str());
+      RETURN_IF_ERROR(q.status());
+    }
   }
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> model, engine::Model::Load(c.model));
   engine::EngineSetup setup = c.setup;
@@ -107,7 +182,8 @@ absl::Status Run(const Config& c) {
   setup.engine.max_context =
       std::max(setup.engine.max_context, c.prompt_tokens + c.gen_tokens + 1);
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Backend> backend,
-                   engine::MakeBackendForModel(*model, setup.device, setup.backend));
+                   engine::MakeBackendForModel(*model, setup.device, setup.backend,
+                                                               setup.cuda));
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
                    engine::Engine::Create(*model, std::move(backend), setup.engine));
   auto request = [&](std::vector<int32_t> prompt, int32_t max_tokens) {
@@ -158,14 +234,46 @@ absl::Status Run(const Config& c) {
   std::cout << absl::StrFormat("| %-28s | %12.1f |\n",
                                absl::StrFormat("batched decode B=%d (tok/s)", c.batch), btg);
   std::cout << absl::StrFormat("| %-28s | %12.1f |\n", "peak RSS (MiB)", rss_mib);
+  // What the figures mean against the device's limits (CUDA devices).
+  const engine::ModelConfig& mc = model->config();
+  const double kv_elem = setup.engine.kv.dtype == engine::GgmlType::kF16 ? 2.0 : 4.0;
+  // Decode reads every weight once a step, and each sequence's KV: on
+  // average half of the generated context (from a one-token prompt).
+  const double kv_per_token = 2.0 * mc.n_layer * mc.kv_dim() * kv_elem * (c.gen_tokens / 2.0 + 1);
+  const double decode_bytes_per_s =
+      tg * (static_cast<double>(DecodeWeightBytes(*model)) + kv_per_token);
+  const double prefill_flops_per_s = PrefillFlops(*model, c.prompt_tokens) * pp / c.prompt_tokens;
+  std::cout << absl::StrFormat("| %-28s | %12.1f |\n", "decode B=1 read (GB/s)",
+                               decode_bytes_per_s / 1e9);
+  std::cout << absl::StrFormat("| %-28s | %12.2f |\n", "prefill (TFLOP/s)",
+                               prefill_flops_per_s / 1e12);
+  double memory_fraction = 0, flops_fraction = 0;
+  if (setup.device.kind == engine::DeviceKind::kCuda) {
+    ASSIGN_OR_RETURN(const engine::DeviceRoofline roof, engine::MeasureRoofline(setup.device));
+    memory_fraction = decode_bytes_per_s / roof.memory_bytes_per_s;
+    flops_fraction = prefill_flops_per_s / roof.f16_flops_per_s;
+    std::cout << absl::StrFormat("| %-28s | %12.1f |\n", "device copy (GB/s)",
+                                 roof.memory_bytes_per_s / 1e9);
+    std::cout << absl::StrFormat("| %-28s | %12.1f |\n", "device F16 GEMM (TFLOP/s)",
+                                 roof.f16_flops_per_s / 1e12);
+    std::cout << absl::StrFormat("| %-28s | %11.1f%% |\n", "decode B=1 of bandwidth",
+                                 100 * memory_fraction);
+    std::cout << absl::StrFormat("| %-28s | %11.1f%% |\n", "prefill of F16 peak",
+                                 100 * flops_fraction);
+  }
   const std::string json = absl::StrFormat(
       "{\"model\": %s, \"type\": %s, \"threads\": %d, \"prompt_tokens\": %d, "
       "\"gen_tokens\": %d, \"batch\": %d, \"prefill_tokens_per_s\": %s, "
       "\"decode_tokens_per_s\": %s, \"batched_decode_tokens_per_s\": %s, "
-      "\"peak_rss_mib\": %s}",
+      "\"peak_rss_mib\": %s, \"device\": %s, \"decode_bytes_per_s\": %s, "
+      "\"prefill_flops_per_s\": %s, \"decode_bandwidth_fraction\": %s, "
+      "\"prefill_peak_fraction\": %s}",
       JsonQuote(c.model), JsonQuote(engine::GgmlTypeName(model->weight_type())),
       setup.backend.threads, c.prompt_tokens, c.gen_tokens, c.batch, JsonNumber(pp),
-      JsonNumber(tg), JsonNumber(btg), JsonNumber(rss_mib));
+      JsonNumber(tg), JsonNumber(btg), JsonNumber(rss_mib),
+      JsonQuote(engine::DeviceName(setup.device)), JsonNumber(decode_bytes_per_s),
+      JsonNumber(prefill_flops_per_s), JsonNumber(memory_fraction),
+      JsonNumber(flops_fraction));
   std::cout << json << std::endl;
   if (!c.out.empty()) {
     std::ofstream f(c.out, std::ios::app);
@@ -181,11 +289,18 @@ absl::StatusOr<Config> ConfigFromArgs(const common::Args& args) {
   c.out = args.String("out");
   if (const std::string& type = args.String("make-synthetic"); !type.empty()) {
     absl::StatusOr<engine::GgmlType> t = engine::GgmlTypeFromName(type);
-    if (!t.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--make-synthetic: ", t.status().message()));
+    if (t.ok()) {
+      c.make_synthetic = *t;
+    } else if (absl::StatusOr<engine::QuantMix> mix = engine::QuantMixFromName(type); mix.ok()) {
+      c.make_mix = *mix;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--make-synthetic: \"", type, "\" is neither a tensor type (", t.status().message(),
+          ") nor a quantization mix (", engine::QuantMixNames(), ")"));
     }
-    c.make_synthetic = *t;
   }
+  c.shape = args.String("synthetic-shape");
+  RETURN_IF_ERROR(Shape(c.shape).status());
   ASSIGN_OR_RETURN(c.setup, engine::EngineSetupFromArgs(args));
   for (auto [name, field] : {std::pair{"prompt-tokens", &c.prompt_tokens},
                              {"gen-tokens", &c.gen_tokens},
@@ -209,9 +324,13 @@ int main(int argc, char** argv) {
       {.name = "repeats", .default_value = "3", .help = "measured runs (median reported)"},
       {.name = "out", .default_value = "", .help = "append the JSON line to this file"},
       {.name = "make-synthetic", .default_value = "",
-       .help = "first write a synthetic Llama (engine/model/synthetic_model.h's 25.7M-parameter "
-               "shape) with weights of this type (f32, f16, bf16, q8_0, q4_k, ...) to --model, "
-               "overwriting it"},
+       .help = "first write a synthetic Llama of --synthetic-shape with weights of this type "
+               "(f32, f16, bf16, q8_0, q4_k, ...) or quantization mix (q4_k_m, q5_k_m, ...) to "
+               "--model, overwriting it"},
+      {.name = "synthetic-shape", .default_value = "25m",
+       .help = "the --make-synthetic model's shape: 25m (engine/model/synthetic_model.h's "
+               "25.7M-parameter Llama) or 1b (1.1B parameters: n_embd 2048, 16 layers, 32 "
+               "heads, 8 KV heads, n_ff 5632, 32000 tokens)"},
   };
   for (FlagSpec& s : tandem::engine::EngineFlagSpecs()) specs.push_back(std::move(s));
   absl::StatusOr<tandem::common::Args> args =

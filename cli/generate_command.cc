@@ -82,7 +82,8 @@ absl::Status Generate(const common::Args& args, std::ostream& out, std::ostream&
   ASSIGN_OR_RETURN(engine::GenerationRequest request, RequestFromArgs(args, tok));
   const size_t n_prompt = request.prompt.size();
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Backend> backend,
-                   engine::MakeBackendForModel(*model, setup.device, setup.backend));
+                   engine::MakeBackendForModel(*model, setup.device, setup.backend,
+                                                               setup.cuda));
   const std::string backend_name(backend->name());
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
                    engine::Engine::Create(*model, std::move(backend), setup.engine));

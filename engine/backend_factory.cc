@@ -12,6 +12,7 @@
 
 #ifdef TANDEM_HAVE_CUDA
 #include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/device.h"
 #include "engine/cuda/driver.h"
 #include "engine/cuda/kernels.h"
 #endif
@@ -56,16 +57,20 @@ absl::Status ProbeCuda(const DeviceSpec& device) {
 
 // The backend for a device ProbeDevice accepted.
 absl::StatusOr<std::unique_ptr<Backend>> Build(const DeviceSpec& device,
-                                               const CpuBackendOptions& cpu) {
+                                               const CpuBackendOptions& cpu,
+                                               const CudaBackendOptions& cuda) {
   if (device.kind == DeviceKind::kCpu) return MakeCpuBackend(cpu);
 #ifdef TANDEM_HAVE_CUDA
-  absl::StatusOr<std::unique_ptr<Backend>> backend = MakeCudaBackend({.device = device.index});
+  CudaBackendOptions options = cuda;
+  options.device = device.index;
+  absl::StatusOr<std::unique_ptr<Backend>> backend = MakeCudaBackend(options);
   if (!backend.ok()) {
     return absl::Status(backend.status().code(), absl::StrCat("--device ", DeviceName(device),
                                                               ": ", backend.status().message()));
   }
   return backend;
 #else
+  (void)cuda;
   return absl::FailedPreconditionError("--device cuda: this build has no CUDA");
 #endif
 }
@@ -115,17 +120,33 @@ absl::Status ProbeDevice(const DeviceSpec& device) {
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const DeviceSpec& device,
-                                                     const CpuBackendOptions& cpu) {
+                                                     const CpuBackendOptions& cpu,
+                                                     const CudaBackendOptions& cuda) {
   RETURN_IF_ERROR(ProbeDevice(device));
-  return Build(device, cpu);
+  return Build(device, cpu, cuda);
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackendForModel(const Model& model,
                                                              const DeviceSpec& device,
-                                                             const CpuBackendOptions& cpu) {
+                                                             const CpuBackendOptions& cpu,
+                                                             const CudaBackendOptions& cuda) {
   RETURN_IF_ERROR(ProbeDevice(device));
   RETURN_IF_ERROR(CheckWeightTypes(device.kind, MatrixTypes(model.file())));
-  return Build(device, cpu);
+  return Build(device, cpu, cuda);
+}
+
+absl::StatusOr<DeviceRoofline> MeasureRoofline(const DeviceSpec& device) {
+  if (device.kind == DeviceKind::kCpu) {
+    return absl::UnimplementedError("MeasureRoofline: CUDA devices only");
+  }
+  RETURN_IF_ERROR(ProbeDevice(device));
+#ifdef TANDEM_HAVE_CUDA
+  ASSIGN_OR_RETURN(const cuda::Roofline r, cuda::MeasureRoofline(device.index));
+  return DeviceRoofline{.memory_bytes_per_s = r.memory_bytes_per_s,
+                        .f16_flops_per_s = r.f16_flops_per_s};
+#else
+  return absl::FailedPreconditionError("--device cuda: this build has no CUDA");
+#endif
 }
 
 }  // namespace tandem::engine

@@ -2,7 +2,7 @@
 // generate` and the engine benchmarks: the CPU backend, or a refusal that
 // says why CUDA cannot run here (no CUDA in this build, the driver's own
 // reason, a device ordinal this machine lacks, a weight type without a CUDA
-// kernel). backend_factory.cc is the one file outside engine/cuda that
+// kernel), or the CUDA backend. backend_factory.cc is the one file outside engine/cuda that
 // includes from it (tests/layering checks). Stateless;
 // call from the thread that will own the backend.
 #ifndef TANDEM_ENGINE_BACKEND_FACTORY_H_
@@ -52,18 +52,30 @@ absl::Status CheckWeightTypes(DeviceKind kind, std::span<const WeightTensorType>
 // past the machine's devices. Queries the driver; allocates nothing.
 absl::Status ProbeDevice(const DeviceSpec& device);
 
-// ProbeDevice, then the backend: the CPU backend with `cpu`; for a usable
-// CUDA device, Unimplemented (the CUDA forward pass is a later issue; the
-// kernels in engine/cuda exist and are tested).
+// ProbeDevice, then the backend: the CPU backend with `cpu`, or the CUDA
+// backend (engine/cuda/cuda_backend.h) on the device's ordinal with `cuda`'s
+// other options; its errors name --device.
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const DeviceSpec& device,
-                                                     const CpuBackendOptions& cpu);
+                                                     const CpuBackendOptions& cpu,
+                                                     const CudaBackendOptions& cuda = {});
 
 // What the workers, `tandem generate` and the benchmarks call once the
 // model is loaded: ProbeDevice, CheckWeightTypes on its matrices, then
 // MakeBackend.
-absl::StatusOr<std::unique_ptr<Backend>> MakeBackendForModel(const Model& model,
-                                                             const DeviceSpec& device,
-                                                             const CpuBackendOptions& cpu);
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackendForModel(
+    const Model& model, const DeviceSpec& device, const CpuBackendOptions& cpu,
+    const CudaBackendOptions& cuda = {});
+
+// The limits a device's speed is judged against (the engine benchmark's
+// fractions): its memory's bytes per second (a device-to-device copy, read
+// and written counted) and its F16 tensor-core FLOP/s (an 8192^3 GEMM).
+// Measured on CUDA devices; Unimplemented for the CPU, FailedPrecondition
+// where ProbeDevice refuses.
+struct DeviceRoofline {
+  double memory_bytes_per_s = 0;
+  double f16_flops_per_s = 0;
+};
+absl::StatusOr<DeviceRoofline> MeasureRoofline(const DeviceSpec& device);
 
 }  // namespace tandem::engine
 

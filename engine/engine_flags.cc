@@ -9,9 +9,12 @@ namespace tandem::engine {
 std::vector<common::FlagSpec> EngineFlagSpecs() {
   std::vector<common::FlagSpec> specs = {
       {.name = "device", .default_value = "cpu",
-       .help = "compute device: cpu, or cuda[:N] (CUDA device N, default 0); the CUDA "
-               "forward pass is not built yet, so cuda only reports whether this build and "
-               "machine could run it, and exits"},
+       .help = "compute device: cpu, or cuda[:N] (CUDA device N, default 0: weights, KV "
+               "pool and activations on the GPU; a build without CUDA or a machine without a "
+               "usable device says why and exits)"},
+      {.name = "cuda-graph-max-batch", .default_value = "256",
+       .help = "with --device cuda: decode steps of up to this many sequences replay CUDA "
+               "graphs (one per power-of-two batch size, captured on first use); 0 = none"},
       {.name = "threads", .default_value = "2", .help = "compute threads"},
       {.name = "isa", .default_value = "",
        .help = "CPU kernel table: portable, avx2 or avx512 (this CPU must have it); empty = "
@@ -56,6 +59,7 @@ absl::StatusOr<EngineSetup> EngineSetupFromArgs(const common::Args& args) {
   EngineSetup s;
   ASSIGN_OR_RETURN(s.device, ParseDeviceSpec(args.String("device")));
   ASSIGN_OR_RETURN(s.backend.threads, args.IntInRange("threads", 1, 256));
+  ASSIGN_OR_RETURN(s.cuda.graph_max_batch, args.IntInRange("cuda-graph-max-batch", 0, 4096));
   s.backend.isa = args.String("isa");
   if (!s.backend.isa.empty()) {
     const std::optional<cpu::Isa> isa = cpu::IsaFromName(s.backend.isa);

@@ -20,6 +20,7 @@ struct EngineSetup {
   engine::EngineOptions engine;
   DeviceSpec device;                  // --device; MakeBackendForModel builds it
   engine::CpuBackendOptions backend;  // used when device is the CPU
+  engine::CudaBackendOptions cuda;    // used when it is a CUDA device
 };
 
 // InvalidArgument naming the flag for out-of-range values.

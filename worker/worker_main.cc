@@ -61,7 +61,8 @@ absl::StatusOr<Worker> StartWorker(
                                          w.metrics->registry()));
   setup.engine.tiers = w.tiers.get();
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Backend> backend,
-                   engine::MakeBackendForModel(*w.model, setup.device, setup.backend));
+                   engine::MakeBackendForModel(*w.model, setup.device, setup.backend,
+                                                               setup.cuda));
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
                    engine::Engine::Create(*w.model, std::move(backend), setup.engine));
   w.block_events = std::make_unique<BlockEventPublisher>(

@@ -47,6 +47,7 @@ __device__ float LoadElement(const uint8_t* row, int32_t i, bool f16) {
 __global__ void StoreKvKernel(KvRows kv, const float* k, const float* v, const int64_t* slots) {
   const int64_t t = blockIdx.x;
   const int64_t slot = slots[t];
+  if (slot < 0) return;  // a pad row of a graph's bucket
   uint8_t* kd = KeyRow(kv, slot);
   uint8_t* vd = ValueRow(kv, slot);
   for (int32_t i = threadIdx.x; i < kv.kv_dim; i += blockDim.x) {

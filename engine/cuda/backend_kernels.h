@@ -30,7 +30,8 @@ struct KvRows {
 };
 
 // k[t] and v[t] ([n_tokens, kv_dim] f32) into slot slots[t], converted to
-// the pool's element type (f16: round to nearest even).
+// the pool's element type (f16: round to nearest even); rows whose slot is
+// negative (a padded batch's) store nothing.
 cudaError_t LaunchStoreKv(const KvRows& kv, const float* k, const float* v,
                           const int64_t* slots, int64_t n_tokens, cudaStream_t stream);
 

@@ -6,6 +6,18 @@
 // bytes as the file holds them, uploaded once; the matrix products dispatch
 // on their type (engine/cuda/matmul.h).
 //
+// CUDA graphs. A decode step (one row per sequence) of up to
+// graph_max_batch sequences is padded to its bucket (the next power of two):
+// pad rows read token 0 at position 0, store no KV (slot -1) and attend to
+// nothing, so every op's shape is the bucket's. The first step of a bucket
+// is captured (cudaStreamBeginCapture in BeginStep, the ops queued as usual,
+// the capture ended at the step's first host interaction: ReduceLogits, a
+// Download, ...), later ones replay it: the metadata goes to the same
+// buffers, the ops only check that they are the ones captured (a signature
+// of each op and its arguments), and one cudaGraphLaunch runs them all. The
+// ops are also kept as closures while a section is open, so a capture that
+// fails or a step whose ops differ runs them eagerly instead, and is counted.
+//
 // Errors. Start-up calls return a Status; a step's ops return nothing (the
 // Backend contract), so a CUDA error inside a step aborts the process with
 // the call and the error named: the device's state is unknown after one, and
@@ -15,14 +27,18 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstring>
 #include <deque>
+#include <functional>
+#include <type_traits>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/status_macros.h"
@@ -133,20 +149,39 @@ KvRows RowsOf(const PagedKvView& kv) {
           .f16 = kv.dtype == GgmlType::kF16};
 }
 
+// A 64-bit signature of an op and its arguments (FNV-1a over the words).
+uint64_t Signature(std::initializer_list<uint64_t> words) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint64_t w : words) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (w >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  return h;
+}
+
+uint64_t Word(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, const DeviceInfo& info, Stream stream)
-      : device_(device),
+  CudaBackend(const CudaBackendOptions& options, const DeviceInfo& info, Stream stream)
+      : device_(options.device),
+        graph_max_batch_(options.graph_max_batch),
         info_(info),
-        name_(absl::StrCat("cuda:", device, " (", info.name, ")")),
+        name_(absl::StrCat("cuda:", options.device, " (", info.name, ")")),
         stream_(std::move(stream)) {
     Ok(cudaEventCreateWithFlags(&meta_copied_, cudaEventDisableTiming), "cudaEventCreate");
   }
   ~CudaBackend() override {
     cudaSetDevice(device_);
+    EndSection();
     cudaStreamSynchronize(stream_.stream());
+    for (auto& [rows, graph] : graphs_) cudaGraphExecDestroy(graph.exec);
     cudaEventDestroy(meta_copied_);
   }
+
+  CudaGraphStats graph_stats() const { return graph_stats_; }
 
   std::string_view name() const override { return name_; }
   // One stream: the engine thread is the only host thread at work.
@@ -155,6 +190,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<DevicePtr<uint8_t>> Allocate(int64_t bytes, std::string_view what) override {
     TANDEM_CHECK(bytes >= 0, "allocation size is not negative");
     RETURN_IF_ERROR(Check(cudaSetDevice(device_), "cudaSetDevice"));
+    EndSection();
     absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(static_cast<size_t>(std::max<int64_t>(bytes, 1)));
     if (!b.ok()) return OutOfMemory(bytes, what);
     allocated_[std::string(what.substr(0, what.find(' ')))] += bytes;
@@ -166,6 +202,7 @@ class CudaBackend final : public Backend {
   void Upload(DevicePtr<uint8_t> dst, std::span<const uint8_t> src) override {
     if (src.empty()) return;
     SetDevice();
+    EndSection();
     Ok(cudaMemcpyAsync(dst.backend_address(), src.data(), src.size(), cudaMemcpyHostToDevice,
                        stream_.stream()),
        "Upload");
@@ -175,6 +212,7 @@ class CudaBackend final : public Backend {
   void Download(DevicePtr<const uint8_t> src, std::span<uint8_t> dst) override {
     if (dst.empty()) return;
     SetDevice();
+    EndSection();
     Ok(cudaMemcpyAsync(dst.data(), src.backend_address(), dst.size(), cudaMemcpyDeviceToHost,
                        stream_.stream()),
        "Download");
@@ -183,6 +221,7 @@ class CudaBackend final : public Backend {
 
   void Synchronize() override {
     SetDevice();
+    EndSection();
     Ok(stream_.Synchronize(), "Synchronize");
   }
 
@@ -278,8 +317,11 @@ class CudaBackend final : public Backend {
 
   void BeginStep(const StepMetadata& step) override {
     SetDevice();
+    EndSection();
     const int32_t T = step.n_tokens();
     const int32_t R = step.n_logit_rows();
+    const int32_t bucket = GraphBucket(step);
+    rows_ = bucket > 0 ? bucket : T;
     TANDEM_CHECK(T <= limits_.max_tokens && R <= limits_.max_logit_rows &&
                      static_cast<int32_t>(step.seqs.size()) <= limits_.max_seqs &&
                      static_cast<int64_t>(step.block_tables.size()) <= limits_.max_table_entries,
@@ -291,9 +333,18 @@ class CudaBackend final : public Backend {
       std::memcpy(host + offset, v.data(), v.size() * sizeof(v[0]));
       Copy(offset, static_cast<int64_t>(v.size() * sizeof(v[0])));
     };
-    put(layout_.tokens, step.tokens);
-    put(layout_.positions, step.positions);
-    put(layout_.slots, step.slot_mapping);
+    // Per row, padded to rows_: pad rows read token 0 at position 0, store
+    // nothing (slot -1), attend to nothing and gather row 0.
+    const auto put_rows = [&](int64_t offset, const auto& v, auto pad) {
+      using T_ = std::decay_t<decltype(v[0])>;
+      auto* row = reinterpret_cast<T_*>(host + offset);
+      std::memcpy(row, v.data(), v.size() * sizeof(T_));
+      std::fill(row + v.size(), row + rows_, static_cast<T_>(pad));
+      Copy(offset, int64_t{rows_} * int64_t{sizeof(T_)});
+    };
+    put_rows(layout_.tokens, step.tokens, 0);
+    put_rows(layout_.positions, step.positions, 0);
+    put_rows(layout_.slots, step.slot_mapping, -1);
     auto* kv_len = reinterpret_cast<int32_t*>(host + layout_.kv_len);
     auto* table_offset = reinterpret_cast<int32_t*>(host + layout_.table_offset);
     for (const StepSequence& s : step.seqs) {
@@ -302,84 +353,123 @@ class CudaBackend final : public Backend {
         table_offset[s.first_row + i] = s.table_offset;
       }
     }
-    Copy(layout_.kv_len, int64_t{T} * 4);
-    Copy(layout_.table_offset, int64_t{T} * 4);
+    std::fill(kv_len + T, kv_len + rows_, 0);
+    std::fill(table_offset + T, table_offset + rows_, 0);
+    Copy(layout_.kv_len, int64_t{rows_} * 4);
+    Copy(layout_.table_offset, int64_t{rows_} * 4);
     put(layout_.block_table, step.block_tables);
-    put(layout_.logit_rows, step.logit_rows);
-    put(layout_.top_k, step.logit_top_k);
-    put(layout_.target, step.logit_target);
+    put_rows(layout_.logit_rows, step.logit_rows, 0);
+    put_rows(layout_.top_k, step.logit_top_k, -1);
+    put_rows(layout_.target, step.logit_target, -1);
     Ok(cudaEventRecord(meta_copied_, stream_.stream()), "cudaEventRecord");
     step_ = &step;
+    real_rows_ = T;
+    if (bucket > 0) BeginSection(bucket);
   }
 
   void Embed(const DeviceMatrix& table, DevicePtr<float> x) override {
-    const int64_t T = step().n_tokens();
+    const int64_t T = rows_;
     const auto* tokens = Meta<int32_t>(layout_.tokens);
-    switch (table.type) {
-      case GgmlType::kF32:
-      case GgmlType::kF16:
-      case GgmlType::kBF16:
-        Ok(LaunchEmbedFloat(table.data.backend_address(), table.cols,
-                            table.type == GgmlType::kF32 ? 4 : 2, table.type == GgmlType::kBF16,
-                            tokens, T, x.backend_address(), stream_.stream()),
-           "Embed");
-        return;
-      default:
-        TANDEM_CHECK(false, "an embedding type the CUDA backend gathers")
-            << GgmlTypeName(table.type);
-    }
+    TANDEM_CHECK(table.type == GgmlType::kF32 || table.type == GgmlType::kF16 ||
+                     table.type == GgmlType::kBF16,
+                 "an embedding type the CUDA backend gathers")
+        << GgmlTypeName(table.type);
+    const void* data = table.data.backend_address();
+    const int64_t cols = table.cols;
+    const GgmlType type = table.type;
+    float* out = x.backend_address();
+    Op(Signature({1, Word(data), static_cast<uint64_t>(cols), static_cast<uint64_t>(type),
+                  Word(out), static_cast<uint64_t>(T)}),
+       [=, this] {
+         Ok(LaunchEmbedFloat(data, cols, type == GgmlType::kF32 ? 4 : 2,
+                             type == GgmlType::kBF16, tokens, T, out, stream_.stream()),
+            "Embed");
+       });
   }
 
   void MatMul(const DeviceMatrix& w, DevicePtr<const float> x, int64_t n_tokens,
               DevicePtr<float> y) override {
-    Ok(cuda::MatMul(stream_, Weight(w), x.backend_address(), n_tokens, y.backend_address(),
-                    *matmul_scratch_),
-       "MatMul");
+    const DeviceWeight weight = Weight(w);
+    const float* in = x.backend_address();
+    float* out = y.backend_address();
+    const int64_t n = Rows(n_tokens);
+    Op(Signature({2, Word(weight.data), static_cast<uint64_t>(weight.type),
+                  static_cast<uint64_t>(weight.rows), static_cast<uint64_t>(weight.cols), Word(in),
+                  Word(out), static_cast<uint64_t>(n)}),
+       [=, this] { Ok(cuda::MatMul(stream_, weight, in, n, out, *matmul_scratch_), "MatMul"); });
   }
 
   void AddBias(DevicePtr<float> x, DevicePtr<const float> bias, int64_t n_rows,
                int64_t dim) override {
-    Ok(LaunchAddBias(x.backend_address(), bias.backend_address(), n_rows, dim, stream_.stream()),
-       "AddBias");
+    float* out = x.backend_address();
+    const float* b = bias.backend_address();
+    const int64_t n = Rows(n_rows);
+    Op(Signature({3, Word(out), Word(b), static_cast<uint64_t>(n), static_cast<uint64_t>(dim)}),
+       [=, this] { Ok(LaunchAddBias(out, b, n, dim, stream_.stream()), "AddBias"); });
   }
 
   void Rope(DevicePtr<float> x, int32_t n_heads, int32_t head_dim) override {
     TANDEM_CHECK(rope_ != nullptr, "PrepareRope before Rope");
-    Ok(LaunchRope(x.backend_address(), Meta<int32_t>(layout_.positions), step().n_tokens(),
-                  n_heads, head_dim, n_rot_, style_, rope_cos_, rope_sin_, stream_.stream()),
-       "Rope");
+    float* out = x.backend_address();
+    const int64_t n = rows_;
+    Op(Signature({4, Word(out), static_cast<uint64_t>(n), static_cast<uint64_t>(n_heads),
+                  static_cast<uint64_t>(head_dim)}),
+       [=, this] {
+         Ok(LaunchRope(out, Meta<int32_t>(layout_.positions), n, n_heads, head_dim, n_rot_, style_,
+                       rope_cos_, rope_sin_, stream_.stream()),
+            "Rope");
+       });
   }
 
   void StoreKv(const PagedKvView& kv, DevicePtr<const float> k,
                DevicePtr<const float> v) override {
-    Ok(LaunchStoreKv(RowsOf(kv), k.backend_address(), v.backend_address(),
-                     Meta<int64_t>(layout_.slots), step().n_tokens(), stream_.stream()),
-       "StoreKv");
+    const KvRows rows = RowsOf(kv);
+    const float* kp = k.backend_address();
+    const float* vp = v.backend_address();
+    const int64_t n = rows_;
+    Op(Signature({5, Word(rows.base), static_cast<uint64_t>(rows.k_offset),
+                  static_cast<uint64_t>(rows.v_offset), static_cast<uint64_t>(rows.f16), Word(kp),
+                  Word(vp), static_cast<uint64_t>(n)}),
+       [=, this] {
+         Ok(LaunchStoreKv(rows, kp, vp, Meta<int64_t>(layout_.slots), n, stream_.stream()),
+            "StoreKv");
+       });
   }
 
   void RmsNorm(DevicePtr<const float> x, DevicePtr<const float> weight, int64_t n_tokens,
                int64_t dim, float eps, DevicePtr<float> y) override {
-    Ok(LaunchRmsNorm(x.backend_address(), weight.backend_address(), n_tokens, dim, eps,
-                     y.backend_address(), stream_.stream()),
-       "RmsNorm");
+    const float* in = x.backend_address();
+    const float* w = weight.backend_address();
+    float* out = y.backend_address();
+    const int64_t n = Rows(n_tokens);
+    Op(Signature({6, Word(in), Word(w), Word(out), static_cast<uint64_t>(n),
+                  static_cast<uint64_t>(dim), std::bit_cast<uint32_t>(eps)}),
+       [=, this] { Ok(LaunchRmsNorm(in, w, n, dim, eps, out, stream_.stream()), "RmsNorm"); });
   }
 
   void SwiGlu(DevicePtr<const float> gate, DevicePtr<const float> up, int64_t n,
               DevicePtr<float> out) override {
-    Ok(LaunchSwiGlu(gate.backend_address(), up.backend_address(), n, out.backend_address(),
-                    stream_.stream()),
-       "SwiGlu");
+    const float* g = gate.backend_address();
+    const float* u = up.backend_address();
+    float* o = out.backend_address();
+    const int64_t count = Elements(n);
+    Op(Signature({7, Word(g), Word(u), Word(o), static_cast<uint64_t>(count)}),
+       [=, this] { Ok(LaunchSwiGlu(g, u, count, o, stream_.stream()), "SwiGlu"); });
   }
 
   void Add(DevicePtr<float> x, DevicePtr<const float> y, int64_t n) override {
-    Ok(LaunchAdd(x.backend_address(), y.backend_address(), n, stream_.stream()), "Add");
+    float* a = x.backend_address();
+    const float* b = y.backend_address();
+    const int64_t count = Elements(n);
+    Op(Signature({8, Word(a), Word(b), static_cast<uint64_t>(count)}),
+       [=, this] { Ok(LaunchAdd(a, b, count, stream_.stream()), "Add"); });
   }
 
   void PagedAttention(const AttentionOp& op) override {
     const KvRows kv = RowsOf(op.kv);
-    Ok(LaunchPagedAttention({.q = op.q.backend_address(),
+    const PagedAttentionArgs args{.q = op.q.backend_address(),
                              .out = op.out.backend_address(),
-                             .n_rows = step().n_tokens(),
+                             .n_rows = rows_,
                              .n_head = op.n_head,
                              .n_head_kv = op.n_head_kv,
                              .head_dim = op.head_dim,
@@ -391,20 +481,31 @@ class CudaBackend final : public Backend {
                              .kv_f16 = kv.f16,
                              .kv_len = Meta<int32_t>(layout_.kv_len),
                              .table_offset = Meta<int32_t>(layout_.table_offset),
-                             .block_table = Meta<int32_t>(layout_.block_table)},
-                            stream_.stream()),
-       "PagedAttention");
+                             .block_table = Meta<int32_t>(layout_.block_table)};
+    Op(Signature({9, Word(args.q), Word(args.out), static_cast<uint64_t>(args.n_rows),
+                  static_cast<uint64_t>(args.n_head), static_cast<uint64_t>(args.n_head_kv),
+                  static_cast<uint64_t>(args.head_dim), Word(args.kv_base),
+                  static_cast<uint64_t>(args.k_offset), static_cast<uint64_t>(args.v_offset),
+                  static_cast<uint64_t>(args.kv_f16)}),
+       [=, this] { Ok(LaunchPagedAttention(args, stream_.stream()), "PagedAttention"); });
   }
 
   void GatherRows(DevicePtr<const float> x, int64_t dim, DevicePtr<float> out) override {
-    Ok(LaunchGatherRows(x.backend_address(), dim, Meta<int32_t>(layout_.logit_rows),
-                        step().n_logit_rows(), out.backend_address(), stream_.stream()),
-       "GatherRows");
+    const float* in = x.backend_address();
+    float* o = out.backend_address();
+    // Decode steps have a logits row per row: padded alike.
+    const int64_t n = real_rows_ == rows_ ? step().n_logit_rows() : rows_;
+    Op(Signature({10, Word(in), Word(o), static_cast<uint64_t>(dim), static_cast<uint64_t>(n)}),
+       [=, this] {
+         Ok(LaunchGatherRows(in, dim, Meta<int32_t>(layout_.logit_rows), n, o, stream_.stream()),
+            "GatherRows");
+       });
   }
 
   // Reduced where the logits are; R rows of 176 bytes come back.
   void ReduceLogits(DevicePtr<const float> logits, int32_t n_vocab,
                     std::span<LogitsSummary> out) override {
+    EndSection();
     const StepMetadata& s = step();
     const int32_t R = s.n_logit_rows();
     TANDEM_CHECK(static_cast<int32_t>(out.size()) >= R, "a summary per logits row");
@@ -430,6 +531,7 @@ class CudaBackend final : public Backend {
                  "ReadBlocks' staging holds exactly the blocks");
     if (ids.empty()) return;
     SetDevice();
+    EndSection();
     Ok(staging_.Reserve(static_cast<int64_t>(out.size())), "ReadBlocks staging");
     for (size_t i = 0; i < ids.size(); ++i) {
       Ok(cudaMemcpyAsync(staging_.data() + i * pool.block_bytes,
@@ -447,6 +549,7 @@ class CudaBackend final : public Backend {
     TANDEM_CHECK(ids.size() == blocks.size(), "one block of bytes per id");
     if (ids.empty()) return;
     SetDevice();
+    EndSection();
     // The last copies out of the staging must be done before it is rewritten.
     Ok(stream_.Synchronize(), "WriteBlocks");
     Ok(staging_.Reserve(static_cast<int64_t>(ids.size()) * pool.block_bytes),
@@ -474,6 +577,7 @@ class CudaBackend final : public Backend {
     TANDEM_CHECK(rope_ != nullptr, "PrepareRope before MoveKvSlots");
     if (src.empty() || layers.empty()) return;
     SetDevice();
+    EndSection();
     const int64_t n = static_cast<int64_t>(src.size());
     int32_t kv_dim = 0;
     for (const PagedKvView& kv : layers) kv_dim = std::max(kv_dim, kv.kv_dim);
@@ -525,7 +629,107 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  enum class Mode { kEager, kCapture, kReplay };
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    std::vector<uint64_t> signature;
+  };
+
   void SetDevice() const { Ok(cudaSetDevice(device_), "cudaSetDevice"); }
+
+  // The bucket a step's graph is for, or 0 for an eager step: steps of one
+  // row per sequence (decode), each row its own logits row, at most
+  // graph_max_batch_ of them, whose bucket has not failed to capture.
+  int32_t GraphBucket(const StepMetadata& step) const {
+    const int32_t T = step.n_tokens();
+    if (graph_max_batch_ <= 0 || T == 0 || T > graph_max_batch_) return 0;
+    if (step.n_logit_rows() != T || static_cast<int32_t>(step.seqs.size()) != T) return 0;
+    for (int32_t r = 0; r < T; ++r) {
+      if (step.logit_rows[r] != r) return 0;
+    }
+    const int32_t cap = std::min({graph_max_batch_, limits_.max_tokens, limits_.max_logit_rows});
+    int32_t bucket = 1;
+    while (bucket < T) bucket *= 2;
+    bucket = std::min(bucket, cap);
+    return uncapturable_.contains(bucket) ? 0 : bucket;
+  }
+
+  // Rows and element counts as the ops give them (for the step's real rows),
+  // scaled to the padded rows.
+  int64_t Rows(int64_t n) const { return n == real_rows_ ? rows_ : n; }
+  int64_t Elements(int64_t n) const {
+    if (rows_ == real_rows_) return n;
+    TANDEM_CHECK(n % real_rows_ == 0, "a padded step's element counts are per row") << n;
+    return n / real_rows_ * rows_;
+  }
+
+  void BeginSection(int32_t bucket) {
+    section_rows_ = bucket;
+    if (graphs_.contains(bucket)) {
+      mode_ = Mode::kReplay;
+      return;
+    }
+    mode_ = Mode::kCapture;
+    Ok(cudaStreamBeginCapture(stream_.stream(), cudaStreamCaptureModeThreadLocal),
+       "cudaStreamBeginCapture");
+  }
+
+  // Queues an op: launched now (eager, or into the capture), or only
+  // checked against the graph (replay). Kept while a section is open in case
+  // it has to run eagerly after all.
+  template <typename Launch>
+  void Op(uint64_t signature, Launch&& launch) {
+    if (mode_ == Mode::kEager) {
+      launch();
+      return;
+    }
+    signature_.push_back(signature);
+    if (mode_ == Mode::kCapture) launch();
+    pending_.emplace_back(std::forward<Launch>(launch));
+  }
+
+  // Ends an open section: the captured graph instantiated and launched, or
+  // the bucket's graph launched, or (a failed capture, a step that differs)
+  // the kept ops run eagerly.
+  void EndSection() {
+    if (mode_ == Mode::kEager) return;
+    const Mode mode = std::exchange(mode_, Mode::kEager);
+    std::vector<uint64_t> signature = std::move(signature_);
+    std::vector<std::function<void()>> pending = std::move(pending_);
+    signature_.clear();
+    pending_.clear();
+    bool launched = false;
+    if (mode == Mode::kCapture) {
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t ended = cudaStreamEndCapture(stream_.stream(), &graph);
+      if (ended == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess &&
+          cudaGraphLaunch(exec, stream_.stream()) == cudaSuccess) {
+        graphs_[section_rows_] = {.exec = exec, .signature = std::move(signature)};
+        ++graph_stats_.captured;
+        launched = true;
+      } else {
+        if (exec != nullptr) cudaGraphExecDestroy(exec);
+        cudaGetLastError();  // the capture's error, not sticky
+        uncapturable_.insert(section_rows_);
+      }
+      if (graph != nullptr) cudaGraphDestroy(graph);
+    } else {
+      auto it = graphs_.find(section_rows_);
+      if (it->second.signature == signature) {
+        Ok(cudaGraphLaunch(it->second.exec, stream_.stream()), "cudaGraphLaunch");
+        ++graph_stats_.replayed;
+        launched = true;
+      } else {
+        // Not the captured step: capture this bucket afresh next time.
+        cudaGraphExecDestroy(it->second.exec);
+        graphs_.erase(it);
+      }
+    }
+    if (launched) return;
+    ++graph_stats_.fallbacks;
+    for (const std::function<void()>& op : pending) op();
+  }
 
   const StepMetadata& step() const {
     TANDEM_CHECK(step_ != nullptr, "BeginStep before the step's ops");
@@ -574,6 +778,7 @@ class CudaBackend final : public Backend {
   }
 
   const int device_;
+  const int32_t graph_max_batch_;
   const DeviceInfo info_;
   const std::string name_;
   Stream stream_;
@@ -598,15 +803,32 @@ class CudaBackend final : public Backend {
   DeviceBuffer move_;          // MoveKvSlots (outside steps; grows)
   PinnedBuffer host_move_;
   const StepMetadata* step_ = nullptr;
+  int32_t real_rows_ = 0;  // the step's rows
+  int32_t rows_ = 0;       // the rows its ops run on: real_rows_, or its bucket
+  Mode mode_ = Mode::kEager;
+  int32_t section_rows_ = 0;  // the open section's bucket
+  std::vector<uint64_t> signature_;                 // the open section's ops
+  std::vector<std::function<void()>> pending_;      // and the ops themselves
+  std::map<int32_t, Graph> graphs_;                 // by bucket
+  absl::flat_hash_set<int32_t> uncapturable_;       // buckets whose capture failed
+  CudaGraphStats graph_stats_;
 };
 
 }  // namespace
 }  // namespace cuda
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options) {
+  if (options.graph_max_batch < 0) {
+    return absl::InvalidArgumentError("--cuda-graph-max-batch must be >= 0");
+  }
   ASSIGN_OR_RETURN(const cuda::DeviceInfo info, cuda::GetDeviceInfo(options.device));
   ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create(options.device));
-  return std::make_unique<cuda::CudaBackend>(options.device, info, std::move(stream));
+  return std::make_unique<cuda::CudaBackend>(options, info, std::move(stream));
+}
+
+CudaGraphStats GraphStats(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const cuda::CudaBackend*>(&backend);
+  return cuda != nullptr ? cuda->graph_stats() : CudaGraphStats{};
 }
 
 }  // namespace tandem::engine

@@ -82,6 +82,17 @@ class Stream {
   int device_ = 0;
 };
 
+// What `device` reaches, measured: a device-to-device copy's bytes per
+// second (read and written counted; what a weight-streaming decode step is
+// held to) and an 8192^3 F16 GEMM's FLOP/s on the tensor cores (f32
+// accumulation; what a prefill's matrix products are held to). Each the
+// best of several timed runs after a warm-up; a few hundred milliseconds.
+struct Roofline {
+  double memory_bytes_per_s = 0;
+  double f16_flops_per_s = 0;
+};
+absl::StatusOr<Roofline> MeasureRoofline(int device);
+
 }  // namespace tandem::engine::cuda
 
 #endif  // TANDEM_ENGINE_CUDA_DEVICE_H_

@@ -239,6 +239,14 @@ struct CpuBackendOptions {
 
 std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options);
 
+struct CudaBackendOptions {
+  int device = 0;  // the CUDA ordinal (the factory sets it from --device cuda:N)
+  // Decode steps (one row per sequence) of up to this many sequences are
+  // captured as CUDA graphs, one per batch-size bucket (powers of two, the
+  // batch padded up to its bucket), and replayed; 0: every step eager.
+  int32_t graph_max_batch = 256;
+};
+
 // A KV cache whose pool `backend` allocates; the backend must outlive it.
 inline absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(Backend& backend,
                                                               const ModelConfig& config,
