@@ -181,22 +181,6 @@ __global__ void ScatterKvRowsKernel(KvRows kv, const int64_t* slots, const float
   }
 }
 
-__global__ void EmbedFloatKernel(const uint8_t* table, int64_t cols, int32_t type_bytes,
-                                 bool bf16, const int32_t* tokens, float* x) {
-  const int64_t t = blockIdx.x;
-  const uint8_t* row = table + static_cast<int64_t>(tokens[t]) * cols * type_bytes;
-  float* out = x + t * cols;
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
-    if (type_bytes == 4) {
-      out[i] = reinterpret_cast<const float*>(row)[i];
-    } else if (bf16) {
-      out[i] = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(row)[i]);
-    } else {
-      out[i] = __half2float(reinterpret_cast<const __half*>(row)[i]);
-    }
-  }
-}
-
 }  // namespace
 
 cudaError_t LaunchAddBias(float* x, const float* bias, int64_t n_rows, int64_t dim,
@@ -241,15 +225,6 @@ cudaError_t LaunchScatterKvRows(const KvRows& kv, const int64_t* slots, int64_t 
                                 const float* keys, const uint8_t* values, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   ScatterKvRowsKernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(kv, slots, keys, values);
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchEmbedFloat(const void* table, int64_t cols, int32_t type_bytes, bool bf16,
-                             const int32_t* tokens, int64_t n_tokens, float* x,
-                             cudaStream_t stream) {
-  if (n_tokens == 0) return cudaSuccess;
-  EmbedFloatKernel<<<static_cast<unsigned>(n_tokens), kThreads, 0, stream>>>(
-      static_cast<const uint8_t*>(table), cols, type_bytes, bf16, tokens, x);
   return cudaGetLastError();
 }
 

@@ -72,12 +72,6 @@ cudaError_t LaunchGatherKvRows(const KvRows& kv, const int64_t* slots, int64_t n
 cudaError_t LaunchScatterKvRows(const KvRows& kv, const int64_t* slots, int64_t n,
                                 const float* keys, const uint8_t* values, cudaStream_t stream);
 
-// x[t, :] = table[tokens[t], :] converted to f32, for a table of f32, f16
-// or bf16 (type_bytes 4, 2 with bf16 false, 2 with bf16 true).
-cudaError_t LaunchEmbedFloat(const void* table, int64_t cols, int32_t type_bytes, bool bf16,
-                             const int32_t* tokens, int64_t n_tokens, float* x,
-                             cudaStream_t stream);
-
 }  // namespace tandem::engine::cuda
 
 #endif  // TANDEM_ENGINE_CUDA_BACKEND_KERNELS_H_

@@ -47,6 +47,7 @@
 #include "engine/cuda/driver.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/matmul.h"
+#include "engine/cuda/quant_kernels.h"
 
 namespace tandem::engine {
 namespace cuda {
@@ -370,10 +371,6 @@ class CudaBackend final : public Backend {
   void Embed(const DeviceMatrix& table, DevicePtr<float> x) override {
     const int64_t T = rows_;
     const auto* tokens = Meta<int32_t>(layout_.tokens);
-    TANDEM_CHECK(table.type == GgmlType::kF32 || table.type == GgmlType::kF16 ||
-                     table.type == GgmlType::kBF16,
-                 "an embedding type the CUDA backend gathers")
-        << GgmlTypeName(table.type);
     const void* data = table.data.backend_address();
     const int64_t cols = table.cols;
     const GgmlType type = table.type;
@@ -381,9 +378,7 @@ class CudaBackend final : public Backend {
     Op(Signature({1, Word(data), static_cast<uint64_t>(cols), static_cast<uint64_t>(type),
                   Word(out), static_cast<uint64_t>(T)}),
        [=, this] {
-         Ok(LaunchEmbedFloat(data, cols, type == GgmlType::kF32 ? 4 : 2,
-                             type == GgmlType::kBF16, tokens, T, out, stream_.stream()),
-            "Embed");
+         Ok(LaunchEmbedRows(type, data, cols, tokens, T, out, stream_.stream()), "Embed");
        });
   }
 

@@ -1,8 +1,10 @@
 // The GPU backend's matrix products: y[t, r] = sum_c x[t, c] * w[r, c] on a
 // Stream, every pointer device memory. F32 weights through cuBLAS in full
 // f32; F16 and BF16 weights through cublasGemmEx on the tensor cores (the
-// activations converted to the weight's type, accumulation in f32); Q8_0
-// through the dequantize-on-the-fly kernel.
+// activations converted to the weight's type, accumulation in f32); the
+// block-quantized types (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) through the
+// dequantize-on-the-fly GEMV for decode-sized batches and, above
+// kQuantGemvMaxTokens, dequantized to f16 in scratch and multiplied as F16.
 #ifndef TANDEM_ENGINE_CUDA_MATMUL_H_
 #define TANDEM_ENGINE_CUDA_MATMUL_H_
 
@@ -21,6 +23,12 @@ struct DeviceWeight {
   int64_t rows = 0;
   int64_t cols = 0;
 };
+
+// Up to this many tokens a quantized weight goes through the GEMV, which
+// reads it once per launch but does its f32 math on the CUDA cores, so its
+// cost grows with the tokens; past it the f16 tensor-core GEMM, which pays a
+// dequantization of the whole weight, is the cheaper.
+inline constexpr int64_t kQuantGemvMaxTokens = 16;
 
 // Bytes of scratch MatMul needs for `n_tokens` rows of x against `w`.
 int64_t MatMulScratchBytes(const DeviceWeight& w, int64_t n_tokens);

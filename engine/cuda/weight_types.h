@@ -14,8 +14,9 @@ namespace tandem::engine::cuda {
 
 // Adding a case to cuda::MatMul adds its type here; cuda_kernels_test checks
 // that MatMul takes exactly these.
-inline constexpr std::array<GgmlType, 4> kMatMulWeightTypes = {
-    GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0};
+inline constexpr std::array<GgmlType, 8> kMatMulWeightTypes = {
+    GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0,
+    GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
 
 constexpr bool HasMatMulKernel(GgmlType type) {
   return std::find(kMatMulWeightTypes.begin(), kMatMulWeightTypes.end(), type) !=

@@ -111,25 +111,25 @@ TEST(BackendFactoryTest, CudaOrdinalPastTheDevicesIsInvalidArgument) {
 TEST(BackendFactoryTest, WeightTypesWithoutACudaKernelAreRefusedByName) {
   const std::vector<WeightTensorType> mixed = {
       {.name = "token_embd.weight", .type = GgmlType::kF16},
-      {.name = "blk.0.ffn_down.weight", .type = GgmlType::kQ4_K},
+      {.name = "blk.0.ffn_down.weight", .type = GgmlType::kQ5_0},
       {.name = "blk.0.ffn_up.weight", .type = GgmlType::kQ8_0},
-      {.name = "blk.1.ffn_down.weight", .type = GgmlType::kQ6_K},
-      {.name = "blk.1.ffn_up.weight", .type = GgmlType::kQ4_K},
+      {.name = "blk.1.ffn_down.weight", .type = GgmlType::kQ2_K},
+      {.name = "blk.1.ffn_up.weight", .type = GgmlType::kQ5_0},
   };
   const absl::Status s = CheckWeightTypes(DeviceKind::kCuda, mixed);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(s.message(), HasSubstr("--device cuda: weight type Q4_K (blk.0.ffn_down.weight) "
+  EXPECT_THAT(s.message(), HasSubstr("--device cuda: weight type Q5_0 (blk.0.ffn_down.weight) "
                                      "has no CUDA kernel"));
-  EXPECT_THAT(s.message(), HasSubstr("3 of the model's 5 matrices have none (Q4_K, Q6_K)"));
-  EXPECT_THAT(s.message(), HasSubstr("the CUDA kernels take F32, F16, BF16, Q8_0"));
-  // The CPU takes every type; CUDA the four of engine/cuda/weight_types.h.
+  EXPECT_THAT(s.message(), HasSubstr("3 of the model's 5 matrices have none (Q5_0, Q2_K)"));
+  EXPECT_THAT(s.message(), HasSubstr("the CUDA kernels take F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K"));
+  // The CPU takes every type; CUDA those of engine/cuda/weight_types.h.
   EXPECT_TRUE(CheckWeightTypes(DeviceKind::kCpu, mixed).ok());
-  for (const GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0}) {
+  for (const GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
+                           GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     EXPECT_TRUE(DeviceHasKernel(DeviceKind::kCuda, t)) << GgmlTypeName(t);
   }
-  for (const GgmlType t : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
-                           GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
-                           GgmlType::kQ6_K, GgmlType::kIQ4_NL}) {
+  for (const GgmlType t : {GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ2_K,
+                           GgmlType::kQ3_K, GgmlType::kIQ4_NL}) {
     EXPECT_FALSE(DeviceHasKernel(DeviceKind::kCuda, t)) << GgmlTypeName(t);
     EXPECT_TRUE(DeviceHasKernel(DeviceKind::kCpu, t)) << GgmlTypeName(t);
   }
@@ -137,7 +137,7 @@ TEST(BackendFactoryTest, WeightTypesWithoutACudaKernelAreRefusedByName) {
 }
 
 // A model file's matrices, by name and type, as the factory checks them:
-// a Q8_0 model passes, a Q4_K one is refused naming its first matrix.
+// a Q8_0 model passes, a Q2_K one is refused naming its first matrix.
 TEST(BackendFactoryTest, ModelMatricesAreCheckedByName) {
   SyntheticModelOptions o = testing::TinyOptions();
   o.type = GgmlType::kQ8_0;
@@ -156,24 +156,24 @@ TEST(BackendFactoryTest, ModelMatricesAreCheckedByName) {
   EXPECT_TRUE(saw_ffn_down);
   EXPECT_TRUE(CheckWeightTypes(DeviceKind::kCuda, matrices).ok());
 
-  o.type = GgmlType::kQ4_K;
+  o.type = GgmlType::kQ2_K;
   o.n_embd = 256;  // K-quant rows, the KV width included, are whole 256-element blocks
   o.n_ff = 512;
   o.n_head_kv = 4;
-  std::unique_ptr<Model> q4 = testing::LoadSynthetic(o);
-  ASSERT_NE(q4, nullptr);
-  const std::vector<WeightTensorType> q4_matrices = MatrixTypes(q4->file());
-  const absl::Status s = CheckWeightTypes(DeviceKind::kCuda, q4_matrices);
+  std::unique_ptr<Model> q2 = testing::LoadSynthetic(o);
+  ASSERT_NE(q2, nullptr);
+  const std::vector<WeightTensorType> q2_matrices = MatrixTypes(q2->file());
+  const absl::Status s = CheckWeightTypes(DeviceKind::kCuda, q2_matrices);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   const WeightTensorType* first = nullptr;
-  for (const WeightTensorType& w : q4_matrices) {
-    if (w.type == GgmlType::kQ4_K) {
+  for (const WeightTensorType& w : q2_matrices) {
+    if (w.type == GgmlType::kQ2_K) {
       first = &w;
       break;
     }
   }
   ASSERT_NE(first, nullptr);
-  EXPECT_THAT(s.message(), HasSubstr("weight type Q4_K (" + first->name + ") has no CUDA kernel"));
+  EXPECT_THAT(s.message(), HasSubstr("weight type Q2_K (" + first->name + ") has no CUDA kernel"));
 }
 
 }  // namespace

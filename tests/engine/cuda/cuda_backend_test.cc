@@ -487,16 +487,21 @@ TEST(CudaBackendTest, TinyModelsDecodeAsOnTheCpu) {
 
 TEST(CudaBackendTest, WeightTypesDecodeAsOnTheCpu) {
   TANDEM_REQUIRE_DEVICE();
-  for (const GgmlType type : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0}) {
+  for (const GgmlType type : {GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0,
+                              GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     SCOPED_TRACE(GgmlTypeName(type));
     SyntheticModelOptions o = TinyOptions();
-    o.n_embd = 256;  // whole K-quant blocks
+    o.n_embd = 256;  // whole K-quant blocks, the KV width included
     o.n_ff = 512;
+    o.n_head_kv = 4;
     o.type = type;
     const std::unique_ptr<Model> model = LoadSynthetic(o);
     ASSERT_NE(model, nullptr);
     // 16-bit weights: the GPU rounds the activations to the weight's type
-    // for the tensor cores, the CPU does not; Q8_0 the other way round.
+    // for the tensor cores, the CPU does not; quantized weights the other
+    // way round (the CPU's dots quantize the activations to 8 bits). The
+    // prompts are longer than kQuantGemvMaxTokens, so prefill takes the
+    // dequantize-then-GEMM path and decode the GEMV.
     ExpectEnginesAgree(*model, {}, type == GgmlType::kF16 ? 1e-2f : 5e-2f,
                        Requests(*model, 4, 16));
   }

@@ -22,6 +22,7 @@
 #include "engine/cuda/driver.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/matmul.h"
+#include "engine/cuda/quant_kernels.h"
 #include "engine/cuda/weight_types.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/gguf/model_config.h"
@@ -163,10 +164,12 @@ std::vector<uint8_t> Encode(GgmlType type, const std::vector<float>& values) {
   if (type == GgmlType::kF32) {
     bytes.resize(values.size() * 4);
     std::memcpy(bytes.data(), values.data(), bytes.size());
-  } else if (type == GgmlType::kQ8_0) {
-    bytes.resize(values.size() / kQ8_0BlockSize * sizeof(BlockQ8_0));
-    QuantizeRowQ8_0(values.data(), reinterpret_cast<BlockQ8_0*>(bytes.data()),
-                    static_cast<int64_t>(values.size()));
+  } else if (GgmlIsQuantized(type)) {
+    // The project's quantizers; blocks never straddle rows (cols is a
+    // multiple of the block size), so the matrix quantizes as one long row.
+    const auto n = static_cast<int64_t>(values.size());
+    bytes.resize(GgmlRowBytes(type, n));
+    QuantizeRow(type, values.data(), bytes.data(), n);
   } else {
     bytes.resize(values.size() * 2);
     uint16_t* out = reinterpret_cast<uint16_t*>(bytes.data());
@@ -180,18 +183,44 @@ std::vector<uint8_t> Encode(GgmlType type, const std::vector<float>& values) {
 TEST_F(CudaKernelsTest, MatMulMatchesTheReferenceForEachWeightType) {
   struct Case {
     GgmlType type;
-    float tol;  // relative to sum |w| |x| of the row
+    float tol;  // relative to sum_c |w[r, c]| |x[t, c]|
   };
-  // 16-bit types round the activations too; Q8_0 only the weights.
-  for (const Case c : {Case{GgmlType::kF32, 1e-5f}, Case{GgmlType::kF16, 2e-3f},
-                       Case{GgmlType::kBF16, 1e-2f}, Case{GgmlType::kQ8_0, 1e-5f}}) {
-    for (const int64_t tokens : {1, 3, 37}) {
-      const int64_t rows = 70, cols = 256;
+  // F32: cuBLAS in f32. F16 / BF16 round the activations to the weight's
+  // type (2^-11 / 2^-8 relative each, plus the weight's own rounding for
+  // the quantized types dequantized to f16). The quantized GEMV keeps
+  // everything in f32, so only summation order separates it from the
+  // reference (a host emulation of its order stays near 1e-8).
+  const float kGemvTol = 1e-5f;
+  const float kF16GemmTol = 2e-3f;
+  const std::vector<Case> cases = {
+      {GgmlType::kF32, 1e-5f},  {GgmlType::kF16, kF16GemmTol}, {GgmlType::kBF16, 1e-2f},
+      {GgmlType::kQ8_0, 0.0f}, {GgmlType::kQ4_0, 0.0f},       {GgmlType::kQ4_K, 0.0f},
+      {GgmlType::kQ5_K, 0.0f}, {GgmlType::kQ6_K, 0.0f}};
+  // Token counts on both sides of kQuantGemvMaxTokens; 37 also takes the
+  // GEMV's launcher past one 16-token launch when called directly.
+  static_assert(kQuantGemvMaxTokens == 16);
+  for (const Case& c : cases) {
+    for (const int64_t tokens : {1, 3, 16, 17, 37}) {
+      const bool quantized = GgmlIsQuantized(c.type);
+      const float tol =
+          !quantized ? c.tol : (tokens <= kQuantGemvMaxTokens ? kGemvTol : kF16GemmTol);
+      const int64_t rows = 70, cols = 512;  // K-quants take multiples of 256
       const std::vector<uint8_t> w = Encode(c.type, Random(rows * cols));
       const std::vector<float> x = Random(tokens * cols, 2.0f);
       const WeightMatrix host{.type = c.type, .data = w.data(), .rows = rows, .cols = cols};
       std::vector<float> want(tokens * rows);
       cpu::MatMulReference(host, x.data(), tokens, want.data());
+      // sum |w| |x| per output, from the dequantized weight.
+      std::vector<float> magnitude(tokens * rows, 0.0f);
+      std::vector<float> row(cols);
+      for (int64_t r = 0; r < rows; ++r) {
+        DequantizeRow(c.type, w.data() + r * GgmlRowBytes(c.type, cols), row.data(), cols);
+        for (int64_t t = 0; t < tokens; ++t) {
+          double sum = 0.0;
+          for (int64_t i = 0; i < cols; ++i) sum += std::abs(double{row[i]} * x[t * cols + i]);
+          magnitude[t * rows + r] = static_cast<float>(sum);
+        }
+      }
       DeviceBuffer dw = Up(w), dx = Up(x);
       absl::StatusOr<DeviceBuffer> dy = DeviceBuffer::Allocate(want.size() * 4);
       ASSERT_TRUE(dy.ok());
@@ -204,10 +233,78 @@ TEST_F(CudaKernelsTest, MatMulMatchesTheReferenceForEachWeightType) {
       ASSERT_TRUE(s.ok()) << s;
       const std::vector<float> got = Down<float>(*dy, want.size());
       for (int64_t i = 0; i < tokens * rows; ++i) {
-        // |w| <= 1 and |x| <= 2: a row's magnitude is at most 2 * cols.
-        ASSERT_NEAR(got[i], want[i], c.tol * 2.0f * cols)
+        ASSERT_NEAR(got[i], want[i], tol * magnitude[i])
             << GgmlTypeName(c.type) << " tokens " << tokens << " at " << i;
       }
+      if (!quantized) continue;
+      // The GEMV launcher itself, for every count (it splits past 16).
+      ASSERT_EQ(LaunchMatMulQuant(c.type, dw.data(), rows, cols, dx.as<float>(), tokens,
+                                  dy->as<float>(), stream_->stream()),
+                cudaSuccess);
+      const std::vector<float> gemv = Down<float>(*dy, want.size());
+      for (int64_t i = 0; i < tokens * rows; ++i) {
+        ASSERT_NEAR(gemv[i], want[i], kGemvTol * magnitude[i])
+            << GgmlTypeName(c.type) << " GEMV tokens " << tokens << " at " << i;
+      }
+    }
+  }
+}
+
+// The f16 matrix the prefill GEMM multiplies is each weight dequantized by
+// the CPU reference, then rounded to f16.
+TEST_F(CudaKernelsTest, DequantizeToF16MatchesTheReference) {
+  for (const GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K,
+                              GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    const int64_t rows = 9, cols = 768;
+    const std::vector<uint8_t> w = Encode(type, Random(rows * cols));
+    std::vector<float> row(cols);
+    std::vector<uint16_t> want(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      DequantizeRow(type, w.data() + r * GgmlRowBytes(type, cols), row.data(), cols);
+      for (int64_t c = 0; c < cols; ++c) want[r * cols + c] = Fp32ToFp16(row[c]);
+    }
+    DeviceBuffer dw = Up(w);
+    absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Allocate(want.size() * 2);
+    ASSERT_TRUE(out.ok());
+    ASSERT_EQ(LaunchDequantizeToF16(type, dw.data(), rows, cols, out->data(), stream_->stream()),
+              cudaSuccess);
+    const std::vector<uint16_t> got = Down<uint16_t>(*out, want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(got[i], want[i]) << GgmlTypeName(type) << " at " << i;
+    }
+  }
+}
+
+// The embedding gather is the CPU's DequantizeRow bit for bit, every table
+// type, with repeated and out-of-order ids.
+TEST_F(CudaKernelsTest, EmbedRowsEqualsDequantizeRowBitForBit) {
+  for (const GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
+                              GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                              GgmlType::kQ6_K}) {
+    const int64_t vocab = 11, cols = 512;
+    std::vector<float> values = Random(vocab * cols, 3.0f);
+    values[7] = 40.0f;  // an outlier: large scales, small q elsewhere in its block
+    const std::vector<uint8_t> table = Encode(type, values);
+    const std::vector<int32_t> tokens = {3, 0, 10, 3, 7};
+    const auto n = static_cast<int64_t>(tokens.size());
+    std::vector<float> want(n * cols);
+    for (int64_t t = 0; t < n; ++t) {
+      DequantizeRow(type, table.data() + tokens[t] * GgmlRowBytes(type, cols),
+                    want.data() + t * cols, cols);
+    }
+    DeviceBuffer dtable = Up(table), dtokens = Up(tokens);
+    absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Allocate(want.size() * 4);
+    ASSERT_TRUE(out.ok());
+    ASSERT_EQ(LaunchEmbedRows(type, dtable.data(), cols, dtokens.as<int32_t>(), n,
+                              out->as<float>(), stream_->stream()),
+              cudaSuccess);
+    const std::vector<float> got = Down<float>(*out, want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      uint32_t got_bits, want_bits;
+      std::memcpy(&got_bits, &got[i], 4);
+      std::memcpy(&want_bits, &want[i], 4);
+      ASSERT_EQ(got_bits, want_bits)
+          << GgmlTypeName(type) << " at " << i << ": " << got[i] << " vs " << want[i];
     }
   }
 }
