@@ -28,8 +28,9 @@
 # and configure-isolated, test-skip (`local`'s configure and test). Each
 # appends to the report; a run starts a new one only when it includes facts.
 # Environment: GPU_CHECK_DIR (default .gpu-check), GPU_CHECK_JOBS (default
-# nproc), GPU_CHECK_BENCH_THREADS (default nproc), GPU_CHECK_BENCH_ARGS (more
-# tandem-engine-bench flags). The machine's own C library, C++ runtime,
+# nproc), GPU_CHECK_BENCH_THREADS (default nproc), GPU_CHECK_PROMPT (prefill
+# tokens, default 2048), GPU_CHECK_BATCH (batched decode, default 32),
+# GPU_CHECK_BENCH_ARGS (more tandem-engine-bench flags). The machine's own C library, C++ runtime,
 # OpenMP and CUDA are used; the packages' release is Debian 12.
 set -uo pipefail
 
@@ -125,6 +126,7 @@ cmd_download() {
 
 step_facts() {
   : > "$REPORT"
+  rm -f "$DIR/bench.jsonl"
   log "== tandem gpu_check report, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -n)"
   log "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   local os
@@ -305,15 +307,30 @@ step_require() {
   [ $rc != 0 ]
 }
 
+# The engine on the GPU: the 25.7M model in F32 and the 1B-class one in
+# F16, Q8_0 and Q4_K_M (each written by the benchmark itself), prefill of
+# GPU_CHECK_PROMPT tokens, decode at batch 1 and GPU_CHECK_BATCH, and the
+# fractions of the device's measured limits; one JSON line per run in
+# bench.jsonl. Without a GPU (`local`): the 25.7M model on the CPU, and the
+# CUDA run's refusal.
 step_bench() {
-  local bench="$BUILD/bin/tandem-engine-bench" type rc=0
-  for type in f32 q8_0; do
-    logrun "$bench" --model "$DIR/synthetic-$type.gguf" --make-synthetic "$type" \
+  local bench="$BUILD/bin/tandem-engine-bench" rc=0 shape type
+  local prompt="${GPU_CHECK_PROMPT:-2048}" batch="${GPU_CHECK_BATCH:-32}"
+  if ! nvidia-smi -L > /dev/null 2>&1; then
+    logrun "$bench" --model "$DIR/synthetic-f32.gguf" --make-synthetic f32 \
       --threads "$BENCH_THREADS" --device cpu ${GPU_CHECK_BENCH_ARGS:-} || rc=1
+    logrun "$bench" --model "$DIR/synthetic-f32.gguf" --device cuda
+    log "tandem-engine-bench --device cuda: exit $? (1 expected: no GPU here)"
+    return $rc
+  fi
+  for run in 25m:f32 1b:f16 1b:q8_0 1b:q4_k_m; do
+    shape="${run%%:*}" type="${run#*:}"
+    logrun "$bench" --model "$DIR/synthetic-$shape-$type.gguf" --make-synthetic "$type" \
+      --synthetic-shape "$shape" --device cuda --prompt-tokens "$prompt" --gen-tokens 128 \
+      --batch "$batch" --repeats 2 --kv-budget-mb 4096 --out "$DIR/bench.jsonl" \
+      ${GPU_CHECK_BENCH_ARGS:-} || rc=1
+    rm -f "$DIR/synthetic-$shape-$type.gguf"
   done
-  # No CUDA forward pass yet: the answer is the reason, and exit 1.
-  logrun "$bench" --model "$DIR/synthetic-q8_0.gguf" --device cuda
-  log "tandem-engine-bench --device cuda: exit $? (1 expected until the CUDA backend exists)"
   return $rc
 }
 
@@ -341,6 +358,7 @@ finish() {
   if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
     cp "$REPORT" "$OUT/gpu-check-report.txt"
     cp "$DIR"/*.log "$OUT/" 2>/dev/null
+    cp "$DIR/bench.jsonl" "$OUT/" 2>/dev/null
   fi
   echo "gpu_check: report $REPORT"
 }

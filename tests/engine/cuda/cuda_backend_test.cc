@@ -385,12 +385,12 @@ TEST(CudaBackendTest, BlockCopiesAndSlotMovesMatchTheCpu) {
 
 // --- Engines -----------------------------------------------------------------
 
-struct Run {
+struct Generation {
   std::map<int64_t, std::vector<SampledToken>> tokens;  // by sequence, in order
 };
 
-Run Generate(Engine& e) {
-  Run run;
+Generation Generate(Engine& e) {
+  Generation run;
   while (e.HasWork()) {
     absl::StatusOr<StepOutput> step = e.Step();
     EXPECT_TRUE(step.ok()) << step.status();
@@ -448,7 +448,7 @@ std::vector<GenerationRequest> Requests(const Model& model, int n, int32_t max_t
 
 void ExpectEnginesAgree(const Model& model, const EngineOptions& o, float tol,
                         const std::vector<GenerationRequest>& requests) {
-  Run runs[2];
+  Generation runs[2];
   for (const bool on_cuda : {false, true}) {
     std::unique_ptr<Backend> b = on_cuda ? Cuda() : Cpu();
     ASSERT_NE(b, nullptr);
@@ -538,7 +538,7 @@ TEST(CudaBackendTest, GraphDecodeStepsMatchEagerOnes) {
   ASSERT_NE(model, nullptr);
   std::vector<GenerationRequest> requests = Requests(*model, 6, 8);
   for (size_t i = 0; i < requests.size(); ++i) requests[i].max_tokens = 6 + 5 * int32_t(i);
-  Run runs[2];
+  Generation runs[2];
   for (const bool graphs : {false, true}) {
     std::unique_ptr<Backend> b = Cuda(graphs ? 256 : 0);
     ASSERT_NE(b, nullptr);
@@ -593,7 +593,7 @@ void ExpectHandOffAgrees(bool prefill_on_cuda) {
     }
     std::unique_ptr<Engine> solo = MakeEngine(*model, Cpu(), o);
     ASSERT_TRUE(solo->Add(r).ok());
-    const Run want = Generate(*solo);
+    const Generation want = Generate(*solo);
     ASSERT_EQ(want.tokens.size(), 1u);
     EXPECT_GT(ExpectAgree(got, want.tokens.begin()->second, 1e-3f,
                           std::string("kv ") + std::string(GgmlTypeName(kv_type))),
