@@ -30,6 +30,8 @@
 # Environment: GPU_CHECK_DIR (default .gpu-check), GPU_CHECK_JOBS (default
 # nproc), GPU_CHECK_BENCH_THREADS (default nproc), GPU_CHECK_PROMPT (prefill
 # tokens, default 2048), GPU_CHECK_BATCH (batched decode, default 32),
+# GPU_CHECK_BENCH_MODELS (shape:type pairs, default "25m:f32 1b:f16 1b:q8_0
+# 1b:q4_k_m"; each 1B model takes the machine 30-60 s to write),
 # GPU_CHECK_BENCH_ARGS (more tandem-engine-bench flags). The machine's own C library, C++ runtime,
 # OpenMP and CUDA are used; the packages' release is Debian 12.
 set -uo pipefail
@@ -323,11 +325,11 @@ step_bench() {
     log "tandem-engine-bench --device cuda: exit $? (1 expected: no GPU here)"
     return $rc
   fi
-  for run in 25m:f32 1b:f16 1b:q8_0 1b:q4_k_m; do
+  for run in ${GPU_CHECK_BENCH_MODELS:-25m:f32 1b:f16 1b:q8_0 1b:q4_k_m}; do
     shape="${run%%:*}" type="${run#*:}"
     logrun "$bench" --model "$DIR/synthetic-$shape-$type.gguf" --make-synthetic "$type" \
       --synthetic-shape "$shape" --device cuda --prompt-tokens "$prompt" --gen-tokens 128 \
-      --batch "$batch" --repeats 2 --kv-budget-mb 4096 --out "$DIR/bench.jsonl" \
+      --batch "$batch" --repeats "${GPU_CHECK_REPEATS:-2}" --kv-budget-mb 4096 --out "$DIR/bench.jsonl" \
       ${GPU_CHECK_BENCH_ARGS:-} || rc=1
     rm -f "$DIR/synthetic-$shape-$type.gguf"
   done

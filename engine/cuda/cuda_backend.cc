@@ -334,18 +334,21 @@ class CudaBackend final : public Backend {
       std::memcpy(host + offset, v.data(), v.size() * sizeof(v[0]));
       Copy(offset, static_cast<int64_t>(v.size() * sizeof(v[0])));
     };
-    // Per row, padded to rows_: pad rows read token 0 at position 0, store
-    // nothing (slot -1), attend to nothing and gather row 0.
-    const auto put_rows = [&](int64_t offset, const auto& v, auto pad) {
-      using T_ = std::decay_t<decltype(v[0])>;
-      auto* row = reinterpret_cast<T_*>(host + offset);
-      std::memcpy(row, v.data(), v.size() * sizeof(T_));
-      std::fill(row + v.size(), row + rows_, static_cast<T_>(pad));
-      Copy(offset, int64_t{rows_} * int64_t{sizeof(T_)});
+    // Per row (token rows, or logits rows), padded to `n` for a graph's
+    // bucket: pad rows read token 0 at position 0, store nothing (slot -1),
+    // attend to nothing, gather row 0 and are not reduced.
+    const auto put_rows = [&](int64_t offset, const auto& v, auto pad, int32_t n) {
+      using Element = std::decay_t<decltype(v[0])>;
+      auto* row = reinterpret_cast<Element*>(host + offset);
+      std::memcpy(row, v.data(), v.size() * sizeof(Element));
+      std::fill(row + v.size(), row + n, static_cast<Element>(pad));
+      Copy(offset, int64_t{n} * int64_t{sizeof(Element)});
     };
-    put_rows(layout_.tokens, step.tokens, 0);
-    put_rows(layout_.positions, step.positions, 0);
-    put_rows(layout_.slots, step.slot_mapping, -1);
+    // A graph step has a logits row per token row: both padded alike.
+    const int32_t logit_rows = bucket > 0 ? rows_ : R;
+    put_rows(layout_.tokens, step.tokens, 0, rows_);
+    put_rows(layout_.positions, step.positions, 0, rows_);
+    put_rows(layout_.slots, step.slot_mapping, -1, rows_);
     auto* kv_len = reinterpret_cast<int32_t*>(host + layout_.kv_len);
     auto* table_offset = reinterpret_cast<int32_t*>(host + layout_.table_offset);
     for (const StepSequence& s : step.seqs) {
@@ -359,9 +362,9 @@ class CudaBackend final : public Backend {
     Copy(layout_.kv_len, int64_t{rows_} * 4);
     Copy(layout_.table_offset, int64_t{rows_} * 4);
     put(layout_.block_table, step.block_tables);
-    put_rows(layout_.logit_rows, step.logit_rows, 0);
-    put_rows(layout_.top_k, step.logit_top_k, -1);
-    put_rows(layout_.target, step.logit_target, -1);
+    put_rows(layout_.logit_rows, step.logit_rows, 0, logit_rows);
+    put_rows(layout_.top_k, step.logit_top_k, -1, logit_rows);
+    put_rows(layout_.target, step.logit_target, -1, logit_rows);
     Ok(cudaEventRecord(meta_copied_, stream_.stream()), "cudaEventRecord");
     step_ = &step;
     real_rows_ = T;
