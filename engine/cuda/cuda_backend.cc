@@ -313,6 +313,9 @@ class CudaBackend final : public Backend {
     ASSIGN_OR_RETURN(DevicePtr<uint8_t> r, Allocate(reduced, "reduced logits"));
     reduced_ = r.As<ReducedRow>().backend_address();
     RETURN_IF_ERROR(reduced_host_.Reserve(reduced));
+    ASSIGN_OR_RETURN(DevicePtr<uint8_t> a, Allocate(PagedAttentionScratchBytes(),
+                                                    "attention scratch"));
+    attention_scratch_ = a.As<float>().backend_address();
     return absl::OkStatus();
   }
 
@@ -479,7 +482,8 @@ class CudaBackend final : public Backend {
                              .kv_f16 = kv.f16,
                              .kv_len = Meta<int32_t>(layout_.kv_len),
                              .table_offset = Meta<int32_t>(layout_.table_offset),
-                             .block_table = Meta<int32_t>(layout_.block_table)};
+                             .block_table = Meta<int32_t>(layout_.block_table),
+                             .split_scratch = attention_scratch_};
     Op(Signature({9, Word(args.q), Word(args.out), static_cast<uint64_t>(args.n_rows),
                   static_cast<uint64_t>(args.n_head), static_cast<uint64_t>(args.n_head_kv),
                   static_cast<uint64_t>(args.head_dim), Word(args.kv_base),
@@ -796,6 +800,7 @@ class CudaBackend final : public Backend {
   cudaEvent_t meta_copied_ = nullptr;  // after the last step's copies out of the mirror
   DeviceBuffer* matmul_scratch_ = nullptr;
   ReducedRow* reduced_ = nullptr;
+  float* attention_scratch_ = nullptr;  // LaunchPagedAttention's split partials
   PinnedBuffer reduced_host_;
   PinnedBuffer staging_;       // ReadBlocks / WriteBlocks
   DeviceBuffer move_;          // MoveKvSlots (outside steps; grows)

@@ -184,105 +184,12 @@ __global__ void TopKKernel(const float* logits, int64_t vocab, int32_t k, int32_
   }
 }
 
-__device__ float LoadKv(const uint8_t* p, int64_t i, bool f16) {
-  return f16 ? __half2float(reinterpret_cast<const __half*>(p)[i])
-             : reinterpret_cast<const float*>(p)[i];
-}
-
-constexpr int kAttentionWarps = 4;
-constexpr int kPerLane = kMaxAttentionHeadDim / 32;
-
-// grid (n_rows, n_head), kAttentionWarps warps: warp w takes slots w, w + 4,
-// ...; its lanes split head_dim for the dot product (a warp sum) and for the
-// value accumulator, each warp keeping its own online-softmax state; the
-// warps' states are merged at the end.
-__global__ void PagedAttentionKernel(PagedAttentionArgs a) {
-  __shared__ float q[kMaxAttentionHeadDim];
-  __shared__ float warp_m[kAttentionWarps];
-  __shared__ float warp_l[kAttentionWarps];
-  __shared__ float warp_acc[kAttentionWarps][kMaxAttentionHeadDim];
-  const int32_t row = blockIdx.x;
-  const int32_t h = blockIdx.y;
-  const int32_t hd = a.head_dim;
-  const int32_t kv_dim = a.n_head_kv * hd;
-  const int32_t g = h / (a.n_head / a.n_head_kv);
-  const float scale = rsqrtf(static_cast<float>(hd));
-  const float* q_row = a.q + (static_cast<int64_t>(row) * a.n_head + h) * hd;
-  for (int32_t d = threadIdx.x; d < hd; d += blockDim.x) q[d] = q_row[d] * scale;
-  __syncthreads();
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int32_t* blocks = a.block_table + a.table_offset[row];
-  const int32_t n = a.kv_len[row];
-  const int64_t elem = a.kv_f16 ? 2 : 4;
-  float m = -FLT_MAX;
-  float l = 0.0f;
-  float acc[kPerLane];
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) acc[i] = 0.0f;
-  for (int32_t s = warp; s < n; s += kAttentionWarps) {
-    const uint8_t* block = a.kv_base + static_cast<int64_t>(blocks[s / a.block_size]) *
-                                           a.block_bytes;
-    const int64_t at = static_cast<int64_t>(s % a.block_size) * kv_dim + g * hd;
-    const uint8_t* keys = block + a.k_offset + at * elem;
-    const uint8_t* values = block + a.v_offset + at * elem;
-    float dot = 0.0f;
-    for (int32_t d = lane; d < hd; d += 32) dot += q[d] * LoadKv(keys, d, a.kv_f16);
-    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-    const float m_new = fmaxf(m, dot);
-    const float keep = expf(m - m_new);
-    const float p = expf(dot - m_new);
-    l = l * keep + p;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int32_t d = lane + 32 * i;
-      if (d < hd) acc[i] = acc[i] * keep + p * LoadKv(values, d, a.kv_f16);
-    }
-    m = m_new;
-  }
-  if (lane == 0) {
-    warp_m[warp] = m;
-    warp_l[warp] = l;
-  }
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int32_t d = lane + 32 * i;
-    if (d < hd) warp_acc[warp][d] = acc[i];
-  }
-  __syncthreads();
-  float big_m = -FLT_MAX;
-  for (int w = 0; w < kAttentionWarps; ++w) big_m = fmaxf(big_m, warp_m[w]);
-  float big_l = 0.0f;
-  for (int w = 0; w < kAttentionWarps; ++w) {
-    if (warp_l[w] > 0.0f) big_l += warp_l[w] * expf(warp_m[w] - big_m);
-  }
-  float* out = a.out + (static_cast<int64_t>(row) * a.n_head + h) * hd;
-  for (int32_t d = threadIdx.x; d < hd; d += blockDim.x) {
-    float sum = 0.0f;
-    for (int w = 0; w < kAttentionWarps; ++w) {
-      if (warp_l[w] > 0.0f) sum += warp_acc[w][d] * expf(warp_m[w] - big_m);
-    }
-    out[d] = big_l > 0.0f ? sum / big_l : 0.0f;
-  }
-}
-
 }  // namespace
-
-cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, cudaStream_t stream) {
-  if (args.n_rows == 0 || args.n_head == 0) return cudaSuccess;
-  if (args.head_dim <= 0 || args.head_dim > kMaxAttentionHeadDim || args.n_head_kv <= 0 ||
-      args.n_head % args.n_head_kv != 0 || args.block_size <= 0) {
-    return cudaErrorInvalidValue;
-  }
-  const dim3 grid(static_cast<unsigned>(args.n_rows), static_cast<unsigned>(args.n_head));
-  PagedAttentionKernel<<<grid, 32 * kAttentionWarps, 0, stream>>>(args);
-  return cudaGetLastError();
-}
 
 cudaError_t CheckKernelImage(int device) {
   if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return e;
-  // Every kernel is in this one file, compiled for the same architectures:
-  // one kernel's image answers for all of them.
+  // Every kernel file of tandem_cuda_kernels is compiled for the same
+  // architectures: one kernel's image answers for all of them.
   cudaFuncAttributes attributes;
   return cudaFuncGetAttributes(&attributes, AddKernel);
 }

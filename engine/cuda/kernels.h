@@ -2,7 +2,7 @@
 // pointers are device memory; shapes are row-major as in engine/model/backend.h.
 // Each launcher returns the launch's error (cudaGetLastError), not the
 // kernel's outcome: synchronize the stream to see that. Compiled by nvcc
-// (kernels.cu) for sm_80 and sm_90; this header is plain C++.
+// (kernels.cu, attention.cu) for sm_80 and sm_90; this header is plain C++.
 #ifndef TANDEM_ENGINE_CUDA_KERNELS_H_
 #define TANDEM_ENGINE_CUDA_KERNELS_H_
 
@@ -58,7 +58,11 @@ cudaError_t LaunchToBf16(const float* x, int64_t n, void* out, cudaStream_t stre
 // are at kv_base + b * block_bytes + k_offset as [block_size][n_head_kv *
 // head_dim] of f32 or f16 (kv_f16), values at v_offset likewise; query head
 // h reads KV head h / (n_head / n_head_kv). out = softmax(q k^T /
-// sqrt(head_dim)) v, online softmax (no score matrix). head_dim <= 256.
+// sqrt(head_dim)) v, online softmax (no score matrix); kv_len 0 gives
+// zeros. head_dim <= 256. Rows of one sequence are consecutive and share
+// table_offset: runs of them are computed together, each key/value tile
+// read once per run (engine/cuda/attention.cu). Capturable in a CUDA graph:
+// the launch's shape depends only on n_rows and n_head.
 struct PagedAttentionArgs {
   const float* q = nullptr;
   float* out = nullptr;
@@ -75,9 +79,17 @@ struct PagedAttentionArgs {
   const int32_t* kv_len = nullptr;        // [n_rows]
   const int32_t* table_offset = nullptr;  // [n_rows]
   const int32_t* block_table = nullptr;   // every sequence's block ids
+  // PagedAttentionScratchBytes() of device memory, or null. With it, when
+  // n_rows * n_head blocks are too few to fill the GPU (small-batch decode),
+  // each row's slots are split over several blocks whose partial results a
+  // second kernel merges; without it, one block per row and head.
+  float* split_scratch = nullptr;
 };
 inline constexpr int32_t kMaxAttentionHeadDim = 256;
 cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, cudaStream_t stream);
+// The split_scratch any launch needs (any n_rows, n_head, head_dim <= 256):
+// a constant of about 2 MiB, so a backend sizes it once at start-up.
+int64_t PagedAttentionScratchBytes();
 
 // The largest top-k that LaunchTopKLogprobs takes.
 inline constexpr int32_t kMaxTopK = 32;

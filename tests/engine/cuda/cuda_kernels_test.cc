@@ -18,6 +18,7 @@
 #include "engine/model/backend.h"
 #include "engine/cpu/attention.h"
 #include "engine/cpu/reference_kernels.h"
+#include "engine/cuda/attention_plan.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/driver.h"
 #include "engine/cuda/kernels.h"
@@ -442,6 +443,212 @@ TEST_F(CudaKernelsTest, PagedAttentionMatchesTheReference) {
     ASSERT_EQ(LaunchPagedAttention(a, stream_->stream()), cudaSuccess);
     ExpectNear(Down<float>(*dout, q.size()), want, 1e-4f);
   }
+}
+
+// A batch for LaunchPagedAttention: sequences (kv_start, n_rows) in order,
+// then pad_rows rows with kv_len 0 (as the backend pads graph buckets).
+struct AttentionCase {
+  GgmlType dtype = GgmlType::kF32;
+  int32_t n_head = 4;
+  int32_t n_head_kv = 2;
+  int32_t head_dim = 64;
+  int32_t block_size = 16;
+  std::vector<std::pair<int32_t, int32_t>> seqs;
+  int32_t pad_rows = 0;
+  bool split = true;  // pass split_scratch
+};
+
+class PagedAttentionTest : public CudaKernelsTest {
+ protected:
+  void Check(const AttentionCase& c) {
+    const int32_t kv_dim = c.n_head_kv * c.head_dim;
+    const int64_t elem = c.dtype == GgmlType::kF16 ? 2 : 4;
+    const int64_t half_block = int64_t{c.block_size} * kv_dim * elem;
+    int32_t n_blocks = 0, rows = c.pad_rows;
+    for (const auto& [kv_start, n] : c.seqs) {
+      n_blocks += (kv_start + n + c.block_size - 1) / c.block_size;
+      rows += n;
+    }
+    // Blocks in a shuffled order, so a table is not the identity.
+    std::vector<BlockId> ids(n_blocks);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng_);
+    std::vector<uint8_t> pool(n_blocks * 2 * half_block);
+    const std::vector<float> kv = Random(pool.size() / elem, 1.5f);
+    for (size_t i = 0; i < kv.size(); ++i) {
+      if (c.dtype == GgmlType::kF16) {
+        reinterpret_cast<uint16_t*>(pool.data())[i] = Fp32ToFp16(kv[i]);
+      } else {
+        reinterpret_cast<float*>(pool.data())[i] = kv[i];
+      }
+    }
+    std::vector<AttentionSequence> seqs;
+    std::vector<int32_t> table, kv_len, offset;
+    int32_t row = 0;
+    for (const auto& [kv_start, n] : c.seqs) {
+      const int32_t at = static_cast<int32_t>(table.size());
+      const int32_t blocks = (kv_start + n + c.block_size - 1) / c.block_size;
+      table.insert(table.end(), ids.begin() + at, ids.begin() + at + blocks);
+      for (int32_t i = 0; i < n; ++i) {
+        kv_len.push_back(kv_start + i + 1);
+        offset.push_back(at);
+      }
+      seqs.push_back({.first_row = row, .n_rows = n, .kv_start = kv_start, .blocks = {}});
+      row += n;
+    }
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      seqs[i].blocks = std::span<const BlockId>(table).subspan(offset[seqs[i].first_row]);
+    }
+    kv_len.resize(rows, 0);
+    offset.resize(rows, 0);
+    const std::vector<float> q = Random(int64_t{rows} * c.n_head * c.head_dim, 2.0f);
+    std::vector<float> want(q.size(), 0.0f);  // pad rows stay 0
+    cpu::PagedAttentionReference({.q = q.data(),
+                                  .out = want.data(),
+                                  .n_head = c.n_head,
+                                  .n_head_kv = c.n_head_kv,
+                                  .head_dim = c.head_dim,
+                                  .kv = {.dtype = c.dtype,
+                                         .base = DevicePtr<uint8_t>(pool.data()),
+                                         .block_bytes = 2 * half_block,
+                                         .k_offset = 0,
+                                         .v_offset = half_block,
+                                         .block_size = c.block_size,
+                                         .kv_dim = kv_dim},
+                                  .seqs = seqs});
+    DeviceBuffer dq = Up(q), dpool = Up(pool), dtable = Up(table), dlen = Up(kv_len),
+                 doff = Up(offset);
+    // NaN where the kernel fails to write.
+    const std::vector<float> poison(q.size(), std::nanf(""));
+    DeviceBuffer dout = Up(poison);
+    absl::StatusOr<DeviceBuffer> scratch =
+        DeviceBuffer::Allocate(static_cast<size_t>(PagedAttentionScratchBytes()));
+    ASSERT_TRUE(scratch.ok());
+    PagedAttentionArgs a;
+    a.q = dq.as<float>();
+    a.out = dout.as<float>();
+    a.n_rows = rows;
+    a.n_head = c.n_head;
+    a.n_head_kv = c.n_head_kv;
+    a.head_dim = c.head_dim;
+    a.kv_base = dpool.as<uint8_t>();
+    a.block_bytes = 2 * half_block;
+    a.k_offset = 0;
+    a.v_offset = half_block;
+    a.block_size = c.block_size;
+    a.kv_f16 = c.dtype == GgmlType::kF16;
+    a.kv_len = dlen.as<int32_t>();
+    a.table_offset = doff.as<int32_t>();
+    a.block_table = dtable.as<int32_t>();
+    a.split_scratch = c.split ? scratch->as<float>() : nullptr;
+    ASSERT_EQ(LaunchPagedAttention(a, stream_->stream()), cudaSuccess);
+    ExpectNear(Down<float>(dout, q.size()), want, 1e-4f);
+  }
+};
+
+TEST_F(PagedAttentionTest, LongPrefillChunk) {
+  for (const GgmlType dtype : {GgmlType::kF32, GgmlType::kF16}) {
+    SCOPED_TRACE(static_cast<int>(dtype));
+    Check({.dtype = dtype, .n_head = 8, .n_head_kv = 2, .head_dim = 64, .seqs = {{50, 200}}});
+  }
+}
+
+TEST_F(PagedAttentionTest, MixedSequencesAndPadRows) {
+  // Runs that start and end inside tiles, decode rows between them, a run
+  // of 3 (row kernel) and pad rows; head_dim 80 pads to the 128 tile.
+  for (const GgmlType dtype : {GgmlType::kF32, GgmlType::kF16}) {
+    SCOPED_TRACE(static_cast<int>(dtype));
+    Check({.dtype = dtype,
+           .n_head = 8,
+           .n_head_kv = 8,
+           .head_dim = 80,
+           .block_size = 8,
+           .seqs = {{10, 1}, {7, 37}, {100, 1}, {0, 3}, {20, 70}, {5, 1}, {0, 9}},
+           .pad_rows = 6});
+  }
+}
+
+TEST_F(PagedAttentionTest, Gqa32To8HeadDim128) {
+  Check({.dtype = GgmlType::kF16,
+         .n_head = 32,
+         .n_head_kv = 8,
+         .head_dim = 128,
+         .seqs = {{0, 40}, {300, 1}, {33, 24}},
+         .pad_rows = 3});
+}
+
+TEST_F(PagedAttentionTest, HeadDim256) {
+  for (const GgmlType dtype : {GgmlType::kF32, GgmlType::kF16}) {
+    SCOPED_TRACE(static_cast<int>(dtype));
+    Check({.dtype = dtype,
+           .n_head = 2,
+           .n_head_kv = 1,
+           .head_dim = 256,
+           .seqs = {{5, 40}, {200, 1}, {0, 2}}});
+  }
+}
+
+TEST_F(PagedAttentionTest, LongDecodeSplits) {
+  // 8 rows x 32 heads: 4 splits; 8 rows again: 4. Pad rows (kv_len 0)
+  // write zeros through the combine.
+  for (const GgmlType dtype : {GgmlType::kF32, GgmlType::kF16}) {
+    SCOPED_TRACE(static_cast<int>(dtype));
+    Check({.dtype = dtype,
+           .n_head = 32,
+           .n_head_kv = 8,
+           .head_dim = 64,
+           .seqs = {{2999, 1}, {1500, 1}, {40, 1}, {0, 1}},
+           .pad_rows = 4});
+    // One decode row at offset 0 and a graph bucket's pad rows (offset 0
+    // too): still a single row, split 32 ways.
+    Check({.dtype = dtype,
+           .n_head = 32,
+           .n_head_kv = 8,
+           .head_dim = 128,
+           .seqs = {{2999, 1}},
+           .pad_rows = 7});
+    // A single row: 32 splits of 94 slots.
+    Check({.dtype = dtype, .n_head = 32, .n_head_kv = 8, .head_dim = 64, .seqs = {{2999, 1}}});
+    Check({.dtype = dtype,
+           .n_head = 32,
+           .n_head_kv = 8,
+           .head_dim = 128,
+           .seqs = {{2999, 1}, {100, 1}},
+           .split = false});
+  }
+}
+
+// The row plan, on the host: runs, split counts and chunks.
+TEST(AttentionPlanTest, RunsSplitsAndChunks) {
+  EXPECT_EQ(RunAround(0b0111'1000u, 4).begin, 3);
+  EXPECT_EQ(RunAround(0b0111'1000u, 4).end, 7);
+  EXPECT_EQ(RunAround(0xffffffffu, 31).begin, 0);
+  EXPECT_EQ(RunAround(0xffffffffu, 0).end, 32);
+  EXPECT_EQ(RunAround(0x1u, 0).end, 1);
+  EXPECT_EQ(RunKey(7, 3, 12), 7);
+  EXPECT_EQ(RunKey(0, 0, 12), -13);  // a pad row: alone
+  EXPECT_EQ(SplitCount(kSplitTargetBlocks), 1);
+  EXPECT_EQ(SplitCount(1), kMaxSplits);
+  EXPECT_EQ(SplitCount(256), 4);
+  for (int64_t blocks = 1; blocks < 2 * kSplitTargetBlocks; ++blocks) {
+    const int32_t splits = SplitCount(blocks);
+    ASSERT_GE(splits, 1);
+    ASSERT_LE(blocks * (splits > 1 ? splits : 0), MaxSplitPartials());
+  }
+  for (const int32_t splits : {1, 2, 4, 7, 32}) {
+    for (const int32_t n : {0, 1, 63, 64, 65, 200, 2999, 3000, 100000}) {
+      // Splits [z c, (z + 1) c) clipped to n tile [0, n) in at most `splits`.
+      const int32_t c = SplitChunk(n, splits);
+      int32_t covered = 0;
+      for (int32_t z = 0; z < splits; ++z) {
+        const int32_t begin = std::min(n, z * c), end = std::min(n, begin + c);
+        ASSERT_EQ(begin, std::min(n, covered));
+        covered = std::max(covered, end);
+      }
+      ASSERT_EQ(covered, n) << splits << " " << n;
+    }
+  }
+  EXPECT_LE(PagedAttentionScratchBytes(), int64_t{4} << 20);
 }
 
 }  // namespace
