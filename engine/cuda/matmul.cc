@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "engine/cuda/gemv16.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/quant_kernels.h"
 
@@ -88,6 +89,12 @@ absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x,
     }
     case GgmlType::kF16:
     case GgmlType::kBF16:
+      // Decode: the weight streamed once, the activations left in f32.
+      if (Gemv16Takes(w.data, w.cols, x, n_tokens)) {
+        return Check(LaunchGemv16(w.data, w.type == GgmlType::kBF16, w.rows, w.cols, x, n_tokens,
+                                  y, stream.stream()),
+                     "Gemv16");
+      }
       return Gemm16(stream, w.data, w.type == GgmlType::kBF16, w.rows, w.cols, x, n_tokens,
                     scratch.data(), y);
     default:

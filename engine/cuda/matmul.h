@@ -1,6 +1,7 @@
 // The GPU backend's matrix products: y[t, r] = sum_c x[t, c] * w[r, c] on a
 // Stream, every pointer device memory. F32 weights through cuBLAS in full
-// f32; F16 and BF16 weights through cublasGemmEx on the tensor cores (the
+// f32; F16 and BF16 weights through a GEMV that streams the weight at 1-8
+// tokens (engine/cuda/gemv16.h), else cublasGemmEx on the tensor cores (the
 // activations converted to the weight's type, accumulation in f32); the
 // block-quantized types (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) through the
 // dequantize-on-the-fly GEMV for decode-sized batches and, above

@@ -128,13 +128,17 @@ for (const values of valueSets) {
   });
 }
 
-test('GPU values request nvidia.com/gpu for prefill only', () => {
+test('GPU values request nvidia.com/gpu and --device=cuda for prefill only', () => {
   const objects = render(path.join(chart, 'ci', 'gpu-prefill-values.yaml'));
   const byRole = (role) => objects.find((o) => o.kind === 'Deployment' &&
     o.spec.template.metadata.labels['app.kubernetes.io/component'] === role);
   const limits = (role) => byRole(role).spec.template.spec.containers[0].resources.limits;
   assert.equal(limits('prefill')['nvidia.com/gpu'], 1);
   assert.equal(limits('decode')['nvidia.com/gpu'], undefined);
+  // A worker given a GPU computes on it; one without stays on the CPU.
+  const args = (role) => byRole(role).spec.template.spec.containers[0].args;
+  assert.ok(args('prefill').includes('--device=cuda'));
+  assert.ok(!args('decode').some((a) => a.startsWith('--device')));
   assert.deepEqual(byRole('prefill').spec.template.spec.nodeSelector,
                    { 'nvidia.com/gpu.present': 'true' });
   const volume = byRole('decode').spec.template.spec.volumes.find((v) => v.name === 'model');

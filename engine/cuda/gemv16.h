@@ -1,0 +1,31 @@
+// Decode-time products with 16-bit weights: y[t, r] = sum_c x[t, c] * w[r, c]
+// for a few tokens, the weight (f16 or bf16, as GGUF stores it) streamed
+// once and widened to f32 in registers, the activations read as f32. At
+// batch 1-8 a GEMM on the tensor cores is bound by reading the weight
+// anyway, and this skips converting the activations (a launch and a
+// rounding) and cuBLAS's small-n kernels. Device pointers; the launch's
+// error, like kernels.h.
+#ifndef TANDEM_ENGINE_CUDA_GEMV16_H_
+#define TANDEM_ENGINE_CUDA_GEMV16_H_
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace tandem::engine::cuda {
+
+// The most tokens LaunchGemv16 takes in one launch.
+inline constexpr int64_t kGemv16MaxTokens = 8;
+
+// Whether LaunchGemv16 takes this shape: 1..kGemv16MaxTokens tokens, cols a
+// multiple of 8 (whole 16-byte loads), w and x 16-byte aligned.
+bool Gemv16Takes(const void* w, int64_t cols, const float* x, int64_t n_tokens);
+
+// y [n_tokens][rows] = x [n_tokens][cols] * w^T, w [rows][cols] of f16, or
+// bf16 when `bf16`. cudaErrorInvalidValue for a shape Gemv16Takes refuses.
+cudaError_t LaunchGemv16(const void* w, bool bf16, int64_t rows, int64_t cols, const float* x,
+                         int64_t n_tokens, float* y, cudaStream_t stream);
+
+}  // namespace tandem::engine::cuda
+
+#endif  // TANDEM_ENGINE_CUDA_GEMV16_H_
