@@ -11,6 +11,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -201,11 +202,15 @@ TEST_F(CudaKernelsTest, MatMulMatchesTheReferenceForEachWeightType) {
   // GEMV's launcher past one 16-token launch when called directly.
   static_assert(kQuantGemvMaxTokens == 16);
   for (const Case& c : cases) {
-    for (const int64_t tokens : {1, 3, 16, 17, 37}) {
+    // One and several 256-element super-blocks per row (a warp's lanes
+    // mostly idle, then busy), and rows not multiples of the GEMV's 4 warps.
+    for (const auto& [tokens, cols] : std::vector<std::pair<int64_t, int64_t>>{
+             {1, 512}, {3, 512}, {16, 512}, {17, 512}, {37, 512}, {1, 256}, {4, 256},
+             {9, 768}, {20, 256}}) {
       const bool quantized = GgmlIsQuantized(c.type);
       const float tol =
           !quantized ? c.tol : (tokens <= kQuantGemvMaxTokens ? kGemvTol : kF16GemmTol);
-      const int64_t rows = 70, cols = 512;  // K-quants take multiples of 256
+      const int64_t rows = 70;
       const std::vector<uint8_t> w = Encode(c.type, Random(rows * cols));
       const std::vector<float> x = Random(tokens * cols, 2.0f);
       const WeightMatrix host{.type = c.type, .data = w.data(), .rows = rows, .cols = cols};
