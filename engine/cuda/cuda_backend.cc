@@ -48,6 +48,7 @@
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/matmul.h"
 #include "engine/cuda/quant_kernels.h"
+#include "engine/cuda/step_plan.h"
 
 namespace tandem::engine {
 namespace cuda {
@@ -71,8 +72,6 @@ void Ok(cudaError_t e, const char* what) {
 void Ok(const absl::Status& s, const char* what) {
   TANDEM_CHECK(s.ok(), "a CUDA call inside a step succeeds") << what << ": " << s;
 }
-
-int64_t MiB(int64_t bytes) { return (bytes + (1 << 20) - 1) >> 20; }
 
 // Page-locked host memory (cudaMallocHost): what the copy engines read and
 // write without a bounce, so a copy from it is truly asynchronous.
@@ -100,43 +99,6 @@ class PinnedBuffer {
  private:
   void* data_ = nullptr;
   int64_t bytes_ = 0;
-};
-
-// Where each of a step's metadata arrays lives in the device buffer (and
-// its pinned mirror): fixed offsets for ReserveStep's limits, so the
-// kernels' pointers are the same every step.
-struct MetaLayout {
-  int64_t tokens = 0;        // int32 [T]
-  int64_t positions = 0;     // int32 [T]
-  int64_t slots = 0;         // int64 [T]
-  int64_t kv_len = 0;        // int32 [T]: slots row t attends to (its own included)
-  int64_t table_offset = 0;  // int32 [T]: its sequence's table in block_table
-  int64_t block_table = 0;   // int32 [max_table_entries]
-  int64_t logit_rows = 0;    // int32 [R]
-  int64_t top_k = 0;         // int32 [R]
-  int64_t target = 0;        // int32 [R]
-  int64_t bytes = 0;
-
-  static MetaLayout For(const StepLimits& l) {
-    MetaLayout m;
-    int64_t at = 0;
-    const auto region = [&at](int64_t bytes) {
-      const int64_t offset = at;
-      at += (bytes + 255) / 256 * 256;
-      return offset;
-    };
-    m.tokens = region(int64_t{l.max_tokens} * 4);
-    m.positions = region(int64_t{l.max_tokens} * 4);
-    m.slots = region(int64_t{l.max_tokens} * 8);
-    m.kv_len = region(int64_t{l.max_tokens} * 4);
-    m.table_offset = region(int64_t{l.max_tokens} * 4);
-    m.block_table = region(int64_t{l.max_table_entries} * 4);
-    m.logit_rows = region(int64_t{l.max_logit_rows} * 4);
-    m.top_k = region(int64_t{l.max_logit_rows} * 4);
-    m.target = region(int64_t{l.max_logit_rows} * 4);
-    m.bytes = at;
-    return m;
-  }
 };
 
 KvRows RowsOf(const PagedKvView& kv) {
@@ -639,20 +601,9 @@ class CudaBackend final : public Backend {
 
   void SetDevice() const { Ok(cudaSetDevice(device_), "cudaSetDevice"); }
 
-  // The bucket a step's graph is for, or 0 for an eager step: steps of one
-  // row per sequence (decode), each row its own logits row, at most
-  // graph_max_batch_ of them, whose bucket has not failed to capture.
+  // The step's bucket (engine/cuda/step_plan.h), unless its capture failed.
   int32_t GraphBucket(const StepMetadata& step) const {
-    const int32_t T = step.n_tokens();
-    if (graph_max_batch_ <= 0 || T == 0 || T > graph_max_batch_) return 0;
-    if (step.n_logit_rows() != T || static_cast<int32_t>(step.seqs.size()) != T) return 0;
-    for (int32_t r = 0; r < T; ++r) {
-      if (step.logit_rows[r] != r) return 0;
-    }
-    const int32_t cap = std::min({graph_max_batch_, limits_.max_tokens, limits_.max_logit_rows});
-    int32_t bucket = 1;
-    while (bucket < T) bucket *= 2;
-    bucket = std::min(bucket, cap);
+    const int32_t bucket = cuda::GraphBucket(step, graph_max_batch_, limits_);
     return uncapturable_.contains(bucket) ? 0 : bucket;
   }
 
@@ -768,15 +719,9 @@ class CudaBackend final : public Backend {
     size_t free = 0, total = 0;
     cudaMemGetInfo(&free, &total);
     cudaGetLastError();
-    std::string held;
-    for (const auto& [use, b] : allocated_) {
-      absl::StrAppend(&held, held.empty() ? "" : ", ", use, " ", MiB(b), " MiB");
-    }
-    return absl::ResourceExhaustedError(absl::StrCat(
-        std::string(what), ": cannot allocate ", MiB(bytes), " MiB on ", name_, " (", MiB(free),
-        " MiB free of ", MiB(total), " MiB; this process holds ", held.empty() ? "nothing" : held,
-        "): lower --kv-budget-mb (the KV pool) or --max-batch-tokens (the step's scratch), "
-        "or use a smaller model"));
+    return absl::ResourceExhaustedError(
+        OutOfMemoryMessage(what, bytes, name_, static_cast<int64_t>(free),
+                           static_cast<int64_t>(total), allocated_));
   }
 
   const int device_;
