@@ -154,7 +154,8 @@ class CudaBackend final : public Backend {
     TANDEM_CHECK(bytes >= 0, "allocation size is not negative");
     RETURN_IF_ERROR(Check(cudaSetDevice(device_), "cudaSetDevice"));
     EndSection();
-    absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(static_cast<size_t>(std::max<int64_t>(bytes, 1)));
+    absl::StatusOr<DeviceBuffer> b =
+        DeviceBuffer::Allocate(static_cast<size_t>(std::max<int64_t>(bytes, 1)));
     if (!b.ok()) return OutOfMemory(bytes, what);
     allocated_[std::string(what.substr(0, what.find(' ')))] += bytes;
     auto* p = b->as<uint8_t>();

@@ -47,9 +47,9 @@ absl::Status Gemm16(const Stream& stream, const void* w16, bool bf16, int64_t ro
   const int n = static_cast<int>(n_tokens);
   const int k = static_cast<int>(cols);
   const cudaDataType type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  return Check(stream.blas_api().gemm_ex(stream.blas(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w16, type,
-                            k, x16, type, k, &beta, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT),
+  return Check(stream.blas_api().gemm_ex(stream.blas(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha,
+                                         w16, type, k, x16, type, k, &beta, y, CUDA_R_32F, m,
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                bf16 ? "cublasGemmEx (bf16)" : "cublasGemmEx (f16)");
 }
 
@@ -82,10 +82,11 @@ absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x,
       const int m = static_cast<int>(w.rows);
       const int n = static_cast<int>(n_tokens);
       const int k = static_cast<int>(w.cols);
-      return Check(stream.blas_api().gemm_ex(stream.blas(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.data,
-                                CUDA_R_32F, k, x, CUDA_R_32F, k, &beta, y, CUDA_R_32F, m,
-                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                   "cublasGemmEx (f32)");
+      return Check(
+          stream.blas_api().gemm_ex(stream.blas(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha,
+                                    w.data, CUDA_R_32F, k, x, CUDA_R_32F, k, &beta, y, CUDA_R_32F,
+                                    m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx (f32)");
     }
     case GgmlType::kF16:
     case GgmlType::kBF16:
@@ -105,7 +106,8 @@ absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x,
         absl::StrCat("MatMul: no GPU kernel for weight type ", std::string(GgmlTypeName(w.type))));
   }
   if (n_tokens <= kQuantGemvMaxTokens) {
-    const std::string what = absl::StrCat("LaunchMatMulQuant (", std::string(GgmlTypeName(w.type)), ")");
+    const std::string what =
+        absl::StrCat("LaunchMatMulQuant (", std::string(GgmlTypeName(w.type)), ")");
     return Check(LaunchMatMulQuant(w.type, w.data, w.rows, w.cols, x, n_tokens, y,
                                    stream.stream()),
                  what.c_str());
@@ -115,7 +117,8 @@ absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x,
   // tensor cores.
   void* w16 = scratch.data();
   void* x16 = static_cast<uint8_t*>(scratch.data()) + DequantizedWeightBytes(w);
-  const std::string what = absl::StrCat("LaunchDequantizeToF16 (", std::string(GgmlTypeName(w.type)), ")");
+  const std::string what =
+      absl::StrCat("LaunchDequantizeToF16 (", std::string(GgmlTypeName(w.type)), ")");
   const absl::Status s = Check(
       LaunchDequantizeToF16(w.type, w.data, w.rows, w.cols, w16, stream.stream()), what.c_str());
   if (!s.ok()) return s;

@@ -123,7 +123,8 @@ template <typename F>
 __global__ void EmbedQuantKernel(const uint8_t* __restrict__ table, int64_t cols,
                                  const int32_t* __restrict__ tokens, float* __restrict__ out) {
   const int64_t blocks_per_row = cols / F::kElems;
-  const uint8_t* src = table + static_cast<int64_t>(tokens[blockIdx.x]) * blocks_per_row * F::kBytes;
+  const uint8_t* src =
+      table + static_cast<int64_t>(tokens[blockIdx.x]) * blocks_per_row * F::kBytes;
   float* dst = out + static_cast<int64_t>(blockIdx.x) * cols;
   const int n_units = static_cast<int>(blocks_per_row * F::kUnits);
   for (int u = threadIdx.x; u < n_units; u += blockDim.x) {

@@ -173,8 +173,9 @@ class Pair {
   template <typename T>
   std::vector<T> Get(const Ptr& p, bool on_cuda) {
     std::vector<T> v(p.bytes / sizeof(T));
-    (on_cuda ? cuda_ : cpu_)->Download(on_cuda ? p.cuda : p.cpu,
-                                       {reinterpret_cast<uint8_t*>(v.data()), v.size() * sizeof(T)});
+    (on_cuda ? cuda_ : cpu_)
+        ->Download(on_cuda ? p.cuda : p.cpu,
+                   {reinterpret_cast<uint8_t*>(v.data()), v.size() * sizeof(T)});
     return v;
   }
   // Runs `op` on each backend.
@@ -301,7 +302,8 @@ TEST(CudaBackendTest, StepOpsMatchTheCpu) {
       });
       // The pool, filled with earlier keys and values the rows attend to.
       const int64_t elem = kv_type == GgmlType::kF16 ? 2 : 4;
-      const int64_t pool_bytes = int64_t{step.num_blocks} * 2 * MixedStep::kBlockSize * kv_dim * elem;
+      const int64_t pool_bytes =
+          int64_t{step.num_blocks} * 2 * MixedStep::kBlockSize * kv_dim * elem;
       std::vector<uint8_t> pool_init(pool_bytes);
       if (kv_type == GgmlType::kF32) {
         const std::vector<float> v = Random(rng, pool_bytes / 4);
@@ -338,7 +340,8 @@ TEST(CudaBackendTest, StepOpsMatchTheCpu) {
         const PagedKvView view = LayerView(g ? pool.cuda : pool.cpu, kv_type, kv_dim);
         b.BeginStep(step.meta);
         const auto matrix = [&](const Pair::Ptr& t, GgmlType type) {
-          return DeviceMatrix{.type = type, .data = g ? t.cuda : t.cpu, .rows = vocab, .cols = cols};
+          return DeviceMatrix{
+              .type = type, .data = g ? t.cuda : t.cpu, .rows = vocab, .cols = cols};
         };
         b.Embed(matrix(table_f32, GgmlType::kF32), x.f(g));
         b.Embed(matrix(table_f16, GgmlType::kF16), x16.f(g));
@@ -447,7 +450,8 @@ TEST(CudaBackendTest, BlockCopiesAndSlotMovesMatchTheCpu) {
     for (int64_t s = 7 * 16 + 5; s < 7 * 16 + 16; ++s) src.push_back(s);
     for (int64_t s = 2 * 16; s < 2 * 16 + 9; ++s) src.push_back(s);
     for (size_t i = 0; i < src.size(); ++i) {
-      dst.push_back(i < 16 ? 7 * 16 + static_cast<int64_t>(i) : 2 * 16 + static_cast<int64_t>(i) - 16);
+      dst.push_back(i < 16 ? 7 * 16 + static_cast<int64_t>(i)
+                           : 2 * 16 + static_cast<int64_t>(i) - 16);
     }
     p.Both([&](Backend& b, bool g) { b.MoveKvSlots(layer_views[g], head_dim, src, dst, -5); });
     if (kv_type == GgmlType::kF32) {
@@ -590,7 +594,8 @@ TEST(CudaBackendTest, WeightTypesDecodeAsOnTheCpu) {
     // dequantize-then-GEMM path and decode the GEMV.
     // Measured on an H200: up to 0.058 for Q8_0 and Q5_K, within 1e-2 for
     // the 16-bit types.
-    ExpectEnginesAgree(*model, {}, type == GgmlType::kF16 || type == GgmlType::kBF16 ? 2e-2f : 0.15f,
+    ExpectEnginesAgree(*model, {},
+                       type == GgmlType::kF16 || type == GgmlType::kBF16 ? 2e-2f : 0.15f,
                        Requests(*model, 4, 16));
   }
 }
