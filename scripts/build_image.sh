@@ -76,10 +76,12 @@ ctr="$(buildah from --pull=never "$TAG")"
 root="$(buildah mount "$ctr")"
 tandem_pid=""
 cleanup() {
+  local rc=$?  # the script's, not the stopped server's
   [ -n "$tandem_pid" ] && kill "$tandem_pid" 2> /dev/null && wait "$tandem_pid" 2> /dev/null
   for m in proc dev/pts dev sys; do umount "$root/$m" 2> /dev/null || true; done
   buildah umount "$ctr" > /dev/null 2>&1 || true
   buildah rm "$ctr" > /dev/null 2>&1 || true
+  exit "$rc"
 }
 trap cleanup EXIT
 mount -t proc proc "$root/proc"
