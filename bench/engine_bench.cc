@@ -120,34 +120,34 @@ absl::StatusOr<engine::SyntheticModelOptions> Shape(const std::string& name) {
   return absl::InvalidArgumentError("--synthetic-shape: \"" + name + "\" is not 25m or 1b");
 }
 
-// Bytes a decode step reads per sequence besides the KV: every matrix but
-// the embedding table, of which it gathers one row (unless the output is
-// tied to it, when all of it is read as the output).
-int64_t DecodeWeightBytes(const engine::Model& model) {
+// The matrices a decode step reads whole: every one but the embedding table,
+// of which it gathers one row (unless the output is tied to it, when all of
+// it is read as the output).
+template <typename F>
+void ForEachDecodeMatrix(const engine::Model& model, F&& f) {
   const engine::ModelWeights& w = model.weights();
-  const auto bytes = [](const engine::WeightMatrix& m) {
-    return m.data == nullptr ? int64_t{0} : m.rows * engine::GgmlRowBytes(m.type, m.cols);
-  };
-  int64_t total = bytes(w.output);
+  if (w.output.data != nullptr) f(w.output);
   for (const engine::LayerWeights& l : w.layers) {
     for (const engine::WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up,
                                           &l.w_down}) {
-      total += bytes(*m);
+      f(*m);
     }
   }
+}
+
+// Bytes a decode step reads per sequence besides the KV.
+int64_t DecodeWeightBytes(const engine::Model& model) {
+  int64_t total = 0;
+  ForEachDecodeMatrix(model, [&total](const engine::WeightMatrix& m) {
+    total += m.rows * engine::GgmlRowBytes(m.type, m.cols);
+  });
   return total;
 }
 
-// Parameters of those matrices (the multiply-adds per token).
+// Their parameters (the multiply-adds per token).
 int64_t DecodeWeightParams(const engine::Model& model) {
-  const engine::ModelWeights& w = model.weights();
-  int64_t total = w.output.rows * w.output.cols;
-  for (const engine::LayerWeights& l : w.layers) {
-    for (const engine::WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up,
-                                          &l.w_down}) {
-      total += m->rows * m->cols;
-    }
-  }
+  int64_t total = 0;
+  ForEachDecodeMatrix(model, [&total](const engine::WeightMatrix& m) { total += m.rows * m.cols; });
   return total;
 }
 

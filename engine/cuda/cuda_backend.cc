@@ -2,21 +2,16 @@
 // over in BeginStep (from pinned memory, one copy per array, into buffers
 // whose addresses never change), each op is one launch on the stream, and
 // the host waits only where the interface says a call returns with its
-// result (ReduceLogits, Download, the block copies). Weights are the GGUF
+// result (ReduceLogits, Download, the block copies of engine/cuda/kv_moves.h). Weights are the GGUF
 // bytes as the file holds them, uploaded once; the matrix products dispatch
 // on their type (engine/cuda/matmul.h).
 //
 // CUDA graphs. A decode step (one row per sequence) of up to
-// graph_max_batch sequences is padded to its bucket (the next power of two):
+// graph_max_batch sequences is padded to its bucket (engine/cuda/step_plan.h):
 // pad rows read token 0 at position 0, store no KV (slot -1) and attend to
-// nothing, so every op's shape is the bucket's. The first step of a bucket
-// is captured (cudaStreamBeginCapture in BeginStep, the ops queued as usual,
-// the capture ended at the step's first host interaction: ReduceLogits, a
-// Download, ...), later ones replay it: the metadata goes to the same
-// buffers, the ops only check that they are the ones captured (a signature
-// of each op and its arguments), and one cudaGraphLaunch runs them all. The
-// ops are also kept as closures while a section is open, so a capture that
-// fails or a step whose ops differ runs them eagerly instead, and is counted.
+// nothing, so every op's shape is the bucket's, and the step's ops run as a
+// section of engine/cuda/graph_sections.h: captured once per bucket, then
+// replayed.
 //
 // Errors. Start-up calls return a Status; a step's ops return nothing (the
 // Backend contract), so a CUDA error inside a step aborts the process with
@@ -31,21 +26,21 @@
 #include <cstddef>
 #include <cstring>
 #include <deque>
-#include <functional>
-#include <type_traits>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/status_macros.h"
 #include "engine/cuda/backend_kernels.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/driver.h"
+#include "engine/cuda/graph_sections.h"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/kv_moves.h"
 #include "engine/cuda/matmul.h"
 #include "engine/cuda/quant_kernels.h"
 #include "engine/cuda/step_plan.h"
@@ -64,66 +59,6 @@ static_assert(offsetof(ReducedRow, top_logprobs) == offsetof(LogitsSummary, top_
 // cuBLAS's workspace, set once so that it never allocates inside a step.
 constexpr int64_t kBlasWorkspaceBytes = int64_t{32} << 20;
 
-void Ok(cudaError_t e, const char* what) {
-  TANDEM_CHECK(e == cudaSuccess, "a CUDA call inside a step succeeds")
-      << what << ": " << cudaGetErrorName(e) << " (" << cudaGetErrorString(e) << ")";
-}
-
-void Ok(const absl::Status& s, const char* what) {
-  TANDEM_CHECK(s.ok(), "a CUDA call inside a step succeeds") << what << ": " << s;
-}
-
-// Page-locked host memory (cudaMallocHost): what the copy engines read and
-// write without a bounce, so a copy from it is truly asynchronous.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer() {
-    if (data_ != nullptr) cudaFreeHost(data_);
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-
-  // Grows to at least `bytes` (contents lost); never shrinks.
-  absl::Status Reserve(int64_t bytes) {
-    if (bytes <= bytes_) return absl::OkStatus();
-    if (data_ != nullptr) cudaFreeHost(data_);
-    data_ = nullptr;
-    bytes_ = 0;
-    RETURN_IF_ERROR(Check(cudaMallocHost(&data_, static_cast<size_t>(bytes)), "cudaMallocHost"));
-    bytes_ = bytes;
-    return absl::OkStatus();
-  }
-  uint8_t* data() const { return static_cast<uint8_t*>(data_); }
-
- private:
-  void* data_ = nullptr;
-  int64_t bytes_ = 0;
-};
-
-KvRows RowsOf(const PagedKvView& kv) {
-  TANDEM_CHECK(kv.dtype == GgmlType::kF32 || kv.dtype == GgmlType::kF16, "KV is f32 or f16");
-  return {.base = kv.base.backend_address(),
-          .block_bytes = kv.block_bytes,
-          .k_offset = kv.k_offset,
-          .v_offset = kv.v_offset,
-          .block_size = kv.block_size,
-          .kv_dim = kv.kv_dim,
-          .f16 = kv.dtype == GgmlType::kF16};
-}
-
-// A 64-bit signature of an op and its arguments (FNV-1a over the words).
-uint64_t Signature(std::initializer_list<uint64_t> words) {
-  uint64_t h = 1469598103934665603ull;
-  for (uint64_t w : words) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (w >> (8 * i)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  }
-  return h;
-}
-
 uint64_t Word(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
 class CudaBackend final : public Backend {
@@ -131,20 +66,19 @@ class CudaBackend final : public Backend {
   CudaBackend(const CudaBackendOptions& options, const DeviceInfo& info, Stream stream)
       : device_(options.device),
         graph_max_batch_(options.graph_max_batch),
-        info_(info),
         name_(absl::StrCat("cuda:", options.device, " (", info.name, ")")),
-        stream_(std::move(stream)) {
-    Ok(cudaEventCreateWithFlags(&meta_copied_, cudaEventDisableTiming), "cudaEventCreate");
+        stream_(std::move(stream)),
+        graphs_(stream_.stream()) {
+    CheckInStep(cudaEventCreateWithFlags(&meta_copied_, cudaEventDisableTiming), "cudaEventCreate");
   }
   ~CudaBackend() override {
     cudaSetDevice(device_);
-    EndSection();
+    graphs_.End();
     cudaStreamSynchronize(stream_.stream());
-    for (auto& [rows, graph] : graphs_) cudaGraphExecDestroy(graph.exec);
     cudaEventDestroy(meta_copied_);
   }
 
-  CudaGraphStats graph_stats() const { return graph_stats_; }
+  CudaGraphStats graph_stats() const { return graphs_.stats(); }
 
   std::string_view name() const override { return name_; }
   // One stream: the engine thread is the only host thread at work.
@@ -153,7 +87,7 @@ class CudaBackend final : public Backend {
   absl::StatusOr<DevicePtr<uint8_t>> Allocate(int64_t bytes, std::string_view what) override {
     TANDEM_CHECK(bytes >= 0, "allocation size is not negative");
     RETURN_IF_ERROR(Check(cudaSetDevice(device_), "cudaSetDevice"));
-    EndSection();
+    graphs_.End();
     absl::StatusOr<DeviceBuffer> b =
         DeviceBuffer::Allocate(static_cast<size_t>(std::max<int64_t>(bytes, 1)));
     if (!b.ok()) return OutOfMemory(bytes, what);
@@ -166,27 +100,27 @@ class CudaBackend final : public Backend {
   void Upload(DevicePtr<uint8_t> dst, std::span<const uint8_t> src) override {
     if (src.empty()) return;
     SetDevice();
-    EndSection();
-    Ok(cudaMemcpyAsync(dst.backend_address(), src.data(), src.size(), cudaMemcpyHostToDevice,
-                       stream_.stream()),
-       "Upload");
-    Ok(stream_.Synchronize(), "Upload");
+    graphs_.End();
+    CheckInStep(cudaMemcpyAsync(dst.backend_address(), src.data(), src.size(),
+                                cudaMemcpyHostToDevice, stream_.stream()),
+                "Upload");
+    CheckInStep(stream_.Synchronize(), "Upload");
   }
 
   void Download(DevicePtr<const uint8_t> src, std::span<uint8_t> dst) override {
     if (dst.empty()) return;
     SetDevice();
-    EndSection();
-    Ok(cudaMemcpyAsync(dst.data(), src.backend_address(), dst.size(), cudaMemcpyDeviceToHost,
-                       stream_.stream()),
-       "Download");
-    Ok(stream_.Synchronize(), "Download");
+    graphs_.End();
+    CheckInStep(cudaMemcpyAsync(dst.data(), src.backend_address(), dst.size(),
+                                cudaMemcpyDeviceToHost, stream_.stream()),
+                "Download");
+    CheckInStep(stream_.Synchronize(), "Download");
   }
 
   void Synchronize() override {
     SetDevice();
-    EndSection();
-    Ok(stream_.Synchronize(), "Synchronize");
+    graphs_.End();
+    CheckInStep(stream_.Synchronize(), "Synchronize");
   }
 
   // The file's bytes, each distinct matrix once (a tied output is the
@@ -284,7 +218,7 @@ class CudaBackend final : public Backend {
 
   void BeginStep(const StepMetadata& step) override {
     SetDevice();
-    EndSection();
+    graphs_.End();
     const int32_t T = step.n_tokens();
     const int32_t R = step.n_logit_rows();
     const int32_t bucket = GraphBucket(step);
@@ -294,7 +228,7 @@ class CudaBackend final : public Backend {
                      static_cast<int64_t>(step.block_tables.size()) <= limits_.max_table_entries,
                  "a step within ReserveStep's limits");
     // The last step's copies may still be reading the pinned mirror.
-    Ok(cudaEventSynchronize(meta_copied_), "cudaEventSynchronize");
+    CheckInStep(cudaEventSynchronize(meta_copied_), "cudaEventSynchronize");
     uint8_t* host = meta_host_.data();
     const auto put = [&](int64_t offset, const auto& v) {
       std::memcpy(host + offset, v.data(), v.size() * sizeof(v[0]));
@@ -331,10 +265,10 @@ class CudaBackend final : public Backend {
     put_rows(layout_.logit_rows, step.logit_rows, 0, logit_rows);
     put_rows(layout_.top_k, step.logit_top_k, -1, logit_rows);
     put_rows(layout_.target, step.logit_target, -1, logit_rows);
-    Ok(cudaEventRecord(meta_copied_, stream_.stream()), "cudaEventRecord");
+    CheckInStep(cudaEventRecord(meta_copied_, stream_.stream()), "cudaEventRecord");
     step_ = &step;
     real_rows_ = T;
-    if (bucket > 0) BeginSection(bucket);
+    if (bucket > 0) graphs_.Begin(bucket);
   }
 
   void Embed(const DeviceMatrix& table, DevicePtr<float> x) override {
@@ -344,10 +278,10 @@ class CudaBackend final : public Backend {
     const int64_t cols = table.cols;
     const GgmlType type = table.type;
     float* out = x.backend_address();
-    Op(Signature({1, Word(data), static_cast<uint64_t>(cols), static_cast<uint64_t>(type),
-                  Word(out), static_cast<uint64_t>(T)}),
+    graphs_.Op({1, Word(data), static_cast<uint64_t>(cols), static_cast<uint64_t>(type),
+                  Word(out), static_cast<uint64_t>(T)},
        [=, this] {
-         Ok(LaunchEmbedRows(type, data, cols, tokens, T, out, stream_.stream()), "Embed");
+         CheckInStep(LaunchEmbedRows(type, data, cols, tokens, T, out, stream_.stream()), "Embed");
        });
   }
 
@@ -357,10 +291,12 @@ class CudaBackend final : public Backend {
     const float* in = x.backend_address();
     float* out = y.backend_address();
     const int64_t n = Rows(n_tokens);
-    Op(Signature({2, Word(weight.data), static_cast<uint64_t>(weight.type),
-                  static_cast<uint64_t>(weight.rows), static_cast<uint64_t>(weight.cols), Word(in),
-                  Word(out), static_cast<uint64_t>(n)}),
-       [=, this] { Ok(cuda::MatMul(stream_, weight, in, n, out, *matmul_scratch_), "MatMul"); });
+    graphs_.Op({2, Word(weight.data), static_cast<uint64_t>(weight.type),
+                static_cast<uint64_t>(weight.rows), static_cast<uint64_t>(weight.cols), Word(in),
+                Word(out), static_cast<uint64_t>(n)},
+               [=, this] {
+                 CheckInStep(cuda::MatMul(stream_, weight, in, n, out, *matmul_scratch_), "MatMul");
+               });
   }
 
   void AddBias(DevicePtr<float> x, DevicePtr<const float> bias, int64_t n_rows,
@@ -368,36 +304,37 @@ class CudaBackend final : public Backend {
     float* out = x.backend_address();
     const float* b = bias.backend_address();
     const int64_t n = Rows(n_rows);
-    Op(Signature({3, Word(out), Word(b), static_cast<uint64_t>(n), static_cast<uint64_t>(dim)}),
-       [=, this] { Ok(LaunchAddBias(out, b, n, dim, stream_.stream()), "AddBias"); });
+    graphs_.Op(
+        {3, Word(out), Word(b), static_cast<uint64_t>(n), static_cast<uint64_t>(dim)},
+        [=, this] { CheckInStep(LaunchAddBias(out, b, n, dim, stream_.stream()), "AddBias"); });
   }
 
   void Rope(DevicePtr<float> x, int32_t n_heads, int32_t head_dim) override {
     TANDEM_CHECK(rope_ != nullptr, "PrepareRope before Rope");
     float* out = x.backend_address();
     const int64_t n = rows_;
-    Op(Signature({4, Word(out), static_cast<uint64_t>(n), static_cast<uint64_t>(n_heads),
-                  static_cast<uint64_t>(head_dim)}),
-       [=, this] {
-         Ok(LaunchRope(out, Meta<int32_t>(layout_.positions), n, n_heads, head_dim, n_rot_, style_,
-                       rope_cos_, rope_sin_, stream_.stream()),
-            "Rope");
-       });
+    graphs_.Op({4, Word(out), static_cast<uint64_t>(n), static_cast<uint64_t>(n_heads),
+                static_cast<uint64_t>(head_dim)},
+               [=, this] {
+                 CheckInStep(LaunchRope(out, Meta<int32_t>(layout_.positions), n, n_heads, head_dim,
+                                        n_rot_, style_, rope_cos_, rope_sin_, stream_.stream()),
+                             "Rope");
+               });
   }
 
-  void StoreKv(const PagedKvView& kv, DevicePtr<const float> k,
-               DevicePtr<const float> v) override {
+  void StoreKv(const PagedKvView& kv, DevicePtr<const float> k, DevicePtr<const float> v) override {
     const KvRows rows = RowsOf(kv);
     const float* kp = k.backend_address();
     const float* vp = v.backend_address();
     const int64_t n = rows_;
-    Op(Signature({5, Word(rows.base), static_cast<uint64_t>(rows.k_offset),
-                  static_cast<uint64_t>(rows.v_offset), static_cast<uint64_t>(rows.f16), Word(kp),
-                  Word(vp), static_cast<uint64_t>(n)}),
-       [=, this] {
-         Ok(LaunchStoreKv(rows, kp, vp, Meta<int64_t>(layout_.slots), n, stream_.stream()),
-            "StoreKv");
-       });
+    graphs_.Op({5, Word(rows.base), static_cast<uint64_t>(rows.k_offset),
+                static_cast<uint64_t>(rows.v_offset), static_cast<uint64_t>(rows.f16), Word(kp),
+                Word(vp), static_cast<uint64_t>(n)},
+               [=, this] {
+                 CheckInStep(
+                     LaunchStoreKv(rows, kp, vp, Meta<int64_t>(layout_.slots), n, stream_.stream()),
+                     "StoreKv");
+               });
   }
 
   void RmsNorm(DevicePtr<const float> x, DevicePtr<const float> weight, int64_t n_tokens,
@@ -406,9 +343,11 @@ class CudaBackend final : public Backend {
     const float* w = weight.backend_address();
     float* out = y.backend_address();
     const int64_t n = Rows(n_tokens);
-    Op(Signature({6, Word(in), Word(w), Word(out), static_cast<uint64_t>(n),
-                  static_cast<uint64_t>(dim), std::bit_cast<uint32_t>(eps)}),
-       [=, this] { Ok(LaunchRmsNorm(in, w, n, dim, eps, out, stream_.stream()), "RmsNorm"); });
+    graphs_.Op({6, Word(in), Word(w), Word(out), static_cast<uint64_t>(n),
+                static_cast<uint64_t>(dim), std::bit_cast<uint32_t>(eps)},
+               [=, this] {
+                 CheckInStep(LaunchRmsNorm(in, w, n, dim, eps, out, stream_.stream()), "RmsNorm");
+               });
   }
 
   void SwiGlu(DevicePtr<const float> gate, DevicePtr<const float> up, int64_t n,
@@ -417,42 +356,44 @@ class CudaBackend final : public Backend {
     const float* u = up.backend_address();
     float* o = out.backend_address();
     const int64_t count = Elements(n);
-    Op(Signature({7, Word(g), Word(u), Word(o), static_cast<uint64_t>(count)}),
-       [=, this] { Ok(LaunchSwiGlu(g, u, count, o, stream_.stream()), "SwiGlu"); });
+    graphs_.Op({7, Word(g), Word(u), Word(o), static_cast<uint64_t>(count)}, [=, this] {
+      CheckInStep(LaunchSwiGlu(g, u, count, o, stream_.stream()), "SwiGlu");
+    });
   }
 
   void Add(DevicePtr<float> x, DevicePtr<const float> y, int64_t n) override {
     float* a = x.backend_address();
     const float* b = y.backend_address();
     const int64_t count = Elements(n);
-    Op(Signature({8, Word(a), Word(b), static_cast<uint64_t>(count)}),
-       [=, this] { Ok(LaunchAdd(a, b, count, stream_.stream()), "Add"); });
+    graphs_.Op({8, Word(a), Word(b), static_cast<uint64_t>(count)},
+               [=, this] { CheckInStep(LaunchAdd(a, b, count, stream_.stream()), "Add"); });
   }
 
   void PagedAttention(const AttentionOp& op) override {
     const KvRows kv = RowsOf(op.kv);
     const PagedAttentionArgs args{.q = op.q.backend_address(),
-                             .out = op.out.backend_address(),
-                             .n_rows = rows_,
-                             .n_head = op.n_head,
-                             .n_head_kv = op.n_head_kv,
-                             .head_dim = op.head_dim,
-                             .kv_base = kv.base,
-                             .block_bytes = kv.block_bytes,
-                             .k_offset = kv.k_offset,
-                             .v_offset = kv.v_offset,
-                             .block_size = kv.block_size,
-                             .kv_f16 = kv.f16,
-                             .kv_len = Meta<int32_t>(layout_.kv_len),
-                             .table_offset = Meta<int32_t>(layout_.table_offset),
-                             .block_table = Meta<int32_t>(layout_.block_table),
-                             .split_scratch = attention_scratch_};
-    Op(Signature({9, Word(args.q), Word(args.out), static_cast<uint64_t>(args.n_rows),
-                  static_cast<uint64_t>(args.n_head), static_cast<uint64_t>(args.n_head_kv),
-                  static_cast<uint64_t>(args.head_dim), Word(args.kv_base),
-                  static_cast<uint64_t>(args.k_offset), static_cast<uint64_t>(args.v_offset),
-                  static_cast<uint64_t>(args.kv_f16)}),
-       [=, this] { Ok(LaunchPagedAttention(args, stream_.stream()), "PagedAttention"); });
+                                  .out = op.out.backend_address(),
+                                  .n_rows = rows_,
+                                  .n_head = op.n_head,
+                                  .n_head_kv = op.n_head_kv,
+                                  .head_dim = op.head_dim,
+                                  .kv_base = kv.base,
+                                  .block_bytes = kv.block_bytes,
+                                  .k_offset = kv.k_offset,
+                                  .v_offset = kv.v_offset,
+                                  .block_size = kv.block_size,
+                                  .kv_f16 = kv.f16,
+                                  .kv_len = Meta<int32_t>(layout_.kv_len),
+                                  .table_offset = Meta<int32_t>(layout_.table_offset),
+                                  .block_table = Meta<int32_t>(layout_.block_table),
+                                  .split_scratch = attention_scratch_};
+    graphs_.Op(
+        {9, Word(args.q), Word(args.out), static_cast<uint64_t>(args.n_rows),
+         static_cast<uint64_t>(args.n_head), static_cast<uint64_t>(args.n_head_kv),
+         static_cast<uint64_t>(args.head_dim), Word(args.kv_base),
+         static_cast<uint64_t>(args.k_offset), static_cast<uint64_t>(args.v_offset),
+         static_cast<uint64_t>(args.kv_f16)},
+        [=, this] { CheckInStep(LaunchPagedAttention(args, stream_.stream()), "PagedAttention"); });
   }
 
   void GatherRows(DevicePtr<const float> x, int64_t dim, DevicePtr<float> out) override {
@@ -460,152 +401,66 @@ class CudaBackend final : public Backend {
     float* o = out.backend_address();
     // Decode steps have a logits row per row: padded alike.
     const int64_t n = real_rows_ == rows_ ? step().n_logit_rows() : rows_;
-    Op(Signature({10, Word(in), Word(o), static_cast<uint64_t>(dim), static_cast<uint64_t>(n)}),
-       [=, this] {
-         Ok(LaunchGatherRows(in, dim, Meta<int32_t>(layout_.logit_rows), n, o, stream_.stream()),
-            "GatherRows");
-       });
+    graphs_.Op(
+        {10, Word(in), Word(o), static_cast<uint64_t>(dim), static_cast<uint64_t>(n)}, [=, this] {
+          CheckInStep(
+              LaunchGatherRows(in, dim, Meta<int32_t>(layout_.logit_rows), n, o, stream_.stream()),
+              "GatherRows");
+        });
   }
 
   // Reduced where the logits are; R rows of 176 bytes come back.
   void ReduceLogits(DevicePtr<const float> logits, int32_t n_vocab,
                     std::span<LogitsSummary> out) override {
-    EndSection();
+    graphs_.End();
     const StepMetadata& s = step();
     const int32_t R = s.n_logit_rows();
     TANDEM_CHECK(static_cast<int32_t>(out.size()) >= R, "a summary per logits row");
-    Ok(LaunchReduceLogits(logits.backend_address(), R, n_vocab, Meta<int32_t>(layout_.top_k),
-                          Meta<int32_t>(layout_.target), reduced_, stream_.stream()),
-       "ReduceLogits");
+    CheckInStep(
+        LaunchReduceLogits(logits.backend_address(), R, n_vocab, Meta<int32_t>(layout_.top_k),
+                           Meta<int32_t>(layout_.target), reduced_, stream_.stream()),
+        "ReduceLogits");
     const size_t bytes = static_cast<size_t>(R) * sizeof(ReducedRow);
-    Ok(cudaMemcpyAsync(reduced_host_.data(), reduced_, bytes, cudaMemcpyDeviceToHost,
-                       stream_.stream()),
-       "ReduceLogits download");
-    Ok(stream_.Synchronize(), "ReduceLogits");
+    CheckInStep(cudaMemcpyAsync(reduced_host_.data(), reduced_, bytes, cudaMemcpyDeviceToHost,
+                                stream_.stream()),
+                "ReduceLogits download");
+    CheckInStep(stream_.Synchronize(), "ReduceLogits");
     for (int32_t r = 0; r < R; ++r) {
       if (s.logit_top_k[r] < 0) continue;
       std::memcpy(&out[r], reduced_host_.data() + r * sizeof(ReducedRow), sizeof(ReducedRow));
     }
   }
 
-  // Through pinned staging: every block's copy queued, then one wait.
   void ReadBlocks(const KvPoolView& pool, std::span<const BlockId> ids,
                   std::span<uint8_t> out) override {
-    TANDEM_CHECK(static_cast<int64_t>(out.size()) ==
-                     static_cast<int64_t>(ids.size()) * pool.block_bytes,
-                 "ReadBlocks' staging holds exactly the blocks");
-    if (ids.empty()) return;
     SetDevice();
-    EndSection();
-    Ok(staging_.Reserve(static_cast<int64_t>(out.size())), "ReadBlocks staging");
-    for (size_t i = 0; i < ids.size(); ++i) {
-      Ok(cudaMemcpyAsync(staging_.data() + i * pool.block_bytes,
-                         pool.base.backend_address() + int64_t{ids[i]} * pool.block_bytes,
-                         static_cast<size_t>(pool.block_bytes), cudaMemcpyDeviceToHost,
-                         stream_.stream()),
-         "ReadBlocks");
-    }
-    Ok(stream_.Synchronize(), "ReadBlocks");
-    std::memcpy(out.data(), staging_.data(), out.size());
+    graphs_.End();
+    kv_moves_.Read(pool, ids, out);
   }
 
   void WriteBlocks(const KvPoolView& pool, std::span<const BlockId> ids,
                    std::span<const KvBlockBytes> blocks) override {
-    TANDEM_CHECK(ids.size() == blocks.size(), "one block of bytes per id");
-    if (ids.empty()) return;
     SetDevice();
-    EndSection();
-    // The last copies out of the staging must be done before it is rewritten.
-    Ok(stream_.Synchronize(), "WriteBlocks");
-    Ok(staging_.Reserve(static_cast<int64_t>(ids.size()) * pool.block_bytes),
-       "WriteBlocks staging");
-    for (size_t i = 0; i < ids.size(); ++i) {
-      TANDEM_CHECK(static_cast<int64_t>(blocks[i].size()) == pool.block_bytes,
-                   "a written block is exactly one block");
-      blocks[i].CopyTo(staging_.data() + i * pool.block_bytes);
-      Ok(cudaMemcpyAsync(pool.base.backend_address() + int64_t{ids[i]} * pool.block_bytes,
-                         staging_.data() + i * pool.block_bytes,
-                         static_cast<size_t>(pool.block_bytes), cudaMemcpyHostToDevice,
-                         stream_.stream()),
-         "WriteBlocks");
-    }
-    Ok(stream_.Synchronize(), "WriteBlocks");
+    graphs_.End();
+    kv_moves_.Write(pool, ids, blocks);
   }
 
-  // On the device, layer by layer: every source row gathered (keys to f32),
-  // the keys rotated by the delta's own table, then scattered; the slot
-  // lists are all that cross.
   void MoveKvSlots(std::span<const PagedKvView> layers, int32_t head_dim,
                    std::span<const int64_t> src, std::span<const int64_t> dst,
                    int32_t delta) override {
-    TANDEM_CHECK(src.size() == dst.size(), "one destination slot per source slot");
     TANDEM_CHECK(rope_ != nullptr, "PrepareRope before MoveKvSlots");
-    if (src.empty() || layers.empty()) return;
     SetDevice();
-    EndSection();
-    const int64_t n = static_cast<int64_t>(src.size());
-    int32_t kv_dim = 0;
-    for (const PagedKvView& kv : layers) kv_dim = std::max(kv_dim, kv.kv_dim);
-    const int64_t half = n_rot_ / 2;
-    // Device staging: slots (src, dst), zero positions, the delta's cos and
-    // sin, the keys as f32 and the values as bytes (f32 at most).
-    const int64_t slot_bytes = 2 * n * 8;
-    const int64_t pos_bytes = n * 4;
-    const int64_t table_bytes = 2 * half * 4;
-    const int64_t key_bytes = n * kv_dim * 4;
-    const int64_t need = slot_bytes + pos_bytes + table_bytes + 2 * key_bytes;
-    if (move_.bytes() < static_cast<size_t>(need)) {
-      Ok(stream_.Synchronize(), "MoveKvSlots");
-      absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(static_cast<size_t>(need));
-      Ok(b.status(), "MoveKvSlots staging");
-      move_ = *std::move(b);
-    }
-    Ok(host_move_.Reserve(slot_bytes + table_bytes), "MoveKvSlots staging");
-    uint8_t* host = host_move_.data();
-    std::memcpy(host, src.data(), n * 8);
-    std::memcpy(host + n * 8, dst.data(), n * 8);
-    auto* cos = reinterpret_cast<float*>(host + slot_bytes);
-    rope_->DeltaTables(delta, cos, cos + half);
-    uint8_t* dev = move_.as<uint8_t>();
-    Ok(cudaMemcpyAsync(dev, host, slot_bytes, cudaMemcpyHostToDevice, stream_.stream()),
-       "MoveKvSlots slots");
-    Ok(cudaMemcpyAsync(dev + slot_bytes + pos_bytes, host + slot_bytes, table_bytes,
-                       cudaMemcpyHostToDevice, stream_.stream()),
-       "MoveKvSlots tables");
-    Ok(cudaMemsetAsync(dev + slot_bytes, 0, pos_bytes, stream_.stream()), "MoveKvSlots");
-    const auto* src_dev = reinterpret_cast<const int64_t*>(dev);
-    const auto* dst_dev = src_dev + n;
-    const auto* positions = reinterpret_cast<const int32_t*>(dev + slot_bytes);
-    const auto* delta_cos = reinterpret_cast<const float*>(dev + slot_bytes + pos_bytes);
-    auto* keys = reinterpret_cast<float*>(dev + slot_bytes + pos_bytes + table_bytes);
-    auto* values = reinterpret_cast<uint8_t*>(keys) + key_bytes;
-    for (const PagedKvView& kv : layers) {
-      const KvRows rows = RowsOf(kv);
-      Ok(LaunchGatherKvRows(rows, src_dev, n, keys, values, stream_.stream()), "MoveKvSlots");
-      if (delta != 0) {
-        Ok(LaunchRope(keys, positions, n, kv.kv_dim / head_dim, head_dim, n_rot_, style_,
-                      delta_cos, delta_cos + half, stream_.stream()),
-           "MoveKvSlots rotation");
-      }
-      Ok(LaunchScatterKvRows(rows, dst_dev, n, keys, values, stream_.stream()), "MoveKvSlots");
-    }
-    // The pinned slot lists are rewritten by the next call.
-    Ok(stream_.Synchronize(), "MoveKvSlots");
+    graphs_.End();
+    kv_moves_.Move(layers, head_dim, src, dst, delta, *rope_, style_);
   }
 
  private:
-  enum class Mode { kEager, kCapture, kReplay };
-  struct Graph {
-    cudaGraphExec_t exec = nullptr;
-    std::vector<uint64_t> signature;
-  };
-
-  void SetDevice() const { Ok(cudaSetDevice(device_), "cudaSetDevice"); }
+  void SetDevice() const { CheckInStep(cudaSetDevice(device_), "cudaSetDevice"); }
 
   // The step's bucket (engine/cuda/step_plan.h), unless its capture failed.
   int32_t GraphBucket(const StepMetadata& step) const {
     const int32_t bucket = cuda::GraphBucket(step, graph_max_batch_, limits_);
-    return uncapturable_.contains(bucket) ? 0 : bucket;
+    return graphs_.Usable(bucket) ? bucket : 0;
   }
 
   // Rows and element counts as the ops give them (for the step's real rows),
@@ -615,74 +470,6 @@ class CudaBackend final : public Backend {
     if (rows_ == real_rows_) return n;
     TANDEM_CHECK(n % real_rows_ == 0, "a padded step's element counts are per row") << n;
     return n / real_rows_ * rows_;
-  }
-
-  void BeginSection(int32_t bucket) {
-    section_rows_ = bucket;
-    if (graphs_.contains(bucket)) {
-      mode_ = Mode::kReplay;
-      return;
-    }
-    mode_ = Mode::kCapture;
-    Ok(cudaStreamBeginCapture(stream_.stream(), cudaStreamCaptureModeThreadLocal),
-       "cudaStreamBeginCapture");
-  }
-
-  // Queues an op: launched now (eager, or into the capture), or only
-  // checked against the graph (replay). Kept while a section is open in case
-  // it has to run eagerly after all.
-  template <typename Launch>
-  void Op(uint64_t signature, Launch&& launch) {
-    if (mode_ == Mode::kEager) {
-      launch();
-      return;
-    }
-    signature_.push_back(signature);
-    if (mode_ == Mode::kCapture) launch();
-    pending_.emplace_back(std::forward<Launch>(launch));
-  }
-
-  // Ends an open section: the captured graph instantiated and launched, or
-  // the bucket's graph launched, or (a failed capture, a step that differs)
-  // the kept ops run eagerly.
-  void EndSection() {
-    if (mode_ == Mode::kEager) return;
-    const Mode mode = std::exchange(mode_, Mode::kEager);
-    std::vector<uint64_t> signature = std::move(signature_);
-    std::vector<std::function<void()>> pending = std::move(pending_);
-    signature_.clear();
-    pending_.clear();
-    bool launched = false;
-    if (mode == Mode::kCapture) {
-      cudaGraph_t graph = nullptr;
-      cudaGraphExec_t exec = nullptr;
-      const cudaError_t ended = cudaStreamEndCapture(stream_.stream(), &graph);
-      if (ended == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess &&
-          cudaGraphLaunch(exec, stream_.stream()) == cudaSuccess) {
-        graphs_[section_rows_] = {.exec = exec, .signature = std::move(signature)};
-        ++graph_stats_.captured;
-        launched = true;
-      } else {
-        if (exec != nullptr) cudaGraphExecDestroy(exec);
-        cudaGetLastError();  // the capture's error, not sticky
-        uncapturable_.insert(section_rows_);
-      }
-      if (graph != nullptr) cudaGraphDestroy(graph);
-    } else {
-      auto it = graphs_.find(section_rows_);
-      if (it->second.signature == signature) {
-        Ok(cudaGraphLaunch(it->second.exec, stream_.stream()), "cudaGraphLaunch");
-        ++graph_stats_.replayed;
-        launched = true;
-      } else {
-        // Not the captured step: capture this bucket afresh next time.
-        cudaGraphExecDestroy(it->second.exec);
-        graphs_.erase(it);
-      }
-    }
-    if (launched) return;
-    ++graph_stats_.fallbacks;
-    for (const std::function<void()>& op : pending) op();
   }
 
   const StepMetadata& step() const {
@@ -698,7 +485,7 @@ class CudaBackend final : public Backend {
   // Queues the pinned mirror's [offset, offset + bytes) to the device.
   void Copy(int64_t offset, int64_t bytes) {
     if (bytes == 0) return;
-    Ok(cudaMemcpyAsync(Meta<uint8_t>(offset), meta_host_.data() + offset,
+    CheckInStep(cudaMemcpyAsync(Meta<uint8_t>(offset), meta_host_.data() + offset,
                        static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_.stream()),
        "BeginStep");
   }
@@ -727,7 +514,6 @@ class CudaBackend final : public Backend {
 
   const int device_;
   const int32_t graph_max_batch_;
-  const DeviceInfo info_;
   const std::string name_;
   Stream stream_;
   // Every Allocate, until the end (a deque: matmul_scratch_ points into it).
@@ -748,19 +534,11 @@ class CudaBackend final : public Backend {
   ReducedRow* reduced_ = nullptr;
   float* attention_scratch_ = nullptr;  // LaunchPagedAttention's split partials
   PinnedBuffer reduced_host_;
-  PinnedBuffer staging_;       // ReadBlocks / WriteBlocks
-  DeviceBuffer move_;          // MoveKvSlots (outside steps; grows)
-  PinnedBuffer host_move_;
+  KvMoves kv_moves_{stream_};  // ReadBlocks, WriteBlocks, MoveKvSlots
   const StepMetadata* step_ = nullptr;
   int32_t real_rows_ = 0;  // the step's rows
   int32_t rows_ = 0;       // the rows its ops run on: real_rows_, or its bucket
-  Mode mode_ = Mode::kEager;
-  int32_t section_rows_ = 0;  // the open section's bucket
-  std::vector<uint64_t> signature_;                 // the open section's ops
-  std::vector<std::function<void()>> pending_;      // and the ops themselves
-  std::map<int32_t, Graph> graphs_;                 // by bucket
-  absl::flat_hash_set<int32_t> uncapturable_;       // buckets whose capture failed
-  CudaGraphStats graph_stats_;
+  GraphSections graphs_;  // after stream_, whose stream it captures
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "common/status_macros.h"
 
 namespace tandem::engine::cuda {
@@ -53,6 +54,29 @@ absl::Status DeviceBuffer::Download(const Stream& stream, void* host, size_t byt
   if (bytes == 0) return absl::OkStatus();
   return Check(cudaMemcpyAsync(host, data_, bytes, cudaMemcpyDeviceToHost, stream.stream()),
                "cudaMemcpyAsync D2H");
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (data_ != nullptr) cudaFreeHost(data_);
+}
+
+absl::Status PinnedBuffer::Reserve(int64_t bytes) {
+  if (bytes <= bytes_) return absl::OkStatus();
+  if (data_ != nullptr) cudaFreeHost(data_);
+  data_ = nullptr;
+  bytes_ = 0;
+  RETURN_IF_ERROR(Check(cudaMallocHost(&data_, static_cast<size_t>(bytes)), "cudaMallocHost"));
+  bytes_ = bytes;
+  return absl::OkStatus();
+}
+
+void CheckInStep(cudaError_t e, const char* what) {
+  TANDEM_CHECK(e == cudaSuccess, "a CUDA call inside a step succeeds")
+      << what << ": " << cudaGetErrorName(e) << " (" << cudaGetErrorString(e) << ")";
+}
+
+void CheckInStep(const absl::Status& s, const char* what) {
+  TANDEM_CHECK(s.ok(), "a CUDA call inside a step succeeds") << what << ": " << s;
 }
 
 absl::StatusOr<Stream> Stream::Create(int device) {

@@ -8,6 +8,7 @@
 #define TANDEM_ENGINE_CUDA_DEVICE_H_
 
 #include <cstddef>
+#include <cstdint>
 
 #include <cuda_runtime_api.h>
 
@@ -54,6 +55,31 @@ class DeviceBuffer {
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// Page-locked host memory (cudaMallocHost): what the copy engines read and
+// write without a bounce, so a copy from it is truly asynchronous.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer();
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  // Grows to at least `bytes` (contents lost); never shrinks.
+  absl::Status Reserve(int64_t bytes);
+  uint8_t* data() const { return static_cast<uint8_t*>(data_); }
+
+ private:
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// Inside a step a backend's ops return nothing (engine/model/backend.h), so
+// a CUDA error there aborts the process with `what` and the error named:
+// the device's state is unknown after one, and the gateway re-routes the
+// worker's streams.
+void CheckInStep(cudaError_t e, const char* what);
+void CheckInStep(const absl::Status& s, const char* what);
 
 // A stream and a cuBLAS handle bound to it: one per engine thread. cuBLAS
 // is loaded on the first Create (engine/cuda/cublas_api.h).

@@ -3,7 +3,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <cfloat>
 
 namespace tandem::engine::cuda {
 namespace {
@@ -14,9 +13,6 @@ int Blocks(int64_t n) { return static_cast<int>((n + kThreads - 1) / kThreads); 
 
 struct SumOp {
   __device__ float operator()(float a, float b) const { return a + b; }
-};
-struct MaxOp {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 
 // `op` over the block (`identity` for missing warps); every thread gets the
@@ -37,9 +33,6 @@ __device__ float BlockReduce(float v, float identity, Op op, float* scratch) {
 
 __device__ float BlockSum(float v, float* scratch) {
   return BlockReduce(v, 0.0f, SumOp(), scratch);
-}
-__device__ float BlockMax(float v, float* scratch) {
-  return BlockReduce(v, -FLT_MAX, MaxOp(), scratch);
 }
 
 // One block per row.
@@ -121,69 +114,6 @@ __global__ void ToBf16Kernel(const float* x, int64_t n, __nv_bfloat16* out) {
   if (i < n) out[i] = __float2bfloat16_rn(x[i]);
 }
 
-// Is (v, id) ahead of (best_v, best_id): larger, ties to the lower id.
-__device__ bool Ahead(float v, int32_t id, float best_v, int32_t best_id) {
-  return v > best_v || (v == best_v && id >= 0 && (best_id < 0 || id < best_id));
-}
-
-// One block per row: max, sum of exp, then k rounds of a block-wide argmax
-// over the ids not yet taken.
-__global__ void TopKKernel(const float* logits, int64_t vocab, int32_t k, int32_t* top_ids,
-                           float* top_logprobs, float* lse_out) {
-  __shared__ float scratch[kThreads / 32];
-  __shared__ float warp_v[kThreads / 32];
-  __shared__ int32_t warp_id[kThreads / 32];
-  __shared__ int32_t taken[kMaxTopK];
-  const float* row = logits + blockIdx.x * vocab;
-  float m = -FLT_MAX;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) m = fmaxf(m, row[i]);
-  m = BlockMax(m, scratch);
-  float s = 0.0f;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) s += expf(row[i] - m);
-  s = BlockSum(s, scratch);
-  const float lse = m + logf(s);
-  if (threadIdx.x == 0) lse_out[blockIdx.x] = lse;
-  for (int32_t j = 0; j < k; ++j) {
-    float best_v = -FLT_MAX;
-    int32_t best_id = -1;
-    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-      bool used = false;
-      for (int32_t u = 0; u < j; ++u) used |= taken[u] == static_cast<int32_t>(i);
-      if (!used && Ahead(row[i], static_cast<int32_t>(i), best_v, best_id)) {
-        best_v = row[i];
-        best_id = static_cast<int32_t>(i);
-      }
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
-      const int32_t oid = __shfl_xor_sync(0xffffffffu, best_id, o);
-      if (Ahead(ov, oid, best_v, best_id)) {
-        best_v = ov;
-        best_id = oid;
-      }
-    }
-    const int warp = threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (lane == 0) {
-      warp_v[warp] = best_v;
-      warp_id[warp] = best_id;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) {
-        if (Ahead(warp_v[w], warp_id[w], warp_v[0], warp_id[0])) {
-          warp_v[0] = warp_v[w];
-          warp_id[0] = warp_id[w];
-        }
-      }
-      taken[j] = warp_id[0];
-      top_ids[blockIdx.x * k + j] = warp_id[0];
-      top_logprobs[blockIdx.x * k + j] = warp_v[0] - lse;
-    }
-    __syncthreads();
-  }
-}
-
 }  // namespace
 
 cudaError_t CheckKernelImage(int device) {
@@ -243,16 +173,6 @@ cudaError_t LaunchToF16(const float* x, int64_t n, void* out, cudaStream_t strea
 cudaError_t LaunchToBf16(const float* x, int64_t n, void* out, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   ToBf16Kernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, static_cast<__nv_bfloat16*>(out));
-  return cudaGetLastError();
-}
-
-cudaError_t LaunchTopKLogprobs(const float* logits, int64_t n_rows, int64_t vocab, int32_t k,
-                               int32_t* top_ids, float* top_logprobs, float* lse,
-                               cudaStream_t stream) {
-  if (n_rows == 0) return cudaSuccess;
-  if (k < 0 || k > kMaxTopK || vocab < k) return cudaErrorInvalidValue;
-  TopKKernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(logits, vocab, k, top_ids,
-                                                                     top_logprobs, lse);
   return cudaGetLastError();
 }
 

@@ -91,17 +91,6 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, cudaStream_t st
 // a constant of about 2 MiB, so a backend sizes it once at start-up.
 int64_t PagedAttentionScratchBytes();
 
-// The largest top-k that LaunchTopKLogprobs takes.
-inline constexpr int32_t kMaxTopK = 32;
-
-// For each row of logits [n_rows][vocab]: lse[row] = log(sum(exp(logits)))
-// and the k (<= kMaxTopK) largest logits as ids and logprobs (logit - lse),
-// largest first, ties to the lower id. Only O(k) values per row leave the
-// device.
-cudaError_t LaunchTopKLogprobs(const float* logits, int64_t n_rows, int64_t vocab, int32_t k,
-                               int32_t* top_ids, float* top_logprobs, float* lse,
-                               cudaStream_t stream);
-
 }  // namespace tandem::engine::cuda
 
 #endif  // TANDEM_ENGINE_CUDA_KERNELS_H_

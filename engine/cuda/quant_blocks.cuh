@@ -217,6 +217,23 @@ TANDEM_HD K4Header DecodeK4Header(const uint8_t* block, int g) {
   return h;
 }
 
+// What Q4_K and Q5_K share of a unit: part p of a super-block is half of
+// group g = p / 2's 32 elements in each of its two sub-blocks (runs), scaled
+// and offset by the group's header. Returns g.
+TANDEM_HD int DecodeK4Runs(const uint8_t* block, int part, Unit<2, 16>& u) {
+  const int g = part / 2;
+  const int l0 = 16 * (part % 2);
+  const K4Header h = DecodeK4Header(block, g);
+  u.offset[0] = 64 * g + l0;
+  u.offset[1] = 64 * g + 32 + l0;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    u.scale[r] = h.scale[r];
+    u.min[r] = h.min[r];
+  }
+  return g;
+}
+
 // Q4_K (144 bytes); 16-byte loads of qs, so the row start must be 16-byte
 // aligned (144 is a multiple of 16, so every block then is).
 struct Q4_K {
@@ -232,16 +249,7 @@ struct Q4_K {
   static_assert(kBytes % 16 == 0);
 
   TANDEM_HD static void Decode(const uint8_t* block, int part, UnitT& u) {
-    const int g = part / 2;
-    const int l0 = 16 * (part % 2);
-    const K4Header h = DecodeK4Header(block, g);
-    u.offset[0] = 64 * g + l0;
-    u.offset[1] = 64 * g + 32 + l0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      u.scale[r] = h.scale[r];
-      u.min[r] = h.min[r];
-    }
+    DecodeK4Runs(block, part, u);
     const uint4 qs = Load<uint4>(block + 16 + 16 * part);
     const uint32_t words[4] = {qs.x, qs.y, qs.z, qs.w};
 #pragma unroll
@@ -270,16 +278,8 @@ struct Q5_K {
   static_assert(kBytes % 16 == 0);
 
   TANDEM_HD static void Decode(const uint8_t* block, int part, UnitT& u) {
-    const int g = part / 2;
+    const int g = DecodeK4Runs(block, part, u);
     const int l0 = 16 * (part % 2);
-    const K4Header h = DecodeK4Header(block, g);
-    u.offset[0] = 64 * g + l0;
-    u.offset[1] = 64 * g + 32 + l0;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      u.scale[r] = h.scale[r];
-      u.min[r] = h.min[r];
-    }
     const uint4 qs = Load<uint4>(block + 48 + 16 * part);
     const uint4 qh = Load<uint4>(block + 16 + l0);
     const uint32_t low_words[4] = {qs.x, qs.y, qs.z, qs.w};

@@ -20,6 +20,7 @@
 #include "engine/cpu/attention.h"
 #include "engine/cpu/reference_kernels.h"
 #include "engine/cuda/attention_plan.h"
+#include "engine/cuda/backend_kernels.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/driver.h"
 #include "engine/cuda/kernels.h"
@@ -342,40 +343,43 @@ TEST_F(CudaKernelsTest, MatMulTakesExactlyTheListedWeightTypes) {
   }
 }
 
+// The logits reduction (engine/cuda/backend_kernels.h): log-sum-exp, top-k
+// with ties to the lower id, and the target's logit, against a brute force.
 TEST_F(CudaKernelsTest, TopKLogprobsMatchABruteForce) {
   const int64_t rows = 3, vocab = 32000;
-  const int32_t k = 20;
+  const int32_t k = kReducedTop;
   std::vector<float> logits = Random(rows * vocab, 8.0f);
   logits[vocab + 5] = logits[vocab + 9] = 50.0f;  // a tie: the lower id first
   DeviceBuffer dl = Up(logits);
-  absl::StatusOr<DeviceBuffer> ids = DeviceBuffer::Allocate(rows * k * 4);
-  absl::StatusOr<DeviceBuffer> lps = DeviceBuffer::Allocate(rows * k * 4);
-  absl::StatusOr<DeviceBuffer> lse = DeviceBuffer::Allocate(rows * 4);
-  ASSERT_TRUE(ids.ok() && lps.ok() && lse.ok());
-  ASSERT_EQ(LaunchTopKLogprobs(dl.as<float>(), rows, vocab, k, ids->as<int32_t>(),
-                               lps->as<float>(), lse->as<float>(), stream_->stream()),
+  DeviceBuffer top_k = Up(std::vector<int32_t>(rows, k));
+  DeviceBuffer target = Up(std::vector<int32_t>{7, -1, 31999});
+  absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Allocate(rows * sizeof(ReducedRow));
+  ASSERT_TRUE(out.ok());
+  ASSERT_EQ(LaunchReduceLogits(dl.as<float>(), rows, vocab, top_k.as<int32_t>(),
+                               target.as<int32_t>(), out->as<ReducedRow>(), stream_->stream()),
             cudaSuccess);
-  const std::vector<int32_t> got_ids = Down<int32_t>(*ids, rows * k);
-  const std::vector<float> got_lps = Down<float>(*lps, rows * k);
-  const std::vector<float> got_lse = Down<float>(*lse, rows);
+  const std::vector<ReducedRow> got = Down<ReducedRow>(*out, rows);
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = logits.data() + r * vocab;
     double sum = 0;
     const float m = *std::max_element(row, row + vocab);
     for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i]) - m);
     const double want_lse = m + std::log(sum);
-    EXPECT_NEAR(got_lse[r], want_lse, 1e-4);
+    EXPECT_NEAR(got[r].max + got[r].log_sum, want_lse, 1e-4);
     std::vector<int32_t> order(vocab);
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(),
                      [row](int32_t a, int32_t b) { return row[a] > row[b]; });
+    ASSERT_EQ(got[r].n_top, k);
     for (int32_t j = 0; j < k; ++j) {
-      EXPECT_EQ(got_ids[r * k + j], order[j]) << "row " << r << " rank " << j;
-      EXPECT_NEAR(got_lps[r * k + j], row[order[j]] - want_lse, 1e-4);
+      EXPECT_EQ(got[r].top_ids[j], order[j]) << "row " << r << " rank " << j;
+      EXPECT_NEAR(got[r].top_logprobs[j], row[order[j]] - want_lse, 1e-4);
     }
   }
-  EXPECT_EQ(got_ids[k], 5);
-  EXPECT_EQ(got_ids[k + 1], 9);
+  EXPECT_EQ(got[1].top_ids[0], 5);
+  EXPECT_EQ(got[1].top_ids[1], 9);
+  EXPECT_EQ(got[0].target_logit, logits[7]);
+  EXPECT_EQ(got[2].target_logit, logits[2 * vocab + 31999]);
 }
 
 // A prefill chunk and a decode row of two sequences over shuffled blocks,
