@@ -286,12 +286,14 @@ step_test() {
   grep -E 'tests passed|tests failed|\((Failed|Skipped|Timeout)\)' "$log_file" |
     tee -a "$REPORT"
   # The GPU tests one by one, in their own words (the device, or why none).
-  if [ -x "$BUILD/bin/cuda_kernels_test" ]; then
-    log "cuda_kernels_test (TANDEM_REQUIRE_CUDA=$require):"
-    TANDEM_REQUIRE_CUDA="$require" "$BUILD/bin/cuda_kernels_test" 2>&1 |
-      grep -E '^\[ +(OK|FAILED|SKIPPED) +\] [A-Za-z.]+ \(|cudaGetDeviceCount|TANDEM_REQUIRE' |
+  local t
+  for t in cuda_kernels_test cuda_products_test; do
+    [ -x "$BUILD/bin/$t" ] || continue
+    log "$t (TANDEM_REQUIRE_CUDA=$require):"
+    TANDEM_REQUIRE_CUDA="$require" "$BUILD/bin/$t" 2>&1 |
+      grep -E '^\[ +(OK|FAILED|SKIPPED) +\] [A-Za-z0-9.]+ \(|cudaGetDeviceCount|TANDEM_REQUIRE' |
       sort -u | head -30 | tee -a "$REPORT"
-  fi
+  done
   return $rc
 }
 

@@ -325,7 +325,9 @@ __global__ void PagedAttentionRowKernel(PagedAttentionArgs a, int32_t splits) {
   const int32_t* blocks = a.block_table + a.table_offset[row];
   const int32_t n = a.kv_len[row];
   const int32_t chunk = SplitChunk(n, splits);
-  const int32_t begin = min(n, z * chunk);
+  const int32_t used = UsedSplits(n, splits);
+  if (z >= used) return;  // uniform over the block; the combine reads [0, used)
+  const int32_t begin = z * chunk;
   const int32_t end = min(n, begin + chunk);
   const int64_t elem = a.kv_f16 ? 2 : 4;
   float m = -FLT_MAX;
@@ -372,7 +374,7 @@ __global__ void PagedAttentionRowKernel(PagedAttentionArgs a, int32_t splits) {
     if (warp_l[w] > 0.0f) big_l += warp_l[w] * expf(warp_m[w] - big_m);
   }
   const int64_t head_row = static_cast<int64_t>(row) * a.n_head + h;
-  if (splits == 1) {
+  if (used == 1) {  // a row short enough for one split needs no combine
     float* out = a.out + head_row * hd;
     for (int32_t d = threadIdx.x; d < hd; d += blockDim.x) {
       float sum = 0.0f;
@@ -383,7 +385,7 @@ __global__ void PagedAttentionRowKernel(PagedAttentionArgs a, int32_t splits) {
     }
     return;
   }
-  // An empty split (past kv_len) writes sum 0, which the combine skips.
+  // Every used split holds at least one slot, so its sum is positive.
   float* part = a.split_scratch + (head_row * splits + z) * (hd + 2);
   if (threadIdx.x == 0) {
     part[0] = big_m;
@@ -398,32 +400,39 @@ __global__ void PagedAttentionRowKernel(PagedAttentionArgs a, int32_t splits) {
   }
 }
 
-// grid (n_rows, n_head): merges a row's `splits` partials into out.
+// grid (n_rows, n_head): merges a row's used partials into out (a row of
+// one used split was written by the row kernel). Warp 0 finds the common
+// max and each split's weight, then every thread sums its dimensions.
+static_assert(kMaxSplits <= 32, "one lane per split");
 __global__ void PagedAttentionCombineKernel(PagedAttentionArgs a, int32_t splits) {
+  __shared__ float weight[kMaxSplits];
+  __shared__ float total;
   const int32_t row = blockIdx.x;
   const int32_t h = blockIdx.y;
   if (OwnedByTiles(a.table_offset, a.kv_len, a.n_rows, row)) return;
+  const int32_t used = UsedSplits(a.kv_len[row], splits);
+  if (used <= 1) return;
   const int32_t hd = a.head_dim;
   const int64_t head_row = static_cast<int64_t>(row) * a.n_head + h;
   const float* parts = a.split_scratch + head_row * splits * (hd + 2);
-  float big_m = -FLT_MAX;
-  for (int32_t z = 0; z < splits; ++z) {
-    const float* p = parts + z * (hd + 2);
-    if (p[1] > 0.0f) big_m = fmaxf(big_m, p[0]);
+  if (threadIdx.x < 32) {
+    const int32_t z = static_cast<int32_t>(threadIdx.x);
+    const float pm = z < used ? parts[z * (hd + 2)] : -FLT_MAX;
+    const float pl = z < used ? parts[z * (hd + 2) + 1] : 0.0f;
+    float big_m = pl > 0.0f ? pm : -FLT_MAX;
+    for (int o = 16; o > 0; o >>= 1) big_m = fmaxf(big_m, __shfl_xor_sync(0xffffffffu, big_m, o));
+    const float w = pl > 0.0f ? expf(pm - big_m) : 0.0f;
+    float big_l = pl * w;
+    for (int o = 16; o > 0; o >>= 1) big_l += __shfl_xor_sync(0xffffffffu, big_l, o);
+    if (z < kMaxSplits) weight[z] = w;
+    if (z == 0) total = big_l;
   }
-  float big_l = 0.0f;
-  for (int32_t z = 0; z < splits; ++z) {
-    const float* p = parts + z * (hd + 2);
-    if (p[1] > 0.0f) big_l += p[1] * expf(p[0] - big_m);
-  }
+  __syncthreads();
   float* out = a.out + head_row * hd;
   for (int32_t d = threadIdx.x; d < hd; d += blockDim.x) {
     float sum = 0.0f;
-    for (int32_t z = 0; z < splits; ++z) {
-      const float* p = parts + z * (hd + 2);
-      if (p[1] > 0.0f) sum += p[2 + d] * expf(p[0] - big_m);
-    }
-    out[d] = big_l > 0.0f ? sum / big_l : 0.0f;
+    for (int32_t z = 0; z < used; ++z) sum += parts[z * (hd + 2) + 2 + d] * weight[z];
+    out[d] = total > 0.0f ? sum / total : 0.0f;
   }
 }
 

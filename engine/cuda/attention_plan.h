@@ -70,6 +70,15 @@ TANDEM_HOST_DEVICE constexpr int32_t SplitChunk(int32_t n, int32_t splits) {
   return even > kMinSplitSlots ? even : kMinSplitSlots;
 }
 
+// How many of a row's `splits` hold slots: ceil(n / SplitChunk), at least 1
+// (a row of no slots runs as one split that writes zeros). One used split
+// writes the output itself; more leave partials for the combine.
+TANDEM_HOST_DEVICE constexpr int32_t UsedSplits(int32_t n, int32_t splits) {
+  if (splits <= 1 || n <= 0) return 1;
+  const int32_t chunk = SplitChunk(n, splits);
+  return (n + chunk - 1) / chunk;
+}
+
 // The most (row, head, split) partials any launch writes: blocks * splits
 // over every blocks < kSplitTargetBlocks (at least blocks never split).
 constexpr int64_t MaxSplitPartials() {

@@ -67,89 +67,187 @@ __device__ bool Ahead(float v, int32_t id, float best_v, int32_t best_id) {
   return id >= 0 && (best_id < 0 || v > best_v || (v == best_v && id < best_id));
 }
 
-// One block per row: the max, the sum of exp in double, then top_k rounds
-// of a block-wide argmax over the ids not yet taken (k <= 20 rounds of one
-// pass each, out of L2 after the first).
-__global__ void ReduceLogitsKernel(const float* logits, int64_t vocab, const int32_t* top_k,
-                                   const int32_t* target, ReducedRow* out) {
-  constexpr int kWarps = kThreads / 32;
-  __shared__ float warp_f[kWarps];
-  __shared__ double warp_d[kWarps];
-  __shared__ int32_t warp_id[kWarps];
-  __shared__ int32_t taken[kReducedTop];
+// Is (v, id) behind (prev_v, prev_id) in that order: the candidates for the
+// next rank once (prev_v, prev_id) is taken, so no list of taken ids is kept.
+__device__ bool Behind(float v, int32_t id, float prev_v, int32_t prev_id) {
+  return prev_id < 0 || v < prev_v || (v == prev_v && id > prev_id);
+}
+
+// The warp's best (v, id) by Ahead; every lane gets it.
+__device__ void WarpBest(float& v, int32_t& id) {
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, off);
+    const int32_t oid = __shfl_xor_sync(0xffffffffu, id, off);
+    if (Ahead(ov, oid, v, id)) {
+      v = ov;
+      id = oid;
+    }
+  }
+}
+
+// A row is cut into slices of at least kSliceMin logits, at most
+// kMaxSlices of them; each slice's block writes one SlicePartial.
+constexpr int64_t kSliceMin = 4096;
+constexpr int32_t kMaxSlices = 32;
+constexpr int kSliceWarps = kThreads / 32;
+
+struct SlicePartial {
+  double sum;  // of exp(logit - max) over the slice
+  float max;
+  int32_t n_top;
+  float top_v[kReducedTop];  // the slice's best logits, in order
+  int32_t top_id[kReducedTop];
+};
+
+int32_t SliceCount(int64_t vocab) {
+  const int64_t n = (vocab + kSliceMin - 1) / kSliceMin;
+  return static_cast<int32_t>(n < kMaxSlices ? (n > 0 ? n : 1) : kMaxSlices);
+}
+
+// The best `count` of up to 32 sorted lists (lane i holds list i: `n` long,
+// its j-th entry from at(j)), merged by the whole warp, written to
+// out_v/out_id by lane 0; the number found is returned to every lane.
+template <typename At>
+__device__ int32_t MergeSorted(int32_t n, At at, int32_t count, float* out_v, int32_t* out_id) {
+  const int lane = threadIdx.x % 32;
+  int32_t next = 0;
+  int32_t found = 0;
+  for (; found < count; ++found) {
+    float v = 0.0f;
+    int32_t id = -1;
+    if (next < n) at(next, v, id);
+    const int32_t mine = id;
+    WarpBest(v, id);
+    if (id < 0) break;
+    if (mine == id) ++next;  // ids are distinct: exactly one lane advances
+    if (lane == 0) {
+      out_v[found] = v;
+      out_id[found] = id;
+    }
+  }
+  return found;
+}
+
+// grid (n_rows, slices): one slice of one row. Its max and sum of exp in
+// double; its top k as each warp's top k over the warp's part (k passes,
+// each taking the best behind the last one taken), then the block's warps'
+// lists merged by warp 0.
+__global__ void ReduceSliceKernel(const float* logits, int64_t vocab, const int32_t* top_k,
+                                  SlicePartial* partials) {
+  __shared__ float warp_f[kSliceWarps];
+  __shared__ double warp_d[kSliceWarps];
+  __shared__ float list_v[kSliceWarps][kReducedTop];
+  __shared__ int32_t list_id[kSliceWarps][kReducedTop];
+  __shared__ int32_t list_n[kSliceWarps];
   const int32_t k = top_k[blockIdx.x];
   if (k < 0) return;
+  const int32_t slices = gridDim.y;
+  const int64_t per = (vocab + slices - 1) / slices;
+  const int64_t begin = min(vocab, blockIdx.y * per);
+  const int64_t end = min(vocab, begin + per);
   const float* row = logits + blockIdx.x * vocab;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
 
   float m = -INFINITY;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) m = fmaxf(m, row[i]);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) m = fmaxf(m, row[i]);
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
   if (lane == 0) warp_f[warp] = m;
   __syncthreads();
   m = warp_f[0];
-  for (int w = 1; w < kWarps; ++w) m = fmaxf(m, warp_f[w]);
-  // No token possible: every logprob -inf rather than NaN.
-  const bool none = m == -INFINITY;
-  const float max = none ? 0.0f : m;
-
+  for (int w = 1; w < kSliceWarps; ++w) m = fmaxf(m, warp_f[w]);
   double s = 0.0;
-  if (!none) {
-    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) s += exp(double(row[i]) - max);
+  if (m != -INFINITY) {
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) s += exp(double(row[i]) - m);
   }
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
   if (lane == 0) warp_d[warp] = s;
-  __syncthreads();
-  s = 0.0;
-  for (int w = 0; w < kWarps; ++w) s += warp_d[w];
-  const float log_sum = none ? INFINITY : static_cast<float>(log(s));
 
+  const int32_t count = min(k, kReducedTop);
+  const int64_t wper = (end - begin + kSliceWarps - 1) / kSliceWarps;
+  const int64_t wbegin = min(end, begin + warp * wper);
+  const int64_t wend = min(end, wbegin + wper);
+  float prev_v = 0.0f;
+  int32_t prev_id = -1;
+  int32_t n = 0;
+  for (; n < count; ++n) {
+    float v = 0.0f;
+    int32_t id = -1;
+    for (int64_t i = wbegin + lane; i < wend; i += 32) {
+      const float x = row[i];
+      const auto xi = static_cast<int32_t>(i);
+      if (Behind(x, xi, prev_v, prev_id) && Ahead(x, xi, v, id)) {
+        v = x;
+        id = xi;
+      }
+    }
+    WarpBest(v, id);
+    if (id < 0) break;
+    if (lane == 0) {
+      list_v[warp][n] = v;
+      list_id[warp][n] = id;
+    }
+    prev_v = v;
+    prev_id = id;
+  }
+  if (lane == 0) list_n[warp] = n;
+  __syncthreads();
+  if (warp != 0) return;
+  SlicePartial& out = partials[blockIdx.x * slices + blockIdx.y];
+  const int32_t mine = lane < kSliceWarps ? list_n[lane] : 0;
+  const int32_t found = MergeSorted(
+      mine,
+      [&](int32_t j, float& v, int32_t& id) {
+        v = list_v[lane][j];
+        id = list_id[lane][j];
+      },
+      count, out.top_v, out.top_id);
+  if (lane == 0) {
+    double total = 0.0;
+    for (int w = 0; w < kSliceWarps; ++w) total += warp_d[w];
+    out.sum = total;
+    out.max = m;
+    out.n_top = found;
+  }
+}
+
+// grid (n_rows), one warp: the row's slices merged (lane z takes slice z).
+__global__ void ReduceRowKernel(const float* logits, int64_t vocab, int32_t slices,
+                                const int32_t* top_k, const int32_t* target,
+                                const SlicePartial* partials, ReducedRow* out) {
+  const int32_t k = top_k[blockIdx.x];
+  if (k < 0) return;
+  const int lane = threadIdx.x;
+  const SlicePartial* p = partials + blockIdx.x * slices;
+  const bool has = lane < slices;
+  float m = has ? p[lane].max : -INFINITY;
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  // No token possible: every logprob -inf rather than NaN.
+  const bool none = m == -INFINITY;
+  const float max = none ? 0.0f : m;
+  double s = has && !none && p[lane].max != -INFINITY
+                 ? p[lane].sum * exp(double(p[lane].max) - double(max))
+                 : 0.0;
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  const float log_sum = none ? INFINITY : static_cast<float>(log(s));
   ReducedRow& o = out[blockIdx.x];
-  if (threadIdx.x == 0) {
+  const int32_t count = min(k, kReducedTop);
+  const int32_t found = MergeSorted(
+      has ? p[lane].n_top : 0,
+      [&](int32_t j, float& v, int32_t& id) {
+        v = p[lane].top_v[j];
+        id = p[lane].top_id[j];
+      },
+      count, o.top_logprobs, o.top_ids);
+  __syncwarp();
+  if (lane == 0) {
+    for (int32_t j = 0; j < found; ++j) o.top_logprobs[j] = o.top_logprobs[j] - max - log_sum;
     o.max = max;
     o.log_sum = log_sum;
-    o.target_logit = target[blockIdx.x] >= 0 ? row[target[blockIdx.x]] : 0.0f;
+    o.target_logit =
+        target[blockIdx.x] >= 0 ? logits[blockIdx.x * vocab + target[blockIdx.x]] : 0.0f;
+    o.n_top = found;
   }
-  const int32_t count = k < vocab ? k : static_cast<int32_t>(vocab);
-  for (int32_t j = 0; j < count; ++j) {
-    float best_v = -INFINITY;
-    int32_t best_id = -1;
-    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-      bool used = false;
-      for (int32_t u = 0; u < j; ++u) used |= taken[u] == static_cast<int32_t>(i);
-      if (!used && Ahead(row[i], static_cast<int32_t>(i), best_v, best_id)) {
-        best_v = row[i];
-        best_id = static_cast<int32_t>(i);
-      }
-    }
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, best_v, off);
-      const int32_t oid = __shfl_xor_sync(0xffffffffu, best_id, off);
-      if (Ahead(ov, oid, best_v, best_id)) {
-        best_v = ov;
-        best_id = oid;
-      }
-    }
-    if (lane == 0) {
-      warp_f[warp] = best_v;
-      warp_id[warp] = best_id;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int w = 1; w < kWarps; ++w) {
-        if (Ahead(warp_f[w], warp_id[w], warp_f[0], warp_id[0])) {
-          warp_f[0] = warp_f[w];
-          warp_id[0] = warp_id[w];
-        }
-      }
-      taken[j] = warp_id[0];
-      o.top_ids[j] = warp_id[0];
-      o.top_logprobs[j] = warp_f[0] - max - log_sum;
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) o.n_top = count;
 }
 
 // One block per slot.
@@ -205,12 +303,21 @@ cudaError_t LaunchGatherRows(const float* x, int64_t dim, const int32_t* rows, i
   return cudaGetLastError();
 }
 
+int64_t ReduceLogitsScratchBytes(int64_t n_rows) {
+  return n_rows * kMaxSlices * int64_t{sizeof(SlicePartial)};
+}
+
 cudaError_t LaunchReduceLogits(const float* logits, int64_t n_rows, int64_t vocab,
-                               const int32_t* top_k, const int32_t* target, ReducedRow* out,
-                               cudaStream_t stream) {
+                               const int32_t* top_k, const int32_t* target, void* scratch,
+                               ReducedRow* out, cudaStream_t stream) {
   if (n_rows == 0) return cudaSuccess;
-  ReduceLogitsKernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(logits, vocab,
-                                                                             top_k, target, out);
+  const int32_t slices = SliceCount(vocab);
+  auto* partials = static_cast<SlicePartial*>(scratch);
+  const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>(slices));
+  ReduceSliceKernel<<<grid, kThreads, 0, stream>>>(logits, vocab, top_k, partials);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  ReduceRowKernel<<<static_cast<unsigned>(n_rows), 32, 0, stream>>>(logits, vocab, slices, top_k,
+                                                                    target, partials, out);
   return cudaGetLastError();
 }
 

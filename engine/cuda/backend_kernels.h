@@ -57,10 +57,14 @@ struct ReducedRow {
 // gives max 0 and log_sum +inf, as the CPU's ComputeLogSoftmaxStats), the
 // top_k[r] largest logits as ids and logprobs (logit - max - log_sum),
 // largest first, ties to the lower id, and the logit of target[r] (when
-// >= 0). Rows with top_k[r] < 0 are left alone.
+// >= 0). Rows with top_k[r] < 0 are left alone. Two launches: each row's
+// slices (of 4096 logits or more, at most 32) reduced by a block each into
+// `scratch`, then merged by a warp per row; scratch holds
+// ReduceLogitsScratchBytes(n_rows).
 cudaError_t LaunchReduceLogits(const float* logits, int64_t n_rows, int64_t vocab,
-                               const int32_t* top_k, const int32_t* target, ReducedRow* out,
-                               cudaStream_t stream);
+                               const int32_t* top_k, const int32_t* target, void* scratch,
+                               ReducedRow* out, cudaStream_t stream);
+int64_t ReduceLogitsScratchBytes(int64_t n_rows);
 
 // The KV rows of slots[i] (i < n), every one of a layer, copied out: the
 // keys as f32 into keys [n, kv_dim], the values as they are (kv_dim * elem

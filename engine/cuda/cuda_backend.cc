@@ -209,6 +209,9 @@ class CudaBackend final : public Backend {
     const int64_t reduced = int64_t{limits.max_logit_rows} * int64_t{sizeof(ReducedRow)};
     ASSIGN_OR_RETURN(DevicePtr<uint8_t> r, Allocate(reduced, "reduced logits"));
     reduced_ = r.As<ReducedRow>().backend_address();
+    ASSIGN_OR_RETURN(DevicePtr<uint8_t> rs,
+                     Allocate(ReduceLogitsScratchBytes(limits.max_logit_rows), "reduced logits"));
+    reduce_scratch_ = rs.backend_address();
     RETURN_IF_ERROR(reduced_host_.Reserve(reduced));
     ASSIGN_OR_RETURN(DevicePtr<uint8_t> a, Allocate(PagedAttentionScratchBytes(),
                                                     "attention scratch"));
@@ -418,7 +421,8 @@ class CudaBackend final : public Backend {
     TANDEM_CHECK(static_cast<int32_t>(out.size()) >= R, "a summary per logits row");
     CheckInStep(
         LaunchReduceLogits(logits.backend_address(), R, n_vocab, Meta<int32_t>(layout_.top_k),
-                           Meta<int32_t>(layout_.target), reduced_, stream_.stream()),
+                           Meta<int32_t>(layout_.target), reduce_scratch_, reduced_,
+                           stream_.stream()),
         "ReduceLogits");
     const size_t bytes = static_cast<size_t>(R) * sizeof(ReducedRow);
     CheckInStep(cudaMemcpyAsync(reduced_host_.data(), reduced_, bytes, cudaMemcpyDeviceToHost,
@@ -533,6 +537,7 @@ class CudaBackend final : public Backend {
   DeviceBuffer* matmul_scratch_ = nullptr;
   ReducedRow* reduced_ = nullptr;
   float* attention_scratch_ = nullptr;  // LaunchPagedAttention's split partials
+  uint8_t* reduce_scratch_ = nullptr;    // LaunchReduceLogits's slice partials
   PinnedBuffer reduced_host_;
   KvMoves kv_moves_{stream_};  // ReadBlocks, WriteBlocks, MoveKvSlots
   const StepMetadata* step_ = nullptr;

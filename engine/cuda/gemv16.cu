@@ -6,7 +6,6 @@
 namespace tandem::engine::cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 4;
 // 16-byte loads in flight per lane before the first is used.
 constexpr int kUnroll = 4;
 
@@ -23,41 +22,59 @@ __device__ void Widen(const uint4& raw, bool bf16, float (&out)[8]) {
   }
 }
 
-// One warp per row: each lane takes 8 columns at a time, kUnroll loads of
-// the row in flight, every token's dot product accumulated from the same
-// widened weights, then a warp sum per token.
+// A block of kBlockWarps warps; `split` of them (1, 2, 4 or 8) share a row,
+// so that a matrix of few rows still puts about kTargetWarps warps' loads in
+// flight (a 2048-row matrix as one warp per row left most of the GPU idle).
+constexpr int kBlockWarps = 8;
+constexpr int64_t kTargetWarps = 8192;
+
+int RowSplit(int64_t rows) {
+  int split = 1;
+  while (split < kBlockWarps && rows * split < kTargetWarps) split *= 2;
+  return split;
+}
+
+// The row's warps interleave over its 16-byte chunks 32 at a time; each
+// lane takes 8 columns a chunk, kUnroll loads of the row in flight, every
+// token's dot product accumulated from the same widened weights. Warp sums,
+// then the row's first warp adds its partners' in a fixed order.
 template <int kTokens>
-__global__ void __launch_bounds__(32 * kWarpsPerBlock)
-    Gemv16Kernel(const uint4* __restrict__ w, bool bf16, int64_t rows, int64_t cols,
+__global__ void __launch_bounds__(32 * kBlockWarps)
+    Gemv16Kernel(const uint4* __restrict__ w, bool bf16, int64_t rows, int64_t cols, int split,
                  const float* __restrict__ x, float* __restrict__ y) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  if (row >= rows) return;
+  __shared__ float partial[kBlockWarps][kTokens];
+  const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int64_t chunks = cols / 8;  // 16-byte chunks per row
-  const uint4* wr = w + row * chunks;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kBlockWarps / split) + warp / split;
+  const int part = warp % split;
   float acc[kTokens];
 #pragma unroll
   for (int t = 0; t < kTokens; ++t) acc[t] = 0.0f;
-  for (int64_t base = 0; base < chunks; base += 32 * kUnroll) {
-    uint4 raw[kUnroll];
+  if (row < rows) {
+    const int64_t chunks = cols / 8;  // 16-byte chunks per row
+    const int64_t stride = 32 * static_cast<int64_t>(split);
+    const uint4* wr = w + row * chunks;
+    for (int64_t base = 32 * part; base < chunks; base += stride * kUnroll) {
+      uint4 raw[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = base + u * 32 + lane;
-      raw[u] = c < chunks ? __ldcs(wr + c) : make_uint4(0, 0, 0, 0);
-    }
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = base + u * stride + lane;
+        raw[u] = c < chunks ? __ldcs(wr + c) : make_uint4(0, 0, 0, 0);
+      }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = base + u * 32 + lane;
-      if (c >= chunks) break;
-      float wf[8];
-      Widen(raw[u], bf16, wf);
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = base + u * stride + lane;
+        if (c >= chunks) break;
+        float wf[8];
+        Widen(raw[u], bf16, wf);
 #pragma unroll
-      for (int t = 0; t < kTokens; ++t) {
-        const float4* xt = reinterpret_cast<const float4*>(x + t * cols) + 2 * c;
-        const float4 a = __ldg(xt);
-        const float4 b = __ldg(xt + 1);
-        acc[t] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x +
-                  wf[5] * b.y + wf[6] * b.z + wf[7] * b.w;
+        for (int t = 0; t < kTokens; ++t) {
+          const float4* xt = reinterpret_cast<const float4*>(x + t * cols) + 2 * c;
+          const float4 a = __ldg(xt);
+          const float4 b = __ldg(xt + 1);
+          acc[t] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x +
+                    wf[5] * b.y + wf[6] * b.z + wf[7] * b.w;
+        }
       }
     }
   }
@@ -65,16 +82,24 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock)
   for (int t = 0; t < kTokens; ++t) {
     float v = acc[t];
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) y[t * rows + row] = v;
+    if (lane == 0) partial[warp][t] = v;
+  }
+  __syncthreads();
+  if (row < rows && part == 0 && lane < kTokens) {
+    float v = partial[warp][lane];
+    for (int p = 1; p < split; ++p) v += partial[warp + p][lane];
+    y[lane * rows + row] = v;
   }
 }
 
 template <int kTokens>
 void Launch(const void* w, bool bf16, int64_t rows, int64_t cols, const float* x, float* y,
             cudaStream_t stream) {
-  const unsigned blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  Gemv16Kernel<kTokens><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(
-      static_cast<const uint4*>(w), bf16, rows, cols, x, y);
+  const int split = RowSplit(rows);
+  const int64_t rows_per_block = kBlockWarps / split;
+  const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
+  Gemv16Kernel<kTokens><<<blocks, 32 * kBlockWarps, 0, stream>>>(
+      static_cast<const uint4*>(w), bf16, rows, cols, split, x, y);
 }
 
 }  // namespace

@@ -10,10 +10,12 @@
 namespace tandem::engine::cuda {
 namespace {
 
-// The GEMV gives each row one warp: a row of a 4096-wide Q4_K matrix is 16
-// super-blocks, 128 units, four per lane, and a warp's 32 lanes decode 4
-// whole super-blocks (576 contiguous bytes) per step, so every byte of a
-// sector fetched is used. Several warps per block only to fill the SM.
+// The GEMV gives each row `split` warps (1, 2 or 4: RowSplit) taking its
+// units 32 at a time in turn: a row of a 4096-wide Q4_K matrix is 16
+// super-blocks, 128 units, and a warp's 32 lanes decode 4 whole super-blocks
+// (576 contiguous bytes) per step, so every byte of a sector fetched is
+// used. A matrix of few rows (2048 at decode's attention products) as one
+// warp a row kept too few loads in flight to reach the bandwidth.
 constexpr int kGemvWarps = 4;
 constexpr int kGemvThreads = kGemvWarps * 32;
 // Register caps (65536 / (threads * blocks)): 64 per thread for one token,
@@ -21,30 +23,42 @@ constexpr int kGemvThreads = kGemvWarps * 32;
 // bandwidth; 128 for more tokens, whose x loads and sums would otherwise
 // take all 255 registers and spill (ptxas -v; two tokens spill at 64).
 constexpr int GemvMinBlocksPerSm(int tokens) { return tokens == 1 ? 8 : 4; }
+// Warps wanted over the grid; the row split grows until rows * split
+// reaches it.
+constexpr int64_t kGemvTargetWarps = 8192;
+
+int RowSplit(int64_t rows) {
+  int split = 1;
+  while (split < kGemvWarps && rows * split < kGemvTargetWarps) split *= 2;
+  return split;
+}
 
 constexpr int kThreads = 256;  // the dequantizer's and the gather's blocks
 
-// Rows row0 .. row0 + kGemvWarps of y[t, r] for t < n_tokens <= kTokens:
-// each lane decodes its units of the row once and multiplies them into all
-// the tokens' x, so a launch reads the weight once. x is read through the
-// read-only cache in 16-byte loads: every warp of the grid reads the same
-// x, which stays in L1 / L2 while the weight streams past.
+// Rows of y[t, r] for t < n_tokens <= kTokens, kGemvWarps / split of them
+// per block: each lane decodes its units of the row once and multiplies
+// them into all the tokens' x, so a launch reads the weight once. x is read
+// through the read-only cache in 16-byte loads: every warp of the grid
+// reads the same x, which stays in L1 / L2 while the weight streams past.
+// The row's warps' sums meet in shared memory, added in a fixed order.
 template <typename F, int kTokens>
 __global__ void __launch_bounds__(kGemvThreads, GemvMinBlocksPerSm(kTokens))
-    QuantGemvKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols,
+    QuantGemvKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int split,
                     const float* __restrict__ x, int n_tokens, float* __restrict__ y) {
+  __shared__ float partial[kGemvWarps][kTokens];
+  const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
-  if (row >= rows) return;  // a whole warp: no block-wide sync follows
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kGemvWarps / split) + warp / split;
+  const int part = warp % split;
   const int64_t n_blocks = cols / F::kElems;
-  const uint8_t* w_row = w + row * n_blocks * F::kBytes;
-  const int n_units = static_cast<int>(n_blocks * F::kUnits);
+  const uint8_t* w_row = w + (row < rows ? row : 0) * n_blocks * F::kBytes;
+  const int n_units = row < rows ? static_cast<int>(n_blocks * F::kUnits) : 0;
 
   float acc[kTokens];
 #pragma unroll
   for (int t = 0; t < kTokens; ++t) acc[t] = 0.0f;
 
-  for (int u = lane; u < n_units; u += 32) {
+  for (int u = 32 * part + lane; u < n_units; u += 32 * split) {
     const int b = u / F::kUnits;
     typename F::UnitT unit;
     F::Decode(w_row + static_cast<int64_t>(b) * F::kBytes, u % F::kUnits, unit);
@@ -81,11 +95,17 @@ __global__ void __launch_bounds__(kGemvThreads, GemvMinBlocksPerSm(kTokens))
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);
   }
-  // Every lane holds every sum; lane t stores token t's (a constant index
+  // Every lane holds every sum; lane t keeps token t's (a constant index
   // into acc, so it stays in registers).
 #pragma unroll
   for (int t = 0; t < kTokens; ++t) {
-    if (t < n_tokens && lane == t % 32) y[t * rows + row] = acc[t];
+    if (lane == t) partial[warp][t] = acc[t];
+  }
+  __syncthreads();
+  if (row < rows && part == 0 && lane < n_tokens) {
+    float sum = partial[warp][lane];
+    for (int p = 1; p < split; ++p) sum += partial[warp + p][lane];
+    y[lane * rows + row] = sum;
   }
 }
 
@@ -188,17 +208,20 @@ cudaError_t WithFormat(GgmlType type, Fn&& fn) {
 template <typename F>
 void LaunchGemv(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int n_tokens,
                 float* y, cudaStream_t stream) {
-  const unsigned grid = static_cast<unsigned>((rows + kGemvWarps - 1) / kGemvWarps);
+  const int split = RowSplit(rows);
+  const int64_t per_block = kGemvWarps / split;
+  const auto grid = static_cast<unsigned>((rows + per_block - 1) / per_block);
   if (n_tokens <= 1) {
-    QuantGemvKernel<F, 1><<<grid, kGemvThreads, 0, stream>>>(w, rows, cols, x, n_tokens, y);
+    QuantGemvKernel<F, 1><<<grid, kGemvThreads, 0, stream>>>(w, rows, cols, split, x, n_tokens, y);
   } else if (n_tokens <= 2) {
-    QuantGemvKernel<F, 2><<<grid, kGemvThreads, 0, stream>>>(w, rows, cols, x, n_tokens, y);
+    QuantGemvKernel<F, 2><<<grid, kGemvThreads, 0, stream>>>(w, rows, cols, split, x, n_tokens, y);
   } else if (n_tokens <= 4) {
-    QuantGemvKernel<F, 4><<<grid, kGemvThreads, 0, stream>>>(w, rows, cols, x, n_tokens, y);
+    QuantGemvKernel<F, 4><<<grid, kGemvThreads, 0, stream>>>(w, rows, cols, split, x, n_tokens, y);
   } else if (n_tokens <= 8) {
-    QuantGemvKernel<F, 8><<<grid, kGemvThreads, 0, stream>>>(w, rows, cols, x, n_tokens, y);
+    QuantGemvKernel<F, 8><<<grid, kGemvThreads, 0, stream>>>(w, rows, cols, split, x, n_tokens, y);
   } else {
-    QuantGemvKernel<F, 16><<<grid, kGemvThreads, 0, stream>>>(w, rows, cols, x, n_tokens, y);
+    QuantGemvKernel<F, 16><<<grid, kGemvThreads, 0, stream>>>(w, rows, cols, split, x, n_tokens,
+                                                              y);
   }
 }
 static_assert(kQuantGemvTokensPerLaunch == 16, "LaunchGemv's largest instantiation");

@@ -1,7 +1,8 @@
-// Every GPU kernel against the CPU reference on random inputs. Built when
-// nvcc is found; each test skips on a machine without a usable CUDA device,
-// printing the driver's reason, and fails instead when TANDEM_REQUIRE_CUDA=1
-// (scripts/gpu_check.sh sets it, so a GPU run cannot pass by skipping).
+// The GPU's elementwise, attention and logits kernels against the CPU
+// reference on random inputs (the matrix products' are in
+// cuda_products_test.cc). Built when nvcc is found; each test skips on a
+// machine without a usable CUDA device, printing the driver's reason, and
+// fails instead when TANDEM_REQUIRE_CUDA=1 (cuda_test_util.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -31,76 +32,26 @@
 #include "engine/gguf/model_config.h"
 #include "engine/model/rope.h"
 #include "engine/gguf/tensor_type.h"
+#include "tests/engine/cuda/cuda_test_util.h"
 
 namespace tandem::engine::cuda {
 namespace {
 
-bool CudaRequired() {
-  const char* v = std::getenv("TANDEM_REQUIRE_CUDA");
-  return v != nullptr && std::string(v) == "1";
-}
-
-class CudaKernelsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const absl::StatusOr<int> count = DeviceCount();
-    if (!count.ok()) {
-      if (CudaRequired()) FAIL() << "TANDEM_REQUIRE_CUDA=1: " << count.status().message();
-      GTEST_SKIP() << count.status().message();
-    }
-    absl::StatusOr<Stream> stream = Stream::Create(0);
-    ASSERT_TRUE(stream.ok()) << stream.status();
-    stream_.emplace(std::move(*stream));
-  }
-
-  std::vector<float> Random(size_t n, float scale = 1.0f) {
-    std::uniform_real_distribution<float> d(-scale, scale);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng_);
-    return v;
-  }
-
-  // A device copy of `bytes` host bytes.
-  DeviceBuffer Up(const void* host, size_t bytes) {
-    absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(bytes);
-    EXPECT_TRUE(b.ok()) << b.status();
-    EXPECT_TRUE(b->Upload(*stream_, host, bytes).ok());
-    return std::move(*b);
-  }
-  template <typename T>
-  DeviceBuffer Up(const std::vector<T>& v) {
-    return Up(v.data(), v.size() * sizeof(T));
-  }
-  // Queued behind the kernels on the same stream; read after the sync.
-  template <typename T>
-  std::vector<T> Down(const DeviceBuffer& b, size_t n) {
-    std::vector<T> v(n);
-    EXPECT_TRUE(b.Download(*stream_, v.data(), n * sizeof(T)).ok());
-    EXPECT_TRUE(stream_->Synchronize().ok());
-    return v;
-  }
-
-  std::mt19937 rng_{20261124};
-  std::optional<Stream> stream_;
-};
-
-void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, float tol) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], tol * std::max(1.0f, std::abs(want[i]))) << "at " << i;
-  }
-}
-
+// In place, for a dim of loose floats (the scalar kernel), of float4s
+// fewer than one per thread, and of more than a block keeps in registers.
 TEST_F(CudaKernelsTest, RmsNormMatchesTheReference) {
-  const int64_t tokens = 5, dim = 333;
-  const std::vector<float> x = Random(tokens * dim, 3.0f), w = Random(dim);
-  std::vector<float> want(x.size());
-  cpu::RmsNormReference(x.data(), w.data(), tokens, dim, 1e-5f, want.data());
-  DeviceBuffer dx = Up(x), dw = Up(w);
-  ASSERT_EQ(LaunchRmsNorm(dx.as<float>(), dw.as<float>(), tokens, dim, 1e-5f, dx.as<float>(),
-                          stream_->stream()),
-            cudaSuccess);
-  ExpectNear(Down<float>(dx, x.size()), want, 1e-5f);
+  for (const int64_t dim : {int64_t{333}, int64_t{2048}, int64_t{100}, int64_t{20000}}) {
+    SCOPED_TRACE(dim);
+    const int64_t tokens = 5;
+    const std::vector<float> x = Random(tokens * dim, 3.0f), w = Random(dim);
+    std::vector<float> want(x.size());
+    cpu::RmsNormReference(x.data(), w.data(), tokens, dim, 1e-5f, want.data());
+    DeviceBuffer dx = Up(x), dw = Up(w);
+    ASSERT_EQ(LaunchRmsNorm(dx.as<float>(), dw.as<float>(), tokens, dim, 1e-5f, dx.as<float>(),
+                            stream_->stream()),
+              cudaSuccess);
+    ExpectNear(Down<float>(dx, x.size()), want, 1e-5f);
+  }
 }
 
 TEST_F(CudaKernelsTest, SwiGluAndAddMatchTheReference) {
@@ -161,225 +112,75 @@ TEST_F(CudaKernelsTest, RopeMatchesTheTablesBothStyles) {
   }
 }
 
-// Weights of `type` from random f32 values, as GGUF would store them.
-std::vector<uint8_t> Encode(GgmlType type, const std::vector<float>& values) {
-  std::vector<uint8_t> bytes;
-  if (type == GgmlType::kF32) {
-    bytes.resize(values.size() * 4);
-    std::memcpy(bytes.data(), values.data(), bytes.size());
-  } else if (GgmlIsQuantized(type)) {
-    // The project's quantizers; blocks never straddle rows (cols is a
-    // multiple of the block size), so the matrix quantizes as one long row.
-    const auto n = static_cast<int64_t>(values.size());
-    bytes.resize(GgmlRowBytes(type, n));
-    QuantizeRow(type, values.data(), bytes.data(), n);
-  } else {
-    bytes.resize(values.size() * 2);
-    uint16_t* out = reinterpret_cast<uint16_t*>(bytes.data());
-    for (size_t i = 0; i < values.size(); ++i) {
-      out[i] = type == GgmlType::kF16 ? Fp32ToFp16(values[i]) : Fp32ToBf16(values[i]);
-    }
-  }
-  return bytes;
-}
-
-TEST_F(CudaKernelsTest, MatMulMatchesTheReferenceForEachWeightType) {
-  struct Case {
-    GgmlType type;
-    float tol;  // relative to sum_c |w[r, c]| |x[t, c]|
-  };
-  // F32: cuBLAS in f32. F16 / BF16 round the activations to the weight's
-  // type (2^-11 / 2^-8 relative each, plus the weight's own rounding for
-  // the quantized types dequantized to f16). The quantized GEMV keeps
-  // everything in f32, so only summation order separates it from the
-  // reference (a host emulation of its order stays near 1e-8).
-  const float kGemvTol = 1e-5f;
-  const float kF16GemmTol = 2e-3f;
-  const std::vector<Case> cases = {
-      {GgmlType::kF32, 1e-5f},  {GgmlType::kF16, kF16GemmTol}, {GgmlType::kBF16, 1e-2f},
-      {GgmlType::kQ8_0, 0.0f}, {GgmlType::kQ4_0, 0.0f},       {GgmlType::kQ4_K, 0.0f},
-      {GgmlType::kQ5_K, 0.0f}, {GgmlType::kQ6_K, 0.0f}};
-  // Token counts on both sides of kQuantGemvMaxTokens; 37 also takes the
-  // GEMV's launcher past one 16-token launch when called directly.
-  static_assert(kQuantGemvMaxTokens == 16);
-  for (const Case& c : cases) {
-    // One and several 256-element super-blocks per row (a warp's lanes
-    // mostly idle, then busy), and rows not multiples of the GEMV's 4 warps.
-    for (const auto& [tokens, cols] : std::vector<std::pair<int64_t, int64_t>>{
-             {1, 512}, {3, 512}, {16, 512}, {17, 512}, {37, 512}, {1, 256}, {4, 256},
-             {9, 768}, {20, 256}}) {
-      const bool quantized = GgmlIsQuantized(c.type);
-      const float tol =
-          !quantized ? c.tol : (tokens <= kQuantGemvMaxTokens ? kGemvTol : kF16GemmTol);
-      const int64_t rows = 70;
-      const std::vector<uint8_t> w = Encode(c.type, Random(rows * cols));
-      const std::vector<float> x = Random(tokens * cols, 2.0f);
-      const WeightMatrix host{.type = c.type, .data = w.data(), .rows = rows, .cols = cols};
-      std::vector<float> want(tokens * rows);
-      cpu::MatMulReference(host, x.data(), tokens, want.data());
-      // sum |w| |x| per output, from the dequantized weight.
-      std::vector<float> magnitude(tokens * rows, 0.0f);
-      std::vector<float> row(cols);
-      for (int64_t r = 0; r < rows; ++r) {
-        DequantizeRow(c.type, w.data() + r * GgmlRowBytes(c.type, cols), row.data(), cols);
-        for (int64_t t = 0; t < tokens; ++t) {
-          double sum = 0.0;
-          for (int64_t i = 0; i < cols; ++i) sum += std::abs(double{row[i]} * x[t * cols + i]);
-          magnitude[t * rows + r] = static_cast<float>(sum);
-        }
-      }
-      DeviceBuffer dw = Up(w), dx = Up(x);
-      absl::StatusOr<DeviceBuffer> dy = DeviceBuffer::Allocate(want.size() * 4);
-      ASSERT_TRUE(dy.ok());
-      const DeviceWeight weight{.type = c.type, .data = dw.data(), .rows = rows, .cols = cols};
-      absl::StatusOr<DeviceBuffer> scratch =
-          DeviceBuffer::Allocate(MatMulScratchBytes(weight, tokens));
-      ASSERT_TRUE(scratch.ok());
-      const absl::Status s = MatMul(*stream_, weight, dx.as<float>(), tokens, dy->as<float>(),
-                                    *scratch);
-      ASSERT_TRUE(s.ok()) << s;
-      const std::vector<float> got = Down<float>(*dy, want.size());
-      for (int64_t i = 0; i < tokens * rows; ++i) {
-        ASSERT_NEAR(got[i], want[i], tol * magnitude[i])
-            << GgmlTypeName(c.type) << " tokens " << tokens << " at " << i;
-      }
-      if (!quantized) continue;
-      // The GEMV launcher itself, for every count (it splits past 16).
-      ASSERT_EQ(LaunchMatMulQuant(c.type, dw.data(), rows, cols, dx.as<float>(), tokens,
-                                  dy->as<float>(), stream_->stream()),
-                cudaSuccess);
-      const std::vector<float> gemv = Down<float>(*dy, want.size());
-      for (int64_t i = 0; i < tokens * rows; ++i) {
-        ASSERT_NEAR(gemv[i], want[i], kGemvTol * magnitude[i])
-            << GgmlTypeName(c.type) << " GEMV tokens " << tokens << " at " << i;
-      }
-    }
-  }
-}
-
-// The f16 matrix the prefill GEMM multiplies is each weight dequantized by
-// the CPU reference, then rounded to f16.
-TEST_F(CudaKernelsTest, DequantizeToF16MatchesTheReference) {
-  for (const GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K,
-                              GgmlType::kQ5_K, GgmlType::kQ6_K}) {
-    const int64_t rows = 9, cols = 768;
-    const std::vector<uint8_t> w = Encode(type, Random(rows * cols));
-    std::vector<float> row(cols);
-    std::vector<uint16_t> want(rows * cols);
-    for (int64_t r = 0; r < rows; ++r) {
-      DequantizeRow(type, w.data() + r * GgmlRowBytes(type, cols), row.data(), cols);
-      for (int64_t c = 0; c < cols; ++c) want[r * cols + c] = Fp32ToFp16(row[c]);
-    }
-    DeviceBuffer dw = Up(w);
-    absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Allocate(want.size() * 2);
-    ASSERT_TRUE(out.ok());
-    ASSERT_EQ(LaunchDequantizeToF16(type, dw.data(), rows, cols, out->data(), stream_->stream()),
-              cudaSuccess);
-    const std::vector<uint16_t> got = Down<uint16_t>(*out, want.size());
-    for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_EQ(got[i], want[i]) << GgmlTypeName(type) << " at " << i;
-    }
-  }
-}
-
-// The embedding gather is the CPU's DequantizeRow bit for bit, every table
-// type, with repeated and out-of-order ids.
-TEST_F(CudaKernelsTest, EmbedRowsEqualsDequantizeRowBitForBit) {
-  for (const GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
-                              GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
-                              GgmlType::kQ6_K}) {
-    const int64_t vocab = 11, cols = 512;
-    std::vector<float> values = Random(vocab * cols, 3.0f);
-    values[7] = 40.0f;  // an outlier: large scales, small q elsewhere in its block
-    const std::vector<uint8_t> table = Encode(type, values);
-    const std::vector<int32_t> tokens = {3, 0, 10, 3, 7};
-    const auto n = static_cast<int64_t>(tokens.size());
-    std::vector<float> want(n * cols);
-    for (int64_t t = 0; t < n; ++t) {
-      DequantizeRow(type, table.data() + tokens[t] * GgmlRowBytes(type, cols),
-                    want.data() + t * cols, cols);
-    }
-    DeviceBuffer dtable = Up(table), dtokens = Up(tokens);
-    absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Allocate(want.size() * 4);
-    ASSERT_TRUE(out.ok());
-    ASSERT_EQ(LaunchEmbedRows(type, dtable.data(), cols, dtokens.as<int32_t>(), n,
-                              out->as<float>(), stream_->stream()),
-              cudaSuccess);
-    const std::vector<float> got = Down<float>(*out, want.size());
-    for (size_t i = 0; i < want.size(); ++i) {
-      uint32_t got_bits, want_bits;
-      std::memcpy(&got_bits, &got[i], 4);
-      std::memcpy(&want_bits, &want[i], 4);
-      ASSERT_EQ(got_bits, want_bits)
-          << GgmlTypeName(type) << " at " << i << ": " << got[i] << " vs " << want[i];
-    }
-  }
-}
-
-// The list the factory refuses models by (engine/cuda/weight_types.h) is
-// exactly what MatMul takes: every other type the engine reads is
-// Unimplemented, before anything is queued.
-TEST_F(CudaKernelsTest, MatMulTakesExactlyTheListedWeightTypes) {
-  const int64_t rows = 4, cols = 256, tokens = 2;
-  for (uint32_t id = 0; id < 64; ++id) {
-    const absl::StatusOr<GgmlType> type = GgmlTypeFromId(id);
-    if (!type.ok()) continue;
-    const std::vector<uint8_t> w(rows * GgmlRowBytes(*type, cols), 0);
-    const std::vector<float> x(tokens * cols, 1.0f);
-    DeviceBuffer dw = Up(w), dx = Up(x);
-    absl::StatusOr<DeviceBuffer> dy = DeviceBuffer::Allocate(tokens * rows * sizeof(float));
-    ASSERT_TRUE(dy.ok());
-    const DeviceWeight weight{.type = *type, .data = dw.data(), .rows = rows, .cols = cols};
-    absl::StatusOr<DeviceBuffer> scratch =
-        DeviceBuffer::Allocate(MatMulScratchBytes(weight, tokens));
-    ASSERT_TRUE(scratch.ok());
-    const absl::Status s = MatMul(*stream_, weight, dx.as<float>(), tokens, dy->as<float>(),
-                                  *scratch);
-    EXPECT_EQ(s.ok(), HasMatMulKernel(*type)) << GgmlTypeName(*type) << ": " << s;
-    if (!s.ok()) {
-      EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
-    }
-    ASSERT_TRUE(stream_->Synchronize().ok());
-  }
-}
-
 // The logits reduction (engine/cuda/backend_kernels.h): log-sum-exp, top-k
 // with ties to the lower id, and the target's logit, against a brute force.
+// Vocabularies of one slice, several and the most slices (longer ones), ties
+// inside a warp's part and across slices, k from 0 to kReducedTop and past
+// a tiny vocabulary, a row of -inf and a skipped row.
 TEST_F(CudaKernelsTest, TopKLogprobsMatchABruteForce) {
-  const int64_t rows = 3, vocab = 32000;
-  const int32_t k = kReducedTop;
-  std::vector<float> logits = Random(rows * vocab, 8.0f);
-  logits[vocab + 5] = logits[vocab + 9] = 50.0f;  // a tie: the lower id first
-  DeviceBuffer dl = Up(logits);
-  DeviceBuffer top_k = Up(std::vector<int32_t>(rows, k));
-  DeviceBuffer target = Up(std::vector<int32_t>{7, -1, 31999});
-  absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Allocate(rows * sizeof(ReducedRow));
-  ASSERT_TRUE(out.ok());
-  ASSERT_EQ(LaunchReduceLogits(dl.as<float>(), rows, vocab, top_k.as<int32_t>(),
-                               target.as<int32_t>(), out->as<ReducedRow>(), stream_->stream()),
-            cudaSuccess);
-  const std::vector<ReducedRow> got = Down<ReducedRow>(*out, rows);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = logits.data() + r * vocab;
-    double sum = 0;
-    const float m = *std::max_element(row, row + vocab);
-    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i]) - m);
-    const double want_lse = m + std::log(sum);
-    EXPECT_NEAR(got[r].max + got[r].log_sum, want_lse, 1e-4);
-    std::vector<int32_t> order(vocab);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [row](int32_t a, int32_t b) { return row[a] > row[b]; });
-    ASSERT_EQ(got[r].n_top, k);
-    for (int32_t j = 0; j < k; ++j) {
-      EXPECT_EQ(got[r].top_ids[j], order[j]) << "row " << r << " rank " << j;
-      EXPECT_NEAR(got[r].top_logprobs[j], row[order[j]] - want_lse, 1e-4);
+  for (const int64_t vocab : {int64_t{7}, int64_t{3000}, int64_t{32000}, int64_t{262144}}) {
+    SCOPED_TRACE(vocab);
+    const std::vector<int32_t> ks = {kReducedTop, 1, 0, 5, kReducedTop, -1, 3};
+    const auto rows = static_cast<int64_t>(ks.size());
+    std::vector<float> logits = Random(rows * vocab, 8.0f);
+    float* tied = logits.data() + vocab;                  // row 1
+    tied[vocab / 2] = tied[vocab - 1] = tied[0] = 50.0f;  // ties: the lower id first
+    // Ties on both sides of each eighth: the slice edges of 8 and 32 slices,
+    // the warps' part edges of one slice.
+    for (int64_t e = 1; e < 8 && vocab >= 16; ++e)
+      tied[e * vocab / 8 - 1] = tied[e * vocab / 8] = 49.0f;
+    std::fill(logits.begin() + 4 * vocab, logits.begin() + 5 * vocab, -INFINITY);  // row 4
+    DeviceBuffer dl = Up(logits);
+    DeviceBuffer top_k = Up(ks);
+    std::vector<int32_t> targets(rows, -1);
+    targets[0] = 3;
+    targets[2] = static_cast<int32_t>(vocab - 1);
+    DeviceBuffer target = Up(targets);
+    absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Allocate(rows * sizeof(ReducedRow));
+    absl::StatusOr<DeviceBuffer> scratch = DeviceBuffer::Allocate(ReduceLogitsScratchBytes(rows));
+    ASSERT_TRUE(out.ok() && scratch.ok());
+    ASSERT_EQ(cudaMemset(out->as<uint8_t>(), 0x7f, rows * sizeof(ReducedRow)), cudaSuccess);
+    ASSERT_EQ(
+        LaunchReduceLogits(dl.as<float>(), rows, vocab, top_k.as<int32_t>(), target.as<int32_t>(),
+                           scratch->as<uint8_t>(), out->as<ReducedRow>(), stream_->stream()),
+        cudaSuccess);
+    const std::vector<ReducedRow> got = Down<ReducedRow>(*out, rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      SCOPED_TRACE(r);
+      if (ks[r] < 0) {
+        EXPECT_EQ(got[r].n_top, 0x7f7f7f7f) << "a skipped row is left alone";
+        continue;
+      }
+      const float* row = logits.data() + r * vocab;
+      const int32_t want_n = static_cast<int32_t>(std::min<int64_t>(ks[r], vocab));
+      ASSERT_EQ(got[r].n_top, want_n);
+      const float m = *std::max_element(row, row + vocab);
+      if (m == -INFINITY) {
+        EXPECT_EQ(got[r].max, 0.0f);
+        EXPECT_EQ(got[r].log_sum, INFINITY);
+        for (int32_t j = 0; j < want_n; ++j) EXPECT_EQ(got[r].top_ids[j], j);
+        continue;
+      }
+      double sum = 0;
+      for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i]) - m);
+      const double want_lse = m + std::log(sum);
+      EXPECT_EQ(got[r].max, m);
+      EXPECT_NEAR(got[r].max + got[r].log_sum, want_lse, 1e-4);
+      std::vector<int32_t> order(vocab);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [row](int32_t a, int32_t b) { return row[a] > row[b]; });
+      for (int32_t j = 0; j < want_n; ++j) {
+        EXPECT_EQ(got[r].top_ids[j], order[j]) << "rank " << j;
+        EXPECT_NEAR(got[r].top_logprobs[j], row[order[j]] - want_lse, 1e-4);
+      }
+      if (targets[r] >= 0) {
+        EXPECT_EQ(got[r].target_logit, row[targets[r]]);
+      }
     }
+    EXPECT_EQ(got[1].top_ids[0], 0);
+    EXPECT_EQ(got[1].top_ids[1], vocab / 2 == 0 ? vocab - 1 : vocab / 2);
   }
-  EXPECT_EQ(got[1].top_ids[0], 5);
-  EXPECT_EQ(got[1].top_ids[1], 9);
-  EXPECT_EQ(got[0].target_logit, logits[7]);
-  EXPECT_EQ(got[2].target_logit, logits[2 * vocab + 31999]);
 }
 
 // A prefill chunk and a decode row of two sequences over shuffled blocks,
@@ -655,8 +456,18 @@ TEST(AttentionPlanTest, RunsSplitsAndChunks) {
         covered = std::max(covered, end);
       }
       ASSERT_EQ(covered, n) << splits << " " << n;
+      // The used splits are exactly those holding a slot (one for n = 0).
+      const int32_t used = UsedSplits(n, splits);
+      ASSERT_GE(used, 1);
+      ASSERT_LE(used, splits);
+      if (n > 0) {
+        ASSERT_LT((used - 1) * c, n) << splits << " " << n;
+        ASSERT_GE(used * c, n) << splits << " " << n;
+      }
     }
   }
+  EXPECT_EQ(UsedSplits(64, 32), 1);
+  EXPECT_EQ(UsedSplits(129, 32), 3);
   EXPECT_LE(PagedAttentionScratchBytes(), int64_t{4} << 20);
 }
 

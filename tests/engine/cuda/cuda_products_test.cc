@@ -1,0 +1,267 @@
+// The matrix products' kernels against the CPU reference on random inputs:
+// MatMul for every weight type, each GEMV at every row split, the f16
+// dequantizer and the embedding gather. Skips without a usable CUDA device
+// (cuda_test_util.h).
+#include <cmath>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/cpu/reference_kernels.h"
+#include "engine/cuda/device.h"
+#include "engine/cuda/gemv16.h"
+#include "engine/cuda/matmul.h"
+#include "engine/cuda/quant_kernels.h"
+#include "engine/cuda/weight_types.h"
+#include "engine/gguf/tensor_type.h"
+#include "tests/engine/cuda/cuda_test_util.h"
+
+namespace tandem::engine::cuda {
+namespace {
+
+TEST_F(CudaKernelsTest, MatMulMatchesTheReferenceForEachWeightType) {
+  struct Case {
+    GgmlType type;
+    float tol;  // relative to sum_c |w[r, c]| |x[t, c]|
+  };
+  // F32: cuBLAS in f32. F16 / BF16 round the activations to the weight's
+  // type (2^-11 / 2^-8 relative each, plus the weight's own rounding for
+  // the quantized types dequantized to f16). The quantized GEMV keeps
+  // everything in f32, so only summation order separates it from the
+  // reference (a host emulation of its order stays near 1e-8).
+  const float kGemvTol = 1e-5f;
+  const float kF16GemmTol = 2e-3f;
+  const std::vector<Case> cases = {
+      {GgmlType::kF32, 1e-5f},  {GgmlType::kF16, kF16GemmTol}, {GgmlType::kBF16, 1e-2f},
+      {GgmlType::kQ8_0, 0.0f}, {GgmlType::kQ4_0, 0.0f},       {GgmlType::kQ4_K, 0.0f},
+      {GgmlType::kQ5_K, 0.0f}, {GgmlType::kQ6_K, 0.0f}};
+  // Token counts on both sides of kQuantGemvMaxTokens; 37 also takes the
+  // GEMV's launcher past one 16-token launch when called directly.
+  static_assert(kQuantGemvMaxTokens == 16);
+  for (const Case& c : cases) {
+    // One and several 256-element super-blocks per row (a warp's lanes
+    // mostly idle, then busy), and rows not multiples of the GEMV's 4 warps.
+    for (const auto& [tokens, cols] : std::vector<std::pair<int64_t, int64_t>>{
+             {1, 512}, {3, 512}, {16, 512}, {17, 512}, {37, 512}, {1, 256}, {4, 256},
+             {9, 768}, {20, 256}}) {
+      const bool quantized = GgmlIsQuantized(c.type);
+      const float tol =
+          !quantized ? c.tol : (tokens <= kQuantGemvMaxTokens ? kGemvTol : kF16GemmTol);
+      const int64_t rows = 70;
+      const std::vector<uint8_t> w = Encode(c.type, Random(rows * cols));
+      const std::vector<float> x = Random(tokens * cols, 2.0f);
+      const WeightMatrix host{.type = c.type, .data = w.data(), .rows = rows, .cols = cols};
+      std::vector<float> want(tokens * rows);
+      cpu::MatMulReference(host, x.data(), tokens, want.data());
+      // sum |w| |x| per output, from the dequantized weight.
+      std::vector<float> magnitude(tokens * rows, 0.0f);
+      std::vector<float> row(cols);
+      for (int64_t r = 0; r < rows; ++r) {
+        DequantizeRow(c.type, w.data() + r * GgmlRowBytes(c.type, cols), row.data(), cols);
+        for (int64_t t = 0; t < tokens; ++t) {
+          double sum = 0.0;
+          for (int64_t i = 0; i < cols; ++i) sum += std::abs(double{row[i]} * x[t * cols + i]);
+          magnitude[t * rows + r] = static_cast<float>(sum);
+        }
+      }
+      DeviceBuffer dw = Up(w), dx = Up(x);
+      absl::StatusOr<DeviceBuffer> dy = DeviceBuffer::Allocate(want.size() * 4);
+      ASSERT_TRUE(dy.ok());
+      const DeviceWeight weight{.type = c.type, .data = dw.data(), .rows = rows, .cols = cols};
+      absl::StatusOr<DeviceBuffer> scratch =
+          DeviceBuffer::Allocate(MatMulScratchBytes(weight, tokens));
+      ASSERT_TRUE(scratch.ok());
+      const absl::Status s = MatMul(*stream_, weight, dx.as<float>(), tokens, dy->as<float>(),
+                                    *scratch);
+      ASSERT_TRUE(s.ok()) << s;
+      const std::vector<float> got = Down<float>(*dy, want.size());
+      for (int64_t i = 0; i < tokens * rows; ++i) {
+        ASSERT_NEAR(got[i], want[i], tol * magnitude[i])
+            << GgmlTypeName(c.type) << " tokens " << tokens << " at " << i;
+      }
+      if (!quantized) continue;
+      // The GEMV launcher itself, for every count (it splits past 16).
+      ASSERT_EQ(LaunchMatMulQuant(c.type, dw.data(), rows, cols, dx.as<float>(), tokens,
+                                  dy->as<float>(), stream_->stream()),
+                cudaSuccess);
+      const std::vector<float> gemv = Down<float>(*dy, want.size());
+      for (int64_t i = 0; i < tokens * rows; ++i) {
+        ASSERT_NEAR(gemv[i], want[i], kGemvTol * magnitude[i])
+            << GgmlTypeName(c.type) << " GEMV tokens " << tokens << " at " << i;
+      }
+    }
+  }
+}
+
+// The f16 matrix the prefill GEMM multiplies is each weight dequantized by
+// the CPU reference, then rounded to f16.
+TEST_F(CudaKernelsTest, DequantizeToF16MatchesTheReference) {
+  for (const GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K,
+                              GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    const int64_t rows = 9, cols = 768;
+    const std::vector<uint8_t> w = Encode(type, Random(rows * cols));
+    std::vector<float> row(cols);
+    std::vector<uint16_t> want(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      DequantizeRow(type, w.data() + r * GgmlRowBytes(type, cols), row.data(), cols);
+      for (int64_t c = 0; c < cols; ++c) want[r * cols + c] = Fp32ToFp16(row[c]);
+    }
+    DeviceBuffer dw = Up(w);
+    absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Allocate(want.size() * 2);
+    ASSERT_TRUE(out.ok());
+    ASSERT_EQ(LaunchDequantizeToF16(type, dw.data(), rows, cols, out->data(), stream_->stream()),
+              cudaSuccess);
+    const std::vector<uint16_t> got = Down<uint16_t>(*out, want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(got[i], want[i]) << GgmlTypeName(type) << " at " << i;
+    }
+  }
+}
+
+// The embedding gather is the CPU's DequantizeRow bit for bit, every table
+// type, with repeated and out-of-order ids.
+TEST_F(CudaKernelsTest, EmbedRowsEqualsDequantizeRowBitForBit) {
+  for (const GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
+                              GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                              GgmlType::kQ6_K}) {
+    const int64_t vocab = 11, cols = 512;
+    std::vector<float> values = Random(vocab * cols, 3.0f);
+    values[7] = 40.0f;  // an outlier: large scales, small q elsewhere in its block
+    const std::vector<uint8_t> table = Encode(type, values);
+    const std::vector<int32_t> tokens = {3, 0, 10, 3, 7};
+    const auto n = static_cast<int64_t>(tokens.size());
+    std::vector<float> want(n * cols);
+    for (int64_t t = 0; t < n; ++t) {
+      DequantizeRow(type, table.data() + tokens[t] * GgmlRowBytes(type, cols),
+                    want.data() + t * cols, cols);
+    }
+    DeviceBuffer dtable = Up(table), dtokens = Up(tokens);
+    absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Allocate(want.size() * 4);
+    ASSERT_TRUE(out.ok());
+    ASSERT_EQ(LaunchEmbedRows(type, dtable.data(), cols, dtokens.as<int32_t>(), n,
+                              out->as<float>(), stream_->stream()),
+              cudaSuccess);
+    const std::vector<float> got = Down<float>(*out, want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      uint32_t got_bits, want_bits;
+      std::memcpy(&got_bits, &got[i], 4);
+      std::memcpy(&want_bits, &want[i], 4);
+      ASSERT_EQ(got_bits, want_bits)
+          << GgmlTypeName(type) << " at " << i << ": " << got[i] << " vs " << want[i];
+    }
+  }
+}
+
+// The list the factory refuses models by (engine/cuda/weight_types.h) is
+// exactly what MatMul takes: every other type the engine reads is
+// Unimplemented, before anything is queued.
+TEST_F(CudaKernelsTest, MatMulTakesExactlyTheListedWeightTypes) {
+  const int64_t rows = 4, cols = 256, tokens = 2;
+  for (uint32_t id = 0; id < 64; ++id) {
+    const absl::StatusOr<GgmlType> type = GgmlTypeFromId(id);
+    if (!type.ok()) continue;
+    const std::vector<uint8_t> w(rows * GgmlRowBytes(*type, cols), 0);
+    const std::vector<float> x(tokens * cols, 1.0f);
+    DeviceBuffer dw = Up(w), dx = Up(x);
+    absl::StatusOr<DeviceBuffer> dy = DeviceBuffer::Allocate(tokens * rows * sizeof(float));
+    ASSERT_TRUE(dy.ok());
+    const DeviceWeight weight{.type = *type, .data = dw.data(), .rows = rows, .cols = cols};
+    absl::StatusOr<DeviceBuffer> scratch =
+        DeviceBuffer::Allocate(MatMulScratchBytes(weight, tokens));
+    ASSERT_TRUE(scratch.ok());
+    const absl::Status s = MatMul(*stream_, weight, dx.as<float>(), tokens, dy->as<float>(),
+                                  *scratch);
+    EXPECT_EQ(s.ok(), HasMatMulKernel(*type)) << GgmlTypeName(*type) << ": " << s;
+    if (!s.ok()) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+    }
+    ASSERT_TRUE(stream_->Synchronize().ok());
+  }
+}
+
+// The quantized GEMV at each row split (4, 2 and 1 warps a row, picked by
+// the row count), for each of its types.
+TEST_F(CudaKernelsTest, QuantGemvMatchesTheReferenceAtEveryRowSplit) {
+  const int64_t cols = 512;
+  for (const GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K,
+                              GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    for (const int64_t rows : {70, 2100, 5000, 9000}) {
+      for (const int64_t tokens : {1, 5}) {
+        SCOPED_TRACE(testing::Message() << GgmlTypeName(type) << " rows " << rows << " tokens "
+                                        << tokens);
+        const std::vector<uint8_t> w = Encode(type, Random(rows * cols));
+        const std::vector<float> x = Random(tokens * cols, 2.0f);
+        std::vector<float> row(cols);
+        std::vector<double> want(tokens * rows), magnitude(tokens * rows);
+        for (int64_t r = 0; r < rows; ++r) {
+          DequantizeRow(type, w.data() + r * GgmlRowBytes(type, cols), row.data(), cols);
+          for (int64_t t = 0; t < tokens; ++t) {
+            double sum = 0.0, mag = 0.0;
+            for (int64_t i = 0; i < cols; ++i) {
+              sum += double{row[i]} * x[t * cols + i];
+              mag += std::abs(double{row[i]} * x[t * cols + i]);
+            }
+            want[t * rows + r] = sum;
+            magnitude[t * rows + r] = mag;
+          }
+        }
+        DeviceBuffer dw = Up(w), dx = Up(x);
+        absl::StatusOr<DeviceBuffer> dy = DeviceBuffer::Allocate(want.size() * 4);
+        ASSERT_TRUE(dy.ok());
+        ASSERT_EQ(LaunchMatMulQuant(type, dw.data(), rows, cols, dx.as<float>(), tokens,
+                                    dy->as<float>(), stream_->stream()),
+                  cudaSuccess);
+        const std::vector<float> got = Down<float>(*dy, want.size());
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_NEAR(got[i], want[i], 1e-5 * magnitude[i]) << "at " << i;
+        }
+      }
+    }
+  }
+}
+
+// The 16-bit GEMV (engine/cuda/gemv16.h) at every row split (1, 2, 4, 8
+// warps a row, picked by the row count), token counts that take one and
+// several launches, and rows of few 16-byte chunks (lanes idle) and many.
+TEST_F(CudaKernelsTest, Gemv16MatchesTheReferenceAtEveryRowSplit) {
+  for (const GgmlType type : {GgmlType::kF16, GgmlType::kBF16}) {
+    for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+             {70, 264}, {3000, 2048}, {5000, 264}, {9000, 264}}) {
+      for (const int64_t tokens : {1, 3, 8, 11}) {
+        SCOPED_TRACE(testing::Message() << GgmlTypeName(type) << " rows " << rows << " cols "
+                                        << cols << " tokens " << tokens);
+        const std::vector<uint8_t> w = Encode(type, Random(rows * cols));
+        const std::vector<float> x = Random(tokens * cols, 2.0f);
+        std::vector<float> row(cols);
+        std::vector<double> want(tokens * rows), magnitude(tokens * rows);
+        for (int64_t r = 0; r < rows; ++r) {
+          DequantizeRow(type, w.data() + r * GgmlRowBytes(type, cols), row.data(), cols);
+          for (int64_t t = 0; t < tokens; ++t) {
+            double sum = 0.0, mag = 0.0;
+            for (int64_t i = 0; i < cols; ++i) {
+              sum += double{row[i]} * x[t * cols + i];
+              mag += std::abs(double{row[i]} * x[t * cols + i]);
+            }
+            want[t * rows + r] = sum;
+            magnitude[t * rows + r] = mag;
+          }
+        }
+        DeviceBuffer dw = Up(w), dx = Up(x);
+        absl::StatusOr<DeviceBuffer> dy = DeviceBuffer::Allocate(want.size() * 4);
+        ASSERT_TRUE(dy.ok());
+        ASSERT_EQ(LaunchGemv16(dw.data(), type == GgmlType::kBF16, rows, cols, dx.as<float>(),
+                               tokens, dy->as<float>(), stream_->stream()),
+                  cudaSuccess);
+        const std::vector<float> got = Down<float>(*dy, want.size());
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_NEAR(got[i], want[i], 1e-5 * magnitude[i]) << "at " << i;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::engine::cuda
