@@ -123,12 +123,13 @@ TEST_F(CudaKernelsTest, TopKLogprobsMatchABruteForce) {
     const std::vector<int32_t> ks = {kReducedTop, 1, 0, 5, kReducedTop, -1, 3};
     const auto rows = static_cast<int64_t>(ks.size());
     std::vector<float> logits = Random(rows * vocab, 8.0f);
-    float* tied = logits.data() + vocab;                  // row 1
-    tied[vocab / 2] = tied[vocab - 1] = tied[0] = 50.0f;  // ties: the lower id first
+    float* tied = logits.data();  // row 0, whose k is kReducedTop
     // Ties on both sides of each eighth: the slice edges of 8 and 32 slices,
-    // the warps' part edges of one slice.
-    for (int64_t e = 1; e < 8 && vocab >= 16; ++e)
+    // the warps' part edges of one slice. Then a tie above them all.
+    for (int64_t e = 1; e < 8 && vocab >= 16; ++e) {
       tied[e * vocab / 8 - 1] = tied[e * vocab / 8] = 49.0f;
+    }
+    tied[vocab / 2] = tied[vocab - 1] = tied[0] = 50.0f;  // the lower id first
     std::fill(logits.begin() + 4 * vocab, logits.begin() + 5 * vocab, -INFINITY);  // row 4
     DeviceBuffer dl = Up(logits);
     DeviceBuffer top_k = Up(ks);
@@ -178,8 +179,8 @@ TEST_F(CudaKernelsTest, TopKLogprobsMatchABruteForce) {
         EXPECT_EQ(got[r].target_logit, row[targets[r]]);
       }
     }
-    EXPECT_EQ(got[1].top_ids[0], 0);
-    EXPECT_EQ(got[1].top_ids[1], vocab / 2 == 0 ? vocab - 1 : vocab / 2);
+    EXPECT_EQ(got[0].top_ids[0], 0);
+    EXPECT_EQ(got[0].top_ids[1], vocab / 2);
   }
 }
 
