@@ -77,6 +77,12 @@ std::vector<common::FlagSpec> GatewayFlagSpecs() {
        .help = "requests in flight may be charged (prompt + max_tokens each) this many times "
                "the KV the decode workers report; past it a request is refused before any "
                "work (RESOURCE_EXHAUSTED); 0 = off"},
+      {.name = "admission-queue", .default_value = "1024",
+       .help = "requests that may wait at the gateway for capacity (the in-flight bound, the "
+               "decode workers' streams and KV) instead of being refused, served first come "
+               "first served within each request's deadline; past it, or when a request's "
+               "deadline is sooner than the queue's expected wait, it is refused at once "
+               "(RESOURCE_EXHAUSTED); 0 = no queue"},
       {.name = "session-window", .default_value = "4096",
        .help = "tokens a session holds when CreateSession names no window (at most "
                "--max-context)"},
@@ -270,6 +276,8 @@ absl::StatusOr<GatewaySetup> GatewaySetupFromArgs(const common::Args& args) {
     return absl::InvalidArgumentError(
         absl::StrCat("--kv-overcommit: ", options.kv_overcommit, " is outside [0, 1000]"));
   }
+  ASSIGN_OR_RETURN(options.admission_queue.max_waiting,
+                   args.IntInRange("admission-queue", 0, 1 << 20));
   SessionOptions& sessions = options.sessions;
   ASSIGN_OR_RETURN(sessions.default_window, args.IntInRange("session-window", 2, 1 << 24));
   ASSIGN_OR_RETURN(sessions.max_ttl_seconds,

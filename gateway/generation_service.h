@@ -17,6 +17,7 @@
 #include "gateway/routing/block_index.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/calls/generate_call.h"
+#include "gateway/routing/admission_queue.h"
 #include "gateway/routing/kv_budget.h"
 #include "gateway/routing/kv_router.h"
 #include "gateway/sessions/session_store_client.h"
@@ -88,6 +89,9 @@ struct GatewayOptions {
   // Requests are charged prompt + max_tokens of KV until they end, against
   // the decode workers' reported KV times this (<= 0: not checked).
   double kv_overcommit = 1.0;
+  // The admission queue (--admission-queue): requests waiting for capacity
+  // instead of being refused; max_waiting 0 refuses at once.
+  AdmissionQueueOptions admission_queue;
   rpc::ChannelCacheOptions channels;
   // Route prefills by the block index (false: to the least-loaded worker).
   bool kv_routing = true;
@@ -207,6 +211,8 @@ class GenerationService final : public GenerationServiceBase {
   rpc::Admission admission_;
   KvBudget kv_budget_;
   GatewayMetrics metrics_;
+  // After what its waiters' calls use: destroyed (its waiters ended) first.
+  AdmissionQueue admission_queue_;
   // Slots: prefill picker index i; kDecodeSlotBase + decode picker index i.
   BlockIndex index_;
   KvRouter prefill_router_;

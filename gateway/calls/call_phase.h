@@ -19,6 +19,10 @@ namespace tandem::gateway {
 //                               (or a session's local prefill cannot run)
 //               -> kDecoding    Begin: a session's KV holder prefills the
 //                               prompt itself (local prefill)
+//               -> kQueued      Begin: no capacity now; the request waits in
+//                               the admission queue
+//   kQueued     -> kPrefilling  the queue admitted it (as from kOpened)
+//               -> kDecoding    the queue admitted it, for a local prefill
 //   kPrefilling -> kPrefilling  a retry on another worker, or after a wait
 //               -> kHandingOff  the prefill answered with the first token
 //   kHandingOff -> kDecoding    the first token is written (or held back):
@@ -39,6 +43,8 @@ namespace tandem::gateway {
 enum class CallPhase {
   // Open() ran; the request comes with Begin().
   kOpened,
+  // Waiting in the gateway's admission queue for capacity; nothing started.
+  kQueued,
   // A prefill attempt is in flight, or a wait before the next round.
   kPrefilling,
   // The prefill's first token is out (or held back); no Decode call yet (or
@@ -61,6 +67,7 @@ enum class CallPhase {
 constexpr std::string_view CallPhaseName(CallPhase phase) {
   switch (phase) {
     case CallPhase::kOpened: return "opened";
+    case CallPhase::kQueued: return "queued";
     case CallPhase::kPrefilling: return "prefilling";
     case CallPhase::kHandingOff: return "handing off";
     case CallPhase::kDecoding: return "decoding";
@@ -77,7 +84,8 @@ constexpr bool IsLegalTransition(CallPhase from, CallPhase to) {
   using P = CallPhase;
   if (to == P::kEnding) return from != P::kEnding && from != P::kFinished;
   switch (from) {
-    case P::kOpened: return to == P::kPrefilling || to == P::kDecoding;
+    case P::kOpened: return to == P::kPrefilling || to == P::kDecoding || to == P::kQueued;
+    case P::kQueued: return to == P::kPrefilling || to == P::kDecoding;
     case P::kPrefilling: return to == P::kPrefilling || to == P::kHandingOff;
     case P::kHandingOff: return to == P::kDecoding || to == P::kCommitting;
     case P::kDecoding:

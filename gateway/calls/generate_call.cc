@@ -88,6 +88,7 @@ absl::Status AssignRequestId(grpc::CallbackServerContext& ctx, ValidatedRequest&
 
 void GenerateCall::Begin(absl::StatusOr<ValidatedRequest> request, SessionTurn turn) {
   Next next;
+  bool admitted = false;
   {
     absl::MutexLock lock(&mu_);
     if (phase_ != Phase::kOpened) return;  // the client went away first
@@ -100,59 +101,142 @@ void GenerateCall::Begin(absl::StatusOr<ValidatedRequest> request, SessionTurn t
     if (!request.ok()) {
       next = End(request.status());
     } else {
-      const int64_t prompt_tokens = static_cast<int64_t>(request->prompt_ids.size());
-      absl::StatusOr<rpc::Admission::Ticket> ticket = env_.admission->TryAdmit(prompt_tokens);
-      // Every request in flight holds (or will hold) a decode stream.
-      if (ticket.ok() && env_.decode_capacity &&
-          env_.admission->in_flight() > env_.decode_capacity()) {
-        ticket = absl::ResourceExhaustedError(absl::StrCat(
-            "decode capacity: ", env_.decode_capacity(),
-            " streams are in flight on the decode workers; retry later"));
-      }
-      if (ticket.ok()) {
-        // The most KV its decode worker will hold for it.
-        absl::StatusOr<KvBudget::Ticket> kv =
-            env_.kv_budget->TryCharge(prompt_tokens + request->max_tokens);
-        if (kv.ok()) {
-          kv_ticket_ = std::move(*kv);
-        } else {
-          ticket = kv.status();
-        }
-      }
-      if (!ticket.ok()) {
-        rpc::AddRetryHint(*ctx_, env_.admission->retry_after());
-        next = End(ticket.status());
+      request_ = std::move(*request);
+      // First come, first served: while others wait, this one waits behind
+      // them even if it would fit now.
+      const bool others_wait =
+          env_.admission_queue != nullptr && env_.admission_queue->depth() > 0;
+      absl::Status short_of =
+          others_wait ? absl::ResourceExhaustedError("admission queue: requests wait ahead")
+                      : TryAdmit();
+      if (short_of.ok()) {
+        SetUp();
+        admitted = true;
       } else {
-        ticket_ = std::move(*ticket);
-        request_ = std::move(*request);
-        usage_.set_prompt_tokens(static_cast<int32_t>(prompt_tokens));
-        env_.metrics->prompt_tokens.Increment(static_cast<double>(prompt_tokens));
-        emitter_ = std::make_unique<TokenEmitter>(
-            *env_.tokenizer,
-            EmitterOptions{.max_tokens = request_.max_tokens,
-                           .ignore_eos = request_.ignore_eos,
-                           .stop = request_.stop,
-                           .stop_token_ids = request_.sampling.stop_token_ids});
-        prefill_request_.mutable_prompt_token_ids()->Assign(request_.prompt_ids.begin(),
-                                                            request_.prompt_ids.end());
-        rpc::SamplingRequestToProto(request_, &prefill_request_);
-        prefill_request_.set_request_id(request_.request_id);
-        prefill_request_.set_cache_salt(request_.cache_salt);
+        next = Enqueue(std::move(short_of));
       }
     }
   }
-  bool local = false;
-  if (!next.finish) {
+  if (admitted) {
+    Start();
+  } else {
+    Run(std::move(next));
+  }
+}
+
+absl::Status GenerateCall::TryAdmit() {
+  const auto prompt_tokens = static_cast<int64_t>(request_.prompt_ids.size());
+  absl::StatusOr<rpc::Admission::Ticket> ticket = env_.admission->TryAdmit(prompt_tokens);
+  if (!ticket.ok()) return ticket.status();
+  // Every request in flight holds (or will hold) a decode stream.
+  if (env_.decode_capacity && env_.admission->in_flight() > env_.decode_capacity()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("decode capacity: ", env_.decode_capacity(),
+                     " streams are in flight on the decode workers; retry later"));
+  }
+  // The most KV its decode worker will hold for it.
+  absl::StatusOr<KvBudget::Ticket> kv =
+      env_.kv_budget->TryCharge(prompt_tokens + request_.max_tokens);
+  if (!kv.ok()) return kv.status();
+  ticket_ = std::move(*ticket);
+  kv_ticket_ = std::move(*kv);
+  return absl::OkStatus();
+}
+
+void GenerateCall::SetUp() {
+  const auto prompt_tokens = static_cast<int64_t>(request_.prompt_ids.size());
+  usage_.set_prompt_tokens(static_cast<int32_t>(prompt_tokens));
+  env_.metrics->prompt_tokens.Increment(static_cast<double>(prompt_tokens));
+  emitter_ = std::make_unique<TokenEmitter>(
+      *env_.tokenizer, EmitterOptions{.max_tokens = request_.max_tokens,
+                                      .ignore_eos = request_.ignore_eos,
+                                      .stop = request_.stop,
+                                      .stop_token_ids = request_.sampling.stop_token_ids});
+  prefill_request_.mutable_prompt_token_ids()->Assign(request_.prompt_ids.begin(),
+                                                      request_.prompt_ids.end());
+  rpc::SamplingRequestToProto(request_, &prefill_request_);
+  prefill_request_.set_request_id(request_.request_id);
+  prefill_request_.set_cache_salt(request_.cache_salt);
+}
+
+GenerateCall::Next GenerateCall::Enqueue(absl::Status short_of) {
+  const bool queueable = absl::IsResourceExhausted(short_of) && env_.admission_queue != nullptr &&
+                         env_.admission_queue->enabled();
+  if (queueable) {
+    std::weak_ptr<GenerateCall> weak = weak_from_this();
+    AdmissionQueue::Waiter waiter{
+        .try_admit =
+            [weak] {
+              std::shared_ptr<GenerateCall> self = weak.lock();
+              return self == nullptr ? absl::CancelledError("the call is gone")
+                                     : self->TryAdmitQueued();
+            },
+        .done =
+            [weak](absl::Status status) {
+              if (std::shared_ptr<GenerateCall> self = weak.lock()) {
+                self->OnQueueDone(std::move(status));
+              }
+            },
+        .deadline = std::min(absl::FromChrono(ctx_->deadline()), start_ + env_.request_timeout)};
+    absl::StatusOr<uint64_t> id = env_.admission_queue->Enqueue(std::move(waiter));
+    if (id.ok()) {
+      Transition(Phase::kQueued);
+      queue_id_ = *id;
+      queued_at_ = absl::Now();
+      return {};
+    }
+    short_of = absl::ResourceExhaustedError(
+        absl::StrCat(short_of.message(), "; and ", id.status().message()));
+  }
+  if (absl::IsResourceExhausted(short_of)) rpc::AddRetryHint(*ctx_, env_.admission->retry_after());
+  return End(std::move(short_of));
+}
+
+absl::Status GenerateCall::TryAdmitQueued() {
+  absl::MutexLock lock(&mu_);
+  if (Ended()) return absl::CancelledError("the request ended while it waited");
+  RETURN_IF_ERROR(TryAdmit());
+  queue_id_ = 0;
+  SetUp();
+  usage_.set_admission_queue_seconds(absl::ToDoubleSeconds(absl::Now() - queued_at_));
+  return absl::OkStatus();
+}
+
+void GenerateCall::OnQueueDone(absl::Status status) {
+  Next next;
+  {
     absl::MutexLock lock(&mu_);
+    if (Ended()) return;  // it let go of anything it took
+    if (status.ok()) {
+      TANDEM_CHECK(phase_ == Phase::kQueued, "admitted out of the queue once");
+    } else {
+      queue_id_ = 0;
+      next = End(std::move(status));
+    }
+  }
+  if (status.ok()) {
+    Start();
+  } else {
+    Run(std::move(next));
+  }
+}
+
+void GenerateCall::Start() {
+  bool local = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (Ended()) return;
     local = turn_.local_prefill;
   }
-  if (next.finish) {
-    Run(std::move(next));
-  } else if (local) {
+  if (local) {
     StartDecode();
   } else {
     StartPrefill();
   }
+}
+
+void GenerateCall::NotifyQueue() const {
+  if (env_.admission_queue != nullptr) env_.admission_queue->Notify();
 }
 
 void GenerateCall::StartPrefill() {
@@ -320,6 +404,7 @@ void GenerateCall::OnPrefillDone(const grpc::Status& result,
     if (status.ok()) {
       Transition(Phase::kHandingOff);
       ticket_.DoneQueuing();
+      NotifyQueue();
       lease_ = Lease::kHeld;
       keep_lease_ = env_.lease_keeper->Keep(prefill_address_, prefill_.lease_id());
       if (migrations_ == 0) {  // the request's own prefill, not a resumption's
@@ -435,6 +520,8 @@ void GenerateCall::OnCancel() {
   {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
+    if (queue_id_ != 0) env_.admission_queue->Cancel(queue_id_);
+    queue_id_ = 0;
     if (prefill_attempt_ != nullptr) prefill_attempt_->Cancel();
     if (retry_alarm_ != nullptr) retry_alarm_->Cancel();
     // Counted as the client saw it: a deadline that passed is not a cancel.
@@ -578,8 +665,10 @@ GenerateCall::Next GenerateCall::End(absl::Status status) {
       .Add({{"method", turn_.commit ? "Chat" : "Generate"},
             {"code", absl::StatusCodeToString(status.code())}})
       .Increment();
+  const bool held = ticket_.valid();
   ticket_ = rpc::Admission::Ticket();
   kv_ticket_.Reset();
+  if (held) NotifyQueue();
   if (!writing_) {
     Transition(Phase::kFinished);
     next.finish = true;

@@ -29,6 +29,7 @@
 #include "gateway/calls/call_phase.h"
 #include "gateway/gateway_metrics.h"
 #include "gateway/calls/token_emitter.h"
+#include "gateway/routing/admission_queue.h"
 #include "gateway/routing/kv_budget.h"
 #include "gateway/routing/kv_router.h"
 #include "gateway/calls/validated_request.h"
@@ -83,6 +84,9 @@ struct CallEnv {
   kvtransfer::LeaseKeeper* lease_keeper;
   rpc::Admission* admission;
   KvBudget* kv_budget;  // the decode workers' KV, charged per request
+  // Where a request waits when admission, the decode streams or the KV
+  // budget are short; null or disabled: it is refused at once.
+  AdmissionQueue* admission_queue = nullptr;
   GatewayMetrics* metrics;
   LiveCalls* live;
   // Deadline for worker calls when the client's is later (or unset).
@@ -215,6 +219,22 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   Next Complete() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Commit() ABSL_LOCKS_EXCLUDED(mu_);
   void OnCommitted(absl::Status status, const tandem::v1::Usage& usage) ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes the admission ticket, a decode stream and the KV charge
+  // (ResourceExhausted naming what is short, holding none of them).
+  absl::Status TryAdmit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Admitted: the usage, the emitter and the prefill request set up.
+  void SetUp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Short of capacity in Begin: the request waits in the admission queue
+  // (or is refused, when it is full or the deadline is too near).
+  Next Enqueue(absl::Status short_of) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The admission queue's calls (on its thread).
+  absl::Status TryAdmitQueued() ABSL_LOCKS_EXCLUDED(mu_);
+  void OnQueueDone(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
+  // Prefill or a local prefill, once admitted.
+  void Start() ABSL_LOCKS_EXCLUDED(mu_);
+  // Capacity went back (a ticket released or its tokens prefilled): the
+  // admission queue's head may start.
+  void NotifyQueue() const;
   void StartPrefill() ABSL_LOCKS_EXCLUDED(mu_);
   // After a wait: every prefill worker may be tried again.
   void RetryRound() ABSL_LOCKS_EXCLUDED(mu_);
@@ -281,10 +301,13 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   const absl::Time start_ = absl::Now();
   std::shared_ptr<GenerateCall> self_;  // until OnDone
   rpc::Admission::Ticket ticket_;
-  KvBudget::Ticket kv_ticket_;  // guarded by the reactor's order: Begin, then End
+  KvBudget::Ticket kv_ticket_;  // both taken and released under mu_ (Begin or the queue, End)
 
   absl::Mutex mu_;
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kOpened;  // only through Transition()
+  // The admission queue's id for this call while it waits (0: not queued).
+  uint64_t queue_id_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time queued_at_ ABSL_GUARDED_BY(mu_);
   ValidatedRequest request_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<TokenEmitter> emitter_ ABSL_GUARDED_BY(mu_);
   std::vector<int> tried_ ABSL_GUARDED_BY(mu_);

@@ -113,7 +113,7 @@ void GenerateCall::StartDecode() {
       req.set_roll_window(turn_.roll_window);
       req.set_roll_keep(turn_.roll_keep);
       req.set_cache_salt(request_.cache_salt);
-      Transition(Phase::kDecoding);  // from kHandingOff, or kOpened for a local prefill
+      Transition(Phase::kDecoding);  // from kHandingOff, or kOpened / kQueued for a local prefill
       if (lease_ == Lease::kHeld) lease_ = Lease::kHandedOff;
       decode_address_ = decode_pick_.address();
       relay_answered_ = false;
@@ -166,6 +166,7 @@ void GenerateCall::OnDecodeTokens(const tandem::v1::DecodeResponse& message, Nex
       // The decode worker prefilled the prompt: its first message holds
       // the first token.
       ticket_.DoneQueuing();
+      NotifyQueue();
       usage_.set_prefill_seconds(message.first_decode_seconds());
       usage_.set_cached_prompt_tokens(message.cached_prompt_tokens());
     }

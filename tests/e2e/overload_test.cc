@@ -1,8 +1,9 @@
-// Overload is refused before any work, never after a first token: 2048
-// streams at once against one prefill and one decode worker whose KV pool
-// holds a few dozen of them (1 MiB). Every stream either completes with all
-// its tokens or ends RESOURCE_EXHAUSTED, with a retry hint, before its first
-// token; the gateway's KV admission is what refuses.
+// Overload waits, or is refused before any work, never after a first
+// token: 2048 streams at once against one prefill and one decode worker
+// whose KV pool holds a few dozen of them (1 MiB). Every stream either
+// completes with all its tokens or ends RESOURCE_EXHAUSTED, with a retry
+// hint, before its first token: the gateway's KV admission makes them wait
+// in its admission queue, which refuses those past its bound.
 #include <csignal>
 #include <atomic>
 #include <memory>
@@ -49,16 +50,19 @@ TEST(OverloadTest, EveryStreamCompletesOrIsRefusedBeforeItsFirstToken) {
       EXPECT_EQ(r.tokens, 0) << r.message;
       EXPECT_TRUE(r.retry_hint) << r.message;
       ++refused;
-      if (r.message.find("decode KV:") != std::string::npos) ++refused_for_kv;
+      if (r.message.find("admission queue:") != std::string::npos) ++refused_for_kv;
     }
   }
   std::cout << "overload: " << completed << " completed, " << refused << " refused\n";
   EXPECT_GT(completed, 0);
   EXPECT_GT(refused, 0);
-  // The KV budget refused them (the stream counts alone would admit 1024),
-  // and nothing is charged after the burst.
+  // The KV budget made them wait (the stream counts alone would admit
+  // 1024), the admission queue refused those past its 1024, and nothing is
+  // charged or waiting after the burst.
   EXPECT_GT(refused_for_kv, 0);
+  EXPECT_GT(MetricValue(gateway, "tandem_admission_queue_wait_seconds_count"), 0);
   EXPECT_EQ(MetricValue(gateway, "tandem_decode_kv_charged_tokens"), 0);
+  EXPECT_EQ(MetricValue(gateway, "tandem_admission_queue_depth"), 0);
   // Under the burst every worker was slow, none lost: no prefill probe went
   // unanswered and no stream was taken for a lost one's.
   EXPECT_EQ(MetricValue(gateway, "tandem_progress_timeouts_total"), 0);
@@ -126,6 +130,68 @@ TEST(OverloadTest, AFullDecodeWorkerRefusingHandOffsIsInvisibleToTheClient) {
   EXPECT_GT(MetricValue(gateway, "tandem_hand_off_refusals_total"), 0);
   EXPECT_EQ(MetricValue(gateway, "tandem_migrations_total"), 0);
   EXPECT_EQ(MetricValue(gateway, "tandem_progress_timeouts_total"), 0);
+  EXPECT_TRUE(stack->Stop());
+}
+
+// Past the decode workers' streams, requests wait in the gateway's
+// admission queue instead of being refused, and every one completes.
+TEST(OverloadTest, RequestsPastTheDecodeStreamsWaitAndAllComplete) {
+  StackOptions o;
+  o.model = ModelPath();
+  o.gateway_flags = {"--decode-worker-streams", "2"};
+  auto stack = Stack::Start(o);
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  constexpr int kBurst = 24;
+  Outcomes outcomes;
+  for (int i = 0; i < kBurst; ++i) {
+    new Stream(stack->gateway(), Request(Prompt(8, 8, i), kTokens), outcomes);
+  }
+  ASSERT_TRUE(outcomes.AwaitAll(absl::Seconds(300), kBurst));
+  const auto [completed, refused] = ExpectCompletedOrRefusedEarly(outcomes, kTokens);
+  EXPECT_EQ(completed, kBurst);
+  EXPECT_EQ(refused, 0);
+  const std::string gateway = stack->gateway_info().metrics_address;
+  // At most 2 ran at once; the others waited.
+  EXPECT_GE(MetricValue(gateway, "tandem_admission_queue_wait_seconds_count"), kBurst - 2);
+  EXPECT_EQ(MetricValue(gateway, "tandem_admission_queue_depth"), 0);
+  EXPECT_TRUE(stack->Stop());
+}
+
+// A full admission queue refuses at once, with a retry hint, before any
+// work; what it took completes.
+TEST(OverloadTest, AFullAdmissionQueueRefusesAtOnce) {
+  StackOptions o;
+  o.model = ModelPath();
+  o.gateway_flags = {"--decode-worker-streams", "1", "--admission-queue", "2"};
+  auto stack = Stack::Start(o);
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  constexpr int kBurst = 64;
+  Outcomes outcomes;
+  for (int i = 0; i < kBurst; ++i) {
+    new Stream(stack->gateway(), Request(Prompt(8, 8, i), 4 * kTokens), outcomes);
+  }
+  ASSERT_TRUE(outcomes.AwaitAll(absl::Seconds(300), kBurst));
+  int completed = 0, refused = 0;
+  for (const Outcome& r : outcomes.Take()) {
+    if (r.code == grpc::StatusCode::OK) {
+      EXPECT_EQ(r.tokens, 4 * kTokens);
+      ++completed;
+      continue;
+    }
+    EXPECT_EQ(r.code, grpc::StatusCode::RESOURCE_EXHAUSTED) << r.message;
+    EXPECT_THAT(r.message, ::testing::HasSubstr("--admission-queue 2"));
+    EXPECT_EQ(r.tokens, 0);
+    EXPECT_TRUE(r.retry_hint);
+    ++refused;
+  }
+  std::cout << "full queue: " << completed << " completed, " << refused << " refused\n";
+  EXPECT_GE(completed, 3);  // the one running and the two waiting
+  EXPECT_GT(refused, 0);
+  const std::string gateway = stack->gateway_info().metrics_address;
+  EXPECT_EQ(MetricValue(gateway, "tandem_admission_queue_refused_total{reason=\"full\"}"),
+            refused);
   EXPECT_TRUE(stack->Stop());
 }
 

@@ -13,14 +13,16 @@ namespace {
 
 using P = CallPhase;
 
-constexpr P kAll[] = {P::kOpened,     P::kPrefilling, P::kHandingOff, P::kDecoding,
-                      P::kMigrating,  P::kCommitting, P::kEnding,     P::kFinished};
+constexpr P kAll[] = {P::kOpened,    P::kQueued,     P::kPrefilling, P::kHandingOff, P::kDecoding,
+                      P::kMigrating, P::kCommitting, P::kEnding,     P::kFinished};
 
 // The table in call_phase.h, written out again.
 const std::set<std::pair<P, P>>& Legal() {
   static const auto* legal = new std::set<std::pair<P, P>>{
       {P::kOpened, P::kPrefilling},     {P::kOpened, P::kDecoding},
-      {P::kOpened, P::kEnding},         {P::kPrefilling, P::kPrefilling},
+      {P::kOpened, P::kEnding},         {P::kOpened, P::kQueued},
+      {P::kQueued, P::kPrefilling},     {P::kQueued, P::kDecoding},
+      {P::kQueued, P::kEnding},         {P::kPrefilling, P::kPrefilling},
       {P::kPrefilling, P::kHandingOff}, {P::kPrefilling, P::kEnding},
       {P::kHandingOff, P::kDecoding},   {P::kHandingOff, P::kCommitting},
       {P::kHandingOff, P::kEnding},     {P::kDecoding, P::kMigrating},
@@ -48,7 +50,7 @@ TEST(CallPhaseTest, EveryOtherTransitionIsRejected) {
       ++rejected;
     }
   }
-  EXPECT_EQ(rejected, 64 - static_cast<int>(Legal().size()));
+  EXPECT_EQ(rejected, 81 - static_cast<int>(Legal().size()));
 }
 
 TEST(CallPhaseTest, SampleOfIllegalTransitions) {
@@ -63,6 +65,11 @@ TEST(CallPhaseTest, SampleOfIllegalTransitions) {
   EXPECT_FALSE(IsLegalTransition(P::kEnding, P::kEnding));
   EXPECT_FALSE(IsLegalTransition(P::kDecoding, P::kFinished));
   EXPECT_FALSE(IsLegalTransition(P::kOpened, P::kFinished));
+  // A queued request starts nothing before the queue admits it, and is not
+  // queued twice.
+  EXPECT_FALSE(IsLegalTransition(P::kQueued, P::kHandingOff));
+  EXPECT_FALSE(IsLegalTransition(P::kQueued, P::kQueued));
+  EXPECT_FALSE(IsLegalTransition(P::kPrefilling, P::kQueued));
   // Nothing leaves kFinished.
   for (P to : kAll) EXPECT_FALSE(IsLegalTransition(P::kFinished, to));
   // Usable in constant expressions.

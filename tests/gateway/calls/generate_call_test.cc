@@ -288,6 +288,9 @@ class GenerateCallTest : public ::testing::Test {
     options.admission = admission;
     options.max_migrations = max_migrations;
     options.streams_per_decode_worker = decode_streams;
+    // Refusals at once, as these tests check them (the queue's own tests:
+    // admission_queue_test, e2e/admission_queue_test).
+    options.admission_queue.max_waiting = 0;
     options.unavailable_wait = unavailable_wait_;
     options.progress_floor = progress_floor_;
     service_ = std::make_unique<GenerationService>(std::move(*tokenizer), options, registry_);
