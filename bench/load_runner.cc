@@ -110,6 +110,7 @@ absl::StatusOr<v1::ModelInfo> FindModel(v1::Generation::StubInterface& stub,
 RunResult RunLoad(v1::Generation::StubInterface& stub,
                   const std::vector<std::vector<int32_t>>& prompts, const RunOptions& options) {
   RunResult run;
+  const Clock::time_point start = Clock::now();
   const size_t turns = static_cast<size_t>(std::max(options.turns, 1));
   run.requests.resize(prompts.size() * turns);
   for (RequestResult& r : run.requests) r.code = absl::StatusCode::kAborted;
@@ -124,16 +125,17 @@ RunResult RunLoad(v1::Generation::StubInterface& stub,
       }
       std::vector<int32_t> reply;
       RequestResult& r = run.requests[c * turns + t];
+      const double sent_s = Seconds(start, Clock::now());
       r = options.http_address.empty()
               ? RunOne(stub, prompt, options, turns > 1 ? &reply : nullptr)
               : RunOneHttp(options.http_address, options.model, prompt, options.max_tokens,
                            options.request_timeout, options.api_key);
+      r.sent_s = sent_s;
       if (r.code != absl::StatusCode::kOk) return;
       prompt.insert(prompt.end(), reply.begin(), reply.end());
     }
   };
   std::atomic<size_t> next{0};
-  const Clock::time_point start = Clock::now();
   std::vector<std::thread> slots;
   const size_t n_slots = std::min<size_t>(std::max(options.concurrency, 1), prompts.size());
   for (size_t s = 0; s < n_slots; ++s) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -20,6 +21,33 @@ void RecordMessage(double at_s, int k, RequestResult& r) {
   r.output_tokens += k;
   ++r.messages;
   r.last_token_s = at_s;
+  r.message_s.push_back(at_s);
+}
+
+std::vector<double> StallGaps(const std::vector<RequestResult>& results) {
+  // Prefill spans [sent, first token], sorted by start, with the latest end
+  // among those starting at or before each.
+  std::vector<std::pair<double, double>> spans;
+  for (const RequestResult& r : results) {
+    if (r.ttft_s >= 0) spans.emplace_back(r.sent_s, r.sent_s + r.ttft_s);
+  }
+  std::sort(spans.begin(), spans.end());
+  std::vector<double> starts(spans.size()), latest_end(spans.size());
+  for (size_t i = 0; i < spans.size(); ++i) {
+    starts[i] = spans[i].first;
+    latest_end[i] = std::max(spans[i].second, i > 0 ? latest_end[i - 1] : spans[i].second);
+  }
+  std::vector<double> gaps;
+  for (const RequestResult& r : results) {
+    for (size_t m = 1; m < r.message_s.size(); ++m) {
+      const double a = r.sent_s + r.message_s[m - 1], b = r.sent_s + r.message_s[m];
+      // A span starting before b and ending after a overlaps (a, b); the
+      // request's own ended at its first token, at or before a.
+      const size_t before_b = std::lower_bound(starts.begin(), starts.end(), b) - starts.begin();
+      if (before_b > 0 && latest_end[before_b - 1] > a) gaps.push_back(b - a);
+    }
+  }
+  return gaps;
 }
 
 double Percentile(std::vector<double> values, double p) {
@@ -59,6 +87,11 @@ LoadSummary Summarize(const LoadShape& shape, const std::vector<RequestResult>& 
   s.ttft_p99_s = Percentile(ttft, 99);
   s.itl_p50_s = Percentile(itl, 50);
   s.itl_p99_s = Percentile(itl, 99);
+  const std::vector<double> stalls = StallGaps(results);
+  s.stalls = static_cast<int64_t>(stalls.size());
+  s.stall_p50_s = Percentile(stalls, 50);
+  s.stall_p99_s = Percentile(stalls, 99);
+  s.stall_max_s = Percentile(stalls, 100);
   return s;
 }
 
@@ -86,6 +119,9 @@ std::string FormatTable(const LoadSummary& s) {
                                         s.ttft_p50_s * 1e3, s.ttft_p99_s * 1e3));
   absl::StrAppend(&out, absl::StrFormat("  %-22s %9.2f ms %9.2f ms\n", "inter-token latency",
                                         s.itl_p50_s * 1e3, s.itl_p99_s * 1e3));
+  absl::StrAppend(&out, absl::StrFormat("  %-22s %9.2f ms %9.2f ms  (max %.2f ms, %d gaps)\n",
+                                        "stall in others' prefill", s.stall_p50_s * 1e3,
+                                        s.stall_p99_s * 1e3, s.stall_max_s * 1e3, s.stalls));
   absl::StrAppend(&out, absl::StrFormat("  %-22s %12.1f  (%d tokens in %.2f s)\n",
                                         "output tokens/s", s.output_tokens_per_s,
                                         s.output_tokens, s.wall_s));
@@ -121,6 +157,9 @@ std::string FormatJson(const LoadSummary& s) {
       JsonNumber(s.tokens_per_message), ", \"ttft_p50_s\": ", JsonNumber(s.ttft_p50_s),
       ", \"ttft_p99_s\": ", JsonNumber(s.ttft_p99_s), ", \"itl_p50_s\": ",
       JsonNumber(s.itl_p50_s), ", \"itl_p99_s\": ", JsonNumber(s.itl_p99_s),
+      ", \"stalls\": ", s.stalls, ", \"stall_p50_s\": ", JsonNumber(s.stall_p50_s),
+      ", \"stall_p99_s\": ", JsonNumber(s.stall_p99_s), ", \"stall_max_s\": ",
+      JsonNumber(s.stall_max_s),
       ", \"prompt_tokens_total\": ", s.prompt_tokens, ", \"cached_prompt_tokens\": ",
       s.cached_prompt_tokens, "}");
 }

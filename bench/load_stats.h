@@ -11,6 +11,12 @@
 // time-per-output-token. Rejected: one sample per message (hides that a
 // message brought several tokens) and gap-then-zeros (a worker that sends
 // tokens in bursts shows a p50 of 0).
+//
+// Stalls: the gaps between a request's token-bearing messages (what its
+// reader sees as a pause) that overlap another request's prefill, seen from
+// the client as the span from sending it to its first token. That is the
+// pause a streaming user sees when someone else's prompt is computed; with
+// prefill and decode sharing cores it is what grows.
 #ifndef TANDEM_BENCH_LOAD_STATS_H_
 #define TANDEM_BENCH_LOAD_STATS_H_
 
@@ -32,6 +38,8 @@ struct RequestResult {
   double last_token_s = -1;    // send -> latest token; -1 when none arrived
   int64_t prompt_tokens = 0;   // from the final usage; 0 when none came
   int64_t cached_prompt_tokens = 0;
+  double sent_s = 0;               // when it was sent, from the run's start
+  std::vector<double> message_s;   // send -> each message with tokens
 };
 
 // Accounts one response message of `r` that arrived `at_s` seconds after the
@@ -74,7 +82,15 @@ struct LoadSummary {
   double ttft_p99_s = 0;
   double itl_p50_s = 0;
   double itl_p99_s = 0;
+  // Gaps between a request's messages that overlap another's prefill.
+  int64_t stalls = 0;
+  double stall_p50_s = 0;
+  double stall_p99_s = 0;
+  double stall_max_s = 0;
 };
+
+// The stall samples described above, over every request's messages.
+std::vector<double> StallGaps(const std::vector<RequestResult>& results);
 
 LoadSummary Summarize(const LoadShape& shape, const std::vector<RequestResult>& results,
                       double wall_s);

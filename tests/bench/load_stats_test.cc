@@ -100,6 +100,24 @@ TEST(SummarizeTest, CountsTokensErrorsAndLatencies) {
   EXPECT_THAT(table, HasSubstr("errors: RESOURCE_EXHAUSTED=1, UNAVAILABLE=1"));
 }
 
+// A's gaps that overlap B's prefill (its send to its first token) are
+// stalls; A's gap before B was sent and B's gap after A's prefill are not.
+TEST(SummarizeTest, StallsAreTheGapsOverlappingAnotherRequestsPrefill) {
+  RequestResult a, b;
+  for (const double at : {1.0, 2.0, 3.0, 5.0}) RecordMessage(at, 1, a);
+  b.sent_s = 2.5;
+  for (const double at : {2.0, 3.0}) RecordMessage(at, 2, b);  // prefill [2.5, 4.5]
+  EXPECT_THAT(StallGaps({a, b}), ::testing::ElementsAre(1.0, 2.0));
+  const LoadSummary s = Summarize({}, {a, b}, 6.0);
+  EXPECT_EQ(s.stalls, 2);
+  EXPECT_EQ(s.stall_p50_s, 1.0);
+  EXPECT_EQ(s.stall_max_s, 2.0);
+  EXPECT_THAT(FormatTable(s), HasSubstr("stall in others' prefill"));
+  EXPECT_THAT(FormatJson(s), HasSubstr("\"stall_p99_s\": 2"));
+  // Alone, a request never stalls on its own prefill.
+  EXPECT_TRUE(StallGaps({a}).empty());
+}
+
 TEST(SummarizeTest, NoErrorsReadsNone) {
   const LoadSummary s =
       Summarize(LoadShape(), {Result(absl::StatusCode::kOk, 0.1, {}, 1)}, 1.0);
