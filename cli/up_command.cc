@@ -1,8 +1,10 @@
 // `tandem up`: runs the whole service on one machine. Starts one prefill and
-// one decode worker on loopback ephemeral ports, then the gateway pointed at
-// them, prints the gateway's READY line on stdout (so scripts and tests can
-// run `tandem up` as a child like any other server), and supervises the
-// three processes until SIGINT/SIGTERM or until one of them exits.
+// one decode worker on loopback ephemeral ports (or, with --mode aggregated,
+// one worker that prefills and decodes, on every thread of both), then the
+// gateway pointed at them, prints the gateway's READY line on stdout (so
+// scripts and tests can run `tandem up` as a child like any other server),
+// and supervises the processes until SIGINT/SIGTERM or until one of them
+// exits.
 //
 // Signals: SIGINT, SIGTERM, SIGHUP and SIGCHLD are blocked first thing
 // (before any thread exists) and the main thread takes them with
@@ -52,6 +54,9 @@ struct UpConfig {
   engine::DeviceSpec device;  // both workers' --device
   int prefill_threads = 1;
   int decode_threads = 1;
+  // No prefill worker: one worker prefills and decodes (the gateway with no
+  // --prefill), on prefill_threads + decode_threads threads.
+  bool aggregated = false;
   int max_context = 0;
   int kv_budget_mb = 512;
   // Cache tiers, passed on to both workers; each worker gets its own
@@ -86,6 +91,10 @@ std::vector<common::FlagSpec> UpFlagSpecs() {
       {.name = "device", .default_value = "cpu",
        .help = "both workers' compute device: cpu or cuda[:N] (their --device; cuda is "
                "refused with the reason until the CUDA forward pass is built)"},
+      {.name = "mode", .default_value = "disaggregated",
+       .help = "disaggregated: a prefill and a decode worker; aggregated: one worker that "
+               "prefills and decodes, with the threads of both (decode steps first, prompts "
+               "computed in chunks between them), for a single machine"},
       {.name = "prefill-threads", .default_value = "1", .help = "prefill worker compute threads"},
       {.name = "decode-threads", .default_value = "1", .help = "decode worker compute threads"},
       {.name = "max-context", .default_value = "0",
@@ -126,6 +135,12 @@ absl::StatusOr<UpConfig> ConfigFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(c.http_port, args.IntInRange("http-port", -1, 65535));
   ASSIGN_OR_RETURN(c.metrics_port_base, args.IntInRange("metrics-port-base", 0, 65533));
   ASSIGN_OR_RETURN(c.device, engine::ParseDeviceSpec(args.String("device")));
+  const std::string mode = args.String("mode");
+  if (mode != "disaggregated" && mode != "aggregated") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--mode: \"", mode, "\" is neither disaggregated nor aggregated"));
+  }
+  c.aggregated = mode == "aggregated";
   ASSIGN_OR_RETURN(c.prefill_threads, args.IntInRange("prefill-threads", 1, 256));
   ASSIGN_OR_RETURN(c.decode_threads, args.IntInRange("decode-threads", 1, 256));
   ASSIGN_OR_RETURN(c.max_context, args.IntInRange("max-context", 0, 1 << 24));
@@ -260,23 +275,31 @@ class Up {
       ASSIGN_OR_RETURN(model, EnsureSyntheticModel(path));
     }
     const int base = config_.metrics_port_base;
-    ASSIGN_OR_RETURN(Child * prefill,
-                     Start("tandem-prefill",
-                           WorkerArgs(model, "prefill", config_.prefill_threads,
-                                      base == 0 ? 0 : base + 1)));
+    Child* prefill = nullptr;
+    if (!config_.aggregated) {
+      ASSIGN_OR_RETURN(prefill, Start("tandem-prefill",
+                                      WorkerArgs(model, "prefill", config_.prefill_threads,
+                                                 base == 0 ? 0 : base + 1)));
+    }
+    const int decode_threads =
+        config_.decode_threads + (config_.aggregated ? config_.prefill_threads : 0);
     ASSIGN_OR_RETURN(Child * decode,
-                     Start("tandem-decode",
-                           WorkerArgs(model, "decode", config_.decode_threads,
-                                      base == 0 ? 0 : base + 2)));
-    // Both workers load the model concurrently; wait for each in turn.
-    RETURN_IF_ERROR(AwaitReady(*prefill));
+                     Start("tandem-decode", WorkerArgs(model, "decode", decode_threads,
+                                                       base == 0 ? 0 : base + 2)));
+    // The workers load the model concurrently; wait for each in turn.
+    if (prefill != nullptr) RETURN_IF_ERROR(AwaitReady(*prefill));
     RETURN_IF_ERROR(AwaitReady(*decode));
     std::vector<std::string> gateway_args = {
-        "--listen", HostPort(config_.host, config_.port), "--metrics-listen",
-        HostPort(config_.host, base), "--model", model, "--prefill",
-        prefill->ready.grpc_address, "--decode", decode->ready.grpc_address,
-        "--max-context", absl::StrCat(config_.max_context),
-        "--drain-timeout-s", DrainSeconds()};
+        "--listen",         HostPort(config_.host, config_.port),
+        "--metrics-listen", HostPort(config_.host, base),
+        "--model",          model};
+    // Aggregated: no --prefill, so the decode worker prefills every request.
+    if (prefill != nullptr) {
+      gateway_args.insert(gateway_args.end(), {"--prefill", prefill->ready.grpc_address});
+    }
+    gateway_args.insert(gateway_args.end(),
+                        {"--decode", decode->ready.grpc_address, "--max-context",
+                         absl::StrCat(config_.max_context), "--drain-timeout-s", DrainSeconds()});
     if (config_.http_port >= 0) {
       gateway_args.push_back("--http-listen");
       gateway_args.push_back(HostPort(config_.host, config_.http_port));
@@ -421,12 +444,12 @@ class Up {
     };
     std::vector<bool> was_running;
     for (const Child& c : children_) was_running.push_back(c.process->Running());
-    const bool has_gateway = children_.size() == 3;
-    if (has_gateway) {
-      children_[2].process->Terminate();
-      report(children_[2], was_running[2]);
+    const size_t workers = config_.aggregated ? 1 : 2;
+    if (children_.size() == workers + 1) {  // the gateway started
+      children_[workers].process->Terminate();
+      report(children_[workers], was_running[workers]);
     }
-    const size_t n_workers = std::min<size_t>(children_.size(), 2);
+    const size_t n_workers = std::min(children_.size(), workers);
     for (size_t i = 0; i < n_workers; ++i) children_[i].process->Signal(SIGTERM);
     for (size_t i = 0; i < n_workers; ++i) {
       children_[i].process->Terminate();
@@ -438,7 +461,8 @@ class Up {
   const UpConfig config_;
   std::ostream& out_;
   LineSink sink_;
-  // prefill, decode, gateway, in start order; a deque keeps the Child*
+  // prefill (unless aggregated), decode, gateway, in start order; a deque
+  // keeps the Child*
   // handed out by Start valid.
   std::deque<Child> children_;
 };

@@ -34,8 +34,8 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
           "worker or waited for room")),
       local_prefills(rpc::CounterMetric(
           registry, "tandem_local_prefills_total",
-          "Session turns prefilled on the decode worker keeping their KV (few new tokens: "
-          "conditional disaggregation)")),
+          "Requests prefilled on their decode worker (conditional disaggregation: few "
+          "uncached tokens, a session turn's KV holder, or no prefill worker)")),
       session_records_under_replicated(rpc::CounterMetric(
           registry, "tandem_session_records_under_replicated_total",
           "Session record writes that landed on fewer decode workers than "

@@ -28,7 +28,8 @@ struct GatewayMetrics {
   // Hand-offs a decode worker refused for capacity (the stream went on to
   // another worker, or waited for room).
   prometheus::Counter& hand_off_refusals;
-  // Session turns whose prompt their decode worker computed itself.
+  // Requests (session turns or not) whose prompt their decode worker
+  // computed itself.
   prometheus::Counter& local_prefills;
   // Session record writes that left fewer copies than aimed for.
   prometheus::Counter& session_records_under_replicated;

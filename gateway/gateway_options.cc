@@ -52,11 +52,11 @@ std::vector<common::FlagSpec> GatewayFlagSpecs() {
       {.name = "model", .help = "GGUF model file (only its tokenizer is read)", .required = true},
       {.name = "model-name", .default_value = "",
        .help = "name clients use in GenerateRequest.model (default: the file's stem)"},
-      {.name = "prefill",
+      {.name = "prefill", .default_value = "",
        .help = "prefill workers, comma-separated: host:port, or dns:///host:port for every "
                "address the name has (a Kubernetes headless Service), looked up again every "
-               "--resolve-interval-ms",
-       .required = true},
+               "--resolve-interval-ms; empty: none, every request is prefilled by its decode "
+               "worker (aggregated mode)"},
       {.name = "decode", .help = "decode workers, as --prefill", .required = true},
       rpc::DrainFlagSpec(),
       {.name = "decode-worker-streams", .default_value = "1024",
@@ -97,6 +97,14 @@ std::vector<common::FlagSpec> GatewayFlagSpecs() {
        .help = "a session turn whose decode worker holds all but at most this many of its "
                "prompt tokens is prefilled there, without a prefill worker or a KV transfer "
                "(conditional disaggregation); 0 = always on a prefill worker"},
+      {.name = "local-prefill-tokens", .default_value = "32",
+       .help = "a request that is no session turn whose decode worker holds all but at most "
+               "this many of its prompt tokens is prefilled there, without a prefill worker "
+               "or a KV transfer (conditional disaggregation); 0 = off"},
+      {.name = "local-prefill-queue", .default_value = "0",
+       .help = "with this many prefills in flight on each prefill worker, new requests that "
+               "are no session turns are prefilled by their decode worker whatever their "
+               "length (conditional disaggregation on the prefill queue); 0 = off"},
       {.name = "session-evict-percent", .default_value = "75",
        .help = "a session turn that would overflow its window evicts its oldest turns until "
                "prompt + max_tokens fits this percent of the window (100: only what the turn "
@@ -297,8 +305,11 @@ absl::StatusOr<GatewaySetup> GatewaySetupFromArgs(const common::Args& args) {
   sessions.evict_to = evict_percent / 100.0;
   ASSIGN_OR_RETURN(sessions.local_prefill_tokens,
                    args.IntInRange("session-local-prefill-tokens", 0, 1 << 24));
-  if (options.prefill_workers.empty() || options.decode_workers.empty()) {
-    return absl::InvalidArgumentError("--prefill and --decode need at least one address each");
+  ASSIGN_OR_RETURN(options.local_prefill_tokens,
+                   args.IntInRange("local-prefill-tokens", 0, 1 << 24));
+  ASSIGN_OR_RETURN(options.local_prefill_queue, args.IntInRange("local-prefill-queue", 0, 1 << 20));
+  if (options.decode_workers.empty()) {
+    return absl::InvalidArgumentError("--decode needs at least one address");
   }
 
   setup.model_path = args.String("model");

@@ -130,7 +130,8 @@ std::vector<std::string> GenerationService::UpdateHealthLocked() {
         << kv.max_context << ": not serving until they agree";
   }
   if (health_ != nullptr) {
-    const bool serving = prefill && decode && consistent;
+    // Aggregated (no prefill workers): the decode workers serve alone.
+    const bool serving = (prefill || options_.prefill_workers.empty()) && decode && consistent;
     health_->SetServingStatus(serving);  // "" (this also resets named services)
     health_->SetServingStatus(tandem::v1::Generation::service_full_name(), serving);
   }
@@ -230,9 +231,18 @@ CallEnv GenerationService::MakeCallEnv() {
           .progress_timeout = options_.progress_timeout,
           .progress_floor = options_.progress_floor,
           .decode_pace = &decode_pace_,
-          .suspect = [this](WorkerRole role, int index) {
-            subscriber_->Suspect((role == WorkerRole::kDecode ? kDecodeSlotBase : 0) + index);
-          }};
+          .suspect =
+              [this](WorkerRole role, int index) {
+                subscriber_->Suspect((role == WorkerRole::kDecode ? kDecodeSlotBase : 0) + index);
+              },
+          .local_prefill_tokens = options_.local_prefill_tokens,
+          .local_prefill_queue = options_.local_prefill_queue,
+          .kv_block_size =
+              [this] {
+                const std::optional<BlockHashParams> params = index_.params();
+                return params.has_value() ? params->block_size : 0;
+              },
+          .aggregated = options_.prefill_workers.empty()};
 }
 
 std::vector<SessionStoreClient::DecodeWorker> GenerationService::DecodeWorkers() const {

@@ -89,6 +89,10 @@ struct GatewayOptions {
   // Requests are charged prompt + max_tokens of KV until they end, against
   // the decode workers' reported KV times this (<= 0: not checked).
   double kv_overcommit = 1.0;
+  // Conditional disaggregation of requests that are no session turns
+  // (CallEnv::local_prefill_tokens, local_prefill_queue).
+  int32_t local_prefill_tokens = 32;
+  int32_t local_prefill_queue = 0;
   // The admission queue (--admission-queue): requests waiting for capacity
   // instead of being refused; max_waiting 0 refuses at once.
   AdmissionQueueOptions admission_queue;

@@ -36,6 +36,8 @@ namespace tandem::gateway {
 //               -> kCommitting  the reply of a session's turn is complete
 //   kMigrating  -> kPrefilling  the resumed prefill starts (after the
 //                               client's write in flight, if any)
+//               -> kDecoding    no prefill worker: the next decode worker
+//                               prefills the stream so far itself
 //   kCommitting -> kEnding      the commit answered (its last message goes
 //                               out first when it succeeded)
 //   kEnding     -> kFinished    no write is outstanding: Finish() is called
@@ -90,7 +92,7 @@ constexpr bool IsLegalTransition(CallPhase from, CallPhase to) {
     case P::kHandingOff: return to == P::kDecoding || to == P::kCommitting;
     case P::kDecoding:
       return to == P::kMigrating || to == P::kCommitting || to == P::kHandingOff;
-    case P::kMigrating: return to == P::kPrefilling;
+    case P::kMigrating: return to == P::kPrefilling || to == P::kDecoding;
     case P::kCommitting: return false;  // only to kEnding
     case P::kEnding: return to == P::kFinished;
     case P::kFinished: return false;

@@ -226,9 +226,49 @@ void GenerateCall::Start() {
   {
     absl::MutexLock lock(&mu_);
     if (Ended()) return;
-    local = turn_.local_prefill;
+    // With no prefill worker every request is prefilled by its decode
+    // worker. Otherwise one that is no session turn may be (StartDecode
+    // decides once it knows the worker's cached prefix), unless it asks for
+    // prompt logprobs, which prefill workers report.
+    const bool conditional = env_.local_prefill_tokens > 0 || env_.local_prefill_queue > 0;
+    may_prefill_on_decode_ =
+        env_.aggregated || (conditional && turn_.kv_holder.empty() &&
+                            !prefill_request_.has_prompt_logprobs());
+    local = turn_.local_prefill || may_prefill_on_decode_;
   }
   if (local) {
+    StartDecode();
+  } else {
+    StartPrefill();
+  }
+}
+
+bool GenerateCall::PrefillOnDecodeWorker(int32_t overlap_blocks) const {
+  if (env_.aggregated) return true;
+  const int32_t block_size = env_.kv_block_size ? env_.kv_block_size() : 0;
+  const int64_t uncached = static_cast<int64_t>(request_.prompt_ids.size()) -
+                           int64_t{std::max(overlap_blocks, 0)} * block_size;
+  if (env_.local_prefill_tokens > 0 && block_size > 0 && uncached <= env_.local_prefill_tokens) {
+    return true;
+  }
+  if (env_.local_prefill_queue <= 0) return false;
+  // The prefill workers' queue: prefills in flight on the active ones.
+  int64_t workers = 0, in_flight = 0;
+  for (int i = 0; i < env_.prefill->size(); ++i) {
+    if (!env_.prefill->active(i) || !env_.prefill->reachable(i)) continue;
+    ++workers;
+    in_flight += env_.prefill->in_flight(i);
+  }
+  return workers == 0 || in_flight >= int64_t{env_.local_prefill_queue} * workers;
+}
+
+void GenerateCall::Resume() {
+  bool on_decode = false;
+  {
+    absl::MutexLock lock(&mu_);
+    on_decode = resume_on_decode_;
+  }
+  if (on_decode) {
     StartDecode();
   } else {
     StartPrefill();
@@ -544,7 +584,7 @@ void GenerateCall::Run(Next next) {
   if (next.finish) Finish(rpc::ToGrpcStatus(next.status));
   if (relay != nullptr) relay->Read();
   if (next.decode) StartDecode();
-  if (next.prefill) StartPrefill();
+  if (next.prefill) Resume();
   if (next.commit) Commit();
 }
 

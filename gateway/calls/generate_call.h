@@ -113,6 +113,18 @@ struct CallEnv {
   // progress within the deadline): it stops being picked and counted until
   // it answers again (BlockEventSubscriber::Suspect). Null: nothing.
   std::function<void(WorkerRole role, int index)> suspect;
+  // Conditional disaggregation of requests that are no session turns: the
+  // decode worker picked for one prefills it itself when at most
+  // `local_prefill_tokens` of its prompt are not in that worker's cache, or
+  // when the prefill workers have `local_prefill_queue` prefills in flight
+  // each (0: that rule off); otherwise a prefill worker does.
+  int32_t local_prefill_tokens = 0;
+  int32_t local_prefill_queue = 0;
+  // The workers' KV block size (0: not known yet).
+  std::function<int32_t()> kv_block_size;
+  // No prefill workers (tandem up --mode aggregated): every request is
+  // prefilled by its decode worker, migrated streams too.
+  bool aggregated = false;
 };
 
 // A session's turn, run as a Generate call of its truncated conversation
@@ -232,10 +244,16 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   void OnQueueDone(absl::Status status) ABSL_LOCKS_EXCLUDED(mu_);
   // Prefill or a local prefill, once admitted.
   void Start() ABSL_LOCKS_EXCLUDED(mu_);
+  // Conditional disaggregation, once the decode worker is picked: whether
+  // that worker prefills the prompt, given how many of its blocks it holds.
+  bool PrefillOnDecodeWorker(int32_t overlap_blocks) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Capacity went back (a ticket released or its tokens prefilled): the
   // admission queue's head may start.
   void NotifyQueue() const;
   void StartPrefill() ABSL_LOCKS_EXCLUDED(mu_);
+  // A migrated stream's next step: its resumed prefill, or straight to a
+  // decode worker that prefills it.
+  void Resume() ABSL_LOCKS_EXCLUDED(mu_);
   // After a wait: every prefill worker may be tried again.
   void RetryRound() ABSL_LOCKS_EXCLUDED(mu_);
   // Every prefill worker refused a migrated stream (tokens already out) for
@@ -328,6 +346,12 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   absl::Status last_prefill_error_ ABSL_GUARDED_BY(mu_);
   // The decode call in flight prefills the prompt itself (local prefill).
   bool local_ ABSL_GUARDED_BY(mu_) = false;
+  // A request that is no session turn whose decode worker may prefill it
+  // (conditional disaggregation; every request when aggregated).
+  bool may_prefill_on_decode_ ABSL_GUARDED_BY(mu_) = false;
+  // A migrated stream resumes on a decode worker that prefills it (no
+  // prefill worker), not through a prefill worker.
+  bool resume_on_decode_ ABSL_GUARDED_BY(mu_) = false;
   // A decode worker's message has arrived (the first one carries usage).
   bool got_decode_message_ ABSL_GUARDED_BY(mu_) = false;
   // The decode call in flight sent its finish reason: it ends by itself.

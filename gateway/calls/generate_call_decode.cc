@@ -51,6 +51,7 @@ void GenerateCall::StartDecode() {
     if (Ended()) return;
     // A decode worker holding the prompt's leading blocks fetches only the
     // rest (delta transfer), so decode is routed on overlap and load too.
+    int32_t overlap_blocks = 0;  // of the worker picked, as the router saw it
     auto pick = [&](const std::vector<int>& exclude) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       // A session's turn goes where its KV is kept while that worker is
       // reachable (one that is not is picked only when no other is left).
@@ -60,14 +61,17 @@ void GenerateCall::StartDecode() {
           return i == holder ? -1.0 : static_cast<double>(l.in_flight);
         });
       }
-      return env_.decode_router != nullptr
-                 ? env_.decode_router
-                       ->Route(*env_.decode, request_.prompt_ids, exclude, request_.cache_salt)
-                       .pick
-                 : env_.decode->Acquire(exclude);
+      if (env_.decode_router == nullptr) return env_.decode->Acquire(exclude);
+      RouteDecision route = env_.decode_router->Route(*env_.decode, request_.prompt_ids, exclude,
+                                                      request_.cache_salt);
+      overlap_blocks = route.overlap_blocks;
+      return std::move(route.pick);
     };
-    // A local prefill runs on the session's KV holder or not at all.
-    local_ = turn_.local_prefill && migrations_ == 0 && prefill_.lease_id().empty();
+    // A session turn's local prefill runs on its KV holder or not at all;
+    // any other request's on the worker picked, when that one holds enough
+    // of its prompt (or always, with no prefill worker).
+    local_ = (turn_.local_prefill || may_prefill_on_decode_) && prefill_.lease_id().empty() &&
+             (migrations_ == 0 || env_.aggregated);
     // Workers that refused this hand-off for capacity are asked again only
     // after a wait (RetryHandOff).
     std::vector<int> exclude = decode_tried_;
@@ -79,10 +83,15 @@ void GenerateCall::StartDecode() {
     if (!decode_pick_.valid() && !decode_tried_.empty() && decode_refused_.empty()) {
       decode_pick_ = pick({});
     }
-    if (local_ && (!decode_pick_.valid() || decode_pick_.address() != turn_.kv_holder)) {
+    const bool holder_lost = turn_.local_prefill && !env_.aggregated &&
+                             (!decode_pick_.valid() || decode_pick_.address() != turn_.kv_holder);
+    const bool to_prefill_worker = local_ && !turn_.local_prefill && decode_pick_.valid() &&
+                                   !PrefillOnDecodeWorker(overlap_blocks);
+    if (local_ && (holder_lost || to_prefill_worker)) {
       decode_pick_ = WorkerPicker::Pick();
       local_ = false;
       turn_.local_prefill = false;
+      may_prefill_on_decode_ = false;
       fall_back = true;
     } else if (!decode_pick_.valid() && !decode_refused_.empty()) {
       next = WaitForDecodeRoom();
@@ -345,6 +354,8 @@ void GenerateCall::OnDecodeDone(const grpc::Status& result, const DecodeEnd& end
                                rpc::FromGrpcStatus(status, "decode"));
       }
       if (end.kv_fetch_failed && !local_) avoid_prefill_ = prefill_index_;
+      // With no prefill worker the next decode worker prefills it again.
+      resume_on_decode_ = env_.aggregated;
       local_ = false;
       lease_ = Lease::kNone;
       decode_finishing_ = false;
@@ -364,7 +375,7 @@ void GenerateCall::OnDecodeDone(const grpc::Status& result, const DecodeEnd& end
   }
   if (suspect >= 0 && env_.suspect) env_.suspect(WorkerRole::kDecode, suspect);
   if (migrate) {
-    StartPrefill();
+    Resume();
   } else {
     Run(std::move(next));
   }

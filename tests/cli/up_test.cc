@@ -167,6 +167,25 @@ TEST_F(UpTest, DeviceReachesBothWorkers) {
   EXPECT_EQ(up->Wait(), 0) << Stderr();
 }
 
+// Aggregated: one worker, with the threads of both, and a gateway with no
+// prefill worker (its decode worker prefills every request).
+TEST_F(UpTest, AggregatedModeStartsOneWorkerWithEveryThread) {
+  auto up = StartUp({"--model", "m.gguf", "--mode", "aggregated", "--prefill-threads", "3",
+                     "--decode-threads", "2"});
+  ASSERT_NE(up, nullptr);
+  absl::StatusOr<tandem::common::ReadyInfo> ready = up->WaitReady(absl::Seconds(60));
+  ASSERT_TRUE(ready.ok()) << ready.status() << "\n" << Stderr();
+  EXPECT_EQ(ready->grpc_address, "127.0.0.1:1003");
+  EXPECT_FALSE(fs::exists(dir_ / "prefill.args"));
+  EXPECT_THAT(Args("decode"), HasSubstr(" --threads 5 "));
+  EXPECT_THAT(Args("gateway"), Not(HasSubstr("--prefill")));
+  EXPECT_THAT(Args("gateway"), HasSubstr(" --decode 127.0.0.1:1002 "));
+  up->Signal(SIGTERM);
+  EXPECT_EQ(up->Wait(), 0) << Stderr();
+  EXPECT_FALSE(Alive("decode"));
+  EXPECT_FALSE(Alive("gateway"));
+}
+
 TEST_F(UpTest, InterruptDuringStartUpStopsTheChildren) {
   ASSERT_EQ(::mkfifo((dir_ / "trigger").c_str(), 0600), 0);
   auto up = StartUp({"--model", "m.gguf"}, {"FAKE_FAIL_ROLE=decode", "FAKE_FAIL_WHEN=hang"});
@@ -225,7 +244,7 @@ TEST_F(UpTest, MissingGatewayBinaryIsReported) {
 TEST_F(UpTest, BadFlagsExitTwoNamingTheFlag) {
   for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
            {"--port", "70000"}, {"--prefill-threads", "0"}, {"--max-context", "x"},
-           {"--device", "gpu"},
+           {"--device", "gpu"}, {"--mode", "split"},
            {"--no-such-flag", "1"}}) {
     auto up = StartUp({flag, value});
     ASSERT_NE(up, nullptr);

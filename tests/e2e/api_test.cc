@@ -31,7 +31,10 @@ class ApiTest : public ::testing::Test {
   static void SetUpTestSuite() {
     StackOptions options;
     options.model = StoriesPath();
-    options.gateway_flags = {absl::StrCat("--default-max-tokens=", kDefaultMaxTokens)};
+    // Prompts go through the prefill worker, whose cache the n-choices test
+    // reads (short prompts would be the decode worker's otherwise).
+    options.gateway_flags = {absl::StrCat("--default-max-tokens=", kDefaultMaxTokens),
+                             "--local-prefill-tokens=0"};
     stack_ = Stack::Start(options).release();
     ASSERT_NE(stack_, nullptr);
     model_ = engine::Model::Load(StoriesPath())->release();

@@ -148,6 +148,8 @@ TEST(MigrationTest, APrefillWorkerStoppedUnderItsRequestIsInvisibleToTheClient) 
   StackOptions o;
   o.model = ModelPath();
   o.prefill_workers = 2;
+  // Its later 32-token prompts go to a prefill worker, not the decode one.
+  o.gateway_flags = {"--local-prefill-tokens", "0"};
   auto stack = Stack::Start(o);
   ASSERT_NE(stack, nullptr);
   EXPECT_TRUE(stack->AwaitGatewaySynced());

@@ -25,7 +25,12 @@ namespace {
 constexpr int32_t kBlockSize = 16;  // the workers' default
 
 TEST(PrefixReuseTest, ADecodeWorkerHoldingThePrefixFetchesOnlyTheNewBlocks) {
-  auto stack = Stack::Start(ModelPath());
+  StackOptions o;
+  o.model = ModelPath();
+  // The prefill worker computes the second prompt's 24 new tokens (not its
+  // decode worker, which holds the rest: aggregated_test covers that).
+  o.gateway_flags = {"--local-prefill-tokens", "0"};
+  auto stack = Stack::Start(o);
   ASSERT_NE(stack, nullptr);
   const std::string decode_metrics = stack->decode_info().metrics_address;
   // Two prompts sharing a 1000-token prefix: 62 full blocks in common.

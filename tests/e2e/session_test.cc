@@ -245,7 +245,9 @@ TEST_P(ReprefillTest, TurnsEqualFreshRequestsOverManyEvictions) {
   const bool local = GetParam();
   StackOptions o;
   o.model = StoriesPath();
-  if (!local) o.gateway_flags = {"--session-local-prefill-tokens", "0"};
+  if (!local) {
+    o.gateway_flags = {"--session-local-prefill-tokens", "0", "--local-prefill-tokens", "0"};
+  }
   auto stack = Stack::Start(o);
   ASSERT_NE(stack, nullptr);
   ASSERT_TRUE(stack->AwaitGatewaySynced());

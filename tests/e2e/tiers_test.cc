@@ -34,6 +34,9 @@ TEST(TiersTest, ARestartedWorkerServesAPrefixFromItsDiskTier) {
   StackOptions o;
   o.model = ModelPath();
   o.prefill_flags = {"--disk-cache-dir", dir};
+  // The repeated prompt goes to the prefill worker's disk tier, not to the
+  // decode worker that holds it too.
+  o.gateway_flags = {"--local-prefill-tokens", "0"};
   auto stack = Stack::Start(o);
   ASSERT_NE(stack, nullptr);
   const std::vector<int32_t> prompt = Prompt(2000, 0, 1);

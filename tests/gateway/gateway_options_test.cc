@@ -160,8 +160,11 @@ INSTANTIATE_TEST_SUITE_P(
                 "--chat-template-max-steps: 10 is out of range [1000, 1073741824]"},
         BadFlag{"ResponseFormatElements", {"--response-format-max-elements", "0"},
                 "--response-format-max-elements: 0 is out of range [1024, 268435456]"},
-        BadFlag{"NoPrefillAddress", {"--prefill", " , "},
-                "--prefill and --decode need at least one address each"},
+        BadFlag{"NoDecodeAddress", {"--decode", " , "}, "--decode needs at least one address"},
+        BadFlag{"LocalPrefillTokens", {"--local-prefill-tokens", "-1"},
+                "--local-prefill-tokens: -1 is out of range [0, 16777216]"},
+        BadFlag{"AdmissionQueue", {"--admission-queue", "-1"},
+                "--admission-queue: -1 is out of range [0, 1048576]"},
         // Several bad flags: the first in main()'s fixed order is named.
         BadFlag{"FirstInOrder", {"--max-n", "0", "--max-context", "-1"},
                 "--max-context: -1 is out of range [0, 16777216]"}),

@@ -29,6 +29,7 @@ const std::set<std::pair<P, P>>& Legal() {
       {P::kDecoding, P::kCommitting},   {P::kDecoding, P::kEnding},
       {P::kDecoding, P::kHandingOff},
       {P::kMigrating, P::kPrefilling},  {P::kMigrating, P::kEnding},
+      {P::kMigrating, P::kDecoding},
       {P::kCommitting, P::kEnding},     {P::kEnding, P::kFinished},
   };
   return *legal;
@@ -56,8 +57,6 @@ TEST(CallPhaseTest, EveryOtherTransitionIsRejected) {
 TEST(CallPhaseTest, SampleOfIllegalTransitions) {
   // Decode never starts before a prefill answered (or a local prefill).
   EXPECT_FALSE(IsLegalTransition(P::kPrefilling, P::kDecoding));
-  // A migration goes through a new prefill; it never resumes decoding directly.
-  EXPECT_FALSE(IsLegalTransition(P::kMigrating, P::kDecoding));
   // A committing turn cannot migrate or go back to decoding.
   EXPECT_FALSE(IsLegalTransition(P::kCommitting, P::kMigrating));
   EXPECT_FALSE(IsLegalTransition(P::kCommitting, P::kDecoding));
