@@ -232,7 +232,12 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
           const double first_decode = absl::ToDoubleSeconds(absl::Now() - start_);
           response_.set_kv_transfer_seconds(absl::ToDoubleSeconds(transfer_));
           response_.set_first_decode_seconds(first_decode);
-          if (local_) response_.set_cached_prompt_tokens(b.events.front().cached_tokens);
+          if (local_) {
+            response_.set_cached_prompt_tokens(b.events.front().cached_tokens);
+            for (const engine::SampledToken& t : b.events.front().prompt_logprobs) {
+              rpc::SampledTokenToProto(t, response_.add_prompt_logprobs());
+            }
+          }
           service_->first_decode_seconds_.Observe(first_decode);
           first_write_ = false;
         }

@@ -5,8 +5,8 @@
 namespace tandem::rpc {
 namespace {
 
-// GenerateRequest and PrefillRequest carry prompt_logprobs; ChatRequest and
-// DecodeRequest do not.
+// GenerateRequest, PrefillRequest and DecodeRequest (a local prefill's)
+// carry prompt_logprobs; ChatRequest does not.
 template <typename Message>
 concept HasPromptLogprobs = requires(const Message& m) { m.has_prompt_logprobs(); };
 

@@ -34,6 +34,9 @@ engine::GenerationRequest EngineRequestFromProto(const tandem::v1::DecodeRequest
   engine::GenerationRequest r = CommonFields(request);
   r.max_tokens = request.max_tokens();
   r.ignore_eos = request.ignore_eos();
+  // Prompt logprobs come from whoever computes the prompt: with a lease,
+  // the prefill worker did.
+  if (!request.lease_id().empty()) r.prompt_logprobs = -1;
   r.pin_key = request.session_id();
   r.private_kv = request.private_kv();
   r.shift_from = request.shift_from();

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/json.h"
 #include "gateway/calls/generate_call.h"
 #include "gateway/calls/generate_call_children.h"
 #include "rpc/convert.h"
@@ -104,6 +105,9 @@ void GenerateCall::StartDecode() {
       if (local_) env_.metrics->local_prefills.Increment();
       if (!local_) *req.mutable_first_token() = prefill_.first_token();
       rpc::SamplingRequestToProto(request_, &req);
+      // Prompt logprobs come with the first token: from this worker only
+      // when it prefills the request's own prompt.
+      if (!local_ || migrations_ > 0) req.clear_prompt_logprobs();
       req.set_max_tokens(request_.max_tokens);
       // Stop strings and EOS are judged here, on text; the worker stops at
       // EOS too unless told to ignore it.
@@ -178,6 +182,11 @@ void GenerateCall::OnDecodeTokens(const tandem::v1::DecodeResponse& message, Nex
       NotifyQueue();
       usage_.set_prefill_seconds(message.first_decode_seconds());
       usage_.set_cached_prompt_tokens(message.cached_prompt_tokens());
+      for (const tandem::v1::SampledTokenProto& t : message.prompt_logprobs()) {
+        tandem::v1::Token token = PublicToken(*env_.tokenizer, t);
+        token.set_text(SanitizeUtf8(token.raw()));
+        prompt_tokens_.push_back(std::move(token));
+      }
     }
   }
   usage_.set_speculative_proposed_tokens(usage_.speculative_proposed_tokens() +

@@ -81,6 +81,46 @@ TEST(AggregatedTest, AStreamWhoseWorkerDiesResumesOnTheOther) {
   stack->Stop();  // the killed worker exits by SIGKILL, not 0
 }
 
+// The prompt logprobs of a request, read from its stream.
+std::vector<tandem::v1::Token> PromptLogprobs(tandem::v1::Generation::Stub& stub,
+                                              const tandem::v1::GenerateRequest& req) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto reader = stub.Generate(&ctx, req);
+  std::vector<tandem::v1::Token> out;
+  tandem::v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    out.insert(out.end(), resp.prompt_logprobs().begin(), resp.prompt_logprobs().end());
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  return out;
+}
+
+// Prompt logprobs computed by the decode worker equal a prefill worker's.
+TEST(AggregatedTest, PromptLogprobsAreThoseAPrefillWorkerReports) {
+  const std::vector<int32_t> ids = Prompt(20, 10, 5);
+  tandem::v1::GenerateRequest req = Request(ids, 4);
+  req.set_prompt_logprobs(3);
+  std::vector<std::vector<tandem::v1::Token>> got;
+  for (const int prefill_workers : {0, 1}) {
+    StackOptions o;
+    o.model = ModelPath();
+    o.prefill_workers = prefill_workers;
+    auto stack = Stack::Start(o);
+    ASSERT_NE(stack, nullptr);
+    got.push_back(PromptLogprobs(stack->gateway(), req));
+    EXPECT_TRUE(stack->Stop());
+  }
+  ASSERT_EQ(got[0].size(), ids.size() - 1);
+  ASSERT_EQ(got[1].size(), ids.size() - 1);
+  for (size_t i = 0; i < got[0].size(); ++i) {
+    EXPECT_EQ(got[0][i].id(), ids[i + 1]);
+    EXPECT_EQ(got[0][i].id(), got[1][i].id());
+    EXPECT_NEAR(got[0][i].logprob(), got[1][i].logprob(), 1e-4) << i;
+    ASSERT_EQ(got[0][i].top_logprobs_size(), got[1][i].top_logprobs_size());
+  }
+}
+
 // With a prefill worker: a prompt resent with a few new tokens, whose
 // decode worker holds the rest, is prefilled there; a new prompt is not.
 TEST(AggregatedTest, AFewUncachedTokensArePrefilledOnTheDecodeWorker) {
