@@ -70,7 +70,8 @@ for (const values of valueSets) {
 
   test(`every object rendered from ${label(values)} is valid Kubernetes`, async () => {
     const objects = render(values);
-    assert.ok(objects.length >= 7, `only ${objects.length} objects rendered`);
+    // Gateway and workers: a Deployment and a Service or two each, PDBs.
+    assert.ok(objects.length >= 6, `only ${objects.length} objects rendered`);
     for (const o of objects) {
       const Model = await modelClass(o.apiVersion, o.kind);
       assert.ok(Model, `no schema for ${o.apiVersion} ${o.kind}`);
@@ -87,7 +88,10 @@ for (const values of valueSets) {
       .map((d) => [d.spec.template.metadata.labels['app.kubernetes.io/component'], d]));
     const gateway = deployments.get('gateway');
     const args = gateway.spec.template.spec.containers[0].args;
-    for (const role of ['prefill', 'decode']) {
+    // Aggregated: no prefill workers, and no --prefill for the gateway.
+    const aggregated = !deployments.has('prefill');
+    assert.equal(args.some((a) => a.startsWith('--prefill=')), !aggregated);
+    for (const role of aggregated ? ['decode'] : ['prefill', 'decode']) {
       const flag = args.find((a) => a.startsWith(`--${role}=`));
       assert.ok(flag, `gateway has no --${role}`);
       const m = flag.match(/^--\w+=dns:\/\/\/([a-z0-9-]+)\.([a-z0-9-]+)\.svc\.cluster\.local:(\d+)$/);
@@ -143,6 +147,20 @@ test('GPU values request nvidia.com/gpu and --device=cuda for prefill only', () 
                    { 'nvidia.com/gpu.present': 'true' });
   const volume = byRole('decode').spec.template.spec.volumes.find((v) => v.name === 'model');
   assert.equal(volume.persistentVolumeClaim.claimName, 'tandem-models');
+});
+
+test('aggregated values render decode workers alone and a gateway without --prefill', () => {
+  const objects = render(path.join(chart, 'ci', 'aggregated-values.yaml'));
+  const components = objects.filter((o) => o.kind === 'Deployment')
+    .map((d) => d.spec.template.metadata.labels['app.kubernetes.io/component']).sort();
+  assert.deepEqual(components, ['decode', 'gateway']);
+  assert.ok(!objects.some((o) => o.metadata.name.includes('prefill')));
+  const decode = objects.find((o) => o.kind === 'Deployment' &&
+    o.spec.template.metadata.labels['app.kubernetes.io/component'] === 'decode');
+  assert.equal(decode.spec.replicas, 3);
+  const r = runHelm(['template', 'rel', chart, '--set', 'mode=split']);
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr, /mode/);
 });
 
 test('TLS values give every process its certificates and the gateway its keys', () => {
