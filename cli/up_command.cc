@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -44,6 +45,11 @@ namespace tandem::cli {
 namespace {
 
 constexpr char kLoopback[] = "127.0.0.1";
+// The aggregated worker's step budget: prompt chunks small enough that a step
+// with one stays near a decode step (on the 25.7M model at 2 cores, 128
+// against the workers' 512 took ITL p99 from 181 to 74 ms at the same
+// throughput; docs/benchmarks.md#one-machine).
+constexpr int kAggregatedChunk = 128;
 
 struct UpConfig {
   std::string model;  // empty: the synthetic default model
@@ -57,6 +63,9 @@ struct UpConfig {
   // No prefill worker: one worker prefills and decodes (the gateway with no
   // --prefill), on prefill_threads + decode_threads threads.
   bool aggregated = false;
+  // Each worker's --max-batch-tokens; 0: its default, or kAggregatedChunk
+  // when aggregated.
+  int max_batch_tokens = 0;
   int max_context = 0;
   int kv_budget_mb = 512;
   // Cache tiers, passed on to both workers; each worker gets its own
@@ -96,6 +105,9 @@ std::vector<common::FlagSpec> UpFlagSpecs() {
                "prefills and decodes, with the threads of both (decode steps first, prompts "
                "computed in chunks between them), for a single machine"},
       {.name = "prefill-threads", .default_value = "1", .help = "prefill worker compute threads"},
+      {.name = "max-batch-tokens", .default_value = "0",
+       .help = "tokens per engine step of each worker (its prompt chunk size); 0 = the "
+               "workers' default (512), or 128 with --mode aggregated"},
       {.name = "decode-threads", .default_value = "1", .help = "decode worker compute threads"},
       {.name = "max-context", .default_value = "0",
        .help = "cap on each sequence's tokens (workers and gateway); 0 = the model's "
@@ -142,6 +154,7 @@ absl::StatusOr<UpConfig> ConfigFromArgs(const common::Args& args) {
   }
   c.aggregated = mode == "aggregated";
   ASSIGN_OR_RETURN(c.prefill_threads, args.IntInRange("prefill-threads", 1, 256));
+  ASSIGN_OR_RETURN(c.max_batch_tokens, args.IntInRange("max-batch-tokens", 0, 1 << 20));
   ASSIGN_OR_RETURN(c.decode_threads, args.IntInRange("decode-threads", 1, 256));
   ASSIGN_OR_RETURN(c.max_context, args.IntInRange("max-context", 0, 1 << 24));
   ASSIGN_OR_RETURN(c.kv_budget_mb, args.IntInRange("kv-budget-mb", 1, 1 << 20));
@@ -334,6 +347,12 @@ class Up {
                   {"--disk-cache-dir", absl::StrCat(config_.disk_cache_dir, "/", role)});
     }
     if (config_.hot_cache_only) args.push_back("--hot-cache-only");
+    const int batch_tokens = config_.max_batch_tokens > 0 ? config_.max_batch_tokens
+                             : config_.aggregated       ? kAggregatedChunk
+                                                        : 0;
+    if (batch_tokens > 0) {
+      args.insert(args.end(), {"--max-batch-tokens", absl::StrCat(batch_tokens)});
+    }
     return args;
   }
 
@@ -345,6 +364,13 @@ class Up {
     std::vector<std::string> argv = {process::SiblingBinary(name)};
     argv.insert(argv.end(), flags.begin(), flags.end());
     process::SubprocessOptions options;
+    // The processes share this machine's cores: an OpenMP thread that waits
+    // sleeps instead of spinning on a core another process needs (spinning,
+    // libgomp's default, took 87% of an aggregated worker's CPU time in
+    // barrier waits and halved its throughput). An explicit setting wins.
+    if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
+      options.extra_env = {"OMP_WAIT_POLICY=passive"};
+    }
     // A child drains its streams before it exits.
     options.terminate_grace = config_.drain_timeout + config_.stop_grace;
     // Our stdout carries only our own READY line; anything else a child

@@ -37,6 +37,7 @@ dir=$(dirname "$0")
 role=$(basename "$0")
 role=${role#tandem-}
 echo "$@" > "$dir/$role.args"
+echo "$OMP_WAIT_POLICY" > "$dir/$role.wait"
 echo $$ > "$dir/$role.pid"
 case $role in prefill) port=1001 ;; decode) port=1002 ;; *) port=1003 ;; esac
 echo "log line from $role"
@@ -132,6 +133,11 @@ TEST_F(UpTest, PrintsGatewayReadyLineAndStopsCleanlyOnSigterm) {
             "--prefill 127.0.0.1:1001 --decode 127.0.0.1:1002 --max-context 1024 "
             "--drain-timeout-s 7\n");
 
+  // The workers' own step budget unless asked; OpenMP's wait policy set
+  // only where the environment does not.
+  EXPECT_THAT(Args("prefill"), Not(HasSubstr("--max-batch-tokens")));
+  EXPECT_EQ(ReadFile(dir_ / "prefill.wait"), "passive\n");
+
   up->Signal(SIGTERM);
   absl::StatusOr<int> code = up->WaitFor(absl::Seconds(60));
   ASSERT_TRUE(code.ok()) << code.status();
@@ -153,6 +159,18 @@ TEST_F(UpTest, MetricsPortBaseAndHostReachTheChildren) {
   EXPECT_THAT(Args("gateway"),
               HasSubstr("--listen localhost:6000 --metrics-listen localhost:7000 "));
   up->Signal(SIGHUP);
+  EXPECT_EQ(up->Wait(), 0) << Stderr();
+}
+
+TEST_F(UpTest, AnExplicitWaitPolicyAndBatchSizeReachTheWorkers) {
+  auto up = StartUp({"--model", "m.gguf", "--max-batch-tokens", "256"},
+                    {"OMP_WAIT_POLICY=active"});
+  ASSERT_NE(up, nullptr);
+  ASSERT_TRUE(up->WaitReady(absl::Seconds(60)).ok()) << Stderr();
+  EXPECT_THAT(Args("prefill"), HasSubstr(" --max-batch-tokens 256"));
+  EXPECT_THAT(Args("decode"), HasSubstr(" --max-batch-tokens 256"));
+  EXPECT_EQ(ReadFile(dir_ / "decode.wait"), "active\n");
+  up->Signal(SIGTERM);
   EXPECT_EQ(up->Wait(), 0) << Stderr();
 }
 
@@ -178,6 +196,10 @@ TEST_F(UpTest, AggregatedModeStartsOneWorkerWithEveryThread) {
   EXPECT_EQ(ready->grpc_address, "127.0.0.1:1003");
   EXPECT_FALSE(fs::exists(dir_ / "prefill.args"));
   EXPECT_THAT(Args("decode"), HasSubstr(" --threads 5 "));
+  // Prompt chunks of 128 tokens between decode steps, and OpenMP threads
+  // that sleep when they wait (the processes share the cores).
+  EXPECT_THAT(Args("decode"), HasSubstr(" --max-batch-tokens 128"));
+  EXPECT_EQ(ReadFile(dir_ / "decode.wait"), "passive\n");
   EXPECT_THAT(Args("gateway"), Not(HasSubstr("--prefill")));
   EXPECT_THAT(Args("gateway"), HasSubstr(" --decode 127.0.0.1:1002 "));
   up->Signal(SIGTERM);

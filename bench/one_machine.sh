@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The one-machine reference workload (32 concurrent clients, 256-token prompts
+# sharing 200, 64 tokens out; the 128-client loads with and without a shared
+# prefix with LOAD=all) against `tandem up` (a prefill and a decode worker),
+# `tandem up --mode aggregated` (one worker) and, given llama.cpp's bin folder,
+# llama-server (-t 2 -tb 2 -np 4 -c 4096, prompt cache on), in alternating
+# rounds on the same machine. Every service starts fresh for each run, which
+# gets its own prompts and prefixes. Prints and appends each run's JSON line
+# (tandem-load's, with "service" added) to OUT, then the medians per service
+# and load.
+# Usage: bench/one_machine.sh BIN_DIR MODEL OUT [ROUNDS] [LLAMA_BIN_DIR]
+#   LOAD=ref (default) or all; PORT_BASE for llama-server (default 18090).
+set -euo pipefail
+bin="$1"
+model="$2"
+out="$3"
+rounds="${4:-5}"
+llama="${5:-}"
+load="${LOAD:-ref}"
+port="${PORT_BASE:-18090}"
+work="$(mktemp -d)"
+pid=""
+stop() {
+  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  pid=""
+}
+trap 'stop; rm -rf "$work"' EXIT
+
+# Starts `tandem up` with the given flags; sets addr.
+start_tandem() {
+  "$bin/tandem" up --model "$model" --port 0 "$@" >"$work/ready" 2>"$work/log" &
+  pid=$!
+  for _ in $(seq 600); do grep -q READY "$work/ready" 2>/dev/null && break; sleep 0.2; done
+  addr=$(sed -n 's/^READY grpc=\([^ ]*\).*/\1/p' "$work/ready")
+  [ -n "$addr" ] || { cat "$work/log" >&2; echo "tandem up did not become ready" >&2; exit 1; }
+}
+
+# Starts llama-server; sets http.
+start_llama() {
+  "$llama/llama-server" -m "$model" -t 2 -tb 2 -np 4 -c 4096 --port "$port" \
+    >"$work/llama.log" 2>&1 &
+  pid=$!
+  http="127.0.0.1:$port"
+  for _ in $(seq 600); do
+    curl -sf "http://$http/health" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  cat "$work/llama.log" >&2
+  echo "llama-server did not become ready" >&2
+  exit 1
+}
+
+loads=("32 256 200")
+[ "$load" = all ] && loads+=("128 256 200" "128 256 0")
+services=(tandem aggregated)
+[ -n "$llama" ] && services+=(llama-server)
+seed=0
+for round in $(seq "$rounds"); do
+  # Alternate the order so no service always runs on a machine warmed by another.
+  order=("${services[@]}")
+  [ $((round % 2)) = 0 ] && order=($(printf '%s\n' "${services[@]}" | tac))
+  for service in "${order[@]}"; do
+    for shape in "${loads[@]}"; do
+      read -r clients prompt shared <<<"$shape"
+      seed=$((seed + 1))
+      args=(--concurrency "$clients" --requests "$((clients * 2))" --prompt-tokens "$prompt"
+            --shared-prefix-tokens "$shared" --max-tokens 64 --seed "$seed"
+            --prefix-seed $((1000 + seed)))
+      case "$service" in
+        tandem) start_tandem ;;
+        aggregated) start_tandem --mode aggregated ;;
+        llama-server) start_llama
+          args+=(--http-addr "$http" --vocab-size "$("$bin/tandem" tokenize --model "$model" \
+                 --vocab-size 2>/dev/null || echo 512)") ;;
+      esac
+      [ "$service" = llama-server ] && target=(--addr "$http") || target=(--addr "$addr")
+      line=$("$bin/tandem-load" "${target[@]}" "${args[@]}" | tail -n 1)
+      stop
+      line="{\"service\": \"$service\", ${line#\{}"
+      echo "$line" | tee -a "$out"
+    done
+  done
+done
+
+# Medians per service and load, from this run's lines.
+python3 - "$out" "$rounds" "${#services[@]}" "${#loads[@]}" <<'EOF'
+import json, statistics, sys
+path, rounds, n_services, n_loads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+lines = [json.loads(l) for l in open(path) if l.startswith('{"service"')]
+lines = lines[-rounds * n_services * n_loads:]
+groups = {}
+for l in lines:
+    key = (l["service"], l["concurrency"], l["shared_prefix_tokens"])
+    groups.setdefault(key, []).append(l)
+print(f"{'service':<13} {'clients':>7} {'shared':>6} {'TTFT p50':>9} {'ITL p50':>8} {'ITL p99':>8} "
+      f"{'stall p99':>9} {'tok/s':>7} {'errors':>6}")
+for (service, clients, shared), ls in sorted(groups.items()):
+    med = lambda k: statistics.median(l[k] for l in ls)
+    errors = sum(sum(l["errors"].values()) for l in ls)
+    print(f"{service:<13} {clients:>7} {shared:>6} {med('ttft_p50_s') * 1e3:>7.0f}ms "
+          f"{med('itl_p50_s') * 1e3:>6.1f}ms {med('itl_p99_s') * 1e3:>6.1f}ms "
+          f"{med('stall_p99_s') * 1e3:>7.1f}ms {med('output_tokens_per_s'):>7.0f} {errors:>6}")
+EOF
