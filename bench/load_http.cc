@@ -25,11 +25,28 @@ absl::StatusCode CodeOfHttp(int status) {
   }
 }
 
+int EventTokens(const Json& chunk) {
+  if (!chunk.is_object() || !chunk.contains("choices") || !chunk["choices"].is_array() ||
+      chunk["choices"].empty()) {
+    return 0;
+  }
+  const Json& choice = chunk["choices"][0];
+  if (choice.contains("logprobs") && choice["logprobs"].is_object() &&
+      choice["logprobs"].contains("tokens") && choice["logprobs"]["tokens"].is_array()) {
+    return static_cast<int>(choice["logprobs"]["tokens"].size());
+  }
+  return choice.contains("text") && choice["text"].is_string() &&
+                 !choice["text"].get<std::string>().empty()
+             ? 1
+             : 0;
+}
+
 }  // namespace
 
 RequestResult RunOneHttp(const std::string& address, const std::string& model,
                          const std::vector<int32_t>& prompt, int32_t max_tokens,
-                         absl::Duration timeout, const std::string& api_key) {
+                         absl::Duration timeout, const std::string& api_key,
+                         const std::string& extra_body) {
   RequestResult result;
   absl::StatusOr<common::HostPort> hp = common::SplitHostPort(address);
   if (!hp.ok()) {
@@ -40,14 +57,14 @@ RequestResult RunOneHttp(const std::string& address, const std::string& model,
   const auto seconds = absl::ToInt64Seconds(timeout);
   client.set_read_timeout(seconds, 0);
   client.set_write_timeout(seconds, 0);
-  const Json body = {{"model", model},
-                     {"prompt", prompt},
-                     {"max_tokens", max_tokens},
-                     {"temperature", 0},
-                     {"ignore_eos", true},
-                     {"logprobs", 0},
-                     {"stream", true},
-                     {"stream_options", {{"include_usage", true}}}};
+  Json body = {{"model", model},           {"prompt", prompt},
+               {"max_tokens", max_tokens}, {"temperature", 0},
+               {"ignore_eos", true},       {"logprobs", 0},
+               {"stream", true},           {"stream_options", {{"include_usage", true}}}};
+  if (!extra_body.empty()) {
+    const Json extra = Json::parse(extra_body, nullptr, /*allow_exceptions=*/false);
+    if (extra.is_object()) body.update(extra);
+  }
   const std::string payload = body.dump();
   std::string pending;  // SSE bytes not yet split into events
   bool error_event = false;
@@ -64,10 +81,8 @@ RequestResult RunOneHttp(const std::string& address, const std::string& model,
       result.cached_prompt_tokens =
           chunk["usage"]["prompt_tokens_details"].value("cached_tokens", 0);
     }
-    if (!chunk.contains("choices") || chunk["choices"].empty()) return;
-    const Json& logprobs = chunk["choices"][0]["logprobs"];
-    const int k = logprobs.is_object() ? static_cast<int>(logprobs["tokens"].size()) : 0;
-    RecordMessage(std::chrono::duration<double>(Clock::now() - sent).count(), k, result);
+    RecordMessage(std::chrono::duration<double>(Clock::now() - sent).count(),
+                  EventTokens(chunk), result);
   };
   httplib::Request req;
   req.method = "POST";
@@ -93,6 +108,10 @@ RequestResult RunOneHttp(const std::string& address, const std::string& model,
     result.code = error_event ? absl::StatusCode::kInternal : absl::StatusCode::kOk;
   }
   return result;
+}
+
+int TokensInEvent(const std::string& chunk_json) {
+  return EventTokens(Json::parse(chunk_json, nullptr, /*allow_exceptions=*/false));
 }
 
 }  // namespace tandem::bench

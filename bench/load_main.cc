@@ -12,6 +12,7 @@
 #include <string>
 
 #include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "bench/load_runner.h"
@@ -29,15 +30,26 @@ struct LoadConfig {
   absl::Duration request_timeout;
   absl::Duration connect_timeout;
   rpc::GatewayClientOptions client;  // TLS and API key (gRPC; the key over HTTP too)
+  // With no --addr (another server's HTTP API): the model's vocabulary.
+  int32_t vocab_size = 0;
+  std::string http_body;
 };
 
 std::vector<common::FlagSpec> LoadFlagSpecs() {
   std::vector<common::FlagSpec> specs = {
-      {.name = "addr", .help = "gateway address HOST:PORT", .required = true},
+      {.name = "addr", .default_value = "",
+       .help = "gateway address HOST:PORT; empty with --http-addr: another OpenAI-compatible "
+               "server (e.g. llama-server), whose vocabulary --vocab-size gives"},
       {.name = "http-addr", .default_value = "",
        .help = "send the requests to the gateway's OpenAI-compatible HTTP front at HOST:PORT "
                "(streamed POST /v1/completions) instead of gRPC; --addr still answers "
                "ListModels; single-turn only"},
+      {.name = "vocab-size", .default_value = "0",
+       .help = "with --http-addr and no --addr: the model's vocabulary size (prompt ids are "
+               "drawn below it)"},
+      {.name = "http-body", .default_value = "",
+       .help = "with --http-addr: a JSON object whose fields are added to every request's "
+               "body (e.g. '{\"logit_bias\": {\"131\": -100}}')"},
       {.name = "concurrency", .default_value = "8", .help = "requests in flight at once"},
       {.name = "requests", .default_value = "64", .help = "requests in all"},
       {.name = "prompt-tokens", .default_value = "256", .help = "prompt length, token ids"},
@@ -70,9 +82,21 @@ absl::StatusOr<LoadConfig> ConfigFromArgs(const common::Args& args) {
   LoadConfig c;
   LoadShape& s = c.shape;
   s.addr = args.String("addr");
-  if (s.addr.empty()) return absl::InvalidArgumentError("--addr: empty");
   s.model = args.String("model");
   s.http_addr = args.String("http-addr");
+  if (s.addr.empty() && s.http_addr.empty()) {
+    return absl::InvalidArgumentError("--addr: empty (give it, or --http-addr)");
+  }
+  ASSIGN_OR_RETURN(c.vocab_size, args.IntInRange("vocab-size", 0, 1 << 24));
+  if (s.addr.empty() && c.vocab_size <= kFirstPromptId) {
+    return absl::InvalidArgumentError(
+        "--vocab-size: needed above 3 when --http-addr names a server without --addr");
+  }
+  c.http_body = args.String("http-body");
+  if (!c.http_body.empty() &&
+      !nlohmann::json::parse(c.http_body, nullptr, /*allow_exceptions=*/false).is_object()) {
+    return absl::InvalidArgumentError("--http-body: not a JSON object");
+  }
   ASSIGN_OR_RETURN(s.concurrency, args.IntInRange("concurrency", 1, 4096));
   ASSIGN_OR_RETURN(s.requests, args.IntInRange("requests", 1, 1 << 24));
   ASSIGN_OR_RETURN(s.prompt_tokens, args.IntInRange("prompt-tokens", 1, 1 << 24));
@@ -102,11 +126,19 @@ absl::StatusOr<LoadConfig> ConfigFromArgs(const common::Args& args) {
 int Run(LoadConfig config) {
   // One channel: every slot's stream is multiplexed on one HTTP/2
   // connection, as a gateway client library would do.
-  std::unique_ptr<v1::Generation::Stub> stub =
-      v1::Generation::NewStub(rpc::DialGateway(config.shape.addr, config.client));
+  // With no --addr every request goes over HTTP: the stub (never called)
+  // gets a channel that is never connected.
+  std::unique_ptr<v1::Generation::Stub> stub = v1::Generation::NewStub(rpc::DialGateway(
+      config.shape.addr.empty() ? "127.0.0.1:1" : config.shape.addr, config.client));
 
-  absl::StatusOr<v1::ModelInfo> model = FindModel(*stub, config.shape.model,
-                                                  config.connect_timeout, config.client.api_key);
+  // No gateway to ask (another server's HTTP API): the flags say the model.
+  absl::StatusOr<v1::ModelInfo> model = v1::ModelInfo();
+  if (config.shape.addr.empty()) {
+    model->set_id(config.shape.model);
+    model->set_vocab_size(config.vocab_size);
+  } else {
+    model = FindModel(*stub, config.shape.model, config.connect_timeout, config.client.api_key);
+  }
   if (!model.ok()) {
     std::cerr << "tandem-load: " << config.shape.addr << ": " << model.status().ToString()
               << "\n";
@@ -147,7 +179,8 @@ int Run(LoadConfig config) {
                                  .vocab_size = model->vocab_size(),
                                  .seed = config.shape.seed,
                                  .http_address = config.shape.http_addr,
-                                 .api_key = config.client.api_key});
+                                 .api_key = config.client.api_key,
+                                 .http_body = config.http_body});
   const LoadSummary summary = Summarize(config.shape, run.requests, run.wall_s);
   const std::string json = FormatJson(summary);
   std::cout << FormatTable(summary) << json << "\n" << std::flush;

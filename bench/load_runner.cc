@@ -129,7 +129,7 @@ RunResult RunLoad(v1::Generation::StubInterface& stub,
       r = options.http_address.empty()
               ? RunOne(stub, prompt, options, turns > 1 ? &reply : nullptr)
               : RunOneHttp(options.http_address, options.model, prompt, options.max_tokens,
-                           options.request_timeout, options.api_key);
+                           options.request_timeout, options.api_key, options.http_body);
       r.sent_s = sent_s;
       if (r.code != absl::StatusCode::kOk) return;
       prompt.insert(prompt.end(), reply.begin(), reply.end());

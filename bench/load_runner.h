@@ -63,6 +63,8 @@ struct RunOptions {
   std::string http_address = {};
   // Sent with every request as "authorization: Bearer KEY" unless empty.
   std::string api_key = {};
+  // HTTP only: fields added to every request's JSON body (an object).
+  std::string http_body = {};
 };
 
 struct RunResult {

@@ -3,7 +3,8 @@
 # sharing 200, 64 tokens out; the 128-client loads with and without a shared
 # prefix with LOAD=all) against `tandem up` (a prefill and a decode worker),
 # `tandem up --mode aggregated` (one worker) and, given llama.cpp's bin folder,
-# llama-server (-t 2 -tb 2 -np 4 -c 4096, prompt cache on), in alternating
+# llama-server (-t 2 -tb 2 -np 4 -c 4096, prompt cache on; tandem-load over its
+# /v1/completions, one token per event), in alternating
 # rounds on the same machine. Every service starts fresh for each run, which
 # gets its own prompts and prefixes. Prints and appends each run's JSON line
 # (tandem-load's, with "service" added) to OUT, then the medians per service
@@ -50,6 +51,11 @@ start_llama() {
   exit 1
 }
 
+# llama-server's completions fail (HTTP 500 mid-stream) on output that is not
+# valid UTF-8, which the synthetic model's byte tokens (ids 131-258) make of
+# random text: they are banned for it (LLAMA_BODY overrides, "{}" for none).
+llama_body="${LLAMA_BODY:-$(python3 -c 'import json; print(json.dumps({"logit_bias": {str(i): -100 for i in range(131, 259)}}))')}"
+
 loads=("32 256 200")
 [ "$load" = all ] && loads+=("128 256 200" "128 256 0")
 services=(tandem aggregated)
@@ -67,13 +73,14 @@ for round in $(seq "$rounds"); do
             --shared-prefix-tokens "$shared" --max-tokens 64 --seed "$seed"
             --prefix-seed $((1000 + seed)))
       case "$service" in
-        tandem) start_tandem ;;
-        aggregated) start_tandem --mode aggregated ;;
-        llama-server) start_llama
-          args+=(--http-addr "$http" --vocab-size "$("$bin/tandem" tokenize --model "$model" \
-                 --vocab-size 2>/dev/null || echo 512)") ;;
+        tandem) start_tandem; target=(--addr "$addr") ;;
+        aggregated) start_tandem --mode aggregated; target=(--addr "$addr") ;;
+        llama-server)
+          start_llama
+          vocab=$(curl -s "http://$http/v1/models" |
+                  python3 -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["meta"]["n_vocab"])')
+          target=(--http-addr "$http" --vocab-size "$vocab" --http-body "$llama_body") ;;
       esac
-      [ "$service" = llama-server ] && target=(--addr "$http") || target=(--addr "$addr")
       line=$("$bin/tandem-load" "${target[@]}" "${args[@]}" | tail -n 1)
       stop
       line="{\"service\": \"$service\", ${line#\{}"

@@ -11,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/synchronization/mutex.h"
+#include "bench/load_http.h"
 #include "bench/load_runner.h"
 #include "rpc/bootstrap.h"
 
@@ -116,6 +117,18 @@ TEST(SummarizeTest, StallsAreTheGapsOverlappingAnotherRequestsPrefill) {
   EXPECT_THAT(FormatJson(s), HasSubstr("\"stall_p99_s\": 2"));
   // Alone, a request never stalls on its own prefill.
   EXPECT_TRUE(StallGaps({a}).empty());
+}
+
+// Tandem's front says how many tokens an event carries (logprobs 0 still
+// lists them); llama-server's events carry null logprobs and one token's
+// text each.
+TEST(TokensInEventTest, CountsListedTokensElseOnePerEventWithText) {
+  EXPECT_EQ(TokensInEvent(R"({"choices":[{"text":"ab","logprobs":{"tokens":["a","b"]}}]})"),
+            2);
+  EXPECT_EQ(TokensInEvent(R"({"choices":[{"text":" park","logprobs":null}]})"), 1);
+  EXPECT_EQ(TokensInEvent(R"({"choices":[{"text":"","finish_reason":"length"}]})"), 0);
+  EXPECT_EQ(TokensInEvent(R"({"choices":[],"usage":{"completion_tokens":5}})"), 0);
+  EXPECT_EQ(TokensInEvent("not json"), 0);
 }
 
 TEST(SummarizeTest, NoErrorsReadsNone) {
