@@ -91,9 +91,9 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
     }
     absl::StatusOr<rpc::Admission::Ticket> ticket = service_->admission_.TryAdmit(0);
     if (!ticket.ok()) {
-      // Full: the lease is left to the caller, who may hand it to another
-      // decode worker (the stream has sent its first token already).
-      if (!local_) ctx_->AddTrailingMetadata(rpc::kRefusedHandOffKey, "admission");
+      // Full: the lease (or, for a local prefill, the prompt) is left to the
+      // caller, who may hand it to another decode worker or wait for room.
+      ctx_->AddTrailingMetadata(rpc::kRefusedHandOffKey, "admission");
       Done(ticket.status());
       return;
     }

@@ -24,8 +24,9 @@ namespace tandem::rpc {
 // Trailing metadata key of the retry hint: milliseconds, as decimal text.
 inline constexpr char kRetryAfterMsKey[] = "tandem-retry-after-ms";
 // Trailing metadata of a decode worker's RESOURCE_EXHAUSTED when it refused a
-// hand-off at admission, before touching its KV: the prefill's lease is
-// still the caller's, who may hand it to another worker.
+// hand-off (or a local prefill) at admission, before touching its KV: the
+// prefill's lease (or the prompt) is still the caller's, who may hand it to
+// another worker or wait for room.
 inline constexpr char kRefusedHandOffKey[] = "tandem-refused-hand-off";
 // Trailing metadata a decode worker adds when a hand-off failed fetching the
 // KV from the prefill worker (rather than on this worker): the gateway

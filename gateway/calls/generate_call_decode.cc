@@ -267,9 +267,12 @@ void GenerateCall::CheckProgress() {
 
 GenerateCall::Next GenerateCall::OnHandOffRefused(int refused, absl::Duration retry_after) {
   // The worker touched neither the KV nor the lease: the lease is ours
-  // again, kept alive while another worker is asked or room is awaited.
-  lease_ = Lease::kHeld;
-  keep_lease_ = env_.lease_keeper->Keep(prefill_address_, prefill_.lease_id());
+  // again, kept alive while another worker is asked or room is awaited (a
+  // local prefill has none).
+  if (!local_) {
+    lease_ = Lease::kHeld;
+    keep_lease_ = env_.lease_keeper->Keep(prefill_address_, prefill_.lease_id());
+  }
   if (refused >= 0) decode_refused_.push_back(refused);
   if (first_refusal_ == absl::InfinitePast()) first_refusal_ = absl::Now();
   retry_after_ = retry_after;
@@ -343,7 +346,9 @@ void GenerateCall::OnDecodeDone(const grpc::Status& result, const DecodeEnd& end
       suspect = failed;
     }
     decode_stalled_ = false;
-    if (end.refused_hand_off && !relay_answered_ && !local_ && lease_ == Lease::kHandedOff &&
+    // Refused at admission, before touching anything: another worker or a
+    // wait, for a hand-off (its lease still ours) or a local prefill alike.
+    if (end.refused_hand_off && !relay_answered_ && (local_ || lease_ == Lease::kHandedOff) &&
         !cancelled_ && status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
       next = OnHandOffRefused(failed, end.retry_after);
     } else if (status.ok()) {

@@ -78,7 +78,9 @@ TEST(OverloadTest, ABurstRightAfterADecodeWorkerDiesIsRefusedOnlyBeforeItsFirstT
   o.model = ModelPath();
   o.decode_workers = 2;
   o.decode_flags = {"--max-inflight", "256"};
-  o.gateway_flags = {"--decode-worker-streams", "256"};
+  // Hand-offs only: a local prefill reaches the decode worker before its
+  // last stream's end is counted there, and is asked again when refused.
+  o.gateway_flags = {"--decode-worker-streams", "256", "--local-prefill-tokens", "0"};
   auto stack = Stack::Start(o);
   ASSERT_NE(stack, nullptr);
   ASSERT_TRUE(stack->AwaitGatewaySynced());

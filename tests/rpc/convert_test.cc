@@ -83,11 +83,9 @@ TYPED_TEST(RequestConvertTest, EngineRoundTripKeepsEveryField) {
   const engine::SamplingRequest sent = EveryFieldSet();
   TypeParam proto;
   SamplingRequestToProto(sent, &proto);
-  engine::SamplingRequest want = sent;
-  // A decode worker never computes the prompt's logprobs: its message has no
-  // field for them.
-  if constexpr (std::is_same_v<TypeParam, tandem::v1::DecodeRequest>) want.prompt_logprobs = -1;
-  EXPECT_EQ(SamplingRequestFromProto(proto), want);
+  // Every message carries them all (DecodeRequest's prompt_logprobs for a
+  // local prefill).
+  EXPECT_EQ(SamplingRequestFromProto(proto), sent);
 }
 
 TYPED_TEST(RequestConvertTest, UnsetFieldsAreTheEnginesDefaults) {
