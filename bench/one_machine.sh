@@ -60,6 +60,8 @@ loads=("32 256 200")
 [ "$load" = all ] && loads+=("128 256 200" "128 256 0")
 services=(tandem aggregated)
 [ -n "$llama" ] && services+=(llama-server)
+# SERVICES="tandem aggregated" runs a subset.
+[ -n "${SERVICES:-}" ] && read -r -a services <<<"$SERVICES"
 seed=0
 for round in $(seq "$rounds"); do
   # Alternate the order so no service always runs on a machine warmed by another.

@@ -59,9 +59,10 @@ std::vector<common::FlagSpec> GatewayFlagSpecs() {
                "worker (aggregated mode)"},
       {.name = "decode", .help = "decode workers, as --prefill", .required = true},
       rpc::DrainFlagSpec(),
-      {.name = "decode-worker-streams", .default_value = "1024",
-       .help = "streams one decode worker takes (match its --max-inflight): requests past "
-               "the decode workers' total are refused before any work is done"},
+      {.name = "decode-worker-streams", .default_value = "64",
+       .help = "streams one decode worker decodes at once (match its --max-running): "
+               "requests past the decode workers' total wait in the admission queue before "
+               "any work is done, rather than on a decode worker after their first token"},
       {.name = "unavailable-wait-ms", .default_value = "10000",
        .help = "when every prefill worker tried is unavailable, how long a request waits for "
                "one to come back (retrying) before it fails"},

@@ -74,9 +74,9 @@ struct GatewayOptions {
   absl::Duration request_timeout = absl::Minutes(10);
   // Times a stream may move to another worker after one failed under it.
   int32_t max_migrations = 3;
-  // Streams one decode worker takes (match its --max-inflight): requests
-  // past decode workers x this are refused at admission.
-  int32_t streams_per_decode_worker = 1024;
+  // Streams one decode worker decodes at once (match its --max-running):
+  // requests past decode workers x this wait at admission.
+  int32_t streams_per_decode_worker = 64;
   // How long a request waits for an unavailable prefill worker to come back.
   absl::Duration unavailable_wait = absl::Seconds(10);
   // A decode worker silent this long while owing a message is given up on.
