@@ -244,7 +244,8 @@ test('the dashboard has the panels operators need, each with a query', () => {
                         'tandem_waiting_sequences', 'tandem_kv_blocks_used',
                         'tandem_prefix_cache_hit_tokens_total', 'tandem_kv_transfer_bytes_total',
                         'tandem_kv_transfer_failures_total', 'tandem_router_decisions_total',
-                        'tandem_requests_total']) {
+                        'tandem_requests_total', 'tandem_admission_queue_depth',
+                        'tandem_admission_queue_wait_seconds']) {
     assert.ok(text.includes(metric), `no panel shows ${metric}`);
   }
   const ids = panels.map((p) => p.id);
