@@ -71,7 +71,10 @@ TEST(GatewayFlagsTest, DefaultsParse) {
   EXPECT_EQ(o.index.max_entries, 50331648);
   EXPECT_EQ(o.resolve_interval, absl::Seconds(5));
   EXPECT_EQ(o.max_migrations, 3);
-  EXPECT_EQ(o.streams_per_decode_worker, 1024);
+  EXPECT_EQ(o.streams_per_decode_worker, 64);  // the decode workers' --max-running
+  EXPECT_EQ(o.admission_queue.max_waiting, 1024);
+  EXPECT_EQ(o.local_prefill_tokens, 32);
+  EXPECT_EQ(o.local_prefill_queue, 0);
   EXPECT_EQ(o.unavailable_wait, absl::Seconds(10));
   EXPECT_EQ(o.progress_timeout, absl::Seconds(20));
   EXPECT_EQ(o.lease_heartbeat, absl::Seconds(5));
@@ -85,6 +88,17 @@ TEST(GatewayFlagsTest, DefaultsParse) {
   EXPECT_EQ(o.sessions.store_timeout, absl::Seconds(5));
   EXPECT_EQ(o.sessions.rereplicate_tracked, 65536);
   EXPECT_EQ(o.sessions.rereplicate_parallel, 8);
+}
+
+// No --prefill: aggregated, every request prefilled by its decode worker.
+TEST(GatewayFlagsTest, WithoutPrefillWorkersIsAggregated) {
+  absl::StatusOr<common::Args> args = common::Args::Parse(
+      {"--model", "/models/tiny-chat.gguf", "--decode", "127.0.0.1:7002"}, GatewayFlagSpecs());
+  ASSERT_TRUE(args.ok()) << args.status();
+  absl::StatusOr<GatewaySetup> setup = GatewaySetupFromArgs(*args);
+  ASSERT_TRUE(setup.ok()) << setup.status();
+  EXPECT_TRUE(setup->service.prefill_workers.empty());
+  EXPECT_THAT(setup->service.decode_workers, ElementsAre("127.0.0.1:7002"));
 }
 
 TEST(GatewayFlagsTest, ValuesReachTheirFields) {
