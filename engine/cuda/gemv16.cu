@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "engine/cuda/kernels.h"
+
 namespace tandem::engine::cuda {
 namespace {
 
@@ -22,17 +24,9 @@ __device__ void Widen(const uint4& raw, bool bf16, float (&out)[8]) {
   }
 }
 
-// A block of kBlockWarps warps; `split` of them (1, 2, 4 or 8) share a row,
-// so that a matrix of few rows still puts about kTargetWarps warps' loads in
-// flight (a 2048-row matrix as one warp per row left most of the GPU idle).
+// A block of kBlockWarps warps; `split` of them (1, 2, 4 or 8:
+// GemvRowSplit) share a row.
 constexpr int kBlockWarps = 8;
-constexpr int64_t kTargetWarps = 8192;
-
-int RowSplit(int64_t rows) {
-  int split = 1;
-  while (split < kBlockWarps && rows * split < kTargetWarps) split *= 2;
-  return split;
-}
 
 // The row's warps interleave over its 16-byte chunks 32 at a time; each
 // lane takes 8 columns a chunk, kUnroll loads of the row in flight, every
@@ -95,7 +89,7 @@ __global__ void __launch_bounds__(32 * kBlockWarps)
 template <int kTokens>
 void Launch(const void* w, bool bf16, int64_t rows, int64_t cols, const float* x, float* y,
             cudaStream_t stream) {
-  const int split = RowSplit(rows);
+  const int split = GemvRowSplit(rows, kBlockWarps);
   const int64_t rows_per_block = kBlockWarps / split;
   const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
   Gemv16Kernel<kTokens><<<blocks, 32 * kBlockWarps, 0, stream>>>(

@@ -18,6 +18,17 @@ namespace tandem::engine::cuda {
 // build's CMAKE_CUDA_ARCHITECTURES. Makes `device` current on this thread.
 cudaError_t CheckKernelImage(int device);
 
+// Warps a GEMV (gemv16.cu, quant_kernels.cu) gives each row of a `rows`-row
+// matrix: doubled from 1 up to `max_split` until rows x split reaches
+// kGemvTargetWarps, so that a matrix of few rows still puts enough loads in
+// flight over the GPU (one warp a row left a 2048-row matrix short of them).
+inline constexpr int64_t kGemvTargetWarps = 8192;
+constexpr int GemvRowSplit(int64_t rows, int max_split) {
+  int split = 1;
+  while (split < max_split && rows * split < kGemvTargetWarps) split *= 2;
+  return split;
+}
+
 // y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight[:]; y may alias x.
 cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
                           float eps, float* y, cudaStream_t stream);

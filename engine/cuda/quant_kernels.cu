@@ -5,12 +5,13 @@
 
 #include <algorithm>
 
+#include "engine/cuda/kernels.h"
 #include "engine/cuda/quant_blocks.cuh"
 
 namespace tandem::engine::cuda {
 namespace {
 
-// The GEMV gives each row `split` warps (1, 2 or 4: RowSplit) taking its
+// The GEMV gives each row `split` warps (1, 2 or 4: GemvRowSplit) taking its
 // units 32 at a time in turn: a row of a 4096-wide Q4_K matrix is 16
 // super-blocks, 128 units, and a warp's 32 lanes decode 4 whole super-blocks
 // (576 contiguous bytes) per step, so every byte of a sector fetched is
@@ -23,15 +24,6 @@ constexpr int kGemvThreads = kGemvWarps * 32;
 // bandwidth; 128 for more tokens, whose x loads and sums would otherwise
 // take all 255 registers and spill (ptxas -v; two tokens spill at 64).
 constexpr int GemvMinBlocksPerSm(int tokens) { return tokens == 1 ? 8 : 4; }
-// Warps wanted over the grid; the row split grows until rows * split
-// reaches it.
-constexpr int64_t kGemvTargetWarps = 8192;
-
-int RowSplit(int64_t rows) {
-  int split = 1;
-  while (split < kGemvWarps && rows * split < kGemvTargetWarps) split *= 2;
-  return split;
-}
 
 constexpr int kThreads = 256;  // the dequantizer's and the gather's blocks
 
@@ -208,7 +200,7 @@ cudaError_t WithFormat(GgmlType type, Fn&& fn) {
 template <typename F>
 void LaunchGemv(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int n_tokens,
                 float* y, cudaStream_t stream) {
-  const int split = RowSplit(rows);
+  const int split = GemvRowSplit(rows, kGemvWarps);
   const int64_t per_block = kGemvWarps / split;
   const auto grid = static_cast<unsigned>((rows + per_block - 1) / per_block);
   if (n_tokens <= 1) {

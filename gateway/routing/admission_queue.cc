@@ -48,7 +48,7 @@ AdmissionQueue::~AdmissionQueue() {
 
 absl::StatusOr<uint64_t> AdmissionQueue::Enqueue(Waiter waiter) {
   absl::MutexLock lock(&mu_);
-  const auto waiting = static_cast<int32_t>(waiting_.size()) + (trying_ != 0 ? 1 : 0);
+  const int32_t waiting = WaitingLocked();
   if (waiting >= options_.max_waiting) {
     refused_.Add({{"reason", "full"}}).Increment();
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -96,6 +96,10 @@ void AdmissionQueue::Notify() {
 
 int32_t AdmissionQueue::depth() const {
   absl::MutexLock lock(&mu_);
+  return WaitingLocked();
+}
+
+int32_t AdmissionQueue::WaitingLocked() const {
   return static_cast<int32_t>(waiting_.size()) + (trying_ != 0 ? 1 : 0);
 }
 

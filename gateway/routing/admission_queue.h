@@ -97,6 +97,8 @@ class AdmissionQueue {
   std::deque<Entry> TakeExpired(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Time NextWake(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Duration EstimatedWaitLocked(int32_t position) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Those queued and the head being tried.
+  int32_t WaitingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tries the head until one stays short or none is left.
   void Drain();
   void Admitted(absl::Time enqueued, absl::Time now);

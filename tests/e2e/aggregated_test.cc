@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <memory>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -18,14 +19,22 @@ namespace {
 
 constexpr char kLocalPrefills[] = "tandem_local_prefills_total";
 
-TEST(AggregatedTest, DecodeWorkersAloneServeEveryRequest) {
+// Two decode workers and a gateway with no prefill worker, synced; null on
+// a failure (reported).
+std::unique_ptr<Stack> StartAggregated() {
   StackOptions o;
   o.model = ModelPath();
   o.prefill_workers = 0;
   o.decode_workers = 2;
   auto stack = Stack::Start(o);
+  if (stack == nullptr) return nullptr;
+  EXPECT_TRUE(stack->AwaitGatewaySynced());
+  return stack;
+}
+
+TEST(AggregatedTest, DecodeWorkersAloneServeEveryRequest) {
+  auto stack = StartAggregated();
   ASSERT_NE(stack, nullptr);
-  ASSERT_TRUE(stack->AwaitGatewaySynced());
   constexpr int kRequests = 6;
   for (int i = 0; i < kRequests; ++i) {
     const std::vector<int32_t> ids = Prompt(40, 8, i);
@@ -47,13 +56,8 @@ TEST(AggregatedTest, DecodeWorkersAloneServeEveryRequest) {
 // The stream's decode worker is killed mid-stream: the other one prefills
 // the prompt and the tokens so far, and the stream goes on unchanged.
 TEST(AggregatedTest, AStreamWhoseWorkerDiesResumesOnTheOther) {
-  StackOptions o;
-  o.model = ModelPath();
-  o.prefill_workers = 0;
-  o.decode_workers = 2;
-  auto stack = Stack::Start(o);
+  auto stack = StartAggregated();
   ASSERT_NE(stack, nullptr);
-  ASSERT_TRUE(stack->AwaitGatewaySynced());
   const std::vector<int32_t> ids = Prompt(40, 8, 11);
   constexpr int32_t kTokens = 1500;
   grpc::ClientContext ctx;

@@ -181,6 +181,38 @@ TEST_F(CudaKernelsTest, MatMulTakesExactlyTheListedWeightTypes) {
   }
 }
 
+// y[t, r] = x[t, :] . w[r, :] in double from the dequantized weight, and
+// sum_c |w[r, c] x[t, c]| to scale each one's tolerance by.
+struct Products {
+  std::vector<double> sum;
+  std::vector<double> magnitude;
+};
+Products ReferenceProducts(GgmlType type, const std::vector<uint8_t>& w, int64_t rows,
+                           int64_t cols, const std::vector<float>& x, int64_t tokens) {
+  Products p{std::vector<double>(tokens * rows), std::vector<double>(tokens * rows)};
+  std::vector<float> row(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    DequantizeRow(type, w.data() + r * GgmlRowBytes(type, cols), row.data(), cols);
+    for (int64_t t = 0; t < tokens; ++t) {
+      double sum = 0.0, mag = 0.0;
+      for (int64_t i = 0; i < cols; ++i) {
+        sum += double{row[i]} * x[t * cols + i];
+        mag += std::abs(double{row[i]} * x[t * cols + i]);
+      }
+      p.sum[t * rows + r] = sum;
+      p.magnitude[t * rows + r] = mag;
+    }
+  }
+  return p;
+}
+
+void ExpectNearProducts(const std::vector<float>& got, const Products& want, double tol) {
+  ASSERT_EQ(got.size(), want.sum.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want.sum[i], tol * want.magnitude[i]) << "at " << i;
+  }
+}
+
 // The quantized GEMV at each row split (4, 2 and 1 warps a row, picked by
 // the row count), for each of its types.
 TEST_F(CudaKernelsTest, QuantGemvMatchesTheReferenceAtEveryRowSplit) {
@@ -193,30 +225,14 @@ TEST_F(CudaKernelsTest, QuantGemvMatchesTheReferenceAtEveryRowSplit) {
                                         << tokens);
         const std::vector<uint8_t> w = Encode(type, Random(rows * cols));
         const std::vector<float> x = Random(tokens * cols, 2.0f);
-        std::vector<float> row(cols);
-        std::vector<double> want(tokens * rows), magnitude(tokens * rows);
-        for (int64_t r = 0; r < rows; ++r) {
-          DequantizeRow(type, w.data() + r * GgmlRowBytes(type, cols), row.data(), cols);
-          for (int64_t t = 0; t < tokens; ++t) {
-            double sum = 0.0, mag = 0.0;
-            for (int64_t i = 0; i < cols; ++i) {
-              sum += double{row[i]} * x[t * cols + i];
-              mag += std::abs(double{row[i]} * x[t * cols + i]);
-            }
-            want[t * rows + r] = sum;
-            magnitude[t * rows + r] = mag;
-          }
-        }
+        const Products want = ReferenceProducts(type, w, rows, cols, x, tokens);
         DeviceBuffer dw = Up(w), dx = Up(x);
-        absl::StatusOr<DeviceBuffer> dy = DeviceBuffer::Allocate(want.size() * 4);
+        absl::StatusOr<DeviceBuffer> dy = DeviceBuffer::Allocate(want.sum.size() * 4);
         ASSERT_TRUE(dy.ok());
         ASSERT_EQ(LaunchMatMulQuant(type, dw.data(), rows, cols, dx.as<float>(), tokens,
                                     dy->as<float>(), stream_->stream()),
                   cudaSuccess);
-        const std::vector<float> got = Down<float>(*dy, want.size());
-        for (size_t i = 0; i < want.size(); ++i) {
-          ASSERT_NEAR(got[i], want[i], 1e-5 * magnitude[i]) << "at " << i;
-        }
+        ExpectNearProducts(Down<float>(*dy, want.sum.size()), want, 1e-5);
       }
     }
   }
@@ -235,30 +251,14 @@ TEST_F(CudaKernelsTest, Gemv16MatchesTheReferenceAtEveryRowSplit) {
                                         << cols << " tokens " << tokens);
         const std::vector<uint8_t> w = Encode(type, Random(rows * cols));
         const std::vector<float> x = Random(tokens * cols, 2.0f);
-        std::vector<float> row(cols);
-        std::vector<double> want(tokens * rows), magnitude(tokens * rows);
-        for (int64_t r = 0; r < rows; ++r) {
-          DequantizeRow(type, w.data() + r * GgmlRowBytes(type, cols), row.data(), cols);
-          for (int64_t t = 0; t < tokens; ++t) {
-            double sum = 0.0, mag = 0.0;
-            for (int64_t i = 0; i < cols; ++i) {
-              sum += double{row[i]} * x[t * cols + i];
-              mag += std::abs(double{row[i]} * x[t * cols + i]);
-            }
-            want[t * rows + r] = sum;
-            magnitude[t * rows + r] = mag;
-          }
-        }
+        const Products want = ReferenceProducts(type, w, rows, cols, x, tokens);
         DeviceBuffer dw = Up(w), dx = Up(x);
-        absl::StatusOr<DeviceBuffer> dy = DeviceBuffer::Allocate(want.size() * 4);
+        absl::StatusOr<DeviceBuffer> dy = DeviceBuffer::Allocate(want.sum.size() * 4);
         ASSERT_TRUE(dy.ok());
         ASSERT_EQ(LaunchGemv16(dw.data(), type == GgmlType::kBF16, rows, cols, dx.as<float>(),
                                tokens, dy->as<float>(), stream_->stream()),
                   cudaSuccess);
-        const std::vector<float> got = Down<float>(*dy, want.size());
-        for (size_t i = 0; i < want.size(); ++i) {
-          ASSERT_NEAR(got[i], want[i], 1e-5 * magnitude[i]) << "at " << i;
-        }
+        ExpectNearProducts(Down<float>(*dy, want.sum.size()), want, 1e-5);
       }
     }
   }
