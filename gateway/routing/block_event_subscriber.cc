@@ -214,9 +214,13 @@ bool BlockEventSubscriber::OnBatch(int worker, const tandem::v1::BlockEventBatch
     if (!slots_[worker].active) return false;
   }
   const BlockIndex::Applied applied = index_.Apply(worker, batch);
-  if (produced > 0) {
+  // Observed once the batch is applied and its health change made: a
+  // reader who sees it counted sees what it changed (the tests' sync
+  // signal).
+  auto observe_lag = [this, produced] {
+    if (produced <= 0) return;
     lag_.Observe(std::max(0.0, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()) - produced));
-  }
+  };
   bool became_synced = false;
   {
     absl::MutexLock lock(&mu_);
@@ -224,6 +228,7 @@ bool BlockEventSubscriber::OnBatch(int worker, const tandem::v1::BlockEventBatch
     if (applied == BlockIndex::Applied::kNeedsResync) {
       ++resync_count_;
       resyncs_.Increment();
+      observe_lag();
       return false;
     }
     if (batch.snapshot()) {
@@ -247,6 +252,7 @@ bool BlockEventSubscriber::OnBatch(int worker, const tandem::v1::BlockEventBatch
     }
   }
   if (became_synced && options_.on_sync_change) options_.on_sync_change();
+  observe_lag();
   return true;
 }
 

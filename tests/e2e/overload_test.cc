@@ -189,7 +189,10 @@ TEST(OverloadTest, AFullAdmissionQueueRefusesAtOnce) {
     ++refused;
   }
   std::cout << "full queue: " << completed << " completed, " << refused << " refused\n";
-  EXPECT_GE(completed, 3);  // the one running and the two waiting
+  // The one running and the two waiting.
+  EXPECT_GE(completed, 3) << "progress timeouts "
+                          << MetricValue(stack->gateway_info().metrics_address,
+                                         "tandem_progress_timeouts_total");
   EXPECT_GT(refused, 0);
   const std::string gateway = stack->gateway_info().metrics_address;
   EXPECT_EQ(MetricValue(gateway, "tandem_admission_queue_refused_total{reason=\"full\"}"),
