@@ -57,7 +57,7 @@ struct GemvArgs {
   int64_t cols = 0;
   int64_t n = 0;
   const float* x = nullptr;            // [n][cols]; used by F32, F16, BF16
-  const Q8Activations* xq = nullptr;   // used by Q8_0 (cols % 32 == 0)
+  const Q8Activations* xq = nullptr;   // used by Q8_0, Q4_0 (cols % 32 == 0)
   float* y = nullptr;
   int64_t ldy = 0;
   // Per-calling-thread scratch of at least GemvScratchFloats(cols) floats,
@@ -89,6 +89,10 @@ struct KernelTable {
   // x_bytes): y[t * ldy] for each.
   void (*quant_dot)(GgmlType type, const uint8_t* w, const uint8_t* xq, int64_t x_bytes,
                     int64_t n, int64_t cols, float* y, int64_t ldy);
+  // Whether `gemv` multiplies Q4_0 as well as Q8_0 blocks by Q8Activations
+  // (args.xq) in VNNI register tiles, which beat dequantized sgemm at any
+  // row length and token count; without it Q4_0 goes through quant_dot.
+  bool vnni_gemv = false;
 };
 
 // The table for `isa`; `isa` must be supported (CHECKed by callers via

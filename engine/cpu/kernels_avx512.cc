@@ -248,29 +248,62 @@ TANDEM_AVX512 void GemvFloatRows(const GemvArgs& a, int64_t row_begin, int64_t r
   }
 }
 
-// Q8_0: accumulates block pair p of R rows against T tokens. Without
+// Bytes of one block of the int8-dot types: fp16 scale, then the quants.
+template <GgmlType kType>
+constexpr int64_t BlockBytes() {
+  return kType == GgmlType::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+}
+
+// Q4_0's quants of the block pair at b as the dot's unsigned operand, in the
+// activations' order (block 0's 32 weights, then block 1's): 16 q, q the
+// nibble (0..15, the weight q - 8), so that with the activations' -128 *
+// sum(x) correction a block sums to 16 * sum((q - 8) x) exactly; the tile
+// scales its sums by 1/16. The low nibbles (weights 0..15 of a block) go to
+// 128-bit lanes 0 and 2, shifted up; the high ones (16..31) to lanes 1 and 3.
+// Without kWhole the second block reads as 0.
+template <bool kWhole>
+TANDEM_AVX512 inline __m512i Q4Quants(const uint8_t* b) {
+  __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)));
+  if constexpr (kWhole) {
+    v = _mm512_mask_broadcast_i32x4(
+        v, 0xFF00,
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + sizeof(BlockQ4_0))));
+  } else {
+    v = _mm512_maskz_mov_epi32(0x00FF, v);
+  }
+  constexpr int64_t kBy4 = 0x0004000400040004;
+  const __m512i shifts = _mm512_setr_epi64(kBy4, kBy4, 0, 0, kBy4, kBy4, 0, 0);
+  return _mm512_and_si512(_mm512_sllv_epi16(v, shifts), _mm512_set1_epi8(static_cast<char>(0xF0)));
+}
+
+// Q8_0 / Q4_0: accumulates block pair p of R rows against T tokens. Without
 // kWhole, the pair has only its first block: the second reads as 0 (+128
-// after the flip) and meets zero activations, bias and scale.
-template <int R, int T, bool kWhole>
+// after Q8_0's flip) and meets zero activations, bias and scale.
+template <GgmlType kType, int R, int T, bool kWhole>
 TANDEM_AVX512 inline void Q8Pair(const uint8_t* w, int64_t row_bytes, int64_t ahead,
                                  const Q8Activations& xq, int64_t t0, int64_t p,
                                  const float* f16, __m512 (&acc)[R][T]) {
+  constexpr int64_t kBlock = BlockBytes<kType>();
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512i wq[R];
   __m512 dw[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    const uint8_t* b = w + r * row_bytes + p * 2 * sizeof(BlockQ8_0);
+    const uint8_t* b = w + r * row_bytes + p * 2 * kBlock;
     Prefetch(b + ahead);
-    const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
     const __m512 d0 = _mm512_set1_ps(f16[LoadU16(b)]);
-    if constexpr (kWhole) {
-      const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 36));
-      wq[r] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1), flip);
-      dw[r] = _mm512_mask_blend_ps(0xff00, d0, _mm512_set1_ps(f16[LoadU16(b + 34)]));
+    dw[r] = kWhole ? _mm512_mask_blend_ps(0xff00, d0, _mm512_set1_ps(f16[LoadU16(b + kBlock)]))
+                   : d0;
+    if constexpr (kType == GgmlType::kQ4_0) {
+      wq[r] = Q4Quants<kWhole>(b);
     } else {
-      wq[r] = _mm512_xor_si512(_mm512_zextsi256_si512(q0), flip);
-      dw[r] = d0;
+      const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+      if constexpr (kWhole) {
+        const __m256i q1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 36));
+        wq[r] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1), flip);
+      } else {
+        wq[r] = _mm512_xor_si512(_mm512_zextsi256_si512(q0), flip);
+      }
     }
   }
   const int64_t pairs = xq.pairs;
@@ -288,8 +321,8 @@ TANDEM_AVX512 inline void Q8Pair(const uint8_t* w, int64_t row_bytes, int64_t ah
   }
 }
 
-// Q8_0: one R x T tile over all blocks of R rows.
-template <int R, int T>
+// Q8_0 / Q4_0: one R x T tile over all blocks of R rows.
+template <GgmlType kType, int R, int T>
 TANDEM_AVX512 void GemvQ8Tile(const uint8_t* w, int64_t row_bytes, int64_t nblocks,
                               const Q8Activations& xq, int64_t t0, float* y, int64_t ldy) {
   const float* f16 = Fp16ToFp32Table();
@@ -301,36 +334,50 @@ TANDEM_AVX512 void GemvQ8Tile(const uint8_t* w, int64_t row_bytes, int64_t nbloc
   }
   const int64_t ahead = PrefetchDistance(R, row_bytes);
   int64_t p = 0;
-  for (; 2 * p + 1 < nblocks; ++p) Q8Pair<R, T, true>(w, row_bytes, ahead, xq, t0, p, f16, acc);
-  if (2 * p < nblocks) Q8Pair<R, T, false>(w, row_bytes, ahead, xq, t0, p, f16, acc);
+  for (; 2 * p + 1 < nblocks; ++p) {
+    Q8Pair<kType, R, T, true>(w, row_bytes, ahead, xq, t0, p, f16, acc);
+  }
+  if (2 * p < nblocks) Q8Pair<kType, R, T, false>(w, row_bytes, ahead, xq, t0, p, f16, acc);
+  if constexpr (kType == GgmlType::kQ4_0) {
+    const __m512 sixteenth = _mm512_set1_ps(1.0f / 16);  // exact: Q4Quants' factor
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_mul_ps(acc[r][t], sixteenth);
+    }
+  }
   StoreSums<R, T>(acc, y, ldy);
 }
 
-template <int R>
+template <GgmlType kType, int R>
 TANDEM_AVX512 void GemvQ8RowBlock(const uint8_t* w, const GemvArgs& a, int64_t r) {
   const int64_t nblocks = a.cols / kQ8_0BlockSize;
+  const Q8Activations& xq = *a.xq;
   float* y = a.y + r;
   int64_t t = 0;
   for (; t + kTokens <= a.n; t += kTokens) {
-    GemvQ8Tile<R, kTokens>(w, a.row_bytes, nblocks, *a.xq, t, y + t * a.ldy, a.ldy);
+    GemvQ8Tile<kType, R, kTokens>(w, a.row_bytes, nblocks, xq, t, y + t * a.ldy, a.ldy);
   }
   switch (a.n - t) {
-    case 3: GemvQ8Tile<R, 3>(w, a.row_bytes, nblocks, *a.xq, t, y + t * a.ldy, a.ldy); break;
-    case 2: GemvQ8Tile<R, 2>(w, a.row_bytes, nblocks, *a.xq, t, y + t * a.ldy, a.ldy); break;
-    case 1: GemvQ8Tile<R, 1>(w, a.row_bytes, nblocks, *a.xq, t, y + t * a.ldy, a.ldy); break;
+    case 3: GemvQ8Tile<kType, R, 3>(w, a.row_bytes, nblocks, xq, t, y + t * a.ldy, a.ldy); break;
+    case 2: GemvQ8Tile<kType, R, 2>(w, a.row_bytes, nblocks, xq, t, y + t * a.ldy, a.ldy); break;
+    case 1: GemvQ8Tile<kType, R, 1>(w, a.row_bytes, nblocks, xq, t, y + t * a.ldy, a.ldy); break;
     default: break;
   }
 }
 
+template <GgmlType kType>
 TANDEM_AVX512 void GemvQ8Rows(const GemvArgs& a, int64_t row_begin, int64_t row_end) {
   int64_t r = row_begin;
   if (a.n == 1) {
     for (; r + 2 * kRows <= row_end; r += 2 * kRows) {
-      GemvQ8RowBlock<2 * kRows>(a.w + r * a.row_bytes, a, r);
+      GemvQ8RowBlock<kType, 2 * kRows>(a.w + r * a.row_bytes, a, r);
     }
   }
-  for (; r + kRows <= row_end; r += kRows) GemvQ8RowBlock<kRows>(a.w + r * a.row_bytes, a, r);
-  for (; r < row_end; ++r) GemvQ8RowBlock<1>(a.w + r * a.row_bytes, a, r);
+  for (; r + kRows <= row_end; r += kRows) {
+    GemvQ8RowBlock<kType, kRows>(a.w + r * a.row_bytes, a, r);
+  }
+  for (; r < row_end; ++r) GemvQ8RowBlock<kType, 1>(a.w + r * a.row_bytes, a, r);
 }
 
 TANDEM_AVX512 void GemvAvx512(const GemvArgs& a, int64_t row_begin, int64_t row_end) {
@@ -338,7 +385,8 @@ TANDEM_AVX512 void GemvAvx512(const GemvArgs& a, int64_t row_begin, int64_t row_
     case GgmlType::kF32: GemvFloatRows<WKind::kF32>(a, row_begin, row_end); return;
     case GgmlType::kF16: GemvFloatRows<WKind::kF16>(a, row_begin, row_end); return;
     case GgmlType::kBF16: GemvFloatRows<WKind::kBF16>(a, row_begin, row_end); return;
-    case GgmlType::kQ8_0: GemvQ8Rows(a, row_begin, row_end); return;
+    case GgmlType::kQ8_0: GemvQ8Rows<GgmlType::kQ8_0>(a, row_begin, row_end); return;
+    case GgmlType::kQ4_0: GemvQ8Rows<GgmlType::kQ4_0>(a, row_begin, row_end); return;
     default: break;
   }
   // The other block formats (matmul.cc sends them to quant_dot.h; this is
@@ -473,6 +521,7 @@ const KernelTable& Avx512Kernels() {
       .swiglu = SwiGluAvx512,
       .add = AddAvx512,
       .quant_dot = VecDotRowsAvx2,  // AVX-512 machines run the AVX2 kernels
+      .vnni_gemv = true,
   };
   return table;
 }

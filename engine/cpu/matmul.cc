@@ -33,9 +33,10 @@ void Sgemm(int64_t n, int64_t rows, int64_t cols, const float* x, const float* w
 
 }  // namespace
 
-MatMulPath ChoosePath(GgmlType type, int64_t n_tokens, int64_t cols) {
+MatMulPath ChoosePath(GgmlType type, int64_t n_tokens, int64_t cols, bool vnni_gemv) {
   const bool integer_dot = type == GgmlType::kQ8_0 || HasQuantDot(type);
   if (integer_dot && cols > kShortRowCols) return MatMulPath::kGemv;
+  if (vnni_gemv && (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0)) return MatMulPath::kGemv;
   const int64_t gemm_from = type == GgmlType::kF32 ? 32 : 64;
   return n_tokens >= gemm_from ? MatMulPath::kGemm : MatMulPath::kGemv;
 }
@@ -68,7 +69,7 @@ void MatMulRunner::Run(const WeightMatrix& w, const float* x, int64_t n_tokens, 
     std::memset(y, 0, n_tokens * w.rows * sizeof(float));
     return;
   }
-  if (path == MatMulPath::kAuto) path = ChoosePath(w.type, n_tokens, w.cols);
+  if (path == MatMulPath::kAuto) path = ChoosePath(w.type, n_tokens, w.cols, kernels_.vnni_gemv);
   if (path == MatMulPath::kGemm) {
     RunGemm(w, x, n_tokens, y);
   } else {
@@ -113,7 +114,9 @@ void MatMulRunner::RunQuantGemv(const WeightMatrix& w, const float* x, int64_t n
 }
 
 void MatMulRunner::RunGemv(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
-  if (HasQuantDot(w.type)) {
+  // Q8_0, and Q4_0 where the table's gemv takes it, multiply Q8Activations.
+  const bool q8 = w.type == GgmlType::kQ8_0 || (w.type == GgmlType::kQ4_0 && kernels_.vnni_gemv);
+  if (!q8 && HasQuantDot(w.type)) {
     RunQuantGemv(w, x, n_tokens, y);
     return;
   }
@@ -126,7 +129,6 @@ void MatMulRunner::RunGemv(const WeightMatrix& w, const float* x, int64_t n_toke
   args.x = x;
   args.y = y;
   args.ldy = w.rows;
-  const bool q8 = w.type == GgmlType::kQ8_0;
   const int nth = ThreadsFor(w.rows * w.cols * n_tokens);
   const size_t scratch_bytes = GemvScratchFloats(w.cols) * sizeof(float);
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/gguf/quant_formats.h"
 #include "engine/gguf/tensor_type.h"
 
 namespace tandem::engine::cpu {
@@ -57,13 +58,28 @@ void MatMulQ8Reference(const WeightMatrix& w, const float* x, int64_t n_tokens, 
     for (int64_t r = 0; r < w.rows; ++r) {
       double sum = 0.0;
       for (int64_t b = 0; b < w.cols / kQ8_0BlockSize; ++b) {
-        BlockQ8_0 block;
-        std::memcpy(&block, base + r * row_bytes + b * sizeof(BlockQ8_0), sizeof(block));
+        // The block's integer weights and scale.
+        int32_t wi[kQ8_0BlockSize];
+        uint16_t scale = 0;
+        if (w.type == GgmlType::kQ4_0) {
+          BlockQ4_0 block;
+          std::memcpy(&block, base + r * row_bytes + b * sizeof(BlockQ4_0), sizeof(block));
+          for (int i = 0; i < kQK4 / 2; ++i) {
+            wi[i] = (block.qs[i] & 0x0F) - 8;
+            wi[i + kQK4 / 2] = (block.qs[i] >> 4) - 8;
+          }
+          scale = block.d;
+        } else {
+          BlockQ8_0 block;
+          std::memcpy(&block, base + r * row_bytes + b * sizeof(BlockQ8_0), sizeof(block));
+          for (int i = 0; i < kQ8_0BlockSize; ++i) wi[i] = block.qs[i];
+          scale = block.d;
+        }
         int64_t isum = 0;
         for (int i = 0; i < kQ8_0BlockSize; ++i) {
-          isum += int64_t{block.qs[i]} * int64_t{q[b * kQ8_0BlockSize + i]};
+          isum += int64_t{wi[i]} * int64_t{q[b * kQ8_0BlockSize + i]};
         }
-        sum += double{Fp16ToFp32(block.d)} * double{d[b]} * static_cast<double>(isum);
+        sum += double{Fp16ToFp32(scale)} * double{d[b]} * static_cast<double>(isum);
       }
       y[t * w.rows + r] = static_cast<float>(sum);
     }
