@@ -80,6 +80,14 @@ class CpuBackend final : public Backend {
                           .rows = m.rows,
                           .cols = m.cols};
     };
+    // Matrices with a packed layout on this ISA are repacked once here (the
+    // embedding table is only gathered from, unless it is also the output).
+    matmul_.Pack(w.output);
+    for (const LayerWeights& l : w.layers) {
+      for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+        matmul_.Pack(*m);
+      }
+    }
     DeviceWeights d{.token_embd = matrix(w.token_embd),
                     .output_norm = VectorView(w.output_norm),
                     .output = matrix(w.output),

@@ -14,6 +14,8 @@
 
 namespace tandem::engine::cpu {
 
+struct PackedGemvArgs;  // engine/cpu/packed_weights.h
+
 // Instruction sets with their own kernels. kPortable is plain C++ compiled for
 // the baseline target and runs anywhere.
 enum class Isa {
@@ -93,6 +95,9 @@ struct KernelTable {
   // (args.xq) in VNNI register tiles, which beat dequantized sgemm at any
   // row length and token count; without it Q4_0 goes through quant_dot.
   bool vnni_gemv = false;
+  // Products of matrices repacked at load (engine/cpu/packed_weights.h:
+  // PackedMatrix), or null where this ISA has no packed layout.
+  void (*packed_gemv)(const PackedGemvArgs& args, int64_t row_begin, int64_t row_end) = nullptr;
 };
 
 // The table for `isa`; `isa` must be supported (CHECKed by callers via

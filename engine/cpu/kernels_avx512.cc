@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/packed_weights.h"
 #include "engine/cpu/quant_dot.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -522,6 +523,7 @@ const KernelTable& Avx512Kernels() {
       .add = AddAvx512,
       .quant_dot = VecDotRowsAvx2,  // AVX-512 machines run the AVX2 kernels
       .vnni_gemv = true,
+      .packed_gemv = PackedGemvAvx512,
   };
   return table;
 }

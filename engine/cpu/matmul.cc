@@ -19,7 +19,8 @@ constexpr int64_t kGemmTileFloats = 1 << 17;
 // First row of part `i` of `parts` over `rows`, on 16-row (64-byte y)
 // boundaries so threads never share a cache line of the output.
 int64_t RowSplit(int64_t rows, int i, int parts) {
-  const int64_t r = (rows * i / parts + 15) / 16 * 16;
+  // Whole packed row groups (and 64-byte output lines) per thread.
+  const int64_t r = (rows * i / parts + kPackRows - 1) / kPackRows * kPackRows;
   return std::min(rows, r);
 }
 
@@ -72,9 +73,26 @@ void MatMulRunner::Run(const WeightMatrix& w, const float* x, int64_t n_tokens, 
   if (path == MatMulPath::kAuto) path = ChoosePath(w.type, n_tokens, w.cols, kernels_.vnni_gemv);
   if (path == MatMulPath::kGemm) {
     RunGemm(w, x, n_tokens, y);
+    return;
+  }
+  const auto packed = packed_.find(w.data);
+  if (packed != packed_.end() && packed->second.rows() == w.rows &&
+      packed->second.cols() == w.cols && packed->second.type() == w.type) {
+    RunGemv(w, x, n_tokens, y, &packed->second);
   } else {
     RunGemv(w, x, n_tokens, y);
   }
+}
+
+int64_t MatMulRunner::Pack(const WeightMatrix& w) {
+  if (kernels_.packed_gemv == nullptr || !PackedMatrix::Packable(w.type) || w.rows <= 0 ||
+      w.cols <= 0 || packed_.contains(w.data)) {
+    return 0;
+  }
+  PackedMatrix p = PackedMatrix::PackQ4_0(w);
+  const int64_t bytes = p.bytes();
+  packed_.emplace(w.data, std::move(p));
+  return bytes;
 }
 
 Q8Activations MatMulRunner::ActivationBuffers(ScratchBuffer& buffer, int64_t n_tokens,
@@ -113,9 +131,22 @@ void MatMulRunner::RunQuantGemv(const WeightMatrix& w, const float* x, int64_t n
   }
 }
 
-void MatMulRunner::RunGemv(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
-  // Q8_0, and Q4_0 where the table's gemv takes it, multiply Q8Activations.
-  const bool q8 = w.type == GgmlType::kQ8_0 || (w.type == GgmlType::kQ4_0 && kernels_.vnni_gemv);
+void MatMulRunner::Gemv(const GemvArgs& args, const PackedMatrix* packed, int64_t row_begin,
+                         int64_t row_end) const {
+  if (packed == nullptr) {
+    kernels_.gemv(args, row_begin, row_end);
+    return;
+  }
+  const PackedGemvArgs p{.w = packed, .xq = args.xq, .n = args.n, .y = args.y, .ldy = args.ldy};
+  kernels_.packed_gemv(p, row_begin, row_end);
+}
+
+void MatMulRunner::RunGemv(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
+                           const PackedMatrix* packed) {
+  // Q8_0, and Q4_0 where the table's gemv takes it, multiply Q8Activations,
+  // as do packed matrices.
+  const bool q8 = w.type == GgmlType::kQ8_0 || packed != nullptr ||
+                  (w.type == GgmlType::kQ4_0 && kernels_.vnni_gemv);
   if (!q8 && HasQuantDot(w.type)) {
     RunQuantGemv(w, x, n_tokens, y);
     return;
@@ -140,7 +171,7 @@ void MatMulRunner::RunGemv(const WeightMatrix& w, const float* x, int64_t n_toke
       args.xq = &xq;
     }
     args.scratch = static_cast<float*>(per_thread_[0].floats.Get(scratch_bytes));
-    kernels_.gemv(args, 0, w.rows);
+    Gemv(args, packed, 0, w.rows);
     return;
   }
 
@@ -183,7 +214,7 @@ void MatMulRunner::RunGemv(const WeightMatrix& w, const float* x, int64_t n_toke
     }
     const int64_t begin = RowSplit(w.rows, tid, parts);
     const int64_t end = RowSplit(w.rows, tid + 1, parts);
-    if (begin < end) kernels_.gemv(local, begin, end);
+    if (begin < end) Gemv(local, packed, begin, end);
   }
 }
 

@@ -11,8 +11,10 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "engine/model/backend.h"
 #include "engine/cpu/kernels.h"
+#include "engine/cpu/packed_weights.h"
 
 namespace tandem::engine::cpu {
 
@@ -69,11 +71,22 @@ class MatMulRunner {
   void Run(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
            MatMulPath path = MatMulPath::kAuto);
 
+  // Repacks `w` into this table's packed layout for its type, if it has one
+  // (PackedMatrix::Packable and packed_gemv), so that later gemv-path Runs
+  // on the same data take it. Returns the packed bytes (0: not packed). The
+  // matrix's data must outlive nothing here: the packed copy is separate.
+  int64_t Pack(const WeightMatrix& w);
+
   const KernelTable& kernels() const { return kernels_; }
   int threads() const { return threads_; }
 
  private:
-  void RunGemv(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
+  void RunGemv(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
+               const PackedMatrix* packed = nullptr);
+  // kernels_.gemv, or packed_gemv on `packed` (row_begin a multiple of
+  // kPackRows).
+  void Gemv(const GemvArgs& args, const PackedMatrix* packed, int64_t row_begin,
+            int64_t row_end) const;
   void RunGemm(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
   // The block formats with a quantized-activation dot product
   // (engine/cpu/quant_dot.h).
@@ -92,6 +105,7 @@ class MatMulRunner {
   const int threads_;
   ScratchBuffer shared_activations_;  // Q8_0-quantized x shared by all threads
   std::vector<ThreadScratch> per_thread_;
+  absl::flat_hash_map<const void*, PackedMatrix> packed_;  // by the source's data
 };
 
 }  // namespace tandem::engine::cpu

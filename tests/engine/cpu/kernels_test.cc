@@ -18,6 +18,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/matmul.h"
+#include "engine/cpu/packed_weights.h"
 #include "engine/cpu/reference_kernels.h"
 #include "engine/gguf/tensor_type.h"
 
@@ -161,13 +162,21 @@ TEST_P(MatMulTest, MatchesReference) {
         MatMulQ8Reference(w.matrix, x.data(), n, want_q8.data());
         q8_bound = ActivationQuantizationBound(w.matrix, x.data(), n);
       }
-      for (int threads : {1, 2, 3}) {
+      // Matrices with a packed layout run both ways: as they are, and
+      // repacked (rows in groups of 16, the last one partial here).
+      const bool packable = PackedMatrix::Packable(type) && Kernels(isa).packed_gemv != nullptr;
+      for (const auto& [threads, pack] : {std::pair{1, false}, std::pair{2, false},
+                                         std::pair{3, false}, std::pair{1, packable},
+                                         std::pair{2, packable}, std::pair{3, packable}}) {
         MatMulRunner runner(Kernels(isa), threads);
+        if (pack) {
+          ASSERT_GT(runner.Pack(w.matrix), 0);
+        }
         for (MatMulPath path : {MatMulPath::kGemv, MatMulPath::kGemm, MatMulPath::kAuto}) {
           SCOPED_TRACE(testing::Message()
                        << "rows " << shape.rows << " cols " << shape.cols << " n " << n
                        << " offset " << offset << " threads " << threads << " path "
-                       << static_cast<int>(path));
+                       << static_cast<int>(path) << " packed " << pack);
           std::vector<float> got(want.size(), std::nanf(""));
           runner.Run(w.matrix, x.data(), n, got.data(), path);
           const MatMulPath taken =
@@ -175,7 +184,7 @@ TEST_P(MatMulTest, MatchesReference) {
                   ? ChoosePath(type, n, shape.cols, Kernels(isa).vnni_gemv)
                   : path;
           const bool quantized_acts = q8 && taken == MatMulPath::kGemv;
-          if (quantized_acts && fp16_act_scale) {
+          if (quantized_acts && fp16_act_scale && !pack) {
             std::vector<double> bound = q8_bound;
             for (double& b : bound) b *= 1.13;
             ASSERT_TRUE(AllClose(got, want, mag, 2e-5, &bound));
@@ -217,6 +226,12 @@ TEST(MatMulDeterminismTest, ThreadCountDoesNotChangeResults) {
       MatMulRunner(Kernels(isa), 1).Run(w.matrix, x.data(), 5, one.data(), MatMulPath::kGemv);
       MatMulRunner(Kernels(isa), 2).Run(w.matrix, x.data(), 5, two.data(), MatMulPath::kGemv);
       EXPECT_EQ(one, two) << IsaName(isa) << " " << GgmlTypeName(type);
+      MatMulRunner packed_one(Kernels(isa), 1), packed_two(Kernels(isa), 2);
+      if (packed_one.Pack(w.matrix) == 0) continue;
+      packed_two.Pack(w.matrix);
+      packed_one.Run(w.matrix, x.data(), 5, one.data(), MatMulPath::kGemv);
+      packed_two.Run(w.matrix, x.data(), 5, two.data(), MatMulPath::kGemv);
+      EXPECT_EQ(one, two) << IsaName(isa) << " packed " << GgmlTypeName(type);
     }
   }
 }

@@ -1,0 +1,53 @@
+#include "engine/cpu/packed_weights.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "common/check.h"
+#include "engine/gguf/quant_formats.h"
+#include "engine/gguf/tensor_type.h"
+
+namespace tandem::engine::cpu {
+
+PackedMatrix PackedMatrix::PackQ4_0(const WeightMatrix& w) {
+  TANDEM_CHECK(w.type == GgmlType::kQ4_0 && w.cols % kQK4 == 0, "Q4_0 rows of whole blocks")
+      << GgmlTypeName(w.type) << " cols=" << w.cols;
+  PackedMatrix p;
+  p.type_ = w.type;
+  p.rows_ = w.rows;
+  p.cols_ = w.cols;
+  const size_t bytes = (static_cast<size_t>(p.bytes()) + 63) / 64 * 64;
+  p.data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, bytes)));
+  TANDEM_CHECK(p.data_ != nullptr, "out of memory packing weights") << bytes << " bytes";
+  std::memset(p.data_.get(), 0, bytes);  // padding rows: zero scales and quants
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  const int64_t row_bytes = GgmlRowBytes(w.type, w.cols);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    uint8_t* group = p.data_.get() + r / kPackRows * p.group_bytes();
+    const int64_t i = r % kPackRows;
+    for (int64_t b = 0; b < p.blocks(); ++b) {
+      BlockQ4_0 block;
+      std::memcpy(&block, src + r * row_bytes + b * sizeof(BlockQ4_0), sizeof(block));
+      uint8_t* out = group + b * kPackedQ4BlockBytes;
+      std::memcpy(out + 2 * i, &block.d, 2);
+      for (int v = 0; v < 4; ++v) {
+        std::memcpy(out + 2 * kPackRows + 64 * v + 4 * i, block.qs + 4 * v, 4);
+      }
+    }
+  }
+  // The source is read again only by row gathers (a tied embedding table)
+  // and the gemm path: its pages may leave memory (a file mapping's are read
+  // back on use), so packing does not double the resident weights. A hint:
+  // where the kernel lacks it, or the memory is not a file's, nothing changes.
+#ifdef MADV_PAGEOUT
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<uintptr_t>(src) + page - 1) / page * page;
+  const auto end = (reinterpret_cast<uintptr_t>(src) + w.rows * row_bytes) / page * page;
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);
+#endif
+  return p;
+}
+
+}  // namespace tandem::engine::cpu

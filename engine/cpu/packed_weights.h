@@ -1,0 +1,76 @@
+// Weight matrices repacked once, when the CPU backend prepares a model, into
+// the row-interleaved layout of the AVX-512 VNNI kernels (the idea of
+// llama.cpp's ggml-cpu "repack"; our own layout and code). Callers: the CPU
+// backend (PrepareWeights packs, MatMul finds), MatMulRunner and the kernel
+// tests.
+//
+// Q4_0 ("Q4_0x16"): rows in groups of 16 (the last group padded with zero
+// rows); a group is its blocks of 32 columns in order, each 288 bytes:
+//   16 fp16 scales, row i's at 2i;
+//   4 x 64 bytes of quants: vector v, row i's 4 bytes at 64v + 4i are the
+//   row's Q4_0 quant bytes 4v..4v+3 (low nibbles: weights 4v..4v+3; high
+//   nibbles: weights 16+4v..16+4v+3).
+// One 64-byte load then holds 4 weights of each of 16 rows, so a VNNI dot
+// against 4 activation bytes broadcast to every lane advances 16 rows at once,
+// and the 8 dots of a block share one integer sum per row: a row's block
+// costs 1/16 of a conversion and scale, where a row-at-a-time dot pays one
+// per block.
+#ifndef TANDEM_ENGINE_CPU_PACKED_WEIGHTS_H_
+#define TANDEM_ENGINE_CPU_PACKED_WEIGHTS_H_
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+
+#include "engine/cpu/kernels.h"
+#include "engine/model/backend.h"
+
+namespace tandem::engine::cpu {
+
+inline constexpr int kPackRows = 16;
+inline constexpr int64_t kPackedQ4BlockBytes = 2 * kPackRows + 4 * 64;  // 288
+
+class PackedMatrix {
+ public:
+  // `w` (Q4_0, cols a multiple of 32) in the Q4_0x16 layout.
+  static PackedMatrix PackQ4_0(const WeightMatrix& w);
+  // Whether PackQ4_0 takes `type`.
+  static bool Packable(GgmlType type) { return type == GgmlType::kQ4_0; }
+
+  GgmlType type() const { return type_; }
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  int64_t blocks() const { return cols_ / 32; }
+  // Bytes of one 16-row group; group g starts at data() + g * group_bytes().
+  int64_t group_bytes() const { return blocks() * kPackedQ4BlockBytes; }
+  const uint8_t* data() const { return data_.get(); }
+  int64_t bytes() const { return (rows_ + kPackRows - 1) / kPackRows * group_bytes(); }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  GgmlType type_ = GgmlType::kQ4_0;
+  int64_t rows_ = 0;
+  int64_t cols_ = 0;
+  std::unique_ptr<uint8_t, Free> data_;  // 64-byte aligned
+};
+
+// A packed matrix times n tokens' Q8Activations:
+//   y[t * ldy + r] = sum_c x[t, c] * w[r, c]   for t < n, row_begin <= r < row_end,
+// row_begin a multiple of kPackRows; rows past row_end are not written.
+struct PackedGemvArgs {
+  const PackedMatrix* w = nullptr;
+  const Q8Activations* xq = nullptr;
+  int64_t n = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;
+};
+
+// The AVX-512 VNNI kernel (engine/cpu/packed_avx512.cc); the AVX-512
+// table's packed_gemv.
+void PackedGemvAvx512(const PackedGemvArgs& args, int64_t row_begin, int64_t row_end);
+
+}  // namespace tandem::engine::cpu
+
+#endif  // TANDEM_ENGINE_CPU_PACKED_WEIGHTS_H_
