@@ -89,7 +89,7 @@ int64_t MatMulRunner::Pack(const WeightMatrix& w) {
       w.cols <= 0 || packed_.contains(w.data)) {
     return 0;
   }
-  PackedMatrix p = PackedMatrix::PackQ4_0(w);
+  PackedMatrix p = PackedMatrix::Pack(w);
   const int64_t bytes = p.bytes();
   packed_.emplace(w.data, std::move(p));
   return bytes;

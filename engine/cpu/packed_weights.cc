@@ -11,8 +11,8 @@
 
 namespace tandem::engine::cpu {
 
-PackedMatrix PackedMatrix::PackQ4_0(const WeightMatrix& w) {
-  TANDEM_CHECK(w.type == GgmlType::kQ4_0 && w.cols % kQK4 == 0, "Q4_0 rows of whole blocks")
+PackedMatrix PackedMatrix::Pack(const WeightMatrix& w) {
+  TANDEM_CHECK(Packable(w.type) && w.cols % kQK4 == 0, "packable rows of whole blocks")
       << GgmlTypeName(w.type) << " cols=" << w.cols;
   PackedMatrix p;
   p.type_ = w.type;
@@ -24,16 +24,29 @@ PackedMatrix PackedMatrix::PackQ4_0(const WeightMatrix& w) {
   std::memset(p.data_.get(), 0, bytes);  // padding rows: zero scales and quants
   const auto* src = static_cast<const uint8_t*>(w.data);
   const int64_t row_bytes = GgmlRowBytes(w.type, w.cols);
+  const int64_t block_bytes = PackedBlockBytes(w.type);
+  const bool q8 = w.type == GgmlType::kQ8_0;
   for (int64_t r = 0; r < w.rows; ++r) {
     uint8_t* group = p.data_.get() + r / kPackRows * p.group_bytes();
     const int64_t i = r % kPackRows;
     for (int64_t b = 0; b < p.blocks(); ++b) {
-      BlockQ4_0 block;
-      std::memcpy(&block, src + r * row_bytes + b * sizeof(BlockQ4_0), sizeof(block));
-      uint8_t* out = group + b * kPackedQ4BlockBytes;
-      std::memcpy(out + 2 * i, &block.d, 2);
-      for (int v = 0; v < 4; ++v) {
-        std::memcpy(out + 2 * kPackRows + 64 * v + 4 * i, block.qs + 4 * v, 4);
+      uint8_t* out = group + b * block_bytes;
+      if (q8) {
+        BlockQ8_0 block;
+        std::memcpy(&block, src + r * row_bytes + b * sizeof(BlockQ8_0), sizeof(block));
+        std::memcpy(out + 2 * i, &block.d, 2);
+        for (int c = 0; c < kQ8_0BlockSize; ++c) {
+          // w + 128, as the unsigned byte the dot takes.
+          out[2 * kPackRows + 64 * (c / 4) + 4 * i + c % 4] =
+              static_cast<uint8_t>(block.qs[c]) ^ 0x80;
+        }
+      } else {
+        BlockQ4_0 block;
+        std::memcpy(&block, src + r * row_bytes + b * sizeof(BlockQ4_0), sizeof(block));
+        std::memcpy(out + 2 * i, &block.d, 2);
+        for (int v = 0; v < 4; ++v) {
+          std::memcpy(out + 2 * kPackRows + 64 * v + 4 * i, block.qs + 4 * v, 4);
+        }
       }
     }
   }

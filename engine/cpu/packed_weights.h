@@ -10,6 +10,9 @@
 //   4 x 64 bytes of quants: vector v, row i's 4 bytes at 64v + 4i are the
 //   row's Q4_0 quant bytes 4v..4v+3 (low nibbles: weights 4v..4v+3; high
 //   nibbles: weights 16+4v..16+4v+3).
+// Q8_0 ("Q8_0x16"): the same with 8 x 64 bytes of quants (544 bytes a block),
+// vector v holding weights 4v..4v+3 of each row, each stored as w + 128 (the
+// VNNI dot's unsigned operand).
 // One 64-byte load then holds 4 weights of each of 16 rows, so a VNNI dot
 // against 4 activation bytes broadcast to every lane advances 16 rows at once,
 // and the 8 dots of a block share one integer sum per row: a row's block
@@ -28,21 +31,27 @@
 namespace tandem::engine::cpu {
 
 inline constexpr int kPackRows = 16;
-inline constexpr int64_t kPackedQ4BlockBytes = 2 * kPackRows + 4 * 64;  // 288
+
+// Bytes of one packed block of 32 columns x 16 rows of a Packable type.
+constexpr int64_t PackedBlockBytes(GgmlType type) {
+  return 2 * kPackRows + (type == GgmlType::kQ8_0 ? 8 : 4) * 64;
+}
 
 class PackedMatrix {
  public:
-  // `w` (Q4_0, cols a multiple of 32) in the Q4_0x16 layout.
-  static PackedMatrix PackQ4_0(const WeightMatrix& w);
-  // Whether PackQ4_0 takes `type`.
-  static bool Packable(GgmlType type) { return type == GgmlType::kQ4_0; }
+  // Whether Pack takes `type`.
+  static bool Packable(GgmlType type) {
+    return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0;
+  }
+  // `w` (Packable, cols a multiple of 32) in its type's x16 layout.
+  static PackedMatrix Pack(const WeightMatrix& w);
 
   GgmlType type() const { return type_; }
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
   int64_t blocks() const { return cols_ / 32; }
   // Bytes of one 16-row group; group g starts at data() + g * group_bytes().
-  int64_t group_bytes() const { return blocks() * kPackedQ4BlockBytes; }
+  int64_t group_bytes() const { return blocks() * PackedBlockBytes(type_); }
   const uint8_t* data() const { return data_.get(); }
   int64_t bytes() const { return (rows_ + kPackRows - 1) / kPackRows * group_bytes(); }
 
