@@ -34,10 +34,10 @@ void Sgemm(int64_t n, int64_t rows, int64_t cols, const float* x, const float* w
 
 }  // namespace
 
-MatMulPath ChoosePath(GgmlType type, int64_t n_tokens, int64_t cols, bool vnni_gemv) {
+MatMulPath ChoosePath(GgmlType type, int64_t n_tokens, int64_t cols, bool vnni_tiles) {
   const bool integer_dot = type == GgmlType::kQ8_0 || HasQuantDot(type);
   if (integer_dot && cols > kShortRowCols) return MatMulPath::kGemv;
-  if (vnni_gemv && (type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0)) return MatMulPath::kGemv;
+  if (vnni_tiles && integer_dot) return MatMulPath::kGemv;
   const int64_t gemm_from = type == GgmlType::kF32 ? 32 : 64;
   return n_tokens >= gemm_from ? MatMulPath::kGemm : MatMulPath::kGemv;
 }
@@ -70,17 +70,22 @@ void MatMulRunner::Run(const WeightMatrix& w, const float* x, int64_t n_tokens, 
     std::memset(y, 0, n_tokens * w.rows * sizeof(float));
     return;
   }
-  if (path == MatMulPath::kAuto) path = ChoosePath(w.type, n_tokens, w.cols, kernels_.vnni_gemv);
+  const auto found = packed_.find(w.data);
+  const PackedMatrix* packed = found != packed_.end() && found->second.rows() == w.rows &&
+                                       found->second.cols() == w.cols &&
+                                       found->second.type() == w.type
+                                   ? &found->second
+                                   : nullptr;
+  if (path == MatMulPath::kAuto) {
+    const bool tiles = packed != nullptr ||
+                       (kernels_.vnni_gemv &&
+                        (w.type == GgmlType::kQ8_0 || w.type == GgmlType::kQ4_0));
+    path = ChoosePath(w.type, n_tokens, w.cols, tiles);
+  }
   if (path == MatMulPath::kGemm) {
     RunGemm(w, x, n_tokens, y);
-    return;
-  }
-  const auto packed = packed_.find(w.data);
-  if (packed != packed_.end() && packed->second.rows() == w.rows &&
-      packed->second.cols() == w.cols && packed->second.type() == w.type) {
-    RunGemv(w, x, n_tokens, y, &packed->second);
   } else {
-    RunGemv(w, x, n_tokens, y);
+    RunGemv(w, x, n_tokens, y, packed);
   }
 }
 

@@ -112,6 +112,92 @@ TANDEM_AVX512 void PackedTile(const uint8_t* w, int64_t group_bytes, int64_t blo
   }
 }
 
+// Q4_K: 16 rows x T tokens from t0, all super-blocks; per sub-block the 8
+// dots of its nibbles give 16 integer sums, scaled by d * scale and
+// corrected by dmin * min times the sub-block's activation sum.
+template <int T>
+TANDEM_AVX512 void PackedQ4KTile(const uint8_t* w, int64_t blocks, const Q8Activations& xq,
+                                 int64_t t0, float* y, int64_t ldy, int64_t rows) {
+  constexpr int64_t kBlockBytes = PackedBlockBytes(GgmlType::kQ4_K);
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const int64_t qs_stride = xq.pairs * 64;
+  const int64_t lane_stride = xq.pairs * 16;
+  __m512 acc[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < blocks; ++sb) {
+    const uint8_t* block = w + sb * kBlockBytes;
+    const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(block)));
+    const __m512 dmin =
+        _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(block + 32)));
+    const uint8_t* quants = block + 20 * kPackRows;
+    for (int j = 0; j < 4; ++j) {  // sub-blocks 2j (low nibbles) and 2j + 1 (high)
+      __m512 scale[2], min[2];
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const int sub = 2 * j + h;
+        const __m128i sc = _mm_load_si128(reinterpret_cast<const __m128i*>(block + 64 + 16 * sub));
+        const __m128i mn = _mm_load_si128(reinterpret_cast<const __m128i*>(block + 192 + 16 * sub));
+        scale[h] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
+        min[h] = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)));
+      }
+      __m512i q[2][8];
+#pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) {
+        const __m512i packed = _mm512_loadu_si512(quants + 64 * (8 * j + v));
+        q[0][v] = _mm512_and_si512(packed, low4);
+        q[1][v] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
+      }
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const int64_t token = t0 + t;
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const int64_t b = sb * 8 + 2 * j + h;  // the activations' 32-block
+          const int8_t* x = xq.qs + token * qs_stride + b * 32;
+          __m512i even = _mm512_setzero_si512();
+          __m512i odd = _mm512_setzero_si512();
+#pragma GCC unroll 4
+          for (int v = 0; v < 8; v += 2) {
+            even = _mm512_dpbusd_epi32(even, q[h][v], Broadcast4(x + 4 * v));
+            odd = _mm512_dpbusd_epi32(odd, q[h][v + 1], Broadcast4(x + 4 * v + 4));
+          }
+          const float dx = xq.scale[token * lane_stride + b * 8];
+          // The bias lanes hold -16 * sum(q): dx times the sum is the block's
+          // activation sum.
+          const float xsum = dx * static_cast<float>(-xq.bias[token * lane_stride + b * 8] / 16);
+          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)),
+                                   _mm512_mul_ps(scale[h], _mm512_set1_ps(dx)), acc[t]);
+          acc[t] = _mm512_fnmadd_ps(min[h], _mm512_set1_ps(xsum), acc[t]);
+        }
+      }
+    }
+  }
+  const auto m = rows >= kPackRows ? static_cast<__mmask16>(0xFFFF)
+                                   : static_cast<__mmask16>((1u << rows) - 1);
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * ldy, m, acc[t]);
+}
+
+TANDEM_AVX512 void PackedQ4KRows(const PackedGemvArgs& a, int64_t row_begin, int64_t row_end) {
+  const PackedMatrix& m = *a.w;
+  for (int64_t r = row_begin; r < row_end; r += kPackRows) {
+    const uint8_t* w = m.data() + r / kPackRows * m.group_bytes();
+    float* y = a.y + r;
+    const int64_t rows = row_end - r;
+    int64_t t = 0;
+    for (; t + kTileTokens <= a.n; t += kTileTokens) {
+      PackedQ4KTile<kTileTokens>(w, m.blocks(), *a.xq, t, y + t * a.ldy, a.ldy, rows);
+    }
+    switch (a.n - t) {
+      case 3: PackedQ4KTile<3>(w, m.blocks(), *a.xq, t, y + t * a.ldy, a.ldy, rows); break;
+      case 2: PackedQ4KTile<2>(w, m.blocks(), *a.xq, t, y + t * a.ldy, a.ldy, rows); break;
+      case 1: PackedQ4KTile<1>(w, m.blocks(), *a.xq, t, y + t * a.ldy, a.ldy, rows); break;
+      default: break;
+    }
+  }
+}
+
 // G groups against every token.
 template <GgmlType kType, int G>
 TANDEM_AVX512 void PackedGroups(const PackedGemvArgs& a, int64_t r, int64_t rows) {
@@ -149,6 +235,8 @@ TANDEM_AVX512 void PackedRows(const PackedGemvArgs& a, int64_t row_begin, int64_
 TANDEM_AVX512 void PackedGemvAvx512(const PackedGemvArgs& a, int64_t row_begin, int64_t row_end) {
   if (a.w->type() == GgmlType::kQ8_0) {
     PackedRows<GgmlType::kQ8_0>(a, row_begin, row_end);
+  } else if (a.w->type() == GgmlType::kQ4_K) {
+    PackedQ4KRows(a, row_begin, row_end);
   } else {
     PackedRows<GgmlType::kQ4_0>(a, row_begin, row_end);
   }

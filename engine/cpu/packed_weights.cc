@@ -12,7 +12,8 @@
 namespace tandem::engine::cpu {
 
 PackedMatrix PackedMatrix::Pack(const WeightMatrix& w) {
-  TANDEM_CHECK(Packable(w.type) && w.cols % kQK4 == 0, "packable rows of whole blocks")
+  TANDEM_CHECK(Packable(w.type) && w.cols % PackedBlockCols(w.type) == 0,
+               "packable rows of whole blocks")
       << GgmlTypeName(w.type) << " cols=" << w.cols;
   PackedMatrix p;
   p.type_ = w.type;
@@ -31,7 +32,19 @@ PackedMatrix PackedMatrix::Pack(const WeightMatrix& w) {
     const int64_t i = r % kPackRows;
     for (int64_t b = 0; b < p.blocks(); ++b) {
       uint8_t* out = group + b * block_bytes;
-      if (q8) {
+      if (w.type == GgmlType::kQ4_K) {
+        BlockQ4_K block;
+        std::memcpy(&block, src + r * row_bytes + b * sizeof(BlockQ4_K), sizeof(block));
+        std::memcpy(out + 2 * i, &block.d, 2);
+        std::memcpy(out + 2 * kPackRows + 2 * i, &block.dmin, 2);
+        for (int sub = 0; sub < 8; ++sub) {
+          ScaleMinK4(sub, block.scales, out + 4 * kPackRows + kPackRows * sub + i,
+                     out + 12 * kPackRows + kPackRows * sub + i);
+        }
+        for (int v = 0; v < 32; ++v) {
+          std::memcpy(out + 20 * kPackRows + 64 * v + 4 * i, block.qs + 4 * v, 4);
+        }
+      } else if (q8) {
         BlockQ8_0 block;
         std::memcpy(&block, src + r * row_bytes + b * sizeof(BlockQ8_0), sizeof(block));
         std::memcpy(out + 2 * i, &block.d, 2);

@@ -13,6 +13,13 @@
 // Q8_0 ("Q8_0x16"): the same with 8 x 64 bytes of quants (544 bytes a block),
 // vector v holding weights 4v..4v+3 of each row, each stored as w + 128 (the
 // VNNI dot's unsigned operand).
+// Q4_K ("Q4_Kx16"): blocks of 256 columns (a super-block), each 2368 bytes:
+//   16 fp16 d, then 16 fp16 dmin (row i's at 2i);
+//   the 8 sub-blocks' 6-bit scales unpacked, sub-block s row i at 16s + i,
+//   then their mins the same way;
+//   32 x 64 bytes of quants: vector 8j + v, row i's 4 bytes at 4i are the
+//   row's quant bytes 32j + 4v..+3 (low nibbles: sub-block 2j's weights
+//   4v..4v+3; high nibbles: sub-block 2j + 1's).
 // One 64-byte load then holds 4 weights of each of 16 rows, so a VNNI dot
 // against 4 activation bytes broadcast to every lane advances 16 rows at once,
 // and the 8 dots of a block share one integer sum per row: a row's block
@@ -32,24 +39,31 @@ namespace tandem::engine::cpu {
 
 inline constexpr int kPackRows = 16;
 
-// Bytes of one packed block of 32 columns x 16 rows of a Packable type.
+// Columns of one packed block of a Packable type.
+constexpr int64_t PackedBlockCols(GgmlType type) { return type == GgmlType::kQ4_K ? 256 : 32; }
+
+// Bytes of one packed block x 16 rows of a Packable type.
 constexpr int64_t PackedBlockBytes(GgmlType type) {
-  return 2 * kPackRows + (type == GgmlType::kQ8_0 ? 8 : 4) * 64;
+  switch (type) {
+    case GgmlType::kQ8_0: return 2 * kPackRows + 8 * 64;
+    case GgmlType::kQ4_K: return 4 * kPackRows + 16 * kPackRows + 32 * 64;
+    default: return 2 * kPackRows + 4 * 64;  // Q4_0
+  }
 }
 
 class PackedMatrix {
  public:
   // Whether Pack takes `type`.
   static bool Packable(GgmlType type) {
-    return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0;
+    return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K;
   }
-  // `w` (Packable, cols a multiple of 32) in its type's x16 layout.
+  // `w` (Packable, cols a multiple of its block) in its type's x16 layout.
   static PackedMatrix Pack(const WeightMatrix& w);
 
   GgmlType type() const { return type_; }
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
-  int64_t blocks() const { return cols_ / 32; }
+  int64_t blocks() const { return cols_ / PackedBlockCols(type_); }
   // Bytes of one 16-row group; group g starts at data() + g * group_bytes().
   int64_t group_bytes() const { return blocks() * PackedBlockBytes(type_); }
   const uint8_t* data() const { return data_.get(); }

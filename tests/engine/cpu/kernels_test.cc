@@ -130,8 +130,11 @@ class MatMulTest : public testing::TestWithParam<std::tuple<Isa, GgmlType>> {};
 
 TEST_P(MatMulTest, MatchesReference) {
   const auto [isa, type] = GetParam();
-  // Types whose gemv path multiplies by quantized activations.
-  const bool q8 = type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0;
+  // Types whose gemv path multiplies by quantized activations: Q8_0 blocks
+  // of them (Q8Activations), except Q4_K's unpacked rows, which quant_dot
+  // multiplies by Q8_K super-blocks (quant_formats_test checks those).
+  const bool q8 = type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ4_K;
+  const bool k_quant = type == GgmlType::kQ4_K;
   // Q4_0 without the table's VNNI tiles goes through quant_dot, whose Q8_0
   // activation blocks round their scale to fp16 as ggml's do: each
   // activation may move by 0.5 + 127 * 2^-11 of its step, not 0.5.
@@ -139,7 +142,8 @@ TEST_P(MatMulTest, MatchesReference) {
   // Rows not a multiple of 4 or 16; F types also take any column count,
   // including stories260K's n_ff of 172.
   const std::vector<MatMulCase> shapes =
-      q8 ? std::vector<MatMulCase>{{1, 32}, {5, 96}, {17, 64}, {36, 160}, {64, 512}}
+      k_quant ? std::vector<MatMulCase>{{1, 256}, {5, 512}, {17, 256}, {36, 768}, {64, 512}}
+      : q8    ? std::vector<MatMulCase>{{1, 32}, {5, 96}, {17, 64}, {36, 160}, {64, 512}}
          : std::vector<MatMulCase>{{1, 1},   {3, 7},   {5, 17},    {17, 96},
                                    {18, 172}, {33, 64}, {64, 512}, {20, 257}};
   const int64_t kTokens[] = {1, 2, 3, 7, 16, 33, 64, 300};
@@ -179,11 +183,11 @@ TEST_P(MatMulTest, MatchesReference) {
                        << static_cast<int>(path) << " packed " << pack);
           std::vector<float> got(want.size(), std::nanf(""));
           runner.Run(w.matrix, x.data(), n, got.data(), path);
+          const bool tiles = pack || (Kernels(isa).vnni_gemv && !k_quant && q8);
           const MatMulPath taken =
-              path == MatMulPath::kAuto
-                  ? ChoosePath(type, n, shape.cols, Kernels(isa).vnni_gemv)
-                  : path;
+              path == MatMulPath::kAuto ? ChoosePath(type, n, shape.cols, tiles) : path;
           const bool quantized_acts = q8 && taken == MatMulPath::kGemv;
+          if (quantized_acts && k_quant && !pack) continue;
           if (quantized_acts && fp16_act_scale && !pack) {
             std::vector<double> bound = q8_bound;
             for (double& b : bound) b *= 1.13;
@@ -211,7 +215,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
                          testing::Combine(testing::ValuesIn(SupportedIsas()),
                                           testing::Values(GgmlType::kF32, GgmlType::kF16,
                                                           GgmlType::kBF16, GgmlType::kQ8_0,
-                                                          GgmlType::kQ4_0)),
+                                                          GgmlType::kQ4_0, GgmlType::kQ4_K)),
                          MatMulName);
 
 // Each row is computed by one thread the same way whatever the split, so the
@@ -219,7 +223,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
 TEST(MatMulDeterminismTest, ThreadCountDoesNotChangeResults) {
   for (Isa isa : SupportedIsas()) {
     for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
-                          GgmlType::kQ4_0}) {
+                          GgmlType::kQ4_0, GgmlType::kQ4_K}) {
       const TestWeights w = MakeWeights(type, 300, 256, 0, 7);
       const std::vector<float> x = RandomFloats(5 * 256, 8);
       std::vector<float> one(5 * 300), two(5 * 300);
@@ -248,10 +252,11 @@ TEST(ChoosePathTest, LongQuantizedRowsStayOnIntegerDots) {
   EXPECT_EQ(ChoosePath(GgmlType::kQ8_0, 4096, 2048), MatMulPath::kGemv);
   EXPECT_EQ(ChoosePath(GgmlType::kQ4_K, 4096, 2048), MatMulPath::kGemv);
   EXPECT_EQ(ChoosePath(GgmlType::kIQ4_NL, 4096, 1024), MatMulPath::kGemv);
-  // A table with VNNI tiles keeps Q8_0 and Q4_0 on them at any length.
+  // A block type with VNNI tiles for the matrix (Q8_0 and Q4_0 on the
+  // AVX-512 table, any packed matrix) stays on them at any length.
   EXPECT_EQ(ChoosePath(GgmlType::kQ8_0, 512, kShortRowCols, true), MatMulPath::kGemv);
   EXPECT_EQ(ChoosePath(GgmlType::kQ4_0, 512, 64, true), MatMulPath::kGemv);
-  EXPECT_EQ(ChoosePath(GgmlType::kQ4_K, 512, kShortRowCols, true), MatMulPath::kGemm);
+  EXPECT_EQ(ChoosePath(GgmlType::kQ4_K, 512, kShortRowCols, true), MatMulPath::kGemv);
   EXPECT_EQ(ChoosePath(GgmlType::kF16, 512, 4096, true), MatMulPath::kGemm);
 }
 
