@@ -12,6 +12,7 @@
 #include "engine/cpu/packed_weights.h"
 
 #include <cstring>
+#include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -198,6 +199,99 @@ TANDEM_AVX512 void PackedQ4KRows(const PackedGemvArgs& a, int64_t row_begin, int
   }
 }
 
+// Q6_K: each token's -32 offset per 16 weights, as 32 * d_x * sum(x) of
+// every 16 activations (corr[t * cols / 16 + k]), computed once per call.
+TANDEM_AVX512 void Q6KCorrections(const Q8Activations& xq, int64_t n, int64_t cols, float* corr) {
+  const int64_t qs_stride = xq.pairs * 64;
+  const int64_t lane_stride = xq.pairs * 16;
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t k = 0; k < cols / 16; ++k) {
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(xq.qs + t * qs_stride + 16 * k));
+      const int32_t sum = _mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(x));
+      corr[t * (cols / 16) + k] = 32.0f * xq.scale[t * lane_stride + k / 2 * 8] * static_cast<float>(sum);
+    }
+  }
+}
+
+// Q6_K: 16 rows x T tokens from t0, all super-blocks; per 16 weights 4 VNNI
+// dots of the unsigned quants (0..63), then (sum * d_x - 32 * d_x * sum(x))
+// times d * scale.
+template <int T>
+TANDEM_AVX512 void PackedQ6KTile(const uint8_t* w, int64_t blocks, const Q8Activations& xq,
+                                 const float* corr, int64_t cols, int64_t t0, float* y,
+                                 int64_t ldy, int64_t rows) {
+  constexpr int64_t kBlockBytes = PackedBlockBytes(GgmlType::kQ6_K);
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i top2 = _mm512_set1_epi8(0x30);
+  const int64_t qs_stride = xq.pairs * 64;
+  const int64_t lane_stride = xq.pairs * 16;
+  __m512 acc[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < blocks; ++sb) {
+    const uint8_t* block = w + sb * kBlockBytes;
+    const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(block)));
+    const uint8_t* low = block + 18 * kPackRows;
+    const uint8_t* high = low + 32 * 64;
+    for (int k = 0; k < 16; ++k) {
+      const __m128i sc =
+          _mm_load_si128(reinterpret_cast<const __m128i*>(block + 2 * kPackRows + 16 * k));
+      const __m512 scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
+      const __m512i l0 = _mm512_loadu_si512(low + 64 * (2 * k));
+      const __m512i l1 = _mm512_loadu_si512(low + 64 * (2 * k + 1));
+      const __m512i h = _mm512_loadu_si512(high + 64 * k);
+      // q = low nibble | top bits (0xF8: a | (b & c)).
+      const __m512i q0 = _mm512_ternarylogic_epi32(_mm512_and_si512(l0, low4),
+                                                   _mm512_slli_epi16(h, 4), top2, 0xF8);
+      const __m512i q1 = _mm512_ternarylogic_epi32(
+          _mm512_and_si512(_mm512_srli_epi16(l0, 4), low4), _mm512_slli_epi16(h, 2), top2, 0xF8);
+      const __m512i q2 = _mm512_ternarylogic_epi32(_mm512_and_si512(l1, low4), h, top2, 0xF8);
+      const __m512i q3 = _mm512_ternarylogic_epi32(
+          _mm512_and_si512(_mm512_srli_epi16(l1, 4), low4), _mm512_srli_epi16(h, 2), top2, 0xF8);
+      const int64_t b = sb * 8 + k / 2;  // the activations' 32-block
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const int64_t token = t0 + t;
+        const int8_t* x = xq.qs + token * qs_stride + sb * 256 + 16 * k;
+        __m512i even = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q0, Broadcast4(x));
+        __m512i odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q1, Broadcast4(x + 4));
+        even = _mm512_dpbusd_epi32(even, q2, Broadcast4(x + 8));
+        odd = _mm512_dpbusd_epi32(odd, q3, Broadcast4(x + 12));
+        const __m512 part = _mm512_fmsub_ps(
+            _mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)),
+            _mm512_set1_ps(xq.scale[token * lane_stride + b * 8]),
+            _mm512_set1_ps(corr[token * (cols / 16) + sb * 16 + k]));
+        acc[t] = _mm512_fmadd_ps(part, scale, acc[t]);
+      }
+    }
+  }
+  const auto m = rows >= kPackRows ? static_cast<__mmask16>(0xFFFF)
+                                   : static_cast<__mmask16>((1u << rows) - 1);
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * ldy, m, acc[t]);
+}
+
+TANDEM_AVX512 void PackedQ6KRows(const PackedGemvArgs& a, int64_t row_begin, int64_t row_end) {
+  const PackedMatrix& m = *a.w;
+  thread_local std::vector<float> corr;
+  corr.resize(static_cast<size_t>(a.n * (m.cols() / 16)));
+  Q6KCorrections(*a.xq, a.n, m.cols(), corr.data());
+  for (int64_t r = row_begin; r < row_end; r += kPackRows) {
+    const uint8_t* w = m.data() + r / kPackRows * m.group_bytes();
+    float* y = a.y + r;
+    const int64_t rows = row_end - r;
+    int64_t t = 0;
+    for (; t + kTileTokens <= a.n; t += kTileTokens) {
+      PackedQ6KTile<kTileTokens>(w, m.blocks(), *a.xq, corr.data(), m.cols(), t, y + t * a.ldy,
+                                 a.ldy, rows);
+    }
+    for (; t < a.n; ++t) {
+      PackedQ6KTile<1>(w, m.blocks(), *a.xq, corr.data(), m.cols(), t, y + t * a.ldy, a.ldy,
+                       rows);
+    }
+  }
+}
+
 // G groups against every token.
 template <GgmlType kType, int G>
 TANDEM_AVX512 void PackedGroups(const PackedGemvArgs& a, int64_t r, int64_t rows) {
@@ -237,6 +331,8 @@ TANDEM_AVX512 void PackedGemvAvx512(const PackedGemvArgs& a, int64_t row_begin, 
     PackedRows<GgmlType::kQ8_0>(a, row_begin, row_end);
   } else if (a.w->type() == GgmlType::kQ4_K) {
     PackedQ4KRows(a, row_begin, row_end);
+  } else if (a.w->type() == GgmlType::kQ6_K) {
+    PackedQ6KRows(a, row_begin, row_end);
   } else {
     PackedRows<GgmlType::kQ4_0>(a, row_begin, row_end);
   }

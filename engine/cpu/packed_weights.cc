@@ -11,6 +11,42 @@
 
 namespace tandem::engine::cpu {
 
+namespace {
+
+// Row i's part of a Q6_Kx16 block at `out`.
+void PackQ6KBlock(const BlockQ6_K& block, int64_t i, uint8_t* out) {
+  // The 6-bit quants in order (ggml's Q6_K: two halves of 128 weights, each
+  // from 64 bytes of low nibbles and 32 of high bit pairs).
+  uint8_t q[kQKK];
+  for (int n = 0; n < 2; ++n) {
+    const uint8_t* ql = block.ql + 64 * n;
+    const uint8_t* qh = block.qh + 32 * n;
+    for (int l = 0; l < 32; ++l) {
+      q[128 * n + l] = (ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4);
+      q[128 * n + l + 32] = (ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4);
+      q[128 * n + l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+      q[128 * n + l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+    }
+  }
+  std::memcpy(out + 2 * i, &block.d, 2);
+  uint8_t* low = out + 18 * kPackRows;
+  uint8_t* high = low + 32 * 64;
+  for (int k = 0; k < 16; ++k) {
+    out[2 * kPackRows + kPackRows * k + i] = static_cast<uint8_t>(block.scales[k]);
+    for (int c = 0; c < 4; ++c) {
+      for (int a = 0; a < 2; ++a) {
+        low[64 * (2 * k + a) + 4 * i + c] =
+            (q[16 * k + 8 * a + c] & 0xF) | ((q[16 * k + 8 * a + 4 + c] & 0xF) << 4);
+      }
+      uint8_t bits = 0;
+      for (int j = 0; j < 4; ++j) bits |= static_cast<uint8_t>((q[16 * k + 4 * j + c] >> 4) << (2 * j));
+      high[64 * k + 4 * i + c] = bits;
+    }
+  }
+}
+
+}  // namespace
+
 PackedMatrix PackedMatrix::Pack(const WeightMatrix& w) {
   TANDEM_CHECK(Packable(w.type) && w.cols % PackedBlockCols(w.type) == 0,
                "packable rows of whole blocks")
@@ -32,7 +68,11 @@ PackedMatrix PackedMatrix::Pack(const WeightMatrix& w) {
     const int64_t i = r % kPackRows;
     for (int64_t b = 0; b < p.blocks(); ++b) {
       uint8_t* out = group + b * block_bytes;
-      if (w.type == GgmlType::kQ4_K) {
+      if (w.type == GgmlType::kQ6_K) {
+        BlockQ6_K block;
+        std::memcpy(&block, src + r * row_bytes + b * sizeof(BlockQ6_K), sizeof(block));
+        PackQ6KBlock(block, i, out);
+      } else if (w.type == GgmlType::kQ4_K) {
         BlockQ4_K block;
         std::memcpy(&block, src + r * row_bytes + b * sizeof(BlockQ4_K), sizeof(block));
         std::memcpy(out + 2 * i, &block.d, 2);

@@ -20,6 +20,15 @@
 //   32 x 64 bytes of quants: vector 8j + v, row i's 4 bytes at 4i are the
 //   row's quant bytes 32j + 4v..+3 (low nibbles: sub-block 2j's weights
 //   4v..4v+3; high nibbles: sub-block 2j + 1's).
+// Q6_K ("Q6_Kx16"): blocks of 256 columns, each 3360 bytes:
+//   16 fp16 d (row i's at 2i);
+//   the 16 sub-blocks' int8 scales, sub-block k row i at 32 + 16k + i;
+//   2048 bytes of low quant nibbles: sub-block k's vectors 2k and 2k + 1,
+//   row i's 4 bytes at 4i: vector 2k + a, byte c holds the low 4 bits of
+//   weight 16k + 8a + c (low nibble) and 16k + 8a + 4 + c (high nibble);
+//   1024 bytes of high quant bits: vector k, row i's byte c at 4i holds the
+//   top 2 bits of weight 16k + 4j + c at bits 2j..2j+1 (j = 0..3).
+//   Quants are q = 0..63; a weight is d * scale * (q - 32).
 // One 64-byte load then holds 4 weights of each of 16 rows, so a VNNI dot
 // against 4 activation bytes broadcast to every lane advances 16 rows at once,
 // and the 8 dots of a block share one integer sum per row: a row's block
@@ -40,13 +49,16 @@ namespace tandem::engine::cpu {
 inline constexpr int kPackRows = 16;
 
 // Columns of one packed block of a Packable type.
-constexpr int64_t PackedBlockCols(GgmlType type) { return type == GgmlType::kQ4_K ? 256 : 32; }
+constexpr int64_t PackedBlockCols(GgmlType type) {
+  return type == GgmlType::kQ4_K || type == GgmlType::kQ6_K ? 256 : 32;
+}
 
 // Bytes of one packed block x 16 rows of a Packable type.
 constexpr int64_t PackedBlockBytes(GgmlType type) {
   switch (type) {
     case GgmlType::kQ8_0: return 2 * kPackRows + 8 * 64;
     case GgmlType::kQ4_K: return 4 * kPackRows + 16 * kPackRows + 32 * 64;
+    case GgmlType::kQ6_K: return 2 * kPackRows + 16 * kPackRows + 48 * 64;
     default: return 2 * kPackRows + 4 * 64;  // Q4_0
   }
 }
@@ -55,7 +67,8 @@ class PackedMatrix {
  public:
   // Whether Pack takes `type`.
   static bool Packable(GgmlType type) {
-    return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K;
+    return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K ||
+           type == GgmlType::kQ6_K;
   }
   // `w` (Packable, cols a multiple of its block) in its type's x16 layout.
   static PackedMatrix Pack(const WeightMatrix& w);
