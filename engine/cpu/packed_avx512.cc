@@ -113,14 +113,23 @@ TANDEM_AVX512 void PackedTile(const uint8_t* w, int64_t group_bytes, int64_t blo
   }
 }
 
-// Q4_K: 16 rows x T tokens from t0, all super-blocks; per sub-block the 8
-// dots of its nibbles give 16 integer sums, scaled by d * scale and
-// corrected by dmin * min times the sub-block's activation sum.
-template <int T>
+// Bit `bit` of every byte of h moved to bit 4 (other bits: anything).
+TANDEM_AVX512 inline __m512i BitTo4(__m512i h, int bit) {
+  if (bit < 4) return _mm512_slli_epi16(h, 4 - bit);
+  if (bit > 4) return _mm512_srli_epi16(h, bit - 4);
+  return h;
+}
+
+// Q4_K / Q5_K (kFive): 16 rows x T tokens from t0, all super-blocks; per
+// sub-block the 8 dots of its quants (nibbles, with Q5_K's fifth bit) give
+// 16 integer sums, scaled by d * scale and corrected by dmin * min times the
+// sub-block's activation sum.
+template <bool kFive, int T>
 TANDEM_AVX512 void PackedQ4KTile(const uint8_t* w, int64_t blocks, const Q8Activations& xq,
                                  int64_t t0, float* y, int64_t ldy, int64_t rows) {
-  constexpr int64_t kBlockBytes = PackedBlockBytes(GgmlType::kQ4_K);
+  constexpr int64_t kBlockBytes = PackedBlockBytes(kFive ? GgmlType::kQ5_K : GgmlType::kQ4_K);
   const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i bit4 = _mm512_set1_epi8(0x10);
   const int64_t qs_stride = xq.pairs * 64;
   const int64_t lane_stride = xq.pairs * 16;
   __m512 acc[T];
@@ -148,6 +157,12 @@ TANDEM_AVX512 void PackedQ4KTile(const uint8_t* w, int64_t blocks, const Q8Activ
         const __m512i packed = _mm512_loadu_si512(quants + 64 * (8 * j + v));
         q[0][v] = _mm512_and_si512(packed, low4);
         q[1][v] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
+        if constexpr (kFive) {
+          // a | (b & c): the fifth bit into bit 4.
+          const __m512i h = _mm512_loadu_si512(quants + 64 * (32 + v));
+          q[0][v] = _mm512_ternarylogic_epi32(q[0][v], BitTo4(h, 2 * j), bit4, 0xF8);
+          q[1][v] = _mm512_ternarylogic_epi32(q[1][v], BitTo4(h, 2 * j + 1), bit4, 0xF8);
+        }
       }
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
@@ -180,6 +195,7 @@ TANDEM_AVX512 void PackedQ4KTile(const uint8_t* w, int64_t blocks, const Q8Activ
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * ldy, m, acc[t]);
 }
 
+template <bool kFive>
 TANDEM_AVX512 void PackedQ4KRows(const PackedGemvArgs& a, int64_t row_begin, int64_t row_end) {
   const PackedMatrix& m = *a.w;
   for (int64_t r = row_begin; r < row_end; r += kPackRows) {
@@ -188,12 +204,12 @@ TANDEM_AVX512 void PackedQ4KRows(const PackedGemvArgs& a, int64_t row_begin, int
     const int64_t rows = row_end - r;
     int64_t t = 0;
     for (; t + kTileTokens <= a.n; t += kTileTokens) {
-      PackedQ4KTile<kTileTokens>(w, m.blocks(), *a.xq, t, y + t * a.ldy, a.ldy, rows);
+      PackedQ4KTile<kFive, kTileTokens>(w, m.blocks(), *a.xq, t, y + t * a.ldy, a.ldy, rows);
     }
     switch (a.n - t) {
-      case 3: PackedQ4KTile<3>(w, m.blocks(), *a.xq, t, y + t * a.ldy, a.ldy, rows); break;
-      case 2: PackedQ4KTile<2>(w, m.blocks(), *a.xq, t, y + t * a.ldy, a.ldy, rows); break;
-      case 1: PackedQ4KTile<1>(w, m.blocks(), *a.xq, t, y + t * a.ldy, a.ldy, rows); break;
+      case 3: PackedQ4KTile<kFive, 3>(w, m.blocks(), *a.xq, t, y + t * a.ldy, a.ldy, rows); break;
+      case 2: PackedQ4KTile<kFive, 2>(w, m.blocks(), *a.xq, t, y + t * a.ldy, a.ldy, rows); break;
+      case 1: PackedQ4KTile<kFive, 1>(w, m.blocks(), *a.xq, t, y + t * a.ldy, a.ldy, rows); break;
       default: break;
     }
   }
@@ -330,7 +346,9 @@ TANDEM_AVX512 void PackedGemvAvx512(const PackedGemvArgs& a, int64_t row_begin, 
   if (a.w->type() == GgmlType::kQ8_0) {
     PackedRows<GgmlType::kQ8_0>(a, row_begin, row_end);
   } else if (a.w->type() == GgmlType::kQ4_K) {
-    PackedQ4KRows(a, row_begin, row_end);
+    PackedQ4KRows<false>(a, row_begin, row_end);
+  } else if (a.w->type() == GgmlType::kQ5_K) {
+    PackedQ4KRows<true>(a, row_begin, row_end);
   } else if (a.w->type() == GgmlType::kQ6_K) {
     PackedQ6KRows(a, row_begin, row_end);
   } else {

@@ -13,6 +13,19 @@ namespace tandem::engine::cpu {
 
 namespace {
 
+// Row i's part of a Q4_Kx16 block (or the Q4_K part of a Q5_Kx16 one) at
+// `out`, from a Q4_K / Q5_K block's fields.
+void PackK4Block(uint16_t d, uint16_t dmin, const uint8_t* scales, const uint8_t* qs, int64_t i,
+                 uint8_t* out) {
+  std::memcpy(out + 2 * i, &d, 2);
+  std::memcpy(out + 2 * kPackRows + 2 * i, &dmin, 2);
+  for (int sub = 0; sub < 8; ++sub) {
+    ScaleMinK4(sub, scales, out + 4 * kPackRows + kPackRows * sub + i,
+               out + 12 * kPackRows + kPackRows * sub + i);
+  }
+  for (int v = 0; v < 32; ++v) std::memcpy(out + 20 * kPackRows + 64 * v + 4 * i, qs + 4 * v, 4);
+}
+
 // Row i's part of a Q6_Kx16 block at `out`.
 void PackQ6KBlock(const BlockQ6_K& block, int64_t i, uint8_t* out) {
   // The 6-bit quants in order (ggml's Q6_K: two halves of 128 weights, each
@@ -75,14 +88,16 @@ PackedMatrix PackedMatrix::Pack(const WeightMatrix& w) {
       } else if (w.type == GgmlType::kQ4_K) {
         BlockQ4_K block;
         std::memcpy(&block, src + r * row_bytes + b * sizeof(BlockQ4_K), sizeof(block));
-        std::memcpy(out + 2 * i, &block.d, 2);
-        std::memcpy(out + 2 * kPackRows + 2 * i, &block.dmin, 2);
-        for (int sub = 0; sub < 8; ++sub) {
-          ScaleMinK4(sub, block.scales, out + 4 * kPackRows + kPackRows * sub + i,
-                     out + 12 * kPackRows + kPackRows * sub + i);
-        }
-        for (int v = 0; v < 32; ++v) {
-          std::memcpy(out + 20 * kPackRows + 64 * v + 4 * i, block.qs + 4 * v, 4);
+        PackK4Block(block.d, block.dmin, block.scales, block.qs, i, out);
+      } else if (w.type == GgmlType::kQ5_K) {
+        BlockQ5_K block;
+        std::memcpy(&block, src + r * row_bytes + b * sizeof(BlockQ5_K), sizeof(block));
+        PackK4Block(block.d, block.dmin, block.scales, block.qs, i, out);
+        // ggml's Q5_K: bit 2j (2j + 1) of qh[l] is the fifth bit of weight
+        // l of sub-block 2j (2j + 1).
+        uint8_t* fifth = out + 20 * kPackRows + 32 * 64;
+        for (int v = 0; v < 8; ++v) {
+          for (int c = 0; c < 4; ++c) fifth[64 * v + 4 * i + c] = block.qh[4 * v + c];
         }
       } else if (q8) {
         BlockQ8_0 block;

@@ -20,6 +20,10 @@
 //   32 x 64 bytes of quants: vector 8j + v, row i's 4 bytes at 4i are the
 //   row's quant bytes 32j + 4v..+3 (low nibbles: sub-block 2j's weights
 //   4v..4v+3; high nibbles: sub-block 2j + 1's).
+// Q5_K ("Q5_Kx16"): a Q4_Kx16 block followed by 8 x 64 bytes of fifth bits
+//   (2880 bytes a block): vector v, row i's byte c at 4i holds at bit 2j + h the fifth
+//   bit of weight 4v + c of sub-block 2j + h (the weight whose low bits are
+//   in quant vector 8j + v, low nibble for h = 0, high for h = 1).
 // Q6_K ("Q6_Kx16"): blocks of 256 columns, each 3360 bytes:
 //   16 fp16 d (row i's at 2i);
 //   the 16 sub-blocks' int8 scales, sub-block k row i at 32 + 16k + i;
@@ -50,7 +54,7 @@ inline constexpr int kPackRows = 16;
 
 // Columns of one packed block of a Packable type.
 constexpr int64_t PackedBlockCols(GgmlType type) {
-  return type == GgmlType::kQ4_K || type == GgmlType::kQ6_K ? 256 : 32;
+  return type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K ? 256 : 32;
 }
 
 // Bytes of one packed block x 16 rows of a Packable type.
@@ -58,6 +62,7 @@ constexpr int64_t PackedBlockBytes(GgmlType type) {
   switch (type) {
     case GgmlType::kQ8_0: return 2 * kPackRows + 8 * 64;
     case GgmlType::kQ4_K: return 4 * kPackRows + 16 * kPackRows + 32 * 64;
+    case GgmlType::kQ5_K: return 4 * kPackRows + 16 * kPackRows + 40 * 64;
     case GgmlType::kQ6_K: return 2 * kPackRows + 16 * kPackRows + 48 * 64;
     default: return 2 * kPackRows + 4 * 64;  // Q4_0
   }
@@ -68,7 +73,7 @@ class PackedMatrix {
   // Whether Pack takes `type`.
   static bool Packable(GgmlType type) {
     return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K ||
-           type == GgmlType::kQ6_K;
+           type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
   }
   // `w` (Packable, cols a multiple of its block) in its type's x16 layout.
   static PackedMatrix Pack(const WeightMatrix& w);

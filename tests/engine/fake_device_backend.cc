@@ -165,6 +165,31 @@ absl::StatusOr<DeviceWeights> FakeDeviceBackend::PrepareWeights(const ModelWeigh
                         .w_up = matrix(l.w_up),
                         .w_down = matrix(l.w_down)});
   }
+  // The wrapped CPU backend prepares the copies as it would the host's
+  // tensors (it repacks matrices for its kernels), so both compute alike.
+  ModelWeights copies = w;
+  const auto at = [](const WeightMatrix& m, const DeviceMatrix& c) {
+    WeightMatrix moved = m;
+    moved.data = c.data.backend_address();
+    return moved;
+  };
+  copies.token_embd = at(w.token_embd, d.token_embd);
+  copies.output = at(w.output, d.output);
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const LayerWeights& l = w.layers[i];
+    const DeviceLayerWeights& dl = d.layers[i];
+    LayerWeights& c = copies.layers[i];
+    c.wq = at(l.wq, dl.wq);
+    c.wk = at(l.wk, dl.wk);
+    c.wv = at(l.wv, dl.wv);
+    c.wo = at(l.wo, dl.wo);
+    c.w_gate = at(l.w_gate, dl.w_gate);
+    c.w_up = at(l.w_up, dl.w_up);
+    c.w_down = at(l.w_down, dl.w_down);
+  }
+  Open open(*this);  // it reads the copies
+  const absl::StatusOr<DeviceWeights> prepared = cpu_->PrepareWeights(copies);
+  if (!prepared.ok()) return prepared.status();
   return d;
 }
 

@@ -131,10 +131,11 @@ class MatMulTest : public testing::TestWithParam<std::tuple<Isa, GgmlType>> {};
 TEST_P(MatMulTest, MatchesReference) {
   const auto [isa, type] = GetParam();
   // Types whose gemv path multiplies by quantized activations: Q8_0 blocks
-  // of them (Q8Activations), except Q4_K's unpacked rows
-  // and Q6_K's, which quant_dot multiplies by Q8_K super-blocks
-  // (quant_formats_test checks those).
-  const bool k_quant = type == GgmlType::kQ4_K || type == GgmlType::kQ6_K;
+  // of them (Q8Activations), except the K-quants' unpacked rows, which
+  // quant_dot multiplies by Q8_K super-blocks (quant_formats_test checks
+  // those).
+  const bool k_quant =
+      type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
   const bool q8 = type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || k_quant;
   // Q4_0 without the table's VNNI tiles goes through quant_dot, whose Q8_0
   // activation blocks round their scale to fp16 as ggml's do: each
@@ -217,7 +218,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
                                           testing::Values(GgmlType::kF32, GgmlType::kF16,
                                                           GgmlType::kBF16, GgmlType::kQ8_0,
                                                           GgmlType::kQ4_0, GgmlType::kQ4_K,
-                                                          GgmlType::kQ6_K)),
+                                                          GgmlType::kQ5_K, GgmlType::kQ6_K)),
                          MatMulName);
 
 // Each row is computed by one thread the same way whatever the split, so the
@@ -225,7 +226,8 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
 TEST(MatMulDeterminismTest, ThreadCountDoesNotChangeResults) {
   for (Isa isa : SupportedIsas()) {
     for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
-                          GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+                          GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                          GgmlType::kQ6_K}) {
       const TestWeights w = MakeWeights(type, 300, 256, 0, 7);
       const std::vector<float> x = RandomFloats(5 * 256, 8);
       std::vector<float> one(5 * 300), two(5 * 300);
