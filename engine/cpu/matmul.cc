@@ -34,10 +34,10 @@ void Sgemm(int64_t n, int64_t rows, int64_t cols, const float* x, const float* w
 
 }  // namespace
 
-MatMulPath ChoosePath(GgmlType type, int64_t n_tokens, int64_t cols, bool vnni_tiles) {
+MatMulPath ChoosePath(GgmlType type, int64_t n_tokens, int64_t cols, bool tiles) {
   const bool integer_dot = type == GgmlType::kQ8_0 || HasQuantDot(type);
   if (integer_dot && cols > kShortRowCols) return MatMulPath::kGemv;
-  if (vnni_tiles && integer_dot) return MatMulPath::kGemv;
+  if (tiles) return MatMulPath::kGemv;
   const int64_t gemm_from = type == GgmlType::kF32 ? 32 : 64;
   return n_tokens >= gemm_from ? MatMulPath::kGemm : MatMulPath::kGemv;
 }
@@ -84,14 +84,37 @@ void MatMulRunner::Run(const WeightMatrix& w, const float* x, int64_t n_tokens, 
   }
   if (path == MatMulPath::kGemm) {
     RunGemm(w, x, n_tokens, y);
+  } else if (packed != nullptr && packed->type() == GgmlType::kBF16) {
+    RunPackedBf16(*packed, x, n_tokens, y);
   } else {
     RunGemv(w, x, n_tokens, y, packed);
   }
 }
 
+void MatMulRunner::RunPackedBf16(const PackedMatrix& w, const float* x, int64_t n_tokens,
+                                 float* y) {
+  // The activations rounded to bf16 once (cheap next to the weights; before
+  // the threads start, which hides the second thread's wake-up), then rows
+  // split over the threads.
+  const int64_t padded = 2 * w.blocks();
+  auto* xb = static_cast<uint16_t*>(shared_activations_.Get(n_tokens * padded * sizeof(uint16_t)));
+  ToBf16Avx512(x, n_tokens, w.cols(), padded, xb);
+  const PackedGemvArgs args{.w = &w, .xb = xb, .n = n_tokens, .y = y, .ldy = w.rows()};
+  const int nth = ThreadsFor(w.rows() * w.cols() * n_tokens);
+#pragma omp parallel num_threads(nth)
+  {
+    const int tid = omp_get_thread_num();
+    const int parts = omp_get_num_threads();
+    const int64_t begin = RowSplit(w.rows(), tid, parts);
+    const int64_t end = RowSplit(w.rows(), tid + 1, parts);
+    if (begin < end) kernels_.packed_gemv(args, begin, end);
+  }
+}
+
 int64_t MatMulRunner::Pack(const WeightMatrix& w) {
   if (kernels_.packed_gemv == nullptr || !PackedMatrix::Packable(w.type) || w.rows <= 0 ||
-      w.cols <= 0 || packed_.contains(w.data)) {
+      w.cols <= 0 || packed_.contains(w.data) ||
+      (w.type == GgmlType::kBF16 && !Bf16DotSupported())) {
     return 0;
   }
   PackedMatrix p = PackedMatrix::Pack(w);

@@ -35,13 +35,13 @@ enum class MatMulPath {
 // rows make short tiles and sgemm repacks x for each one (a 1B model's
 // 64-token prompt at Q8_0: 52 tok/s through gemm, 160 through gemv; at 512
 // tokens 115 vs 136). Numerics differ slightly between the two: the gemv
-// path quantizes x per block, the gemm path keeps x in f32. A block type
-// with VNNI tiles for this matrix (`vnni_tiles`: the table's Q8_0 / Q4_0
-// gemv, or a packed copy) stays on the gemv path at any length (the 25.7M
-// model's 512-token prompt, row-at-a-time tiles: Q4_0 2973 -> 3224 tok/s,
-// Q8_0 3047 -> 3340 against sgemm; packed ones are faster still).
+// path quantizes x per block, the gemm path keeps x in f32. A matrix with
+// tiles of its own (`tiles`: the table's Q8_0 / Q4_0 VNNI gemv, or a packed
+// copy) stays on the gemv path at any length (the 25.7M model's 512-token
+// prompt, row-at-a-time VNNI tiles: Q4_0 2973 -> 3224 tok/s, Q8_0 3047 ->
+// 3340 against sgemm; packed ones are faster still).
 inline constexpr int64_t kShortRowCols = 512;
-MatMulPath ChoosePath(GgmlType type, int64_t n_tokens, int64_t cols, bool vnni_tiles = false);
+MatMulPath ChoosePath(GgmlType type, int64_t n_tokens, int64_t cols, bool tiles = false);
 
 // Below this many multiply-adds a call runs on the calling thread: an OpenMP
 // fork/join costs ~0.9 us on the dev machine, more than it saves (the
@@ -84,6 +84,8 @@ class MatMulRunner {
  private:
   void RunGemv(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
                const PackedMatrix* packed = nullptr);
+  // A packed BF16 matrix: activations rounded to bf16, packed_gemv.
+  void RunPackedBf16(const PackedMatrix& w, const float* x, int64_t n_tokens, float* y);
   // kernels_.gemv, or packed_gemv on `packed` (row_begin a multiple of
   // kPackRows).
   void Gemv(const GemvArgs& args, const PackedMatrix* packed, int64_t row_begin,

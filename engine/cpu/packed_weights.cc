@@ -61,7 +61,7 @@ void PackQ6KBlock(const BlockQ6_K& block, int64_t i, uint8_t* out) {
 }  // namespace
 
 PackedMatrix PackedMatrix::Pack(const WeightMatrix& w) {
-  TANDEM_CHECK(Packable(w.type) && w.cols % PackedBlockCols(w.type) == 0,
+  TANDEM_CHECK(Packable(w.type) && (w.type == GgmlType::kBF16 || w.cols % PackedBlockCols(w.type) == 0),
                "packable rows of whole blocks")
       << GgmlTypeName(w.type) << " cols=" << w.cols;
   PackedMatrix p;
@@ -76,7 +76,16 @@ PackedMatrix PackedMatrix::Pack(const WeightMatrix& w) {
   const int64_t row_bytes = GgmlRowBytes(w.type, w.cols);
   const int64_t block_bytes = PackedBlockBytes(w.type);
   const bool q8 = w.type == GgmlType::kQ8_0;
-  for (int64_t r = 0; r < w.rows; ++r) {
+  if (w.type == GgmlType::kBF16) {
+    for (int64_t r = 0; r < w.rows; ++r) {
+      uint8_t* group = p.data_.get() + r / kPackRows * p.group_bytes();
+      const int64_t i = r % kPackRows;
+      for (int64_t c = 0; c < w.cols; ++c) {
+        std::memcpy(group + 64 * (c / 2) + 4 * i + 2 * (c % 2), src + r * row_bytes + 2 * c, 2);
+      }
+    }
+  }
+  for (int64_t r = 0; r < w.rows && w.type != GgmlType::kBF16; ++r) {
     uint8_t* group = p.data_.get() + r / kPackRows * p.group_bytes();
     const int64_t i = r % kPackRows;
     for (int64_t b = 0; b < p.blocks(); ++b) {

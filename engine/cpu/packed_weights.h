@@ -33,6 +33,11 @@
 //   1024 bytes of high quant bits: vector k, row i's byte c at 4i holds the
 //   top 2 bits of weight 16k + 4j + c at bits 2j..2j+1 (j = 0..3).
 //   Quants are q = 0..63; a weight is d * scale * (q - 32).
+// BF16 ("BF16x16"): rows in groups of 16, columns in pairs (an odd count
+//   padded with a zero column): pair k of a group is 64 bytes, row i's two
+//   bf16 weights 2k and 2k + 1 at 4i. Its kernel needs AVX512_BF16 and
+//   multiplies activations rounded to bf16 (as llama.cpp does for BF16
+//   weights): one dot then adds 2 products for each of 16 rows.
 // One 64-byte load then holds 4 weights of each of 16 rows, so a VNNI dot
 // against 4 activation bytes broadcast to every lane advances 16 rows at once,
 // and the 8 dots of a block share one integer sum per row: a row's block
@@ -54,12 +59,14 @@ inline constexpr int kPackRows = 16;
 
 // Columns of one packed block of a Packable type.
 constexpr int64_t PackedBlockCols(GgmlType type) {
+  if (type == GgmlType::kBF16) return 2;
   return type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K ? 256 : 32;
 }
 
 // Bytes of one packed block x 16 rows of a Packable type.
 constexpr int64_t PackedBlockBytes(GgmlType type) {
   switch (type) {
+    case GgmlType::kBF16: return 64;
     case GgmlType::kQ8_0: return 2 * kPackRows + 8 * 64;
     case GgmlType::kQ4_K: return 4 * kPackRows + 16 * kPackRows + 32 * 64;
     case GgmlType::kQ5_K: return 4 * kPackRows + 16 * kPackRows + 40 * 64;
@@ -73,15 +80,16 @@ class PackedMatrix {
   // Whether Pack takes `type`.
   static bool Packable(GgmlType type) {
     return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K ||
-           type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+           type == GgmlType::kQ5_K || type == GgmlType::kQ6_K || type == GgmlType::kBF16;
   }
-  // `w` (Packable, cols a multiple of its block) in its type's x16 layout.
+  // `w` (Packable; a block type's cols a multiple of its block) in its
+  // type's x16 layout.
   static PackedMatrix Pack(const WeightMatrix& w);
 
   GgmlType type() const { return type_; }
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
-  int64_t blocks() const { return cols_ / PackedBlockCols(type_); }
+  int64_t blocks() const { return (cols_ + PackedBlockCols(type_) - 1) / PackedBlockCols(type_); }
   // Bytes of one 16-row group; group g starts at data() + g * group_bytes().
   int64_t group_bytes() const { return blocks() * PackedBlockBytes(type_); }
   const uint8_t* data() const { return data_.get(); }
@@ -102,7 +110,8 @@ class PackedMatrix {
 // row_begin a multiple of kPackRows; rows past row_end are not written.
 struct PackedGemvArgs {
   const PackedMatrix* w = nullptr;
-  const Q8Activations* xq = nullptr;
+  const Q8Activations* xq = nullptr;  // the block types'
+  const uint16_t* xb = nullptr;       // BF16's: [n][blocks() * 2] bf16, zero padded
   int64_t n = 0;
   float* y = nullptr;
   int64_t ldy = 0;
@@ -111,6 +120,12 @@ struct PackedGemvArgs {
 // The AVX-512 VNNI kernel (engine/cpu/packed_avx512.cc); the AVX-512
 // table's packed_gemv.
 void PackedGemvAvx512(const PackedGemvArgs& args, int64_t row_begin, int64_t row_end);
+
+// Whether this CPU has AVX512_BF16 (BF16x16's kernel).
+bool Bf16DotSupported();
+// x: [n][cols] f32 rounded to bf16 (nearest even) into out: [n][padded],
+// padded >= cols even, the padding zero. Needs Bf16DotSupported().
+void ToBf16Avx512(const float* x, int64_t n, int64_t cols, int64_t padded, uint16_t* out);
 
 }  // namespace tandem::engine::cpu
 

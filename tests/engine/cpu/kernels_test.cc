@@ -42,6 +42,18 @@ std::vector<float> RandomFloats(int64_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
+// x rounded to bf16, nearest even (finite values).
+std::vector<float> RoundedToBf16(const std::vector<float>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    uint32_t u;
+    std::memcpy(&u, &x[i], 4);
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000u;
+    std::memcpy(&out[i], &u, 4);
+  }
+  return out;
+}
+
 // A weight matrix in GGUF layout, `offset` bytes into its own storage.
 struct TestWeights {
   std::vector<uint8_t> storage;
@@ -170,7 +182,14 @@ TEST_P(MatMulTest, MatchesReference) {
       }
       // Matrices with a packed layout run both ways: as they are, and
       // repacked (rows in groups of 16, the last one partial here).
-      const bool packable = PackedMatrix::Packable(type) && Kernels(isa).packed_gemv != nullptr;
+      const bool packable = PackedMatrix::Packable(type) && Kernels(isa).packed_gemv != nullptr &&
+                            (type != GgmlType::kBF16 || Bf16DotSupported());
+      std::vector<float> want_bf16;
+      if (packable && type == GgmlType::kBF16) {
+        want_bf16.resize(want.size());
+        const std::vector<float> rounded = RoundedToBf16(x);
+        MatMulReference(w.matrix, rounded.data(), n, want_bf16.data());
+      }
       for (const auto& [threads, pack] : {std::pair{1, false}, std::pair{2, false},
                                          std::pair{3, false}, std::pair{1, packable},
                                          std::pair{2, packable}, std::pair{3, packable}}) {
@@ -194,6 +213,11 @@ TEST_P(MatMulTest, MatchesReference) {
             std::vector<double> bound = q8_bound;
             for (double& b : bound) b *= 1.13;
             ASSERT_TRUE(AllClose(got, want, mag, 2e-5, &bound));
+          } else if (pack && type == GgmlType::kBF16 && taken == MatMulPath::kGemv) {
+            // Packed BF16 rounds the activations to bf16: exact products of
+            // those, and each within 2^-8 relative of the f32 one.
+            ASSERT_TRUE(AllClose(got, want_bf16, mag, 2e-5));
+            ASSERT_TRUE(AllClose(got, want, mag, 4e-3));
           } else if (quantized_acts) {
             // Same quantization as the model: only f32 summation order differs.
             ASSERT_TRUE(AllClose(got, want_q8, mag, 2e-5));
@@ -256,12 +280,13 @@ TEST(ChoosePathTest, LongQuantizedRowsStayOnIntegerDots) {
   EXPECT_EQ(ChoosePath(GgmlType::kQ8_0, 4096, 2048), MatMulPath::kGemv);
   EXPECT_EQ(ChoosePath(GgmlType::kQ4_K, 4096, 2048), MatMulPath::kGemv);
   EXPECT_EQ(ChoosePath(GgmlType::kIQ4_NL, 4096, 1024), MatMulPath::kGemv);
-  // A block type with VNNI tiles for the matrix (Q8_0 and Q4_0 on the
-  // AVX-512 table, any packed matrix) stays on them at any length.
+  // A matrix with tiles of its own (Q8_0 and Q4_0 on the AVX-512 table, any
+  // packed matrix) stays on them at any length.
   EXPECT_EQ(ChoosePath(GgmlType::kQ8_0, 512, kShortRowCols, true), MatMulPath::kGemv);
   EXPECT_EQ(ChoosePath(GgmlType::kQ4_0, 512, 64, true), MatMulPath::kGemv);
   EXPECT_EQ(ChoosePath(GgmlType::kQ4_K, 512, kShortRowCols, true), MatMulPath::kGemv);
-  EXPECT_EQ(ChoosePath(GgmlType::kF16, 512, 4096, true), MatMulPath::kGemm);
+  EXPECT_EQ(ChoosePath(GgmlType::kBF16, 512, 4096, true), MatMulPath::kGemv);
+  EXPECT_EQ(ChoosePath(GgmlType::kBF16, 512, 4096, false), MatMulPath::kGemm);
 }
 
 TEST(MatMulDeathTest, RejectsPartialQ8Blocks) {
