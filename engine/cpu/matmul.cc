@@ -86,8 +86,56 @@ void MatMulRunner::Run(const WeightMatrix& w, const float* x, int64_t n_tokens, 
     RunGemm(w, x, n_tokens, y);
   } else if (packed != nullptr && packed->type() == GgmlType::kBF16) {
     RunPackedBf16(*packed, x, n_tokens, y);
+  } else if (packed != nullptr && HasQuantDot(packed->type()) &&
+             packed->type() != GgmlType::kQ4_0) {
+    RunPackedK(*packed, x, n_tokens, y);
   } else {
     RunGemv(w, x, n_tokens, y, packed);
+  }
+}
+
+void MatMulRunner::RunPackedK(const PackedMatrix& w, const float* x, int64_t n_tokens,
+                              float* y) {
+  // ggml's Q8_K activations: for a few tokens quantized before the threads
+  // start (which hides the second thread's wake-up), for more split among
+  // the threads, who meet at a barrier; then rows split over the threads.
+  const int64_t x_bytes = QuantActivationBytes(w.type(), w.cols());
+  auto* xk = static_cast<uint8_t*>(shared_activations_.Get(n_tokens * x_bytes));
+  const PackedGemvArgs args{
+      .w = &w, .xk = xk, .xk_bytes = x_bytes, .n = n_tokens, .y = y, .ldy = w.rows()};
+  const int nth = ThreadsFor(w.rows() * w.cols() * n_tokens);
+  const bool serial = nth == 1 || n_tokens <= 4;
+  if (serial) {
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      QuantizeQ8KAvx512(x + t * w.cols(), w.cols(), xk + t * x_bytes);
+    }
+  }
+#pragma omp parallel num_threads(nth)
+  {
+    const int tid = omp_get_thread_num();
+    const int parts = omp_get_num_threads();
+    if (!serial) {
+      for (int64_t t = n_tokens * tid / parts; t < n_tokens * (tid + 1) / parts; ++t) {
+        QuantizeQ8KAvx512(x + t * w.cols(), w.cols(), xk + t * x_bytes);
+      }
+#pragma omp barrier
+    }
+    const int64_t begin = RowSplit(w.rows(), tid, parts);
+    const int64_t end = RowSplit(w.rows(), tid + 1, parts);
+    if (begin < end) kernels_.packed_gemv(args, begin, end);
+  }
+}
+
+void MatMulRunner::RunPacked(const PackedGemvArgs& args) {
+  const PackedMatrix& w = *args.w;
+  const int nth = ThreadsFor(w.rows() * w.cols() * args.n);
+#pragma omp parallel num_threads(nth)
+  {
+    const int tid = omp_get_thread_num();
+    const int parts = omp_get_num_threads();
+    const int64_t begin = RowSplit(w.rows(), tid, parts);
+    const int64_t end = RowSplit(w.rows(), tid + 1, parts);
+    if (begin < end) kernels_.packed_gemv(args, begin, end);
   }
 }
 
@@ -99,16 +147,7 @@ void MatMulRunner::RunPackedBf16(const PackedMatrix& w, const float* x, int64_t 
   const int64_t padded = 2 * w.blocks();
   auto* xb = static_cast<uint16_t*>(shared_activations_.Get(n_tokens * padded * sizeof(uint16_t)));
   ToBf16Avx512(x, n_tokens, w.cols(), padded, xb);
-  const PackedGemvArgs args{.w = &w, .xb = xb, .n = n_tokens, .y = y, .ldy = w.rows()};
-  const int nth = ThreadsFor(w.rows() * w.cols() * n_tokens);
-#pragma omp parallel num_threads(nth)
-  {
-    const int tid = omp_get_thread_num();
-    const int parts = omp_get_num_threads();
-    const int64_t begin = RowSplit(w.rows(), tid, parts);
-    const int64_t end = RowSplit(w.rows(), tid + 1, parts);
-    if (begin < end) kernels_.packed_gemv(args, begin, end);
-  }
+  RunPacked({.w = &w, .xb = xb, .n = n_tokens, .y = y, .ldy = w.rows()});
 }
 
 int64_t MatMulRunner::Pack(const WeightMatrix& w) {

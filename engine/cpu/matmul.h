@@ -86,6 +86,10 @@ class MatMulRunner {
                const PackedMatrix* packed = nullptr);
   // A packed BF16 matrix: activations rounded to bf16, packed_gemv.
   void RunPackedBf16(const PackedMatrix& w, const float* x, int64_t n_tokens, float* y);
+  // A packed K-quant matrix: activations quantized to Q8_K, packed_gemv.
+  void RunPackedK(const PackedMatrix& w, const float* x, int64_t n_tokens, float* y);
+  // packed_gemv over the threads' row ranges.
+  void RunPacked(const PackedGemvArgs& args);
   // kernels_.gemv, or packed_gemv on `packed` (row_begin a multiple of
   // kPackRows).
   void Gemv(const GemvArgs& args, const PackedMatrix* packed, int64_t row_begin,

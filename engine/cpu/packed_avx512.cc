@@ -11,8 +11,9 @@
 // integer sums by the rows' scales times the block's activation scale.
 #include "engine/cpu/packed_weights.h"
 
+#include "engine/cpu/quant_dot.h"
+
 #include <cstring>
-#include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -120,37 +121,36 @@ TANDEM_AVX512 inline __m512i BitTo4(__m512i h, int bit) {
   return h;
 }
 
-// Q4_K / Q5_K (kFive): 16 rows x T tokens from t0, all super-blocks; per
-// sub-block the 8 dots of its quants (nibbles, with Q5_K's fifth bit) give
-// 16 integer sums, scaled by d * scale and corrected by dmin * min times the
-// sub-block's activation sum.
+// Token t's Q8_K block of super-block sb.
+inline const BlockQ8K& ActK(const PackedGemvArgs& a, int64_t t, int64_t sb) {
+  return reinterpret_cast<const BlockQ8K*>(a.xk + t * a.xk_bytes)[sb];
+}
+
+// Q4_K / Q5_K (kFive): 16 rows x T tokens from t0, all super-blocks, against
+// Q8_K activations, in ggml's integer arithmetic: per sub-block 8 VNNI dots
+// of its quants (nibbles, with Q5_K's fifth bit) times the sub-block's
+// scale, summed over the super-block in int32, and the mins times the
+// sub-blocks' activation sums (bsums); then d * d_x and dmin * d_x once per
+// super-block.
 template <bool kFive, int T>
-TANDEM_AVX512 void PackedQ4KTile(const uint8_t* w, int64_t blocks, const Q8Activations& xq,
-                                 int64_t t0, float* y, int64_t ldy, int64_t rows) {
+TANDEM_AVX512 void PackedQ4KTile(const PackedGemvArgs& a, const uint8_t* w, int64_t t0,
+                                 float* y, int64_t rows) {
   constexpr int64_t kBlockBytes = PackedBlockBytes(kFive ? GgmlType::kQ5_K : GgmlType::kQ4_K);
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   const __m512i bit4 = _mm512_set1_epi8(0x10);
-  const int64_t qs_stride = xq.pairs * 64;
-  const int64_t lane_stride = xq.pairs * 16;
   __m512 acc[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t sb = 0; sb < blocks; ++sb) {
+  for (int64_t sb = 0; sb < a.w->blocks(); ++sb) {
     const uint8_t* block = w + sb * kBlockBytes;
-    const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(block)));
-    const __m512 dmin =
-        _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(block + 32)));
     const uint8_t* quants = block + 20 * kPackRows;
+    __m512i sums[T], mins[T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      sums[t] = _mm512_setzero_si512();
+      mins[t] = _mm512_setzero_si512();
+    }
     for (int j = 0; j < 4; ++j) {  // sub-blocks 2j (low nibbles) and 2j + 1 (high)
-      __m512 scale[2], min[2];
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const int sub = 2 * j + h;
-        const __m128i sc = _mm_load_si128(reinterpret_cast<const __m128i*>(block + 64 + 16 * sub));
-        const __m128i mn = _mm_load_si128(reinterpret_cast<const __m128i*>(block + 192 + 16 * sub));
-        scale[h] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
-        min[h] = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)));
-      }
       __m512i q[2][8];
 #pragma GCC unroll 8
       for (int v = 0; v < 8; ++v) {
@@ -164,95 +164,74 @@ TANDEM_AVX512 void PackedQ4KTile(const uint8_t* w, int64_t blocks, const Q8Activ
           q[1][v] = _mm512_ternarylogic_epi32(q[1][v], BitTo4(h, 2 * j + 1), bit4, 0xF8);
         }
       }
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) {
-        const int64_t token = t0 + t;
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          const int64_t b = sb * 8 + 2 * j + h;  // the activations' 32-block
-          const int8_t* x = xq.qs + token * qs_stride + b * 32;
+      for (int h = 0; h < 2; ++h) {
+        const int sub = 2 * j + h;
+        const __m512i scale = _mm512_cvtepu8_epi32(
+            _mm_load_si128(reinterpret_cast<const __m128i*>(block + 64 + 16 * sub)));
+        const __m512i min = _mm512_cvtepu8_epi32(
+            _mm_load_si128(reinterpret_cast<const __m128i*>(block + 192 + 16 * sub)));
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          const BlockQ8K& x = ActK(a, t0 + t, sb);
+          const int8_t* xs = x.qs + 32 * sub;
           __m512i even = _mm512_setzero_si512();
           __m512i odd = _mm512_setzero_si512();
 #pragma GCC unroll 4
           for (int v = 0; v < 8; v += 2) {
-            even = _mm512_dpbusd_epi32(even, q[h][v], Broadcast4(x + 4 * v));
-            odd = _mm512_dpbusd_epi32(odd, q[h][v + 1], Broadcast4(x + 4 * v + 4));
+            even = _mm512_dpbusd_epi32(even, q[h][v], Broadcast4(xs + 4 * v));
+            odd = _mm512_dpbusd_epi32(odd, q[h][v + 1], Broadcast4(xs + 4 * v + 4));
           }
-          const float dx = xq.scale[token * lane_stride + b * 8];
-          // The bias lanes hold -16 * sum(q): dx times the sum is the block's
-          // activation sum.
-          const float xsum = dx * static_cast<float>(-xq.bias[token * lane_stride + b * 8] / 16);
-          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)),
-                                   _mm512_mul_ps(scale[h], _mm512_set1_ps(dx)), acc[t]);
-          acc[t] = _mm512_fnmadd_ps(min[h], _mm512_set1_ps(xsum), acc[t]);
+          sums[t] = _mm512_add_epi32(sums[t],
+                                     _mm512_mullo_epi32(_mm512_add_epi32(even, odd), scale));
+          const int32_t xsum = x.bsums[2 * sub] + x.bsums[2 * sub + 1];
+          mins[t] = _mm512_add_epi32(mins[t], _mm512_mullo_epi32(min, _mm512_set1_epi32(xsum)));
         }
       }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(block)));
+    const __m512 dmin =
+        _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(block + 32)));
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const __m512 dx = _mm512_set1_ps(ActK(a, t0 + t, sb).d);
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(sums[t]), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[t]), acc[t]);
     }
   }
   const auto m = rows >= kPackRows ? static_cast<__mmask16>(0xFFFF)
                                    : static_cast<__mmask16>((1u << rows) - 1);
 #pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * ldy, m, acc[t]);
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * a.ldy, m, acc[t]);
 }
 
-template <bool kFive>
-TANDEM_AVX512 void PackedQ4KRows(const PackedGemvArgs& a, int64_t row_begin, int64_t row_end) {
-  const PackedMatrix& m = *a.w;
-  for (int64_t r = row_begin; r < row_end; r += kPackRows) {
-    const uint8_t* w = m.data() + r / kPackRows * m.group_bytes();
-    float* y = a.y + r;
-    const int64_t rows = row_end - r;
-    int64_t t = 0;
-    for (; t + kTileTokens <= a.n; t += kTileTokens) {
-      PackedQ4KTile<kFive, kTileTokens>(w, m.blocks(), *a.xq, t, y + t * a.ldy, a.ldy, rows);
-    }
-    switch (a.n - t) {
-      case 3: PackedQ4KTile<kFive, 3>(w, m.blocks(), *a.xq, t, y + t * a.ldy, a.ldy, rows); break;
-      case 2: PackedQ4KTile<kFive, 2>(w, m.blocks(), *a.xq, t, y + t * a.ldy, a.ldy, rows); break;
-      case 1: PackedQ4KTile<kFive, 1>(w, m.blocks(), *a.xq, t, y + t * a.ldy, a.ldy, rows); break;
-      default: break;
-    }
-  }
-}
-
-// Q6_K: each token's -32 offset per 16 weights, as 32 * d_x * sum(x) of
-// every 16 activations (corr[t * cols / 16 + k]), computed once per call.
-TANDEM_AVX512 void Q6KCorrections(const Q8Activations& xq, int64_t n, int64_t cols, float* corr) {
-  const int64_t qs_stride = xq.pairs * 64;
-  const int64_t lane_stride = xq.pairs * 16;
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t k = 0; k < cols / 16; ++k) {
-      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(xq.qs + t * qs_stride + 16 * k));
-      const int32_t sum = _mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(x));
-      corr[t * (cols / 16) + k] = 32.0f * xq.scale[t * lane_stride + k / 2 * 8] * static_cast<float>(sum);
-    }
-  }
-}
-
-// Q6_K: 16 rows x T tokens from t0, all super-blocks; per 16 weights 4 VNNI
-// dots of the unsigned quants (0..63), then (sum * d_x - 32 * d_x * sum(x))
-// times d * scale.
+// Q6_K: 16 rows x T tokens from t0, all super-blocks, against Q8_K
+// activations, in ggml's integer arithmetic: per 16 weights 4 VNNI dots of
+// the unsigned quants (0..63) times the sub-block's scale, less 32 times the
+// scale times the activations' bsum, summed over the super-block in int32;
+// then d * d_x once per super-block.
 template <int T>
-TANDEM_AVX512 void PackedQ6KTile(const uint8_t* w, int64_t blocks, const Q8Activations& xq,
-                                 const float* corr, int64_t cols, int64_t t0, float* y,
-                                 int64_t ldy, int64_t rows) {
+TANDEM_AVX512 void PackedQ6KTile(const PackedGemvArgs& a, const uint8_t* w, int64_t t0,
+                                 float* y, int64_t rows) {
   constexpr int64_t kBlockBytes = PackedBlockBytes(GgmlType::kQ6_K);
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   const __m512i top2 = _mm512_set1_epi8(0x30);
-  const int64_t qs_stride = xq.pairs * 64;
-  const int64_t lane_stride = xq.pairs * 16;
   __m512 acc[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t sb = 0; sb < blocks; ++sb) {
+  for (int64_t sb = 0; sb < a.w->blocks(); ++sb) {
     const uint8_t* block = w + sb * kBlockBytes;
-    const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(block)));
     const uint8_t* low = block + 18 * kPackRows;
     const uint8_t* high = low + 32 * 64;
+    __m512i sums[T], offsets[T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      sums[t] = _mm512_setzero_si512();
+      offsets[t] = _mm512_setzero_si512();
+    }
     for (int k = 0; k < 16; ++k) {
-      const __m128i sc =
-          _mm_load_si128(reinterpret_cast<const __m128i*>(block + 2 * kPackRows + 16 * k));
-      const __m512 scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
+      const __m512i scale = _mm512_cvtepi8_epi32(
+          _mm_load_si128(reinterpret_cast<const __m128i*>(block + 2 * kPackRows + 16 * k)));
       const __m512i l0 = _mm512_loadu_si512(low + 64 * (2 * k));
       const __m512i l1 = _mm512_loadu_si512(low + 64 * (2 * k + 1));
       const __m512i h = _mm512_loadu_si512(high + 64 * k);
@@ -264,49 +243,71 @@ TANDEM_AVX512 void PackedQ6KTile(const uint8_t* w, int64_t blocks, const Q8Activ
       const __m512i q2 = _mm512_ternarylogic_epi32(_mm512_and_si512(l1, low4), h, top2, 0xF8);
       const __m512i q3 = _mm512_ternarylogic_epi32(
           _mm512_and_si512(_mm512_srli_epi16(l1, 4), low4), _mm512_srli_epi16(h, 2), top2, 0xF8);
-      const int64_t b = sb * 8 + k / 2;  // the activations' 32-block
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
-        const int64_t token = t0 + t;
-        const int8_t* x = xq.qs + token * qs_stride + sb * 256 + 16 * k;
-        __m512i even = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q0, Broadcast4(x));
-        __m512i odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q1, Broadcast4(x + 4));
-        even = _mm512_dpbusd_epi32(even, q2, Broadcast4(x + 8));
-        odd = _mm512_dpbusd_epi32(odd, q3, Broadcast4(x + 12));
-        const __m512 part = _mm512_fmsub_ps(
-            _mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)),
-            _mm512_set1_ps(xq.scale[token * lane_stride + b * 8]),
-            _mm512_set1_ps(corr[token * (cols / 16) + sb * 16 + k]));
-        acc[t] = _mm512_fmadd_ps(part, scale, acc[t]);
+        const BlockQ8K& x = ActK(a, t0 + t, sb);
+        const int8_t* xs = x.qs + 16 * k;
+        __m512i even = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q0, Broadcast4(xs));
+        __m512i odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q1, Broadcast4(xs + 4));
+        even = _mm512_dpbusd_epi32(even, q2, Broadcast4(xs + 8));
+        odd = _mm512_dpbusd_epi32(odd, q3, Broadcast4(xs + 12));
+        sums[t] = _mm512_add_epi32(sums[t],
+                                   _mm512_mullo_epi32(_mm512_add_epi32(even, odd), scale));
+        offsets[t] = _mm512_add_epi32(offsets[t],
+                                      _mm512_mullo_epi32(scale, _mm512_set1_epi32(x.bsums[k])));
       }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(block)));
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const __m512i total = _mm512_sub_epi32(sums[t], _mm512_slli_epi32(offsets[t], 5));
+      const __m512 dx = _mm512_set1_ps(ActK(a, t0 + t, sb).d);
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total), acc[t]);
     }
   }
   const auto m = rows >= kPackRows ? static_cast<__mmask16>(0xFFFF)
                                    : static_cast<__mmask16>((1u << rows) - 1);
 #pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * ldy, m, acc[t]);
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * a.ldy, m, acc[t]);
 }
 
-TANDEM_AVX512 void PackedQ6KRows(const PackedGemvArgs& a, int64_t row_begin, int64_t row_end) {
+// A K-quant tile kernel over row groups and tiles of tokens.
+template <template <int> class Tile>
+TANDEM_AVX512 void PackedKRows(const PackedGemvArgs& a, int64_t row_begin, int64_t row_end) {
   const PackedMatrix& m = *a.w;
-  thread_local std::vector<float> corr;
-  corr.resize(static_cast<size_t>(a.n * (m.cols() / 16)));
-  Q6KCorrections(*a.xq, a.n, m.cols(), corr.data());
   for (int64_t r = row_begin; r < row_end; r += kPackRows) {
     const uint8_t* w = m.data() + r / kPackRows * m.group_bytes();
     float* y = a.y + r;
     const int64_t rows = row_end - r;
     int64_t t = 0;
     for (; t + kTileTokens <= a.n; t += kTileTokens) {
-      PackedQ6KTile<kTileTokens>(w, m.blocks(), *a.xq, corr.data(), m.cols(), t, y + t * a.ldy,
-                                 a.ldy, rows);
+      Tile<kTileTokens>::Run(a, w, t, y + t * a.ldy, rows);
     }
-    for (; t < a.n; ++t) {
-      PackedQ6KTile<1>(w, m.blocks(), *a.xq, corr.data(), m.cols(), t, y + t * a.ldy, a.ldy,
-                       rows);
-    }
+    for (; t < a.n; ++t) Tile<1>::Run(a, w, t, y + t * a.ldy, rows);
   }
 }
+
+template <int T>
+struct Q4KTile {
+  TANDEM_AVX512 static void Run(const PackedGemvArgs& a, const uint8_t* w, int64_t t0, float* y,
+                                int64_t rows) {
+    PackedQ4KTile<false, T>(a, w, t0, y, rows);
+  }
+};
+template <int T>
+struct Q5KTile {
+  TANDEM_AVX512 static void Run(const PackedGemvArgs& a, const uint8_t* w, int64_t t0, float* y,
+                                int64_t rows) {
+    PackedQ4KTile<true, T>(a, w, t0, y, rows);
+  }
+};
+template <int T>
+struct Q6KTile {
+  TANDEM_AVX512 static void Run(const PackedGemvArgs& a, const uint8_t* w, int64_t t0, float* y,
+                                int64_t rows) {
+    PackedQ6KTile<T>(a, w, t0, y, rows);
+  }
+};
 
 // BF16x16 (its functions add AVX512_BF16 to the AVX-512 set).
 #define TANDEM_AVX512_BF16                                                                  \
@@ -434,13 +435,51 @@ TANDEM_AVX512 void PackedGemvAvx512(const PackedGemvArgs& a, int64_t row_begin, 
   } else if (a.w->type() == GgmlType::kBF16) {
     PackedBf16Rows(a, row_begin, row_end);
   } else if (a.w->type() == GgmlType::kQ4_K) {
-    PackedQ4KRows<false>(a, row_begin, row_end);
+    PackedKRows<Q4KTile>(a, row_begin, row_end);
   } else if (a.w->type() == GgmlType::kQ5_K) {
-    PackedQ4KRows<true>(a, row_begin, row_end);
+    PackedKRows<Q5KTile>(a, row_begin, row_end);
   } else if (a.w->type() == GgmlType::kQ6_K) {
-    PackedQ6KRows(a, row_begin, row_end);
+    PackedKRows<Q6KTile>(a, row_begin, row_end);
   } else {
     PackedRows<GgmlType::kQ4_0>(a, row_begin, row_end);
+  }
+}
+
+TANDEM_AVX512 void QuantizeQ8KAvx512(const float* x, int64_t cols, void* out) {
+  auto* y = static_cast<BlockQ8K*>(out);
+  for (int64_t b = 0; b < cols / kQKK; ++b, x += kQKK) {
+    __m512 v[kQKK / 16];
+    __m512 amax = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int i = 0; i < kQKK / 16; ++i) {
+      v[i] = _mm512_loadu_ps(x + 16 * i);
+      amax = _mm512_max_ps(amax, _mm512_abs_ps(v[i]));
+    }
+    const float top = _mm512_reduce_max_ps(amax);
+    if (top == 0) {
+      std::memset(&y[b], 0, sizeof(BlockQ8K));
+      continue;
+    }
+    // The first element of largest magnitude, with its sign (as the
+    // portable quantizer picks it).
+    float max = 0;
+    for (int i = 0; i < kQKK / 16; ++i) {
+      const __mmask16 at = _mm512_cmp_ps_mask(_mm512_abs_ps(v[i]), _mm512_set1_ps(top), _CMP_EQ_OQ);
+      if (at != 0) {
+        max = x[16 * i + __builtin_ctz(at)];
+        break;
+      }
+    }
+    const float iscale = -127.0f / max;
+    const __m512 scale = _mm512_set1_ps(iscale);
+    for (int i = 0; i < kQKK / 16; ++i) {
+      // Nearest, ties to even (the default rounding, as nearbyint).
+      const __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(scale, v[i])),
+                                         _mm512_set1_epi32(127));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16 * i), _mm512_cvtsepi32_epi8(q));
+      y[b].bsums[i] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+    }
+    y[b].d = 1.0f / iscale;
   }
 }
 
@@ -479,7 +518,46 @@ TANDEM_AVX512_BF16 void ToBf16Avx512(const float* x, int64_t n, int64_t cols, in
 
 namespace tandem::engine::cpu {
 void PackedGemvAvx512(const PackedGemvArgs&, int64_t, int64_t) {}
+TANDEM_AVX512 void QuantizeQ8KAvx512(const float* x, int64_t cols, void* out) {
+  auto* y = static_cast<BlockQ8K*>(out);
+  for (int64_t b = 0; b < cols / kQKK; ++b, x += kQKK) {
+    __m512 v[kQKK / 16];
+    __m512 amax = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int i = 0; i < kQKK / 16; ++i) {
+      v[i] = _mm512_loadu_ps(x + 16 * i);
+      amax = _mm512_max_ps(amax, _mm512_abs_ps(v[i]));
+    }
+    const float top = _mm512_reduce_max_ps(amax);
+    if (top == 0) {
+      std::memset(&y[b], 0, sizeof(BlockQ8K));
+      continue;
+    }
+    // The first element of largest magnitude, with its sign (as the
+    // portable quantizer picks it).
+    float max = 0;
+    for (int i = 0; i < kQKK / 16; ++i) {
+      const __mmask16 at = _mm512_cmp_ps_mask(_mm512_abs_ps(v[i]), _mm512_set1_ps(top), _CMP_EQ_OQ);
+      if (at != 0) {
+        max = x[16 * i + __builtin_ctz(at)];
+        break;
+      }
+    }
+    const float iscale = -127.0f / max;
+    const __m512 scale = _mm512_set1_ps(iscale);
+    for (int i = 0; i < kQKK / 16; ++i) {
+      // Nearest, ties to even (the default rounding, as nearbyint).
+      const __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(scale, v[i])),
+                                         _mm512_set1_epi32(127));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16 * i), _mm512_cvtsepi32_epi8(q));
+      y[b].bsums[i] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+    }
+    y[b].d = 1.0f / iscale;
+  }
+}
+
 bool Bf16DotSupported() { return false; }
+void QuantizeQ8KAvx512(const float*, int64_t, void*) {}
 void ToBf16Avx512(const float*, int64_t, int64_t, int64_t, uint16_t*) {}
 }  // namespace tandem::engine::cpu
 

@@ -38,6 +38,9 @@
 //   bf16 weights 2k and 2k + 1 at 4i. Its kernel needs AVX512_BF16 and
 //   multiplies activations rounded to bf16 (as llama.cpp does for BF16
 //   weights): one dot then adds 2 products for each of 16 rows.
+// The K-quants' kernels take the activations as ggml's Q8_K (one scale per
+// 256, sums of each 16) and sum as ggml does, in int32 per super-block, so
+// their numbers are llama.cpp's up to f32 rounding order.
 // One 64-byte load then holds 4 weights of each of 16 rows, so a VNNI dot
 // against 4 activation bytes broadcast to every lane advances 16 rows at once,
 // and the 8 dots of a block share one integer sum per row: a row's block
@@ -112,6 +115,8 @@ struct PackedGemvArgs {
   const PackedMatrix* w = nullptr;
   const Q8Activations* xq = nullptr;  // the block types'
   const uint16_t* xb = nullptr;       // BF16's: [n][blocks() * 2] bf16, zero padded
+  const uint8_t* xk = nullptr;        // the K-quants': token t's Q8_K blocks at
+  int64_t xk_bytes = 0;               //   xk + t * xk_bytes (quant_dot.h)
   int64_t n = 0;
   float* y = nullptr;
   int64_t ldy = 0;
@@ -120,6 +125,10 @@ struct PackedGemvArgs {
 // The AVX-512 VNNI kernel (engine/cpu/packed_avx512.cc); the AVX-512
 // table's packed_gemv.
 void PackedGemvAvx512(const PackedGemvArgs& args, int64_t row_begin, int64_t row_end);
+
+// One token's activations (cols a multiple of 256) as Q8_K blocks into
+// `out`, byte for byte what QuantizeActivations writes for a K-quant.
+void QuantizeQ8KAvx512(const float* x, int64_t cols, void* out);
 
 // Whether this CPU has AVX512_BF16 (BF16x16's kernel).
 bool Bf16DotSupported();

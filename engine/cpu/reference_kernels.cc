@@ -57,16 +57,6 @@ void MatMulQ8Reference(const WeightMatrix& w, const float* x, int64_t n_tokens, 
     QuantizeActivationsReference(x + t * w.cols, w.cols, &q, &d);
     for (int64_t r = 0; r < w.rows; ++r) {
       double sum = 0.0;
-      if (w.type != GgmlType::kQ4_0 && w.type != GgmlType::kQ8_0) {
-        // Other types: their dequantized weights (exact in f32 for the
-        // K-quants' d * scale * q - dmin * min up to one rounding).
-        const std::vector<float> row = DequantizedRow(w, r);
-        for (int64_t c = 0; c < w.cols; ++c) {
-          sum += double{row[c]} * double{d[c / kQ8_0BlockSize]} * static_cast<double>(q[c]);
-        }
-        y[t * w.rows + r] = static_cast<float>(sum);
-        continue;
-      }
       for (int64_t b = 0; b < w.cols / kQ8_0BlockSize; ++b) {
         // The block's integer weights and scale.
         int32_t wi[kQ8_0BlockSize];

@@ -16,7 +16,7 @@ namespace tandem::engine::cpu {
 // rounding to f32.
 void MatMulReference(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
 
-// Like MatMulReference for block-quantized weights, but with x first quantized
+// Like MatMulReference for Q8_0 or Q4_0 weights, but with x first quantized
 // per 32-element block as the int8 kernels do (d = max|x| / 127,
 // q = nearest-even(x * 127 / max|x|)): the result those kernels should
 // reproduce up to f32 summation order.

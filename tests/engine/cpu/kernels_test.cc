@@ -19,6 +19,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/packed_weights.h"
+#include "engine/cpu/quant_dot.h"
 #include "engine/cpu/reference_kernels.h"
 #include "engine/gguf/tensor_type.h"
 
@@ -40,6 +41,22 @@ std::vector<float> RandomFloats(int64_t n, uint32_t seed, float scale = 1.0f) {
   // A few outliers, as real activations have.
   for (int64_t i = 0; i < n; i += 37) v[i] *= 8.0f;
   return v;
+}
+
+// y = x * w^T through the portable quantized dot (activations quantized
+// per token as QuantizeActivations does for w's type).
+std::vector<float> QuantDotReference(const WeightMatrix& w, const float* x, int64_t n) {
+  std::vector<float> y(n * w.rows);
+  std::vector<uint8_t> xq(QuantActivationBytes(w.type, w.cols));
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  for (int64_t t = 0; t < n; ++t) {
+    QuantizeActivations(w.type, x + t * w.cols, w.cols, xq.data());
+    for (int64_t r = 0; r < w.rows; ++r) {
+      y[t * w.rows + r] =
+          VecDotRow(w.type, base + r * GgmlRowBytes(w.type, w.cols), xq.data(), w.cols);
+    }
+  }
+  return y;
 }
 
 // x rounded to bf16, nearest even (finite values).
@@ -142,13 +159,12 @@ class MatMulTest : public testing::TestWithParam<std::tuple<Isa, GgmlType>> {};
 
 TEST_P(MatMulTest, MatchesReference) {
   const auto [isa, type] = GetParam();
-  // Types whose gemv path multiplies by quantized activations: Q8_0 blocks
-  // of them (Q8Activations), except the K-quants' unpacked rows, which
-  // quant_dot multiplies by Q8_K super-blocks (quant_formats_test checks
-  // those).
+  // Types whose gemv path multiplies by activations quantized to Q8_0
+  // blocks (Q8Activations), and the K-quants, by Q8_K super-blocks: packed,
+  // here; unpacked through quant_dot (quant_formats_test checks those).
   const bool k_quant =
       type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
-  const bool q8 = type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || k_quant;
+  const bool q8 = type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0;
   // Q4_0 without the table's VNNI tiles goes through quant_dot, whose Q8_0
   // activation blocks round their scale to fp16 as ggml's do: each
   // activation may move by 0.5 + 127 * 2^-11 of its step, not 0.5.
@@ -184,6 +200,8 @@ TEST_P(MatMulTest, MatchesReference) {
       // repacked (rows in groups of 16, the last one partial here).
       const bool packable = PackedMatrix::Packable(type) && Kernels(isa).packed_gemv != nullptr &&
                             (type != GgmlType::kBF16 || Bf16DotSupported());
+      std::vector<float> want_q8k;
+      if (k_quant) want_q8k = QuantDotReference(w.matrix, x.data(), n);
       std::vector<float> want_bf16;
       if (packable && type == GgmlType::kBF16) {
         want_bf16.resize(want.size());
@@ -204,11 +222,18 @@ TEST_P(MatMulTest, MatchesReference) {
                        << static_cast<int>(path) << " packed " << pack);
           std::vector<float> got(want.size(), std::nanf(""));
           runner.Run(w.matrix, x.data(), n, got.data(), path);
-          const bool tiles = pack || (Kernels(isa).vnni_gemv && !k_quant && q8);
+          const bool tiles = pack || (Kernels(isa).vnni_gemv && q8);
           const MatMulPath taken =
               path == MatMulPath::kAuto ? ChoosePath(type, n, shape.cols, tiles) : path;
           const bool quantized_acts = q8 && taken == MatMulPath::kGemv;
-          if (quantized_acts && k_quant && !pack) continue;
+          if (k_quant && taken == MatMulPath::kGemv) {
+            // ggml's integer sums on Q8_K activations, as the portable
+            // quant_dot computes them: only f32 rounding order differs.
+            if (pack) {
+              ASSERT_TRUE(AllClose(got, want_q8k, mag, 2e-5));
+            }
+            continue;
+          }
           if (quantized_acts && fp16_act_scale && !pack) {
             std::vector<double> bound = q8_bound;
             for (double& b : bound) b *= 1.13;
@@ -356,6 +381,27 @@ TEST(QuantizeQ8Test, MatchesReferenceBitForBit) {
         }
       }
     }
+  }
+}
+
+// The packed K-quant kernels' Q8_K quantizer writes the portable one's
+// bytes: random blocks, a zero block, and blocks whose largest magnitude
+// comes twice with opposite signs (the first one's sign wins).
+TEST(QuantizeQ8KTest, Avx512MatchesPortableBitForBit) {
+  if (!IsaSupported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 here";
+  constexpr int64_t kCols = 6 * 256;
+  std::vector<float> x = RandomFloats(kCols, 31, 3.0f);
+  std::fill(x.begin() + 256, x.begin() + 512, 0.0f);
+  x[512 + 7] = -20.0f;
+  x[512 + 100] = 20.0f;
+  x[768 + 3] = 20.0f;
+  x[768 + 200] = -20.0f;
+  for (int64_t i = 1024; i < 1280; ++i) x[i] = 0.5f * static_cast<float>(i % 7) - 1.5f;  // ties
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    std::vector<uint8_t> want(QuantActivationBytes(type, kCols)), got(want.size(), 0xAA);
+    QuantizeActivations(type, x.data(), kCols, want.data());
+    QuantizeQ8KAvx512(x.data(), kCols, got.data());
+    EXPECT_EQ(got, want) << GgmlTypeName(type);
   }
 }
 
