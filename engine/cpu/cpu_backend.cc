@@ -80,12 +80,13 @@ class CpuBackend final : public Backend {
                           .rows = m.rows,
                           .cols = m.cols};
     };
-    // Matrices with a packed layout on this ISA are repacked once here (the
-    // embedding table is only gathered from, unless it is also the output).
-    matmul_.Pack(w.output);
+    // Matrices with a packed layout on this ISA are repacked once here, and
+    // their mapped pages given back (not a tied output's: the embedding
+    // table is gathered from every step).
+    matmul_.Pack(w.output, /*release_source=*/w.output.data != w.token_embd.data);
     for (const LayerWeights& l : w.layers) {
       for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-        matmul_.Pack(*m);
+        matmul_.Pack(*m, /*release_source=*/true);
       }
     }
     DeviceWeights d{.token_embd = matrix(w.token_embd),

@@ -86,6 +86,9 @@ void MatMulRunner::Run(const WeightMatrix& w, const float* x, int64_t n_tokens, 
     RunGemm(w, x, n_tokens, y);
   } else if (packed != nullptr && packed->type() == GgmlType::kBF16) {
     RunPackedBf16(*packed, x, n_tokens, y);
+  } else if (packed != nullptr &&
+             (packed->type() == GgmlType::kF16 || packed->type() == GgmlType::kF32)) {
+    RunPacked({.w = packed, .x = x, .n = n_tokens, .y = y, .ldy = w.rows});
   } else if (packed != nullptr && HasQuantDot(packed->type()) &&
              packed->type() != GgmlType::kQ4_0) {
     RunPackedK(*packed, x, n_tokens, y);
@@ -150,7 +153,7 @@ void MatMulRunner::RunPackedBf16(const PackedMatrix& w, const float* x, int64_t 
   RunPacked({.w = &w, .xb = xb, .n = n_tokens, .y = y, .ldy = w.rows()});
 }
 
-int64_t MatMulRunner::Pack(const WeightMatrix& w) {
+int64_t MatMulRunner::Pack(const WeightMatrix& w, bool release_source) {
   if (kernels_.packed_gemv == nullptr || !PackedMatrix::Packable(w.type) || w.rows <= 0 ||
       w.cols <= 0 || packed_.contains(w.data) ||
       (w.type == GgmlType::kBF16 && !Bf16DotSupported())) {
@@ -159,6 +162,7 @@ int64_t MatMulRunner::Pack(const WeightMatrix& w) {
   PackedMatrix p = PackedMatrix::Pack(w);
   const int64_t bytes = p.bytes();
   packed_.emplace(w.data, std::move(p));
+  if (release_source) ReleasePages(w);
   return bytes;
 }
 

@@ -74,9 +74,10 @@ class MatMulRunner {
 
   // Repacks `w` into this table's packed layout for its type, if it has one
   // (PackedMatrix::Packable and packed_gemv), so that later gemv-path Runs
-  // on the same data take it. Returns the packed bytes (0: not packed). The
-  // matrix's data must outlive nothing here: the packed copy is separate.
-  int64_t Pack(const WeightMatrix& w);
+  // on the same data take it; with `release_source`, w's pages are then
+  // given back (ReleasePages: read back if used again). Returns the packed
+  // bytes (0: not packed). The packed copy is separate from w's data.
+  int64_t Pack(const WeightMatrix& w, bool release_source = false);
 
   const KernelTable& kernels() const { return kernels_; }
   int threads() const { return threads_; }

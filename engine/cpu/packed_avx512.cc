@@ -14,6 +14,7 @@
 #include "engine/cpu/quant_dot.h"
 
 #include <cstring>
+#include <type_traits>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -309,6 +310,85 @@ struct Q6KTile {
   }
 };
 
+// F16x16 / F32x16: column c of G groups against T tokens from t0.
+template <bool kF16, int G, int T>
+TANDEM_AVX512 inline void FloatColumn(const uint8_t* w, int64_t group_bytes, int64_t c,
+                                      const float* x, int64_t ldx, int64_t t0,
+                                      __m512 (&acc)[G][T]) {
+  __m512 wv[G];
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) {
+    const uint8_t* col = w + g * group_bytes + (kF16 ? 32 : 64) * c;
+    wv[g] = kF16 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col)))
+                 : _mm512_loadu_ps(col);
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+    const __m512 xv = _mm512_set1_ps(x[(t0 + t) * ldx + c]);
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) acc[g][t] = _mm512_fmadd_ps(wv[g], xv, acc[g][t]);
+  }
+}
+
+// F16x16 / F32x16: G groups x T tokens from t0 over every column. Fewer
+// than 4 tokens keep two accumulators per output (even and odd columns), so
+// the FMAs' latency overlaps; more have enough chains without.
+template <bool kF16, int G, int T>
+TANDEM_AVX512 void PackedFloatTile(const PackedGemvArgs& a, const uint8_t* w, int64_t t0,
+                                   float* y, int64_t rows) {
+  constexpr int H = T < 4 ? 2 : 1;
+  const int64_t cols = a.w->cols(), gb = a.w->group_bytes();
+  __m512 acc[H][G][T];
+#pragma GCC unroll 2
+  for (int h = 0; h < H; ++h) {
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) acc[h][g][t] = _mm512_setzero_ps();
+    }
+  }
+  int64_t c = 0;
+  for (; c + H <= cols; c += H) {
+#pragma GCC unroll 2
+    for (int h = 0; h < H; ++h) FloatColumn<kF16, G, T>(w, gb, c + h, a.x, cols, t0, acc[h]);
+  }
+  if (c < cols) FloatColumn<kF16, G, T>(w, gb, c, a.x, cols, t0, acc[0]);
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) {
+    const int64_t valid = rows - g * kPackRows;
+    const auto m = valid >= kPackRows ? static_cast<__mmask16>(0xFFFF)
+                                      : static_cast<__mmask16>((1u << valid) - 1);
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      __m512 sum = acc[0][g][t];
+      if constexpr (H == 2) sum = _mm512_add_ps(sum, acc[1][g][t]);
+      _mm512_mask_storeu_ps(y + t * a.ldy + g * kPackRows, m, sum);
+    }
+  }
+}
+
+template <bool kF16>
+TANDEM_AVX512 void PackedFloatRows(const PackedGemvArgs& a, int64_t row_begin, int64_t row_end) {
+  const PackedMatrix& m = *a.w;
+  int64_t r = row_begin;
+  const auto groups = [&](auto g_const) {
+    constexpr int G = decltype(g_const)::value;
+    const uint8_t* w = m.data() + r / kPackRows * m.group_bytes();
+    float* y = a.y + r;
+    const int64_t rows = row_end - r;
+    int64_t t = 0;
+    for (; t + 2 * kTileTokens <= a.n; t += 2 * kTileTokens) {
+      PackedFloatTile<kF16, G, 2 * kTileTokens>(a, w, t, y + t * a.ldy, rows);
+    }
+    for (; t + kTileTokens <= a.n; t += kTileTokens) {
+      PackedFloatTile<kF16, G, kTileTokens>(a, w, t, y + t * a.ldy, rows);
+    }
+    for (; t < a.n; ++t) PackedFloatTile<kF16, G, 1>(a, w, t, y + t * a.ldy, rows);
+  };
+  for (; r + kPackRows < row_end; r += 2 * kPackRows) groups(std::integral_constant<int, 2>());
+  if (r < row_end) groups(std::integral_constant<int, 1>());
+}
+
 // BF16x16 (its functions add AVX512_BF16 to the AVX-512 set).
 #define TANDEM_AVX512_BF16                                                                  \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,fma,f16c," \
@@ -434,6 +514,10 @@ TANDEM_AVX512 void PackedGemvAvx512(const PackedGemvArgs& a, int64_t row_begin, 
     PackedRows<GgmlType::kQ8_0>(a, row_begin, row_end);
   } else if (a.w->type() == GgmlType::kBF16) {
     PackedBf16Rows(a, row_begin, row_end);
+  } else if (a.w->type() == GgmlType::kF16) {
+    PackedFloatRows<true>(a, row_begin, row_end);
+  } else if (a.w->type() == GgmlType::kF32) {
+    PackedFloatRows<false>(a, row_begin, row_end);
   } else if (a.w->type() == GgmlType::kQ4_K) {
     PackedKRows<Q4KTile>(a, row_begin, row_end);
   } else if (a.w->type() == GgmlType::kQ5_K) {

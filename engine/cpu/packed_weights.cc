@@ -61,7 +61,8 @@ void PackQ6KBlock(const BlockQ6_K& block, int64_t i, uint8_t* out) {
 }  // namespace
 
 PackedMatrix PackedMatrix::Pack(const WeightMatrix& w) {
-  TANDEM_CHECK(Packable(w.type) && (w.type == GgmlType::kBF16 || w.cols % PackedBlockCols(w.type) == 0),
+  TANDEM_CHECK(Packable(w.type) &&
+                   (w.cols % PackedBlockCols(w.type) == 0 || w.type == GgmlType::kBF16),
                "packable rows of whole blocks")
       << GgmlTypeName(w.type) << " cols=" << w.cols;
   PackedMatrix p;
@@ -76,6 +77,16 @@ PackedMatrix PackedMatrix::Pack(const WeightMatrix& w) {
   const int64_t row_bytes = GgmlRowBytes(w.type, w.cols);
   const int64_t block_bytes = PackedBlockBytes(w.type);
   const bool q8 = w.type == GgmlType::kQ8_0;
+  if (w.type == GgmlType::kF16 || w.type == GgmlType::kF32) {
+    const int64_t elem = w.type == GgmlType::kF32 ? 4 : 2;
+    for (int64_t r = 0; r < w.rows; ++r) {
+      uint8_t* group = p.data_.get() + r / kPackRows * p.group_bytes();
+      const int64_t i = r % kPackRows;
+      for (int64_t c = 0; c < w.cols; ++c) {
+        std::memcpy(group + kPackRows * elem * c + elem * i, src + r * row_bytes + elem * c, elem);
+      }
+    }
+  }
   if (w.type == GgmlType::kBF16) {
     for (int64_t r = 0; r < w.rows; ++r) {
       uint8_t* group = p.data_.get() + r / kPackRows * p.group_bytes();
@@ -85,7 +96,8 @@ PackedMatrix PackedMatrix::Pack(const WeightMatrix& w) {
       }
     }
   }
-  for (int64_t r = 0; r < w.rows && w.type != GgmlType::kBF16; ++r) {
+  const bool blocks = w.type != GgmlType::kBF16 && w.type != GgmlType::kF16 && w.type != GgmlType::kF32;
+  for (int64_t r = 0; r < w.rows && blocks; ++r) {
     uint8_t* group = p.data_.get() + r / kPackRows * p.group_bytes();
     const int64_t i = r % kPackRows;
     for (int64_t b = 0; b < p.blocks(); ++b) {
@@ -127,17 +139,19 @@ PackedMatrix PackedMatrix::Pack(const WeightMatrix& w) {
       }
     }
   }
-  // The source is read again only by row gathers (a tied embedding table)
-  // and the gemm path: its pages may leave memory (a file mapping's are read
-  // back on use), so packing does not double the resident weights. A hint:
-  // where the kernel lacks it, or the memory is not a file's, nothing changes.
+  return p;
+}
+
+void ReleasePages(const WeightMatrix& w) {
 #ifdef MADV_PAGEOUT
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto begin = (reinterpret_cast<uintptr_t>(src) + page - 1) / page * page;
-  const auto end = (reinterpret_cast<uintptr_t>(src) + w.rows * row_bytes) / page * page;
+  const auto src = reinterpret_cast<uintptr_t>(w.data);
+  const auto begin = (src + page - 1) / page * page;
+  const auto end = (src + static_cast<uintptr_t>(w.rows * GgmlRowBytes(w.type, w.cols))) / page * page;
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);
+#else
+  (void)w;
 #endif
-  return p;
 }
 
 }  // namespace tandem::engine::cpu

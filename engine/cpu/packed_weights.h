@@ -41,6 +41,10 @@
 // The K-quants' kernels take the activations as ggml's Q8_K (one scale per
 // 256, sums of each 16) and sum as ggml does, in int32 per super-block, so
 // their numbers are llama.cpp's up to f32 rounding order.
+// F16 / F32 ("F16x16", "F32x16"): rows in groups of 16, one column of the
+//   16 rows after another (32 / 64 bytes), multiplied by f32 activations
+//   with f32 FMAs: the same products as the row-at-a-time kernels, but one
+//   sequential stream per group, which decode reads nearer the DRAM limit.
 // One 64-byte load then holds 4 weights of each of 16 rows, so a VNNI dot
 // against 4 activation bytes broadcast to every lane advances 16 rows at once,
 // and the 8 dots of a block share one integer sum per row: a row's block
@@ -62,6 +66,7 @@ inline constexpr int kPackRows = 16;
 
 // Columns of one packed block of a Packable type.
 constexpr int64_t PackedBlockCols(GgmlType type) {
+  if (type == GgmlType::kF16 || type == GgmlType::kF32) return 1;
   if (type == GgmlType::kBF16) return 2;
   return type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K ? 256 : 32;
 }
@@ -69,6 +74,8 @@ constexpr int64_t PackedBlockCols(GgmlType type) {
 // Bytes of one packed block x 16 rows of a Packable type.
 constexpr int64_t PackedBlockBytes(GgmlType type) {
   switch (type) {
+    case GgmlType::kF16: return 32;
+    case GgmlType::kF32: return 64;
     case GgmlType::kBF16: return 64;
     case GgmlType::kQ8_0: return 2 * kPackRows + 8 * 64;
     case GgmlType::kQ4_K: return 4 * kPackRows + 16 * kPackRows + 32 * 64;
@@ -83,7 +90,8 @@ class PackedMatrix {
   // Whether Pack takes `type`.
   static bool Packable(GgmlType type) {
     return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K ||
-           type == GgmlType::kQ5_K || type == GgmlType::kQ6_K || type == GgmlType::kBF16;
+           type == GgmlType::kQ5_K || type == GgmlType::kQ6_K || type == GgmlType::kBF16 ||
+           type == GgmlType::kF16 || type == GgmlType::kF32;
   }
   // `w` (Packable; a block type's cols a multiple of its block) in its
   // type's x16 layout.
@@ -115,6 +123,7 @@ struct PackedGemvArgs {
   const PackedMatrix* w = nullptr;
   const Q8Activations* xq = nullptr;  // the block types'
   const uint16_t* xb = nullptr;       // BF16's: [n][blocks() * 2] bf16, zero padded
+  const float* x = nullptr;           // F16's and F32's: [n][cols]
   const uint8_t* xk = nullptr;        // the K-quants': token t's Q8_K blocks at
   int64_t xk_bytes = 0;               //   xk + t * xk_bytes (quant_dot.h)
   int64_t n = 0;
@@ -129,6 +138,11 @@ void PackedGemvAvx512(const PackedGemvArgs& args, int64_t row_begin, int64_t row
 // One token's activations (cols a multiple of 256) as Q8_K blocks into
 // `out`, byte for byte what QuantizeActivations writes for a K-quant.
 void QuantizeQ8KAvx512(const float* x, int64_t cols, void* out);
+
+// Asks the OS to drop the resident pages of w's data (MADV_PAGEOUT, a hint:
+// a file mapping's pages are read back if used again), once a packed copy
+// serves its products.
+void ReleasePages(const WeightMatrix& w);
 
 // Whether this CPU has AVX512_BF16 (BF16x16's kernel).
 bool Bf16DotSupported();
