@@ -31,8 +31,8 @@ models=${KEEP:-$work/models}
 mkdir -p "$models"
 
 # shellcheck disable=SC2086  # SHAPE is a list of flags
-[ -f "$models/F32.gguf" ] || "$tandem/tandem" make-model --out "$models/F32.gguf" --type f32 $shape \
-  >/dev/null
+[ -f "$models/F32.gguf" ] ||
+  "$tandem/tandem" make-model --out "$models/F32.gguf" --type f32 $shape >/dev/null
 for t in $types; do
   [ "$t" = F32 ] || [ -f "$models/$t.gguf" ] ||
     "$llama/llama-quantize" "$models/F32.gguf" "$models/$t.gguf" "$t" >"$work/quantize.log" 2>&1 ||
@@ -42,7 +42,8 @@ done
 for ((i = 0; i < rounds; i++)); do
   for t in $types; do
     "$llama/llama-bench" -m "$models/$t.gguf" -p "$prompt" -n "$gen" -t "$threads" -r 1 \
-      -o jsonl >>"$work/llama-$t.jsonl" 2>"$work/llama.err" || { cat "$work/llama.err" >&2; exit 1; }
+      -o jsonl >>"$work/llama-$t.jsonl" 2>"$work/llama.err" ||
+      { cat "$work/llama.err" >&2; exit 1; }
     "$tandem/tandem-engine-bench" --model "$models/$t.gguf" --threads "$threads" \
       --prompt-tokens "$prompt" --gen-tokens "$gen" --batch 1 --repeats 1 \
       --out "$work/tandem-$t.jsonl" >/dev/null
@@ -69,7 +70,8 @@ print(f"| weights | prefill tok/s | llama.cpp | ratio | decode tok/s | llama.cpp
 print(f"| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
 with open(out, "a") as f:
     for t, tp, lp, tg, lg in rows:
-        print(f"| {t} | {tp:.0f} | {lp:.0f} | {tp / lp:.2f}x | {tg:.1f} | {lg:.1f} | {tg / lg:.2f}x |")
+        print(f"| {t} | {tp:.0f} | {lp:.0f} | {tp / lp:.2f}x "
+              f"| {tg:.1f} | {lg:.1f} | {tg / lg:.2f}x |")
         f.write(json.dumps({"type": t, "cpu": cpu, "llama_commit": commit, "threads": int(threads),
                             "prompt_tokens": int(prompt), "gen_tokens": int(gen),
                             "tandem_prefill_tok_s": tp, "llama_prefill_tok_s": lp,

@@ -9,12 +9,10 @@
 // all 16 rows, starting from the block's correction (-8 or -128 * sum(x)).
 // One conversion and one fused multiply-add per block then scale the 16
 // integer sums by the rows' scales times the block's activation scale.
-#include "engine/cpu/packed_weights.h"
-
-#include "engine/cpu/quant_dot.h"
-
 #include <cstring>
-#include <type_traits>
+
+#include "engine/cpu/packed_weights.h"
+#include "engine/cpu/quant_dot.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -78,7 +76,8 @@ TANDEM_AVX512 void PackedTile(const uint8_t* w, int64_t group_bytes, int64_t blo
     __m512i q[G][8];
     __m512 dw[G];
 #pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) LoadBlock<kType>(w + g * group_bytes + b * kBlockBytes, q[g], dw[g]);
+    for (int g = 0; g < G; ++g)
+      LoadBlock<kType>(w + g * group_bytes + b * kBlockBytes, q[g], dw[g]);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const int64_t token = t0 + t;
@@ -134,8 +133,8 @@ inline const BlockQ8K& ActK(const PackedGemvArgs& a, int64_t t, int64_t sb) {
 // sub-blocks' activation sums (bsums); then d * d_x and dmin * d_x once per
 // super-block.
 template <bool kFive, int T>
-TANDEM_AVX512 void PackedQ4KTile(const PackedGemvArgs& a, const uint8_t* w, int64_t t0,
-                                 float* y, int64_t rows) {
+TANDEM_AVX512 void PackedQ4KTile(const PackedGemvArgs& a, const uint8_t* w, int64_t t0, float* y,
+                                 int64_t rows) {
   constexpr int64_t kBlockBytes = PackedBlockBytes(kFive ? GgmlType::kQ5_K : GgmlType::kQ4_K);
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   const __m512i bit4 = _mm512_set1_epi8(0x10);
@@ -183,8 +182,8 @@ TANDEM_AVX512 void PackedQ4KTile(const PackedGemvArgs& a, const uint8_t* w, int6
             even = _mm512_dpbusd_epi32(even, q[h][v], Broadcast4(xs + 4 * v));
             odd = _mm512_dpbusd_epi32(odd, q[h][v + 1], Broadcast4(xs + 4 * v + 4));
           }
-          sums[t] = _mm512_add_epi32(sums[t],
-                                     _mm512_mullo_epi32(_mm512_add_epi32(even, odd), scale));
+          sums[t] =
+              _mm512_add_epi32(sums[t], _mm512_mullo_epi32(_mm512_add_epi32(even, odd), scale));
           const int32_t xsum = x.bsums[2 * sub] + x.bsums[2 * sub + 1];
           mins[t] = _mm512_add_epi32(mins[t], _mm512_mullo_epi32(min, _mm512_set1_epi32(xsum)));
         }
@@ -200,8 +199,8 @@ TANDEM_AVX512 void PackedQ4KTile(const PackedGemvArgs& a, const uint8_t* w, int6
       acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[t]), acc[t]);
     }
   }
-  const auto m = rows >= kPackRows ? static_cast<__mmask16>(0xFFFF)
-                                   : static_cast<__mmask16>((1u << rows) - 1);
+  const auto m =
+      rows >= kPackRows ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << rows) - 1);
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * a.ldy, m, acc[t]);
 }
@@ -212,8 +211,8 @@ TANDEM_AVX512 void PackedQ4KTile(const PackedGemvArgs& a, const uint8_t* w, int6
 // scale times the activations' bsum, summed over the super-block in int32;
 // then d * d_x once per super-block.
 template <int T>
-TANDEM_AVX512 void PackedQ6KTile(const PackedGemvArgs& a, const uint8_t* w, int64_t t0,
-                                 float* y, int64_t rows) {
+TANDEM_AVX512 void PackedQ6KTile(const PackedGemvArgs& a, const uint8_t* w, int64_t t0, float* y,
+                                 int64_t rows) {
   constexpr int64_t kBlockBytes = PackedBlockBytes(GgmlType::kQ6_K);
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   const __m512i top2 = _mm512_set1_epi8(0x30);
@@ -239,11 +238,11 @@ TANDEM_AVX512 void PackedQ6KTile(const PackedGemvArgs& a, const uint8_t* w, int6
       // q = low nibble | top bits (0xF8: a | (b & c)).
       const __m512i q0 = _mm512_ternarylogic_epi32(_mm512_and_si512(l0, low4),
                                                    _mm512_slli_epi16(h, 4), top2, 0xF8);
-      const __m512i q1 = _mm512_ternarylogic_epi32(
-          _mm512_and_si512(_mm512_srli_epi16(l0, 4), low4), _mm512_slli_epi16(h, 2), top2, 0xF8);
+      const __m512i q1 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l0, 4), low4),
+                                                   _mm512_slli_epi16(h, 2), top2, 0xF8);
       const __m512i q2 = _mm512_ternarylogic_epi32(_mm512_and_si512(l1, low4), h, top2, 0xF8);
-      const __m512i q3 = _mm512_ternarylogic_epi32(
-          _mm512_and_si512(_mm512_srli_epi16(l1, 4), low4), _mm512_srli_epi16(h, 2), top2, 0xF8);
+      const __m512i q3 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l1, 4), low4),
+                                                   _mm512_srli_epi16(h, 2), top2, 0xF8);
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const BlockQ8K& x = ActK(a, t0 + t, sb);
@@ -252,10 +251,9 @@ TANDEM_AVX512 void PackedQ6KTile(const PackedGemvArgs& a, const uint8_t* w, int6
         __m512i odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q1, Broadcast4(xs + 4));
         even = _mm512_dpbusd_epi32(even, q2, Broadcast4(xs + 8));
         odd = _mm512_dpbusd_epi32(odd, q3, Broadcast4(xs + 12));
-        sums[t] = _mm512_add_epi32(sums[t],
-                                   _mm512_mullo_epi32(_mm512_add_epi32(even, odd), scale));
-        offsets[t] = _mm512_add_epi32(offsets[t],
-                                      _mm512_mullo_epi32(scale, _mm512_set1_epi32(x.bsums[k])));
+        sums[t] = _mm512_add_epi32(sums[t], _mm512_mullo_epi32(_mm512_add_epi32(even, odd), scale));
+        offsets[t] =
+            _mm512_add_epi32(offsets[t], _mm512_mullo_epi32(scale, _mm512_set1_epi32(x.bsums[k])));
       }
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(block)));
@@ -266,8 +264,8 @@ TANDEM_AVX512 void PackedQ6KTile(const PackedGemvArgs& a, const uint8_t* w, int6
       acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total), acc[t]);
     }
   }
-  const auto m = rows >= kPackRows ? static_cast<__mmask16>(0xFFFF)
-                                   : static_cast<__mmask16>((1u << rows) - 1);
+  const auto m =
+      rows >= kPackRows ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << rows) - 1);
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * a.ldy, m, acc[t]);
 }
@@ -310,171 +308,6 @@ struct Q6KTile {
   }
 };
 
-// F16x16 / F32x16: column c of G groups against T tokens from t0.
-template <bool kF16, int G, int T>
-TANDEM_AVX512 inline void FloatColumn(const uint8_t* w, int64_t group_bytes, int64_t c,
-                                      const float* x, int64_t ldx, int64_t t0,
-                                      __m512 (&acc)[G][T]) {
-  __m512 wv[G];
-#pragma GCC unroll 8
-  for (int g = 0; g < G; ++g) {
-    const uint8_t* col = w + g * group_bytes + (kF16 ? 32 : 64) * c;
-    wv[g] = kF16 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col)))
-                 : _mm512_loadu_ps(col);
-  }
-#pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) {
-    const __m512 xv = _mm512_set1_ps(x[(t0 + t) * ldx + c]);
-#pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) acc[g][t] = _mm512_fmadd_ps(wv[g], xv, acc[g][t]);
-  }
-}
-
-// F16x16 / F32x16: G groups x T tokens from t0 over every column. Fewer
-// than 4 tokens keep two accumulators per output (even and odd columns), so
-// the FMAs' latency overlaps; more have enough chains without.
-template <bool kF16, int G, int T>
-TANDEM_AVX512 void PackedFloatTile(const PackedGemvArgs& a, const uint8_t* w, int64_t t0,
-                                   float* y, int64_t rows) {
-  constexpr int H = T < 4 ? 2 : 1;
-  const int64_t cols = a.w->cols(), gb = a.w->group_bytes();
-  __m512 acc[H][G][T];
-#pragma GCC unroll 2
-  for (int h = 0; h < H; ++h) {
-#pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) {
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) acc[h][g][t] = _mm512_setzero_ps();
-    }
-  }
-  int64_t c = 0;
-  for (; c + H <= cols; c += H) {
-#pragma GCC unroll 2
-    for (int h = 0; h < H; ++h) FloatColumn<kF16, G, T>(w, gb, c + h, a.x, cols, t0, acc[h]);
-  }
-  if (c < cols) FloatColumn<kF16, G, T>(w, gb, c, a.x, cols, t0, acc[0]);
-#pragma GCC unroll 8
-  for (int g = 0; g < G; ++g) {
-    const int64_t valid = rows - g * kPackRows;
-    const auto m = valid >= kPackRows ? static_cast<__mmask16>(0xFFFF)
-                                      : static_cast<__mmask16>((1u << valid) - 1);
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-      __m512 sum = acc[0][g][t];
-      if constexpr (H == 2) sum = _mm512_add_ps(sum, acc[1][g][t]);
-      _mm512_mask_storeu_ps(y + t * a.ldy + g * kPackRows, m, sum);
-    }
-  }
-}
-
-template <bool kF16>
-TANDEM_AVX512 void PackedFloatRows(const PackedGemvArgs& a, int64_t row_begin, int64_t row_end) {
-  const PackedMatrix& m = *a.w;
-  int64_t r = row_begin;
-  const auto groups = [&](auto g_const) {
-    constexpr int G = decltype(g_const)::value;
-    const uint8_t* w = m.data() + r / kPackRows * m.group_bytes();
-    float* y = a.y + r;
-    const int64_t rows = row_end - r;
-    int64_t t = 0;
-    for (; t + 2 * kTileTokens <= a.n; t += 2 * kTileTokens) {
-      PackedFloatTile<kF16, G, 2 * kTileTokens>(a, w, t, y + t * a.ldy, rows);
-    }
-    for (; t + kTileTokens <= a.n; t += kTileTokens) {
-      PackedFloatTile<kF16, G, kTileTokens>(a, w, t, y + t * a.ldy, rows);
-    }
-    for (; t < a.n; ++t) PackedFloatTile<kF16, G, 1>(a, w, t, y + t * a.ldy, rows);
-  };
-  for (; r + kPackRows < row_end; r += 2 * kPackRows) groups(std::integral_constant<int, 2>());
-  if (r < row_end) groups(std::integral_constant<int, 1>());
-}
-
-// BF16x16 (its functions add AVX512_BF16 to the AVX-512 set).
-#define TANDEM_AVX512_BF16                                                                  \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16,fma,f16c," \
-                        "avx2")))
-
-// Column pair k of G groups against T tokens from t0.
-template <int G, int T>
-TANDEM_AVX512_BF16 inline void Bf16Pair(const uint8_t* w, int64_t group_bytes, int64_t k,
-                                        const uint16_t* xb, int64_t ldx, int64_t t0,
-                                        __m512 (&acc)[G][T]) {
-  __m512i wv[G];
-#pragma GCC unroll 8
-  for (int g = 0; g < G; ++g) wv[g] = _mm512_loadu_si512(w + g * group_bytes + 64 * k);
-#pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) {
-    uint32_t pair;
-    std::memcpy(&pair, xb + (t0 + t) * ldx + 2 * k, sizeof(pair));
-    const __m512i xv = _mm512_set1_epi32(static_cast<int32_t>(pair));
-#pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) {
-      acc[g][t] = _mm512_dpbf16_ps(acc[g][t], (__m512bh)wv[g], (__m512bh)xv);
-    }
-  }
-}
-
-// G groups x T tokens from t0 over every column pair; two accumulators per
-// output (even and odd pairs), so the dots' latency overlaps.
-template <int G, int T>
-TANDEM_AVX512_BF16 void PackedBf16Tile(const uint8_t* w, int64_t group_bytes, int64_t pairs,
-                                       const uint16_t* xb, int64_t t0, float* y, int64_t ldy,
-                                       int64_t rows) {
-  const int64_t ldx = 2 * pairs;
-  __m512 acc[2][G][T];
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-#pragma GCC unroll 8
-    for (int g = 0; g < G; ++g) {
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) acc[h][g][t] = _mm512_setzero_ps();
-    }
-  }
-  int64_t k = 0;
-  for (; k + 1 < pairs; k += 2) {
-    Bf16Pair<G, T>(w, group_bytes, k, xb, ldx, t0, acc[0]);
-    Bf16Pair<G, T>(w, group_bytes, k + 1, xb, ldx, t0, acc[1]);
-  }
-  if (k < pairs) Bf16Pair<G, T>(w, group_bytes, k, xb, ldx, t0, acc[0]);
-#pragma GCC unroll 8
-  for (int g = 0; g < G; ++g) {
-    const int64_t valid = rows - g * kPackRows;
-    if (valid <= 0) break;
-    const auto m = valid >= kPackRows ? static_cast<__mmask16>(0xFFFF)
-                                      : static_cast<__mmask16>((1u << valid) - 1);
-#pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-      _mm512_mask_storeu_ps(y + t * ldy + g * kPackRows, m,
-                            _mm512_add_ps(acc[0][g][t], acc[1][g][t]));
-    }
-  }
-}
-
-template <int G>
-TANDEM_AVX512_BF16 void PackedBf16Groups(const PackedGemvArgs& a, int64_t r, int64_t rows) {
-  const PackedMatrix& m = *a.w;
-  const uint8_t* w = m.data() + r / kPackRows * m.group_bytes();
-  const int64_t gb = m.group_bytes(), pairs = m.blocks();
-  float* y = a.y + r;
-  int64_t t = 0;
-  for (; t + kTileTokens <= a.n; t += kTileTokens) {
-    PackedBf16Tile<G, kTileTokens>(w, gb, pairs, a.xb, t, y + t * a.ldy, a.ldy, rows);
-  }
-  switch (a.n - t) {
-    case 3: PackedBf16Tile<G, 3>(w, gb, pairs, a.xb, t, y + t * a.ldy, a.ldy, rows); break;
-    case 2: PackedBf16Tile<G, 2>(w, gb, pairs, a.xb, t, y + t * a.ldy, a.ldy, rows); break;
-    case 1: PackedBf16Tile<G, 1>(w, gb, pairs, a.xb, t, y + t * a.ldy, a.ldy, rows); break;
-    default: break;
-  }
-}
-
-TANDEM_AVX512_BF16 void PackedBf16Rows(const PackedGemvArgs& a, int64_t row_begin,
-                                       int64_t row_end) {
-  int64_t r = row_begin;
-  for (; r + kPackRows < row_end; r += 2 * kPackRows) PackedBf16Groups<2>(a, r, row_end - r);
-  if (r < row_end) PackedBf16Groups<1>(a, r, row_end - r);
-}
-
 // G groups against every token.
 template <GgmlType kType, int G>
 TANDEM_AVX512 void PackedGroups(const PackedGemvArgs& a, int64_t r, int64_t rows) {
@@ -487,10 +320,17 @@ TANDEM_AVX512 void PackedGroups(const PackedGemvArgs& a, int64_t r, int64_t rows
     PackedTile<kType, G, kTileTokens>(w, gb, blocks, *a.xq, t, y + t * a.ldy, a.ldy, rows);
   }
   switch (a.n - t) {
-    case 3: PackedTile<kType, G, 3>(w, gb, blocks, *a.xq, t, y + t * a.ldy, a.ldy, rows); break;
-    case 2: PackedTile<kType, G, 2>(w, gb, blocks, *a.xq, t, y + t * a.ldy, a.ldy, rows); break;
-    case 1: PackedTile<kType, G, 1>(w, gb, blocks, *a.xq, t, y + t * a.ldy, a.ldy, rows); break;
-    default: break;
+    case 3:
+      PackedTile<kType, G, 3>(w, gb, blocks, *a.xq, t, y + t * a.ldy, a.ldy, rows);
+      break;
+    case 2:
+      PackedTile<kType, G, 2>(w, gb, blocks, *a.xq, t, y + t * a.ldy, a.ldy, rows);
+      break;
+    case 1:
+      PackedTile<kType, G, 1>(w, gb, blocks, *a.xq, t, y + t * a.ldy, a.ldy, rows);
+      break;
+    default:
+      break;
   }
 }
 
@@ -512,12 +352,9 @@ TANDEM_AVX512 void PackedRows(const PackedGemvArgs& a, int64_t row_begin, int64_
 TANDEM_AVX512 void PackedGemvAvx512(const PackedGemvArgs& a, int64_t row_begin, int64_t row_end) {
   if (a.w->type() == GgmlType::kQ8_0) {
     PackedRows<GgmlType::kQ8_0>(a, row_begin, row_end);
-  } else if (a.w->type() == GgmlType::kBF16) {
-    PackedBf16Rows(a, row_begin, row_end);
-  } else if (a.w->type() == GgmlType::kF16) {
-    PackedFloatRows<true>(a, row_begin, row_end);
-  } else if (a.w->type() == GgmlType::kF32) {
-    PackedFloatRows<false>(a, row_begin, row_end);
+  } else if (a.w->type() == GgmlType::kBF16 || a.w->type() == GgmlType::kF16 ||
+             a.w->type() == GgmlType::kF32) {
+    PackedFloatGemvAvx512(a, row_begin, row_end);
   } else if (a.w->type() == GgmlType::kQ4_K) {
     PackedKRows<Q4KTile>(a, row_begin, row_end);
   } else if (a.w->type() == GgmlType::kQ5_K) {
@@ -558,41 +395,12 @@ TANDEM_AVX512 void QuantizeQ8KAvx512(const float* x, int64_t cols, void* out) {
     const __m512 scale = _mm512_set1_ps(iscale);
     for (int i = 0; i < kQKK / 16; ++i) {
       // Nearest, ties to even (the default rounding, as nearbyint).
-      const __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(scale, v[i])),
-                                         _mm512_set1_epi32(127));
+      const __m512i q =
+          _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(scale, v[i])), _mm512_set1_epi32(127));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16 * i), _mm512_cvtsepi32_epi8(q));
       y[b].bsums[i] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
     }
     y[b].d = 1.0f / iscale;
-  }
-}
-
-bool Bf16DotSupported() {
-  static const bool supported = __builtin_cpu_supports("avx512bf16") &&
-                                __builtin_cpu_supports("avx512f") &&
-                                __builtin_cpu_supports("avx512vnni");
-  return supported;
-}
-
-TANDEM_AVX512_BF16 void ToBf16Avx512(const float* x, int64_t n, int64_t cols, int64_t padded,
-                                     uint16_t* out) {
-  for (int64_t t = 0; t < n; ++t) {
-    const float* xt = x + t * cols;
-    uint16_t* ot = out + t * padded;
-    for (int64_t c = 0; c < padded; c += 32) {
-      const auto lanes = [&](int64_t from) {
-        const int64_t left = cols - from;
-        return left >= 16 ? static_cast<__mmask16>(0xFFFF)
-               : left <= 0 ? static_cast<__mmask16>(0)
-                           : static_cast<__mmask16>((1u << left) - 1);
-      };
-      const __m512 lo = _mm512_maskz_loadu_ps(lanes(c), xt + c);
-      const __m512 hi = _mm512_maskz_loadu_ps(lanes(c + 16), xt + c + 16);
-      const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-      const int64_t left = padded - c;
-      const auto m = left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << left) - 1);
-      _mm512_mask_storeu_epi16(ot + c, m, both);
-    }
   }
 }
 
@@ -602,47 +410,7 @@ TANDEM_AVX512_BF16 void ToBf16Avx512(const float* x, int64_t n, int64_t cols, in
 
 namespace tandem::engine::cpu {
 void PackedGemvAvx512(const PackedGemvArgs&, int64_t, int64_t) {}
-TANDEM_AVX512 void QuantizeQ8KAvx512(const float* x, int64_t cols, void* out) {
-  auto* y = static_cast<BlockQ8K*>(out);
-  for (int64_t b = 0; b < cols / kQKK; ++b, x += kQKK) {
-    __m512 v[kQKK / 16];
-    __m512 amax = _mm512_setzero_ps();
-#pragma GCC unroll 16
-    for (int i = 0; i < kQKK / 16; ++i) {
-      v[i] = _mm512_loadu_ps(x + 16 * i);
-      amax = _mm512_max_ps(amax, _mm512_abs_ps(v[i]));
-    }
-    const float top = _mm512_reduce_max_ps(amax);
-    if (top == 0) {
-      std::memset(&y[b], 0, sizeof(BlockQ8K));
-      continue;
-    }
-    // The first element of largest magnitude, with its sign (as the
-    // portable quantizer picks it).
-    float max = 0;
-    for (int i = 0; i < kQKK / 16; ++i) {
-      const __mmask16 at = _mm512_cmp_ps_mask(_mm512_abs_ps(v[i]), _mm512_set1_ps(top), _CMP_EQ_OQ);
-      if (at != 0) {
-        max = x[16 * i + __builtin_ctz(at)];
-        break;
-      }
-    }
-    const float iscale = -127.0f / max;
-    const __m512 scale = _mm512_set1_ps(iscale);
-    for (int i = 0; i < kQKK / 16; ++i) {
-      // Nearest, ties to even (the default rounding, as nearbyint).
-      const __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(scale, v[i])),
-                                         _mm512_set1_epi32(127));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16 * i), _mm512_cvtsepi32_epi8(q));
-      y[b].bsums[i] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
-    }
-    y[b].d = 1.0f / iscale;
-  }
-}
-
-bool Bf16DotSupported() { return false; }
 void QuantizeQ8KAvx512(const float*, int64_t, void*) {}
-void ToBf16Avx512(const float*, int64_t, int64_t, int64_t, uint16_t*) {}
 }  // namespace tandem::engine::cpu
 
 #endif

@@ -52,7 +52,8 @@ void PackQ6KBlock(const BlockQ6_K& block, int64_t i, uint8_t* out) {
             (q[16 * k + 8 * a + c] & 0xF) | ((q[16 * k + 8 * a + 4 + c] & 0xF) << 4);
       }
       uint8_t bits = 0;
-      for (int j = 0; j < 4; ++j) bits |= static_cast<uint8_t>((q[16 * k + 4 * j + c] >> 4) << (2 * j));
+      for (int j = 0; j < 4; ++j)
+        bits |= static_cast<uint8_t>((q[16 * k + 4 * j + c] >> 4) << (2 * j));
       high[64 * k + 4 * i + c] = bits;
     }
   }
@@ -61,9 +62,9 @@ void PackQ6KBlock(const BlockQ6_K& block, int64_t i, uint8_t* out) {
 }  // namespace
 
 PackedMatrix PackedMatrix::Pack(const WeightMatrix& w) {
-  TANDEM_CHECK(Packable(w.type) &&
-                   (w.cols % PackedBlockCols(w.type) == 0 || w.type == GgmlType::kBF16),
-               "packable rows of whole blocks")
+  TANDEM_CHECK(
+      Packable(w.type) && (w.cols % PackedBlockCols(w.type) == 0 || w.type == GgmlType::kBF16),
+      "packable rows of whole blocks")
       << GgmlTypeName(w.type) << " cols=" << w.cols;
   PackedMatrix p;
   p.type_ = w.type;
@@ -96,7 +97,8 @@ PackedMatrix PackedMatrix::Pack(const WeightMatrix& w) {
       }
     }
   }
-  const bool blocks = w.type != GgmlType::kBF16 && w.type != GgmlType::kF16 && w.type != GgmlType::kF32;
+  const bool blocks =
+      w.type != GgmlType::kBF16 && w.type != GgmlType::kF16 && w.type != GgmlType::kF32;
   for (int64_t r = 0; r < w.rows && blocks; ++r) {
     uint8_t* group = p.data_.get() + r / kPackRows * p.group_bytes();
     const int64_t i = r % kPackRows;
@@ -147,7 +149,8 @@ void ReleasePages(const WeightMatrix& w) {
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto src = reinterpret_cast<uintptr_t>(w.data);
   const auto begin = (src + page - 1) / page * page;
-  const auto end = (src + static_cast<uintptr_t>(w.rows * GgmlRowBytes(w.type, w.cols))) / page * page;
+  const auto end =
+      (src + static_cast<uintptr_t>(w.rows * GgmlRowBytes(w.type, w.cols))) / page * page;
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);
 #else
   (void)w;

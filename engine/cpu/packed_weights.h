@@ -74,14 +74,22 @@ constexpr int64_t PackedBlockCols(GgmlType type) {
 // Bytes of one packed block x 16 rows of a Packable type.
 constexpr int64_t PackedBlockBytes(GgmlType type) {
   switch (type) {
-    case GgmlType::kF16: return 32;
-    case GgmlType::kF32: return 64;
-    case GgmlType::kBF16: return 64;
-    case GgmlType::kQ8_0: return 2 * kPackRows + 8 * 64;
-    case GgmlType::kQ4_K: return 4 * kPackRows + 16 * kPackRows + 32 * 64;
-    case GgmlType::kQ5_K: return 4 * kPackRows + 16 * kPackRows + 40 * 64;
-    case GgmlType::kQ6_K: return 2 * kPackRows + 16 * kPackRows + 48 * 64;
-    default: return 2 * kPackRows + 4 * 64;  // Q4_0
+    case GgmlType::kF16:
+      return 32;
+    case GgmlType::kF32:
+      return 64;
+    case GgmlType::kBF16:
+      return 64;
+    case GgmlType::kQ8_0:
+      return 2 * kPackRows + 8 * 64;
+    case GgmlType::kQ4_K:
+      return 4 * kPackRows + 16 * kPackRows + 32 * 64;
+    case GgmlType::kQ5_K:
+      return 4 * kPackRows + 16 * kPackRows + 40 * 64;
+    case GgmlType::kQ6_K:
+      return 2 * kPackRows + 16 * kPackRows + 48 * 64;
+    default:
+      return 2 * kPackRows + 4 * 64;  // Q4_0
   }
 }
 
@@ -134,6 +142,8 @@ struct PackedGemvArgs {
 // The AVX-512 VNNI kernel (engine/cpu/packed_avx512.cc); the AVX-512
 // table's packed_gemv.
 void PackedGemvAvx512(const PackedGemvArgs& args, int64_t row_begin, int64_t row_end);
+// Its F16, F32 and BF16 half (engine/cpu/packed_float_avx512.cc).
+void PackedFloatGemvAvx512(const PackedGemvArgs& args, int64_t row_begin, int64_t row_end);
 
 // One token's activations (cols a multiple of 256) as Q8_K blocks into
 // `out`, byte for byte what QuantizeActivations writes for a K-quant.

@@ -343,7 +343,8 @@ TEST(GemvTest, WritesOnlyItsRowRange) {
     Kernels(isa).gemv(args, 11, 29);
     for (int64_t t = 0; t < 3; ++t) {
       for (int64_t r = 0; r < 40; ++r) {
-        EXPECT_EQ(y[t * 40 + r] == -7.0f, r < 11 || r >= 29) << IsaName(isa) << " " << t << "," << r;
+        EXPECT_EQ(y[t * 40 + r] == -7.0f, r < 11 || r >= 29)
+            << IsaName(isa) << " " << t << "," << r;
       }
     }
   }
