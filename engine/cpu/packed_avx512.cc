@@ -9,6 +9,9 @@
 // all 16 rows, starting from the block's correction (-8 or -128 * sum(x)).
 // One conversion and one fused multiply-add per block then scale the 16
 // integer sums by the rows' scales times the block's activation scale.
+// Q4_K, Q5_K and Q6_K against ggml's Q8_K activations: the same dots, summed
+// in int32 over a super-block as ggml sums them (their tiles below). The
+// float layouts' kernels are in packed_float_avx512.cc.
 #include <cstring>
 
 #include "engine/cpu/packed_weights.h"
