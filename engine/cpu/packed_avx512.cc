@@ -217,15 +217,12 @@ template <int T>
 TANDEM_AVX512 void PackedQ6KTile(const PackedGemvArgs& a, const uint8_t* w, int64_t t0, float* y,
                                  int64_t rows) {
   constexpr int64_t kBlockBytes = PackedBlockBytes(GgmlType::kQ6_K);
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
-  const __m512i top2 = _mm512_set1_epi8(0x30);
   __m512 acc[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < a.w->blocks(); ++sb) {
     const uint8_t* block = w + sb * kBlockBytes;
-    const uint8_t* low = block + 18 * kPackRows;
-    const uint8_t* high = low + 32 * 64;
+    const uint8_t* quants = block + 18 * kPackRows;
     __m512i sums[T], offsets[T];
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
@@ -235,17 +232,10 @@ TANDEM_AVX512 void PackedQ6KTile(const PackedGemvArgs& a, const uint8_t* w, int6
     for (int k = 0; k < 16; ++k) {
       const __m512i scale = _mm512_cvtepi8_epi32(
           _mm_load_si128(reinterpret_cast<const __m128i*>(block + 2 * kPackRows + 16 * k)));
-      const __m512i l0 = _mm512_loadu_si512(low + 64 * (2 * k));
-      const __m512i l1 = _mm512_loadu_si512(low + 64 * (2 * k + 1));
-      const __m512i h = _mm512_loadu_si512(high + 64 * k);
-      // q = low nibble | top bits (0xF8: a | (b & c)).
-      const __m512i q0 = _mm512_ternarylogic_epi32(_mm512_and_si512(l0, low4),
-                                                   _mm512_slli_epi16(h, 4), top2, 0xF8);
-      const __m512i q1 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l0, 4), low4),
-                                                   _mm512_slli_epi16(h, 2), top2, 0xF8);
-      const __m512i q2 = _mm512_ternarylogic_epi32(_mm512_and_si512(l1, low4), h, top2, 0xF8);
-      const __m512i q3 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l1, 4), low4),
-                                                   _mm512_srli_epi16(h, 2), top2, 0xF8);
+      const __m512i q0 = _mm512_loadu_si512(quants + 64 * (4 * k));
+      const __m512i q1 = _mm512_loadu_si512(quants + 64 * (4 * k + 1));
+      const __m512i q2 = _mm512_loadu_si512(quants + 64 * (4 * k + 2));
+      const __m512i q3 = _mm512_loadu_si512(quants + 64 * (4 * k + 3));
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const BlockQ8K& x = ActK(a, t0 + t, sb);

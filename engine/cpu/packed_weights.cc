@@ -42,19 +42,11 @@ void PackQ6KBlock(const BlockQ6_K& block, int64_t i, uint8_t* out) {
     }
   }
   std::memcpy(out + 2 * i, &block.d, 2);
-  uint8_t* low = out + 18 * kPackRows;
-  uint8_t* high = low + 32 * 64;
+  uint8_t* quants = out + 18 * kPackRows;
   for (int k = 0; k < 16; ++k) {
     out[2 * kPackRows + kPackRows * k + i] = static_cast<uint8_t>(block.scales[k]);
-    for (int c = 0; c < 4; ++c) {
-      for (int a = 0; a < 2; ++a) {
-        low[64 * (2 * k + a) + 4 * i + c] =
-            (q[16 * k + 8 * a + c] & 0xF) | ((q[16 * k + 8 * a + 4 + c] & 0xF) << 4);
-      }
-      uint8_t bits = 0;
-      for (int j = 0; j < 4; ++j)
-        bits |= static_cast<uint8_t>((q[16 * k + 4 * j + c] >> 4) << (2 * j));
-      high[64 * k + 4 * i + c] = bits;
+    for (int j = 0; j < 4; ++j) {
+      for (int c = 0; c < 4; ++c) quants[64 * (4 * k + j) + 4 * i + c] = q[16 * k + 4 * j + c];
     }
   }
 }
