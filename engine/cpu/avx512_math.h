@@ -6,12 +6,20 @@
 
 #include <immintrin.h>
 
+#include <cstdint>
+
 // The instruction sets the AVX-512 kernels are compiled for, per function,
 // so the rest of the build stays portable.
 #define TANDEM_AVX512 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2")))
 
 namespace tandem::engine::cpu {
+
+// The first n lanes of 16 (none for n <= 0, all for n >= 16).
+inline __mmask16 LaneMask(int64_t n) {
+  if (n <= 0) return 0;
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
+}
 
 // e^x on 16 lanes with a degree-7 Taylor polynomial on |r| <= ln2/2
 // (relative error ~1e-8 before rounding) and scalef for the power of two,

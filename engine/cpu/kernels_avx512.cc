@@ -53,10 +53,6 @@ inline uint16_t LoadU16(const uint8_t* p) {
   return v;
 }
 
-inline __mmask16 TailMask(int64_t remaining) {
-  return static_cast<__mmask16>((1u << remaining) - 1);
-}
-
 constexpr int64_t ElemBytes(WKind k) { return k == WKind::kF32 ? 4 : 2; }
 
 // Software prefetch of the weight stream. Decode reads each weight once from
@@ -162,7 +158,7 @@ TANDEM_AVX512 void GemvTile(const uint8_t* w, int64_t row_bytes, int64_t cols,
     }
   }
   if (k < cols) {
-    const __mmask16 m = TailMask(cols - k);
+    const __mmask16 m = LaneMask(cols - k);
     __m512 wv[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) wv[r] = LoadWMasked<K>(w + r * row_bytes, k, m);
@@ -214,7 +210,7 @@ TANDEM_AVX512 void ConvertRows(const uint8_t* src, int64_t row_bytes, int64_t ro
     }
     for (; k + 16 <= cols; k += 16) _mm512_storeu_ps(out + k, LoadW<K>(row, k));
     if (k < cols) {
-      const __mmask16 m = TailMask(cols - k);
+      const __mmask16 m = LaneMask(cols - k);
       _mm512_mask_storeu_ps(out + k, m, LoadWMasked<K>(row, k, m));
     }
   }
@@ -489,13 +485,13 @@ TANDEM_AVX512 void RmsNormAvx512(const float* x, const float* weight, int64_t n_
       acc1 = _mm512_fmadd_ps(v1, v1, acc1);
     }
     for (; k < dim; k += 16) {
-      const __m512 v = _mm512_maskz_loadu_ps(TailMask(dim - k < 16 ? dim - k : 16), xt + k);
+      const __m512 v = _mm512_maskz_loadu_ps(LaneMask(dim - k), xt + k);
       acc0 = _mm512_fmadd_ps(v, v, acc0);
     }
     const float ss = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
     const __m512 scale = _mm512_set1_ps(1.0f / __builtin_sqrtf(ss / static_cast<float>(dim) + eps));
     for (k = 0; k < dim; k += 16) {
-      const __mmask16 m = TailMask(dim - k < 16 ? dim - k : 16);
+      const __mmask16 m = LaneMask(dim - k);
       const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xt + k), scale);
       _mm512_mask_storeu_ps(yt + k, m, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, weight + k)));
     }
@@ -505,7 +501,7 @@ TANDEM_AVX512 void RmsNormAvx512(const float* x, const float* weight, int64_t n_
 TANDEM_AVX512 void SwiGluAvx512(const float* gate, const float* up, int64_t n, float* out) {
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = TailMask(n - i < 16 ? n - i : 16);
+    const __mmask16 m = LaneMask(n - i);
     const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
     const __m512 e = Exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
     const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
@@ -515,7 +511,7 @@ TANDEM_AVX512 void SwiGluAvx512(const float* gate, const float* up, int64_t n, f
 
 TANDEM_AVX512 void AddAvx512(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = TailMask(n - i < 16 ? n - i : 16);
+    const __mmask16 m = LaneMask(n - i);
     const __m512 s = _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i));
     _mm512_mask_storeu_ps(x + i, m, s);
   }

@@ -84,16 +84,28 @@ void MatMulRunner::Run(const WeightMatrix& w, const float* x, int64_t n_tokens, 
   }
   if (path == MatMulPath::kGemm) {
     RunGemm(w, x, n_tokens, y);
-  } else if (packed != nullptr && packed->type() == GgmlType::kBF16) {
-    RunPackedBf16(*packed, x, n_tokens, y);
-  } else if (packed != nullptr &&
-             (packed->type() == GgmlType::kF16 || packed->type() == GgmlType::kF32)) {
-    RunPacked({.w = packed, .x = x, .n = n_tokens, .y = y, .ldy = w.rows});
-  } else if (packed != nullptr && HasQuantDot(packed->type()) &&
-             packed->type() != GgmlType::kQ4_0) {
-    RunPackedK(*packed, x, n_tokens, y);
-  } else {
-    RunGemv(w, x, n_tokens, y, packed);
+    return;
+  }
+  if (packed == nullptr) {
+    RunGemv(w, x, n_tokens, y);
+    return;
+  }
+  // Each packed layout with the activations its kernel takes.
+  switch (packed->type()) {
+    case GgmlType::kF16:
+    case GgmlType::kF32:
+      RunPacked({.w = packed, .x = x, .n = n_tokens, .y = y, .ldy = w.rows});
+      return;
+    case GgmlType::kBF16:
+      RunPackedBf16(*packed, x, n_tokens, y);
+      return;
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ8_0:
+      RunGemv(w, x, n_tokens, y, packed);  // Q8Activations, as the row tiles
+      return;
+    default:
+      RunPackedK(*packed, x, n_tokens, y);  // the K-quants: Q8_K
+      return;
   }
 }
 

@@ -44,7 +44,7 @@ TANDEM_AVX512 inline __m512i Broadcast4(const int8_t* p) {
 template <GgmlType kType>
 TANDEM_AVX512 inline void LoadBlock(const uint8_t* block, __m512i (&q)[8], __m512& dw) {
   dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(block)));
-  const uint8_t* quants = block + 2 * kPackRows;
+  const uint8_t* quants = block + kPackedQuants;
   if constexpr (kType == GgmlType::kQ8_0) {
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) q[k] = _mm512_loadu_si512(quants + 64 * k);
@@ -110,8 +110,7 @@ TANDEM_AVX512 void PackedTile(const uint8_t* w, int64_t group_bytes, int64_t blo
 #pragma GCC unroll 8
   for (int g = 0; g < G; ++g) {
     const int64_t valid = rows - g * kPackRows;
-    const auto m = valid >= kPackRows ? static_cast<__mmask16>(0xFFFF)
-                                      : static_cast<__mmask16>((1u << valid) - 1);
+    const __mmask16 m = LaneMask(valid);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * ldy + g * kPackRows, m, acc[g][t]);
   }
@@ -146,7 +145,7 @@ TANDEM_AVX512 void PackedQ4KTile(const PackedGemvArgs& a, const uint8_t* w, int6
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < a.w->blocks(); ++sb) {
     const uint8_t* block = w + sb * kBlockBytes;
-    const uint8_t* quants = block + 20 * kPackRows;
+    const uint8_t* quants = block + kK4Quants;
     __m512i sums[T], mins[T];
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
@@ -162,7 +161,7 @@ TANDEM_AVX512 void PackedQ4KTile(const PackedGemvArgs& a, const uint8_t* w, int6
         q[1][v] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
         if constexpr (kFive) {
           // a | (b & c): the fifth bit into bit 4.
-          const __m512i h = _mm512_loadu_si512(quants + 64 * (32 + v));
+          const __m512i h = _mm512_loadu_si512(block + kK5Fifth + 64 * v);
           q[0][v] = _mm512_ternarylogic_epi32(q[0][v], BitTo4(h, 2 * j), bit4, 0xF8);
           q[1][v] = _mm512_ternarylogic_epi32(q[1][v], BitTo4(h, 2 * j + 1), bit4, 0xF8);
         }
@@ -171,9 +170,9 @@ TANDEM_AVX512 void PackedQ4KTile(const PackedGemvArgs& a, const uint8_t* w, int6
       for (int h = 0; h < 2; ++h) {
         const int sub = 2 * j + h;
         const __m512i scale = _mm512_cvtepu8_epi32(
-            _mm_load_si128(reinterpret_cast<const __m128i*>(block + 64 + 16 * sub)));
+            _mm_load_si128(reinterpret_cast<const __m128i*>(block + kK4Scales + 16 * sub)));
         const __m512i min = _mm512_cvtepu8_epi32(
-            _mm_load_si128(reinterpret_cast<const __m128i*>(block + 192 + 16 * sub)));
+            _mm_load_si128(reinterpret_cast<const __m128i*>(block + kK4Mins + 16 * sub)));
 #pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
           const BlockQ8K& x = ActK(a, t0 + t, sb);
@@ -194,7 +193,7 @@ TANDEM_AVX512 void PackedQ4KTile(const PackedGemvArgs& a, const uint8_t* w, int6
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(block)));
     const __m512 dmin =
-        _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(block + 32)));
+        _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(block + kK4Dmin)));
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const __m512 dx = _mm512_set1_ps(ActK(a, t0 + t, sb).d);
@@ -202,8 +201,7 @@ TANDEM_AVX512 void PackedQ4KTile(const PackedGemvArgs& a, const uint8_t* w, int6
       acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mins[t]), acc[t]);
     }
   }
-  const auto m =
-      rows >= kPackRows ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << rows) - 1);
+  const __mmask16 m = LaneMask(rows);
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * a.ldy, m, acc[t]);
 }
@@ -222,7 +220,7 @@ TANDEM_AVX512 void PackedQ6KTile(const PackedGemvArgs& a, const uint8_t* w, int6
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < a.w->blocks(); ++sb) {
     const uint8_t* block = w + sb * kBlockBytes;
-    const uint8_t* quants = block + 18 * kPackRows;
+    const uint8_t* quants = block + kQ6KQuants;
     __m512i sums[T], offsets[T];
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
@@ -231,7 +229,7 @@ TANDEM_AVX512 void PackedQ6KTile(const PackedGemvArgs& a, const uint8_t* w, int6
     }
     for (int k = 0; k < 16; ++k) {
       const __m512i scale = _mm512_cvtepi8_epi32(
-          _mm_load_si128(reinterpret_cast<const __m128i*>(block + 2 * kPackRows + 16 * k)));
+          _mm_load_si128(reinterpret_cast<const __m128i*>(block + kQ6KScales + 16 * k)));
       const __m512i q0 = _mm512_loadu_si512(quants + 64 * (4 * k));
       const __m512i q1 = _mm512_loadu_si512(quants + 64 * (4 * k + 1));
       const __m512i q2 = _mm512_loadu_si512(quants + 64 * (4 * k + 2));
@@ -257,8 +255,7 @@ TANDEM_AVX512 void PackedQ6KTile(const PackedGemvArgs& a, const uint8_t* w, int6
       acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total), acc[t]);
     }
   }
-  const auto m =
-      rows >= kPackRows ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << rows) - 1);
+  const __mmask16 m = LaneMask(rows);
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(y + t * a.ldy, m, acc[t]);
 }

@@ -68,8 +68,7 @@ TANDEM_AVX512 void PackedFloatTile(const PackedGemvArgs& a, const uint8_t* w, in
 #pragma GCC unroll 8
   for (int g = 0; g < G; ++g) {
     const int64_t valid = rows - g * kPackRows;
-    const auto m = valid >= kPackRows ? static_cast<__mmask16>(0xFFFF)
-                                      : static_cast<__mmask16>((1u << valid) - 1);
+    const __mmask16 m = LaneMask(valid);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       __m512 sum = acc[0][g][t];
@@ -153,8 +152,7 @@ TANDEM_AVX512_BF16 void PackedBf16Tile(const uint8_t* w, int64_t group_bytes, in
   for (int g = 0; g < G; ++g) {
     const int64_t valid = rows - g * kPackRows;
     if (valid <= 0) break;
-    const auto m = valid >= kPackRows ? static_cast<__mmask16>(0xFFFF)
-                                      : static_cast<__mmask16>((1u << valid) - 1);
+    const __mmask16 m = LaneMask(valid);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       _mm512_mask_storeu_ps(y + t * ldy + g * kPackRows, m,
@@ -225,14 +223,8 @@ TANDEM_AVX512_BF16 void ToBf16Avx512(const float* x, int64_t n, int64_t cols, in
     const float* xt = x + t * cols;
     uint16_t* ot = out + t * padded;
     for (int64_t c = 0; c < padded; c += 32) {
-      const auto lanes = [&](int64_t from) {
-        const int64_t left = cols - from;
-        return left >= 16  ? static_cast<__mmask16>(0xFFFF)
-               : left <= 0 ? static_cast<__mmask16>(0)
-                           : static_cast<__mmask16>((1u << left) - 1);
-      };
-      const __m512 lo = _mm512_maskz_loadu_ps(lanes(c), xt + c);
-      const __m512 hi = _mm512_maskz_loadu_ps(lanes(c + 16), xt + c + 16);
+      const __m512 lo = _mm512_maskz_loadu_ps(LaneMask(cols - c), xt + c);
+      const __m512 hi = _mm512_maskz_loadu_ps(LaneMask(cols - c - 16), xt + c + 16);
       const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
       const int64_t left = padded - c;
       const auto m = left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << left) - 1);

@@ -71,25 +71,37 @@ constexpr int64_t PackedBlockCols(GgmlType type) {
   return type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K ? 256 : 32;
 }
 
+// Byte offsets inside one packed block of 16 rows (the layouts above).
+// Q4_0 / Q8_0: 16 fp16 scales, then the quants.
+inline constexpr int64_t kPackedQuants = 2 * kPackRows;
+// Q4_K / Q5_K: d, dmin, scales, mins, quants, then Q5_K's fifth bits.
+inline constexpr int64_t kK4Dmin = 2 * kPackRows;
+inline constexpr int64_t kK4Scales = 4 * kPackRows;
+inline constexpr int64_t kK4Mins = 12 * kPackRows;
+inline constexpr int64_t kK4Quants = 20 * kPackRows;
+inline constexpr int64_t kK5Fifth = kK4Quants + 32 * 64;
+// Q6_K: d, scales, quants.
+inline constexpr int64_t kQ6KScales = 2 * kPackRows;
+inline constexpr int64_t kQ6KQuants = 18 * kPackRows;
+
 // Bytes of one packed block x 16 rows of a Packable type.
 constexpr int64_t PackedBlockBytes(GgmlType type) {
   switch (type) {
     case GgmlType::kF16:
-      return 32;
+      return 2 * kPackRows;
     case GgmlType::kF32:
-      return 64;
     case GgmlType::kBF16:
-      return 64;
+      return 4 * kPackRows;
     case GgmlType::kQ8_0:
-      return 2 * kPackRows + 8 * 64;
+      return kPackedQuants + 8 * 64;
     case GgmlType::kQ4_K:
-      return 4 * kPackRows + 16 * kPackRows + 32 * 64;
+      return kK4Quants + 32 * 64;
     case GgmlType::kQ5_K:
-      return 4 * kPackRows + 16 * kPackRows + 40 * 64;
+      return kK5Fifth + 8 * 64;
     case GgmlType::kQ6_K:
-      return 2 * kPackRows + 16 * kPackRows + 64 * 64;
+      return kQ6KQuants + 64 * 64;
     default:
-      return 2 * kPackRows + 4 * 64;  // Q4_0
+      return kPackedQuants + 4 * 64;  // Q4_0
   }
 }
 

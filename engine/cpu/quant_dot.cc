@@ -221,20 +221,12 @@ float DotQ6K(const uint8_t* wrow, const void* xq, int64_t cols) {
   const auto* w = reinterpret_cast<const BlockQ6_K*>(wrow);
   const auto* x = static_cast<const BlockQ8K*>(xq);
   float sum = 0;
+  uint8_t unsigned_q[kQKK];
   int8_t q[kQKK];
   int sums[16];
   for (int64_t b = 0; b < cols / kQKK; ++b) {
-    for (int half = 0; half < 2; ++half) {
-      const uint8_t* ql = w[b].ql + 64 * half;
-      const uint8_t* qh = w[b].qh + 32 * half;
-      int8_t* out = q + 128 * half;
-      for (int l = 0; l < 32; ++l) {
-        out[l] = static_cast<int8_t>(((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
-        out[l + 32] = static_cast<int8_t>(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
-        out[l + 64] = static_cast<int8_t>(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-        out[l + 96] = static_cast<int8_t>(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-      }
-    }
+    UnpackQuantsQ6K(w[b], unsigned_q);
+    for (int e = 0; e < kQKK; ++e) q[e] = static_cast<int8_t>(unsigned_q[e] - 32);
     SubBlockSums(q, x[b].qs, sums);
     int isum = 0;
     for (int s = 0; s < 16; ++s) isum += w[b].scales[s] * sums[s];

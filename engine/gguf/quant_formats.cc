@@ -179,6 +179,22 @@ void ScaleMinK4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
   }
 }
 
+void UnpackQuantsQ6K(const BlockQ6_K& block, uint8_t* q) {
+  // Two halves of 128 weights, each from 64 bytes of low nibbles and 32 of
+  // high bit pairs.
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* ql = block.ql + 64 * half;
+    const uint8_t* qh = block.qh + 32 * half;
+    uint8_t* out = q + 128 * half;
+    for (int l = 0; l < 32; ++l) {
+      out[l] = (ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4);
+      out[l + 32] = (ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4);
+      out[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+      out[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+    }
+  }
+}
+
 void UnpackScalesQ3K(const uint8_t* packed, int8_t* scales) {
   for (int j = 0; j < 16; ++j) {
     const int low = j < 8 ? packed[j] & 0xF : packed[j - 8] >> 4;

@@ -122,6 +122,9 @@ static_assert(sizeof(BlockQ6_K) == 210);
 // + 32 in 12 bytes).
 void ScaleMinK4(int j, const uint8_t* packed, uint8_t* scale, uint8_t* min);
 void UnpackScalesQ3K(const uint8_t* packed, int8_t* scales);
+// Q6_K: the super-block's 256 quants in order, 0..63 (the weight is
+// d * scale * (q - 32)), from its planes of low nibbles and high bit pairs.
+void UnpackQuantsQ6K(const BlockQ6_K& block, uint8_t* q);
 
 // Reference dequantizers: `n` elements (a multiple of the block size) from
 // blocks at `x` into `y`.
