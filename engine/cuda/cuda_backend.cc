@@ -22,13 +22,14 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <span>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -232,42 +233,9 @@ class CudaBackend final : public Backend {
                  "a step within ReserveStep's limits");
     // The last step's copies may still be reading the pinned mirror.
     CheckInStep(cudaEventSynchronize(meta_copied_), "cudaEventSynchronize");
-    uint8_t* host = meta_host_.data();
-    const auto put = [&](int64_t offset, const auto& v) {
-      std::memcpy(host + offset, v.data(), v.size() * sizeof(v[0]));
-      Copy(offset, static_cast<int64_t>(v.size() * sizeof(v[0])));
-    };
-    // Per row (token rows, or logits rows), padded to `n` for a graph's
-    // bucket: pad rows read token 0 at position 0, store nothing (slot -1),
-    // attend to nothing, gather row 0 and are not reduced.
-    const auto put_rows = [&](int64_t offset, const auto& v, auto pad, int32_t n) {
-      using Element = std::decay_t<decltype(v[0])>;
-      auto* row = reinterpret_cast<Element*>(host + offset);
-      std::memcpy(row, v.data(), v.size() * sizeof(Element));
-      std::fill(row + v.size(), row + n, static_cast<Element>(pad));
-      Copy(offset, int64_t{n} * int64_t{sizeof(Element)});
-    };
     // A graph step has a logits row per token row: both padded alike.
-    const int32_t logit_rows = bucket > 0 ? rows_ : R;
-    put_rows(layout_.tokens, step.tokens, 0, rows_);
-    put_rows(layout_.positions, step.positions, 0, rows_);
-    put_rows(layout_.slots, step.slot_mapping, -1, rows_);
-    auto* kv_len = reinterpret_cast<int32_t*>(host + layout_.kv_len);
-    auto* table_offset = reinterpret_cast<int32_t*>(host + layout_.table_offset);
-    for (const StepSequence& s : step.seqs) {
-      for (int32_t i = 0; i < s.n_rows; ++i) {
-        kv_len[s.first_row + i] = s.kv_start + i + 1;
-        table_offset[s.first_row + i] = s.table_offset;
-      }
-    }
-    std::fill(kv_len + T, kv_len + rows_, 0);
-    std::fill(table_offset + T, table_offset + rows_, 0);
-    Copy(layout_.kv_len, int64_t{rows_} * 4);
-    Copy(layout_.table_offset, int64_t{rows_} * 4);
-    put(layout_.block_table, step.block_tables);
-    put_rows(layout_.logit_rows, step.logit_rows, 0, logit_rows);
-    put_rows(layout_.top_k, step.logit_top_k, -1, logit_rows);
-    put_rows(layout_.target, step.logit_target, -1, logit_rows);
+    WriteStepMeta(step, layout_, rows_, bucket > 0 ? rows_ : R, meta_host_.data(),
+                  [this](int64_t offset, int64_t bytes) { Copy(offset, bytes); });
     CheckInStep(cudaEventRecord(meta_copied_, stream_.stream()), "cudaEventRecord");
     step_ = &step;
     real_rows_ = T;
@@ -299,6 +267,48 @@ class CudaBackend final : public Backend {
                 Word(out), static_cast<uint64_t>(n)},
                [=, this] {
                  CheckInStep(cuda::MatMul(stream_, weight, in, n, out, *matmul_scratch_), "MatMul");
+               });
+  }
+
+  // Q, K and V in one GEMV launch where they take one (cuda::MatMulGroup).
+  void MatMuls(std::span<const MatMulProduct> products, DevicePtr<const float> x,
+               int64_t n_tokens) override {
+    if (products.size() > kMaxGemvProducts) return Backend::MatMuls(products, x, n_tokens);
+    std::array<DeviceWeight, kMaxGemvProducts> w{};
+    std::array<float*, kMaxGemvProducts> y{};
+    for (size_t i = 0; i < products.size(); ++i) {
+      w[i] = Weight(*products[i].w);
+      y[i] = products[i].y.backend_address();
+    }
+    const auto count = static_cast<int>(products.size());
+    const float* in = x.backend_address();
+    const int64_t n = Rows(n_tokens);
+    // A weight's address names its type and shape.
+    graphs_.Op({11, Word(in), static_cast<uint64_t>(n), Word(w[0].data), Word(w[1].data),
+                Word(w[2].data), Word(y[0]), Word(y[1]), Word(y[2])},
+               [=, this] {
+                 CheckInStep(MatMulGroup(stream_, w.data(), y.data(), count, in, n,
+                                         *matmul_scratch_),
+                             "MatMuls");
+               });
+  }
+
+  // Gate, up and SwiGLU in one GEMV launch where it takes both.
+  void MatMulSwiGlu(const DeviceMatrix& w_gate, const DeviceMatrix& w_up,
+                    DevicePtr<const float> x, int64_t n_tokens, DevicePtr<float> gate,
+                    DevicePtr<float> up) override {
+    const DeviceWeight g = Weight(w_gate);
+    const DeviceWeight u = Weight(w_up);
+    const float* in = x.backend_address();
+    float* g_out = gate.backend_address();
+    float* u_out = up.backend_address();
+    const int64_t n = Rows(n_tokens);
+    graphs_.Op({12, Word(g.data), Word(u.data), Word(in), Word(g_out), Word(u_out),
+                static_cast<uint64_t>(n)},
+               [=, this] {
+                 CheckInStep(cuda::MatMulSwiGlu(stream_, g, u, in, n, g_out, u_out,
+                                                *matmul_scratch_),
+                             "MatMulSwiGlu");
                });
   }
 

@@ -1,14 +1,14 @@
-#include "engine/cuda/gemv16.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "engine/cuda/gemv16.h"
+#include "engine/cuda/gemv_rows.cuh"
 #include "engine/cuda/kernels.h"
 
 namespace tandem::engine::cuda {
 namespace {
 
-// 16-byte loads in flight per lane before the first is used.
+// 16-byte loads in flight per lane and matrix before the first is used.
 constexpr int kUnroll = 4;
 
 // Eight 16-bit values (one 16-byte load) widened to f32.
@@ -31,104 +31,160 @@ constexpr int kBlockWarps = 8;
 // The row's warps interleave over its 16-byte chunks 32 at a time; each
 // lane takes 8 columns a chunk, kUnroll loads of the row in flight, every
 // token's dot product accumulated from the same widened weights. Warp sums,
-// then the row's first warp adds its partners' in a fixed order.
-template <int kTokens>
+// then the row's first warp adds its partners' in a fixed order. A row is
+// one product's (p.Locate), or with kSwiGlu the same row of the gate and
+// the up matrix, read side by side and written as silu(gate) * up.
+template <int kTokens, bool kSwiGlu>
 __global__ void __launch_bounds__(32 * kBlockWarps)
-    Gemv16Kernel(const uint4* __restrict__ w, bool bf16, int64_t rows, int64_t cols, int split,
-                 const float* __restrict__ x, float* __restrict__ y) {
-  __shared__ float partial[kBlockWarps][kTokens];
+    Gemv16Kernel(GemvRows p, bool bf16, int64_t cols, int split, const float* __restrict__ x) {
+  constexpr int kMats = kSwiGlu ? 2 : 1;
+  __shared__ float partial[kMats][kBlockWarps][kTokens];
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kBlockWarps / split) + warp / split;
+  int64_t row = static_cast<int64_t>(blockIdx.x) * (kBlockWarps / split) + warp / split;
+  const bool live = row < p.total;
+  const int which = kSwiGlu || !live ? 0 : p.Locate(row);
   const int part = warp % split;
-  float acc[kTokens];
+  float acc[kMats][kTokens];
 #pragma unroll
-  for (int t = 0; t < kTokens; ++t) acc[t] = 0.0f;
-  if (row < rows) {
+  for (int m = 0; m < kMats; ++m) {
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) acc[m][t] = 0.0f;
+  }
+  if (live) {
     const int64_t chunks = cols / 8;  // 16-byte chunks per row
     const int64_t stride = 32 * static_cast<int64_t>(split);
-    const uint4* wr = w + row * chunks;
+    const uint4* wr[kMats];
+#pragma unroll
+    for (int m = 0; m < kMats; ++m)
+      wr[m] = static_cast<const uint4*>(GemvRows::Pick(p.w, which + m)) + row * chunks;
     for (int64_t base = 32 * part; base < chunks; base += stride * kUnroll) {
-      uint4 raw[kUnroll];
+      uint4 raw[kMats][kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = base + u * stride + lane;
-        raw[u] = c < chunks ? __ldcs(wr + c) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int m = 0; m < kMats; ++m) {
+          raw[m][u] = c < chunks ? __ldcs(wr[m] + c) : make_uint4(0, 0, 0, 0);
+        }
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = base + u * stride + lane;
         if (c >= chunks) break;
-        float wf[8];
-        Widen(raw[u], bf16, wf);
+        float wf[kMats][8];
+#pragma unroll
+        for (int m = 0; m < kMats; ++m) Widen(raw[m][u], bf16, wf[m]);
 #pragma unroll
         for (int t = 0; t < kTokens; ++t) {
           const float4* xt = reinterpret_cast<const float4*>(x + t * cols) + 2 * c;
           const float4 a = __ldg(xt);
           const float4 b = __ldg(xt + 1);
-          acc[t] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x +
-                    wf[5] * b.y + wf[6] * b.z + wf[7] * b.w;
+#pragma unroll
+          for (int m = 0; m < kMats; ++m) {
+            const float(&f)[8] = wf[m];
+            acc[m][t] += f[0] * a.x + f[1] * a.y + f[2] * a.z + f[3] * a.w + f[4] * b.x +
+                         f[5] * b.y + f[6] * b.z + f[7] * b.w;
+          }
         }
       }
     }
   }
 #pragma unroll
-  for (int t = 0; t < kTokens; ++t) {
-    float v = acc[t];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) partial[warp][t] = v;
+  for (int m = 0; m < kMats; ++m) {
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      float v = acc[m][t];
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) partial[m][warp][t] = v;
+    }
   }
   __syncthreads();
-  if (row < rows && part == 0 && lane < kTokens) {
-    float v = partial[warp][lane];
-    for (int p = 1; p < split; ++p) v += partial[warp + p][lane];
-    y[lane * rows + row] = v;
+  if (live && part == 0 && lane < kTokens) {
+    float v[kMats];
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) {
+      v[m] = partial[m][warp][lane];
+      for (int q = 1; q < split; ++q) v[m] += partial[m][warp + q][lane];
+    }
+    const int64_t rows = GemvRows::Pick(p.rows, which);
+    if constexpr (kSwiGlu) {
+      p.y[0][lane * rows + row] = Silu(v[0]) * v[1];
+    } else {
+      GemvRows::Pick(p.y, which)[lane * rows + row] = v[0];
+    }
   }
 }
 
-template <int kTokens>
-void Launch(const void* w, bool bf16, int64_t rows, int64_t cols, const float* x, float* y,
-            cudaStream_t stream) {
-  const int split = GemvRowSplit(rows, kBlockWarps);
+template <int kTokens, bool kSwiGlu>
+void Launch(const GemvRows& p, bool bf16, int64_t cols, const float* x, cudaStream_t stream) {
+  const int split = GemvRowSplit(p.total, kBlockWarps);
   const int64_t rows_per_block = kBlockWarps / split;
-  const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
-  Gemv16Kernel<kTokens><<<blocks, 32 * kBlockWarps, 0, stream>>>(
-      static_cast<const uint4*>(w), bf16, rows, cols, split, x, y);
+  const auto blocks = static_cast<unsigned>((p.total + rows_per_block - 1) / rows_per_block);
+  Gemv16Kernel<kTokens, kSwiGlu><<<blocks, 32 * kBlockWarps, 0, stream>>>(p, bf16, cols, split, x);
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Each launch streams the weights once for up to 8 tokens; 3, 5, 6 and 7
+// run as the next size up would waste registers, so as 2 + 1, 4 + 1, ...
+template <bool kSwiGlu>
+cudaError_t LaunchAll(GemvRows p, bool bf16, int64_t cols, const float* x, int64_t n_tokens,
+                      cudaStream_t stream) {
+  if (p.total == 0) return cudaSuccess;
+  int64_t done = 0;
+  while (done < n_tokens) {
+    const int64_t left = n_tokens - done;
+    const int64_t n = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+    GemvRows at = p;
+    for (int i = 0; i < p.count; ++i) {
+      if (at.y[i] != nullptr) at.y[i] += done * p.rows[i];
+    }
+    const float* xt = x + done * cols;
+    if (n == 8) {
+      Launch<8, kSwiGlu>(at, bf16, cols, xt, stream);
+    } else if (n == 4) {
+      Launch<4, kSwiGlu>(at, bf16, cols, xt, stream);
+    } else if (n == 2) {
+      Launch<2, kSwiGlu>(at, bf16, cols, xt, stream);
+    } else {
+      Launch<1, kSwiGlu>(at, bf16, cols, xt, stream);
+    }
+    done += n;
+  }
+  return cudaGetLastError();
 }
 
 }  // namespace
 
 bool Gemv16Takes(const void* w, int64_t cols, const float* x, int64_t n_tokens) {
-  return n_tokens >= 1 && n_tokens <= kGemv16MaxTokens && cols % 8 == 0 &&
-         reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  return n_tokens >= 1 && n_tokens <= kGemv16MaxTokens && cols % 8 == 0 && Aligned16(w) &&
+         Aligned16(x);
 }
 
 cudaError_t LaunchGemv16(const void* w, bool bf16, int64_t rows, int64_t cols, const float* x,
                          int64_t n_tokens, float* y, cudaStream_t stream) {
-  if (!Gemv16Takes(w, cols, x, n_tokens)) return cudaErrorInvalidValue;
-  if (rows == 0) return cudaSuccess;
-  // Each launch streams the weight once for up to 8 tokens; 3, 5, 6 and 7
-  // run as the next size up would waste registers, so as 2 + 1, 4 + 1, ...
-  int64_t done = 0;
-  while (done < n_tokens) {
-    const int64_t left = n_tokens - done;
-    const float* xt = x + done * cols;
-    float* yt = y + done * rows;
-    if (left >= 8) {
-      Launch<8>(w, bf16, rows, cols, xt, yt, stream);
-      done += 8;
-    } else if (left >= 4) {
-      Launch<4>(w, bf16, rows, cols, xt, yt, stream);
-      done += 4;
-    } else if (left >= 2) {
-      Launch<2>(w, bf16, rows, cols, xt, yt, stream);
-      done += 2;
-    } else {
-      Launch<1>(w, bf16, rows, cols, xt, yt, stream);
-      done += 1;
-    }
+  const GemvProduct product{.w = w, .rows = rows, .y = y};
+  return LaunchGemv16Group(&product, 1, bf16, cols, x, n_tokens, stream);
+}
+
+cudaError_t LaunchGemv16Group(const GemvProduct* products, int count, bool bf16, int64_t cols,
+                              const float* x, int64_t n_tokens, cudaStream_t stream) {
+  GemvRows p;
+  if (!GemvRows::Of(products, count, p)) return cudaErrorInvalidValue;
+  for (int i = 0; i < count; ++i) {
+    if (!Gemv16Takes(products[i].w, cols, x, n_tokens)) return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
+  return LaunchAll<false>(p, bf16, cols, x, n_tokens, stream);
+}
+
+cudaError_t LaunchGemv16SwiGlu(const void* gate, const void* up, bool bf16, int64_t rows,
+                               int64_t cols, const float* x, int64_t n_tokens, float* out,
+                               cudaStream_t stream) {
+  if (!Gemv16Takes(gate, cols, x, n_tokens) || !Gemv16Takes(up, cols, x, n_tokens)) {
+    return cudaErrorInvalidValue;
+  }
+  return LaunchAll<true>(GemvRows::Pair(gate, up, rows, out), bf16, cols, x, n_tokens, stream);
 }
 
 }  // namespace tandem::engine::cuda

@@ -12,6 +12,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "engine/cuda/kernels.h"
+
 namespace tandem::engine::cuda {
 
 // The most tokens LaunchGemv16 takes in one launch.
@@ -25,6 +27,19 @@ bool Gemv16Takes(const void* w, int64_t cols, const float* x, int64_t n_tokens);
 // bf16 when `bf16`. cudaErrorInvalidValue for a shape Gemv16Takes refuses.
 cudaError_t LaunchGemv16(const void* w, bool bf16, int64_t rows, int64_t cols, const float* x,
                          int64_t n_tokens, float* y, cudaStream_t stream);
+
+// The `count` (1..kMaxGemvProducts) products of one x, each weight of
+// `cols` columns and the same 16-bit type, in one launch per 8 tokens.
+// cudaErrorInvalidValue for a count or shape LaunchGemv16 would refuse.
+cudaError_t LaunchGemv16Group(const GemvProduct* products, int count, bool bf16, int64_t cols,
+                              const float* x, int64_t n_tokens, cudaStream_t stream);
+
+// out [n_tokens][rows] = silu(x gate^T) * (x up^T) for gate and up [rows]
+// [cols] of one 16-bit type: the two rows read side by side and the SwiGLU
+// applied to their sums, bit for bit LaunchGemv16 twice and LaunchSwiGlu.
+cudaError_t LaunchGemv16SwiGlu(const void* gate, const void* up, bool bf16, int64_t rows,
+                               int64_t cols, const float* x, int64_t n_tokens, float* out,
+                               cudaStream_t stream);
 
 }  // namespace tandem::engine::cuda
 

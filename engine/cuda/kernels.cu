@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "engine/cuda/gemv_rows.cuh"
+
 namespace tandem::engine::cuda {
 namespace {
 
@@ -95,8 +97,7 @@ __global__ void __launch_bounds__(kRmsMaxThreads)
 __global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, float* out) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  const float g = gate[i];
-  out[i] = g / (1.0f + expf(-g)) * up[i];
+  out[i] = Silu(gate[i]) * up[i];
 }
 
 __global__ void AddKernel(float* x, const float* y, int64_t n) {

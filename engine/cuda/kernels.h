@@ -29,6 +29,18 @@ constexpr int GemvRowSplit(int64_t rows, int max_split) {
   return split;
 }
 
+// One of the products a GEMV launch may take together (LaunchGemv16Group,
+// LaunchMatMulQuantGroup): y [n_tokens][rows] = x w^T, w [rows][cols], every
+// product of a launch reading the same x. Q, K and V, one launch instead of
+// three: the small K and V products alone were too short to reach the
+// bandwidth.
+struct GemvProduct {
+  const void* w = nullptr;
+  int64_t rows = 0;
+  float* y = nullptr;
+};
+inline constexpr int kMaxGemvProducts = 3;
+
 // y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight[:]; y may alias x.
 cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
                           float eps, float* y, cudaStream_t stream);

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "engine/cuda/gemv16.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/quant_kernels.h"
@@ -51,6 +52,27 @@ absl::Status Gemm16(const Stream& stream, const void* w16, bool bf16, int64_t ro
                                          w16, type, k, x16, type, k, &beta, y, CUDA_R_32F, m,
                                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                bf16 ? "cublasGemmEx (bf16)" : "cublasGemmEx (f16)");
+}
+
+// Which GEMV takes `w` at n_tokens of x, if any.
+enum class Gemv { kNone, k16, kQuant };
+Gemv GemvFor(const DeviceWeight& w, const float* x, int64_t n_tokens) {
+  if (w.type == GgmlType::kF16 || w.type == GgmlType::kBF16) {
+    return Gemv16Takes(w.data, w.cols, x, n_tokens) ? Gemv::k16 : Gemv::kNone;
+  }
+  return IsBlockQuantized(w.type) && n_tokens >= 1 && n_tokens <= kQuantGemvMaxTokens
+             ? Gemv::kQuant
+             : Gemv::kNone;
+}
+
+// Whether one GEMV launch takes a and b together.
+bool OneLaunch(const DeviceWeight& a, const DeviceWeight& b, const float* x, int64_t n_tokens) {
+  return a.type == b.type && a.cols == b.cols && GemvFor(a, x, n_tokens) != Gemv::kNone &&
+         GemvFor(b, x, n_tokens) != Gemv::kNone;
+}
+
+std::string LaunchName(const char* launch, GgmlType type) {
+  return absl::StrCat(launch, " (", std::string(GgmlTypeName(type)), ")");
 }
 
 }  // namespace
@@ -123,6 +145,56 @@ absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x,
       LaunchDequantizeToF16(w.type, w.data, w.rows, w.cols, w16, stream.stream()), what.c_str());
   if (!s.ok()) return s;
   return Gemm16(stream, w16, /*bf16=*/false, w.rows, w.cols, x, n_tokens, x16, y);
+}
+
+absl::Status MatMulGroup(const Stream& stream, const DeviceWeight* w, float* const* y, int count,
+                         const float* x, int64_t n_tokens, DeviceBuffer& scratch) {
+  for (int i = 0; i < count;) {
+    int n = 1;
+    while (i + n < count && n < kMaxGemvProducts && OneLaunch(w[i], w[i + n], x, n_tokens)) ++n;
+    if (n == 1) {
+      RETURN_IF_ERROR(MatMul(stream, w[i], x, n_tokens, y[i], scratch));
+    } else {
+      GemvProduct products[kMaxGemvProducts];
+      for (int k = 0; k < n; ++k) {
+        products[k] = {.w = w[i + k].data, .rows = w[i + k].rows, .y = y[i + k]};
+      }
+      const GgmlType type = w[i].type;
+      const cudaStream_t s = stream.stream();
+      if (GemvFor(w[i], x, n_tokens) == Gemv::k16) {
+        RETURN_IF_ERROR(Check(LaunchGemv16Group(products, n, type == GgmlType::kBF16, w[i].cols,
+                                                x, n_tokens, s),
+                              LaunchName("LaunchGemv16Group", type).c_str()));
+      } else {
+        RETURN_IF_ERROR(
+            Check(LaunchMatMulQuantGroup(type, products, n, w[i].cols, x, n_tokens, s),
+                  LaunchName("LaunchMatMulQuantGroup", type).c_str()));
+      }
+    }
+    i += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MatMulSwiGlu(const Stream& stream, const DeviceWeight& gate, const DeviceWeight& up,
+                          const float* x, int64_t n_tokens, float* gate_out, float* up_out,
+                          DeviceBuffer& scratch) {
+  if (n_tokens == 0 || gate.rows == 0) return absl::OkStatus();
+  if (gate.rows == up.rows && OneLaunch(gate, up, x, n_tokens)) {
+    const bool is16 = GemvFor(gate, x, n_tokens) == Gemv::k16;
+    const std::string what =
+        LaunchName(is16 ? "LaunchGemv16SwiGlu" : "LaunchMatMulQuantSwiGlu", gate.type);
+    return Check(is16 ? LaunchGemv16SwiGlu(gate.data, up.data, gate.type == GgmlType::kBF16,
+                                           gate.rows, gate.cols, x, n_tokens, gate_out,
+                                           stream.stream())
+                      : LaunchMatMulQuantSwiGlu(gate.type, gate.data, up.data, gate.rows,
+                                                gate.cols, x, n_tokens, gate_out, stream.stream()),
+                 what.c_str());
+  }
+  RETURN_IF_ERROR(MatMul(stream, gate, x, n_tokens, gate_out, scratch));
+  RETURN_IF_ERROR(MatMul(stream, up, x, n_tokens, up_out, scratch));
+  return Check(LaunchSwiGlu(gate_out, up_out, n_tokens * gate.rows, gate_out, stream.stream()),
+               "SwiGlu");
 }
 
 }  // namespace tandem::engine::cuda

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "engine/cuda/device.h"
+#include "engine/cuda/kernels.h"
 #include "engine/gguf/tensor_type.h"
 
 namespace tandem::engine::cuda {
@@ -38,6 +39,20 @@ int64_t MatMulScratchBytes(const DeviceWeight& w, int64_t n_tokens);
 // Unimplemented for weight types without a GPU kernel yet.
 absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x,
                     int64_t n_tokens, float* y, DeviceBuffer& scratch);
+
+// The products of one x (Q, K and V): y[i] = x w[i]^T for i < count. Each
+// run of consecutive weights that one GEMV launch takes together (the same
+// type and columns, at most kMaxGemvProducts, a GEMV-sized n_tokens) is one
+// launch; the rest go through MatMul. `scratch` as MatMul's for each.
+absl::Status MatMulGroup(const Stream& stream, const DeviceWeight* w, float* const* y, int count,
+                         const float* x, int64_t n_tokens, DeviceBuffer& scratch);
+
+// gate_out = silu(x gate^T) * (x up^T), [n_tokens][gate.rows]: one GEMV
+// launch reading the two side by side where it takes both, else MatMul
+// twice (the up product into `up_out`) and SwiGLU, with equal results.
+absl::Status MatMulSwiGlu(const Stream& stream, const DeviceWeight& gate, const DeviceWeight& up,
+                          const float* x, int64_t n_tokens, float* gate_out, float* up_out,
+                          DeviceBuffer& scratch);
 
 }  // namespace tandem::engine::cuda
 

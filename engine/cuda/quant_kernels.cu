@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "engine/cuda/gemv_rows.cuh"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/quant_blocks.cuh"
 
@@ -23,7 +24,11 @@ constexpr int kGemvThreads = kGemvWarps * 32;
 // so 32 warps per SM keep enough weight loads in flight to stream at full
 // bandwidth; 128 for more tokens, whose x loads and sums would otherwise
 // take all 255 registers and spill (ptxas -v; two tokens spill at 64).
-constexpr int GemvMinBlocksPerSm(int tokens) { return tokens == 1 ? 8 : 4; }
+// A fused SwiGLU's two rows at one token take the 128 too (at 64, Q5_K
+// and Q6_K spill).
+constexpr int GemvMinBlocksPerSm(int tokens, bool pair) { return tokens == 1 && !pair ? 8 : 4; }
+// Tokens one fused SwiGLU launch takes: at 16 its K-quant sums spill.
+constexpr int64_t kSwiGluTokensPerLaunch = 8;
 
 constexpr int kThreads = 256;  // the dequantizer's and the gather's blocks
 
@@ -32,28 +37,44 @@ constexpr int kThreads = 256;  // the dequantizer's and the gather's blocks
 // them into all the tokens' x, so a launch reads the weight once. x is read
 // through the read-only cache in 16-byte loads: every warp of the grid
 // reads the same x, which stays in L1 / L2 while the weight streams past.
-// The row's warps' sums meet in shared memory, added in a fixed order.
-template <typename F, int kTokens>
-__global__ void __launch_bounds__(kGemvThreads, GemvMinBlocksPerSm(kTokens))
-    QuantGemvKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols, int split,
-                    const float* __restrict__ x, int n_tokens, float* __restrict__ y) {
-  __shared__ float partial[kGemvWarps][kTokens];
+// The row's warps' sums meet in shared memory, added in a fixed order. A
+// row is one product's (p.Locate), or with kSwiGlu the same row of the gate
+// and the up matrix, decoded side by side and written as silu(gate) * up.
+template <typename F, int kTokens, bool kSwiGlu>
+__global__ void __launch_bounds__(kGemvThreads, GemvMinBlocksPerSm(kTokens, kSwiGlu))
+    QuantGemvKernel(GemvRows p, int64_t cols, int split, const float* __restrict__ x,
+                    int n_tokens) {
+  constexpr int kMats = kSwiGlu ? 2 : 1;
+  __shared__ float partial[kMats][kGemvWarps][kTokens];
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kGemvWarps / split) + warp / split;
+  int64_t row = static_cast<int64_t>(blockIdx.x) * (kGemvWarps / split) + warp / split;
+  const bool live = row < p.total;
+  const int which = kSwiGlu || !live ? 0 : p.Locate(row);
   const int part = warp % split;
   const int64_t n_blocks = cols / F::kElems;
-  const uint8_t* w_row = w + (row < rows ? row : 0) * n_blocks * F::kBytes;
-  const int n_units = row < rows ? static_cast<int>(n_blocks * F::kUnits) : 0;
-
-  float acc[kTokens];
+  const uint8_t* w_row[kMats];
 #pragma unroll
-  for (int t = 0; t < kTokens; ++t) acc[t] = 0.0f;
+  for (int m = 0; m < kMats; ++m) {
+    w_row[m] = static_cast<const uint8_t*>(GemvRows::Pick(p.w, which + m)) +
+               (live ? row : 0) * n_blocks * F::kBytes;
+  }
+  const int n_units = live ? static_cast<int>(n_blocks * F::kUnits) : 0;
+
+  float acc[kMats][kTokens];
+#pragma unroll
+  for (int m = 0; m < kMats; ++m) {
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) acc[m][t] = 0.0f;
+  }
 
   for (int u = 32 * part + lane; u < n_units; u += 32 * split) {
     const int b = u / F::kUnits;
-    typename F::UnitT unit;
-    F::Decode(w_row + static_cast<int64_t>(b) * F::kBytes, u % F::kUnits, unit);
+    typename F::UnitT unit[kMats];
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) {
+      F::Decode(w_row[m] + static_cast<int64_t>(b) * F::kBytes, u % F::kUnits, unit[m]);
+    }
     const float* x_block = x + static_cast<int64_t>(b) * F::kElems;
 #pragma unroll
     for (int t = 0; t < kTokens; ++t) {
@@ -61,43 +82,64 @@ __global__ void __launch_bounds__(kGemvThreads, GemvMinBlocksPerSm(kTokens))
         const float* xt = x_block + t * cols;
 #pragma unroll
         for (int r = 0; r < F::kRuns; ++r) {
-          const float4* xr = reinterpret_cast<const float4*>(xt + unit.offset[r]);
+          // Both matrices' runs sit at the same offsets: one format.
+          const float4* xr = reinterpret_cast<const float4*>(xt + unit[0].offset[r]);
           // sum_i (scale q_i - min) x_i = scale sum_i q_i x_i - min sum_i x_i:
           // the scale and min once per run, in f32 throughout.
-          float dot = 0.0f;
+          float dot[kMats];
+#pragma unroll
+          for (int m = 0; m < kMats; ++m) dot[m] = 0.0f;
           float sum = 0.0f;
 #pragma unroll
           for (int i = 0; i < F::kLen / 4; ++i) {
             const float4 v = __ldg(xr + i);
-            dot = fmaf(unit.q[r][4 * i], v.x, dot);
-            dot = fmaf(unit.q[r][4 * i + 1], v.y, dot);
-            dot = fmaf(unit.q[r][4 * i + 2], v.z, dot);
-            dot = fmaf(unit.q[r][4 * i + 3], v.w, dot);
+#pragma unroll
+            for (int m = 0; m < kMats; ++m) {
+              dot[m] = fmaf(unit[m].q[r][4 * i], v.x, dot[m]);
+              dot[m] = fmaf(unit[m].q[r][4 * i + 1], v.y, dot[m]);
+              dot[m] = fmaf(unit[m].q[r][4 * i + 2], v.z, dot[m]);
+              dot[m] = fmaf(unit[m].q[r][4 * i + 3], v.w, dot[m]);
+            }
             if constexpr (F::kHasMin) sum += (v.x + v.y) + (v.z + v.w);
           }
-          acc[t] = fmaf(unit.scale[r], dot, acc[t]);
-          if constexpr (F::kHasMin) acc[t] = fmaf(-unit.min[r], sum, acc[t]);
+#pragma unroll
+          for (int m = 0; m < kMats; ++m) {
+            acc[m][t] = fmaf(unit[m].scale[r], dot[m], acc[m][t]);
+            if constexpr (F::kHasMin) acc[m][t] = fmaf(-unit[m].min[r], sum, acc[m][t]);
+          }
         }
       }
     }
   }
 
 #pragma unroll
-  for (int t = 0; t < kTokens; ++t) {
+  for (int m = 0; m < kMats; ++m) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);
-  }
-  // Every lane holds every sum; lane t keeps token t's (a constant index
-  // into acc, so it stays in registers).
+    for (int t = 0; t < kTokens; ++t) {
 #pragma unroll
-  for (int t = 0; t < kTokens; ++t) {
-    if (lane == t) partial[warp][t] = acc[t];
+      for (int o = 16; o > 0; o >>= 1) acc[m][t] += __shfl_xor_sync(0xffffffffu, acc[m][t], o);
+    }
+    // Every lane holds every sum; lane t keeps token t's (a constant index
+    // into acc, so it stays in registers).
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      if (lane == t) partial[m][warp][t] = acc[m][t];
+    }
   }
   __syncthreads();
-  if (row < rows && part == 0 && lane < n_tokens) {
-    float sum = partial[warp][lane];
-    for (int p = 1; p < split; ++p) sum += partial[warp + p][lane];
-    y[lane * rows + row] = sum;
+  if (live && part == 0 && lane < n_tokens) {
+    float sum[kMats];
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) {
+      sum[m] = partial[m][warp][lane];
+      for (int q = 1; q < split; ++q) sum[m] += partial[m][warp + q][lane];
+    }
+    const int64_t rows = GemvRows::Pick(p.rows, which);
+    if constexpr (kSwiGlu) {
+      p.y[0][lane * rows + row] = Silu(sum[0]) * sum[1];
+    } else {
+      GemvRows::Pick(p.y, which)[lane * rows + row] = sum[0];
+    }
   }
 }
 
@@ -197,23 +239,23 @@ cudaError_t WithFormat(GgmlType type, Fn&& fn) {
 // One GEMV launch for n_tokens <= kQuantGemvTokensPerLaunch, with the
 // accumulators of the smallest power of two that holds them: registers
 // for 16 tokens' sums would be wasted on a single decode token.
-template <typename F>
-void LaunchGemv(const uint8_t* w, int64_t rows, int64_t cols, const float* x, int n_tokens,
-                float* y, cudaStream_t stream) {
-  const int split = GemvRowSplit(rows, kGemvWarps);
+template <typename F, bool kSwiGlu>
+void LaunchGemv(const GemvRows& p, int64_t cols, const float* x, int n_tokens,
+                cudaStream_t stream) {
+  const int split = GemvRowSplit(p.total, kGemvWarps);
   const int64_t per_block = kGemvWarps / split;
-  const auto grid = static_cast<unsigned>((rows + per_block - 1) / per_block);
+  const auto grid = static_cast<unsigned>((p.total + per_block - 1) / per_block);
   if (n_tokens <= 1) {
-    QuantGemvKernel<F, 1><<<grid, kGemvThreads, 0, stream>>>(w, rows, cols, split, x, n_tokens, y);
+    QuantGemvKernel<F, 1, kSwiGlu><<<grid, kGemvThreads, 0, stream>>>(p, cols, split, x, n_tokens);
   } else if (n_tokens <= 2) {
-    QuantGemvKernel<F, 2><<<grid, kGemvThreads, 0, stream>>>(w, rows, cols, split, x, n_tokens, y);
+    QuantGemvKernel<F, 2, kSwiGlu><<<grid, kGemvThreads, 0, stream>>>(p, cols, split, x, n_tokens);
   } else if (n_tokens <= 4) {
-    QuantGemvKernel<F, 4><<<grid, kGemvThreads, 0, stream>>>(w, rows, cols, split, x, n_tokens, y);
+    QuantGemvKernel<F, 4, kSwiGlu><<<grid, kGemvThreads, 0, stream>>>(p, cols, split, x, n_tokens);
   } else if (n_tokens <= 8) {
-    QuantGemvKernel<F, 8><<<grid, kGemvThreads, 0, stream>>>(w, rows, cols, split, x, n_tokens, y);
-  } else {
-    QuantGemvKernel<F, 16><<<grid, kGemvThreads, 0, stream>>>(w, rows, cols, split, x, n_tokens,
-                                                              y);
+    QuantGemvKernel<F, 8, kSwiGlu><<<grid, kGemvThreads, 0, stream>>>(p, cols, split, x, n_tokens);
+  } else if constexpr (!kSwiGlu) {
+    QuantGemvKernel<F, 16, kSwiGlu>
+        <<<grid, kGemvThreads, 0, stream>>>(p, cols, split, x, n_tokens);
   }
 }
 static_assert(kQuantGemvTokensPerLaunch == 16, "LaunchGemv's largest instantiation");
@@ -226,20 +268,56 @@ unsigned GridFor(int64_t work_items) {
 
 }  // namespace
 
-cudaError_t LaunchMatMulQuant(GgmlType type, const void* w, int64_t rows, int64_t cols,
-                              const float* x, int64_t n_tokens, float* y, cudaStream_t stream) {
+namespace {
+
+// Every launch of a product set in kQuantGemvTokensPerLaunch tokens at a
+// time; cudaErrorInvalidValue for a type without a kernel or a `cols` not
+// of whole blocks, cudaErrorMisalignedAddress as LaunchMatMulQuant says.
+template <bool kSwiGlu>
+cudaError_t LaunchQuantRows(GgmlType type, const GemvRows& p, int64_t cols, const float* x,
+                            int64_t n_tokens, cudaStream_t stream) {
   return WithFormat(type, [&](auto format) -> cudaError_t {
     using F = decltype(format);
     if (cols % F::kElems != 0) return cudaErrorInvalidValue;
-    if (!Aligned(w, F::kAlignment) || !Aligned(x, 16)) return cudaErrorMisalignedAddress;
-    if (rows == 0 || n_tokens == 0) return cudaSuccess;
-    const auto* weight = static_cast<const uint8_t*>(w);
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kQuantGemvTokensPerLaunch) {
-      const int n = static_cast<int>(std::min(kQuantGemvTokensPerLaunch, n_tokens - t0));
-      LaunchGemv<F>(weight, rows, cols, x + t0 * cols, n, y + t0 * rows, stream);
+    if (!Aligned(x, 16)) return cudaErrorMisalignedAddress;
+    for (int i = 0; i < p.count; ++i) {
+      if (!Aligned(p.w[i], F::kAlignment)) return cudaErrorMisalignedAddress;
+    }
+    if (p.total == 0 || n_tokens == 0) return cudaSuccess;
+    const int64_t per_launch = kSwiGlu ? kSwiGluTokensPerLaunch : kQuantGemvTokensPerLaunch;
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += per_launch) {
+      const int n = static_cast<int>(std::min(per_launch, n_tokens - t0));
+      GemvRows at = p;
+      for (int i = 0; i < p.count; ++i) {
+        if (at.y[i] != nullptr) at.y[i] += t0 * p.rows[i];
+      }
+      LaunchGemv<F, kSwiGlu>(at, cols, x + t0 * cols, n, stream);
     }
     return cudaGetLastError();
   });
+}
+
+}  // namespace
+
+cudaError_t LaunchMatMulQuant(GgmlType type, const void* w, int64_t rows, int64_t cols,
+                              const float* x, int64_t n_tokens, float* y, cudaStream_t stream) {
+  const GemvProduct product{.w = w, .rows = rows, .y = y};
+  return LaunchMatMulQuantGroup(type, &product, 1, cols, x, n_tokens, stream);
+}
+
+cudaError_t LaunchMatMulQuantGroup(GgmlType type, const GemvProduct* products, int count,
+                                   int64_t cols, const float* x, int64_t n_tokens,
+                                   cudaStream_t stream) {
+  GemvRows p;
+  if (!GemvRows::Of(products, count, p)) return cudaErrorInvalidValue;
+  return LaunchQuantRows<false>(type, p, cols, x, n_tokens, stream);
+}
+
+cudaError_t LaunchMatMulQuantSwiGlu(GgmlType type, const void* gate, const void* up, int64_t rows,
+                                    int64_t cols, const float* x, int64_t n_tokens, float* out,
+                                    cudaStream_t stream) {
+  return LaunchQuantRows<true>(type, GemvRows::Pair(gate, up, rows, out), cols, x, n_tokens,
+                               stream);
 }
 
 cudaError_t LaunchDequantizeToF16(GgmlType type, const void* w, int64_t rows, int64_t cols,

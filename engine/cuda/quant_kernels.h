@@ -15,6 +15,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "engine/cuda/kernels.h"
 #include "engine/gguf/tensor_type.h"
 
 namespace tandem::engine::cuda {
@@ -30,6 +31,21 @@ inline constexpr int64_t kQuantGemvTokensPerLaunch = 16;
 // aligned; cudaErrorMisalignedAddress if not.
 cudaError_t LaunchMatMulQuant(GgmlType type, const void* w, int64_t rows, int64_t cols,
                               const float* x, int64_t n_tokens, float* y, cudaStream_t stream);
+
+// The `count` (1..kMaxGemvProducts) products of one x, every weight in
+// `type` with `cols` columns, in one launch per kQuantGemvTokensPerLaunch
+// tokens; errors as LaunchMatMulQuant's, cudaErrorInvalidValue for a count
+// out of range.
+cudaError_t LaunchMatMulQuantGroup(GgmlType type, const GemvProduct* products, int count,
+                                   int64_t cols, const float* x, int64_t n_tokens,
+                                   cudaStream_t stream);
+
+// out [n_tokens][rows] = silu(x gate^T) * (x up^T) for gate and up [rows]
+// [cols] in `type`, decoded side by side: bit for bit LaunchMatMulQuant
+// twice and LaunchSwiGlu.
+cudaError_t LaunchMatMulQuantSwiGlu(GgmlType type, const void* gate, const void* up, int64_t rows,
+                                    int64_t cols, const float* x, int64_t n_tokens, float* out,
+                                    cudaStream_t stream);
 
 // out_f16 [rows][cols] = w dequantized and rounded to f16 (nearest even),
 // for any of LaunchMatMulQuant's types; `w` aligned as there, `out_f16`

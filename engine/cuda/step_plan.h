@@ -1,16 +1,18 @@
 // The CUDA backend's host-side arithmetic, apart from the device so that it
 // is tested on any machine (tests/engine/cuda/cuda_backend_test.cc,
-// StepPlanTest): where a step's metadata arrays live, which decode steps run
-// from a CUDA graph and padded to which bucket, and what an allocation that
-// does not fit says. Plain C++; no CUDA headers.
+// StepPlanTest): where a step's metadata arrays live and what they hold,
+// which decode steps run from a CUDA graph and padded to which bucket, and
+// what an allocation that does not fit says. Plain C++; no CUDA headers.
 #ifndef TANDEM_ENGINE_CUDA_STEP_PLAN_H_
 #define TANDEM_ENGINE_CUDA_STEP_PLAN_H_
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "engine/model/backend.h"
@@ -54,6 +56,44 @@ struct MetaLayout {
     return m;
   }
 };
+
+// Writes the step's metadata into `host` (the pinned mirror, laid out as
+// `layout`) and calls copy(offset, bytes) for each array written, token
+// arrays over `rows` rows and logits arrays over `logit_rows` (a graph's
+// bucket pads both). Pad rows read token 0 at position 0, store nothing
+// (slot -1), attend to nothing (kv_len 0), gather row 0 and are not reduced
+// (top_k -1).
+template <typename Copy>
+void WriteStepMeta(const StepMetadata& step, const MetaLayout& layout, int32_t rows,
+                   int32_t logit_rows, uint8_t* host, Copy&& copy) {
+  const auto put_rows = [&](int64_t offset, const auto& v, auto pad, int32_t n) {
+    using Element = std::decay_t<decltype(v[0])>;
+    auto* row = reinterpret_cast<Element*>(host + offset);
+    std::memcpy(row, v.data(), v.size() * sizeof(Element));
+    std::fill(row + v.size(), row + n, static_cast<Element>(pad));
+    copy(offset, int64_t{n} * int64_t{sizeof(Element)});
+  };
+  put_rows(layout.tokens, step.tokens, 0, rows);
+  put_rows(layout.positions, step.positions, 0, rows);
+  put_rows(layout.slots, step.slot_mapping, -1, rows);
+  auto* kv_len = reinterpret_cast<int32_t*>(host + layout.kv_len);
+  auto* table_offset = reinterpret_cast<int32_t*>(host + layout.table_offset);
+  std::fill(kv_len, kv_len + rows, 0);
+  std::fill(table_offset, table_offset + rows, 0);
+  for (const StepSequence& s : step.seqs) {
+    for (int32_t i = 0; i < s.n_rows; ++i) {
+      kv_len[s.first_row + i] = s.kv_start + i + 1;
+      table_offset[s.first_row + i] = s.table_offset;
+    }
+  }
+  copy(layout.kv_len, int64_t{rows} * 4);
+  copy(layout.table_offset, int64_t{rows} * 4);
+  put_rows(layout.block_table, step.block_tables, 0,
+           static_cast<int32_t>(step.block_tables.size()));
+  put_rows(layout.logit_rows, step.logit_rows, 0, logit_rows);
+  put_rows(layout.top_k, step.logit_top_k, -1, logit_rows);
+  put_rows(layout.target, step.logit_target, -1, logit_rows);
+}
 
 // The bucket a step's graph is for, or 0 for an eager step. Graph steps are
 // decode steps: one row per sequence, each row its own logits row (in

@@ -139,6 +139,12 @@ struct AttentionOp {
   PagedKvView kv;  // the layer's view of the pool
 };
 
+// One of MatMuls's products: y = x w^T.
+struct MatMulProduct {
+  const DeviceMatrix* w = nullptr;
+  DevicePtr<float> y;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -181,6 +187,22 @@ class Backend {
   // x: [n_tokens, w.cols], y: [n_tokens, w.rows]; y does not alias x.
   virtual void MatMul(const DeviceMatrix& w, DevicePtr<const float> x, int64_t n_tokens,
                       DevicePtr<float> y) = 0;
+  // MatMul for each product, all of the same x (Q, K and V); a backend may
+  // run them as one.
+  virtual void MatMuls(std::span<const MatMulProduct> products, DevicePtr<const float> x,
+                       int64_t n_tokens) {
+    for (const MatMulProduct& p : products) MatMul(*p.w, x, n_tokens, p.y);
+  }
+  // gate = silu(x w_gate^T) * (x w_up^T), [n_tokens, w_gate.rows]: MatMul
+  // into gate and into up, then SwiGlu. A backend may fuse them; `up` is
+  // then left as it was.
+  virtual void MatMulSwiGlu(const DeviceMatrix& w_gate, const DeviceMatrix& w_up,
+                            DevicePtr<const float> x, int64_t n_tokens, DevicePtr<float> gate,
+                            DevicePtr<float> up) {
+    MatMul(w_gate, x, n_tokens, gate);
+    MatMul(w_up, x, n_tokens, up);
+    SwiGlu(gate, up, n_tokens * w_gate.rows, gate);
+  }
   // x[t, :] += bias[:] for t < n_rows; x: [n_rows, dim].
   virtual void AddBias(DevicePtr<float> x, DevicePtr<const float> bias, int64_t n_rows,
                        int64_t dim) = 0;

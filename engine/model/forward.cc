@@ -187,9 +187,8 @@ void ForwardPass::Attention(int32_t layer) {
   const DeviceLayerWeights& w = w_.layers[layer];
   const int64_t T = step_.n_tokens();
   backend_.RmsNorm(s_.x, w.attn_norm, T, config_.n_embd, config_.rms_eps, s_.xb);
-  backend_.MatMul(w.wq, s_.xb, T, s_.q);
-  backend_.MatMul(w.wk, s_.xb, T, s_.k);
-  backend_.MatMul(w.wv, s_.xb, T, s_.v);
+  const MatMulProduct qkv[] = {{&w.wq, s_.q}, {&w.wk, s_.k}, {&w.wv, s_.v}};
+  backend_.MatMuls(qkv, s_.xb, T);
   if (!w.bq.is_null()) backend_.AddBias(s_.q, w.bq, T, config_.q_dim());
   if (!w.bk.is_null()) backend_.AddBias(s_.k, w.bk, T, config_.kv_dim());
   if (!w.bv.is_null()) backend_.AddBias(s_.v, w.bv, T, config_.kv_dim());
@@ -213,9 +212,7 @@ void ForwardPass::FeedForward(int32_t layer) {
   const DeviceLayerWeights& w = w_.layers[layer];
   const int64_t T = step_.n_tokens();
   backend_.RmsNorm(s_.x, w.ffn_norm, T, config_.n_embd, config_.rms_eps, s_.xb);
-  backend_.MatMul(w.w_gate, s_.xb, T, s_.gate);
-  backend_.MatMul(w.w_up, s_.xb, T, s_.up);
-  backend_.SwiGlu(s_.gate, s_.up, T * config_.n_ff, s_.gate);
+  backend_.MatMulSwiGlu(w.w_gate, w.w_up, s_.xb, T, s_.gate, s_.up);
   backend_.MatMul(w.w_down, s_.gate, T, s_.proj);
   backend_.Add(s_.x, s_.proj, T * config_.n_embd);
 }

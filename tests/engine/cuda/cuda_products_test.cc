@@ -1,7 +1,8 @@
 // The matrix products' kernels against the CPU reference on random inputs:
-// MatMul for every weight type, each GEMV at every row split, the f16
-// dequantizer and the embedding gather. Skips without a usable CUDA device
-// (cuda_test_util.h).
+// MatMul for every weight type, each GEMV at every row split, grouped and
+// fused (SwiGLU) GEMVs, the f16 dequantizer and the embedding gather.
+// Skips without a usable CUDA device (cuda_test_util.h).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "engine/cpu/reference_kernels.h"
 #include "engine/cuda/device.h"
 #include "engine/cuda/gemv16.h"
+#include "engine/cuda/kernels.h"
 #include "engine/cuda/matmul.h"
 #include "engine/cuda/quant_kernels.h"
 #include "engine/cuda/weight_types.h"
@@ -259,6 +261,76 @@ TEST_F(CudaKernelsTest, Gemv16MatchesTheReferenceAtEveryRowSplit) {
                                tokens, dy->as<float>(), stream_->stream()),
                   cudaSuccess);
         ExpectNearProducts(Down<float>(*dy, want.sum.size()), want, 1e-5);
+      }
+    }
+  }
+}
+
+// MatMulGroup and MatMulSwiGlu (engine/cuda/matmul.h): Q, K and V of one
+// type in one GEMV launch, the rows of a block straddling two products (1000
+// and 260 rows, not multiples of a block's rows), and a V of another type
+// in a launch of its own; gate and up with the SwiGLU applied to their sums
+// equal to the separate products and SwiGlu. Every token count a GEMV takes
+// (16-bit: 1-8; quantized: 1-16, the fused SwiGLU in launches of 8).
+TEST_F(CudaKernelsTest, GroupedAndSwiGluProductsMatchSeparateOnes) {
+  const int64_t cols = 512;
+  const int64_t rows[3] = {1000, 260, 260};
+  for (const auto& [type, v_type] : std::vector<std::pair<GgmlType, GgmlType>>{
+           {GgmlType::kF16, GgmlType::kF16},
+           {GgmlType::kBF16, GgmlType::kBF16},
+           {GgmlType::kQ8_0, GgmlType::kQ8_0},
+           {GgmlType::kQ4_0, GgmlType::kQ4_0},
+           {GgmlType::kQ4_K, GgmlType::kQ6_K},
+           {GgmlType::kQ5_K, GgmlType::kQ5_K},
+           {GgmlType::kQ6_K, GgmlType::kQ6_K}}) {
+    const bool quantized = GgmlIsQuantized(type);
+    for (const int64_t tokens : quantized ? std::vector<int64_t>{1, 5, 16}
+                                          : std::vector<int64_t>{1, 3, 8}) {
+      SCOPED_TRACE(testing::Message() << GgmlTypeName(type) << " tokens " << tokens);
+      const std::vector<float> x = Random(tokens * cols, 2.0f);
+      DeviceBuffer dx = Up(x);
+      std::vector<std::vector<uint8_t>> w;
+      std::vector<DeviceBuffer> dw, dy;
+      DeviceWeight weights[3];
+      float* y[3];
+      for (int i = 0; i < 3; ++i) {
+        const GgmlType t = i == 2 ? v_type : type;
+        w.push_back(Encode(t, Random(rows[i] * cols)));
+        dw.push_back(Up(w.back()));
+        absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(tokens * rows[i] * 4);
+        ASSERT_TRUE(b.ok());
+        dy.push_back(*std::move(b));
+        weights[i] = {.type = t, .data = dw[i].data(), .rows = rows[i], .cols = cols};
+        y[i] = dy[i].as<float>();
+      }
+      int64_t scratch_bytes = 1;
+      for (const DeviceWeight& dwt : weights) {
+        scratch_bytes = std::max(scratch_bytes, MatMulScratchBytes(dwt, tokens));
+      }
+      absl::StatusOr<DeviceBuffer> scratch = DeviceBuffer::Allocate(scratch_bytes);
+      ASSERT_TRUE(scratch.ok());
+      absl::Status s = MatMulGroup(*stream_, weights, y, 3, dx.as<float>(), tokens, *scratch);
+      ASSERT_TRUE(s.ok()) << s;
+      for (int i = 0; i < 3; ++i) {
+        const Products want = ReferenceProducts(weights[i].type, w[i], rows[i], cols, x, tokens);
+        ExpectNearProducts(Down<float>(dy[i], want.sum.size()), want, 1e-5);
+      }
+      // Gate and up: the first two products (1000 and 260 rows) truncated
+      // to 260 rows each, against two MatMuls and SwiGlu.
+      DeviceWeight gate = weights[0], up = weights[1];
+      gate.rows = up.rows = rows[1];
+      absl::StatusOr<DeviceBuffer> fused = DeviceBuffer::Allocate(tokens * rows[1] * 4);
+      ASSERT_TRUE(fused.ok());
+      s = MatMulSwiGlu(*stream_, gate, up, dx.as<float>(), tokens, fused->as<float>(),
+                       /*up_out=*/nullptr, *scratch);
+      ASSERT_TRUE(s.ok()) << s;
+      ASSERT_TRUE(MatMul(*stream_, gate, dx.as<float>(), tokens, y[0], *scratch).ok());
+      ASSERT_TRUE(MatMul(*stream_, up, dx.as<float>(), tokens, y[1], *scratch).ok());
+      ASSERT_EQ(LaunchSwiGlu(y[0], y[1], tokens * rows[1], y[0], stream_->stream()), cudaSuccess);
+      const std::vector<float> want = Down<float>(dy[0], tokens * rows[1]);
+      const std::vector<float> got = Down<float>(*fused, tokens * rows[1]);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-6f * std::max(1.0f, std::abs(want[i]))) << "at " << i;
       }
     }
   }
