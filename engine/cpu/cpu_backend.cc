@@ -10,8 +10,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <new>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -147,6 +149,28 @@ class CpuBackend final : public Backend {
   void MatMul(const DeviceMatrix& w, DevicePtr<const float> x, int64_t n_tokens,
               DevicePtr<float> y) override {
     matmul_.Run(HostView(w), x.backend_address(), n_tokens, y.backend_address());
+  }
+
+  // Q, K and V in one parallel region where they are packed alike
+  // (MatMulRunner::RunGroup); the same bits as three MatMuls.
+  void MatMuls(std::span<const MatMulProduct> products, DevicePtr<const float> x,
+               int64_t n_tokens) override {
+    std::array<MatMulRunner::Product, 3> group;
+    if (products.size() > group.size()) return Backend::MatMuls(products, x, n_tokens);
+    for (size_t i = 0; i < products.size(); ++i) {
+      group[i] = {.w = HostView(*products[i].w), .y = products[i].y.backend_address()};
+    }
+    matmul_.RunGroup(std::span(group.data(), products.size()), x.backend_address(), n_tokens);
+  }
+
+  // Gate and up likewise, then SwiGlu.
+  void MatMulSwiGlu(const DeviceMatrix& w_gate, const DeviceMatrix& w_up,
+                    DevicePtr<const float> x, int64_t n_tokens, DevicePtr<float> gate,
+                    DevicePtr<float> up) override {
+    const MatMulRunner::Product group[] = {{.w = HostView(w_gate), .y = gate.backend_address()},
+                                           {.w = HostView(w_up), .y = up.backend_address()}};
+    matmul_.RunGroup(group, x.backend_address(), n_tokens);
+    SwiGlu(gate, up, n_tokens * w_gate.rows, gate);
   }
 
   void AddBias(DevicePtr<float> x, DevicePtr<const float> bias, int64_t n_rows,

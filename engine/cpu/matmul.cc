@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "common/check.h"
@@ -70,12 +71,7 @@ void MatMulRunner::Run(const WeightMatrix& w, const float* x, int64_t n_tokens, 
     std::memset(y, 0, n_tokens * w.rows * sizeof(float));
     return;
   }
-  const auto found = packed_.find(w.data);
-  const PackedMatrix* packed = found != packed_.end() && found->second.rows() == w.rows &&
-                                       found->second.cols() == w.cols &&
-                                       found->second.type() == w.type
-                                   ? &found->second
-                                   : nullptr;
+  const PackedMatrix* packed = PackedOf(w);
   if (path == MatMulPath::kAuto) {
     const bool tiles = packed != nullptr ||
                        (kernels_.vnni_gemv &&
@@ -106,6 +102,117 @@ void MatMulRunner::Run(const WeightMatrix& w, const float* x, int64_t n_tokens, 
     default:
       RunPackedK(*packed, x, n_tokens, y);  // the K-quants: Q8_K
       return;
+  }
+}
+
+const PackedMatrix* MatMulRunner::PackedOf(const WeightMatrix& w) const {
+  const auto found = packed_.find(w.data);
+  return found != packed_.end() && found->second.rows() == w.rows &&
+                 found->second.cols() == w.cols && found->second.type() == w.type
+             ? &found->second
+             : nullptr;
+}
+
+void MatMulRunner::RunGroup(std::span<const Product> products, const float* x, int64_t n_tokens) {
+  constexpr size_t kMaxGroup = 4;
+  std::array<const PackedMatrix*, kMaxGroup> packed{};
+  std::array<float*, kMaxGroup> y{};
+  bool together = products.size() >= 2 && products.size() <= kMaxGroup && n_tokens > 0;
+  for (size_t i = 0; together && i < products.size(); ++i) {
+    const WeightMatrix& w = products[i].w;
+    packed[i] = w.cols > 0 ? PackedOf(w) : nullptr;
+    y[i] = products[i].y;
+    together = packed[i] != nullptr && w.cols == products[0].w.cols &&
+               PackedInputOf(w.type) == PackedInputOf(products[0].w.type);
+  }
+  if (!together) {
+    for (const Product& p : products) Run(p.w, x, n_tokens, p.y);
+    return;
+  }
+  const size_t n = products.size();
+  RunPackedGroup(std::span(packed.data(), n), std::span(y.data(), n), x, n_tokens);
+}
+
+void MatMulRunner::RunPackedGroup(std::span<const PackedMatrix* const> w, std::span<float* const> y,
+                                  const float* x, int64_t n_tokens) {
+  const PackedMatrix& first = *w[0];
+  const int64_t cols = first.cols();
+  int64_t macs = 0;
+  for (const PackedMatrix* m : w) macs += m->rows() * cols * n_tokens;
+  const int nth = ThreadsFor(macs);
+  PackedGemvArgs base{.n = n_tokens};
+  // The activations in the products' form, as the single-matrix paths make
+  // them: Q8_K and Q8Activations for a few tokens before the threads start
+  // (every thread its own Q8Activations), for more split among the threads,
+  // who meet at a barrier.
+  const PackedInput input = PackedInputOf(first.type());
+  const bool split_quantization = nth > 1 && n_tokens > 4;
+  Q8Activations shared_xq;
+  uint8_t* xk = nullptr;  // base.xk, written
+  switch (input) {
+    case PackedInput::kFloat:
+      base.x = x;
+      break;
+    case PackedInput::kBf16: {
+      const int64_t padded = 2 * first.blocks();
+      auto* xb = static_cast<uint16_t*>(shared_activations_.Get(n_tokens * padded * 2));
+      ToBf16Avx512(x, n_tokens, cols, padded, xb);
+      base.xb = xb;
+      break;
+    }
+    case PackedInput::kQ8K: {
+      base.xk_bytes = QuantActivationBytes(first.type(), cols);
+      xk = static_cast<uint8_t*>(shared_activations_.Get(n_tokens * base.xk_bytes));
+      base.xk = xk;
+      if (!split_quantization) {
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          QuantizeQ8KAvx512(x + t * cols, cols, xk + t * base.xk_bytes);
+        }
+      }
+      break;
+    }
+    case PackedInput::kQ8:
+      if (split_quantization) {
+        shared_xq = ActivationBuffers(shared_activations_, n_tokens, cols);
+      } else {
+        for (int i = 0; i < nth; ++i) ActivationBuffers(per_thread_[i].activations, n_tokens, cols);
+      }
+      break;
+  }
+#pragma omp parallel num_threads(nth)
+  {
+    const int tid = omp_get_thread_num();
+    const int parts = omp_get_num_threads();
+    PackedGemvArgs args = base;
+    Q8Activations xq;
+    const int64_t t0 = n_tokens * tid / parts;
+    const int64_t t1 = n_tokens * (tid + 1) / parts;
+    if (input == PackedInput::kQ8K && split_quantization) {
+      for (int64_t t = t0; t < t1; ++t) {
+        QuantizeQ8KAvx512(x + t * cols, cols, xk + t * base.xk_bytes);
+      }
+#pragma omp barrier
+    } else if (input == PackedInput::kQ8 && split_quantization) {
+      Q8Activations part = shared_xq;
+      part.qs += t0 * part.pairs * 64;
+      part.bias += t0 * part.pairs * 16;
+      part.scale += t0 * part.pairs * 16;
+      kernels_.quantize_q8(x + t0 * cols, t1 - t0, cols, part);
+#pragma omp barrier
+      args.xq = &shared_xq;
+    } else if (input == PackedInput::kQ8) {
+      xq = ActivationBuffers(per_thread_[tid].activations, n_tokens, cols);
+      kernels_.quantize_q8(x, n_tokens, cols, xq);
+      args.xq = &xq;
+    }
+    for (size_t i = 0; i < w.size(); ++i) {
+      args.w = w[i];
+      args.y = y[i];
+      args.ldy = w[i]->rows();
+      const int64_t begin = RowSplit(w[i]->rows(), tid, parts);
+      const int64_t end = RowSplit(w[i]->rows(), tid + 1, parts);
+      if (begin < end) kernels_.packed_gemv(args, begin, end);
+    }
   }
 }
 

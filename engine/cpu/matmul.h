@@ -9,12 +9,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "engine/model/backend.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/packed_weights.h"
+#include "engine/model/backend.h"
 
 namespace tandem::engine::cpu {
 
@@ -72,6 +73,19 @@ class MatMulRunner {
   void Run(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
            MatMulPath path = MatMulPath::kAuto);
 
+  // One product of RunGroup.
+  struct Product {
+    WeightMatrix w;
+    float* y = nullptr;
+  };
+  // Run for each product, all of the same x (Q, K and V; gate and up), bit
+  // for bit. Where every matrix is packed and multiplies the same form of x
+  // (packed_weights.h: F32 and F16 plain, BF16 rounded, Q8_0 and Q4_0 as
+  // Q8Activations, the K-quants as Q8_K), x is prepared once and one
+  // parallel region covers every product's rows: one fork and join, not
+  // one per product.
+  void RunGroup(std::span<const Product> products, const float* x, int64_t n_tokens);
+
   // Repacks `w` into this table's packed layout for its type, if it has one
   // (PackedMatrix::Packable and packed_gemv), so that later gemv-path Runs
   // on the same data take it; with `release_source`, w's pages are then
@@ -89,6 +103,11 @@ class MatMulRunner {
   void RunPackedBf16(const PackedMatrix& w, const float* x, int64_t n_tokens, float* y);
   // A packed K-quant matrix: activations quantized to Q8_K, packed_gemv.
   void RunPackedK(const PackedMatrix& w, const float* x, int64_t n_tokens, float* y);
+  // The packed copy of `w`, if Pack made one.
+  const PackedMatrix* PackedOf(const WeightMatrix& w) const;
+  // RunGroup's one region over packed matrices sharing an input form.
+  void RunPackedGroup(std::span<const PackedMatrix* const> w, std::span<float* const> y,
+                      const float* x, int64_t n_tokens);
   // packed_gemv over the threads' row ranges.
   void RunPacked(const PackedGemvArgs& args);
   // kernels_.gemv, or packed_gemv on `packed` (row_begin a multiple of

@@ -71,6 +71,16 @@ constexpr int64_t PackedBlockCols(GgmlType type) {
   return type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K ? 256 : 32;
 }
 
+// The form of x a packed type's kernel multiplies (PackedGemvArgs): F32
+// and F16 the floats, BF16 x rounded to bf16, Q4_0 and Q8_0 Q8Activations,
+// the K-quants Q8_K blocks.
+enum class PackedInput { kFloat, kBf16, kQ8, kQ8K };
+constexpr PackedInput PackedInputOf(GgmlType type) {
+  if (type == GgmlType::kF16 || type == GgmlType::kF32) return PackedInput::kFloat;
+  if (type == GgmlType::kBF16) return PackedInput::kBf16;
+  return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 ? PackedInput::kQ8 : PackedInput::kQ8K;
+}
+
 // Byte offsets inside one packed block of 16 rows (the layouts above).
 // Q4_0 / Q8_0: 16 fp16 scales, then the quants.
 inline constexpr int64_t kPackedQuants = 2 * kPackRows;

@@ -293,6 +293,51 @@ TEST(MatMulDeterminismTest, ThreadCountDoesNotChangeResults) {
   }
 }
 
+// RunGroup (Q, K and V; gate and up) gives each product the bits Run
+// gives it: packed matrices of one input form in one region (a Q4_K group
+// with a Q6_K V among them), the activations split among the threads past
+// four tokens, and groups that cannot share a region (a Q8_0 beside a Q4_K;
+// unpacked matrices) falling back to Run.
+TEST(MatMulGroupTest, AGroupGivesEachProductRunsBits) {
+  for (Isa isa : SupportedIsas()) {
+    for (const auto& types : std::vector<std::vector<GgmlType>>{
+             {GgmlType::kF32, GgmlType::kF32, GgmlType::kF32},
+             {GgmlType::kF16, GgmlType::kF16, GgmlType::kF16},
+             {GgmlType::kBF16, GgmlType::kBF16},
+             {GgmlType::kQ8_0, GgmlType::kQ8_0, GgmlType::kQ8_0},
+             {GgmlType::kQ4_0, GgmlType::kQ4_0},
+             {GgmlType::kQ4_K, GgmlType::kQ4_K, GgmlType::kQ6_K},
+             {GgmlType::kQ5_K, GgmlType::kQ5_K},
+             {GgmlType::kQ4_K, GgmlType::kQ8_0}}) {
+      std::vector<TestWeights> w;
+      const int64_t rows[] = {300, 100, 100};
+      for (size_t i = 0; i < types.size(); ++i) {
+        w.push_back(MakeWeights(types[i], rows[i], 256, 0, 11 + static_cast<uint32_t>(i)));
+      }
+      for (const int threads : {1, 2}) {
+        MatMulRunner runner(Kernels(isa), threads);
+        for (const TestWeights& m : w) runner.Pack(m.matrix);
+        for (const int64_t n : {1, 3, 8, 40}) {
+          SCOPED_TRACE(testing::Message() << IsaName(isa) << " " << GgmlTypeName(types[0]) << "+"
+                                          << GgmlTypeName(types.back()) << " threads "
+                                          << threads << " tokens " << n);
+          const std::vector<float> x = RandomFloats(n * 256, 21);
+          std::vector<std::vector<float>> want(types.size()), got(types.size());
+          std::vector<MatMulRunner::Product> group;
+          for (size_t i = 0; i < types.size(); ++i) {
+            want[i].resize(n * rows[i]);
+            got[i].assign(n * rows[i], -1.0f);
+            runner.Run(w[i].matrix, x.data(), n, want[i].data());
+            group.push_back({.w = w[i].matrix, .y = got[i].data()});
+          }
+          runner.RunGroup(group, x.data(), n);
+          for (size_t i = 0; i < types.size(); ++i) EXPECT_EQ(got[i], want[i]) << "product " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(ChoosePathTest, LongQuantizedRowsStayOnIntegerDots) {
   // Few tokens: gemv for every type.
   EXPECT_EQ(ChoosePath(GgmlType::kF16, 8, 4096), MatMulPath::kGemv);
