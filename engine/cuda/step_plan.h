@@ -1,8 +1,8 @@
 // The CUDA backend's host-side arithmetic, apart from the device so that it
-// is tested on any machine (tests/engine/cuda/cuda_backend_test.cc,
-// StepPlanTest): where a step's metadata arrays live and what they hold,
-// which decode steps run from a CUDA graph and padded to which bucket, and
-// what an allocation that does not fit says. Plain C++; no CUDA headers.
+// is tested on any machine (tests/engine/cuda/step_plan_test.cc): where a
+// step's metadata arrays live and what they hold, which decode steps run
+// from a CUDA graph and padded to which bucket, and what an allocation that
+// does not fit says. Plain C++; no CUDA headers.
 #ifndef TANDEM_ENGINE_CUDA_STEP_PLAN_H_
 #define TANDEM_ENGINE_CUDA_STEP_PLAN_H_
 
