@@ -10,7 +10,8 @@
 # (tandem-load's, with "service" added) to OUT, then the medians per service
 # and load.
 # Usage: bench/one_machine.sh BIN_DIR MODEL OUT [ROUNDS] [LLAMA_BIN_DIR]
-#   LOAD=ref (default) or all; PORT_BASE for llama-server (default 18090).
+#   LOAD=ref (default) or all; PORT_BASE for llama-server (default 18090);
+#   UP_FLAGS: more `tandem up` flags for both Tandem services (e.g. --max-running 8).
 set -euo pipefail
 bin="$1"
 model="$2"
@@ -29,7 +30,8 @@ trap 'stop; rm -rf "$work"' EXIT
 
 # Starts `tandem up` with the given flags; sets addr.
 start_tandem() {
-  "$bin/tandem" up --model "$model" --port 0 "$@" >"$work/ready" 2>"$work/log" &
+  # shellcheck disable=SC2086
+  "$bin/tandem" up --model "$model" --port 0 ${UP_FLAGS:-} "$@" >"$work/ready" 2>"$work/log" &
   pid=$!
   for _ in $(seq 600); do grep -q READY "$work/ready" 2>/dev/null && break; sleep 0.2; done
   addr=$(sed -n 's/^READY grpc=\([^ ]*\).*/\1/p' "$work/ready")

@@ -66,6 +66,9 @@ struct UpConfig {
   // Each worker's --max-batch-tokens; 0: its default, or kAggregatedChunk
   // when aggregated.
   int max_batch_tokens = 0;
+  // The decode worker's --max-running and the gateway's
+  // --decode-worker-streams; 0: their default.
+  int max_running = 0;
   int max_context = 0;
   int kv_budget_mb = 512;
   // Cache tiers, passed on to both workers; each worker gets its own
@@ -109,6 +112,11 @@ std::vector<common::FlagSpec> UpFlagSpecs() {
        .help = "tokens per engine step of each worker (its prompt chunk size); 0 = the "
                "workers' default (512), or 128 with --mode aggregated"},
       {.name = "decode-threads", .default_value = "1", .help = "decode worker compute threads"},
+      {.name = "max-running", .default_value = "0",
+       .help = "sequences the decode worker decodes together (its --max-running; the "
+               "gateway's --decode-worker-streams), the rest waiting in the gateway's "
+               "admission queue; fewer make each step, and so the time between a "
+               "stream's tokens, shorter; 0 = the workers' default (64)"},
       {.name = "max-context", .default_value = "0",
        .help = "cap on each sequence's tokens (workers and gateway); 0 = the model's "
                "trained context length"},
@@ -156,6 +164,7 @@ absl::StatusOr<UpConfig> ConfigFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(c.prefill_threads, args.IntInRange("prefill-threads", 1, 256));
   ASSIGN_OR_RETURN(c.max_batch_tokens, args.IntInRange("max-batch-tokens", 0, 1 << 20));
   ASSIGN_OR_RETURN(c.decode_threads, args.IntInRange("decode-threads", 1, 256));
+  ASSIGN_OR_RETURN(c.max_running, args.IntInRange("max-running", 0, 1 << 16));
   ASSIGN_OR_RETURN(c.max_context, args.IntInRange("max-context", 0, 1 << 24));
   ASSIGN_OR_RETURN(c.kv_budget_mb, args.IntInRange("kv-budget-mb", 1, 1 << 20));
   ASSIGN_OR_RETURN(c.host_cache_mb, args.IntInRange("host-cache-mb", 0, 1 << 30));
@@ -313,6 +322,10 @@ class Up {
     gateway_args.insert(gateway_args.end(),
                         {"--decode", decode->ready.grpc_address, "--max-context",
                          absl::StrCat(config_.max_context), "--drain-timeout-s", DrainSeconds()});
+    if (config_.max_running > 0) {
+      gateway_args.insert(gateway_args.end(),
+                          {"--decode-worker-streams", absl::StrCat(config_.max_running)});
+    }
     if (config_.http_port >= 0) {
       gateway_args.push_back("--http-listen");
       gateway_args.push_back(HostPort(config_.host, config_.http_port));
@@ -352,6 +365,9 @@ class Up {
                                                         : 0;
     if (batch_tokens > 0) {
       args.insert(args.end(), {"--max-batch-tokens", absl::StrCat(batch_tokens)});
+    }
+    if (config_.max_running > 0 && role == "decode") {
+      args.insert(args.end(), {"--max-running", absl::StrCat(config_.max_running)});
     }
     return args;
   }

@@ -174,6 +174,19 @@ TEST_F(UpTest, AnExplicitWaitPolicyAndBatchSizeReachTheWorkers) {
   EXPECT_EQ(up->Wait(), 0) << Stderr();
 }
 
+// --max-running caps the decode worker and tells the gateway, whose
+// admission queue holds the rest; the prefill worker is not capped.
+TEST_F(UpTest, MaxRunningReachesTheDecodeWorkerAndTheGateway) {
+  auto up = StartUp({"--model", "m.gguf", "--max-running", "8"});
+  ASSERT_NE(up, nullptr);
+  ASSERT_TRUE(up->WaitReady(absl::Seconds(60)).ok()) << Stderr();
+  EXPECT_THAT(Args("decode"), HasSubstr(" --max-running 8"));
+  EXPECT_THAT(Args("prefill"), Not(HasSubstr("--max-running")));
+  EXPECT_THAT(Args("gateway"), HasSubstr(" --decode-worker-streams 8"));
+  up->Signal(SIGTERM);
+  EXPECT_EQ(up->Wait(), 0) << Stderr();
+}
+
 TEST_F(UpTest, DeviceReachesBothWorkers) {
   auto up = StartUp({"--model", "m.gguf", "--device", "cuda:1"});
   ASSERT_NE(up, nullptr);
@@ -202,6 +215,9 @@ TEST_F(UpTest, AggregatedModeStartsOneWorkerWithEveryThread) {
   EXPECT_EQ(ReadFile(dir_ / "decode.wait"), "passive\n");
   EXPECT_THAT(Args("gateway"), Not(HasSubstr("--prefill")));
   EXPECT_THAT(Args("gateway"), HasSubstr(" --decode 127.0.0.1:1002 "));
+  // No cap unless asked for: the workers' and the gateway's defaults.
+  EXPECT_THAT(Args("decode"), Not(HasSubstr("--max-running")));
+  EXPECT_THAT(Args("gateway"), Not(HasSubstr("--decode-worker-streams")));
   up->Signal(SIGTERM);
   EXPECT_EQ(up->Wait(), 0) << Stderr();
   EXPECT_FALSE(Alive("decode"));
@@ -266,7 +282,7 @@ TEST_F(UpTest, MissingGatewayBinaryIsReported) {
 TEST_F(UpTest, BadFlagsExitTwoNamingTheFlag) {
   for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
            {"--port", "70000"}, {"--prefill-threads", "0"}, {"--max-context", "x"},
-           {"--device", "gpu"}, {"--mode", "split"},
+           {"--device", "gpu"}, {"--mode", "split"}, {"--max-running", "-1"},
            {"--no-such-flag", "1"}}) {
     auto up = StartUp({flag, value});
     ASSERT_NE(up, nullptr);
