@@ -86,23 +86,10 @@ void MatMulRunner::Run(const WeightMatrix& w, const float* x, int64_t n_tokens, 
     RunGemv(w, x, n_tokens, y);
     return;
   }
-  // Each packed layout with the activations its kernel takes.
-  switch (packed->type()) {
-    case GgmlType::kF16:
-    case GgmlType::kF32:
-      RunPacked({.w = packed, .x = x, .n = n_tokens, .y = y, .ldy = w.rows});
-      return;
-    case GgmlType::kBF16:
-      RunPackedBf16(*packed, x, n_tokens, y);
-      return;
-    case GgmlType::kQ4_0:
-    case GgmlType::kQ8_0:
-      RunGemv(w, x, n_tokens, y, packed);  // Q8Activations, as the row tiles
-      return;
-    default:
-      RunPackedK(*packed, x, n_tokens, y);  // the K-quants: Q8_K
-      return;
-  }
+  // The activations each packed layout's kernel takes, made in RunPacked.
+  const PackedMatrix* one[] = {packed};
+  float* out[] = {y};
+  RunPacked(one, out, x, n_tokens);
 }
 
 const PackedMatrix* MatMulRunner::PackedOf(const WeightMatrix& w) const {
@@ -130,21 +117,23 @@ void MatMulRunner::RunGroup(std::span<const Product> products, const float* x, i
     return;
   }
   const size_t n = products.size();
-  RunPackedGroup(std::span(packed.data(), n), std::span(y.data(), n), x, n_tokens);
+  RunPacked(std::span(packed.data(), n), std::span(y.data(), n), x, n_tokens);
 }
 
-void MatMulRunner::RunPackedGroup(std::span<const PackedMatrix* const> w, std::span<float* const> y,
-                                  const float* x, int64_t n_tokens) {
+void MatMulRunner::RunPacked(std::span<const PackedMatrix* const> w, std::span<float* const> y,
+                             const float* x, int64_t n_tokens) {
   const PackedMatrix& first = *w[0];
   const int64_t cols = first.cols();
   int64_t macs = 0;
   for (const PackedMatrix* m : w) macs += m->rows() * cols * n_tokens;
   const int nth = ThreadsFor(macs);
   PackedGemvArgs base{.n = n_tokens};
-  // The activations in the products' form, as the single-matrix paths make
-  // them: Q8_K and Q8Activations for a few tokens before the threads start
-  // (every thread its own Q8Activations), for more split among the threads,
-  // who meet at a barrier.
+  // The activations in the matrices' form, made once (cheap next to the
+  // weights): bf16 and, for a few tokens, Q8_K before the threads start
+  // (which hides the second thread's wake-up), Q8Activations for a few
+  // tokens by every thread into its own buffer (cheaper than a serial step
+  // plus moving the result across cores); for more tokens the threads split
+  // them and meet at a barrier.
   const PackedInput input = PackedInputOf(first.type());
   const bool split_quantization = nth > 1 && n_tokens > 4;
   Q8Activations shared_xq;
@@ -216,62 +205,6 @@ void MatMulRunner::RunPackedGroup(std::span<const PackedMatrix* const> w, std::s
   }
 }
 
-void MatMulRunner::RunPackedK(const PackedMatrix& w, const float* x, int64_t n_tokens,
-                              float* y) {
-  // ggml's Q8_K activations: for a few tokens quantized before the threads
-  // start (which hides the second thread's wake-up), for more split among
-  // the threads, who meet at a barrier; then rows split over the threads.
-  const int64_t x_bytes = QuantActivationBytes(w.type(), w.cols());
-  auto* xk = static_cast<uint8_t*>(shared_activations_.Get(n_tokens * x_bytes));
-  const PackedGemvArgs args{
-      .w = &w, .xk = xk, .xk_bytes = x_bytes, .n = n_tokens, .y = y, .ldy = w.rows()};
-  const int nth = ThreadsFor(w.rows() * w.cols() * n_tokens);
-  const bool serial = nth == 1 || n_tokens <= 4;
-  if (serial) {
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      QuantizeQ8KAvx512(x + t * w.cols(), w.cols(), xk + t * x_bytes);
-    }
-  }
-#pragma omp parallel num_threads(nth)
-  {
-    const int tid = omp_get_thread_num();
-    const int parts = omp_get_num_threads();
-    if (!serial) {
-      for (int64_t t = n_tokens * tid / parts; t < n_tokens * (tid + 1) / parts; ++t) {
-        QuantizeQ8KAvx512(x + t * w.cols(), w.cols(), xk + t * x_bytes);
-      }
-#pragma omp barrier
-    }
-    const int64_t begin = RowSplit(w.rows(), tid, parts);
-    const int64_t end = RowSplit(w.rows(), tid + 1, parts);
-    if (begin < end) kernels_.packed_gemv(args, begin, end);
-  }
-}
-
-void MatMulRunner::RunPacked(const PackedGemvArgs& args) {
-  const PackedMatrix& w = *args.w;
-  const int nth = ThreadsFor(w.rows() * w.cols() * args.n);
-#pragma omp parallel num_threads(nth)
-  {
-    const int tid = omp_get_thread_num();
-    const int parts = omp_get_num_threads();
-    const int64_t begin = RowSplit(w.rows(), tid, parts);
-    const int64_t end = RowSplit(w.rows(), tid + 1, parts);
-    if (begin < end) kernels_.packed_gemv(args, begin, end);
-  }
-}
-
-void MatMulRunner::RunPackedBf16(const PackedMatrix& w, const float* x, int64_t n_tokens,
-                                 float* y) {
-  // The activations rounded to bf16 once (cheap next to the weights; before
-  // the threads start, which hides the second thread's wake-up), then rows
-  // split over the threads.
-  const int64_t padded = 2 * w.blocks();
-  auto* xb = static_cast<uint16_t*>(shared_activations_.Get(n_tokens * padded * sizeof(uint16_t)));
-  ToBf16Avx512(x, n_tokens, w.cols(), padded, xb);
-  RunPacked({.w = &w, .xb = xb, .n = n_tokens, .y = y, .ldy = w.rows()});
-}
-
 int64_t MatMulRunner::Pack(const WeightMatrix& w, bool release_source) {
   if (kernels_.packed_gemv == nullptr || !PackedMatrix::Packable(w.type) || w.rows <= 0 ||
       w.cols <= 0 || packed_.contains(w.data) ||
@@ -321,22 +254,9 @@ void MatMulRunner::RunQuantGemv(const WeightMatrix& w, const float* x, int64_t n
   }
 }
 
-void MatMulRunner::Gemv(const GemvArgs& args, const PackedMatrix* packed, int64_t row_begin,
-                         int64_t row_end) const {
-  if (packed == nullptr) {
-    kernels_.gemv(args, row_begin, row_end);
-    return;
-  }
-  const PackedGemvArgs p{.w = packed, .xq = args.xq, .n = args.n, .y = args.y, .ldy = args.ldy};
-  kernels_.packed_gemv(p, row_begin, row_end);
-}
-
-void MatMulRunner::RunGemv(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
-                           const PackedMatrix* packed) {
-  // Q8_0, and Q4_0 where the table's gemv takes it, multiply Q8Activations,
-  // as do packed matrices.
-  const bool q8 = w.type == GgmlType::kQ8_0 || packed != nullptr ||
-                  (w.type == GgmlType::kQ4_0 && kernels_.vnni_gemv);
+void MatMulRunner::RunGemv(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
+  // Q8_0, and Q4_0 where the table's gemv takes it, multiply Q8Activations.
+  const bool q8 = w.type == GgmlType::kQ8_0 || (w.type == GgmlType::kQ4_0 && kernels_.vnni_gemv);
   if (!q8 && HasQuantDot(w.type)) {
     RunQuantGemv(w, x, n_tokens, y);
     return;
@@ -361,7 +281,7 @@ void MatMulRunner::RunGemv(const WeightMatrix& w, const float* x, int64_t n_toke
       args.xq = &xq;
     }
     args.scratch = static_cast<float*>(per_thread_[0].floats.Get(scratch_bytes));
-    Gemv(args, packed, 0, w.rows);
+    kernels_.gemv(args, 0, w.rows);
     return;
   }
 
@@ -404,7 +324,7 @@ void MatMulRunner::RunGemv(const WeightMatrix& w, const float* x, int64_t n_toke
     }
     const int64_t begin = RowSplit(w.rows, tid, parts);
     const int64_t end = RowSplit(w.rows, tid + 1, parts);
-    if (begin < end) Gemv(local, packed, begin, end);
+    if (begin < end) kernels_.gemv(local, begin, end);
   }
 }
 

@@ -97,23 +97,14 @@ class MatMulRunner {
   int threads() const { return threads_; }
 
  private:
-  void RunGemv(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y,
-               const PackedMatrix* packed = nullptr);
-  // A packed BF16 matrix: activations rounded to bf16, packed_gemv.
-  void RunPackedBf16(const PackedMatrix& w, const float* x, int64_t n_tokens, float* y);
-  // A packed K-quant matrix: activations quantized to Q8_K, packed_gemv.
-  void RunPackedK(const PackedMatrix& w, const float* x, int64_t n_tokens, float* y);
+  void RunGemv(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
   // The packed copy of `w`, if Pack made one.
   const PackedMatrix* PackedOf(const WeightMatrix& w) const;
-  // RunGroup's one region over packed matrices sharing an input form.
-  void RunPackedGroup(std::span<const PackedMatrix* const> w, std::span<float* const> y,
-                      const float* x, int64_t n_tokens);
-  // packed_gemv over the threads' row ranges.
-  void RunPacked(const PackedGemvArgs& args);
-  // kernels_.gemv, or packed_gemv on `packed` (row_begin a multiple of
-  // kPackRows).
-  void Gemv(const GemvArgs& args, const PackedMatrix* packed, int64_t row_begin,
-            int64_t row_end) const;
+  // Packed matrices that multiply the same form of x (PackedInputOf; one
+  // for Run, a group for RunGroup): x prepared once in that form, then one
+  // parallel region running packed_gemv over each matrix's row split.
+  void RunPacked(std::span<const PackedMatrix* const> w, std::span<float* const> y, const float* x,
+                 int64_t n_tokens);
   void RunGemm(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
   // The block formats with a quantized-activation dot product
   // (engine/cpu/quant_dot.h).

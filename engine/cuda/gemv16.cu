@@ -101,18 +101,7 @@ __global__ void __launch_bounds__(32 * kBlockWarps)
   }
   __syncthreads();
   if (live && part == 0 && lane < kTokens) {
-    float v[kMats];
-#pragma unroll
-    for (int m = 0; m < kMats; ++m) {
-      v[m] = partial[m][warp][lane];
-      for (int q = 1; q < split; ++q) v[m] += partial[m][warp + q][lane];
-    }
-    const int64_t rows = GemvRows::Pick(p.rows, which);
-    if constexpr (kSwiGlu) {
-      p.y[0][lane * rows + row] = Silu(v[0]) * v[1];
-    } else {
-      GemvRows::Pick(p.y, which)[lane * rows + row] = v[0];
-    }
+    p.Store<kSwiGlu>(partial, warp, split, which, row, lane);
   }
 }
 

@@ -11,6 +11,10 @@
 
 namespace tandem::engine::cuda {
 
+// SwiGluKernel's formula (kernels.cu), so a fused product writes the bits
+// the separate launches would.
+__device__ inline float Silu(float g) { return g / (1.0f + expf(-g)); }
+
 struct GemvRows {
   const void* w[kMaxGemvProducts] = {};
   float* y[kMaxGemvProducts] = {};
@@ -60,6 +64,26 @@ struct GemvRows {
     }
     return i;
   }
+  // Row `row` of product `which` for token t, from the partial sums of the
+  // row's `split` warps (partial[m][warp + q][t], added in a fixed order):
+  // the product's y, or silu(gate) * up for a pair.
+  template <bool kSwiGlu, int kWarps, int kTokens>
+  __device__ void Store(const float (&partial)[kSwiGlu ? 2 : 1][kWarps][kTokens], int warp,
+                        int split, int which, int64_t row, int t) const {
+    constexpr int kMats = kSwiGlu ? 2 : 1;
+    float sum[kMats];
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) {
+      sum[m] = partial[m][warp][t];
+      for (int q = 1; q < split; ++q) sum[m] += partial[m][warp + q][t];
+    }
+    const int64_t n = Pick(rows, which);
+    if constexpr (kSwiGlu) {
+      y[0][t * n + row] = Silu(sum[0]) * sum[1];
+    } else {
+      Pick(y, which)[t * n + row] = sum[0];
+    }
+  }
   // a[i] for one of the arrays above.
   template <typename T>
   __device__ static T Pick(const T (&a)[kMaxGemvProducts], int i) {
@@ -67,10 +91,6 @@ struct GemvRows {
     return i == 0 ? a[0] : i == 1 ? a[1] : a[2];
   }
 };
-
-// SwiGluKernel's formula (kernels.cu), so a fused product writes the bits
-// the separate launches would.
-__device__ inline float Silu(float g) { return g / (1.0f + expf(-g)); }
 
 }  // namespace tandem::engine::cuda
 

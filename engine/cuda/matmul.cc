@@ -71,8 +71,11 @@ bool OneLaunch(const DeviceWeight& a, const DeviceWeight& b, const float* x, int
          GemvFor(b, x, n_tokens) != Gemv::kNone;
 }
 
-std::string LaunchName(const char* launch, GgmlType type) {
-  return absl::StrCat(launch, " (", std::string(GgmlTypeName(type)), ")");
+// Check for a launch on weights of `type`, naming both; the name is built
+// only for an error, not on every launch of every step.
+absl::Status CheckLaunch(cudaError_t error, const char* launch, GgmlType type) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  return Check(error, absl::StrCat(launch, " (", std::string(GgmlTypeName(type)), ")").c_str());
 }
 
 }  // namespace
@@ -128,22 +131,18 @@ absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x,
         absl::StrCat("MatMul: no GPU kernel for weight type ", std::string(GgmlTypeName(w.type))));
   }
   if (n_tokens <= kQuantGemvMaxTokens) {
-    const std::string what =
-        absl::StrCat("LaunchMatMulQuant (", std::string(GgmlTypeName(w.type)), ")");
-    return Check(LaunchMatMulQuant(w.type, w.data, w.rows, w.cols, x, n_tokens, y,
-                                   stream.stream()),
-                 what.c_str());
+    return CheckLaunch(
+        LaunchMatMulQuant(w.type, w.data, w.rows, w.cols, x, n_tokens, y, stream.stream()),
+        "LaunchMatMulQuant", w.type);
   }
   // Prefill: the weight dequantized to f16 (each call: no f16 copy is kept
   // resident, which would undo the quantization's memory saving), then the
   // tensor cores.
   void* w16 = scratch.data();
   void* x16 = static_cast<uint8_t*>(scratch.data()) + DequantizedWeightBytes(w);
-  const std::string what =
-      absl::StrCat("LaunchDequantizeToF16 (", std::string(GgmlTypeName(w.type)), ")");
-  const absl::Status s = Check(
-      LaunchDequantizeToF16(w.type, w.data, w.rows, w.cols, w16, stream.stream()), what.c_str());
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(
+      CheckLaunch(LaunchDequantizeToF16(w.type, w.data, w.rows, w.cols, w16, stream.stream()),
+                  "LaunchDequantizeToF16", w.type));
   return Gemm16(stream, w16, /*bf16=*/false, w.rows, w.cols, x, n_tokens, x16, y);
 }
 
@@ -162,13 +161,13 @@ absl::Status MatMulGroup(const Stream& stream, const DeviceWeight* w, float* con
       const GgmlType type = w[i].type;
       const cudaStream_t s = stream.stream();
       if (GemvFor(w[i], x, n_tokens) == Gemv::k16) {
-        RETURN_IF_ERROR(Check(LaunchGemv16Group(products, n, type == GgmlType::kBF16, w[i].cols,
-                                                x, n_tokens, s),
-                              LaunchName("LaunchGemv16Group", type).c_str()));
+        RETURN_IF_ERROR(CheckLaunch(
+            LaunchGemv16Group(products, n, type == GgmlType::kBF16, w[i].cols, x, n_tokens, s),
+            "LaunchGemv16Group", type));
       } else {
         RETURN_IF_ERROR(
-            Check(LaunchMatMulQuantGroup(type, products, n, w[i].cols, x, n_tokens, s),
-                  LaunchName("LaunchMatMulQuantGroup", type).c_str()));
+            CheckLaunch(LaunchMatMulQuantGroup(type, products, n, w[i].cols, x, n_tokens, s),
+                        "LaunchMatMulQuantGroup", type));
       }
     }
     i += n;
@@ -181,15 +180,15 @@ absl::Status MatMulSwiGlu(const Stream& stream, const DeviceWeight& gate, const 
                           DeviceBuffer& scratch) {
   if (n_tokens == 0 || gate.rows == 0) return absl::OkStatus();
   if (gate.rows == up.rows && OneLaunch(gate, up, x, n_tokens)) {
-    const bool is16 = GemvFor(gate, x, n_tokens) == Gemv::k16;
-    const std::string what =
-        LaunchName(is16 ? "LaunchGemv16SwiGlu" : "LaunchMatMulQuantSwiGlu", gate.type);
-    return Check(is16 ? LaunchGemv16SwiGlu(gate.data, up.data, gate.type == GgmlType::kBF16,
-                                           gate.rows, gate.cols, x, n_tokens, gate_out,
-                                           stream.stream())
-                      : LaunchMatMulQuantSwiGlu(gate.type, gate.data, up.data, gate.rows,
-                                                gate.cols, x, n_tokens, gate_out, stream.stream()),
-                 what.c_str());
+    if (GemvFor(gate, x, n_tokens) == Gemv::k16) {
+      return CheckLaunch(
+          LaunchGemv16SwiGlu(gate.data, up.data, gate.type == GgmlType::kBF16, gate.rows, gate.cols,
+                             x, n_tokens, gate_out, stream.stream()),
+          "LaunchGemv16SwiGlu", gate.type);
+    }
+    return CheckLaunch(LaunchMatMulQuantSwiGlu(gate.type, gate.data, up.data, gate.rows, gate.cols,
+                                               x, n_tokens, gate_out, stream.stream()),
+                       "LaunchMatMulQuantSwiGlu", gate.type);
   }
   RETURN_IF_ERROR(MatMul(stream, gate, x, n_tokens, gate_out, scratch));
   RETURN_IF_ERROR(MatMul(stream, up, x, n_tokens, up_out, scratch));

@@ -128,18 +128,7 @@ __global__ void __launch_bounds__(kGemvThreads, GemvMinBlocksPerSm(kTokens, kSwi
   }
   __syncthreads();
   if (live && part == 0 && lane < n_tokens) {
-    float sum[kMats];
-#pragma unroll
-    for (int m = 0; m < kMats; ++m) {
-      sum[m] = partial[m][warp][lane];
-      for (int q = 1; q < split; ++q) sum[m] += partial[m][warp + q][lane];
-    }
-    const int64_t rows = GemvRows::Pick(p.rows, which);
-    if constexpr (kSwiGlu) {
-      p.y[0][lane * rows + row] = Silu(sum[0]) * sum[1];
-    } else {
-      GemvRows::Pick(p.y, which)[lane * rows + row] = sum[0];
-    }
+    p.Store<kSwiGlu>(partial, warp, split, which, row, lane);
   }
 }
 
