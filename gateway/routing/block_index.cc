@@ -85,12 +85,13 @@ bool BlockIndex::EvictLocked(Shard& shard, Tally& tally) {
 void BlockIndex::Add(uint16_t id, uint64_t key, int tier, Tally& tally) {
   Shard& shard = ShardOf(key);
   absl::MutexLock lock(&shard.mu);
-  if (!shard.predicted.empty()) {  // the worker's report ends its prediction
+  if (shard.MayBePredicted(key)) {  // the worker's report ends its prediction
     if (auto it = shard.predicted.find(key); it != shard.predicted.end()) {
       auto& v = it->second;
       const size_t before = v.size();
       v.erase(std::remove_if(v.begin(), v.end(), [id](const Prediction& p) { return p.id == id; }),
               v.end());
+      shard.CountPredictions(key, -static_cast<int64_t>(before - v.size()));
       predicted_count_.fetch_sub(static_cast<int64_t>(before - v.size()),
                                  std::memory_order_relaxed);
       if (v.empty()) shard.predicted.erase(it);
@@ -146,14 +147,19 @@ void BlockIndex::Clear(uint16_t id) {
     hashes_.fetch_sub(static_cast<int64_t>(keys - shard.table.size()),
                       std::memory_order_relaxed);
     int64_t predictions = 0;
-    absl::erase_if(shard.predicted, [&](auto& entry) {
-      auto& v = entry.second;
+    for (auto it = shard.predicted.begin(); it != shard.predicted.end();) {
+      auto& v = it->second;
       const size_t before = v.size();
       v.erase(std::remove_if(v.begin(), v.end(), [id](const Prediction& p) { return p.id == id; }),
               v.end());
       predictions += static_cast<int64_t>(before - v.size());
-      return v.empty();
-    });
+      shard.CountPredictions(it->first, -static_cast<int64_t>(before - v.size()));
+      if (v.empty()) {
+        shard.predicted.erase(it++);  // absl: erase(iterator) returns nothing
+      } else {
+        ++it;
+      }
+    }
     predicted_count_.fetch_sub(predictions, std::memory_order_relaxed);
   }
   entries_.fetch_sub(removed, std::memory_order_relaxed);
@@ -173,6 +179,7 @@ void BlockIndex::PruneLocked(Shard& shard, absl::Time now) {
     });
     if (p == v.end()) continue;
     v.erase(p);
+    shard.CountPredictions(d.key, -1);
     predicted_count_.fetch_sub(1, std::memory_order_relaxed);
     if (v.empty()) shard.predicted.erase(it);
   }
@@ -184,8 +191,11 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
   const uint16_t id = IdOf(w);
   if (id == 0) return;
   const absl::Time now = absl::Now();
-  for (const engine::BlockHash& h : chain) {
-    const uint64_t key = KeyOf(h);
+  constexpr size_t kAhead = 8;  // slots loaded ahead, as in OverlapAll
+  for (size_t j = 0; j < std::min(kAhead, chain.size()); ++j) Prefetch(KeyOf(chain[j]));
+  for (size_t j = 0; j < chain.size(); ++j) {
+    if (j + kAhead < chain.size()) Prefetch(KeyOf(chain[j + kAhead]));
+    const uint64_t key = KeyOf(chain[j]);
     Shard& shard = ShardOf(key);
     absl::MutexLock lock(&shard.mu);
     PruneLocked(shard, now);
@@ -206,6 +216,7 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
       return;
     }
     v.push_back({.id = id, .until = until});
+    shard.CountPredictions(key, 1);
     shard.deadlines.push_back({.key = key, .id = id, .until = until});
     predicted_count_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -325,19 +336,34 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   auto set = [](uint64_t* bits, uint16_t id) { bits[id / 64] |= uint64_t{1} << (id % 64); };
   auto has = [](const uint64_t* bits, uint16_t id) { return (bits[id / 64] >> (id % 64)) & 1; };
   const bool predicting = with_predictions && predicted_count_.load(std::memory_order_relaxed) > 0;
-  // Slots are loaded a few blocks ahead: a lookup is a cache miss, and the
-  // shard locks between them would otherwise keep the misses one at a time.
-  constexpr size_t kAhead = 4;
-  auto prefetch = [&](size_t j) {
+  // A block's holders are two cache misses away (its slot, then a spilled
+  // set), and the shard locks between blocks would keep the misses one at a
+  // time: slots are loaded kSlotsAhead blocks ahead, and spilled sets
+  // (whose address is in the slot) kHoldersAhead.
+  constexpr size_t kSlotsAhead = 8, kHoldersAhead = 4;
+  auto prefetch_slot = [&](size_t j) {
     if (j < chain.size()) Prefetch(KeyOf(chain[j]));
   };
-  for (size_t j = 0; words > 0 && j < kAhead; ++j) prefetch(j);
-  for (size_t j = 0; words > 0 && j < chain.size(); ++j) {
-    prefetch(j + kAhead);
+  auto prefetch_holders = [&](size_t j) {
+    if (j >= chain.size()) return;
     const uint64_t key = KeyOf(chain[j]);
     const Shard& shard = ShardOf(key);
-    std::fill(next_running, next_running + words, 0);
-    std::fill(next_reporting, next_reporting + words, 0);
+    absl::ReaderMutexLock lock(&shard.mu);
+    shard.table.PrefetchHolders(key);
+  };
+  // Words lo..hi-1 hold every worker still running (the rest are 0): past
+  // a shared system prompt, few workers are left, so most blocks cost a
+  // word or two rather than one per 64 workers asked.
+  size_t lo = 0, hi = words;
+  for (size_t j = 0; words > 0 && j < kSlotsAhead; ++j) prefetch_slot(j);
+  for (size_t j = 0; words > 0 && j < kHoldersAhead; ++j) prefetch_holders(j);
+  for (size_t j = 0; words > 0 && j < chain.size(); ++j) {
+    prefetch_slot(j + kSlotsAhead);
+    prefetch_holders(j + kHoldersAhead);
+    const uint64_t key = KeyOf(chain[j]);
+    const Shard& shard = ShardOf(key);
+    std::fill(next_running + lo, next_running + hi, 0);
+    std::fill(next_reporting + lo, next_reporting + hi, 0);
     {
       absl::ReaderMutexLock lock(&shard.mu);
       shard.table.Visit(
@@ -345,7 +371,7 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
           [&](std::span<const HolderTable::Holder> list) {
             for (HolderTable::Holder h : list) {
               const uint16_t id = HolderTable::IdOf(h);
-              if (id / 64 >= words || !has(running, id)) continue;
+              if (id / 64 >= hi || !has(running, id)) continue;
               set(next_running, id);
               if (has(reporting, id)) set(next_reporting, id);
               const int tier = FastestTier(HolderTable::TiersOf(h));
@@ -353,8 +379,8 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
             }
           },
           [&](HolderTable::Bitmap b) {
-            const size_t common = std::min(words, b.words);
-            for (size_t i = 0; i < common; ++i) {
+            const size_t common = std::min(hi, b.words);
+            for (size_t i = lo; i < common; ++i) {
               const uint64_t any = HolderTable::AnyTier(b, i);
               next_running[i] = running[i] & any;
               next_reporting[i] = reporting[i] & any;
@@ -367,17 +393,16 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
               }
             }
           });
-      if (predicting && !shard.predicted.empty()) {
+      if (predicting && shard.MayBePredicted(key)) {
         if (auto it = shard.predicted.find(key); it != shard.predicted.end()) {
           for (const Prediction& p : it->second) {
             // Being computed into the worker's pool.
-            if (p.until > now && p.id / 64 < words && has(running, p.id)) set(next_running, p.id);
+            if (p.until > now && p.id / 64 < hi && has(running, p.id)) set(next_running, p.id);
           }
         }
       }
     }
-    bool any = false;
-    for (size_t i = 0; i < words; ++i) {
+    for (size_t i = lo; i < hi; ++i) {
       for (uint64_t gone = running[i] & ~next_running[i]; gone != 0; gone &= gone - 1) {
         run_end[64 * i + std::countr_zero(gone)] = static_cast<int32_t>(j);
       }
@@ -386,9 +411,10 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
       }
       running[i] = next_running[i];
       reporting[i] = next_reporting[i];
-      any = any || running[i] != 0;
     }
-    if (!any) break;
+    while (lo < hi && running[lo] == 0) ++lo;
+    while (hi > lo && running[hi - 1] == 0) --hi;
+    if (lo == hi) break;
   }
   for (size_t k = 0; k < n; ++k) {
     const uint16_t id = ids[k];

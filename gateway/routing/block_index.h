@@ -156,6 +156,23 @@ class BlockIndex {
     absl::flat_hash_map<uint64_t, absl::InlinedVector<Prediction, 1>> predicted
         ABSL_GUARDED_BY(mu);
     std::deque<PredictionDeadline> deadlines ABSL_GUARDED_BY(mu);  // as made
+    // Predictions by a 6-bit digest of their key, and the digests with any
+    // as bits: a walk or a stored event looks a key up in `predicted` only
+    // when its bit is set (a shard holds few predictions, so mostly not).
+    std::array<uint32_t, 64> predicted_by_digest ABSL_GUARDED_BY(mu) = {};
+    uint64_t predicted_digests ABSL_GUARDED_BY(mu) = 0;
+    bool MayBePredicted(uint64_t key) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+      return (predicted_digests >> Digest(key)) & 1;
+    }
+    // Counts `n` predictions of `key` made (n > 0) or ended (n < 0).
+    void CountPredictions(uint64_t key, int64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      uint32_t& c = predicted_by_digest[Digest(key)];
+      c = static_cast<uint32_t>(c + n);
+      const uint64_t bit = uint64_t{1} << Digest(key);
+      predicted_digests = c == 0 ? predicted_digests & ~bit : predicted_digests | bit;
+    }
+    // Bits the shard and the slot do not use (HolderTable::Mix's middle).
+    static int Digest(uint64_t key) { return static_cast<int>((HolderTable::Mix(key) >> 24) & 63); }
   };
   struct WorkerState {
     absl::Mutex mu;  // one Apply, Predict or Drop of the worker at a time

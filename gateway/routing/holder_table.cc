@@ -1,6 +1,8 @@
 #include "gateway/routing/holder_table.h"
 
 #include <algorithm>
+#include <cstring>
+#include <new>
 #include <utility>
 
 #include "common/check.h"
@@ -13,16 +15,21 @@ HolderTable::HolderTable(size_t capacity)
   capacity_view_.store(capacity_, std::memory_order_relaxed);
 }
 
+HolderTable::~HolderTable() {
+  for (size_t p = 0; p < capacity_; ++p) FreeSpill(slots_[p].holders);
+}
+
 size_t HolderTable::Distance(size_t p) const {
   const size_t home = Home(slots_[p].key);
   return p >= home ? p - home : p + capacity_ - home;
 }
 
 size_t HolderTable::Find(uint64_t key) const {
-  size_t p = Home(key);
+  const uint64_t mixed = Mix(key);
+  size_t p = Home(mixed);
   for (size_t d = 0;; ++d) {
     if (!Occupied(p)) return kNone;
-    if (slots_[p].key == key) return p;
+    if (slots_[p].key == mixed) return p;
     if (Distance(p) < d) return kNone;  // Robin Hood: it would be here by now
     if (++p == capacity_) p = 0;
   }
@@ -49,7 +56,7 @@ void HolderTable::InsertNoGrow(Slot slot) {
 
 void HolderTable::Insert(uint64_t key, uint64_t holders) {
   if ((size_ + 1) * 8 > capacity_ * 7) Grow();  // at most 7/8 full
-  InsertNoGrow(Slot{.key = key, .holders = holders});
+  InsertNoGrow(Slot{.key = Mix(key), .holders = holders});
 }
 
 void HolderTable::Grow() {
@@ -83,35 +90,46 @@ void HolderTable::Erase(size_t p) {
   --size_;
 }
 
-uint32_t HolderTable::NewSpill() {
-  if (!free_spills_.empty()) {
-    const uint32_t i = free_spills_.back();
-    free_spills_.pop_back();
-    return i;
-  }
-  TANDEM_CHECK(spills_.size() < (size_t{1} << 32), "a spill's index is 32 bits");
-  spills_.emplace_back();
-  return static_cast<uint32_t>(spills_.size() - 1);
+HolderTable::Spill* HolderTable::NewSpill(size_t bytes) {
+  TANDEM_CHECK(bytes <= UINT32_MAX, "a spill's size is 32 bits");
+  void* p = ::operator new(sizeof(Spill) + bytes);
+  TANDEM_CHECK((reinterpret_cast<uintptr_t>(p) & ~kPointerBits) == 0,
+               "a spill's address fits the holder word's 57 bits");
+  spill_bytes_ += sizeof(Spill) + bytes;
+  return new (p)
+      Spill{.count = 0, .capacity = static_cast<uint32_t>(bytes), .words = 0, .unused = 0};
 }
 
 void HolderTable::FreeSpill(uint64_t w) {
   if (!Spilled(w)) return;
-  spills_[SpillIndex(w)] = Spill{};
-  free_spills_.push_back(SpillIndex(w));
+  Spill* s = SpillOf(w);
+  spill_bytes_ -= sizeof(Spill) + s->capacity;
+  ::operator delete(s);
 }
 
-void HolderTable::Reshape(Spill& s) {
+HolderTable::Spill* HolderTable::Reallocate(uint64_t& w, size_t bytes) {
+  const Spill* old = SpillOf(w);
+  Spill* s = NewSpill(bytes);
+  s->count = old->count;
+  s->words = old->words;
+  std::memcpy(s + 1, old + 1, old->UsedBytes());
+  FreeSpill(w);
+  PointTo(w, s);
+  return s;
+}
+
+void HolderTable::Reshape(uint64_t& w) {
+  const Spill& s = *SpillOf(w);
   size_t max_id = 0;
   if (s.IsBitmap()) {
-    const size_t words = s.bits.size() / kMaxTiers;
-    for (size_t i = words; i-- > 0;) {
-      if (AnyTier(Bitmap{.bits = s.bits.data(), .words = words}, i) != 0) {
+    for (size_t i = s.words; i-- > 0;) {
+      if (AnyTier(Bitmap{.bits = s.bits(), .words = s.words}, i) != 0) {
         max_id = 64 * i + 63;
         break;
       }
     }
   } else {
-    for (Holder h : s.list) max_id = std::max<size_t>(max_id, IdOf(h));
+    for (uint32_t i = 0; i < s.count; ++i) max_id = std::max<size_t>(max_id, IdOf(s.list()[i]));
   }
   const size_t bitmap_bytes = (max_id / 64 + 1) * kMaxTiers * sizeof(uint64_t);
   const size_t list_bytes = s.count * sizeof(Holder);
@@ -119,78 +137,90 @@ void HolderTable::Reshape(Spill& s) {
   // popular block's holders a word per 64 workers rather than one by one,
   // and such blocks are few.
   if (!s.IsBitmap() && list_bytes * 4 > bitmap_bytes) {
-    std::vector<uint64_t> bits((max_id / 64 + 1) * kMaxTiers, 0);
-    for (Holder h : s.list) {
+    Spill* b = NewSpill(bitmap_bytes);
+    b->count = s.count;
+    b->words = static_cast<uint32_t>(max_id / 64 + 1);
+    std::fill(b->bits(), b->bits() + b->words * kMaxTiers, 0);
+    for (uint32_t i = 0; i < s.count; ++i) {
+      const Holder h = s.list()[i];
       for (int t = 0; t < kMaxTiers; ++t) {
-        if ((TiersOf(h) >> t) & 1) bits[(IdOf(h) / 64) * kMaxTiers + t] |= uint64_t{1} << (IdOf(h) % 64);
+        if ((TiersOf(h) >> t) & 1) {
+          b->bits()[(IdOf(h) / 64) * kMaxTiers + t] |= uint64_t{1} << (IdOf(h) % 64);
+        }
       }
     }
-    s.bits = std::move(bits);
-    std::vector<Holder>().swap(s.list);
+    FreeSpill(w);
+    PointTo(w, b);
   } else if (s.IsBitmap() && list_bytes * 8 < bitmap_bytes) {  // hysteresis
-    const Bitmap b{.bits = s.bits.data(), .words = s.bits.size() / kMaxTiers};
-    std::vector<Holder> list;
-    list.reserve(s.count);
+    const Bitmap b{.bits = s.bits(), .words = s.words};
+    Spill* l = NewSpill(std::max<size_t>(list_bytes, 2 * kInline * sizeof(Holder)));
     for (size_t i = 0; i < b.words; ++i) {
       for (uint64_t any = AnyTier(b, i); any != 0; any &= any - 1) {
         const uint16_t id = static_cast<uint16_t>(64 * i + std::countr_zero(any));
-        list.push_back(static_cast<Holder>(id | (BitmapTiers(b, id) << kIdBits)));
+        l->list()[l->count++] = static_cast<Holder>(id | (BitmapTiers(b, id) << kIdBits));
       }
     }
-    s.list = std::move(list);
-    std::vector<uint64_t>().swap(s.bits);
+    FreeSpill(w);
+    PointTo(w, l);
   }
 }
 
-bool HolderTable::SpillAdd(Spill& s, uint16_t id, int tier) {
-  if (s.IsBitmap()) {
-    const size_t need = (id / 64 + 1) * kMaxTiers;
-    if (s.bits.size() < need) s.bits.resize(need, 0);
-    const Bitmap b{.bits = s.bits.data(), .words = s.bits.size() / kMaxTiers};
+bool HolderTable::SpillAdd(uint64_t& w, uint16_t id, int tier) {
+  Spill* s = SpillOf(w);
+  if (s->IsBitmap()) {
+    const size_t need = id / 64 + 1;
+    if (s->words < need) {
+      const size_t bytes = need * kMaxTiers * sizeof(uint64_t);
+      if (bytes > s->capacity) s = Reallocate(w, bytes);
+      std::fill(s->bits() + s->words * kMaxTiers, s->bits() + need * kMaxTiers, 0);
+      s->words = static_cast<uint32_t>(need);
+    }
+    const Bitmap b{.bits = s->bits(), .words = s->words};
     const bool fresh = BitmapTiers(b, id) == 0;
-    s.bits[(id / 64) * kMaxTiers + tier] |= uint64_t{1} << (id % 64);
-    if (fresh) ++s.count;
+    s->bits()[(id / 64) * kMaxTiers + tier] |= uint64_t{1} << (id % 64);
+    if (fresh) ++s->count;
     return fresh;
   }
   const Holder bit = static_cast<Holder>(1u << (kIdBits + tier));
-  for (Holder& h : s.list) {
+  for (uint32_t i = 0; i < s->count; ++i) {
+    Holder& h = s->list()[i];
     if (IdOf(h) == id) {
       h |= bit;
       return false;
     }
   }
-  s.list.push_back(id | bit);
-  ++s.count;
-  if ((s.count & (s.count - 1)) == 0) Reshape(s);  // at powers of two: amortized
+  if ((s->count + 1) * sizeof(Holder) > s->capacity) s = Reallocate(w, 2 * s->capacity);
+  s->list()[s->count++] = static_cast<Holder>(id | bit);
+  if ((s->count & (s->count - 1)) == 0) Reshape(w);  // at powers of two: amortized
   return true;
 }
 
-uint8_t HolderTable::SpillClear(Spill& s, uint16_t id, int tier) {
+uint8_t HolderTable::SpillClear(uint64_t& w, uint16_t id, int tier) {
+  Spill* s = SpillOf(w);
   const uint8_t mask = tier < 0 ? uint8_t{0xff} : static_cast<uint8_t>(1u << tier);
-  if (s.IsBitmap()) {
-    if (static_cast<size_t>(id / 64) >= s.bits.size() / kMaxTiers) return 0;
-    const Bitmap b{.bits = s.bits.data(), .words = s.bits.size() / kMaxTiers};
+  if (s->IsBitmap()) {
+    if (static_cast<size_t>(id / 64) >= s->words) return 0;
+    const Bitmap b{.bits = s->bits(), .words = s->words};
     const uint8_t had = BitmapTiers(b, id);
     if ((had & mask) == 0) return had;
     for (int t = 0; t < kMaxTiers; ++t) {
-      if ((mask >> t) & 1) s.bits[(id / 64) * kMaxTiers + t] &= ~(uint64_t{1} << (id % 64));
+      if ((mask >> t) & 1) s->bits()[(id / 64) * kMaxTiers + t] &= ~(uint64_t{1} << (id % 64));
     }
     if ((had & ~mask) == 0) {
-      --s.count;
-      if ((s.count & (s.count - 1)) == 0) Reshape(s);
+      --s->count;
+      if ((s->count & (s->count - 1)) == 0) Reshape(w);
     }
     return had;
   }
-  for (size_t i = 0; i < s.list.size(); ++i) {
-    if (IdOf(s.list[i]) != id) continue;
-    const uint8_t had = TiersOf(s.list[i]);
+  Holder* list = s->list();
+  for (uint32_t i = 0; i < s->count; ++i) {
+    if (IdOf(list[i]) != id) continue;
+    const uint8_t had = TiersOf(list[i]);
     const uint8_t left = had & static_cast<uint8_t>(~mask);
     if (left != 0) {
-      s.list[i] = static_cast<Holder>(id | (left << kIdBits));
+      list[i] = static_cast<Holder>(id | (left << kIdBits));
     } else if (had != 0) {
-      s.list[i] = s.list.back();
-      s.list.pop_back();
-      --s.count;
+      list[i] = list[--s->count];
     }
     return had;
   }
@@ -206,7 +236,7 @@ bool HolderTable::Add(uint64_t key, uint16_t id, int tier) {
   }
   uint64_t& w = slots_[p].holders;
   if ((w & kUses) != kUses) w += kOneUse;
-  if (Spilled(w)) return SpillAdd(spills_[SpillIndex(w)], id, tier);
+  if (Spilled(w)) return SpillAdd(w, id, tier);
   for (int i = 0; i < kInline; ++i) {
     if (InlineAt(w, i) != 0 && IdOf(InlineAt(w, i)) == id) {
       w |= uint64_t{bit} << (16 * i);
@@ -220,23 +250,20 @@ bool HolderTable::Add(uint64_t key, uint16_t id, int tier) {
     }
   }
   // A fourth holder: the set moves to a spill of its own.
-  const uint32_t index = NewSpill();
-  Spill& s = spills_[index];
-  s.list.reserve(kInline * 2);
-  for (int i = 0; i < kInline; ++i) s.list.push_back(InlineAt(w, i));
-  s.count = kInline;
-  w = (w & kUses) | kSpillBit | index;
-  return SpillAdd(s, id, tier);
+  Spill* s = NewSpill(2 * kInline * sizeof(Holder));
+  for (int i = 0; i < kInline; ++i) s->list()[s->count++] = InlineAt(w, i);
+  PointTo(w, s);
+  return SpillAdd(w, id, tier);
 }
 
 // Back inline when a spill has kInline holders or fewer.
 void HolderTable::MaybeUnspill(uint64_t& w) {
-  Spill& s = spills_[SpillIndex(w)];
+  const Spill& s = *SpillOf(w);
   if (s.count > kInline) return;
   uint64_t inline_word = 0;
   int i = 0;
   if (s.IsBitmap()) {
-    const Bitmap b{.bits = s.bits.data(), .words = s.bits.size() / kMaxTiers};
+    const Bitmap b{.bits = s.bits(), .words = s.words};
     for (size_t k = 0; k < b.words; ++k) {
       for (uint64_t any = AnyTier(b, k); any != 0; any &= any - 1) {
         const uint16_t id = static_cast<uint16_t>(64 * k + std::countr_zero(any));
@@ -244,7 +271,7 @@ void HolderTable::MaybeUnspill(uint64_t& w) {
       }
     }
   } else {
-    for (Holder h : s.list) inline_word |= uint64_t{h} << (16 * i++);
+    for (uint32_t k = 0; k < s.count; ++k) inline_word |= uint64_t{s.list()[k]} << (16 * i++);
   }
   FreeSpill(w);
   w = (w & kUses) | inline_word;
@@ -253,7 +280,7 @@ void HolderTable::MaybeUnspill(uint64_t& w) {
 uint8_t HolderTable::TakeHolder(size_t p, uint16_t id) {
   uint64_t& w = slots_[p].holders;
   if (Spilled(w)) {
-    const uint8_t had = SpillClear(spills_[SpillIndex(w)], id, -1);
+    const uint8_t had = SpillClear(w, id, -1);
     if (had != 0) MaybeUnspill(w);
     return had;
   }
@@ -273,7 +300,7 @@ bool HolderTable::Remove(uint64_t key, uint16_t id, int tier) {
   uint64_t& w = slots_[p].holders;
   const uint8_t bit = static_cast<uint8_t>(1u << tier);
   if (Spilled(w)) {
-    const uint8_t had = SpillClear(spills_[SpillIndex(w)], id, tier);
+    const uint8_t had = SpillClear(w, id, tier);
     if ((had & bit) == 0 || (had & ~bit) != 0) return false;
     MaybeUnspill(w);
     return true;
@@ -296,13 +323,13 @@ bool HolderTable::Holds(uint64_t key, uint16_t id) const {
   if (p == kNone) return false;
   const uint64_t w = slots_[p].holders;
   if (Spilled(w)) {
-    const Spill& s = spills_[SpillIndex(w)];
+    const Spill& s = *SpillOf(w);
     if (s.IsBitmap()) {
-      const Bitmap b{.bits = s.bits.data(), .words = s.bits.size() / kMaxTiers};
+      const Bitmap b{.bits = s.bits(), .words = s.words};
       return static_cast<size_t>(id / 64) < b.words && BitmapTiers(b, id) != 0;
     }
-    for (Holder h : s.list) {
-      if (IdOf(h) == id) return true;
+    for (uint32_t i = 0; i < s.count; ++i) {
+      if (IdOf(s.list()[i]) == id) return true;
     }
     return false;
   }
@@ -327,14 +354,17 @@ int64_t HolderTable::RemoveWorker(uint16_t id, int64_t expected) {
   return removed;
 }
 
-size_t HolderTable::MemoryBytes() const {
-  size_t bytes = capacity_ * sizeof(Slot);
-  bytes += spills_.capacity() * sizeof(Spill);
-  for (const Spill& s : spills_) {
-    bytes += s.list.capacity() * sizeof(Holder) + s.bits.capacity() * sizeof(uint64_t);
-  }
-  bytes += free_spills_.capacity() * sizeof(uint32_t);
-  return bytes;
+void HolderTable::PrefetchHolders(uint64_t key) const {
+  const size_t p = Find(key);
+  if (p == kNone) return;
+  const uint64_t w = std::atomic_ref<uint64_t>(slots_[p].holders).load(std::memory_order_relaxed);
+  if (!Spilled(w)) return;
+  // Every line of it (the word says how many), without reading it.
+  const char* at = reinterpret_cast<const char*>(SpillOf(w));
+  const uint64_t lines = (w >> kLinesShift) & kMaxLines;
+  for (uint64_t i = 0; i < lines; ++i) __builtin_prefetch(at + 64 * i);
 }
+
+size_t HolderTable::MemoryBytes() const { return capacity_ * sizeof(Slot) + spill_bytes_; }
 
 }  // namespace tandem::gateway

@@ -1,9 +1,11 @@
 // One shard of the gateway's block index (gateway/routing/block_index.h): an
 // open-addressing table from a block's 64-bit key to the workers holding it,
 // each with the tiers it holds the block in. A slot is 16 bytes (the key and
-// one word of holders: up to three inline, more spill to a vector of 2 bytes
-// per holder, or to bitmaps over the workers for a block many hold), so a
-// (block, worker) entry costs no map node of its own. Robin Hood probing
+// one word of holders: up to three inline; more spill to one allocation the
+// word points to, a list of 2 bytes per holder or, for a block many hold,
+// bitmaps over the workers), so a (block, worker) entry costs no map node
+// of its own, and a reader reaches any holder set in two loads (the slot,
+// then its spill), which PrefetchHolders starts ahead of a walk. Robin Hood probing
 // with backward-shift deletion keeps misses short at a high load; capacity
 // grows by half again, so the table is never less than ~58% full once it
 // has grown.
@@ -18,14 +20,14 @@
 #ifndef TANDEM_GATEWAY_ROUTING_HOLDER_TABLE_H_
 #define TANDEM_GATEWAY_ROUTING_HOLDER_TABLE_H_
 
+#include <algorithm>
 #include <atomic>
-#include <cstddef>
-#include <climits>
-#include <cstdint>
 #include <bit>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
-#include <vector>
 
 namespace tandem::gateway {
 
@@ -50,6 +52,7 @@ class HolderTable {
 
   // `capacity`: slots to start with (at least 4).
   explicit HolderTable(size_t capacity = 16);
+  ~HolderTable();
   HolderTable(const HolderTable&) = delete;
   HolderTable& operator=(const HolderTable&) = delete;
 
@@ -71,18 +74,33 @@ class HolderTable {
   bool Visit(uint64_t key, OnList&& on_list, OnBitmap&& on_bitmap) const {
     const size_t p = Find(key);
     if (p == kNone) return false;
+    VisitAt(p, on_list, on_bitmap);
+    return true;
+  }
+  // Calls on_holder(id, tier_bits) for each holder of `key` and counts a
+  // use of it; false when no worker holds it.
+  template <typename F>
+  bool ForEachHolder(uint64_t key, F&& on_holder) const {
+    const size_t p = Find(key);
+    if (p == kNone) return false;
+    ForEachHolderAt(p, on_holder);
+    return true;
+  }
+  // Visit's work on slot p (which holds a key).
+  template <typename OnList, typename OnBitmap>
+  void VisitAt(size_t p, OnList&& on_list, OnBitmap&& on_bitmap) const {
     // Other readers may set the bit at once: all of them through atomics.
     std::atomic_ref<uint64_t> shared(slots_[p].holders);
     const uint64_t w = shared.load(std::memory_order_relaxed);
     if ((w & kUses) != kUses) shared.store(w + kOneUse, std::memory_order_relaxed);
     if (Spilled(w)) {
-      const Spill& s = spills_[SpillIndex(w)];
+      const Spill& s = *SpillOf(w);
       if (s.IsBitmap()) {
-        on_bitmap(Bitmap{.bits = s.bits.data(), .words = s.bits.size() / kMaxTiers});
+        on_bitmap(Bitmap{.bits = s.bits(), .words = s.words});
       } else {
-        on_list(std::span<const Holder>(s.list));
+        on_list(std::span<const Holder>(s.list(), s.count));
       }
-      return true;
+      return;
     }
     Holder inline_holders[kInline];
     size_t n = 0;
@@ -90,14 +108,13 @@ class HolderTable {
       if (InlineAt(w, i) != 0) inline_holders[n++] = InlineAt(w, i);
     }
     on_list(std::span<const Holder>(inline_holders, n));
-    return true;
   }
-  // Calls on_holder(id, tier_bits) for each holder of `key` and counts a
-  // use of it; false when no worker holds it.
+  // ForEachHolder's work on slot p (which holds a key).
   template <typename F>
-  bool ForEachHolder(uint64_t key, F&& on_holder) const {
-    return Visit(
-        key, [&](std::span<const Holder> list) {
+  void ForEachHolderAt(size_t p, F&& on_holder) const {
+    VisitAt(
+        p,
+        [&](std::span<const Holder> list) {
           for (Holder h : list) on_holder(IdOf(h), TiersOf(h));
         },
         [&](Bitmap b) {
@@ -142,7 +159,7 @@ class HolderTable {
           slots_[p].holders -= kOneUse;
         } else {
           int64_t n = 0;
-          ForEachHolder(slots_[p].key, [&](uint16_t id, uint8_t) {
+          ForEachHolderAt(p, [&](uint16_t id, uint8_t) {
             on_holder(id);
             ++n;
           });
@@ -161,8 +178,12 @@ class HolderTable {
   void Prefetch(uint64_t key) const {
     const Slot* slots = slots_view_.load(std::memory_order_relaxed);
     const size_t capacity = capacity_view_.load(std::memory_order_relaxed);
-    if (slots != nullptr) __builtin_prefetch(slots + HomeIn(key, capacity));
+    if (slots != nullptr) __builtin_prefetch(slots + HomeIn(Mix(key), capacity));
   }
+  // Starts loading `key`'s spilled holders, when it has them (the second
+  // load of a Visit). Under the lock, like Visit; best once Prefetch(key)
+  // has brought the slot in.
+  void PrefetchHolders(uint64_t key) const;
 
   size_t size() const { return size_; }  // keys
   size_t capacity() const { return capacity_; }
@@ -175,44 +196,63 @@ class HolderTable {
   // The clock's count of uses since the hand last passed, saturating at 3.
   static constexpr uint64_t kOneUse = uint64_t{1} << 61;
   static constexpr uint64_t kUses = uint64_t{3} << 61;
+  // A spill's address, and (above it) how many cache lines it spans, up
+  // to 15, for PrefetchHolders.
+  static constexpr int kLinesShift = 57;
+  static constexpr uint64_t kPointerBits = (uint64_t{1} << kLinesShift) - 1;
+  static constexpr uint64_t kMaxLines = 15;
   static constexpr size_t kNone = ~size_t{0};
   // Empty: holders == 0. Inline: holders 0..2 in bits 0..47 (0 = none).
-  // Spilled: kSpillBit | index into spills_ (bits 0..31). Either way
+  // Spilled: kSpillBit | the Spill's address (bits 0..56: user-space
+  // addresses are below 2^57) | its lines (bits 57..60). Either way
   // kUses: the clock's count. Writers hold the shard's lock exclusively and
   // use plain accesses; readers, under the shared lock, read and count a use
   // through std::atomic_ref (two at once may count one: no matter).
   struct Slot {
-    uint64_t key;
+    uint64_t key;  // mixed
     uint64_t holders;
   };
-  // A holder set past kInline: a list, or bitmaps once the list would be a
-  // quarter of their size (a block many workers hold); count holders
-  // either way.
+  // A holder set past kInline, in one allocation: this header, then a list
+  // (`count` holders) or, once the list would be a quarter of their size (a
+  // block many workers hold), bitmaps (`words` words of 64 workers, each
+  // kMaxTiers uint64s: see Bitmap).
   struct Spill {
-    std::vector<Holder> list;
-    std::vector<uint64_t> bits;  // see Bitmap
-    uint32_t count = 0;
-    bool IsBitmap() const { return !bits.empty(); }
+    uint32_t count;     // holders, either way
+    uint32_t capacity;  // bytes after the header
+    uint32_t words;     // 0: a list
+    uint32_t unused;
+    bool IsBitmap() const { return words != 0; }
+    size_t UsedBytes() const {
+      return IsBitmap() ? size_t{words} * kMaxTiers * sizeof(uint64_t) : count * sizeof(Holder);
+    }
+    Holder* list() { return reinterpret_cast<Holder*>(this + 1); }
+    const Holder* list() const { return reinterpret_cast<const Holder*>(this + 1); }
+    uint64_t* bits() { return reinterpret_cast<uint64_t*>(this + 1); }
+    const uint64_t* bits() const { return reinterpret_cast<const uint64_t*>(this + 1); }
   };
+  static_assert(sizeof(Spill) % alignof(uint64_t) == 0);
   static bool Spilled(uint64_t w) { return (w & kSpillBit) != 0; }
-  static uint32_t SpillIndex(uint64_t w) { return static_cast<uint32_t>(w); }
+  static Spill* SpillOf(uint64_t w) { return reinterpret_cast<Spill*>(w & kPointerBits); }
   static Holder InlineAt(uint64_t w, int i) { return static_cast<Holder>(w >> (16 * i)); }
 
-  static size_t HomeIn(uint64_t key, size_t capacity) {
+  // Slots keep their keys mixed (Mix is one to one), so that probing,
+  // which needs the home of each key it passes, mixes nothing.
+  static size_t HomeIn(uint64_t mixed, size_t capacity) {
     // The top bits choose the block index's shard; the rest, scaled to the
     // capacity (which need not be a power of two), choose the slot.
-    const unsigned __int128 m = static_cast<unsigned __int128>(Mix(key) << 12) * capacity;
+    const unsigned __int128 m = static_cast<unsigned __int128>(mixed << 12) * capacity;
     return static_cast<size_t>(m >> 64);
   }
-  size_t Home(uint64_t key) const { return HomeIn(key, capacity_); }
+  size_t Home(uint64_t mixed) const { return HomeIn(mixed, capacity_); }
   size_t Distance(size_t p) const;  // of the key in slot p from its home
-  size_t Find(uint64_t key) const;
+  size_t Find(uint64_t key) const;  // the slot holding `key` (unmixed), or kNone
   // Whether slot p holds a key (readers may be counting a use in it).
   bool Occupied(size_t p) const {
     return std::atomic_ref<uint64_t>(slots_[p].holders).load(std::memory_order_relaxed) != 0;
   }
   static bool NoHolders(uint64_t w) { return (w & ~kUses) == 0; }
-  // Places a key known absent; grows first when the table is full.
+  // Places `key` (unmixed), known absent; grows first when the table is
+  // full.
   void Insert(uint64_t key, uint64_t holders);
   void InsertNoGrow(Slot slot);
   void Erase(size_t p);
@@ -220,17 +260,29 @@ class HolderTable {
   // Removes `id` from the holder word in slot p (by reference); returns its
   // tier bits, 0 when it was not there. Spills shrink back inline.
   uint8_t TakeHolder(size_t p, uint16_t id);
-  // Sets `tier` of `id` in spill `s`; true when `id` is a new holder.
-  bool SpillAdd(Spill& s, uint16_t id, int tier);
-  // Clears `tier` (or, with tier < 0, every tier) of `id` in `s`; returns
-  // the tiers it had.
-  uint8_t SpillClear(Spill& s, uint16_t id, int tier);
-  // Switches `s` between list and bitmaps by which is smaller.
-  void Reshape(Spill& s);
-  // Moves the spill of holder word `w` back inline when it is small enough.
+  // The spill functions take the holder word `w` by reference: a spill that
+  // is reallocated (grown, or switched between list and bitmaps) is
+  // pointed to anew.
+  // Sets `tier` of `id` in w's spill; true when `id` is a new holder.
+  bool SpillAdd(uint64_t& w, uint16_t id, int tier);
+  // Clears `tier` (or, with tier < 0, every tier) of `id` in w's spill;
+  // returns the tiers it had.
+  uint8_t SpillClear(uint64_t& w, uint16_t id, int tier);
+  // Switches w's spill between list and bitmaps by which is smaller.
+  void Reshape(uint64_t& w);
+  // Moves w's spill back inline when it is small enough.
   void MaybeUnspill(uint64_t& w);
+  // A spill with room for `bytes` after its header, empty.
+  Spill* NewSpill(size_t bytes);
+  // Points `w` at `s` (its clock count kept).
+  static void PointTo(uint64_t& w, Spill* s) {
+    const uint64_t lines = (sizeof(Spill) + s->capacity + 63) / 64;
+    w = (w & kUses) | kSpillBit | (std::min(lines, kMaxLines) << kLinesShift) |
+        reinterpret_cast<uintptr_t>(s);
+  }
+  // Moves w's spill to one of `bytes` (at least its used bytes).
+  Spill* Reallocate(uint64_t& w, size_t bytes);
   void FreeSpill(uint64_t w);
-  uint32_t NewSpill();
 
   size_t capacity_;
   size_t size_ = 0;
@@ -239,8 +291,7 @@ class HolderTable {
   // slots_ and capacity_ for Prefetch, which runs without the lock.
   std::atomic<const Slot*> slots_view_{nullptr};
   std::atomic<size_t> capacity_view_{0};
-  std::vector<Spill> spills_;
-  std::vector<uint32_t> free_spills_;
+  size_t spill_bytes_ = 0;  // allocated for spills, headers included
 };
 
 }  // namespace tandem::gateway

@@ -272,8 +272,12 @@ test('tool flow, streamed: deltas accumulate into the same calls', async () => {
     }
   }
   assert.equal(finish, 'tool_calls');
-  // The arguments stream as they are generated, not in one piece at the end.
-  assert.ok(argumentPieces > 1, `${argumentPieces} argument pieces`);
+  // The arguments come as deltas. How many depends on timing: tokens that
+  // arrive while a write is in flight go out together, so a fast worker can
+  // deliver the whole call in one message. That each message's arguments go
+  // out as they arrive is checked without timing in openai_tools_test.cc
+  // (StreamedContentThenCallDeltasThenToolCallsFinish).
+  assert.ok(argumentPieces >= 1, `${argumentPieces} argument pieces`);
   assert.equal(content, '');
   // Seeded: the same call as the whole response (ids are per response).
   assert.equal(calls.length, 1);
