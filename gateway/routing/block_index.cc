@@ -339,13 +339,16 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   // A block's holders are two cache misses away (its slot, then a spilled
   // set), and the shard locks between blocks would keep the misses one at a
   // time: slots are loaded kSlotsAhead blocks ahead, and spilled sets
-  // (whose address is in the slot) kHoldersAhead.
+  // (whose address is in the slot) kHoldersAhead, once the index is past
+  // options_.prefetch_spills_from entries.
   constexpr size_t kSlotsAhead = 8, kHoldersAhead = 4;
+  const bool prefetch_spills =
+      entries_.load(std::memory_order_relaxed) >= options_.prefetch_spills_from;
   auto prefetch_slot = [&](size_t j) {
     if (j < chain.size()) Prefetch(KeyOf(chain[j]));
   };
   auto prefetch_holders = [&](size_t j) {
-    if (j >= chain.size()) return;
+    if (!prefetch_spills || j >= chain.size()) return;
     const uint64_t key = KeyOf(chain[j]);
     const Shard& shard = ShardOf(key);
     absl::ReaderMutexLock lock(&shard.mu);

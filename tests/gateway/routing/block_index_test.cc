@@ -287,7 +287,8 @@ struct Reference {
 TEST(BlockIndexTest, OneWalkForAllWorkersAnswersAsAWalkPerWorker) {
   std::mt19937_64 rng(34);
   for (const int shards : {1, 256}) {
-    BlockIndex index({.shards = shards});
+    // Spilled sets loaded ahead with one shard, not with the other.
+    BlockIndex index({.shards = shards, .prefetch_spills_from = shards == 1 ? 0 : INT64_MAX});
     Reference ref;
     constexpr int kWorkers = 150;
     std::map<int, uint64_t> sequence;
@@ -373,7 +374,7 @@ TEST(BlockIndexTest, OneWalkForAllWorkersAnswersAsAWalkPerWorker) {
 // shifting): every answer is the whole chain, whatever the interleaving.
 // Deterministic by design: fixed work on each side, no sleeps.
 TEST(BlockIndexTest, RoutesReadWhileAWriterAppliesAndSeeWhatDidNotChange) {
-  BlockIndex index({.shards = 4});
+  BlockIndex index({.shards = 4, .prefetch_spills_from = 0});  // every stage of the walk
   std::vector<uint64_t> fixed;
   for (uint64_t b = 1; b <= 64; ++b) fixed.push_back(b);
   ASSERT_EQ(index.Apply(0, Batch(1, 0, true, fixed)), BlockIndex::Applied::kApplied);
