@@ -413,6 +413,7 @@ FleetResult RunFleet(const FleetConfig& config) {
   r.entries = index.entries();
   r.hashes = index.hashes();
   r.dropped_entries = index.dropped_entries();
+  r.predictions = index.predicted_entries();
   for (const SimWorker& w : workers) r.oracle_entries += w.size();
   std::sort(latencies.wall_us.begin(), latencies.wall_us.end());
   std::sort(latencies.cpu_us.begin(), latencies.cpu_us.end());
@@ -456,14 +457,15 @@ std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
       "\"restarts\":%d,\"dropped_entries\":%d,\"warmup_requests\":%d,\"conversations\":%d,"
       "\"system_prompts\":%d,\"hashes\":%d,\"table_bytes_per_entry\":%.1f,\"snapshots\":%d,"
       "\"snapshot_seconds\":%.3f,\"hash_p50_us\":%.1f,\"route_cpu_p50_us\":%.1f,"
-      "\"route_cpu_p99_us\":%.1f,\"peak_rss_bytes\":%d,\"delta_events_per_second\":%.0f}",
+      "\"route_cpu_p99_us\":%.1f,\"peak_rss_bytes\":%d,\"delta_events_per_second\":%.0f,"
+      "\"predictions\":%d}",
       c.workers, c.blocks_per_worker, c.prompt_blocks, c.requests, c.in_flight, c.event_lag,
       c.router_threads, r.events,
       r.events_per_second, r.entries, r.bytes_per_entry, r.routes, r.route_p50_us,
       r.route_p99_us, r.route_p999_us, r.hit_rate_vs_oracle, r.restarts, r.dropped_entries,
       c.warmup_requests, c.conversations, c.system_prompts, r.hashes, r.table_bytes_per_entry,
       r.snapshots, r.snapshot_seconds, r.hash_p50_us, r.route_cpu_p50_us, r.route_cpu_p99_us,
-      r.peak_rss_bytes, r.delta_events_per_second);
+      r.peak_rss_bytes, r.delta_events_per_second, r.predictions);
 }
 
 }  // namespace tandem::bench

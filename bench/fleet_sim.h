@@ -78,6 +78,7 @@ struct FleetResult {
   double hit_rate_vs_oracle = 0;
   int64_t restarts = 0;
   int64_t dropped_entries = 0;  // not recorded: the index was full
+  int64_t predictions = 0;      // held at the end (expired ones included)
 };
 
 // Runs the simulation; the timings are wall clock on this machine.
