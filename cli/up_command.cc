@@ -69,6 +69,8 @@ struct UpConfig {
   // The decode worker's --max-running and the gateway's
   // --decode-worker-streams; 0: their default.
   int max_running = 0;
+  // The decoding worker's --speculative ("off" or "prompt-lookup").
+  std::string speculative = "off";
   int max_context = 0;
   int kv_budget_mb = 512;
   // Cache tiers, passed on to both workers; each worker gets its own
@@ -91,54 +93,75 @@ std::vector<common::FlagSpec> UpFlagSpecs() {
       {.name = "model",
        .help = "GGUF model file; unset: a synthetic Llama generated once into "
                "($XDG_CACHE_HOME or ~/.cache)/tandem/synthetic-llama-f32.gguf"},
-      {.name = "host", .default_value = kLoopback,
+      {.name = "host",
+       .default_value = kLoopback,
        .help = "gateway listen host (bracket IPv6: [::1]); workers always use 127.0.0.1"},
       {.name = "port", .default_value = "50051", .help = "gateway gRPC port; 0 = ephemeral"},
-      {.name = "http-port", .default_value = "-1",
+      {.name = "http-port",
+       .default_value = "-1",
        .help = "gateway OpenAI-compatible HTTP port (READY line gains http=HOST:PORT); "
                "0 = ephemeral, -1 = off"},
-      {.name = "metrics-port-base", .default_value = "0",
+      {.name = "metrics-port-base",
+       .default_value = "0",
        .help = "metrics HTTP ports: gateway BASE, prefill BASE+1, decode BASE+2; "
                "0 = ephemeral"},
-      {.name = "device", .default_value = "cpu",
-       .help = "both workers' compute device: cpu or cuda[:N] (their --device; cuda is "
-               "refused with the reason until the CUDA forward pass is built)"},
-      {.name = "mode", .default_value = "disaggregated",
+      {.name = "device",
+       .default_value = "cpu",
+       .help = "both workers' compute device: cpu or cuda[:N] (their --device; a build "
+               "without CUDA, or a machine without the GPU, refuses cuda with the reason)"},
+      {.name = "mode",
+       .default_value = "disaggregated",
        .help = "disaggregated: a prefill and a decode worker; aggregated: one worker that "
                "prefills and decodes, with the threads of both (decode steps first, prompts "
                "computed in chunks between them), for a single machine"},
       {.name = "prefill-threads", .default_value = "1", .help = "prefill worker compute threads"},
-      {.name = "max-batch-tokens", .default_value = "0",
+      {.name = "max-batch-tokens",
+       .default_value = "0",
        .help = "tokens per engine step of each worker (its prompt chunk size); 0 = the "
                "workers' default (512), or 128 with --mode aggregated"},
       {.name = "decode-threads", .default_value = "1", .help = "decode worker compute threads"},
-      {.name = "max-running", .default_value = "0",
+      {.name = "max-running",
+       .default_value = "0",
        .help = "sequences the decode worker decodes together (its --max-running; the "
                "gateway's --decode-worker-streams), the rest waiting in the gateway's "
                "admission queue; fewer make each step, and so the time between a "
                "stream's tokens, shorter; 0 = the workers' default (64)"},
-      {.name = "max-context", .default_value = "0",
+      {.name = "speculative",
+       .default_value = "off",
+       .help = "speculative decoding on the worker that decodes, for requests that do not "
+               "choose (its --speculative): off, or prompt-lookup"},
+      {.name = "max-context",
+       .default_value = "0",
        .help = "cap on each sequence's tokens (workers and gateway); 0 = the model's "
                "trained context length"},
       {.name = "kv-budget-mb", .default_value = "512", .help = "KV cache memory per worker, MiB"},
-      {.name = "host-cache-mb", .default_value = "1024",
+      {.name = "host-cache-mb",
+       .default_value = "1024",
        .help = "host RAM KV tier per worker, MiB; 0 = off"},
-      {.name = "disk-cache-dir", .default_value = "",
+      {.name = "disk-cache-dir",
+       .default_value = "",
        .help = "disk KV tier: each worker uses DIR/prefill or DIR/decode; empty = off"},
       {.name = "disk-cache-mb", .default_value = "10240", .help = "disk KV tier per worker, MiB"},
-      {.name = "hot-cache-only", .default_value = "false",
-       .help = "no disk tier (no directory, no writer thread, no file I/O)", .is_bool = true},
-      {.name = "ready-timeout-s", .default_value = "300",
+      {.name = "hot-cache-only",
+       .default_value = "false",
+       .help = "no disk tier (no directory, no writer thread, no file I/O)",
+       .is_bool = true},
+      {.name = "ready-timeout-s",
+       .default_value = "300",
        .help = "seconds each process may take to print READY"},
-      {.name = "drain-timeout-s", .default_value = "30",
+      {.name = "drain-timeout-s",
+       .default_value = "30",
        .help = "on Ctrl-C/SIGTERM each process refuses new calls and gives those in flight "
                "this long to finish (its --drain-timeout-s)"},
-      {.name = "stop-grace-s", .default_value = "10",
+      {.name = "stop-grace-s",
+       .default_value = "10",
        .help = "seconds each process may take to exit after its drain before SIGKILL"},
-      {.name = "tls-cert", .default_value = "",
+      {.name = "tls-cert",
+       .default_value = "",
        .help = "PEM certificate of the gateway's gRPC and HTTP ports (with --tls-key: TLS)"},
       {.name = "tls-key", .default_value = "", .help = "PEM private key of --tls-cert"},
-      {.name = "api-keys-file", .default_value = "",
+      {.name = "api-keys-file",
+       .default_value = "",
        .help = "require API keys at the gateway: one \"TENANT KEY\" per line"},
   };
 }
@@ -165,6 +188,11 @@ absl::StatusOr<UpConfig> ConfigFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(c.max_batch_tokens, args.IntInRange("max-batch-tokens", 0, 1 << 20));
   ASSIGN_OR_RETURN(c.decode_threads, args.IntInRange("decode-threads", 1, 256));
   ASSIGN_OR_RETURN(c.max_running, args.IntInRange("max-running", 0, 1 << 16));
+  c.speculative = args.String("speculative");
+  if (c.speculative != "off" && c.speculative != "prompt-lookup") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--speculative: \"", c.speculative, "\" is not off or prompt-lookup"));
+  }
   ASSIGN_OR_RETURN(c.max_context, args.IntInRange("max-context", 0, 1 << 24));
   ASSIGN_OR_RETURN(c.kv_budget_mb, args.IntInRange("kv-budget-mb", 1, 1 << 20));
   ASSIGN_OR_RETURN(c.host_cache_mb, args.IntInRange("host-cache-mb", 0, 1 << 30));
@@ -368,6 +396,9 @@ class Up {
     }
     if (config_.max_running > 0 && role == "decode") {
       args.insert(args.end(), {"--max-running", absl::StrCat(config_.max_running)});
+    }
+    if (role == "decode" && config_.speculative != "off") {
+      args.insert(args.end(), {"--speculative", config_.speculative});
     }
     return args;
   }

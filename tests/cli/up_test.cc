@@ -187,6 +187,32 @@ TEST_F(UpTest, MaxRunningReachesTheDecodeWorkerAndTheGateway) {
   EXPECT_EQ(up->Wait(), 0) << Stderr();
 }
 
+// --speculative is the decoding worker's, passed on only when asked for
+// (the worker's default is off); in aggregated mode that worker is the
+// only one.
+TEST_F(UpTest, SpeculativeReachesTheWorkerThatDecodes) {
+  for (const bool aggregated : {false, true}) {
+    std::vector<std::string> flags = {"--model", "m.gguf", "--speculative", "prompt-lookup"};
+    if (aggregated) flags.insert(flags.end(), {"--mode", "aggregated"});
+    auto up = StartUp(flags);
+    ASSERT_NE(up, nullptr);
+    ASSERT_TRUE(up->WaitReady(absl::Seconds(60)).ok()) << Stderr();
+    EXPECT_THAT(Args("decode"), HasSubstr(" --speculative prompt-lookup"));
+    if (!aggregated) {
+      EXPECT_THAT(Args("prefill"), Not(HasSubstr("--speculative")));
+    }
+    EXPECT_THAT(Args("gateway"), Not(HasSubstr("--speculative")));
+    up->Signal(SIGTERM);
+    EXPECT_EQ(up->Wait(), 0) << Stderr();
+  }
+  auto up = StartUp({"--model", "m.gguf"});
+  ASSERT_NE(up, nullptr);
+  ASSERT_TRUE(up->WaitReady(absl::Seconds(60)).ok()) << Stderr();
+  EXPECT_THAT(Args("decode"), Not(HasSubstr("--speculative")));  // the worker's default: off
+  up->Signal(SIGTERM);
+  EXPECT_EQ(up->Wait(), 0) << Stderr();
+}
+
 TEST_F(UpTest, DeviceReachesBothWorkers) {
   auto up = StartUp({"--model", "m.gguf", "--device", "cuda:1"});
   ASSERT_NE(up, nullptr);
@@ -280,10 +306,15 @@ TEST_F(UpTest, MissingGatewayBinaryIsReported) {
 }
 
 TEST_F(UpTest, BadFlagsExitTwoNamingTheFlag) {
-  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
-           {"--port", "70000"}, {"--prefill-threads", "0"}, {"--max-context", "x"},
-           {"--device", "gpu"}, {"--mode", "split"}, {"--max-running", "-1"},
-           {"--no-such-flag", "1"}}) {
+  for (const auto& [flag, value] :
+       std::vector<std::pair<std::string, std::string>>{{"--port", "70000"},
+                                                        {"--prefill-threads", "0"},
+                                                        {"--max-context", "x"},
+                                                        {"--device", "gpu"},
+                                                        {"--mode", "split"},
+                                                        {"--max-running", "-1"},
+                                                        {"--speculative", "draft"},
+                                                        {"--no-such-flag", "1"}}) {
     auto up = StartUp({flag, value});
     ASSERT_NE(up, nullptr);
     EXPECT_EQ(up->Wait(), 2) << flag;
