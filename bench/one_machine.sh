@@ -11,7 +11,9 @@
 # and load.
 # Usage: bench/one_machine.sh BIN_DIR MODEL OUT [ROUNDS] [LLAMA_BIN_DIR]
 #   LOAD=ref (default) or all; PORT_BASE for llama-server (default 18090);
-#   UP_FLAGS: more `tandem up` flags for both Tandem services (e.g. --max-running 8).
+#   UP_FLAGS: more `tandem up` flags for both Tandem services (e.g. --max-running 8);
+#   SERVICES: which to run, of tandem, aggregated, llama-server (given its bin
+#   folder), tandem-spec and aggregated-spec (prompt-lookup speculation on).
 set -euo pipefail
 bin="$1"
 model="$2"
@@ -62,7 +64,8 @@ loads=("32 256 200")
 [ "$load" = all ] && loads+=("128 256 200" "128 256 0")
 services=(tandem aggregated)
 [ -n "$llama" ] && services+=(llama-server)
-# SERVICES="tandem aggregated" runs a subset.
+# SERVICES="tandem aggregated" runs a subset; tandem-spec and aggregated-spec
+# (not run unless named) are the two with prompt-lookup speculation on.
 [ -n "${SERVICES:-}" ] && read -r -a services <<<"$SERVICES"
 seed=0
 for round in $(seq "$rounds"); do
@@ -79,6 +82,9 @@ for round in $(seq "$rounds"); do
       case "$service" in
         tandem) start_tandem; target=(--addr "$addr") ;;
         aggregated) start_tandem --mode aggregated; target=(--addr "$addr") ;;
+        tandem-spec) start_tandem --speculative prompt-lookup; target=(--addr "$addr") ;;
+        aggregated-spec)
+          start_tandem --mode aggregated --speculative prompt-lookup; target=(--addr "$addr") ;;
         llama-server)
           start_llama
           vocab=$(curl -s "http://$http/v1/models" |

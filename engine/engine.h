@@ -51,12 +51,17 @@ struct EngineOptions {
   int32_t grammar_cache_size = 64;
   // Prompt-lookup speculation (GenerationRequest::speculation): whether a
   // request that does not say is speculated, the most tokens proposed per
-  // step, and the longest and shortest n-gram looked up.
+  // step, the longest and shortest n-gram looked up, and the most sequences
+  // running for proposals to be made at all (0: any number). A step of many
+  // sequences is bound by arithmetic rather than by reading the weights, so
+  // a proposal costs about what a sequence's token does and, mostly
+  // rejected, slows every stream (measured in docs/benchmarks.md).
   struct Speculation {
     bool prompt_lookup = false;
     int32_t k = 4;
     int32_t ngram_max = 3;
     int32_t ngram_min = 2;
+    int32_t max_batch = 8;
   } speculation;
 };
 

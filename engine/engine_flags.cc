@@ -43,6 +43,10 @@ std::vector<common::FlagSpec> EngineFlagSpecs() {
        .help = "longest n-gram prompt lookup matches"},
       {.name = "spec-ngram-min", .default_value = "2",
        .help = "shortest n-gram prompt lookup matches"},
+      {.name = "spec-max-batch", .default_value = "8",
+       .help = "proposals only while at most this many sequences run (a larger step is "
+               "bound by arithmetic, not by reading the weights, and a proposal costs about "
+               "a token); 0 = at any batch size"},
       {.name = "grammar-max-stacks", .default_value = "4096",
        .help = "live parse stacks of one structured-output sequence; an ambiguous grammar "
                "that needs more ends the sequence at end-of-generation"},
@@ -107,6 +111,8 @@ absl::StatusOr<EngineSetup> EngineSetupFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(s.engine.speculation.ngram_max, args.IntInRange("spec-ngram-max", 1, 64));
   ASSIGN_OR_RETURN(s.engine.speculation.ngram_min,
                    args.IntInRange("spec-ngram-min", 1, s.engine.speculation.ngram_max));
+  ASSIGN_OR_RETURN(s.engine.speculation.max_batch,
+                   args.IntInRange("spec-max-batch", 0, 1 << 16));
   return s;
 }
 

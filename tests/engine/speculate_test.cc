@@ -48,10 +48,12 @@ class SpeculateTest : public ::testing::Test {
     return r;
   }
 
-  static Outcome Run(std::vector<GenerationRequest> requests, bool speculate, int32_t k = 4) {
+  static Outcome Run(std::vector<GenerationRequest> requests, bool speculate, int32_t k = 4,
+                     int32_t max_batch = 0) {
     EngineOptions options;
     options.speculation.prompt_lookup = speculate;
     options.speculation.k = k;
+    options.speculation.max_batch = max_batch;
     auto eng = Engine::Create(*model_, testing::MakeTestBackend(2), options);
     EXPECT_TRUE(eng.ok()) << eng.status();
     Outcome o;
@@ -154,6 +156,20 @@ TEST_F(SpeculateTest, AContinuedSequenceMatchesAndARequestMayAskForIt) {
     EXPECT_EQ(rest.tokens[0][t].id, plain.tokens[0][t + 10].id) << t;
   }
   EXPECT_GT(rest.stats.spec_proposed, 0);
+}
+
+// Past max_batch running sequences nothing is proposed (the output is the
+// same either way); at or below it proposals are made.
+TEST_F(SpeculateTest, ABusyStepProposesNothing) {
+  std::vector<GenerationRequest> batch;
+  for (int i = 0; i < 3; ++i) batch.push_back(Request(kRepetitive, 40));
+  const Outcome plain = Run(batch, false);
+  const Outcome busy = Run(batch, true, 4, /*max_batch=*/2);
+  EXPECT_EQ(busy.stats.spec_proposed, 0);
+  ExpectSame(busy, plain);
+  const Outcome room = Run(batch, true, 4, /*max_batch=*/3);
+  EXPECT_GT(room.stats.spec_proposed, 0);
+  ExpectSame(room, plain);
 }
 
 TEST_F(SpeculateTest, LargeKStaysWithinTheRowBudget) {
