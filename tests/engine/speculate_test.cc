@@ -1,14 +1,17 @@
 // Prompt-lookup speculation in the engine, on the real stories260K model:
 // the output (ids and logprobs) equals decoding one token per step, greedy
 // and sampled, with penalties and a response format, alone and in a batch;
+// sampled tokens pass a chi-square test against plain decoding's on other
+// seeds;
 // proposals are made and kept on repetitive text; the KV blocks the cache
 // ends up with are those of a run without speculation.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/container/flat_hash_set.h"
 #include "engine/engine.h"
@@ -156,6 +159,76 @@ TEST_F(SpeculateTest, AContinuedSequenceMatchesAndARequestMayAskForIt) {
     EXPECT_EQ(rest.tokens[0][t].id, plain.tokens[0][t + 10].id) << t;
   }
   EXPECT_GT(rest.stats.spec_proposed, 0);
+}
+
+// A statistical check that does not lean on the draw-for-draw equality
+// above: speculative runs and plain runs on disjoint seeds are two samples
+// of one distribution at each position (chi-square homogeneity, the
+// tokens seen at least 5 times in both together as categories and the rest
+// pooled, at a 0.001 level); stories260K's 512-token vocabulary keeps the
+// categories few. Deterministic: the seeds are fixed.
+TEST_F(SpeculateTest, SampledTokensFollowTheSameDistribution) {
+  constexpr int kRuns = 1200, kBatch = 60, kTokens = 8;
+  auto sample = [&](bool speculate, uint64_t first_seed, int64_t* accepted) {
+    // counts[t][id]: how often token `id` came at position t.
+    std::vector<std::map<int32_t, int>> counts(kTokens);
+    for (int b = 0; b < kRuns / kBatch; ++b) {
+      std::vector<GenerationRequest> batch;
+      for (int i = 0; i < kBatch; ++i) {
+        GenerationRequest r = Request(kRepetitive, kTokens);
+        r.sampling.temperature = 1.0f;
+        r.sampling.seed = first_seed + static_cast<uint64_t>(b * kBatch + i);
+        batch.push_back(r);
+      }
+      const Outcome o = Run(batch, speculate);
+      *accepted += o.stats.spec_accepted;
+      for (const auto& tokens : o.tokens) {
+        for (size_t t = 0; t < tokens.size() && t < kTokens; ++t) ++counts[t][tokens[t].id];
+      }
+    }
+    return counts;
+  };
+  int64_t accepted = 0, plain_accepted = 0;
+  const auto spec = sample(true, 1, &accepted);
+  const auto plain = sample(false, 1 + kRuns, &plain_accepted);
+  // The speculative runs did verify proposals (else this tests nothing).
+  EXPECT_GT(accepted, kRuns / 4);
+  std::cout << "kept " << accepted << " proposals\n";
+  EXPECT_EQ(plain_accepted, 0);
+  for (int t = 1; t < kTokens; ++t) {              // token 0 is never speculated
+    std::map<int32_t, std::pair<int, int>> table;  // id -> (speculative, plain)
+    for (const auto& [id, n] : spec[t]) table[id].first += n;
+    for (const auto& [id, n] : plain[t]) table[id].second += n;
+    std::vector<std::pair<double, double>> cells;
+    std::pair<double, double> rest{0, 0};
+    for (const auto& [id, n] : table) {
+      if (n.first + n.second >= 10) {
+        cells.emplace_back(n.first, n.second);
+      } else {
+        rest.first += n.first;
+        rest.second += n.second;
+      }
+    }
+    if (rest.first + rest.second > 0) cells.push_back(rest);
+    if (cells.size() < 2) continue;  // one token: nothing to compare
+    double a_total = 0, b_total = 0;
+    for (const auto& [a, b] : cells) {
+      a_total += a;
+      b_total += b;
+    }
+    double chi2 = 0;
+    for (const auto& [a, b] : cells) {
+      const double ea = (a + b) * a_total / (a_total + b_total);
+      const double eb = (a + b) * b_total / (a_total + b_total);
+      chi2 += (a - ea) * (a - ea) / ea + (b - eb) * (b - eb) / eb;
+    }
+    // The 0.999 quantile of chi-square with k degrees of freedom
+    // (Wilson-Hilferty: within a few percent from k = 1).
+    const double k = static_cast<double>(cells.size() - 1);
+    const double h = 2.0 / (9.0 * k);
+    const double critical = k * std::pow(1.0 - h + 3.0902 * std::sqrt(h), 3);
+    EXPECT_LT(chi2, critical) << "position " << t << ", " << cells.size() << " categories";
+  }
 }
 
 // Past max_batch running sequences nothing is proposed (the output is the
