@@ -110,11 +110,31 @@ int main(int argc, char** argv) {
       {.name = "spec-k", .default_value = "4", .help = "most tokens proposed per step"},
       {.name = "threads", .default_value = "2", .help = "compute threads"},
       {.name = "out", .default_value = "", .help = "append the JSON line to this file"},
+      {.name = "print-prompt", .default_value = "",
+       .help = "print the prompt of this workload (edit or free) and exit, so that another "
+               "engine can be given the same text (bench/spec_vs_llama.sh)"},
   };
   absl::StatusOr<tandem::common::Args> args =
       tandem::common::Args::Parse(std::vector<std::string>(argv + 1, argv + argc), specs);
   if (!args.ok()) {
     std::cerr << "tandem-spec-bench: " << args.status().message() << "\n";
+    return 2;
+  }
+  const std::string edit = absl::StrCat(tandem::bench::kPassage, "\n\nThe same, again:\n\n",
+                                        tandem::bench::kPassage, "\n\n");
+  struct Workload {
+    const char* name;
+    std::string prompt;
+  };
+  const Workload workloads[] = {{"edit", edit}, {"free", "Once upon a time"}};
+  if (const std::string print = args->String("print-prompt"); !print.empty()) {
+    for (const Workload& w : workloads) {
+      if (print == w.name) {
+        std::cout << w.prompt;
+        return 0;
+      }
+    }
+    std::cerr << "tandem-spec-bench: --print-prompt: \"" << print << "\" is not edit or free\n";
     return 2;
   }
   auto model = tandem::engine::Model::Load(args->String("model"));
@@ -125,13 +145,6 @@ int main(int argc, char** argv) {
   const int32_t tokens = *args->IntInRange("tokens", 8, 1 << 20);
   const int32_t k = *args->IntInRange("spec-k", 1, 64);
   const int32_t threads = *args->IntInRange("threads", 1, 256);
-  const std::string edit = absl::StrCat(tandem::bench::kPassage, "\n\nThe same, again:\n\n",
-                                        tandem::bench::kPassage, "\n\n");
-  struct Workload {
-    const char* name;
-    std::string prompt;
-  };
-  const Workload workloads[] = {{"edit", edit}, {"free", "Once upon a time"}};
   std::cout << absl::StrFormat("model: %s, threads %d, k %d, %d tokens per sequence\n",
                                args->String("model"), threads, k, tokens);
   std::cout << absl::StrFormat("| %-8s | %5s | %10s | %10s | %7s | %9s | %5s |\n", "workload",
