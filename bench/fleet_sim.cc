@@ -8,8 +8,11 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -332,11 +335,20 @@ FleetResult RunFleet(const FleetConfig& config) {
     });
   }
 
-  // Batches made and not yet applied (the event streams' lag), in order.
-  std::deque<std::pair<int, tandem::v1::BlockEventBatch>> lagging;
+  // Batches made and not yet applied (the event streams' lag), in order, as
+  // the bytes a worker sends: each is parsed when it arrives and applied
+  // at once, as the subscriber does (the parse is the stream's, untimed), so
+  // the index reads a batch as fresh as a subscriber's, not one made
+  // `--event-lag` requests ago.
+  std::deque<std::pair<int, std::string>> lagging;
+  tandem::v1::BlockEventBatch arrived;
   auto deliver = [&] {
-    auto& [w, batch] = lagging.front();
-    if (apply(w, batch) == gateway::BlockIndex::Applied::kNeedsResync) {
+    const int w = lagging.front().first;
+    if (!arrived.ParseFromString(lagging.front().second)) {
+      std::fprintf(stderr, "tandem-fleet-sim: a batch does not parse\n");
+      std::abort();
+    }
+    if (apply(w, arrived) == gateway::BlockIndex::Applied::kNeedsResync) {
       apply(w, workers[w].Snapshot());  // as the subscriber's resubscribe
     }
     lagging.pop_front();
@@ -353,7 +365,7 @@ FleetResult RunFleet(const FleetConfig& config) {
     if (q == config.warmup_requests && !measuring.HasBeenNotified()) measuring.Notify();
     if (unit(rng) < config.restart_probability) {
       const int w = static_cast<int>(rng() % static_cast<uint64_t>(config.workers));
-      lagging.emplace_back(w, workers[w].Start(rng()));
+      lagging.emplace_back(w, workers[w].Start(rng()).SerializeAsString());
       while (static_cast<int32_t>(lagging.size()) > config.event_lag) deliver();
       ++r.restarts;
     }
@@ -389,7 +401,7 @@ FleetResult RunFleet(const FleetConfig& config) {
       r.hit_blocks += workers[chosen].Holds(lookup);
       r.oracle_hit_blocks += workers[oracle].Holds(lookup);
     }
-    lagging.emplace_back(chosen, workers[chosen].Compute(chain));
+    lagging.emplace_back(chosen, workers[chosen].Compute(chain).SerializeAsString());
     while (static_cast<int32_t>(lagging.size()) > config.event_lag) deliver();
   }
   while (!lagging.empty()) deliver();
