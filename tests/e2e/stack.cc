@@ -2,7 +2,9 @@
 
 #include <signal.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "process/http_get.h"
@@ -212,6 +214,16 @@ double MetricValue(const std::string& metrics_address, const std::string& series
     }
   }
   return -1;
+}
+
+std::string MetricLines(const std::string& metrics_address, const std::string& prefix) {
+  absl::StatusOr<std::string> text = process::HttpGet(metrics_address, "/metrics");
+  if (!text.ok()) return absl::StrCat(metrics_address, ": ", text.status().ToString(), "\n");
+  std::string out;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    if (absl::StartsWith(line, prefix)) absl::StrAppend(&out, line, "\n");
+  }
+  return out;
 }
 
 double AwaitMetric(const std::string& metrics_address, const std::string& series,

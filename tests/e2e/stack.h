@@ -114,6 +114,9 @@ void ExpectSameTokens(const Completion& got, const Completion& want, const std::
 // The value of one series (`name` or `name{labels}` exactly as exposed) on
 // the /metrics page at `metrics_address`; -1 when absent or unreadable.
 double MetricValue(const std::string& metrics_address, const std::string& series);
+// The lines of the /metrics page at `metrics_address` that start with
+// `prefix`, for a failure's message.
+std::string MetricLines(const std::string& metrics_address, const std::string& prefix);
 // Polls MetricValue until `ok` holds for it or `timeout` passes; the last
 // value read.
 // Polls the first prefill and decode workers' GetWorkerStats until neither
