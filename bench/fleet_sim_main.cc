@@ -18,25 +18,37 @@
 int main(int argc, char** argv) {
   const std::vector<tandem::common::FlagSpec> specs = {
       {.name = "workers", .default_value = "16", .help = "workers in the fleet, 1..4096"},
-      {.name = "blocks-per-worker", .default_value = "4096",
+      {.name = "blocks-per-worker",
+       .default_value = "4096",
        .help = "each worker's cache budget in blocks (at least --prompt-blocks)"},
-      {.name = "prompt-blocks", .default_value = "256",
+      {.name = "prompt-blocks",
+       .default_value = "256",
        .help = "blocks of each prompt (256 x 16 tokens: 4k tokens)"},
-      {.name = "system-blocks", .default_value = "64",
+      {.name = "system-blocks",
+       .default_value = "64",
        .help = "blocks of each shared system prompt (below --prompt-blocks)"},
       {.name = "system-prompts", .default_value = "64", .help = "shared system prompts"},
       {.name = "conversations", .default_value = "4096", .help = "conversations prompts continue"},
       {.name = "zipf", .default_value = "1.1", .help = "popularity exponent of both draws"},
-      {.name = "requests", .default_value = "20000",
+      {.name = "requests",
+       .default_value = "20000",
        .help = "prompts routed, computed and measured (hit rate, latency)"},
-      {.name = "warmup-requests", .default_value = "0",
+      {.name = "warmup-requests",
+       .default_value = "0",
        .help = "prompts routed and computed first to fill the caches, unmeasured"},
-      {.name = "in-flight", .default_value = "0",
+      {.name = "in-flight",
+       .default_value = "0",
        .help = "requests whose load stays on their worker (0: 4 per worker)"},
-      {.name = "router-threads", .default_value = "1",
+      {.name = "router-threads",
+       .default_value = "1",
        .help = "extra threads routing while the events apply"},
-      {.name = "max-entries", .default_value = "50331648",
+      {.name = "max-entries",
+       .default_value = "50331648",
        .help = "the index's bound in (block, worker) entries (as --index-max-entries)"},
+      {.name = "restart-probability",
+       .default_value = "0.0005",
+       .help = "per request, the chance that a random worker restarts (a new epoch, an "
+               "empty cache); 0 = none, so the caches fill"},
       {.name = "seed", .default_value = "1", .help = "the simulation's seed"},
       {.name = "out", .help = "file to append the JSON line to"},
   };
@@ -89,6 +101,12 @@ int main(int argc, char** argv) {
   c.max_entries = *max_entries;
   c.seed = static_cast<uint64_t>(*seed);
   c.zipf_s = *zipf;
+  absl::StatusOr<double> restart = args->Double("restart-probability");
+  if (!restart.ok() || *restart < 0 || *restart > 1) {
+    std::cerr << "tandem-fleet-sim: --restart-probability: must be a number in [0, 1]\n";
+    return 2;
+  }
+  c.restart_probability = *restart;
   // Abseil's mutex deadlock detector (on in Debian's build) costs every
   // lock a graph lookup; the gateway turns it off too.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
