@@ -40,19 +40,14 @@ start_tandem() {
   [ -n "$addr" ] || { cat "$work/log" >&2; echo "tandem up did not become ready" >&2; exit 1; }
 }
 
+# shellcheck source=bench/llama_server.sh
+source "$(dirname "$0")/llama_server.sh"
+
 # Starts llama-server; sets http.
 start_llama() {
-  "$llama/llama-server" -m "$model" -t 2 -tb 2 -np 4 -c 4096 --port "$port" \
-    >"$work/llama.log" 2>&1 &
-  pid=$!
+  start_llama_server "$llama" "$model" "$port" "$work/llama.log" -np 4 || exit 1
+  pid=$llama_pid
   http="127.0.0.1:$port"
-  for _ in $(seq 600); do
-    curl -sf "http://$http/health" >/dev/null 2>&1 && return 0
-    sleep 0.2
-  done
-  cat "$work/llama.log" >&2
-  echo "llama-server did not become ready" >&2
-  exit 1
 }
 
 # llama-server's completions fail (HTTP 500 mid-stream) on output that is not

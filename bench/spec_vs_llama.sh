@@ -31,18 +31,13 @@ stop() {
 }
 trap 'stop; rm -rf "$work"' EXIT
 
-# Starts llama-server with the given extra flags.
+# shellcheck source=bench/llama_server.sh
+source "$(dirname "$0")/llama_server.sh"
+
+# Starts llama-server (one slot) with the given extra flags.
 start_llama() {
-  "$llama/llama-server" -m "$model" -t 2 -tb 2 -np 1 -c 4096 --port "$port" "$@" \
-    >"$work/llama.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-    sleep 0.2
-  done
-  cat "$work/llama.log" >&2
-  echo "llama-server did not become ready" >&2
-  exit 1
+  start_llama_server "$llama" "$model" "$port" "$work/llama.log" -np 1 "$@" || exit 1
+  pid=$llama_pid
 }
 
 # One greedy completion of the prompt in $1; prints "tok/s drafted kept".

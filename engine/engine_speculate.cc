@@ -55,11 +55,8 @@ bool Engine::Speculates(const Sequence& seq) const {
 void Engine::Propose() {
   speculating_.clear();
   const EngineOptions::Speculation& o = options_.speculation;
-  if (o.max_batch > 0) {
-    int32_t running = 0;
-    scheduler_.ForEachRunning([&](Sequence&) { ++running; });
-    if (running > o.max_batch) return;  // a busy step: proposals would cost what tokens do
-  }
+  // A busy step: proposals would cost what tokens do.
+  if (o.max_batch > 0 && scheduler_.num_running() > o.max_batch) return;
   scheduler_.ForEachRunning([&](Sequence& seq) {
     if (!Speculates(seq)) return;
     if (seq.spec_cooldown > 0) {
