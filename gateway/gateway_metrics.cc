@@ -47,6 +47,10 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
       session_store_calls_in_flight(rpc::GaugeFamily(
           registry, "tandem_session_store_calls_in_flight",
           "Calls to decode workers' session stores in flight, by worker and method")),
+      synced_workers(rpc::GaugeFamily(
+          registry, "tandem_synced_workers",
+          "Workers whose block event stream this gateway has synced (a snapshot applied, the "
+          "stream unbroken), by role: those routing and the decode capacity count")),
       time_to_first_token(rpc::LatencyHistogram(
           registry, "tandem_time_to_first_token_seconds",
           "From a Generate call's arrival to its first token being sent")),

@@ -39,6 +39,10 @@ struct GatewayMetrics {
   // Calls to the decode workers' session stores in flight, by worker and
   // method: a stuck worker shows its calls piling up to the deadline.
   prometheus::Family<prometheus::Gauge>& session_store_calls_in_flight;
+  // Workers whose block event stream is synced (a snapshot applied, the
+  // stream unbroken), by role: what routing, health and the decode
+  // capacity count as reachable. Set after those are updated.
+  prometheus::Family<prometheus::Gauge>& synced_workers;
   prometheus::Histogram& time_to_first_token;
   prometheus::Histogram& inter_token_latency;
   prometheus::Histogram& e2e_latency;

@@ -135,6 +135,12 @@ std::vector<std::string> GenerationService::UpdateHealthLocked() {
     health_->SetServingStatus(serving);  // "" (this also resets named services)
     health_->SetServingStatus(tandem::v1::Generation::service_full_name(), serving);
   }
+  // Last: one who reads these sees the capacity and health they made.
+  const auto synced_decode =
+      std::count_if(synced.begin(), synced.end(), [](int slot) { return slot >= kDecodeSlotBase; });
+  metrics_.synced_workers.Add({{"role", "prefill"}})
+      .Set(static_cast<double>(std::ssize(synced) - synced_decode));
+  metrics_.synced_workers.Add({{"role", "decode"}}).Set(static_cast<double>(synced_decode));
   return lost_decode_workers;
 }
 

@@ -193,12 +193,13 @@ TEST(OverloadTest, AFullAdmissionQueueRefusesAtOnce) {
     ++refused;
   }
   std::cout << "full queue: " << completed << " completed, " << refused << " refused\n";
-  // The one running and the two waiting.
-  EXPECT_GE(completed, 3) << "progress timeouts "
-                          << MetricValue(stack->gateway_info().metrics_address,
-                                         "tandem_progress_timeouts_total");
-  EXPECT_GT(refused, 0);
   const std::string gateway = stack->gateway_info().metrics_address;
+  // The one running and the two waiting.
+  EXPECT_GE(completed, 3) << MetricLines(gateway, "tandem_progress_timeouts_total")
+                          << MetricLines(gateway, "tandem_synced_workers")
+                          << MetricLines(gateway, "tandem_admission_queue")
+                          << MetricLines(gateway, "tandem_decode_kv");
+  EXPECT_GT(refused, 0);
   EXPECT_EQ(MetricValue(gateway, "tandem_admission_queue_refused_total{reason=\"full\"}"),
             refused);
   EXPECT_TRUE(stack->Stop());

@@ -103,12 +103,19 @@ bool Stack::RestartPrefill(int i) { return Restart(prefills_[i]); }
 bool Stack::RestartDecode(int i) { return Restart(decodes_[i]); }
 
 bool Stack::AwaitGatewaySynced() {
-  const double workers = static_cast<double>(prefills_.size() + decodes_.size());
+  // Each role's count, not the batches applied: a worker that sent two
+  // (a resubscription) must not stand in for one that sent none yet.
+  const std::pair<const char*, size_t> roles[] = {{"prefill", prefills_.size()},
+                                                  {"decode", decodes_.size()}};
   for (const auto& g : gateways_) {
-    if (AwaitMetric(g.info.metrics_address, "tandem_block_event_lag_seconds_count",
-                    [workers](double v) { return v >= workers; },
-                    absl::Seconds(30)) < workers) {
-      return false;
+    for (const auto& [role, count] : roles) {
+      if (count == 0) continue;
+      const double want = static_cast<double>(count);
+      if (AwaitMetric(
+              g.info.metrics_address, absl::StrCat("tandem_synced_workers{role=\"", role, "\"}"),
+              [want](double v) { return v >= want; }, absl::Seconds(30)) < want) {
+        return false;
+      }
     }
   }
   return true;

@@ -65,8 +65,9 @@ class Stack {
   bool RestartDecode(int i);
 
   // Waits until each gateway has applied every worker's block event
-  // snapshot (one lag sample each): it knows them all reachable and is
-  // connected to each. False if that did not happen within 30 s.
+  // snapshot (tandem_synced_workers counts them all): it knows them all
+  // reachable, counts their decode capacity and is connected to each.
+  // False if that did not happen within 30 s.
   bool AwaitGatewaySynced();
 
   // Stops the processes (gateway first) and returns true if each exited 0.
