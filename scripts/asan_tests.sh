@@ -17,4 +17,7 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TANDEM_SOAK_SECONDS=${TANDEM_SOAK_SECONDS:-30}
 cd build-fuzz
 ctest --output-on-failure -j "${TANDEM_TEST_JOBS:-2}" --timeout 900 \
-  -E '^(layering|layering_checker_catches_violations|thread_safety_analysis|thread_safety_analysis_rejects_unguarded_reads|gateway_links_no_kernels|deploy_chart|prometheus_rules)$'
+  -E '^(layering|layering_checker_catches_violations|thread_safety_analysis|thread_safety_analysis_rejects_unguarded_reads|gateway_links_no_kernels|deploy_chart|prometheus_rules)$' || {
+  python3 ../scripts/failed_tests.py .
+  exit 1
+}

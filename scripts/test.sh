@@ -8,7 +8,12 @@ bash scripts/build.sh
 npm ci --prefix tests/http --no-audit --no-fund --loglevel=error
 npm ci --prefix tests/deploy --no-audit --no-fund --loglevel=error
 cd build
-ctest --output-on-failure -j "${TANDEM_TEST_JOBS:-2}" --timeout 900
+# On failure, why each test failed is printed last (a log read from its end
+# shows it, not only the names).
+ctest --output-on-failure -j "${TANDEM_TEST_JOBS:-2}" --timeout 900 || {
+  python3 ../scripts/failed_tests.py .
+  exit 1
+}
 cd ..
 # The whole suite again under ASan + UBSan (clang, build-fuzz/).
 bash scripts/asan_tests.sh
