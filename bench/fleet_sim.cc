@@ -359,6 +359,8 @@ FleetResult RunFleet(const FleetConfig& config) {
       static_cast<size_t>(config.in_flight > 0 ? config.in_flight : 4 * config.workers);
   std::uniform_real_distribution<double> unit(0, 1);
   std::vector<double> hash_latencies;
+  // Per worker, before each measured route: tokens and requests in flight.
+  std::vector<std::pair<int64_t, int>> loads(static_cast<size_t>(config.workers));
   const int64_t total_requests = config.warmup_requests + config.requests;
   for (int64_t q = 0; q < total_requests; ++q) {
     const bool measured = q >= config.warmup_requests;
@@ -377,19 +379,12 @@ FleetResult RunFleet(const FleetConfig& config) {
       hash_latencies.push_back(
           std::chrono::duration<double, std::micro>(Clock::now() - hash_start).count());
     }
-    // The router's own rule on the exact caches: blocks to compute plus the
-    // blocks in flight there, ties to fewer requests, then the lower index
-    // (KvRouter, WorkerPicker). The last block is always computed.
-    const std::vector<engine::BlockHash> lookup(chain.begin(), chain.end() - 1);
-    int oracle = 0;
-    double oracle_cost = 0;
-    for (int i = 0; measured && i < config.workers; ++i) {
-      const double cost = (config.prompt_blocks - workers[i].Holds(lookup)) +
-                          static_cast<double>(picker.in_flight_tokens(i)) / config.block_size;
-      if (i == 0 || cost < oracle_cost ||
-          (cost == oracle_cost && picker.in_flight(i) < picker.in_flight(oracle))) {
-        oracle = i;
-        oracle_cost = cost;
+    // The loads the router sees, for the oracle after it: the oracle reads
+    // every worker's cache, which a gateway never does, and done before the
+    // route it would leave the route to start from caches it had evicted.
+    if (measured) {
+      for (int i = 0; i < config.workers; ++i) {
+        loads[static_cast<size_t>(i)] = {picker.in_flight_tokens(i), picker.in_flight(i)};
       }
     }
     gateway::RouteDecision d =
@@ -398,6 +393,24 @@ FleetResult RunFleet(const FleetConfig& config) {
     in_flight.push_back(std::move(d.pick));  // its load ends max_in_flight requests on
     if (in_flight.size() > max_in_flight) in_flight.pop_front();
     if (measured) {
+      // The router's own rule on the exact caches (unchanged by the route):
+      // blocks to compute plus the blocks in flight there, ties to fewer
+      // requests, then the lower index (KvRouter, WorkerPicker). The last
+      // block is always computed.
+      const std::vector<engine::BlockHash> lookup(chain.begin(), chain.end() - 1);
+      int oracle = 0;
+      double oracle_cost = 0;
+      for (int i = 0; i < config.workers; ++i) {
+        const auto [tokens_in_flight, requests_in_flight] = loads[static_cast<size_t>(i)];
+        const double cost = (config.prompt_blocks - workers[i].Holds(lookup)) +
+                            static_cast<double>(tokens_in_flight) / config.block_size;
+        if (i == 0 || cost < oracle_cost ||
+            (cost == oracle_cost &&
+             requests_in_flight < loads[static_cast<size_t>(oracle)].second)) {
+          oracle = i;
+          oracle_cost = cost;
+        }
+      }
       r.hit_blocks += workers[chosen].Holds(lookup);
       r.oracle_hit_blocks += workers[oracle].Holds(lookup);
     }
