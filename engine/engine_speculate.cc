@@ -45,11 +45,10 @@ bool Engine::Speculates(const Sequence& seq) const {
   const GenerationRequest& r = seq.request;
   const bool on = r.sampling.speculation == Speculation::kPromptLookup ||
                   (r.sampling.speculation == Speculation::kDefault && options_.speculation.prompt_lookup);
-  // Decoding (one pending token after at least one generated), and nothing
-  // that needs the KV of exactly one new token per step: an export (the
-  // prefill side's single token), a rolling window.
-  return on && seq.n_generated > 0 && seq.pending() == 1 && !r.export_kv &&
-         r.roll_window == 0 && r.prompt_logprobs < 0;
+  // Decoding (one pending token after at least one generated), and no
+  // export (the prefill side's single token). A rolling window's proposals
+  // stop short of its next roll (Propose).
+  return on && seq.n_generated > 0 && seq.pending() == 1 && !r.export_kv && r.prompt_logprobs < 0;
 }
 
 void Engine::Propose() {
@@ -69,6 +68,14 @@ void Engine::Propose() {
     int64_t k = std::min<int64_t>(seq.spec_k, seq.request.max_tokens - seq.n_generated - 1);
     k = std::min<int64_t>(k, MaxSequenceLength() - static_cast<int64_t>(seq.tokens.size()) - 1);
     k = std::min<int64_t>(k, options_.max_context - seq.next_position() - 1);
+    if (seq.request.roll_window > 0) {
+      // A rolling window drops a block once a new token takes it past
+      // roll_window tokens, before the next token is computed: a proposal
+      // computed after that point would attend to the dropped block. So the
+      // window rolls after the last one at the earliest, as it would one
+      // token per step.
+      k = std::min<int64_t>(k, seq.request.roll_window - static_cast<int64_t>(seq.tokens.size()));
+    }
     if (k <= 0) return;
     const std::vector<int32_t> proposals =
         LookUp(seq.tokens, o.ngram_max, o.ngram_min, static_cast<int32_t>(k));

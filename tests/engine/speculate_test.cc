@@ -1,6 +1,7 @@
 // Prompt-lookup speculation in the engine, on the real stories260K model:
 // the output (ids and logprobs) equals decoding one token per step, greedy
-// and sampled, with penalties and a response format, alone and in a batch;
+// and sampled, with penalties and a response format, alone and in a batch,
+// and across a rolling window's rolls;
 // sampled tokens pass a chi-square test against plain decoding's on other
 // seeds;
 // proposals are made and kept on repetitive text; the KV blocks the cache
@@ -30,6 +31,7 @@ constexpr char kRepetitive[] =
 struct Outcome {
   std::vector<std::vector<SampledToken>> tokens;  // per request, in order
   std::vector<FinishReason> finish;
+  std::vector<std::vector<int32_t>> proposed;  // per request, per token event
   absl::flat_hash_set<uint64_t> stored;  // block hashes reported stored
   EngineStats stats;
 };
@@ -67,6 +69,7 @@ class SpeculateTest : public ::testing::Test {
       ids.push_back(*id);
     }
     o.tokens.resize(ids.size());
+    o.proposed.resize(ids.size());
     o.finish.resize(ids.size(), FinishReason::kNone);
     while ((*eng)->HasWork()) {
       auto step = (*eng)->Step();
@@ -74,6 +77,7 @@ class SpeculateTest : public ::testing::Test {
       for (TokenEvent& e : step->tokens) {
         const size_t i = std::find(ids.begin(), ids.end(), e.seq_id) - ids.begin();
         o.tokens[i].push_back(e.token);
+        o.proposed[i].push_back(e.spec_proposed);
         if (e.finish != FinishReason::kNone) o.finish[i] = e.finish;
       }
       for (const BlockEvent& b : step->blocks) {
@@ -159,6 +163,30 @@ TEST_F(SpeculateTest, AContinuedSequenceMatchesAndARequestMayAskForIt) {
     EXPECT_EQ(rest.tokens[0][t].id, plain.tokens[0][t + 10].id) << t;
   }
   EXPECT_GT(rest.stats.spec_proposed, 0);
+}
+
+// A session's rolling window: proposals stop short of each roll (one
+// computed after it would attend to the block the roll drops), so the
+// output is a plain run's across several rolls, and proposals go on after
+// them.
+TEST_F(SpeculateTest, ARollingWindowMatchesAcrossItsRolls) {
+  GenerationRequest r = Request(kRepetitive, 160);
+  const auto prompt = static_cast<int32_t>(r.prompt.size());
+  r.roll_keep = 8;
+  r.roll_window = prompt + 24;
+  const Outcome plain = Run({r}, false);
+  const Outcome spec = Run({r}, true);
+  ExpectSame(spec, plain);
+  ASSERT_EQ(spec.tokens[0].size(), 160u);
+  // Proposals after the first roll, which comes once prompt and output
+  // pass the window (160 tokens roll it several times).
+  int32_t after_roll = 0;
+  for (size_t t = static_cast<size_t>(r.roll_window - prompt); t < spec.proposed[0].size(); ++t) {
+    after_roll += spec.proposed[0][t];
+  }
+  EXPECT_GT(after_roll, 0);
+  EXPECT_GT(spec.stats.spec_accepted, 0);
+  EXPECT_EQ(spec.stats.blocks_used, 0);
 }
 
 // A statistical check that does not lean on the draw-for-draw equality
