@@ -1,13 +1,15 @@
 // Prompt-lookup speculation through the real processes: the decode worker
 // started with --speculative prompt-lookup streams exactly what the engine
 // gives without speculation, Usage reports the tokens proposed and kept, the
-// metrics count them, and a request may turn it off.
-#include <string>
-#include <vector>
-
+// metrics count them, and a request may turn it off; a session's turns
+// that roll their window are unchanged by it.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "engine/engine.h"
 #include "engine/model/model.h"
 #include "tests/e2e/reference.h"
@@ -65,6 +67,47 @@ TEST(SpeculationTest, TheStreamIsUnchangedAndUsageCountsTheProposals) {
   const Completion c = Generate(stack->gateway(), off);
   ASSERT_TRUE(c.status.ok());
   EXPECT_EQ(c.usage.speculative_proposed_tokens(), 0);
+  EXPECT_TRUE(stack->Stop());
+}
+
+// A session's turn whose reply rolls its window past its 128 tokens, with
+// speculation asked for and without, in two sessions of the same turns:
+// token for token the same replies, and proposals made and kept.
+TEST(SpeculationTest, SessionTurnsRollingTheirWindowAreUnchanged) {
+  std::unique_ptr<Stack> stack = Stack::Start(StoriesPath());
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  std::vector<Completion> replies[2];  // without, with
+  for (int speculate = 0; speculate < 2; ++speculate) {
+    grpc::ClientContext ctx;
+    tandem::v1::CreateSessionRequest create;
+    create.set_system_prompt("A story about a cat named Tom.");
+    create.mutable_window()->set_max_tokens(128);
+    tandem::v1::SessionInfo session;
+    ASSERT_TRUE(stack->gateway().CreateSession(&ctx, create, &session).ok());
+    for (int turn = 0; turn < 2; ++turn) {
+      tandem::v1::ChatRequest req;
+      req.set_session_id(session.session_id());
+      req.set_message(kRepetitive);
+      req.set_max_tokens(turn == 0 ? 24 : 200);
+      req.set_ignore_eos(true);
+      req.set_top_logprobs(2);
+      req.mutable_sampling()->set_temperature(0);
+      req.mutable_sampling()->set_speculation(speculate ? tandem::v1::SPECULATION_PROMPT_LOOKUP
+                                                        : tandem::v1::SPECULATION_OFF);
+      replies[speculate].push_back(Chat(stack->gateway(), req));
+      ASSERT_TRUE(replies[speculate].back().status.ok())
+          << replies[speculate].back().status.error_message();
+    }
+  }
+  for (size_t turn = 0; turn < 2; ++turn) {
+    ExpectSameTokens(replies[1][turn], replies[0][turn], absl::StrCat("turn ", turn));
+  }
+  // The long reply rolled the window and was speculated.
+  EXPECT_EQ(replies[1][1].usage.session_tokens_held(), 128);
+  EXPECT_GT(replies[1][1].usage.speculative_proposed_tokens(), 0);
+  EXPECT_GT(replies[1][1].usage.speculative_accepted_tokens(), 0);
+  EXPECT_EQ(replies[0][1].usage.speculative_proposed_tokens(), 0);
   EXPECT_TRUE(stack->Stop());
 }
 
