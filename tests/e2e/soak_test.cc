@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "tests/e2e/stack.h"
 #include "tests/e2e/synthetic.h"
@@ -113,8 +114,12 @@ TEST(SoakTest, WorkersKilledAndRestartedAtRandomNeverReachAClient) {
             << "soak: RSS at start: " << start_rss << "\nsoak: RSS at end:   " << end_rss
             << "\n";
   absl::MutexLock lock(&mu);
-  for (const auto& [what, n] : errors) std::cout << "soak: error " << n << " x " << what << "\n";
-  EXPECT_TRUE(errors.empty());
+  std::string seen;
+  for (const auto& [what, n] : errors) absl::StrAppend(&seen, "soak: error ", n, " x ", what, "\n");
+  std::cout << seen;
+  EXPECT_TRUE(errors.empty()) << seen
+                              << MetricLines(stack->gateway_info().metrics_address,
+                                             "tandem_migrations_total");
   EXPECT_GT(ok.load(), 0);
   EXPECT_GT(kills, 0);
   EXPECT_TRUE(stack->Stop());
