@@ -99,8 +99,8 @@ std::vector<std::string> GenerationService::UpdateHealthLocked() {
   std::vector<std::string> lost_decode_workers;
   const std::vector<int> synced = subscriber_->synced_slots();
   const std::vector<int> down = subscriber_->down_slots();
-  bool prefill = false, decode = false;
-  for (int slot : synced) (slot < kDecodeSlotBase ? prefill : decode) = true;
+  int64_t synced_prefill = 0, synced_decode = 0;
+  for (int slot : synced) ++(slot < kDecodeSlotBase ? synced_prefill : synced_decode);
   // The pickers try reachable workers first, and only those count toward
   // the decode capacity: a worker is unreachable once its event stream
   // broke (or never connected) until it is synced again; one not yet heard
@@ -131,15 +131,13 @@ std::vector<std::string> GenerationService::UpdateHealthLocked() {
   }
   if (health_ != nullptr) {
     // Aggregated (no prefill workers): the decode workers serve alone.
-    const bool serving = (prefill || options_.prefill_workers.empty()) && decode && consistent;
+    const bool serving =
+        (synced_prefill > 0 || options_.prefill_workers.empty()) && synced_decode > 0 && consistent;
     health_->SetServingStatus(serving);  // "" (this also resets named services)
     health_->SetServingStatus(tandem::v1::Generation::service_full_name(), serving);
   }
   // Last: one who reads these sees the capacity and health they made.
-  const auto synced_decode =
-      std::count_if(synced.begin(), synced.end(), [](int slot) { return slot >= kDecodeSlotBase; });
-  metrics_.synced_workers.Add({{"role", "prefill"}})
-      .Set(static_cast<double>(std::ssize(synced) - synced_decode));
+  metrics_.synced_workers.Add({{"role", "prefill"}}).Set(static_cast<double>(synced_prefill));
   metrics_.synced_workers.Add({{"role", "decode"}}).Set(static_cast<double>(synced_decode));
   return lost_decode_workers;
 }
