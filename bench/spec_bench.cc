@@ -1,19 +1,25 @@
 // tandem-spec-bench: decode tokens/s per sequence with and without
-// prompt-lookup speculation, on one model, for
+// speculation (prompt lookup, or a --draft-model's proposals), on one
+// model, for
 //   - an edit-style workload (the prompt holds a passage and asks for it
 //     again: prompt lookup's case), and
 //   - free generation from a short prompt (little to look up: the adaptive k
 //     must keep the loss small),
 // at the batch sizes asked for. Both runs of a pair use the same engine
 // options but speculation, in the same process; the outputs are checked to
-// be token-for-token equal. Prints a table, then one JSON line (also
+// be token-for-token equal. With a draft, the draft's own decode speed is
+// measured too, and the speedup Leviathan et al.'s analysis predicts from
+// the measured acceptance rate and the draft/model step-time ratio is
+// printed beside the measured one. Prints a table, then one JSON line (also
 // appended to --out). It reports figures; it never fails on speed.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -46,17 +52,63 @@ struct Run {
   std::vector<std::vector<float>> gaps;
   int64_t proposed = 0;
   int64_t accepted = 0;
+  // Per sequence and decode step: the proposals made and kept (0, 0 for a
+  // step without proposals).
+  std::vector<std::pair<int32_t, int32_t>> steps;
 };
 
-absl::StatusOr<Run> Decode(const engine::Model& model, const std::string& prompt,
-                           int32_t batch, int32_t tokens, bool speculate, int32_t k,
-                           int32_t threads) {
+// Leviathan et al.: with proposals each kept with probability alpha, k of
+// them keep alpha (1 - alpha^k) / (1 - alpha) on average and the step
+// yields one token more.
+double KeptMean(double alpha, int32_t k) {
+  return alpha >= 1.0 ? k : alpha * (1.0 - std::pow(alpha, k)) / (1.0 - alpha);
+}
+
+// The alpha under which the steps' proposals would keep as many as they
+// did (bisection: KeptMean grows with alpha).
+double FitAlpha(const std::vector<std::pair<int32_t, int32_t>>& steps) {
+  double kept = 0;
+  for (const auto& [k, a] : steps) kept += a;
+  double lo = 0.0;
+  double hi = 1.0;
+  for (int i = 0; i < 60; ++i) {
+    const double mid = (lo + hi) / 2;
+    double expected = 0;
+    for (const auto& [k, a] : steps) expected += k > 0 ? KeptMean(mid, k) : 0.0;
+    (expected < kept ? lo : hi) = mid;
+  }
+  return (lo + hi) / 2;
+}
+
+// The speedup those steps predict: each yields 1 + KeptMean tokens and
+// costs a model step plus c per draft pass (k of them when proposing, one
+// otherwise, as the draft keeps up with every token).
+double PredictedSpeedup(const std::vector<std::pair<int32_t, int32_t>>& steps, double alpha,
+                        double c) {
+  double tokens = 0;
+  double cost = 0;
+  for (const auto& [k, a] : steps) {
+    tokens += 1.0 + (k > 0 ? KeptMean(alpha, k) : 0.0);
+    cost += 1.0 + c * std::max(k, 1);
+  }
+  return cost == 0 ? 0.0 : tokens / cost;
+}
+
+// `draft`: speculate with it (null: prompt lookup when `speculate`).
+absl::StatusOr<Run> Decode(const engine::Model& model, const engine::Model* draft,
+                           const std::string& prompt, int32_t batch, int32_t tokens, bool speculate,
+                           int32_t k, int32_t threads) {
   engine::EngineOptions options;
-  options.speculation.prompt_lookup = speculate;
+  options.speculation.prompt_lookup = speculate && draft == nullptr;
+  options.speculation.draft = speculate && draft != nullptr;
   options.speculation.k = k;
+  engine::DraftModel d;
+  if (speculate && draft != nullptr) {
+    d = {.model = draft, .backend = engine::MakeCpuBackend({.threads = threads})};
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
                    engine::Engine::Create(model, engine::MakeCpuBackend({.threads = threads}),
-                                          options));
+                                          options, std::move(d)));
   std::vector<int64_t> ids;
   for (int32_t i = 0; i < batch; ++i) {
     engine::GenerationRequest r;
@@ -77,10 +129,16 @@ absl::StatusOr<Run> Decode(const engine::Model& model, const std::string& prompt
   int64_t decoded = 0;
   while (eng->HasWork()) {
     ASSIGN_OR_RETURN(engine::StepOutput out, eng->Step());
+    std::vector<size_t> stepped;
     for (const engine::TokenEvent& e : out.tokens) {
       const size_t i = std::find(ids.begin(), ids.end(), e.seq_id) - ids.begin();
       if (run.ids[i].empty()) ++firsts;
       if (timing) ++decoded;
+      // A sequence's first event of a step carries the step's proposals.
+      if (timing && std::find(stepped.begin(), stepped.end(), i) == stepped.end()) {
+        stepped.push_back(i);
+        run.steps.emplace_back(e.spec_proposed, e.spec_accepted);
+      }
       run.ids[i].push_back(e.token.id);
       run.gaps[i].push_back(e.token.top.size() >= 2 ? e.token.top[0].logprob - e.token.top[1].logprob
                                                     : 1e9f);
@@ -103,14 +161,19 @@ absl::StatusOr<Run> Decode(const engine::Model& model, const std::string& prompt
 int main(int argc, char** argv) {
   using tandem::common::FlagSpec;
   const std::vector<FlagSpec> specs = {
-      {.name = "model", .default_value = "../shared/models/stories260K.gguf",
+      {.name = "model",
+       .default_value = "../shared/models/stories260K.gguf",
        .help = "the GGUF model"},
       {.name = "tokens", .default_value = "256", .help = "tokens generated per sequence"},
       {.name = "batches", .default_value = "1,8", .help = "batch sizes, comma-separated"},
       {.name = "spec-k", .default_value = "4", .help = "most tokens proposed per step"},
+      {.name = "draft-model",
+       .default_value = "",
+       .help = "speculate with this draft model's proposals instead of prompt lookup"},
       {.name = "threads", .default_value = "2", .help = "compute threads"},
       {.name = "out", .default_value = "", .help = "append the JSON line to this file"},
-      {.name = "print-prompt", .default_value = "",
+      {.name = "print-prompt",
+       .default_value = "",
        .help = "print the prompt of this workload (edit or free) and exit, so that another "
                "engine can be given the same text (bench/spec_vs_llama.sh)"},
   };
@@ -142,26 +205,56 @@ int main(int argc, char** argv) {
     std::cerr << "tandem-spec-bench: " << model.status().message() << "\n";
     return 1;
   }
+  std::unique_ptr<tandem::engine::Model> draft;
+  if (const std::string path = args->String("draft-model"); !path.empty()) {
+    auto d = tandem::engine::Model::Load(path);
+    if (!d.ok()) {
+      std::cerr << "tandem-spec-bench: --draft-model: " << d.status().message() << "\n";
+      return 1;
+    }
+    draft = std::move(*d);
+  }
   const int32_t tokens = *args->IntInRange("tokens", 8, 1 << 20);
   const int32_t k = *args->IntInRange("spec-k", 1, 64);
   const int32_t threads = *args->IntInRange("threads", 1, 256);
-  std::cout << absl::StrFormat("model: %s, threads %d, k %d, %d tokens per sequence\n",
-                               args->String("model"), threads, k, tokens);
-  std::cout << absl::StrFormat("| %-8s | %5s | %10s | %10s | %7s | %9s | %5s |\n", "workload",
-                               "batch", "plain t/s", "spec t/s", "speedup", "kept/prop",
-                               "same");
-  std::string json = absl::StrFormat(R"({"bench":"speculation","model":"%s","k":%d,"runs":[)",
-                                     args->String("model"), k);
+  std::cout << absl::StrFormat(
+      "model: %s, draft: %s, threads %d, k %d, %d tokens per sequence\n", args->String("model"),
+      draft ? args->String("draft-model") : "none (prompt lookup)", threads, k, tokens);
+  std::cout << absl::StrFormat("| %-8s | %5s | %10s | %10s | %7s | %9s | %5s | %6s | %6s | %9s |\n",
+                               "workload", "batch", "plain t/s", "spec t/s", "speedup", "kept/prop",
+                               "same", "alpha", "c", "predicted");
+  std::string json =
+      absl::StrFormat(R"({"bench":"speculation","model":"%s","draft":"%s","k":%d,"runs":[)",
+                      args->String("model"), args->String("draft-model"), k);
   bool first = true;
   for (const Workload& w : workloads) {
     for (absl::string_view b : absl::StrSplit(args->String("batches"), ',')) {
       const int32_t batch = std::stoi(std::string(b));
-      auto plain = tandem::bench::Decode(**model, w.prompt, batch, tokens, false, k, threads);
-      auto spec = tandem::bench::Decode(**model, w.prompt, batch, tokens, true, k, threads);
+      auto plain =
+          tandem::bench::Decode(**model, nullptr, w.prompt, batch, tokens, false, k, threads);
+      auto spec =
+          tandem::bench::Decode(**model, draft.get(), w.prompt, batch, tokens, true, k, threads);
       if (!plain.ok() || !spec.ok()) {
         std::cerr << "tandem-spec-bench: "
                   << (plain.ok() ? spec.status() : plain.status()).message() << "\n";
         return 1;
+      }
+      // With a draft: its step time against the model's (c), the
+      // acceptance rate the steps imply (alpha), and the speedup those two
+      // predict.
+      double alpha = 0;
+      double c = 0;
+      double predicted = 0;
+      if (draft) {
+        auto alone =
+            tandem::bench::Decode(*draft, nullptr, w.prompt, batch, tokens, false, k, threads);
+        if (!alone.ok()) {
+          std::cerr << "tandem-spec-bench: " << alone.status().message() << "\n";
+          return 1;
+        }
+        c = plain->tokens_per_s / alone->tokens_per_s;
+        alpha = tandem::bench::FitAlpha(spec->steps);
+        predicted = tandem::bench::PredictedSpeedup(spec->steps, alpha, c);
       }
       const bool same = plain->ids == spec->ids;
       if (!same) {
@@ -185,15 +278,17 @@ int main(int argc, char** argv) {
       const double rate = spec->proposed == 0 ? 0.0
                                               : static_cast<double>(spec->accepted) /
                                                     static_cast<double>(spec->proposed);
-      std::cout << absl::StrFormat("| %-8s | %5d | %10.1f | %10.1f | %6.2fx | %9.2f | %5s |\n",
-                                   w.name, batch, plain->tokens_per_s, spec->tokens_per_s,
-                                   speedup, rate, same ? "yes" : "NO");
+      std::cout << absl::StrFormat(
+          "| %-8s | %5d | %10.1f | %10.1f | %6.2fx | %9.2f | %5s | %6.3f | %6.3f | %8.2fx |\n",
+          w.name, batch, plain->tokens_per_s, spec->tokens_per_s, speedup, rate,
+          same ? "yes" : "NO", alpha, c, predicted);
       absl::StrAppendFormat(
           &json,
           R"(%s{"workload":"%s","batch":%d,"plain_tps":%.2f,"spec_tps":%.2f,"speedup":%.3f,)"
-          R"("proposed":%d,"accepted":%d,"same_output":%s})",
+          R"("proposed":%d,"accepted":%d,"same_output":%s,"alpha":%.4f,"c":%.4f,)"
+          R"("predicted_speedup":%.3f})",
           first ? "" : ",", w.name, batch, plain->tokens_per_s, spec->tokens_per_s, speedup,
-          spec->proposed, spec->accepted, same ? "true" : "false");
+          spec->proposed, spec->accepted, same ? "true" : "false", alpha, c, predicted);
       first = false;
     }
   }

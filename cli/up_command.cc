@@ -69,8 +69,10 @@ struct UpConfig {
   // The decode worker's --max-running and the gateway's
   // --decode-worker-streams; 0: their default.
   int max_running = 0;
-  // The decoding worker's --speculative ("off" or "prompt-lookup").
+  // The decoding worker's --speculative ("off", "prompt-lookup" or
+  // "draft"), and every worker's --draft-model (empty: none).
   std::string speculative = "off";
+  std::string draft_model;
   int max_context = 0;
   int kv_budget_mb = 512;
   // Cache tiers, passed on to both workers; each worker gets its own
@@ -129,7 +131,12 @@ std::vector<common::FlagSpec> UpFlagSpecs() {
       {.name = "speculative",
        .default_value = "off",
        .help = "speculative decoding on the worker that decodes, for requests that do not "
-               "choose (its --speculative): off, or prompt-lookup"},
+               "choose (its --speculative): off, prompt-lookup, or draft (needs "
+               "--draft-model)"},
+      {.name = "draft-model",
+       .default_value = "",
+       .help = "GGUF draft model beside --model on every worker (their --draft-model): the "
+               "prefill worker computes its KV with the model's and ships both; empty = none"},
       {.name = "max-context",
        .default_value = "0",
        .help = "cap on each sequence's tokens (workers and gateway); 0 = the model's "
@@ -189,9 +196,13 @@ absl::StatusOr<UpConfig> ConfigFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(c.decode_threads, args.IntInRange("decode-threads", 1, 256));
   ASSIGN_OR_RETURN(c.max_running, args.IntInRange("max-running", 0, 1 << 16));
   c.speculative = args.String("speculative");
-  if (c.speculative != "off" && c.speculative != "prompt-lookup") {
+  if (c.speculative != "off" && c.speculative != "prompt-lookup" && c.speculative != "draft") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--speculative: \"", c.speculative, "\" is not off or prompt-lookup"));
+        absl::StrCat("--speculative: \"", c.speculative, "\" is not off, prompt-lookup or draft"));
+  }
+  c.draft_model = args.String("draft-model");
+  if (c.speculative == "draft" && c.draft_model.empty()) {
+    return absl::InvalidArgumentError("--speculative: draft needs --draft-model");
   }
   ASSIGN_OR_RETURN(c.max_context, args.IntInRange("max-context", 0, 1 << 24));
   ASSIGN_OR_RETURN(c.kv_budget_mb, args.IntInRange("kv-budget-mb", 1, 1 << 20));
@@ -399,6 +410,10 @@ class Up {
     }
     if (role == "decode" && config_.speculative != "off") {
       args.insert(args.end(), {"--speculative", config_.speculative});
+    }
+    // Every worker: the draft's KV rides in the blocks they ship and cache.
+    if (!config_.draft_model.empty()) {
+      args.insert(args.end(), {"--draft-model", config_.draft_model});
     }
     return args;
   }

@@ -331,8 +331,7 @@ DecodeService::DecodeService(worker::EngineLoop& loop, prometheus::Registry& reg
       channels_(options.channels),
       releases_(channels_, "tandem-decode"),
       fetcher_(channels_, releases_,
-               kvtransfer::ExpectationFor(loop.model().config(), loop.model().fingerprint(),
-                                          loop.kv_block_size(), loop.kv_dtype()),
+               kvtransfer::ExpectationFor(loop.kv_layout()),
                registry, options.kv_transfer_streams),
       lease_keeper_(channels_, options.lease_heartbeat),
       admission_("decode worker", options.admission),
@@ -387,7 +386,7 @@ absl::StatusOr<int32_t> DecodeService::BlocksHeld(const tandem::v1::DecodeReques
   const int32_t skippable = (n - 1) / bs;
   const std::vector<engine::BlockHash> chain = engine::PrefixBlockHashes(
       tokens.first(static_cast<size_t>(std::max(skippable, r.block_hashes_size())) * bs), bs,
-      loop_.model().fingerprint(), r.cache_salt());
+      loop_.kv_layout().fingerprint, r.cache_salt());
   for (int32_t i = 0; i < r.block_hashes_size(); ++i) {
     const engine::BlockHash named = rpc::BlockHashFromProto(r.block_hashes(i));
     if (named != chain[i]) {

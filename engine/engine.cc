@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/status_macros.h"
+#include "engine/gguf/model_fingerprint.h"
 
 namespace tandem::engine {
 namespace {
@@ -16,13 +17,40 @@ int32_t SpeculativeRows(const EngineOptions& options) {
       std::min<int64_t>(int64_t{options.max_running} * options.speculation.k, 1 << 16));
 }
 
+// A draft must speak the model's vocabulary (its proposals are the model's
+// token ids) and fill KV rows of the model's width (its layers share the
+// model's blocks).
+absl::Status CheckDraft(const Model& model, const Model& draft) {
+  const Tokenizer& a = model.tokenizer();
+  const Tokenizer& b = draft.tokenizer();
+  if (a.n_vocab() != b.n_vocab() || model.config().n_vocab != draft.config().n_vocab) {
+    return absl::InvalidArgumentError(absl::StrCat("draft_model: its vocabulary has ", b.n_vocab(),
+                                                   " tokens, the model's ", a.n_vocab()));
+  }
+  for (int32_t id = 0; id < a.n_vocab(); ++id) {
+    if (a.TokenText(id) != b.TokenText(id)) {
+      return absl::InvalidArgumentError(absl::StrCat("draft_model: token ", id, " is \"",
+                                                     b.TokenText(id), "\", the model's is \"",
+                                                     a.TokenText(id), "\""));
+    }
+  }
+  if (draft.config().kv_dim() != model.config().kv_dim()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("draft_model: its KV width (n_head_kv x head_dim) is ",
+                     draft.config().kv_dim(), ", the model's ", model.config().kv_dim(),
+                     "; a draft's KV rides in the model's blocks, which have one width"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 static_assert(kMaxReducedTop == kMaxTopLogprobs, "a reduced row holds every top-k asked for");
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
                                                        std::unique_ptr<Backend> backend,
-                                                       const EngineOptions& options) {
+                                                       const EngineOptions& options,
+                                                       DraftModel draft) {
   if (options.max_context < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_context ", options.max_context, " must be >= 0"));
@@ -34,8 +62,20 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
   if (options.max_running < 1 || options.max_waiting < 0) {
     return absl::InvalidArgumentError("max_running must be >= 1 and max_waiting >= 0");
   }
+  if (options.speculation.draft && draft.model == nullptr) {
+    return absl::InvalidArgumentError("draft_model: speculation by draft needs a draft model");
+  }
+  if (options.speculation.draft && options.speculation.prompt_lookup) {
+    return absl::InvalidArgumentError("speculation: prompt lookup or draft, not both");
+  }
+  KvCacheOptions kv_options = options.kv;
+  if (draft.model != nullptr) {
+    RETURN_IF_ERROR(CheckDraft(model, *draft.model));
+    TANDEM_CHECK(draft.backend != nullptr, "a draft model comes with its backend");
+    kv_options.extra_layers = draft.model->config().n_layer;
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
-                   CreateKvCache(*backend, model.config(), options.kv));
+                   CreateKvCache(*backend, model.config(), kv_options));
   EngineOptions resolved = options;
   if (resolved.max_context == 0) resolved.max_context = model.config().n_ctx_train;
   auto rope = std::make_unique<RopeTable>(model.config(), model.weights().rope_freq_factors,
@@ -51,23 +91,39 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
           int64_t{options.max_running} + kPromptLogprobsChunk + SpeculativeRows(options)))};
   ASSIGN_OR_RETURN(std::unique_ptr<ForwardPass> forward,
                    ForwardPass::Create(model, *backend, *kv, *rope, limits));
+  Draft d;
+  if (draft.model != nullptr) {
+    d.model = draft.model;
+    d.backend = std::move(draft.backend);
+    d.rope = std::make_unique<RopeTable>(
+        draft.model->config(), draft.model->weights().rope_freq_factors, resolved.max_context);
+    // The draft computes every chunk the model does, plus the one token
+    // each sequence may lag by (RunDraft), and one logits row per chunk.
+    const ForwardLimits draft_limits{.max_tokens = options.max_batch_tokens + options.max_running,
+                                     .max_seqs = options.max_running,
+                                     .max_logit_rows = options.max_running};
+    ASSIGN_OR_RETURN(d.forward, ForwardPass::Create(*draft.model, *d.backend, *kv, *d.rope,
+                                                    draft_limits, model.config().n_layer));
+  }
   return std::unique_ptr<Engine>(new Engine(model, std::move(backend), resolved, std::move(kv),
-                                            std::move(rope), std::move(forward)));
+                                            std::move(rope), std::move(forward), std::move(d)));
 }
 
-Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
-               const EngineOptions& options, std::unique_ptr<KvCache> kv,
-               std::unique_ptr<RopeTable> rope, std::unique_ptr<ForwardPass> forward)
+Engine::Engine(const Model& model, std::unique_ptr<Backend> backend, const EngineOptions& options,
+               std::unique_ptr<KvCache> kv, std::unique_ptr<RopeTable> rope,
+               std::unique_ptr<ForwardPass> forward, Draft draft)
     : model_(model),
       options_(options),
       backend_(std::move(backend)),
       kv_(std::move(kv)),
       rope_(std::move(rope)),
       forward_(std::move(forward)),
+      draft_(std::move(draft)),
+      kv_fingerprint_(LayoutFor(model, draft_.model, options.kv).fingerprint),
       row_(static_cast<size_t>(model.config().n_vocab)),
       scheduler_({.max_batch_tokens = options.max_batch_tokens,
                   .max_running = options.max_running,
-                  .model_fingerprint = model.fingerprint(),
+                  .model_fingerprint = kv_fingerprint_,
                   .max_speculative_rows = SpeculativeRows(options)},
                  kv_->pool(), kv_->block_size(), options.tiers != nullptr ? this : nullptr) {
   // Runs inside an allocation on the engine thread, before the block's
@@ -268,6 +324,7 @@ absl::StatusOr<StepOutput> Engine::Step() {
   FlushEvictions();  // before the promotions, imports and forward pass write the pool
   WritePromotions();
   CopyImports(plan.imported);
+  RETURN_IF_ERROR(RunDraft(plan));
   if (!plan.chunks.empty()) {
     // Each chunk's logits requests, laid out before any span points in.
     int32_t n_rows = 0;
@@ -428,6 +485,7 @@ void Engine::Update(const StepPlan& plan, const ForwardResult& result, StepOutpu
       continue;
     }
     seq.n_computed = c.start + c.count;
+    seq.draft_lag = 0;  // the draft computed the chunk too (RunDraft)
     HashFullBlocks(seq, out.blocks);
     int32_t last_row = result.first_row[i];
     if (WantsPromptLogprobs(seq, c)) {
@@ -468,7 +526,28 @@ EngineStats Engine::stats() const {
       .pins_dropped = pins_dropped_,
       .spec_proposed = spec_proposed_,
       .spec_accepted = spec_accepted_,
+      .spec_draft_proposed = spec_draft_proposed_,
+      .spec_draft_accepted = spec_draft_accepted_,
+      .draft_computed_tokens = draft_computed_tokens_,
   };
+}
+
+KvLayout Engine::LayoutFor(const Model& model, const Model* draft, const KvCacheOptions& kv) {
+  return {.fingerprint = draft == nullptr
+                             ? model.fingerprint()
+                             : PairFingerprint(model.fingerprint(), draft->fingerprint()),
+          .block_size = kv.block_size,
+          .n_layer = model.config().n_layer + (draft == nullptr ? 0 : draft->config().n_layer),
+          .kv_dim = model.config().kv_dim(),
+          .dtype = kv.dtype};
+}
+
+KvLayout Engine::kv_layout() const {
+  return {.fingerprint = kv_fingerprint_,
+          .block_size = kv_->block_size(),
+          .n_layer = kv_->n_layer(),
+          .kv_dim = kv_->kv_dim(),
+          .dtype = kv_->dtype()};
 }
 
 }  // namespace tandem::engine

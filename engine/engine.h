@@ -49,15 +49,17 @@ struct EngineOptions {
   constrain::CompileLimits constrain_compile;
   constrain::MatcherLimits constrain_matcher;
   int32_t grammar_cache_size = 64;
-  // Prompt-lookup speculation (GenerationRequest::speculation): whether a
-  // request that does not say is speculated, the most tokens proposed per
-  // step, the longest and shortest n-gram looked up, and the most sequences
+  // Speculation (GenerationRequest::speculation): how a request that does
+  // not say is speculated (prompt lookup, or the draft model Engine::Create
+  // was given; at most one), the most tokens proposed per step, the longest
+  // and shortest n-gram prompt lookup looks up, and the most sequences
   // running for proposals to be made at all (0: any number). A step of many
   // sequences is bound by arithmetic rather than by reading the weights, so
   // a proposal costs about what a sequence's token does and, mostly
   // rejected, slows every stream (measured in docs/benchmarks.md).
   struct Speculation {
     bool prompt_lookup = false;
+    bool draft = false;
     int32_t k = 4;
     int32_t ngram_max = 3;
     int32_t ngram_min = 2;
@@ -81,6 +83,15 @@ class StepEngine {
   virtual int32_t max_context() const = 0;
   virtual int32_t kv_block_size() const = 0;
   virtual GgmlType kv_dtype() const = 0;
+  // What a KV block of this engine is: the model's fingerprint and shape,
+  // unless a draft model's layers ride in it too (Engine).
+  virtual KvLayout kv_layout() const {
+    return {.fingerprint = model().fingerprint(),
+            .block_size = kv_block_size(),
+            .n_layer = model().config().n_layer,
+            .kv_dim = model().config().kv_dim(),
+            .dtype = kv_dtype()};
+  }
   // A copy of the leading full blocks of `tokens` (hashed with
   // `cache_salt`) that the prefix cache holds (null when none), for another
   // worker to pull.
@@ -95,12 +106,26 @@ class StepEngine {
   virtual void Unpin(const std::string& key) { (void)key; }
 };
 
+// A draft model for speculative decoding (Speculation::kDraft): a smaller
+// model of the same vocabulary and KV width (n_head_kv x head_dim) on a
+// backend of its own, on the same device as the model's. Its KV lives in
+// the model's blocks, after the model's layers: computed with every chunk
+// the model computes, it is hashed, cached, exported, imported and tiered
+// with them, and the pair's fingerprint keys them.
+struct DraftModel {
+  const Model* model = nullptr;  // null: none; else must outlive the engine
+  std::unique_ptr<Backend> backend;
+};
+
 class Engine final : public StepEngine, private TierPromoter {
  public:
-  // The model must outlive the engine.
+  // The model (and the draft's) must outlive the engine. InvalidArgument
+  // naming draft_model when the draft's vocabulary or KV width differs from
+  // the model's, or options.speculation.draft is set without a draft.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const Model& model,
                                                         std::unique_ptr<Backend> backend,
-                                                        const EngineOptions& options);
+                                                        const EngineOptions& options,
+                                                        DraftModel draft = {});
 
   // Queues a request; returns its sequence id. InvalidArgument naming the
   // field for bad requests; ResourceExhausted when the waiting queue is full
@@ -135,6 +160,11 @@ class Engine final : public StepEngine, private TierPromoter {
   int32_t max_context() const override { return options_.max_context; }
   int32_t kv_block_size() const override { return kv_->block_size(); }
   GgmlType kv_dtype() const override { return kv_->dtype(); }
+  KvLayout kv_layout() const override;
+  // What Create makes of a block for `model` and `draft` (null: none) with
+  // `kv`'s block size and dtype, known before it is made (the tiers check
+  // what they load against it).
+  static KvLayout LayoutFor(const Model& model, const Model* draft, const KvCacheOptions& kv);
   std::shared_ptr<const KvSnapshot> ExportCachedPrefix(std::span<const int32_t> tokens,
                                                        uint64_t cache_salt) override;
   void Unpin(const std::string& key) override;
@@ -146,9 +176,16 @@ class Engine final : public StepEngine, private TierPromoter {
     // A private pin (a SHIFT session's): the tokens its full blocks hold.
     std::vector<int32_t> tokens;
   };
+  // The draft model's pieces (all null without one).
+  struct Draft {
+    const Model* model = nullptr;
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<RopeTable> rope;
+    std::unique_ptr<ForwardPass> forward;
+  };
   Engine(const Model& model, std::unique_ptr<Backend> backend, const EngineOptions& options,
          std::unique_ptr<KvCache> kv, std::unique_ptr<RopeTable> rope,
-         std::unique_ptr<ForwardPass> forward);
+         std::unique_ptr<ForwardPass> forward, Draft draft);
 
   // A block evicted from the pool, whose bytes the tiers have not had yet.
   struct Evicted {
@@ -228,12 +265,23 @@ class Engine final : public StepEngine, private TierPromoter {
   // removal. True when it ended.
   bool Emit(Sequence& seq, SampledToken token, FinishReason finish, int32_t spec_proposed,
             int32_t spec_accepted, StepOutput& out);
-  // engine_speculate.cc: prompt-lookup speculation. Appends proposals to
-  // the running sequences that speculate (seq.n_proposed) before the
-  // scheduler plans the step; then drops those it did not schedule.
+  // engine_speculate.cc: speculation. Appends proposals (or the draft's
+  // places for them) to the running sequences that speculate
+  // (seq.n_proposed) before the scheduler plans the step; then drops those
+  // it did not schedule, and all of a sequence's when the plan recomputes it
+  // (preempted and admitted again), shortening that chunk to its tokens.
   void Propose();
-  void TrimProposals(const StepPlan& plan);
+  void TrimProposals(StepPlan& plan);
+  // The method `seq` speculates with (kOff, kPromptLookup or kDraft), its
+  // request's or the engine's default.
+  Speculation MethodOf(const Sequence& seq) const;
   bool Speculates(const Sequence& seq) const;
+  // The draft model's share of a step, after the imports and before the
+  // model's forward pass: for every chunk of the plan, the draft computes
+  // the same tokens (and any its last step left it behind on), so its KV
+  // keeps up with the model's; a drafting chunk's proposals are then filled
+  // in by the draft's greedy picks, one draft pass per proposal.
+  absl::Status RunDraft(const StepPlan& plan);
   // A speculating chunk's rows: each proposal is kept while the token the
   // model picks at its row is that proposal; the first token that differs
   // (or the one after the last proposal) is the step's last. The rejected
@@ -243,6 +291,9 @@ class Engine final : public StepEngine, private TierPromoter {
   std::vector<int64_t> speculating_;  // sequences with proposals this step
   int64_t spec_proposed_ = 0;
   int64_t spec_accepted_ = 0;
+  int64_t spec_draft_proposed_ = 0;
+  int64_t spec_draft_accepted_ = 0;
+  int64_t draft_computed_tokens_ = 0;
   // Copies the admitted sequences' imported KV into their blocks (one
   // WriteBlocks).
   void CopyImports(std::span<const int64_t> seq_ids);
@@ -302,6 +353,13 @@ class Engine final : public StepEngine, private TierPromoter {
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<RopeTable> rope_;
   std::unique_ptr<ForwardPass> forward_;
+  Draft draft_;
+  // What block hashes and snapshots are keyed by: the model's fingerprint,
+  // or the model and draft pair's.
+  uint64_t kv_fingerprint_;
+  // The draft's chunks and logits requests, reused each step.
+  std::vector<BatchChunk> draft_chunks_;
+  std::vector<LogitsRequest> draft_requests_;
   // The step's logits requests (the chunks' spans point in) and a host
   // logits row for samplers that need a whole one.
   std::vector<LogitsRequest> requests_;

@@ -2,57 +2,78 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/backend_factory.h"
 #include "engine/cpu/kernels.h"
 
 namespace tandem::engine {
 
 std::vector<common::FlagSpec> EngineFlagSpecs() {
   std::vector<common::FlagSpec> specs = {
-      {.name = "device", .default_value = "cpu",
+      {.name = "device",
+       .default_value = "cpu",
        .help = "compute device: cpu, or cuda[:N] (CUDA device N, default 0: weights, KV "
                "pool and activations on the GPU; a build without CUDA or a machine without a "
                "usable device says why and exits)"},
-      {.name = "cuda-graph-max-batch", .default_value = "256",
+      {.name = "cuda-graph-max-batch",
+       .default_value = "256",
        .help = "with --device cuda: decode steps of up to this many sequences replay CUDA "
                "graphs (one per power-of-two batch size, captured on first use); 0 = none"},
       {.name = "threads", .default_value = "2", .help = "compute threads"},
-      {.name = "isa", .default_value = "",
+      {.name = "isa",
+       .default_value = "",
        .help = "CPU kernel table: portable, avx2 or avx512 (this CPU must have it); empty = "
                "the best it has, or the environment variable TANDEM_ISA"},
-      {.name = "max-context", .default_value = "0",
+      {.name = "max-context",
+       .default_value = "0",
        .help = "cap on each sequence's tokens (KV and RoPE tables); 0 = the model's "
                "trained context length"},
       {.name = "kv-budget-mb", .default_value = "512", .help = "KV cache memory, MiB"},
       {.name = "block-size", .default_value = "16", .help = "tokens per KV block"},
       {.name = "kv-type", .default_value = "f32", .help = "KV cache element type: f32 or f16"},
-      {.name = "max-batch-tokens", .default_value = "512",
+      {.name = "max-batch-tokens",
+       .default_value = "512",
        .help = "tokens per engine step (prefill chunk size)"},
       {.name = "max-running", .default_value = "64", .help = "sequences decoded together"},
-      {.name = "max-waiting", .default_value = "1024",
+      {.name = "max-waiting",
+       .default_value = "1024",
        .help = "sequences queued for the running batch before new ones are refused"},
-      {.name = "session-kv-percent", .default_value = "50",
+      {.name = "session-kv-percent",
+       .default_value = "50",
        .help = "most of the KV pool that sessions' kept blocks (pinned between turns) may "
                "hold, 0..100; past it the least recently used sessions' are let go"},
-      {.name = "speculative", .default_value = "off",
-       .help = "speculative decoding for requests that do not choose: off, or prompt-lookup "
-               "(tokens proposed from the sequence's own earlier n-grams, verified in one "
-               "step; the output is unchanged)"},
-      {.name = "spec-k", .default_value = "4",
+      {.name = "speculative",
+       .default_value = "off",
+       .help = "speculative decoding for requests that do not choose: off, prompt-lookup "
+               "(tokens proposed from the sequence's own earlier n-grams) or draft (the "
+               "--draft-model's greedy picks), verified in one step; the output is unchanged"},
+      {.name = "draft-model",
+       .default_value = "",
+       .help = "GGUF draft model for --speculative draft (or requests that ask for it): the "
+               "model's vocabulary and KV width; every worker of a deployment names the same "
+               "one, since its KV rides in the model's blocks; empty = none"},
+      {.name = "spec-k",
+       .default_value = "4",
        .help = "most tokens proposed per sequence per step (adapts down when rejected)"},
-      {.name = "spec-ngram-max", .default_value = "3",
+      {.name = "spec-ngram-max",
+       .default_value = "3",
        .help = "longest n-gram prompt lookup matches"},
-      {.name = "spec-ngram-min", .default_value = "2",
+      {.name = "spec-ngram-min",
+       .default_value = "2",
        .help = "shortest n-gram prompt lookup matches"},
-      {.name = "spec-max-batch", .default_value = "8",
+      {.name = "spec-max-batch",
+       .default_value = "8",
        .help = "proposals only while at most this many sequences run (a larger step is "
                "bound by arithmetic, not by reading the weights, and a proposal costs about "
                "a token); 0 = at any batch size"},
-      {.name = "grammar-max-stacks", .default_value = "4096",
+      {.name = "grammar-max-stacks",
+       .default_value = "4096",
        .help = "live parse stacks of one structured-output sequence; an ambiguous grammar "
                "that needs more ends the sequence at end-of-generation"},
-      {.name = "grammar-mask-cache-mb", .default_value = "64",
+      {.name = "grammar-mask-cache-mb",
+       .default_value = "64",
        .help = "token masks cached per compiled response format, MiB (cleared when full)"},
-      {.name = "grammar-cache-size", .default_value = "64",
+      {.name = "grammar-cache-size",
+       .default_value = "64",
        .help = "compiled response formats kept (the most recently used)"},
   };
   for (common::FlagSpec& spec : constrain::CompileLimitFlagSpecs()) specs.push_back(spec);
@@ -102,11 +123,16 @@ absl::StatusOr<EngineSetup> EngineSetupFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(s.engine.grammar_cache_size, args.IntInRange("grammar-cache-size", 1, 1 << 16));
   ASSIGN_OR_RETURN(s.engine.constrain_compile, constrain::CompileLimitsFromArgs(args));
   const std::string& speculative = args.String("speculative");
-  if (speculative != "off" && speculative != "prompt-lookup") {
+  if (speculative != "off" && speculative != "prompt-lookup" && speculative != "draft") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--speculative: \"", speculative, "\" is not off or prompt-lookup"));
+        absl::StrCat("--speculative: \"", speculative, "\" is not off, prompt-lookup or draft"));
+  }
+  s.draft_model = args.String("draft-model");
+  if (speculative == "draft" && s.draft_model.empty()) {
+    return absl::InvalidArgumentError("--speculative: draft needs --draft-model");
   }
   s.engine.speculation.prompt_lookup = speculative == "prompt-lookup";
+  s.engine.speculation.draft = speculative == "draft";
   ASSIGN_OR_RETURN(s.engine.speculation.k, args.IntInRange("spec-k", 1, 64));
   ASSIGN_OR_RETURN(s.engine.speculation.ngram_max, args.IntInRange("spec-ngram-max", 1, 64));
   ASSIGN_OR_RETURN(s.engine.speculation.ngram_min,
@@ -114,6 +140,29 @@ absl::StatusOr<EngineSetup> EngineSetupFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(s.engine.speculation.max_batch,
                    args.IntInRange("spec-max-batch", 0, 1 << 16));
   return s;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadDraftModel(const EngineSetup& setup) {
+  if (setup.draft_model.empty()) return nullptr;
+  absl::StatusOr<std::unique_ptr<Model>> loaded = Model::Load(setup.draft_model);
+  if (!loaded.ok()) {
+    return absl::Status(loaded.status().code(),
+                        absl::StrCat("--draft-model: ", loaded.status().message()));
+  }
+  return loaded;
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> CreateEngine(const Model& model, const Model* draft,
+                                                     const EngineSetup& setup) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                   MakeBackendForModel(model, setup.device, setup.backend, setup.cuda));
+  DraftModel d;
+  if (draft != nullptr) {
+    ASSIGN_OR_RETURN(d.backend,
+                     MakeBackendForModel(*draft, setup.device, setup.backend, setup.cuda));
+    d.model = draft;
+  }
+  return Engine::Create(model, std::move(backend), setup.engine, std::move(d));
 }
 
 }  // namespace tandem::engine

@@ -126,12 +126,11 @@ void Engine::CopyImports(std::span<const int64_t> seq_ids) {
 }
 
 std::shared_ptr<KvSnapshot> Engine::EmptySnapshot() const {
-  const ModelConfig& c = model_.config();
   auto kv = std::make_shared<KvSnapshot>();
-  kv->model_fingerprint = model_.fingerprint();
+  kv->model_fingerprint = kv_fingerprint_;
   kv->block_size = kv_->block_size();
-  kv->n_layer = c.n_layer;
-  kv->kv_dim = c.kv_dim();
+  kv->n_layer = kv_->n_layer();
+  kv->kv_dim = kv_->kv_dim();
   kv->dtype = kv_->dtype();
   return kv;
 }
@@ -180,7 +179,7 @@ std::shared_ptr<const KvSnapshot> Engine::ExportCachedPrefix(std::span<const int
   // their places are kept open here.
   std::vector<BlockId> pool_ids;
   std::vector<std::optional<KvBlockBytes>> from_tiers;
-  for (const BlockHash& hash : PrefixBlockHashes(tokens, bs, model_.fingerprint(), cache_salt)) {
+  for (const BlockHash& hash : PrefixBlockHashes(tokens, bs, kv_fingerprint_, cache_salt)) {
     if (const std::optional<BlockId> id = kv_->pool().FindHash(hash); id.has_value()) {
       pool_ids.push_back(*id);
       from_tiers.emplace_back(std::nullopt);
@@ -215,12 +214,14 @@ void Engine::HashFullBlocks(Sequence& seq, std::vector<BlockEvent>& events) {
   // shared, never reported.
   if (seq.request.private_kv || seq.rolled) return;
   const int32_t bs = kv_->block_size();
-  const int32_t full = seq.n_computed / bs;
+  // A block is shared once both models' KV is in it: the draft's last slot
+  // may come a step later (Sequence::draft_lag).
+  const int32_t full = (seq.n_computed - seq.draft_lag) / bs;
   for (; seq.n_hashed < full; ++seq.n_hashed) {
     const BlockHash parent = seq.last_hash;
     seq.last_hash = HashBlock(
         parent, std::span<const int32_t>(seq.tokens).subspan(int64_t{seq.n_hashed} * bs, bs),
-        model_.fingerprint(), bs, seq.request.cache_salt);
+        kv_fingerprint_, bs, seq.request.cache_salt);
     // A block filled and never written again: the pool may share it. When
     // another block already holds this hash the block stays private.
     const BlockId id = (*seq.blocks)[seq.n_hashed];
@@ -267,11 +268,20 @@ std::optional<BlockList> Engine::ShiftPinned(const GenerationRequest& request) {
       dst_slots.push_back(int64_t{pin.blocks[dst / bs]} * bs + dst % bs);
     }
     if (cut > 0 && !src_slots.empty()) {
-      const ModelConfig& c = model_.config();
-      std::vector<PagedKvView> layers;
-      layers.reserve(static_cast<size_t>(c.n_layer));
-      for (int32_t layer = 0; layer < c.n_layer; ++layer) layers.push_back(kv_->LayerView(layer));
-      backend_->MoveKvSlots(layers, c.head_dim, src_slots, dst_slots, -cut);
+      // The model's layers, then the draft's (after them in each block,
+      // rotated with the draft's RoPE by its backend).
+      const auto move = [&](Backend& backend, const ModelConfig& c, int32_t first_layer) {
+        std::vector<PagedKvView> layers;
+        layers.reserve(static_cast<size_t>(c.n_layer));
+        for (int32_t layer = 0; layer < c.n_layer; ++layer) {
+          layers.push_back(kv_->LayerView(first_layer + layer));
+        }
+        backend.MoveKvSlots(layers, c.head_dim, src_slots, dst_slots, -cut);
+      };
+      move(*backend_, model_.config(), 0);
+      if (draft_.model != nullptr) {
+        move(*draft_.backend, draft_.model->config(), model_.config().n_layer);
+      }
     }
     // The sequence takes the leading blocks and their references; the rest
     // of the pin goes back with it below.

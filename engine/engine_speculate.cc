@@ -1,7 +1,10 @@
-// Prompt-lookup speculation: a decoding sequence proposes the tokens that
-// followed the latest earlier occurrence of its last n tokens (its prompt and
-// output; a session's prompt holds the earlier turns), the step computes
-// them with the sequence's last token as one chunk, and each row's own token
+// Speculative decoding. Prompt lookup: a decoding sequence proposes the
+// tokens that followed the latest earlier occurrence of its last n tokens
+// (its prompt and output; a session's prompt holds the earlier turns). A
+// draft model: the draft's greedy picks, one draft pass each, on the KV the
+// draft keeps beside the model's in the same blocks (RunDraft). Either way
+// the step computes the proposals with the sequence's last token as one
+// chunk, and each row's own token
 // -- picked as a step without speculation would pick it, mask, penalties and
 // the sampler's next draw included -- is kept while it equals the proposal
 // before it. So the output is token for token what one token per step gives
@@ -14,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/status_macros.h"
 #include "engine/engine.h"
 
 namespace tandem::engine {
@@ -41,14 +45,27 @@ std::vector<int32_t> LookUp(std::span<const int32_t> tokens, int32_t ngram_max,
 
 }  // namespace
 
+Speculation Engine::MethodOf(const Sequence& seq) const {
+  const Speculation asked = seq.request.sampling.speculation;
+  if (asked != Speculation::kDefault) return asked;
+  if (options_.speculation.draft) return Speculation::kDraft;
+  return options_.speculation.prompt_lookup ? Speculation::kPromptLookup : Speculation::kOff;
+}
+
 bool Engine::Speculates(const Sequence& seq) const {
   const GenerationRequest& r = seq.request;
-  const bool on = r.sampling.speculation == Speculation::kPromptLookup ||
-                  (r.sampling.speculation == Speculation::kDefault && options_.speculation.prompt_lookup);
-  // Decoding (one pending token after at least one generated), and no
-  // export (the prefill side's single token). A rolling window's proposals
-  // stop short of its next roll (Propose).
-  return on && seq.n_generated > 0 && seq.pending() == 1 && !r.export_kv && r.prompt_logprobs < 0;
+  const Speculation method = MethodOf(seq);
+  const bool on = method == Speculation::kPromptLookup ||
+                  (method == Speculation::kDraft && draft_.model != nullptr);
+  // Decoding (one token to compute after at least one generated: a running
+  // sequence's pending one, or a hand-off's first token, whose KV before it
+  // came computed), and no export (the prefill side's single token). A
+  // rolling window's proposals stop short of its next roll (Propose).
+  const bool handed_off = !seq.blocks.has_value() && seq.import != nullptr &&
+                          !seq.import_is_prefix() &&
+                          seq.import->n_tokens + 1 == static_cast<int32_t>(seq.tokens.size());
+  const bool decoding = seq.blocks.has_value() ? seq.pending() == 1 : handed_off;
+  return on && seq.n_generated > 0 && decoding && !r.export_kv && r.prompt_logprobs < 0;
 }
 
 void Engine::Propose() {
@@ -56,7 +73,9 @@ void Engine::Propose() {
   const EngineOptions::Speculation& o = options_.speculation;
   // A busy step: proposals would cost what tokens do.
   if (o.max_batch > 0 && scheduler_.num_running() > o.max_batch) return;
-  scheduler_.ForEachRunning([&](Sequence& seq) {
+  // The running sequences, and hand-offs waiting to be admitted: those
+  // speculate from their first step.
+  const auto propose = [&](Sequence& seq) {
     if (!Speculates(seq)) return;
     if (seq.spec_cooldown > 0) {
       --seq.spec_cooldown;
@@ -77,39 +96,128 @@ void Engine::Propose() {
       k = std::min<int64_t>(k, seq.request.roll_window - static_cast<int64_t>(seq.tokens.size()));
     }
     if (k <= 0) return;
+    if (MethodOf(seq) == Speculation::kDraft) {
+      // Places for the draft's picks (RunDraft fills them once the step is
+      // planned): the scheduler budgets and allocates for them as for any.
+      const int32_t last = seq.tokens.back();
+      for (int64_t i = 0; i < k; ++i) seq.Append(last);
+      seq.n_proposed = static_cast<int32_t>(k);
+      seq.drafting = true;
+      speculating_.push_back(seq.id);
+      return;
+    }
     const std::vector<int32_t> proposals =
         LookUp(seq.tokens, o.ngram_max, o.ngram_min, static_cast<int32_t>(k));
     if (proposals.empty()) return;
     for (int32_t id : proposals) seq.Append(id);
     seq.n_proposed = static_cast<int32_t>(proposals.size());
     speculating_.push_back(seq.id);
-  });
+  };
+  scheduler_.ForEachRunning(propose);
+  scheduler_.ForEachWaiting(propose);
 }
 
-void Engine::TrimProposals(const StepPlan& plan) {
+void Engine::TrimProposals(StepPlan& plan) {
   for (int64_t id : speculating_) {
     Sequence* seq = scheduler_.Find(id);
     if (seq == nullptr || seq->n_proposed == 0) continue;
-    // What the plan computes of it (nothing when it waits, or was
-    // preempted).
-    int32_t scheduled = 0;
-    for (const ScheduledChunk& c : plan.chunks) {
-      if (c.seq_id == id) scheduled = c.start + c.count;
-    }
     const auto end = static_cast<int32_t>(seq->tokens.size());
-    const int32_t keep = scheduled == 0 ? end - seq->n_proposed : std::min(end, scheduled);
-    const int32_t drop = end - keep;
+    const int32_t real_end = end - seq->n_proposed;  // the tokens before the proposals
+    // What the plan computes of it: nothing when it waits, or a chunk from
+    // its last token on; a chunk from earlier computes its prompt (a
+    // hand-off whose cached blocks were evicted before admission), which
+    // takes no proposals. (A preempted sequence lost its proposals then.)
+    ScheduledChunk* chunk = nullptr;
+    for (ScheduledChunk& c : plan.chunks) {
+      if (c.seq_id == id) chunk = &c;
+    }
+    int32_t keep = real_end;
+    if (chunk != nullptr && chunk->start == real_end - 1) {
+      keep = std::min(end, chunk->start + chunk->count);
+    } else if (chunk != nullptr) {
+      chunk->count = std::min(chunk->count, real_end - chunk->start);
+    }
     seq->tokens.resize(static_cast<size_t>(keep));
     seq->positions.resize(static_cast<size_t>(keep));
-    seq->n_proposed -= drop;
+    seq->n_proposed = keep - real_end;
+    if (seq->n_proposed == 0) seq->drafting = false;
   }
+}
+
+absl::Status Engine::RunDraft(const StepPlan& plan) {
+  if (draft_.model == nullptr || plan.chunks.empty()) return absl::OkStatus();
+  // The imports and promotions the model's backend wrote come first.
+  backend_->Synchronize();
+  // Pass 0: each chunk as the model computes it, from the first token the
+  // draft has no KV for; a drafting chunk up to its last real token, whose
+  // row gives the first proposal.
+  struct Drafting {
+    Sequence* seq;
+    int32_t start;  // the chunk's first slot: the last real token's
+    int32_t row;    // its logits row in the last draft pass
+  };
+  std::vector<Drafting> drafting;
+  draft_chunks_.clear();
+  draft_requests_.assign(plan.chunks.size(), LogitsRequest{});
+  int32_t max_k = 0;
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const ScheduledChunk& c = plan.chunks[i];
+    Sequence& seq = *scheduler_.Find(c.seq_id);
+    const int32_t from = c.start - seq.draft_lag;
+    const int32_t end = seq.drafting ? c.start + 1 : c.start + c.count;
+    if (seq.drafting) {
+      draft_requests_[i].top_k = 1;
+      drafting.push_back({.seq = &seq, .start = c.start, .row = static_cast<int32_t>(i)});
+      max_k = std::max(max_k, seq.n_proposed);
+    }
+    draft_chunks_.push_back({
+        .tokens = std::span<const int32_t>(seq.tokens).subspan(from, end - from),
+        .positions = std::span<const int32_t>(seq.positions).subspan(from, end - from),
+        .kv_start = from,
+        .blocks = seq.blocks->ids(),
+        .all_logits = false,
+        .reduce = std::span<const LogitsRequest>(draft_requests_).subspan(i, 1),
+    });
+    draft_computed_tokens_ += end - from;
+  }
+  // Pass j (1 <= j < k): the proposal pass j - 1 picked, one token per
+  // drafting chunk that wants more.
+  for (int32_t j = 0;; ++j) {
+    ASSIGN_OR_RETURN(const ForwardResult result, draft_.forward->Run(draft_chunks_));
+    for (Drafting& d : drafting) {
+      if (d.seq->n_proposed <= j) continue;
+      const LogitsSummary& s = result.summaries[result.first_row[d.row]];
+      d.seq->tokens[static_cast<size_t>(d.start + 1 + j)] = s.top_ids[0];
+    }
+    if (j + 1 >= max_k) break;
+    draft_chunks_.clear();
+    int32_t row = 0;
+    for (Drafting& d : drafting) {
+      if (d.seq->n_proposed <= j + 1) continue;
+      const int32_t slot = d.start + 1 + j;  // the proposal just picked
+      d.row = row++;
+      draft_chunks_.push_back({
+          .tokens = std::span<const int32_t>(d.seq->tokens).subspan(slot, 1),
+          .positions = std::span<const int32_t>(d.seq->positions).subspan(slot, 1),
+          .kv_start = slot,
+          .blocks = d.seq->blocks->ids(),
+          .all_logits = false,
+          .reduce = std::span<const LogitsRequest>(draft_requests_).subspan(0, 1),
+      });
+      ++draft_computed_tokens_;
+    }
+  }
+  draft_.backend->Synchronize();
+  return absl::OkStatus();
 }
 
 void Engine::UpdateSpeculative(Sequence& seq, const ScheduledChunk& c,
                                const ForwardResult& result, int32_t first_row,
                                StepOutput& out) {
   const int32_t k = seq.n_proposed;
+  const bool drafted = seq.drafting;
   seq.n_proposed = 0;
+  seq.drafting = false;
   const std::vector<int32_t> proposals(seq.tokens.begin() + c.start + 1,
                                        seq.tokens.begin() + c.start + 1 + k);
   seq.tokens.resize(static_cast<size_t>(c.start) + 1);
@@ -137,11 +245,19 @@ void Engine::UpdateSpeculative(Sequence& seq, const ScheduledChunk& c,
   // The KV of the last token and of the kept proposals stays; the slots of
   // the rejected ones are written over by the next step.
   seq.n_computed = c.start + static_cast<int32_t>(decided.size());
+  // The draft computed the chunk's tokens, or, drafting, those up to the
+  // last proposal (which its own pick followed): when every proposal was
+  // kept, the last one's draft KV comes with the next chunk.
+  seq.draft_lag = drafted ? std::max(0, seq.n_computed - (c.start + k)) : 0;
   for (const Decided& d : decided) seq.Append(d.token.id);
   seq.n_generated += static_cast<int32_t>(decided.size());
   HashFullBlocks(seq, out.blocks);
   spec_proposed_ += k;
   spec_accepted_ += accepted;
+  if (drafted) {
+    spec_draft_proposed_ += k;
+    spec_draft_accepted_ += accepted;
+  }
   // Adaptive k: grow while everything is kept, halve when nothing is, and
   // after repeated misses stop proposing for a while (doubling each time, up
   // to 64 steps), so a sequence that does not benefit pays little.

@@ -35,6 +35,10 @@ absl::Status Engine::ValidateRequest(const GenerationRequest& request) const {
         "generated: ", request.generated.size(), " tokens leave nothing of max_tokens ",
         request.max_tokens));
   }
+  if (request.sampling.speculation == Speculation::kDraft && draft_.model == nullptr) {
+    return absl::InvalidArgumentError(
+        "speculation: draft needs a worker started with --draft-model; this one has none");
+  }
   if (request.roll_window != 0 &&
       (request.roll_keep < 0 ||
        request.roll_window < request.roll_keep + 2 * kv_->block_size() + 1)) {
@@ -102,20 +106,20 @@ absl::Status Engine::ValidateSnapshot(const GenerationRequest& request,
 }
 
 absl::Status Engine::ValidateShape(const KvSnapshot& kv) const {
-  const ModelConfig& c = model_.config();
   auto mismatch = [](const char* field, int64_t got, int64_t want) {
     return absl::FailedPreconditionError(absl::StrCat(
         "kv.", field, " is ", got, " but this worker uses ", want));
   };
-  if (kv.model_fingerprint != model_.fingerprint()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "kv.model_fingerprint ", kv.model_fingerprint, " differs from this worker's model (",
-        model_.fingerprint(), ")"));
+  if (kv.model_fingerprint != kv_fingerprint_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("kv.model_fingerprint ", kv.model_fingerprint, " differs from this worker's ",
+                     draft_.model != nullptr ? "model and draft model pair" : "model", " (",
+                     kv_fingerprint_, ")"));
   }
   if (kv.block_size != kv_->block_size())
     return mismatch("block_size", kv.block_size, kv_->block_size());
-  if (kv.n_layer != c.n_layer) return mismatch("n_layer", kv.n_layer, c.n_layer);
-  if (kv.kv_dim != c.kv_dim()) return mismatch("kv_dim", kv.kv_dim, c.kv_dim());
+  if (kv.n_layer != kv_->n_layer()) return mismatch("n_layer", kv.n_layer, kv_->n_layer());
+  if (kv.kv_dim != kv_->kv_dim()) return mismatch("kv_dim", kv.kv_dim, kv_->kv_dim());
   if (kv.dtype != kv_->dtype()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "kv.dtype is ", std::string(GgmlTypeName(kv.dtype)), " but this worker uses ",

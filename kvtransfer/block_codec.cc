@@ -189,19 +189,28 @@ void EncodeBlockTo(const BlockHeader& header, PayloadPieces payload, std::string
 
 BlockExpectation ExpectationFor(const engine::ModelConfig& config, uint64_t fingerprint,
                                 int32_t block_size, engine::GgmlType dtype) {
-  TANDEM_CHECK(IsKvDtype(dtype), "KV blocks are f32 or f16 (KvCache::Create refuses others)");
-  TANDEM_CHECK(block_size > 0 && config.n_layer > 0 && config.kv_dim() > 0,
+  return ExpectationFor(engine::KvLayout{.fingerprint = fingerprint,
+                                         .block_size = block_size,
+                                         .n_layer = config.n_layer,
+                                         .kv_dim = config.kv_dim(),
+                                         .dtype = dtype});
+}
+
+BlockExpectation ExpectationFor(const engine::KvLayout& layout) {
+  TANDEM_CHECK(IsKvDtype(layout.dtype),
+               "KV blocks are f32 or f16 (KvCache::Create refuses others)");
+  TANDEM_CHECK(layout.block_size > 0 && layout.n_layer > 0 && layout.kv_dim > 0,
                "KV shape must be positive")
-      << "block_size=" << block_size << " n_layer=" << config.n_layer
-      << " kv_dim=" << config.kv_dim();
+      << "block_size=" << layout.block_size << " n_layer=" << layout.n_layer
+      << " kv_dim=" << layout.kv_dim;
   return BlockExpectation{
-      .model_fingerprint = fingerprint,
-      .block_size = static_cast<uint32_t>(block_size),
-      .layer_count = static_cast<uint32_t>(config.n_layer),
-      .kv_dim = static_cast<uint32_t>(config.kv_dim()),
-      .dtype = dtype,
+      .model_fingerprint = layout.fingerprint,
+      .block_size = static_cast<uint32_t>(layout.block_size),
+      .layer_count = static_cast<uint32_t>(layout.n_layer),
+      .kv_dim = static_cast<uint32_t>(layout.kv_dim),
+      .dtype = layout.dtype,
       .payload_bytes = static_cast<int64_t>(
-          BlockPayloadBytes(config.n_layer, block_size, config.kv_dim(), dtype)),
+          BlockPayloadBytes(layout.n_layer, layout.block_size, layout.kv_dim, layout.dtype)),
   };
 }
 

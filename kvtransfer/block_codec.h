@@ -12,9 +12,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/kv/block_hash.h"
 #include "engine/gguf/model_config.h"
 #include "engine/gguf/tensor_type.h"
+#include "engine/kv/block_hash.h"
+#include "engine/kv/kv_layout.h"
 
 namespace tandem::kvtransfer {
 
@@ -101,6 +102,9 @@ struct BlockExpectation {
 // bytes.
 BlockExpectation ExpectationFor(const engine::ModelConfig& config, uint64_t fingerprint,
                                 int32_t block_size, engine::GgmlType dtype);
+// The same for an engine's blocks as they are (StepEngine::kv_layout: a
+// draft model's layers after the model's, keyed by the pair).
+BlockExpectation ExpectationFor(const engine::KvLayout& layout);
 
 // Decodes and verifies one encoded block, which is untrusted input.
 // DataLoss: bad magic, truncated or trailing bytes, checksum mismatch, or a

@@ -71,6 +71,9 @@ engine::SamplingParams SamplingFromProto(const tandem::v1::SamplingParams& p) {
     case tandem::v1::SPECULATION_PROMPT_LOOKUP:
       s.speculation = engine::Speculation::kPromptLookup;
       break;
+    case tandem::v1::SPECULATION_DRAFT:
+      s.speculation = engine::Speculation::kDraft;
+      break;
     default: s.speculation = engine::Speculation::kDefault; break;
   }
   s.logit_bias.reserve(p.logit_bias_size());
@@ -98,6 +101,9 @@ void SamplingToProto(const engine::SamplingParams& s, tandem::v1::SamplingParams
     case engine::Speculation::kOff: p->set_speculation(tandem::v1::SPECULATION_OFF); break;
     case engine::Speculation::kPromptLookup:
       p->set_speculation(tandem::v1::SPECULATION_PROMPT_LOOKUP);
+      break;
+    case engine::Speculation::kDraft:
+      p->set_speculation(tandem::v1::SPECULATION_DRAFT);
       break;
   }
   using Kind = engine::OutputConstraint::Kind;

@@ -122,6 +122,7 @@ class EngineLoop {
   int32_t max_context() const { return engine_->max_context(); }
   int32_t kv_block_size() const { return engine_->kv_block_size(); }
   engine::GgmlType kv_dtype() const { return engine_->kv_dtype(); }
+  engine::KvLayout kv_layout() const { return engine_->kv_layout(); }
 
  private:
   struct Op {

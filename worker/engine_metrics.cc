@@ -61,14 +61,20 @@ EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) 
   auto* pins_dropped = &rpc::CounterMetric(
       registry, "tandem_session_kv_pins_dropped_total",
       "Sessions' kept KV let go early (over --session-kv-percent, or to make room)");
-  // By method (prompt_lookup is the one there is).
-  auto* spec_proposed = &rpc::CounterMetric(
-      registry, "tandem_speculative_proposed_tokens_total",
-      "Tokens proposed by speculative decoding, by method", {{"method", "prompt_lookup"}});
-  auto* spec_accepted = &rpc::CounterMetric(
+  // By method: prompt_lookup, draft.
+  auto& proposed_family = rpc::CounterFamily(registry, "tandem_speculative_proposed_tokens_total",
+                                             "Tokens proposed by speculative decoding, by method");
+  auto& accepted_family = rpc::CounterFamily(
       registry, "tandem_speculative_accepted_tokens_total",
-      "Proposed tokens the model kept (its own pick was the proposal), by method",
-      {{"method", "prompt_lookup"}});
+      "Proposed tokens the model kept (its own pick was the proposal), by method");
+  auto* lookup_proposed = &proposed_family.Add({{"method", "prompt_lookup"}});
+  auto* lookup_accepted = &accepted_family.Add({{"method", "prompt_lookup"}});
+  auto* draft_proposed = &proposed_family.Add({{"method", "draft"}});
+  auto* draft_accepted = &accepted_family.Add({{"method", "draft"}});
+  auto* draft_computed = &rpc::CounterMetric(
+      registry, "tandem_speculative_draft_computed_tokens_total",
+      "Tokens whose KV the draft model computed (--draft-model): prompts and output, not "
+      "those that came computed with a hand-off, a pulled prefix or the prefix cache");
   auto* step = &rpc::LatencyHistogram(registry, "tandem_engine_step_seconds",
                                  "Duration of one engine step (forward pass + sampling)");
   // EngineStats counts since start; the counters take the deltas.
@@ -100,8 +106,14 @@ EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) 
     }
     pulled->Increment(static_cast<double>(s.prefix_pulled_tokens - counted.prefix_pulled_tokens));
     fallbacks->Increment(static_cast<double>(s.delta_fallbacks - counted.delta_fallbacks));
-    spec_proposed->Increment(static_cast<double>(s.spec_proposed - counted.spec_proposed));
-    spec_accepted->Increment(static_cast<double>(s.spec_accepted - counted.spec_accepted));
+    const auto delta = [](int64_t now, int64_t before) { return static_cast<double>(now - before); };
+    draft_proposed->Increment(delta(s.spec_draft_proposed, counted.spec_draft_proposed));
+    draft_accepted->Increment(delta(s.spec_draft_accepted, counted.spec_draft_accepted));
+    lookup_proposed->Increment(delta(s.spec_proposed - s.spec_draft_proposed,
+                                     counted.spec_proposed - counted.spec_draft_proposed));
+    lookup_accepted->Increment(delta(s.spec_accepted - s.spec_draft_accepted,
+                                     counted.spec_accepted - counted.spec_draft_accepted));
+    draft_computed->Increment(delta(s.draft_computed_tokens, counted.draft_computed_tokens));
     counted = s;
     step->Observe(absl::ToDoubleSeconds(took));
   };

@@ -52,21 +52,18 @@ absl::StatusOr<Worker> StartWorker(
   w.stall_timeout = absl::Milliseconds(stall_ms);
   ASSIGN_OR_RETURN(const KvTierOptions tier_options, KvTierOptionsFromArgs(args));
   ASSIGN_OR_RETURN(w.model, engine::Model::Load(args.String("model")));
+  ASSIGN_OR_RETURN(w.draft_model, engine::LoadDraftModel(setup));
   ASSIGN_OR_RETURN(w.metrics, rpc::MetricsServer::Start(args.String("metrics-listen")));
-  ASSIGN_OR_RETURN(w.tiers,
-                   TieredKvStore::Create(tier_options,
-                                         kvtransfer::ExpectationFor(
-                                             w.model->config(), w.model->fingerprint(),
-                                             setup.engine.kv.block_size, setup.engine.kv.dtype),
-                                         w.metrics->registry()));
+  // The blocks the engine will make: the tiers load only those.
+  const engine::KvLayout layout =
+      engine::Engine::LayoutFor(*w.model, w.draft_model.get(), setup.engine.kv);
+  ASSIGN_OR_RETURN(w.tiers, TieredKvStore::Create(tier_options, kvtransfer::ExpectationFor(layout),
+                                                  w.metrics->registry()));
   setup.engine.tiers = w.tiers.get();
-  ASSIGN_OR_RETURN(std::unique_ptr<engine::Backend> backend,
-                   engine::MakeBackendForModel(*w.model, setup.device, setup.backend,
-                                                               setup.cuda));
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
-                   engine::Engine::Create(*w.model, std::move(backend), setup.engine));
+                   engine::CreateEngine(*w.model, w.draft_model.get(), setup));
   w.block_events = std::make_unique<BlockEventPublisher>(
-      BlockEventPublisherOptions{.model_fingerprint = w.model->fingerprint(),
+      BlockEventPublisherOptions{.model_fingerprint = eng->kv_layout().fingerprint,
                                  .block_size = eng->kv_block_size(),
                                  .kv_capacity_blocks = eng->stats().blocks_total,
                                  .max_context = eng->max_context()},

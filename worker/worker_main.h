@@ -29,6 +29,7 @@ std::vector<common::FlagSpec> WorkerFlagSpecs();
 
 struct Worker {
   std::unique_ptr<engine::Model> model;
+  std::unique_ptr<engine::Model> draft_model;  // --draft-model; null: none
   std::unique_ptr<rpc::MetricsServer> metrics;
   // Publishes the engine's block events (serve it with the worker's
   // service). Declared before `loop`, whose thread feeds it.

@@ -47,4 +47,10 @@ uint64_t ModelFingerprint(const ModelConfig& c, const GgufFile& file) {
   return h;
 }
 
+uint64_t PairFingerprint(uint64_t model, uint64_t draft) {
+  constexpr char kTag[] = "draft pair";
+  uint64_t h = MixBytes(kFnvOffset, kTag, sizeof(kTag) - 1);
+  return Mix(Mix(h, model), draft);
+}
+
 }  // namespace tandem::engine

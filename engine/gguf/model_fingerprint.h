@@ -20,6 +20,11 @@ namespace tandem::engine {
 // orphans every cached block.
 uint64_t ModelFingerprint(const ModelConfig& config, const GgufFile& file);
 
+// A model and its draft model's (Engine::Create): what blocks holding both
+// models' KV are keyed by, so they never mix with blocks of the model alone
+// or of another pair. Order matters.
+uint64_t PairFingerprint(uint64_t model, uint64_t draft);
+
 }  // namespace tandem::engine
 
 #endif  // TANDEM_ENGINE_GGUF_MODEL_FINGERPRINT_H_

@@ -8,29 +8,32 @@
 
 namespace tandem::engine {
 
-absl::StatusOr<std::unique_ptr<ForwardPass>> ForwardPass::Create(const Model& model,
-                                                                 Backend& backend,
-                                                                 const KvCache& kv,
-                                                                 const RopeTable& rope,
-                                                                 const ForwardLimits& limits) {
+absl::StatusOr<std::unique_ptr<ForwardPass>> ForwardPass::Create(
+    const Model& model, Backend& backend, const KvCache& kv, const RopeTable& rope,
+    const ForwardLimits& limits, int32_t kv_first_layer) {
   TANDEM_CHECK(limits.max_tokens >= 1 && limits.max_seqs >= 1 && limits.max_logit_rows >= 1,
                "forward limits are positive");
-  std::unique_ptr<ForwardPass> pass(new ForwardPass(model, backend, kv, rope, limits));
+  TANDEM_CHECK(kv_first_layer >= 0 && kv_first_layer + model.config().n_layer <= kv.n_layer() &&
+                   kv.kv_dim() == model.config().kv_dim(),
+               "the cache holds the model's layers")
+      << kv_first_layer << " + " << model.config().n_layer << " > " << kv.n_layer();
+  std::unique_ptr<ForwardPass> pass(
+      new ForwardPass(model, backend, kv, rope, limits, kv_first_layer));
   RETURN_IF_ERROR(pass->Allocate());
   return pass;
 }
 
 ForwardPass::ForwardPass(const Model& model, Backend& backend, const KvCache& kv,
-                         const RopeTable& rope, const ForwardLimits& limits)
+                         const RopeTable& rope, const ForwardLimits& limits, int32_t kv_first_layer)
     : config_(model.config()),
       backend_(backend),
       kv_(kv),
       rope_(rope),
       limits_(limits),
+      kv_first_layer_(kv_first_layer),
       // Slots never run past positions (a rolled or shifted sequence has
       // fewer slots than positions), and a table holds each block once.
-      max_blocks_per_seq_(
-          std::min(kv.num_blocks(), rope.max_positions() / kv.block_size() + 2)),
+      max_blocks_per_seq_(std::min(kv.num_blocks(), rope.max_positions() / kv.block_size() + 2)),
       host_weights_(model.weights()) {}
 
 absl::Status ForwardPass::Allocate() {
@@ -195,7 +198,7 @@ void ForwardPass::Attention(int32_t layer) {
   // Rotate, then store each token's key and value in its KV slot.
   backend_.Rope(s_.q, config_.n_head, config_.head_dim);
   backend_.Rope(s_.k, config_.n_head_kv, config_.head_dim);
-  const PagedKvView kv = kv_.LayerView(layer);
+  const PagedKvView kv = kv_.LayerView(kv_first_layer_ + layer);
   backend_.StoreKv(kv, s_.k, s_.v);
   backend_.PagedAttention({.q = s_.q,
                            .out = s_.att,

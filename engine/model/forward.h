@@ -69,12 +69,15 @@ struct ForwardLimits {
 class ForwardPass {
  public:
   // Prepares the weights and the RoPE table on `backend` and allocates the
-  // scratch for `limits`. `model`, `backend`, `kv` and `rope` must outlive
-  // the pass. The backend's error when its memory falls short.
+  // scratch for `limits`. The model's layer l keeps its keys and values in
+  // the cache's layer kv_first_layer + l (a draft model's follow the
+  // target's). `model`, `backend`, `kv` and `rope` must outlive the pass.
+  // The backend's error when its memory falls short.
   static absl::StatusOr<std::unique_ptr<ForwardPass>> Create(const Model& model, Backend& backend,
                                                              const KvCache& kv,
                                                              const RopeTable& rope,
-                                                             const ForwardLimits& limits);
+                                                             const ForwardLimits& limits,
+                                                             int32_t kv_first_layer = 0);
 
   // InvalidArgument for token ids out of range, positions past the RoPE
   // table, block tables that do not cover the chunk, or more slots than
@@ -103,7 +106,7 @@ class ForwardPass {
   };
 
   ForwardPass(const Model& model, Backend& backend, const KvCache& kv, const RopeTable& rope,
-              const ForwardLimits& limits);
+              const ForwardLimits& limits, int32_t kv_first_layer);
   absl::Status Allocate();
   absl::Status Validate(std::span<const BatchChunk> chunks) const;
   // Fills step_ (and the result's first rows) for `chunks`.
@@ -117,6 +120,7 @@ class ForwardPass {
   const KvCache& kv_;
   const RopeTable& rope_;
   const ForwardLimits limits_;
+  const int32_t kv_first_layer_;
   const int32_t max_blocks_per_seq_;  // a block table never needs more
   const ModelWeights& host_weights_;
   DeviceWeights w_;

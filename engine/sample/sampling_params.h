@@ -56,8 +56,9 @@ const char* OutputConstraintKindName(OutputConstraint::Kind kind);
 // --speculative), off, or prompt lookup (tokens proposed from the
 // sequence's own earlier n-grams, verified in one step, each kept only where
 // the model's own pick -- greedy or sampled with this request's seed -- is
-// that token, so the output is what decoding one token per step gives).
-enum class Speculation : uint8_t { kDefault = 0, kOff, kPromptLookup };
+// that token, so the output is what decoding one token per step gives), or
+// a draft model's greedy proposals (--draft-model), verified the same way.
+enum class Speculation : uint8_t { kDefault = 0, kOff, kPromptLookup, kDraft };
 
 struct SamplingParams {
   float temperature = 0.0f;  // 0 = greedy (argmax)

@@ -144,9 +144,15 @@ struct EngineStats {
   int32_t pins = 0;
   int32_t blocks_pinned = 0;
   int64_t pins_dropped = 0;
-  // Speculation: tokens proposed, and of them those the model kept.
+  // Speculation: tokens proposed, and of them those the model kept (every
+  // method); of those, the draft model's.
   int64_t spec_proposed = 0;
   int64_t spec_accepted = 0;
+  int64_t spec_draft_proposed = 0;
+  int64_t spec_draft_accepted = 0;
+  // Tokens the draft model computed KV for (prompts and output; not those
+  // that came computed with a hand-off, a pulled prefix or the cache).
+  int64_t draft_computed_tokens = 0;
 };
 
 }  // namespace tandem::engine

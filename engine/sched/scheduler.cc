@@ -71,6 +71,13 @@ int32_t ChunkSize(const Sequence& seq, int32_t budget, int32_t logprob_rows, int
 }  // namespace
 
 void Scheduler::Preempt(Sequence& seq) {
+  // Its proposals go: it computes its tokens again from the start (or the
+  // cache), and the last real one must be among them to be sampled from.
+  const auto real_end = seq.tokens.size() - static_cast<size_t>(seq.n_proposed);
+  seq.tokens.resize(real_end);
+  seq.positions.resize(real_end);
+  seq.n_proposed = 0;
+  seq.drafting = false;
   UndoAdmission(seq);
   ++preemptions_;
 }
@@ -78,6 +85,7 @@ void Scheduler::Preempt(Sequence& seq) {
 void Scheduler::UndoAdmission(Sequence& seq) {
   seq.blocks.reset();
   seq.n_computed = 0;
+  seq.draft_lag = 0;
   seq.n_cached = 0;
   seq.n_cached_by_tier = {};
   seq.n_hashed = 0;
@@ -122,6 +130,7 @@ void Scheduler::AttachCachedPrefix(Sequence& seq, int32_t max_blocks) {
   seq.blocks = std::move(list);
   seq.n_cached = found * block_size_;
   seq.n_computed = seq.n_cached;
+  seq.draft_lag = 0;
   seq.n_hashed = found;  // their hashes are known: the chain continues
   seq.last_hash = parent;
 }
@@ -155,6 +164,7 @@ bool Scheduler::AdmitImport(Sequence& seq, StepPlan& plan) {
   seq.import_from_block = seq.n_cached / block_size_;
   if (prefix) seq.n_cached = kv.n_tokens;
   seq.n_computed = kv.n_tokens;
+  seq.draft_lag = 0;
   plan.imported.push_back(seq.id);
   return true;
 }
@@ -211,7 +221,8 @@ StepPlan Scheduler::Schedule() {
     // Of n_cached, what a pulled prefix brought (the rest the pool had).
     const int32_t pulled =
         seq.import_is_prefix() ? seq.n_cached - seq.import_from_block * block_size_ : 0;
-    const int32_t count = ChunkSize(seq, budget, logprob_rows, 0);
+    // (Proposals: a hand-off's first token may come with some.)
+    const int32_t count = ChunkSize(seq, budget, logprob_rows, spec_rows);
     if (count == 0 || !EnsureBlocks(seq, seq.n_computed + count)) {
       // Not admitted after all: give back what admission took (cached
       // blocks return to the LRU).
@@ -229,6 +240,7 @@ StepPlan Scheduler::Schedule() {
       prefix_pulled_tokens_ += pulled;
     }
     if (GathersPromptLogprobs(seq)) logprob_rows -= count;
+    if (seq.n_proposed > 0) spec_rows -= count - 1;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     plan.chunks.push_back({.seq_id = seq.id, .start = seq.n_computed, .count = count});

@@ -85,6 +85,11 @@ class Scheduler {
   void ForEachRunning(F f) {
     for (std::unique_ptr<Sequence>& seq : running_) f(*seq);
   }
+  // Likewise for the waiting ones, in the order they are admitted.
+  template <typename F>
+  void ForEachWaiting(F f) {
+    for (std::unique_ptr<Sequence>& seq : waiting_) f(*seq);
+  }
 
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }

@@ -67,6 +67,11 @@ struct Sequence {
   // grows while proposals are kept and halves when none is), and steps to
   // go before proposing again after proposals that were all rejected.
   int32_t n_proposed = 0;
+  // The proposals are placeholders the draft model fills (Engine::RunDraft).
+  bool drafting = false;
+  // A draft model's KV: the last draft_lag of the n_computed slots have none
+  // yet (the draft computes them with its next chunk); 0 or 1.
+  int32_t draft_lag = 0;
   int32_t spec_k = 0;
   int32_t spec_cooldown = 0;
   int32_t spec_misses = 0;

@@ -2,7 +2,10 @@
 // started with --speculative prompt-lookup streams exactly what the engine
 // gives without speculation, Usage reports the tokens proposed and kept, the
 // metrics count them, and a request may turn it off; a session's turns
-// that roll their window are unchanged by it.
+// that roll their window are unchanged by it. With a draft model on both
+// workers, the prefill worker ships the draft's KV with the model's and the
+// decode worker speculates on it from its first step, computing none of
+// the prompt's.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/engine.h"
 #include "engine/model/model.h"
+#include "engine/model/model_quantizer.h"
 #include "tests/e2e/reference.h"
 #include "tests/e2e/stack.h"
 
@@ -108,6 +112,65 @@ TEST(SpeculationTest, SessionTurnsRollingTheirWindowAreUnchanged) {
   EXPECT_GT(replies[1][1].usage.speculative_proposed_tokens(), 0);
   EXPECT_GT(replies[1][1].usage.speculative_accepted_tokens(), 0);
   EXPECT_EQ(replies[0][1].usage.speculative_proposed_tokens(), 0);
+  EXPECT_TRUE(stack->Stop());
+}
+
+TEST(SpeculationTest, ADraftModelsKvShipsWithTheHandOff) {
+  // The draft: the model quantized to Q4_0 (its picks are right often, not
+  // always).
+  const std::string draft = ::testing::TempDir() + "/tandem_e2e_stories_q4_0.gguf";
+  ASSERT_TRUE(engine::QuantizeModel(StoriesPath(), draft, engine::QuantMix::kQ4_0).ok());
+  StackOptions options;
+  options.model = StoriesPath();
+  options.worker_flags = {"--draft-model=" + draft};
+  options.decode_flags = {"--speculative=draft"};
+  // Every prompt through the prefill worker and the hand-off.
+  options.gateway_flags = {"--local-prefill-tokens=0"};
+  std::unique_ptr<Stack> stack = Stack::Start(options);
+  ASSERT_NE(stack, nullptr);
+  auto model = engine::Model::Load(StoriesPath());
+  ASSERT_TRUE(model.ok());
+  constexpr char kPrompt[] = "Once upon a time, there was a little girl named Lily. She";
+  int64_t prompt_tokens = 0;
+  int64_t generated = 0;
+  int64_t proposed = 0;
+  for (float temperature : {0.0f, 0.8f}) {
+    tandem::v1::GenerateRequest req;
+    req.set_prompt(kPrompt);
+    req.set_max_tokens(64);
+    req.set_top_logprobs(2);
+    req.mutable_sampling()->set_temperature(temperature);
+    req.mutable_sampling()->set_seed(3);
+    const Completion c = Generate(stack->gateway(), req);
+    ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+    engine::GenerationRequest r;
+    r.max_tokens = 64;
+    r.top_logprobs = 2;
+    r.sampling.temperature = temperature;
+    r.sampling.seed = 3;
+    const std::vector<engine::TokenEvent> want = EngineReference(**model, kPrompt, r);
+    ASSERT_EQ(c.tokens.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(c.tokens[i].id(), want[i].token.id) << i;
+      EXPECT_NEAR(c.tokens[i].logprob(), want[i].token.logprob, 1e-4) << i;
+    }
+    EXPECT_GT(c.usage.speculative_proposed_tokens(), 0) << temperature;
+    EXPECT_GT(c.usage.speculative_accepted_tokens(), 0) << temperature;
+    prompt_tokens += c.usage.prompt_tokens() - c.usage.cached_prompt_tokens();
+    generated += static_cast<int64_t>(c.tokens.size());
+    proposed += c.usage.speculative_proposed_tokens();
+  }
+  const std::string& decode = stack->decode_info().metrics_address;
+  const std::string& prefill = stack->prefill_info().metrics_address;
+  EXPECT_GT(MetricValue(decode, "tandem_speculative_accepted_tokens_total{method=\"draft\"}"), 0);
+  EXPECT_EQ(
+      MetricValue(decode, "tandem_speculative_proposed_tokens_total{method=\"prompt_lookup\"}"), 0);
+  // The prefill worker computed the draft's KV for the prompts (less what
+  // its cache held); the decode worker only for the tokens it generated and
+  // proposed (tests/engine/draft_speculate_test.cc counts it exactly).
+  const std::string computed = "tandem_speculative_draft_computed_tokens_total";
+  EXPECT_GE(MetricValue(prefill, computed), static_cast<double>(prompt_tokens));
+  EXPECT_LE(MetricValue(decode, computed), static_cast<double>(generated + proposed));
   EXPECT_TRUE(stack->Stop());
 }
 

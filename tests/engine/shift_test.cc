@@ -195,6 +195,38 @@ INSTANTIATE_TEST_SUITE_P(Cuts, ShiftTest,
                          ::testing::Values(std::make_pair(16, 16), std::make_pair(20, 7),
                                            std::make_pair(0, 0)));
 
+// With a draft model beside it (the model itself, so that a greedy proposal
+// is the model's own pick unless the draft's KV is off), a shifted turn
+// re-rotates the draft's keys with the model's: its proposals are kept.
+TEST(ShiftDraftTest, TheDraftsKeysAreShiftedToo) {
+  auto model = LoadSynthetic(TinyOptions());
+  EngineOptions o;
+  o.kv.block_size = kBlock;
+  o.speculation.draft = true;
+  o.speculation.max_batch = 0;
+  auto engine = Engine::Create(*model, testing::MakeTestBackend(2), o,
+                               {.model = model.get(), .backend = testing::MakeTestBackend(2)});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const std::vector<int32_t> first = Prompt(3 * kBlock + 5, 4);
+  ASSERT_TRUE((*engine)->Add(Turn(first, 1)).ok());
+  RunToEnd(**engine);
+  std::vector<int32_t> next;
+  for (int32_t i = 0; i < 3 * kBlock; ++i) {
+    if (i < 4 || i >= 4 + 23) next.push_back(first[i]);
+  }
+  for (int32_t t : Prompt(9, 11)) next.push_back(t);
+  GenerationRequest shifted = Turn(next, 40);
+  shifted.shift_from = 4;
+  shifted.shift_count = 23;
+  ASSERT_TRUE((*engine)->Add(shifted).ok());
+  const Steps turn = RunToEnd(**engine);
+  EXPECT_EQ(turn.tokens.front().cached_tokens, kBlock);  // a kept, shifted block
+  const EngineStats stats = (*engine)->stats();
+  EXPECT_GT(stats.spec_draft_proposed, 20);
+  EXPECT_GE(stats.spec_draft_accepted * 10, stats.spec_draft_proposed * 9)
+      << stats.spec_draft_accepted << " of " << stats.spec_draft_proposed;
+}
+
 TEST(ShiftPrivacyTest, PrivateKvIsNeitherReportedNorShared) {
   auto model = LoadSynthetic(TinyOptions());
   auto engine = MakeEngine(*model, GgmlType::kF32);

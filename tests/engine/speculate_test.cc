@@ -54,8 +54,14 @@ class SpeculateTest : public ::testing::Test {
   }
 
   static Outcome Run(std::vector<GenerationRequest> requests, bool speculate, int32_t k = 4,
-                     int32_t max_batch = 0) {
+                     int32_t max_batch = 0, int64_t kv_blocks = 0) {
     EngineOptions options;
+    if (kv_blocks > 0) {
+      // A pool of that many 8-token blocks.
+      options.kv.block_size = 8;
+      options.kv.budget_bytes = kv_blocks * 2 * model_->config().n_layer * 8 *
+                                model_->config().kv_dim() * int64_t{sizeof(float)};
+    }
     options.speculation.prompt_lookup = speculate;
     options.speculation.k = k;
     options.speculation.max_batch = max_batch;
@@ -277,6 +283,27 @@ TEST_F(SpeculateTest, LargeKStaysWithinTheRowBudget) {
   std::vector<GenerationRequest> batch;
   for (int i = 0; i < 6; ++i) batch.push_back(Request(kRepetitive, 40 + i));
   ExpectSame(Run(batch, true, 16), Run(batch, false));
+}
+
+// A pool too small for the batch: sequences are preempted, and one may be
+// admitted again in the plan that preempted it, its proposals then dropped
+// (a recompute from its start takes none).
+TEST_F(SpeculateTest, PreemptedSequencesAreUnchanged) {
+  std::vector<GenerationRequest> batch;
+  for (int i = 0; i < 4; ++i) {
+    batch.push_back(Request(kRepetitive, 60 + 4 * i));
+    batch.back().ignore_eos = true;
+  }
+  const Outcome alone = Run(batch, false);
+  for (int64_t blocks : {20, 24, 28, 32, 40}) {
+    SCOPED_TRACE(blocks);
+    const Outcome plain = Run(batch, false, 4, 0, blocks);
+    const Outcome spec = Run(batch, true, 4, 0, blocks);
+    EXPECT_GT(spec.stats.preemptions, 0);
+    EXPECT_GT(spec.stats.spec_accepted, 0);
+    ExpectSame(spec, plain);
+    ExpectSame(plain, alone);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,381 @@
+// Draft-model speculation in the engine: stories260K as the model and the
+// same model quantized to Q4_0 as its draft (right often, not always).
+// The output (ids and logprobs) equals decoding one token per step, greedy
+// and sampled, alone and in a batch, across a rolling window's rolls and
+// with a request choosing prompt lookup instead; the draft's KV is computed
+// with the prompt by a prefill engine and shipped with the hand-off, so the
+// decode engine computes none of the prompt's; the cache's blocks (hashes
+// and both models' KV) are those of a run that does not speculate; a draft
+// of another vocabulary or KV width, and a request for a draft the engine
+// lacks, are refused by name.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "engine/engine.h"
+#include "engine/model/model.h"
+#include "engine/model/model_quantizer.h"
+#include "tests/engine/test_backends.h"
+#include "tests/engine/test_models.h"
+
+namespace tandem::engine {
+namespace {
+
+constexpr const char* kPrompts[] = {
+    "Once upon a time, there was a little girl named Lily.",
+    "Tom had a red ball. He liked to",
+    "The sun was hot and the dog was thirsty, so",
+    "One day, a big bird flew over the house and saw",
+};
+
+struct Outcome {
+  std::vector<std::vector<SampledToken>> tokens;  // per request, in order
+  std::vector<FinishReason> finish;
+  absl::flat_hash_set<uint64_t> stored;  // block hashes reported stored
+  EngineStats stats;
+};
+
+class DraftSpeculateTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto m = Model::Load(testing::StoriesPath());
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = m->release();
+    const std::string path = ::testing::TempDir() + "/tandem_stories_q4_0_draft.gguf";
+    auto q = QuantizeModel(testing::StoriesPath(), path, QuantMix::kQ4_0);
+    ASSERT_TRUE(q.ok()) << q.status();
+    auto d = Model::Load(path);
+    ASSERT_TRUE(d.ok()) << d.status();
+    draft_ = d->release();
+  }
+  static void TearDownTestSuite() {
+    delete draft_;
+    delete model_;
+  }
+
+  static GenerationRequest Request(const std::string& prompt, int32_t max_tokens,
+                                   float temperature = 0.0f) {
+    GenerationRequest r;
+    r.prompt = model_->tokenizer().Encode(prompt, {.add_special = true, .parse_special = true});
+    r.max_tokens = max_tokens;
+    r.top_logprobs = 3;
+    r.sampling.temperature = temperature;
+    r.sampling.seed = 11;
+    return r;
+  }
+
+  // An engine on the model; with the draft beside it when `with_draft`,
+  // speculating with it by default when `speculate`.
+  static std::unique_ptr<Engine> Make(bool with_draft, bool speculate, EngineOptions options = {}) {
+    options.speculation.draft = speculate;
+    options.speculation.max_batch = 0;
+    DraftModel draft;
+    if (with_draft) draft = {.model = draft_, .backend = testing::MakeTestBackend(2)};
+    auto eng = Engine::Create(*model_, testing::MakeTestBackend(2), options, std::move(draft));
+    EXPECT_TRUE(eng.ok()) << eng.status();
+    return eng.ok() ? std::move(*eng) : nullptr;
+  }
+
+  static Outcome Drain(Engine& eng, const std::vector<int64_t>& ids) {
+    Outcome o;
+    o.tokens.resize(ids.size());
+    o.finish.resize(ids.size(), FinishReason::kNone);
+    while (eng.HasWork()) {
+      auto step = eng.Step();
+      EXPECT_TRUE(step.ok()) << step.status();
+      if (!step.ok()) break;
+      for (TokenEvent& e : step->tokens) {
+        const size_t i = std::find(ids.begin(), ids.end(), e.seq_id) - ids.begin();
+        o.tokens[i].push_back(e.token);
+        if (e.finish != FinishReason::kNone) o.finish[i] = e.finish;
+      }
+      for (const BlockEvent& b : step->blocks) {
+        if (b.kind == BlockEvent::Kind::kStored) o.stored.insert(b.hash.low ^ (b.hash.high * 31));
+      }
+    }
+    o.stats = eng.stats();
+    return o;
+  }
+
+  static Outcome Run(Engine& eng, std::vector<GenerationRequest> requests) {
+    std::vector<int64_t> ids;
+    for (GenerationRequest& r : requests) {
+      auto id = eng.Add(std::move(r));
+      EXPECT_TRUE(id.ok()) << id.status();
+      ids.push_back(id.ok() ? *id : -1);
+    }
+    return Drain(eng, ids);
+  }
+
+  static void ExpectSame(const Outcome& got, const Outcome& want) {
+    ASSERT_EQ(got.tokens.size(), want.tokens.size());
+    for (size_t i = 0; i < want.tokens.size(); ++i) {
+      ASSERT_EQ(got.tokens[i].size(), want.tokens[i].size()) << "request " << i;
+      for (size_t t = 0; t < want.tokens[i].size(); ++t) {
+        ASSERT_EQ(got.tokens[i][t].id, want.tokens[i][t].id) << "request " << i << " token " << t;
+        EXPECT_NEAR(got.tokens[i][t].logprob, want.tokens[i][t].logprob, 1e-4);
+        ASSERT_EQ(got.tokens[i][t].top.size(), want.tokens[i][t].top.size());
+      }
+      EXPECT_EQ(got.finish[i], want.finish[i]);
+    }
+  }
+
+  static std::vector<GenerationRequest> All(int32_t max_tokens, float temperature = 0.0f) {
+    std::vector<GenerationRequest> rs;
+    for (const char* p : kPrompts) rs.push_back(Request(p, max_tokens, temperature));
+    return rs;
+  }
+
+  static Model* model_;
+  static Model* draft_;
+};
+Model* DraftSpeculateTest::model_ = nullptr;
+Model* DraftSpeculateTest::draft_ = nullptr;
+
+TEST_F(DraftSpeculateTest, GreedyOutputIsUnchangedAndTheDraftIsRightOftenNotAlways) {
+  const Outcome plain = Run(*Make(false, false), All(80));
+  for (bool batched : {false, true}) {
+    Outcome spec;
+    if (batched) {
+      spec = Run(*Make(true, true), All(80));
+    } else {
+      // One request at a time, each in a fresh engine.
+      spec.tokens.resize(std::size(kPrompts));
+      spec.finish.resize(std::size(kPrompts));
+      for (size_t i = 0; i < std::size(kPrompts); ++i) {
+        const Outcome one = Run(*Make(true, true), {Request(kPrompts[i], 80)});
+        spec.tokens[i] = one.tokens[0];
+        spec.finish[i] = one.finish[0];
+        spec.stats.spec_draft_proposed += one.stats.spec_draft_proposed;
+        spec.stats.spec_draft_accepted += one.stats.spec_draft_accepted;
+      }
+    }
+    ExpectSame(spec, plain);
+    EXPECT_GT(spec.stats.spec_draft_proposed, 0);
+    EXPECT_GT(spec.stats.spec_draft_accepted, spec.stats.spec_draft_proposed / 4) << batched;
+    EXPECT_LT(spec.stats.spec_draft_accepted, spec.stats.spec_draft_proposed) << batched;
+    std::cout << (batched ? "batched" : "alone") << ": proposed " << spec.stats.spec_draft_proposed
+              << ", kept " << spec.stats.spec_draft_accepted << "\n";
+  }
+}
+
+TEST_F(DraftSpeculateTest, SampledOutputIsUnchangedDrawForDraw) {
+  const Outcome plain = Run(*Make(false, false), All(64, 0.9f));
+  const Outcome spec = Run(*Make(true, true), All(64, 0.9f));
+  ExpectSame(spec, plain);
+  EXPECT_GT(spec.stats.spec_draft_accepted, 0);
+}
+
+TEST_F(DraftSpeculateTest, ARequestChoosesItsMethod) {
+  // Prompt lookup on an engine whose default is the draft, and the draft on
+  // one whose default is off.
+  std::vector<GenerationRequest> lookup = All(48);
+  for (GenerationRequest& r : lookup) r.sampling.speculation = Speculation::kPromptLookup;
+  std::vector<GenerationRequest> draft = All(48);
+  for (GenerationRequest& r : draft) r.sampling.speculation = Speculation::kDraft;
+  const Outcome plain = Run(*Make(false, false), All(48));
+  const Outcome a = Run(*Make(true, true), lookup);
+  const Outcome b = Run(*Make(true, false), draft);
+  ExpectSame(a, plain);
+  ExpectSame(b, plain);
+  EXPECT_EQ(a.stats.spec_draft_proposed, 0);
+  EXPECT_GT(b.stats.spec_draft_proposed, 0);
+  // A request for a draft an engine does not have is refused by name.
+  GenerationRequest r = Request(kPrompts[0], 8);
+  r.sampling.speculation = Speculation::kDraft;
+  auto refused = Make(false, false)->Add(r);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("speculation"), std::string::npos);
+}
+
+TEST_F(DraftSpeculateTest, ARollingWindowMatchesAcrossItsRolls) {
+  EngineOptions options;
+  options.kv.block_size = 8;
+  std::vector<GenerationRequest> rs;
+  for (const char* p : kPrompts) {
+    GenerationRequest r = Request(p, 120);
+    r.ignore_eos = true;
+    r.roll_window = 64;
+    r.roll_keep = 4;
+    rs.push_back(std::move(r));
+  }
+  const Outcome plain = Run(*Make(false, false, options), rs);
+  const Outcome spec = Run(*Make(true, true, options), rs);
+  ExpectSame(spec, plain);
+  EXPECT_GT(spec.stats.spec_draft_accepted, 0);
+}
+
+TEST_F(DraftSpeculateTest, PreemptedSequencesRecomputeBothModels) {
+  // A pool too small for the batch: sequences are preempted and recomputed.
+  EngineOptions options;
+  options.kv.block_size = 8;
+  options.kv.budget_bytes = 0;
+  const int64_t block_bytes = Engine::LayoutFor(*model_, draft_, options.kv).n_layer * int64_t{2} *
+                              8 * model_->config().kv_dim() * 4;
+  options.kv.budget_bytes = block_bytes * 24;
+  std::vector<GenerationRequest> rs = All(72);
+  for (GenerationRequest& r : rs) r.ignore_eos = true;
+  const Outcome plain = Run(*Make(true, false, options), rs);
+  const Outcome spec = Run(*Make(true, true, options), rs);
+  const Outcome alone = Run(*Make(false, false), rs);
+  {
+    SCOPED_TRACE("without speculation, preempted or not");
+    ExpectSame(plain, alone);
+  }
+  ExpectSame(spec, plain);
+  EXPECT_GT(spec.stats.preemptions, 0);
+  EXPECT_GT(spec.stats.spec_draft_accepted, 0);
+}
+
+TEST_F(DraftSpeculateTest, TheDraftsKvComesWithTheHandOffAndIsNotRecomputed) {
+  const GenerationRequest base = Request(kPrompts[0], 40);
+  const auto n_prompt = static_cast<int64_t>(base.prompt.size());
+  // Prefill: the prompt through both models, exported with the first token.
+  std::unique_ptr<Engine> prefill = Make(true, false);
+  GenerationRequest p = base;
+  p.export_kv = true;
+  p.max_tokens = 1;
+  ASSERT_TRUE(prefill->Add(p).ok());
+  std::shared_ptr<const KvSnapshot> kv;
+  SampledToken first;
+  while (prefill->HasWork()) {
+    auto step = prefill->Step();
+    ASSERT_TRUE(step.ok()) << step.status();
+    for (TokenEvent& e : step->tokens) {
+      first = e.token;
+      kv = e.kv;
+    }
+  }
+  ASSERT_NE(kv, nullptr);
+  EXPECT_EQ(prefill->stats().draft_computed_tokens, n_prompt);
+  EXPECT_EQ(kv->n_layer, model_->config().n_layer + draft_->config().n_layer);
+  EXPECT_EQ(kv->model_fingerprint, prefill->kv_layout().fingerprint);
+  EXPECT_NE(kv->model_fingerprint, model_->fingerprint());
+
+  // Decode: speculates from its first step on the shipped draft KV; the
+  // draft computes only the tokens generated here.
+  std::unique_ptr<Engine> decode = Make(true, true);
+  auto id = decode->AddWithKv(base, first, kv);
+  ASSERT_TRUE(id.ok()) << id.status();
+  Outcome got = Drain(*decode, {*id});
+  got.tokens[0].insert(got.tokens[0].begin(), first);
+  const Outcome plain = Run(*Make(false, false), {base});
+  ExpectSame(got, plain);
+  EXPECT_GT(got.stats.spec_draft_accepted, 0);
+  // The same request computed whole by a decoding engine takes the same
+  // steps and proposals, and its draft computes the prompt besides.
+  std::unique_ptr<Engine> local = Make(true, true);
+  const Outcome whole = Run(*local, {base});
+  ExpectSame(whole, plain);
+  EXPECT_EQ(whole.stats.spec_draft_proposed, got.stats.spec_draft_proposed);
+  EXPECT_EQ(whole.stats.draft_computed_tokens - got.stats.draft_computed_tokens, n_prompt);
+
+  // An engine without the draft (or with another pair) refuses those blocks.
+  auto refused = Make(false, false)->AddWithKv(base, first, kv);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("model_fingerprint"), std::string::npos);
+}
+
+TEST_F(DraftSpeculateTest, TheCacheHoldsWhatARunWithoutSpeculationLeaves) {
+  // Same engine setup (the draft beside the model), speculating or not: the
+  // same blocks are hashed, and their bytes (both models' layers) agree.
+  std::vector<GenerationRequest> rs = All(70);
+  for (GenerationRequest& r : rs) r.ignore_eos = true;
+  std::unique_ptr<Engine> plain_engine = Make(true, false);
+  std::unique_ptr<Engine> spec_engine = Make(true, true);
+  const Outcome plain = Run(*plain_engine, rs);
+  const Outcome spec = Run(*spec_engine, rs);
+  ExpectSame(spec, plain);
+  EXPECT_EQ(plain.stats.spec_draft_proposed, 0);
+  EXPECT_GT(spec.stats.spec_draft_accepted, 0);
+  EXPECT_EQ(spec.stored, plain.stored);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    std::vector<int32_t> tokens = rs[i].prompt;
+    for (const SampledToken& t : plain.tokens[i]) tokens.push_back(t.id);
+    tokens.pop_back();  // the last token was sampled, never computed
+    const auto a = plain_engine->ExportCachedPrefix(tokens, 0);
+    const auto b = spec_engine->ExportCachedPrefix(tokens, 0);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    ASSERT_EQ(a->blocks.size(), b->blocks.size());
+    EXPECT_GE(static_cast<int64_t>(a->blocks.size()) * 16,
+              static_cast<int64_t>(tokens.size()) - 16);
+    for (size_t blk = 0; blk < a->blocks.size(); ++blk) {
+      const size_t n = a->blocks[blk].size() / sizeof(float);
+      std::vector<float> x(n), y(n);
+      a->blocks[blk].CopyTo(reinterpret_cast<uint8_t*>(x.data()));
+      b->blocks[blk].CopyTo(reinterpret_cast<uint8_t*>(y.data()));
+      // The model's layers agree to the batch-invariance tolerance, and so
+      // does the draft's first layer (its keys and values depend on the
+      // token and its position alone: a stale or skipped slot would differ
+      // there at once). The draft's Q4_0 products quantize their input rows
+      // to 8 bits, where a difference of 1e-6 can round a value the other
+      // way, so deeper in the draft a few values move by up to about 1%.
+      const size_t per_layer = n / static_cast<size_t>(a->n_layer);
+      const size_t model_values = per_layer * static_cast<size_t>(model_->config().n_layer);
+      float model_worst = 0;
+      float draft_first_worst = 0;
+      float draft_worst = 0;
+      for (size_t j = 0; j < n; ++j) {
+        const float d = std::abs(x[j] - y[j]);
+        if (j < model_values) {
+          model_worst = std::max(model_worst, d);
+        } else if (j < model_values + per_layer) {
+          draft_first_worst = std::max(draft_first_worst, d);
+        } else {
+          draft_worst = std::max(draft_worst, d / std::max(1.0f, std::abs(x[j])));
+        }
+      }
+      EXPECT_LT(model_worst, 1e-4f) << "request " << i << " block " << blk;
+      EXPECT_LT(draft_first_worst, 1e-4f) << "request " << i << " block " << blk;
+      EXPECT_LT(draft_worst, 0.02f) << "request " << i << " block " << blk;
+    }
+  }
+}
+
+TEST_F(DraftSpeculateTest, ADraftOfAnotherVocabularyOrKvWidthIsRefused) {
+  SyntheticModelOptions o = testing::TinyOptions();
+  std::unique_ptr<Model> tiny = testing::LoadSynthetic(o);
+  ASSERT_NE(tiny, nullptr);
+  auto other_vocab = Engine::Create(*model_, testing::MakeTestBackend(1), {},
+                                    {.model = tiny.get(), .backend = testing::MakeTestBackend(1)});
+  ASSERT_FALSE(other_vocab.ok());
+  EXPECT_EQ(other_vocab.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(other_vocab.status().message().find("draft_model"), std::string::npos);
+  EXPECT_NE(other_vocab.status().message().find("vocabulary"), std::string::npos);
+
+  o.n_head_kv = 1;
+  std::unique_ptr<Model> narrow = testing::LoadSynthetic(o);
+  ASSERT_NE(narrow, nullptr);
+  auto other_width =
+      Engine::Create(*tiny, testing::MakeTestBackend(1), {},
+                     {.model = narrow.get(), .backend = testing::MakeTestBackend(1)});
+  ASSERT_FALSE(other_width.ok());
+  EXPECT_NE(other_width.status().message().find("KV width"), std::string::npos)
+      << other_width.status();
+
+  // A draft of the same vocabulary and width (fewer layers) is taken.
+  o.n_head_kv = 2;
+  o.n_layer = 1;
+  std::unique_ptr<Model> shallow = testing::LoadSynthetic(o);
+  ASSERT_NE(shallow, nullptr);
+  auto taken = Engine::Create(*tiny, testing::MakeTestBackend(1), {},
+                              {.model = shallow.get(), .backend = testing::MakeTestBackend(1)});
+  EXPECT_TRUE(taken.ok()) << taken.status();
+
+  EngineOptions wants_draft;
+  wants_draft.speculation.draft = true;
+  auto none = Engine::Create(*model_, testing::MakeTestBackend(1), wants_draft);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("draft_model"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem::engine
