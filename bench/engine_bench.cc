@@ -181,11 +181,9 @@ absl::Status Run(const Config& c) {
   setup.engine.max_batch_tokens = std::max(setup.engine.max_batch_tokens, c.prompt_tokens);
   setup.engine.max_context =
       std::max(setup.engine.max_context, c.prompt_tokens + c.gen_tokens + 1);
-  ASSIGN_OR_RETURN(std::unique_ptr<engine::Backend> backend,
-                   engine::MakeBackendForModel(*model, setup.device, setup.backend,
-                                                               setup.cuda));
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> draft, engine::LoadDraftModel(setup));
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
-                   engine::Engine::Create(*model, std::move(backend), setup.engine));
+                   engine::CreateEngine(*model, draft.get(), setup));
   auto request = [&](std::vector<int32_t> prompt, int32_t max_tokens) {
     engine::GenerationRequest r;
     r.prompt = std::move(prompt);

@@ -81,12 +81,10 @@ absl::Status Generate(const common::Args& args, std::ostream& out, std::ostream&
   const engine::Tokenizer& tok = model->tokenizer();
   ASSIGN_OR_RETURN(engine::GenerationRequest request, RequestFromArgs(args, tok));
   const size_t n_prompt = request.prompt.size();
-  ASSIGN_OR_RETURN(std::unique_ptr<engine::Backend> backend,
-                   engine::MakeBackendForModel(*model, setup.device, setup.backend,
-                                                               setup.cuda));
-  const std::string backend_name(backend->name());
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Model> draft, engine::LoadDraftModel(setup));
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Engine> eng,
-                   engine::Engine::Create(*model, std::move(backend), setup.engine));
+                   engine::CreateEngine(*model, draft.get(), setup));
+  const std::string backend_name(eng->backend_name());
   RETURN_IF_ERROR(eng->Add(std::move(request)).status());
 
   const bool jsonl = args.Bool("jsonl");

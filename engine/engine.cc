@@ -97,11 +97,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
     d.backend = std::move(draft.backend);
     d.rope = std::make_unique<RopeTable>(
         draft.model->config(), draft.model->weights().rope_freq_factors, resolved.max_context);
-    // The draft computes every chunk the model does, plus the one token
-    // each sequence may lag by (RunDraft), and one logits row per chunk.
-    const ForwardLimits draft_limits{.max_tokens = options.max_batch_tokens + options.max_running,
-                                     .max_seqs = options.max_running,
-                                     .max_logit_rows = options.max_running};
+    // The draft computes every chunk the model does, plus the tokens each
+    // sequence's draft KV lags by (less than a block; RunDraft), and one
+    // logits row per chunk.
+    const ForwardLimits draft_limits{
+        .max_tokens = options.max_batch_tokens + options.max_running * options.kv.block_size,
+        .max_seqs = options.max_running,
+        .max_logit_rows = options.max_running};
     ASSIGN_OR_RETURN(d.forward, ForwardPass::Create(*draft.model, *d.backend, *kv, *d.rope,
                                                     draft_limits, model.config().n_layer));
   }
@@ -260,7 +262,9 @@ void Engine::PinBlocks(const Sequence& seq) {
   std::vector<int32_t> tokens;
   if (seq.request.private_kv && seq.blocks.has_value()) {
     // Private KV has no hashes: every full computed block, with its tokens.
-    const int32_t n = std::min(seq.n_computed / kv_->block_size(), seq.blocks->size());
+    // (Those the draft's KV fills too, where there is a draft.)
+    const int32_t n =
+        std::min((seq.n_computed - seq.draft_lag) / kv_->block_size(), seq.blocks->size());
     for (int32_t i = 0; i < n; ++i) {
       kv_->pool().Ref((*seq.blocks)[i]);
       pinned.Append((*seq.blocks)[i]);
@@ -485,7 +489,8 @@ void Engine::Update(const StepPlan& plan, const ForwardResult& result, StepOutpu
       continue;
     }
     seq.n_computed = c.start + c.count;
-    seq.draft_lag = 0;  // the draft computed the chunk too (RunDraft)
+    // What of it the draft computed, or put off (RunDraft).
+    if (draft_.model != nullptr) seq.draft_lag = std::max(0, seq.n_computed - seq.draft_end);
     HashFullBlocks(seq, out.blocks);
     int32_t last_row = result.first_row[i];
     if (WantsPromptLogprobs(seq, c)) {

@@ -11,20 +11,21 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "engine/constrain/constraint.h"
-#include "engine/model/backend.h"
-#include "engine/model/forward.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/kv/kv_snapshot.h"
 #include "engine/kv/kv_tier.h"
+#include "engine/model/backend.h"
+#include "engine/model/forward.h"
 #include "engine/model/model.h"
-#include "engine/sched/request.h"
 #include "engine/model/rope.h"
 #include "engine/sample/sampler.h"
+#include "engine/sched/request.h"
 #include "engine/sched/scheduler.h"
 
 namespace tandem::engine {
@@ -161,6 +162,7 @@ class Engine final : public StepEngine, private TierPromoter {
   int32_t kv_block_size() const override { return kv_->block_size(); }
   GgmlType kv_dtype() const override { return kv_->dtype(); }
   KvLayout kv_layout() const override;
+  std::string_view backend_name() const { return backend_->name(); }
   // What Create makes of a block for `model` and `draft` (null: none) with
   // `kv`'s block size and dtype, known before it is made (the tiers check
   // what they load against it).

@@ -43,6 +43,9 @@ std::vector<int32_t> LookUp(std::span<const int32_t> tokens, int32_t ngram_max,
   return {};
 }
 
+// A draft pass's request for a drafting row: its top token.
+constexpr LogitsRequest kDraftPick{.top_k = 1};
+
 }  // namespace
 
 Speculation Engine::MethodOf(const Sequence& seq) const {
@@ -160,14 +163,27 @@ absl::Status Engine::RunDraft(const StepPlan& plan) {
   draft_chunks_.clear();
   draft_requests_.assign(plan.chunks.size(), LogitsRequest{});
   int32_t max_k = 0;
+  const int32_t bs = kv_->block_size();
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const ScheduledChunk& c = plan.chunks[i];
     Sequence& seq = *scheduler_.Find(c.seq_id);
     const int32_t from = c.start - seq.draft_lag;
     const int32_t end = seq.drafting ? c.start + 1 : c.start + c.count;
+    // A decoding sequence that proposes nothing this step (it speculates
+    // otherwise, rests after rejected proposals, or the batch is busy)
+    // puts its draft tokens off until a block fills or it drafts again:
+    // then one chunk computes them together, for about what one token
+    // costs, and the block is hashed once both halves are in it.
+    seq.draft_end = end;
+    const bool decoding = seq.n_generated > 0 && !seq.request.export_kv &&
+                          c.start + c.count == static_cast<int32_t>(seq.tokens.size());
+    if (!seq.drafting && decoding && (c.start + c.count) / bs == from / bs) {
+      seq.draft_end = from;
+      continue;
+    }
     if (seq.drafting) {
       draft_requests_[i].top_k = 1;
-      drafting.push_back({.seq = &seq, .start = c.start, .row = static_cast<int32_t>(i)});
+      drafting.push_back({.seq = &seq, .start = c.start, .row = 0});
       max_k = std::max(max_k, seq.n_proposed);
     }
     draft_chunks_.push_back({
@@ -178,8 +194,10 @@ absl::Status Engine::RunDraft(const StepPlan& plan) {
         .all_logits = false,
         .reduce = std::span<const LogitsRequest>(draft_requests_).subspan(i, 1),
     });
+    if (seq.drafting) drafting.back().row = static_cast<int32_t>(draft_chunks_.size()) - 1;
     draft_computed_tokens_ += end - from;
   }
+  if (draft_chunks_.empty()) return absl::OkStatus();
   // Pass j (1 <= j < k): the proposal pass j - 1 picked, one token per
   // drafting chunk that wants more.
   for (int32_t j = 0;; ++j) {
@@ -202,7 +220,7 @@ absl::Status Engine::RunDraft(const StepPlan& plan) {
           .kv_start = slot,
           .blocks = d.seq->blocks->ids(),
           .all_logits = false,
-          .reduce = std::span<const LogitsRequest>(draft_requests_).subspan(0, 1),
+          .reduce = std::span<const LogitsRequest>(&kDraftPick, 1),
       });
       ++draft_computed_tokens_;
     }
@@ -245,10 +263,12 @@ void Engine::UpdateSpeculative(Sequence& seq, const ScheduledChunk& c,
   // The KV of the last token and of the kept proposals stays; the slots of
   // the rejected ones are written over by the next step.
   seq.n_computed = c.start + static_cast<int32_t>(decided.size());
-  // The draft computed the chunk's tokens, or, drafting, those up to the
-  // last proposal (which its own pick followed): when every proposal was
-  // kept, the last one's draft KV comes with the next chunk.
-  seq.draft_lag = drafted ? std::max(0, seq.n_computed - (c.start + k)) : 0;
+  // The draft computed the chunk's tokens (or put them off), or, drafting,
+  // those up to the last proposal (which its own pick followed): when every
+  // proposal was kept, the last one's draft KV comes with the next chunk.
+  if (draft_.model != nullptr) {
+    seq.draft_lag = std::max(0, seq.n_computed - (drafted ? c.start + k : seq.draft_end));
+  }
   for (const Decided& d : decided) seq.Append(d.token.id);
   seq.n_generated += static_cast<int32_t>(decided.size());
   HashFullBlocks(seq, out.blocks);

