@@ -105,8 +105,9 @@ double PredictedSpeedup(const std::vector<std::pair<int32_t, int32_t>>& steps, d
 // `draft`: speculate with it (null: prompt lookup when `speculate`).
 absl::StatusOr<Run> Decode(const engine::Model& model, const engine::Model* draft,
                            const std::string& prompt, int32_t batch, int32_t tokens, bool speculate,
-                           int32_t k, int32_t threads) {
+                           int32_t k, int32_t threads, double min_gain = 1.0) {
   engine::EngineOptions options;
+  options.speculation.min_gain = min_gain;
   options.speculation.prompt_lookup = speculate && draft == nullptr;
   options.speculation.draft = speculate && draft != nullptr;
   options.speculation.k = k;
@@ -175,6 +176,10 @@ int main(int argc, char** argv) {
       {.name = "tokens", .default_value = "256", .help = "tokens generated per sequence"},
       {.name = "batches", .default_value = "1,8", .help = "batch sizes, comma-separated"},
       {.name = "spec-k", .default_value = "4", .help = "most tokens proposed per step"},
+      {.name = "spec-min-gain",
+       .default_value = "1",
+       .help = "the engine's --spec-min-gain: draft proposals only where they are expected "
+               "to pay this much; 0 = always"},
       {.name = "draft-model",
        .default_value = "",
        .help = "speculate with this draft model's proposals instead of prompt lookup"},
@@ -223,14 +228,22 @@ int main(int argc, char** argv) {
     draft = std::move(*d);
   }
   const int32_t tokens = *args->IntInRange("tokens", 8, 1 << 20);
+  const absl::StatusOr<double> min_gain_flag = args->Double("spec-min-gain");
+  if (!min_gain_flag.ok() || *min_gain_flag < 0) {
+    std::cerr << "tandem-spec-bench: --spec-min-gain must be a number >= 0\n";
+    return 2;
+  }
+  const double min_gain = *min_gain_flag;
   const int32_t k = *args->IntInRange("spec-k", 1, 64);
   const int32_t threads = *args->IntInRange("threads", 1, 256);
   std::cout << absl::StrFormat(
-      "model: %s, draft: %s, threads %d, k %d, %d tokens per sequence\n", args->String("model"),
-      draft ? args->String("draft-model") : "none (prompt lookup)", threads, k, tokens);
-  std::cout << absl::StrFormat("| %-8s | %5s | %10s | %10s | %7s | %9s | %5s | %6s | %6s | %9s |\n",
-                               "workload", "batch", "plain t/s", "spec t/s", "speedup", "kept/prop",
-                               "same", "alpha", "c", "predicted");
+      "model: %s, draft: %s, threads %d, k %d, min gain %.2f, %d tokens per sequence\n",
+      args->String("model"), draft ? args->String("draft-model") : "none (prompt lookup)", threads,
+      k, min_gain, tokens);
+  std::cout << absl::StrFormat(
+      "| %-8s | %5s | %10s | %10s | %7s | %9s | %5s | %6s | %6s | %9s | %6s | %9s |\n", "workload",
+      "batch", "plain t/s", "spec t/s", "speedup", "kept/prop", "same", "alpha", "c", "predicted",
+      "v", "pred. v");
   std::string json =
       absl::StrFormat(R"({"bench":"speculation","model":"%s","draft":"%s","k":%d,"runs":[)",
                       args->String("model"), args->String("draft-model"), k);
@@ -240,8 +253,8 @@ int main(int argc, char** argv) {
       const int32_t batch = std::stoi(std::string(b));
       auto plain =
           tandem::bench::Decode(**model, nullptr, w.prompt, batch, tokens, false, k, threads);
-      auto spec =
-          tandem::bench::Decode(**model, draft.get(), w.prompt, batch, tokens, true, k, threads);
+      auto spec = tandem::bench::Decode(**model, draft.get(), w.prompt, batch, tokens, true, k,
+                                        threads, min_gain);
       if (!plain.ok() || !spec.ok()) {
         std::cerr << "tandem-spec-bench: "
                   << (plain.ok() ? spec.status() : plain.status()).message() << "\n";

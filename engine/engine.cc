@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
@@ -307,6 +308,7 @@ void Engine::DropOldestPin() {
 }
 
 absl::StatusOr<StepOutput> Engine::Step() {
+  const auto step_start = std::chrono::steady_clock::now();
   StepOutput out;
   for (int64_t id : cancelled_) {
     out.tokens.push_back({.seq_id = id, .token = {}, .finish = FinishReason::kCancelled});
@@ -356,7 +358,13 @@ absl::StatusOr<StepOutput> Engine::Step() {
       });
     }
     ASSIGN_OR_RETURN(ForwardResult result, forward_->Run(chunks));
+    const int32_t proposals = draft_.model != nullptr ? DecodeStepProposals(plan) : -1;
     Update(plan, result, out);
+    if (proposals >= 0) {
+      ObserveStepCost(
+          proposals,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
+    }
   }
   return out;
 }

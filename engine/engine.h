@@ -65,6 +65,12 @@ struct EngineOptions {
     int32_t ngram_max = 3;
     int32_t ngram_min = 2;
     int32_t max_batch = 8;
+    // Draft speculation proposes only where the expected speedup is at
+    // least this: tokens kept per step (from the sequence's acceptance
+    // rate) over the step's measured cost (the draft's passes and the
+    // proposals' rows, timed as the engine runs), else it rests and probes
+    // again later. 0: propose whatever it costs (the adaptive k alone).
+    double min_gain = 1.0;
   } speculation;
 };
 
@@ -291,6 +297,25 @@ class Engine final : public StepEngine, private TierPromoter {
   void UpdateSpeculative(Sequence& seq, const ScheduledChunk& c, const ForwardResult& result,
                          int32_t first_row, StepOutput& out);
   std::vector<int64_t> speculating_;  // sequences with proposals this step
+  // What speculation costs, measured as the engine runs (moving averages of
+  // whole steps of decode tokens, seconds): a step without proposals, and
+  // what a step with them takes more per proposal of its longest run (one
+  // draft pass, and a verification row per drafting sequence). 0: not
+  // measured yet.
+  struct SpecCosts {
+    double model_step = 0;
+    double per_proposal = 0;
+  } spec_costs_;
+  // Steps since the model's step was last timed without proposals.
+  int32_t steps_since_model_sample_ = 0;
+  // The longest run of proposals in a step of decode tokens only (each
+  // chunk a sequence's last token and its proposals), or -1 for another
+  // step; before Update takes the proposals off.
+  int32_t DecodeStepProposals(const StepPlan& plan) const;
+  // Folds the time of such a step (`seconds`, all of it) into spec_costs_.
+  void ObserveStepCost(int32_t max_proposals, double seconds);
+  // The most proposals worth making for `seq` under min_gain (0: none).
+  int32_t WorthwhileK(const Sequence& seq, int32_t k) const;
   int64_t spec_proposed_ = 0;
   int64_t spec_accepted_ = 0;
   int64_t spec_draft_proposed_ = 0;

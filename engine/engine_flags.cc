@@ -65,6 +65,11 @@ std::vector<common::FlagSpec> EngineFlagSpecs() {
        .help = "proposals only while at most this many sequences run (a larger step is "
                "bound by arithmetic, not by reading the weights, and a proposal costs about "
                "a token); 0 = at any batch size"},
+      {.name = "spec-min-gain",
+       .default_value = "1",
+       .help = "draft speculation proposes only where its expected speedup (the sequence's "
+               "acceptance rate against the draft passes' and proposal rows' measured cost) "
+               "is at least this, else rests and tries again later; 0 = always propose"},
       {.name = "grammar-max-stacks",
        .default_value = "4096",
        .help = "live parse stacks of one structured-output sequence; an ambiguous grammar "
@@ -139,6 +144,11 @@ absl::StatusOr<EngineSetup> EngineSetupFromArgs(const common::Args& args) {
                    args.IntInRange("spec-ngram-min", 1, s.engine.speculation.ngram_max));
   ASSIGN_OR_RETURN(s.engine.speculation.max_batch,
                    args.IntInRange("spec-max-batch", 0, 1 << 16));
+  ASSIGN_OR_RETURN(s.engine.speculation.min_gain, args.Double("spec-min-gain"));
+  if (!(s.engine.speculation.min_gain >= 0 && s.engine.speculation.min_gain <= 16)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--spec-min-gain: ", s.engine.speculation.min_gain, " is outside [0, 16]"));
+  }
   return s;
 }
 

@@ -12,6 +12,7 @@
 // included, and no draft distribution needs correcting: the proposal is kept
 // exactly when the model's own draw chose it.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <utility>
@@ -42,6 +43,11 @@ std::vector<int32_t> LookUp(std::span<const int32_t> tokens, int32_t ngram_max,
   }
   return {};
 }
+
+// Steps a sequence whose draft proposals do not pay goes without them
+// before it tries one again: a probe's cost spread over this many steps
+// stays near 3% of them.
+constexpr int32_t kRestSteps = 32;
 
 // A draft pass's request for a drafting row: its top token.
 constexpr LogitsRequest kDraftPick{.top_k = 1};
@@ -76,6 +82,15 @@ void Engine::Propose() {
   const EngineOptions::Speculation& o = options_.speculation;
   // A busy step: proposals would cost what tokens do.
   if (o.max_batch > 0 && scheduler_.num_running() > o.max_batch) return;
+  if (draft_.model != nullptr && o.min_gain > 0) {
+    // The cost model needs the model's own step: every other step goes
+    // without proposals until one is timed, then again once it is old.
+    ++steps_since_model_sample_;
+    if ((spec_costs_.model_step == 0 || steps_since_model_sample_ > 64) &&
+        steps_since_model_sample_ % 2 == 0) {
+      return;
+    }
+  }
   // The running sequences, and hand-offs waiting to be admitted: those
   // speculate from their first step.
   const auto propose = [&](Sequence& seq) {
@@ -100,6 +115,19 @@ void Engine::Propose() {
     }
     if (k <= 0) return;
     if (MethodOf(seq) == Speculation::kDraft) {
+      int32_t worth = WorthwhileK(seq, static_cast<int32_t>(k));
+      if (worth == 0) {
+        if (!seq.spec_resting) {
+          // Proposals do not pay now: rest, then one proposal to see
+          // whether they pay again (the acceptance rate moves with the text).
+          seq.spec_resting = true;
+          seq.spec_cooldown = kRestSteps;
+          return;
+        }
+        worth = 1;
+      }
+      seq.spec_resting = false;
+      k = worth;
       // Places for the draft's picks (RunDraft fills them once the step is
       // planned): the scheduler budgets and allocates for them as for any.
       const int32_t last = seq.tokens.back();
@@ -229,6 +257,52 @@ absl::Status Engine::RunDraft(const StepPlan& plan) {
   return absl::OkStatus();
 }
 
+int32_t Engine::DecodeStepProposals(const StepPlan& plan) const {
+  int32_t longest = 0;
+  for (const ScheduledChunk& c : plan.chunks) {
+    const Sequence& seq = *scheduler_.Find(c.seq_id);
+    if (c.count != 1 + seq.n_proposed || seq.n_generated == 0) return -1;
+    longest = std::max(longest, seq.n_proposed);
+  }
+  return plan.chunks.empty() ? -1 : longest;
+}
+
+void Engine::ObserveStepCost(int32_t max_proposals, double seconds) {
+  constexpr double kWeight = 0.1;  // of the newest sample
+  const auto average = [](double& mean, double sample) {
+    mean = mean == 0 ? sample : (1 - kWeight) * mean + kWeight * sample;
+  };
+  if (max_proposals == 0) {
+    average(spec_costs_.model_step, seconds);
+    steps_since_model_sample_ = 0;
+  } else if (spec_costs_.model_step > 0) {
+    average(spec_costs_.per_proposal,
+            std::max(0.0, seconds - spec_costs_.model_step) / max_proposals);
+  }
+}
+
+int32_t Engine::WorthwhileK(const Sequence& seq, int32_t k) const {
+  const double min_gain = options_.speculation.min_gain;
+  const SpecCosts& c = spec_costs_;
+  if (min_gain <= 0 || c.model_step <= 0 || c.per_proposal <= 0) return k;
+  // Leviathan et al.: k proposals each kept with probability alpha yield
+  // (1 - alpha^(k+1)) / (1 - alpha) tokens; the step costs a plain step and
+  // k times what a proposal adds (a draft pass and the verification rows,
+  // shared by the step's drafting sequences, as the averages measured).
+  const double alpha = std::clamp(seq.spec_alpha, 0.0, 0.999);
+  int32_t best = 0;
+  double best_gain = min_gain;
+  for (int32_t j = 1; j <= k; ++j) {
+    const double tokens = (1 - std::pow(alpha, j + 1)) / (1 - alpha);
+    const double cost = 1 + j * c.per_proposal / c.model_step;
+    if (tokens / cost >= best_gain) {
+      best = j;
+      best_gain = tokens / cost;
+    }
+  }
+  return best;
+}
+
 void Engine::UpdateSpeculative(Sequence& seq, const ScheduledChunk& c,
                                const ForwardResult& result, int32_t first_row,
                                StepOutput& out) {
@@ -277,6 +351,11 @@ void Engine::UpdateSpeculative(Sequence& seq, const ScheduledChunk& c,
   if (drafted) {
     spec_draft_proposed_ += k;
     spec_draft_accepted_ += accepted;
+    // Each proposal up to the first rejection is a trial (those after it
+    // were never judged).
+    const int32_t trials = std::min(k, accepted + 1);
+    const double rate = static_cast<double>(accepted) / trials;
+    seq.spec_alpha = 0.8 * seq.spec_alpha + 0.2 * rate;
   }
   // Adaptive k: grow while everything is kept, halve when nothing is, and
   // after repeated misses stop proposing for a while (doubling each time, up

@@ -79,6 +79,11 @@ struct Sequence {
   int32_t spec_k = 0;
   int32_t spec_cooldown = 0;
   int32_t spec_misses = 0;
+  // The rate at which its draft proposals are kept (a moving average; the
+  // engine's cost model weighs it, EngineOptions::Speculation::min_gain).
+  double spec_alpha = 0.7;
+  // Resting because proposals did not pay: the next one is a probe.
+  bool spec_resting = false;
 
   bool import_is_prefix() const {
     return import != nullptr && import->n_tokens < static_cast<int32_t>(request.prompt.size());

@@ -123,7 +123,7 @@ TEST(SpeculationTest, ADraftModelsKvShipsWithTheHandOff) {
   StackOptions options;
   options.model = StoriesPath();
   options.worker_flags = {"--draft-model=" + draft};
-  options.decode_flags = {"--speculative=draft"};
+  options.decode_flags = {"--speculative=draft", "--spec-min-gain=0"};
   // Every prompt through the prefill worker and the hand-off.
   options.gateway_flags = {"--local-prefill-tokens=0"};
   std::unique_ptr<Stack> stack = Stack::Start(options);

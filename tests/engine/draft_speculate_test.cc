@@ -74,6 +74,8 @@ class DraftSpeculateTest : public ::testing::Test {
   static std::unique_ptr<Engine> Make(bool with_draft, bool speculate, EngineOptions options = {}) {
     options.speculation.draft = speculate;
     options.speculation.max_batch = 0;
+    // Propose whatever it costs: what is proposed must not hang on timings.
+    options.speculation.min_gain = 0;
     DraftModel draft;
     if (with_draft) draft = {.model = draft_, .backend = testing::MakeTestBackend(2)};
     auto eng = Engine::Create(*model_, testing::MakeTestBackend(2), options, std::move(draft));
@@ -192,6 +194,34 @@ TEST_F(DraftSpeculateTest, ARequestChoosesItsMethod) {
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("speculation"), std::string::npos);
+}
+
+// A draft whose proposals cannot pay (no k reaches the asked gain): after
+// its first proposals have timed the draft, a sequence rests and proposes
+// one token now and then to see whether it pays again.
+TEST_F(DraftSpeculateTest, ADraftThatDoesNotPayRests) {
+  std::vector<GenerationRequest> rs = All(160);
+  for (GenerationRequest& r : rs) r.ignore_eos = true;
+  const Outcome always = Run(*Make(true, true), rs);
+  // A gain above the 1 + k tokens a step can yield.
+  std::unique_ptr<Engine> eng = [&] {
+    EngineOptions o;
+    o.speculation.draft = true;
+    o.speculation.max_batch = 0;
+    o.speculation.min_gain = 8;
+    auto e = Engine::Create(*model_, testing::MakeTestBackend(2), o,
+                            {.model = draft_, .backend = testing::MakeTestBackend(2)});
+    EXPECT_TRUE(e.ok()) << e.status();
+    return std::move(*e);
+  }();
+  const Outcome rests = Run(*eng, rs);
+  ExpectSame(rests, always);
+  // 4 sequences x 160 tokens: the first drafting steps, then a probe of
+  // one proposal per sequence every 33 steps (and a step without proposals
+  // every 64 to time the model's).
+  EXPECT_GT(rests.stats.spec_draft_proposed, 0);
+  EXPECT_LT(rests.stats.spec_draft_proposed, 4 * (4 * 4 + 160 / 33 + 1));
+  EXPECT_GT(always.stats.spec_draft_proposed, 4 * 100);
 }
 
 TEST_F(DraftSpeculateTest, ARollingWindowMatchesAcrossItsRolls) {

@@ -204,6 +204,7 @@ TEST(ShiftDraftTest, TheDraftsKeysAreShiftedToo) {
   o.kv.block_size = kBlock;
   o.speculation.draft = true;
   o.speculation.max_batch = 0;
+  o.speculation.min_gain = 0;
   auto engine = Engine::Create(*model, testing::MakeTestBackend(2), o,
                                {.model = model.get(), .backend = testing::MakeTestBackend(2)});
   ASSERT_TRUE(engine.ok()) << engine.status();

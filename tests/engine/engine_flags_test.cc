@@ -1,0 +1,78 @@
+// The engine's speculation flags: --speculative draft needs --draft-model,
+// --spec-min-gain is range-checked, and a --draft-model that does not load
+// is refused by that flag's name; a good pair makes an engine that
+// speculates with the draft.
+#include "engine/engine_flags.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/model/model_quantizer.h"
+#include "tests/engine/test_models.h"
+
+namespace tandem::engine {
+namespace {
+
+absl::StatusOr<EngineSetup> Parse(std::vector<std::string> argv) {
+  absl::StatusOr<common::Args> args = common::Args::Parse(argv, EngineFlagSpecs());
+  if (!args.ok()) return args.status();
+  return EngineSetupFromArgs(*args);
+}
+
+TEST(EngineFlagsTest, SpeculationFlagsAreChecked) {
+  auto no_draft = Parse({"--speculative=draft"});
+  ASSERT_FALSE(no_draft.ok());
+  EXPECT_EQ(no_draft.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(no_draft.status().message().find("--draft-model"), std::string::npos);
+
+  auto gain = Parse({"--spec-min-gain=-1"});
+  ASSERT_FALSE(gain.ok());
+  EXPECT_NE(gain.status().message().find("--spec-min-gain"), std::string::npos);
+
+  auto bad_method = Parse({"--speculative=medusa"});
+  ASSERT_FALSE(bad_method.ok());
+  EXPECT_NE(bad_method.status().message().find("--speculative"), std::string::npos);
+
+  auto ok = Parse({"--speculative=draft", "--draft-model=/x.gguf", "--spec-min-gain=1.5"});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE(ok->engine.speculation.draft);
+  EXPECT_FALSE(ok->engine.speculation.prompt_lookup);
+  EXPECT_EQ(ok->draft_model, "/x.gguf");
+  EXPECT_DOUBLE_EQ(ok->engine.speculation.min_gain, 1.5);
+}
+
+TEST(EngineFlagsTest, ADraftModelThatDoesNotLoadIsRefusedByName) {
+  auto setup = Parse({"--draft-model=/nonexistent/draft.gguf"});
+  ASSERT_TRUE(setup.ok()) << setup.status();
+  auto draft = LoadDraftModel(*setup);
+  ASSERT_FALSE(draft.ok());
+  EXPECT_NE(draft.status().message().find("--draft-model"), std::string::npos);
+}
+
+TEST(EngineFlagsTest, APairMakesAnEngineThatSpeculatesWithTheDraft) {
+  const std::string path = ::testing::TempDir() + "/tandem_flags_stories_q8_0.gguf";
+  ASSERT_TRUE(QuantizeModel(testing::StoriesPath(), path, QuantMix::kQ8_0).ok());
+  auto setup = Parse(
+      {"--speculative=draft", "--draft-model=" + path, "--spec-min-gain=0", "--kv-budget-mb=16"});
+  ASSERT_TRUE(setup.ok()) << setup.status();
+  auto model = Model::Load(testing::StoriesPath());
+  ASSERT_TRUE(model.ok());
+  auto draft = LoadDraftModel(*setup);
+  ASSERT_TRUE(draft.ok()) << draft.status();
+  ASSERT_NE(*draft, nullptr);
+  auto engine = CreateEngine(**model, draft->get(), *setup);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ((*engine)->kv_layout().n_layer, 2 * (*model)->config().n_layer);
+  GenerationRequest r;
+  r.prompt = (*model)->tokenizer().Encode("Once upon a time", {.add_special = true});
+  r.max_tokens = 24;
+  r.ignore_eos = true;
+  ASSERT_TRUE((*engine)->Add(r).ok());
+  while ((*engine)->HasWork()) ASSERT_TRUE((*engine)->Step().ok());
+  EXPECT_GT((*engine)->stats().spec_draft_accepted, 0);
+}
+
+}  // namespace
+}  // namespace tandem::engine
