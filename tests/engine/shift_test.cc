@@ -198,6 +198,9 @@ INSTANTIATE_TEST_SUITE_P(Cuts, ShiftTest,
 // With a draft model beside it (the model itself, so that a greedy proposal
 // is the model's own pick unless the draft's KV is off), a shifted turn
 // re-rotates the draft's keys with the model's: its proposals are kept.
+// On CPU backends in either run: a draft's backend computes in the model's
+// device memory (the KV pool), and the fake device gives each backend an
+// arena of its own, readable only inside that backend's calls.
 TEST(ShiftDraftTest, TheDraftsKeysAreShiftedToo) {
   auto model = LoadSynthetic(TinyOptions());
   EngineOptions o;
@@ -205,8 +208,9 @@ TEST(ShiftDraftTest, TheDraftsKeysAreShiftedToo) {
   o.speculation.draft = true;
   o.speculation.max_batch = 0;
   o.speculation.min_gain = 0;
-  auto engine = Engine::Create(*model, testing::MakeTestBackend(2), o,
-                               {.model = model.get(), .backend = testing::MakeTestBackend(2)});
+  auto engine = Engine::Create(
+      *model, testing::MakeTestBackend(testing::TestBackend::kCpu, 2), o,
+      {.model = model.get(), .backend = testing::MakeTestBackend(testing::TestBackend::kCpu, 2)});
   ASSERT_TRUE(engine.ok()) << engine.status();
   const std::vector<int32_t> first = Prompt(3 * kBlock + 5, 4);
   ASSERT_TRUE((*engine)->Add(Turn(first, 1)).ok());
