@@ -32,14 +32,15 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/flags.h"
 #include "cli/commands.h"
 #include "cli/default_model.h"
+#include "common/flags.h"
+#include "common/ready_line.h"
 #include "common/status_macros.h"
 #include "engine/device_spec.h"
-#include "rpc/bootstrap.h"
-#include "common/ready_line.h"
+#include "engine/engine_flags.h"
 #include "process/subprocess.h"
+#include "rpc/bootstrap.h"
 
 namespace tandem::cli {
 namespace {
@@ -196,14 +197,8 @@ absl::StatusOr<UpConfig> ConfigFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(c.decode_threads, args.IntInRange("decode-threads", 1, 256));
   ASSIGN_OR_RETURN(c.max_running, args.IntInRange("max-running", 0, 1 << 16));
   c.speculative = args.String("speculative");
-  if (c.speculative != "off" && c.speculative != "prompt-lookup" && c.speculative != "draft") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--speculative: \"", c.speculative, "\" is not off, prompt-lookup or draft"));
-  }
   c.draft_model = args.String("draft-model");
-  if (c.speculative == "draft" && c.draft_model.empty()) {
-    return absl::InvalidArgumentError("--speculative: draft needs --draft-model");
-  }
+  RETURN_IF_ERROR(engine::CheckSpeculativeFlags(c.speculative, c.draft_model));
   ASSIGN_OR_RETURN(c.max_context, args.IntInRange("max-context", 0, 1 << 24));
   ASSIGN_OR_RETURN(c.kv_budget_mb, args.IntInRange("kv-budget-mb", 1, 1 << 20));
   ASSIGN_OR_RETURN(c.host_cache_mb, args.IntInRange("host-cache-mb", 0, 1 << 30));

@@ -128,14 +128,8 @@ absl::StatusOr<EngineSetup> EngineSetupFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(s.engine.grammar_cache_size, args.IntInRange("grammar-cache-size", 1, 1 << 16));
   ASSIGN_OR_RETURN(s.engine.constrain_compile, constrain::CompileLimitsFromArgs(args));
   const std::string& speculative = args.String("speculative");
-  if (speculative != "off" && speculative != "prompt-lookup" && speculative != "draft") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--speculative: \"", speculative, "\" is not off, prompt-lookup or draft"));
-  }
   s.draft_model = args.String("draft-model");
-  if (speculative == "draft" && s.draft_model.empty()) {
-    return absl::InvalidArgumentError("--speculative: draft needs --draft-model");
-  }
+  RETURN_IF_ERROR(CheckSpeculativeFlags(speculative, s.draft_model));
   s.engine.speculation.prompt_lookup = speculative == "prompt-lookup";
   s.engine.speculation.draft = speculative == "draft";
   ASSIGN_OR_RETURN(s.engine.speculation.k, args.IntInRange("spec-k", 1, 64));
@@ -150,6 +144,17 @@ absl::StatusOr<EngineSetup> EngineSetupFromArgs(const common::Args& args) {
         absl::StrCat("--spec-min-gain: ", s.engine.speculation.min_gain, " is outside [0, 16]"));
   }
   return s;
+}
+
+absl::Status CheckSpeculativeFlags(const std::string& speculative, const std::string& draft_model) {
+  if (speculative != "off" && speculative != "prompt-lookup" && speculative != "draft") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--speculative: \"", speculative, "\" is not off, prompt-lookup or draft"));
+  }
+  if (speculative == "draft" && draft_model.empty()) {
+    return absl::InvalidArgumentError("--speculative: draft needs --draft-model");
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Model>> LoadDraftModel(const EngineSetup& setup) {

@@ -29,6 +29,11 @@ struct EngineSetup {
 // InvalidArgument naming the flag for out-of-range values.
 absl::StatusOr<EngineSetup> EngineSetupFromArgs(const common::Args& args);
 
+// OK when `speculative` (--speculative) is off, prompt-lookup or draft, and
+// draft comes with a `draft_model` (--draft-model); InvalidArgument naming
+// the flag otherwise. For every command that passes them on, too.
+absl::Status CheckSpeculativeFlags(const std::string& speculative, const std::string& draft_model);
+
 // The draft model setup.draft_model names (null when none); errors name
 // --draft-model.
 absl::StatusOr<std::unique_ptr<Model>> LoadDraftModel(const EngineSetup& setup);

@@ -177,8 +177,6 @@ void Engine::TrimProposals(StepPlan& plan) {
 
 absl::Status Engine::RunDraft(const StepPlan& plan) {
   if (draft_.model == nullptr || plan.chunks.empty()) return absl::OkStatus();
-  // The imports and promotions the model's backend wrote come first.
-  backend_->Synchronize();
   // Pass 0: each chunk as the model computes it, from the first token the
   // draft has no KV for; a drafting chunk up to its last real token, whose
   // row gives the first proposal.
@@ -202,7 +200,8 @@ absl::Status Engine::RunDraft(const StepPlan& plan) {
     // puts its draft tokens off until a block fills or it drafts again:
     // then one chunk computes them together, for about what one token
     // costs, and the block is hashed once both halves are in it.
-    seq.draft_end = end;
+    // (Drafting, the passes below reach the last proposal's slot.)
+    seq.draft_end = seq.drafting ? c.start + seq.n_proposed : end;
     const bool decoding = seq.n_generated > 0 && !seq.request.export_kv &&
                           c.start + c.count == static_cast<int32_t>(seq.tokens.size());
     if (!seq.drafting && decoding && (c.start + c.count) / bs == from / bs) {
@@ -226,6 +225,8 @@ absl::Status Engine::RunDraft(const StepPlan& plan) {
     draft_computed_tokens_ += end - from;
   }
   if (draft_chunks_.empty()) return absl::OkStatus();
+  // The imports and promotions the model's backend wrote come first.
+  backend_->Synchronize();
   // Pass j (1 <= j < k): the proposal pass j - 1 picked, one token per
   // drafting chunk that wants more.
   for (int32_t j = 0;; ++j) {
@@ -337,12 +338,10 @@ void Engine::UpdateSpeculative(Sequence& seq, const ScheduledChunk& c,
   // The KV of the last token and of the kept proposals stays; the slots of
   // the rejected ones are written over by the next step.
   seq.n_computed = c.start + static_cast<int32_t>(decided.size());
-  // The draft computed the chunk's tokens (or put them off), or, drafting,
-  // those up to the last proposal (which its own pick followed): when every
-  // proposal was kept, the last one's draft KV comes with the next chunk.
-  if (draft_.model != nullptr) {
-    seq.draft_lag = std::max(0, seq.n_computed - (drafted ? c.start + k : seq.draft_end));
-  }
+  // What the draft computed (RunDraft): drafting, up to the last proposal,
+  // whose own pick followed it, so when every proposal was kept the last
+  // one's draft KV comes with the next chunk.
+  if (draft_.model != nullptr) seq.draft_lag = std::max(0, seq.n_computed - seq.draft_end);
   for (const Decided& d : decided) seq.Append(d.token.id);
   seq.n_generated += static_cast<int32_t>(decided.size());
   HashFullBlocks(seq, out.blocks);

@@ -9,6 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,32 @@ constexpr char kRepetitive[] =
     "Lily went to the park. She saw a big red ball. She wanted to play with the ball. "
     "Lily went to the park. She saw a big red ball.";
 
+// `prompt` through the stack (two top logprobs, greedy or sampled with
+// `seed`), expected to stream what the engine gives without speculation.
+Completion GenerateLikeTheEngine(Stack& stack, const engine::Model& model, const char* prompt,
+                                 int32_t max_tokens, float temperature, uint64_t seed) {
+  tandem::v1::GenerateRequest req;
+  req.set_prompt(prompt);
+  req.set_max_tokens(max_tokens);
+  req.set_top_logprobs(2);
+  req.mutable_sampling()->set_temperature(temperature);
+  req.mutable_sampling()->set_seed(seed);
+  const Completion c = Generate(stack.gateway(), req);
+  if (!c.status.ok()) return c;
+  engine::GenerationRequest r;
+  r.max_tokens = max_tokens;
+  r.top_logprobs = 2;
+  r.sampling.temperature = temperature;
+  r.sampling.seed = seed;
+  const std::vector<engine::TokenEvent> want = EngineReference(model, prompt, r);
+  EXPECT_EQ(c.tokens.size(), want.size()) << "temperature " << temperature;
+  for (size_t i = 0; i < std::min(want.size(), c.tokens.size()); ++i) {
+    EXPECT_EQ(c.tokens[i].id(), want[i].token.id) << i;
+    EXPECT_NEAR(c.tokens[i].logprob(), want[i].token.logprob, 1e-4) << i;
+  }
+  return c;
+}
+
 TEST(SpeculationTest, TheStreamIsUnchangedAndUsageCountsTheProposals) {
   StackOptions options;
   options.model = StoriesPath();
@@ -38,25 +65,8 @@ TEST(SpeculationTest, TheStreamIsUnchangedAndUsageCountsTheProposals) {
   auto model = engine::Model::Load(StoriesPath());
   ASSERT_TRUE(model.ok());
   for (float temperature : {0.0f, 0.8f}) {
-    tandem::v1::GenerateRequest req;
-    req.set_prompt(kRepetitive);
-    req.set_max_tokens(96);
-    req.set_top_logprobs(2);
-    req.mutable_sampling()->set_temperature(temperature);
-    req.mutable_sampling()->set_seed(5);
-    const Completion c = Generate(stack->gateway(), req);
+    const Completion c = GenerateLikeTheEngine(*stack, **model, kRepetitive, 96, temperature, 5);
     ASSERT_TRUE(c.status.ok()) << c.status.error_message();
-    engine::GenerationRequest r;
-    r.max_tokens = 96;
-    r.top_logprobs = 2;
-    r.sampling.temperature = temperature;
-    r.sampling.seed = 5;
-    const std::vector<engine::TokenEvent> want = EngineReference(**model, kRepetitive, r);
-    ASSERT_EQ(c.tokens.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i) {
-      EXPECT_EQ(c.tokens[i].id(), want[i].token.id) << i;
-      EXPECT_NEAR(c.tokens[i].logprob(), want[i].token.logprob, 1e-4) << i;
-    }
     EXPECT_GT(c.usage.speculative_proposed_tokens(), 0) << temperature;
     EXPECT_GT(c.usage.speculative_accepted_tokens(), 0) << temperature;
     EXPECT_LE(c.usage.speculative_accepted_tokens(), c.usage.speculative_proposed_tokens());
@@ -135,25 +145,8 @@ TEST(SpeculationTest, ADraftModelsKvShipsWithTheHandOff) {
   int64_t generated = 0;
   int64_t proposed = 0;
   for (float temperature : {0.0f, 0.8f}) {
-    tandem::v1::GenerateRequest req;
-    req.set_prompt(kPrompt);
-    req.set_max_tokens(64);
-    req.set_top_logprobs(2);
-    req.mutable_sampling()->set_temperature(temperature);
-    req.mutable_sampling()->set_seed(3);
-    const Completion c = Generate(stack->gateway(), req);
+    const Completion c = GenerateLikeTheEngine(*stack, **model, kPrompt, 64, temperature, 3);
     ASSERT_TRUE(c.status.ok()) << c.status.error_message();
-    engine::GenerationRequest r;
-    r.max_tokens = 64;
-    r.top_logprobs = 2;
-    r.sampling.temperature = temperature;
-    r.sampling.seed = 3;
-    const std::vector<engine::TokenEvent> want = EngineReference(**model, kPrompt, r);
-    ASSERT_EQ(c.tokens.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i) {
-      EXPECT_EQ(c.tokens[i].id(), want[i].token.id) << i;
-      EXPECT_NEAR(c.tokens[i].logprob(), want[i].token.logprob, 1e-4) << i;
-    }
     EXPECT_GT(c.usage.speculative_proposed_tokens(), 0) << temperature;
     EXPECT_GT(c.usage.speculative_accepted_tokens(), 0) << temperature;
     prompt_tokens += c.usage.prompt_tokens() - c.usage.cached_prompt_tokens();

@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "engine/engine.h"
 #include "engine/model/model.h"
 #include "engine/model/model_quantizer.h"
+#include "tests/engine/spec_outcome.h"
 #include "tests/engine/test_backends.h"
 #include "tests/engine/test_models.h"
 
@@ -33,12 +33,7 @@ constexpr const char* kPrompts[] = {
     "One day, a big bird flew over the house and saw",
 };
 
-struct Outcome {
-  std::vector<std::vector<SampledToken>> tokens;  // per request, in order
-  std::vector<FinishReason> finish;
-  absl::flat_hash_set<uint64_t> stored;  // block hashes reported stored
-  EngineStats stats;
-};
+using Outcome = testing::SpecOutcome;
 
 class DraftSpeculateTest : public ::testing::Test {
  protected:
@@ -84,24 +79,7 @@ class DraftSpeculateTest : public ::testing::Test {
   }
 
   static Outcome Drain(Engine& eng, const std::vector<int64_t>& ids) {
-    Outcome o;
-    o.tokens.resize(ids.size());
-    o.finish.resize(ids.size(), FinishReason::kNone);
-    while (eng.HasWork()) {
-      auto step = eng.Step();
-      EXPECT_TRUE(step.ok()) << step.status();
-      if (!step.ok()) break;
-      for (TokenEvent& e : step->tokens) {
-        const size_t i = std::find(ids.begin(), ids.end(), e.seq_id) - ids.begin();
-        o.tokens[i].push_back(e.token);
-        if (e.finish != FinishReason::kNone) o.finish[i] = e.finish;
-      }
-      for (const BlockEvent& b : step->blocks) {
-        if (b.kind == BlockEvent::Kind::kStored) o.stored.insert(b.hash.low ^ (b.hash.high * 31));
-      }
-    }
-    o.stats = eng.stats();
-    return o;
+    return testing::DrainOutcome(eng, ids);
   }
 
   static Outcome Run(Engine& eng, std::vector<GenerationRequest> requests) {
@@ -115,16 +93,7 @@ class DraftSpeculateTest : public ::testing::Test {
   }
 
   static void ExpectSame(const Outcome& got, const Outcome& want) {
-    ASSERT_EQ(got.tokens.size(), want.tokens.size());
-    for (size_t i = 0; i < want.tokens.size(); ++i) {
-      ASSERT_EQ(got.tokens[i].size(), want.tokens[i].size()) << "request " << i;
-      for (size_t t = 0; t < want.tokens[i].size(); ++t) {
-        ASSERT_EQ(got.tokens[i][t].id, want.tokens[i][t].id) << "request " << i << " token " << t;
-        EXPECT_NEAR(got.tokens[i][t].logprob, want.tokens[i][t].logprob, 1e-4);
-        ASSERT_EQ(got.tokens[i][t].top.size(), want.tokens[i][t].top.size());
-      }
-      EXPECT_EQ(got.finish[i], want.finish[i]);
-    }
+    testing::ExpectSameOutcome(got, want);
   }
 
   static std::vector<GenerationRequest> All(int32_t max_tokens, float temperature = 0.0f) {

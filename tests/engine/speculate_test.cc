@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "engine/engine.h"
 #include "engine/model/model.h"
+#include "tests/engine/spec_outcome.h"
 #include "tests/engine/test_backends.h"
 #include "tests/engine/test_models.h"
 
@@ -28,13 +28,7 @@ constexpr char kRepetitive[] =
     "Lily went to the park. She saw a big red ball. She wanted to play with the ball. "
     "Lily went to the park. She saw a big red ball.";
 
-struct Outcome {
-  std::vector<std::vector<SampledToken>> tokens;  // per request, in order
-  std::vector<FinishReason> finish;
-  std::vector<std::vector<int32_t>> proposed;  // per request, per token event
-  absl::flat_hash_set<uint64_t> stored;  // block hashes reported stored
-  EngineStats stats;
-};
+using Outcome = testing::SpecOutcome;
 
 class SpeculateTest : public ::testing::Test {
  protected:
@@ -67,44 +61,17 @@ class SpeculateTest : public ::testing::Test {
     options.speculation.max_batch = max_batch;
     auto eng = Engine::Create(*model_, testing::MakeTestBackend(2), options);
     EXPECT_TRUE(eng.ok()) << eng.status();
-    Outcome o;
     std::vector<int64_t> ids;
     for (GenerationRequest& r : requests) {
       auto id = (*eng)->Add(std::move(r));
       EXPECT_TRUE(id.ok()) << id.status();
       ids.push_back(*id);
     }
-    o.tokens.resize(ids.size());
-    o.proposed.resize(ids.size());
-    o.finish.resize(ids.size(), FinishReason::kNone);
-    while ((*eng)->HasWork()) {
-      auto step = (*eng)->Step();
-      EXPECT_TRUE(step.ok()) << step.status();
-      for (TokenEvent& e : step->tokens) {
-        const size_t i = std::find(ids.begin(), ids.end(), e.seq_id) - ids.begin();
-        o.tokens[i].push_back(e.token);
-        o.proposed[i].push_back(e.spec_proposed);
-        if (e.finish != FinishReason::kNone) o.finish[i] = e.finish;
-      }
-      for (const BlockEvent& b : step->blocks) {
-        if (b.kind == BlockEvent::Kind::kStored) o.stored.insert(b.hash.low ^ (b.hash.high * 31));
-      }
-    }
-    o.stats = (*eng)->stats();
-    return o;
+    return testing::DrainOutcome(**eng, ids);
   }
 
   static void ExpectSame(const Outcome& got, const Outcome& want) {
-    ASSERT_EQ(got.tokens.size(), want.tokens.size());
-    for (size_t i = 0; i < want.tokens.size(); ++i) {
-      ASSERT_EQ(got.tokens[i].size(), want.tokens[i].size()) << "request " << i;
-      for (size_t t = 0; t < want.tokens[i].size(); ++t) {
-        ASSERT_EQ(got.tokens[i][t].id, want.tokens[i][t].id) << "request " << i << " token " << t;
-        EXPECT_NEAR(got.tokens[i][t].logprob, want.tokens[i][t].logprob, 1e-4);
-        ASSERT_EQ(got.tokens[i][t].top.size(), want.tokens[i][t].top.size());
-      }
-      EXPECT_EQ(got.finish[i], want.finish[i]);
-    }
+    testing::ExpectSameOutcome(got, want);
   }
 
   static Model* model_;
