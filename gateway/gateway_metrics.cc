@@ -32,6 +32,10 @@ GatewayMetrics::GatewayMetrics(prometheus::Registry& registry)
           registry, "tandem_hand_off_refusals_total",
           "Hand-offs a decode worker refused for capacity; the stream went to another "
           "worker or waited for room")),
+      decode_retries(rpc::CounterMetric(
+          registry, "tandem_decode_retries_total",
+          "Hand-offs retried on another decode worker (or after a wait) because the one "
+          "picked could not be reached; no migration, no second prefill")),
       local_prefills(rpc::CounterMetric(
           registry, "tandem_local_prefills_total",
           "Requests prefilled on their decode worker (conditional disaggregation: few "

@@ -28,6 +28,7 @@ struct GatewayMetrics {
   // Hand-offs a decode worker refused for capacity (the stream went on to
   // another worker, or waited for room).
   prometheus::Counter& hand_off_refusals;
+  prometheus::Counter& decode_retries;
   // Requests (session turns or not) whose prompt their decode worker
   // computed itself.
   prometheus::Counter& local_prefills;

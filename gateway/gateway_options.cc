@@ -64,8 +64,9 @@ std::vector<common::FlagSpec> GatewayFlagSpecs() {
                "requests past the decode workers' total wait in the admission queue before "
                "any work is done, rather than on a decode worker after their first token"},
       {.name = "unavailable-wait-ms", .default_value = "10000",
-       .help = "when every prefill worker tried is unavailable, how long a request waits for "
-               "one to come back (retrying) before it fails"},
+       .help = "when every prefill worker tried, or every decode worker a hand-off tried, is "
+               "unavailable, how long a request waits in all for one to come back (retrying) "
+               "before it fails"},
       {.name = "progress-timeout-ms", .default_value = "20000",
        .help = "the most a decode worker may send nothing while a stream waits on it before "
                "it is treated as failed and the stream moves on; within it the silence "

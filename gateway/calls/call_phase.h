@@ -28,11 +28,15 @@ namespace tandem::gateway {
 //   kHandingOff -> kDecoding    the first token is written (or held back):
 //                               the Decode call starts
 //               -> kCommitting  the first token completed a session's reply
+//               -> kPrefilling  a local prefill's decode worker refused it or
+//                               could not be reached, and no other may run
+//                               it: a prefill worker computes the prompt
 //   kDecoding   -> kMigrating   the decode worker failed (or stalled) under
 //                               the stream, and it may move
 //               -> kHandingOff  the decode worker refused the hand-off for
-//                               capacity: the lease is still ours, for
-//                               another worker (or after a wait)
+//                               capacity, or could not be reached: the lease
+//                               is still ours, for another worker (or after
+//                               a wait)
 //               -> kCommitting  the reply of a session's turn is complete
 //   kMigrating  -> kPrefilling  the resumed prefill starts (after the
 //                               client's write in flight, if any)
@@ -89,7 +93,8 @@ constexpr bool IsLegalTransition(CallPhase from, CallPhase to) {
     case P::kOpened: return to == P::kPrefilling || to == P::kDecoding || to == P::kQueued;
     case P::kQueued: return to == P::kPrefilling || to == P::kDecoding;
     case P::kPrefilling: return to == P::kPrefilling || to == P::kHandingOff;
-    case P::kHandingOff: return to == P::kDecoding || to == P::kCommitting;
+    case P::kHandingOff:
+      return to == P::kDecoding || to == P::kCommitting || to == P::kPrefilling;
     case P::kDecoding:
       return to == P::kMigrating || to == P::kCommitting || to == P::kHandingOff;
     case P::kMigrating: return to == P::kPrefilling || to == P::kDecoding;

@@ -287,6 +287,15 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   Next WaitForDecodeRoom() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a wait for decode capacity: every worker may be asked again.
   void RetryHandOff() ABSL_LOCKS_EXCLUDED(mu_);
+  // The Decode call failed UNAVAILABLE before the worker sent anything (it
+  // could not be reached): the hand-off goes to another decode worker, the
+  // lease still ours, with no migration and no second prefill.
+  Next OnDecodeUnreached(int unreached, const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // No decode worker could be reached: a wait for one to come back (then
+  // RetryUnreached), within --unavailable-wait-ms in all, or the end.
+  Next WaitForDecodeWorker() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RetryUnreached() ABSL_LOCKS_EXCLUDED(mu_);
   // The relay's next read is about to be issued: the decode worker owes a
   // message within the progress timeout from now.
   void AwaitDecodeMessage() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -369,10 +378,16 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   // each wait), the waits so far, and the first refusal's time.
   std::vector<int> decode_refused_ ABSL_GUARDED_BY(mu_);
   int hand_off_waits_ ABSL_GUARDED_BY(mu_) = 0;
+  // Decode workers this hand-off could not reach (cleared after each wait),
+  // and the last one's error.
+  std::vector<int> decode_unreached_ ABSL_GUARDED_BY(mu_);
+  absl::Status last_decode_error_ ABSL_GUARDED_BY(mu_);
   absl::Duration retry_after_ ABSL_GUARDED_BY(mu_);  // the last refusal's hint
   absl::Time first_refusal_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  // The decode call in flight has sent a message.
+  // The decode call in flight has sent tokens (relay_answered_), or any
+  // message, a heartbeat included (relay_heard_).
   bool relay_answered_ ABSL_GUARDED_BY(mu_) = false;
+  bool relay_heard_ ABSL_GUARDED_BY(mu_) = false;
   DecodeRelay* relay_ ABSL_GUARDED_BY(mu_) = nullptr;
   // A read from the decode worker is outstanding since `awaiting_since_`;
   // the alarm checks it (one alarm set at a time, while decoding).

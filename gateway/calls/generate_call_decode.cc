@@ -75,14 +75,18 @@ void GenerateCall::StartDecode() {
              (migrations_ == 0 || env_.aggregated);
     // Workers that refused this hand-off for capacity are asked again only
     // after a wait (RetryHandOff).
+    // Workers this hand-off could not reach are asked again only after a
+    // wait too (RetryUnreached).
     std::vector<int> exclude = decode_tried_;
     exclude.insert(exclude.end(), decode_refused_.begin(), decode_refused_.end());
+    exclude.insert(exclude.end(), decode_unreached_.begin(), decode_unreached_.end());
     decode_pick_ = pick(exclude);
-    // Every decode worker failed once: one may be back. But a worker that
-    // refused for room is alive: it is waited for (below) rather than one
-    // that failed being tried again.
+    // Every decode worker failed once under this stream: one may be back.
+    // But a worker that refused for room is alive: it is waited for (below)
+    // rather than one that failed being tried again; and one that could not
+    // be reached just now is not tried again before a wait.
     if (!decode_pick_.valid() && !decode_tried_.empty() && decode_refused_.empty()) {
-      decode_pick_ = pick({});
+      decode_pick_ = pick(decode_unreached_);
     }
     const bool holder_lost = turn_.local_prefill && !env_.aggregated &&
                              (!decode_pick_.valid() || decode_pick_.address() != turn_.kv_holder);
@@ -96,6 +100,8 @@ void GenerateCall::StartDecode() {
       fall_back = true;
     } else if (!decode_pick_.valid() && !decode_refused_.empty()) {
       next = WaitForDecodeRoom();
+    } else if (!decode_pick_.valid() && !decode_unreached_.empty()) {
+      next = WaitForDecodeWorker();
     } else if (!decode_pick_.valid()) {
       next = End(absl::UnavailableError("decode: no decode worker is available"));
     } else {
@@ -130,6 +136,7 @@ void GenerateCall::StartDecode() {
       if (lease_ == Lease::kHeld) lease_ = Lease::kHandedOff;
       decode_address_ = decode_pick_.address();
       relay_answered_ = false;
+      relay_heard_ = false;
       relay_ = relay = new DecodeRelay(shared_from_this(), ChildContext(),
                                        env_.channels->Get(decode_pick_.address()),
                                        std::move(req));
@@ -152,6 +159,7 @@ void GenerateCall::OnDecodeMessage(const tandem::v1::DecodeResponse& message) {
     // The relay is being cancelled, or the reply is complete.
     if (phase_ != Phase::kDecoding || decode_stalled_) return;
     awaiting_decode_ = false;
+    relay_heard_ = true;
     // The wait for this message sets the worker's pace (and this stream's).
     const absl::Duration gap = absl::Now() - awaiting_since_;
     longest_gap_ = std::max(longest_gap_, gap);
@@ -320,6 +328,54 @@ void GenerateCall::RetryHandOff() {
   StartDecode();
 }
 
+GenerateCall::Next GenerateCall::OnDecodeUnreached(int unreached, const grpc::Status& status) {
+  if (!local_) {
+    lease_ = Lease::kHeld;
+    keep_lease_ = env_.lease_keeper->Keep(prefill_address_, prefill_.lease_id());
+  }
+  if (unreached >= 0) decode_unreached_.push_back(unreached);
+  last_decode_error_ = rpc::FromGrpcStatus(status, "decode");
+  env_.metrics->decode_retries.Increment();
+  Transition(Phase::kHandingOff);
+  Next next;
+  next.decode = true;  // StartDecode: another worker, or a wait
+  return next;
+}
+
+GenerateCall::Next GenerateCall::WaitForDecodeWorker() {
+  // Every decode worker was out of reach (restarting, say): wait, then try
+  // them again, 100 ms doubling to 1.6 s, up to --unavailable-wait-ms in
+  // all (the same budget as the waits for prefill workers).
+  if (waited_ >= env_.unavailable_wait) {
+    return End(absl::UnavailableError(absl::StrCat(
+        "decode: no decode worker could be reached (waited ", absl::FormatDuration(waited_),
+        " in all); the last: ", last_decode_error_.message())));
+  }
+  ++wait_rounds_;
+  const absl::Duration pause =
+      std::min(absl::Milliseconds(100) * (1 << std::min(wait_rounds_ - 1, 4)),
+               env_.unavailable_wait - waited_);
+  waited_ += pause;
+  retry_alarm_ = std::make_unique<grpc::Alarm>();
+  // Weak, as the other alarms: the server call keeps this object alive.
+  std::weak_ptr<GenerateCall> weak = weak_from_this();
+  retry_alarm_->Set(absl::ToChronoTime(absl::Now() + pause), [weak](bool ok) {
+    if (std::shared_ptr<GenerateCall> self = weak.lock(); ok && self != nullptr) {
+      self->RetryUnreached();
+    }
+  });
+  return {};
+}
+
+void GenerateCall::RetryUnreached() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (Ended()) return;
+    decode_unreached_.clear();
+  }
+  StartDecode();
+}
+
 void GenerateCall::OnDecodeDone(const grpc::Status& result, const DecodeEnd& end) {
   Next next;
   bool migrate = false;
@@ -345,12 +401,21 @@ void GenerateCall::OnDecodeDone(const grpc::Status& result, const DecodeEnd& end
                              !end.refused_hand_off))) {
       suspect = failed;
     }
+    const bool stalled = decode_stalled_;
     decode_stalled_ = false;
+    const bool hand_off_ours = local_ || lease_ == Lease::kHandedOff;
     // Refused at admission, before touching anything: another worker or a
     // wait, for a hand-off (its lease still ours) or a local prefill alike.
-    if (end.refused_hand_off && !relay_answered_ && (local_ || lease_ == Lease::kHandedOff) &&
-        !cancelled_ && status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    if (end.refused_hand_off && !relay_answered_ && hand_off_ours && !cancelled_ &&
+        status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
       next = OnHandOffRefused(failed, end.retry_after);
+    } else if (!relay_heard_ && !stalled && !end.kv_fetch_failed && hand_off_ours && !cancelled_ &&
+               status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      // Not reached (a restarting worker refuses connections): nothing was
+      // sent, so nothing is lost but the attempt. Had the worker fetched the
+      // lease's blocks before it died, the next worker's fetch fails and
+      // the stream migrates then.
+      next = OnDecodeUnreached(failed, status);
     } else if (status.ok()) {
       next = End(absl::InternalError("decode: the stream ended without a finish reason"));
     } else if (Migratable(status) && !cancelled_ && migrations_ < env_.max_migrations) {

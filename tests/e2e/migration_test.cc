@@ -4,7 +4,8 @@
 // greedy (or seeded) run, with the migration in its usage; a prefill worker
 // killed under its request or during its hand-off, and the request is
 // prefilled elsewhere; a stopped worker left at the keepalive or at the
-// progress deadline; the
+// progress deadline; decode workers down at a stream's hand-off, waited for
+// with its lease (no second migration) or failing it after the wait; the
 // gateway's health follows whether its workers are reachable; SIGTERM
 // drains the gateway's streams before it exits.
 #include <signal.h>
@@ -304,6 +305,87 @@ INSTANTIATE_TEST_SUITE_P(
         // worker's pace moves the stream after about a second.
         StoppedWorkerCase{"AdaptiveDeadline", {}, 1}),
     [](const ::testing::TestParamInfo<StoppedWorkerCase>& info) { return info.param.name; });
+
+// A hand-off whose decode worker cannot be reached (one restarting refuses
+// connections) loses nothing but the attempt: the lease is kept and the
+// stream waits for a worker to come back, with no further migration. Both
+// decode workers go down under a stream: the idle one first (the gateway
+// sees it go), then the stream's own, which migrates the stream once;
+// neither is reachable for its hand-off.
+struct BothDecodeWorkersDown {
+  std::unique_ptr<Stack> stack;
+  int busy = -1;
+  Completion c;
+};
+
+BothDecodeWorkersDown KillBothDecodeWorkersUnderAStream(
+    const std::vector<std::string>& gateway_flags, const std::vector<int32_t>& ids, int32_t tokens,
+    const std::function<void(Stack&, int busy)>& while_down) {
+  BothDecodeWorkersDown r;
+  StackOptions o;
+  o.model = ModelPath();
+  o.decode_workers = 2;
+  o.gateway_flags = gateway_flags;
+  r.stack = Stack::Start(o);
+  if (r.stack == nullptr) return r;
+  EXPECT_TRUE(r.stack->AwaitGatewaySynced());
+  Stack& s = *r.stack;
+  const std::string metrics = s.gateway_info().metrics_address;
+  r.c = ReadWithFault(s.gateway(), Request(ids, tokens), 3, [&] {
+    r.busy = BusyDecodeWorker(s, 2);
+    ASSERT_GE(r.busy, 0);
+    process::Subprocess& idle = s.decode_process(1 - r.busy);
+    idle.Signal(SIGKILL);
+    idle.Wait();
+    EXPECT_LE(AwaitMetric(
+                  metrics, "tandem_synced_workers{role=\"decode\"}",
+                  [](double v) { return v <= 1; }, absl::Seconds(30)),
+              1);
+    s.decode_process(r.busy).Signal(SIGKILL);
+    s.decode_process(r.busy).Wait();
+    // The migrated stream's hand-off found them both down.
+    EXPECT_GE(AwaitMetric(
+                  metrics, "tandem_decode_retries_total", [](double v) { return v >= 2; },
+                  absl::Seconds(30)),
+              2);
+    while_down(s, r.busy);
+  });
+  return r;
+}
+
+TEST(MigrationTest, DecodeWorkersRestartingAtTheHandOffCostNoFurtherMigration) {
+  const std::vector<int32_t> ids = Prompt(40, 8, 17);
+  constexpr int32_t kTokens = 1500;
+  BothDecodeWorkersDown r = KillBothDecodeWorkersUnderAStream(
+      {"--keepalive-ms", "300", "--keepalive-timeout-ms", "300"}, ids, kTokens,
+      [](Stack& s, int busy) { EXPECT_TRUE(s.RestartDecode(1 - busy)); });
+  ASSERT_NE(r.stack, nullptr);
+  ASSERT_TRUE(r.c.status.ok()) << r.c.status.error_message();
+  ExpectMatches(r.c, Reference(ids, kTokens));
+  EXPECT_EQ(r.c.usage.migrations(), 1);
+  const std::string metrics = r.stack->gateway_info().metrics_address;
+  EXPECT_EQ(MetricValue(metrics, "tandem_migrations_total"), 1);
+  EXPECT_TRUE(r.stack->RestartDecode(r.busy));
+  EXPECT_TRUE(WorkersIdle(*r.stack, absl::Seconds(30)));
+  EXPECT_TRUE(r.stack->Stop());
+}
+
+// Ones that do not come back within --unavailable-wait-ms fail the stream
+// UNAVAILABLE, saying so, and its lease is released.
+TEST(MigrationTest, DecodeWorkersThatStayDownFailTheStreamAfterTheWait) {
+  BothDecodeWorkersDown r = KillBothDecodeWorkersUnderAStream(
+      {"--keepalive-ms", "300", "--keepalive-timeout-ms", "300", "--unavailable-wait-ms", "700"},
+      Prompt(40, 8, 18), 1500, [](Stack&, int) {});
+  ASSERT_NE(r.stack, nullptr);
+  EXPECT_EQ(r.c.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(r.c.status.error_message(),
+              ::testing::HasSubstr("no decode worker could be reached"));
+  EXPECT_EQ(MetricValue(r.stack->gateway_info().metrics_address, "tandem_migrations_total"), 1);
+  EXPECT_TRUE(r.stack->RestartDecode(0));
+  EXPECT_TRUE(r.stack->RestartDecode(1));
+  EXPECT_TRUE(WorkersIdle(*r.stack, absl::Seconds(30)));
+  EXPECT_TRUE(r.stack->Stop());
+}
 
 // A prefill worker that dies after its prefill answered but before the
 // decode worker fetched the KV (the hand-off): the decode worker is held

@@ -25,12 +25,12 @@ const std::set<std::pair<P, P>>& Legal() {
       {P::kQueued, P::kEnding},         {P::kPrefilling, P::kPrefilling},
       {P::kPrefilling, P::kHandingOff}, {P::kPrefilling, P::kEnding},
       {P::kHandingOff, P::kDecoding},   {P::kHandingOff, P::kCommitting},
-      {P::kHandingOff, P::kEnding},     {P::kDecoding, P::kMigrating},
-      {P::kDecoding, P::kCommitting},   {P::kDecoding, P::kEnding},
-      {P::kDecoding, P::kHandingOff},
+      {P::kHandingOff, P::kEnding},     {P::kHandingOff, P::kPrefilling},
+      {P::kDecoding, P::kMigrating},    {P::kDecoding, P::kCommitting},
+      {P::kDecoding, P::kEnding},       {P::kDecoding, P::kHandingOff},
       {P::kMigrating, P::kPrefilling},  {P::kMigrating, P::kEnding},
-      {P::kMigrating, P::kDecoding},
-      {P::kCommitting, P::kEnding},     {P::kEnding, P::kFinished},
+      {P::kMigrating, P::kDecoding},    {P::kCommitting, P::kEnding},
+      {P::kEnding, P::kFinished},
   };
   return *legal;
 }

@@ -546,6 +546,50 @@ TEST_F(GenerateCallTest, AHandOffRefusedForCapacityWaitsForRoomWithTheSameLease)
   EXPECT_EQ(service_->admission().in_flight(), 0);
 }
 
+// A decode worker that cannot be reached at the hand-off (its Decode call
+// fails UNAVAILABLE before it sent anything: restarting) is waited for with
+// the same lease: no migration, no second prefill, no error.
+TEST_F(GenerateCallTest, AnUnreachableDecodeWorkerIsWaitedForWithTheSameLease) {
+  unavailable_wait_ = absl::Seconds(10);
+  StartGateway(1);
+  const grpc::Status refused(grpc::StatusCode::UNAVAILABLE, "failed to connect: refused");
+  decode_.SetEach({{.tokens = {}, .end = refused},
+                   {.tokens = {}, .end = refused},
+                   {.tokens = {Byte('b'), Byte('c')}, .finish = tandem::v1::FINISH_REASON_LENGTH}});
+  const Result r = Generate(Request(3));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "abc");
+  EXPECT_EQ(r.usage.migrations(), 0);
+  EXPECT_EQ(prefills_[0]->prefills(), 1);
+  const auto decodes = decode_.requests();
+  ASSERT_EQ(decodes.size(), 3u);
+  for (const auto& d : decodes) EXPECT_EQ(d.lease_id(), "lease-1");
+  EXPECT_EQ(Counter("tandem_decode_retries_total"), 2);
+  EXPECT_EQ(Counter("tandem_migrations_total"), 0);
+  EXPECT_EQ(service_->admission().in_flight(), 0);
+}
+
+// Past --unavailable-wait-ms the request fails UNAVAILABLE, saying why, and
+// the lease is released as failed.
+TEST_F(GenerateCallTest, AnUnreachableDecodeWorkerPastTheWaitIsUnavailable) {
+  unavailable_wait_ = absl::Milliseconds(300);
+  StartGateway(1);
+  decode_.Set({.tokens = {}, .end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "refused")});
+  const Result r = Generate(Request(3));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(r.status.error_message(),
+              HasSubstr("no decode worker could be reached (waited 300ms in all); the last: "
+                        "decode: refused"));
+  // Tried at once, then after 100 and 200 ms.
+  EXPECT_EQ(decode_.calls(), 3);
+  EXPECT_EQ(prefills_[0]->prefills(), 1);
+  const auto releases = prefills_[0]->WaitForReleases(1);
+  ASSERT_EQ(releases.size(), 1u);
+  EXPECT_FALSE(releases[0].ok());
+  EXPECT_EQ(Counter("tandem_migrations_total"), 0);
+  EXPECT_EQ(service_->admission().in_flight(), 0);
+}
+
 // When no decode worker has room before the request's deadline, the client
 // gets RESOURCE_EXHAUSTED saying so, and the lease is released.
 TEST_F(GenerateCallTest, AHandOffNoWorkerTakesBeforeTheDeadlineIsResourceExhausted) {
