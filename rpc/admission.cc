@@ -1,5 +1,7 @@
 #include "rpc/admission.h"
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 
 namespace tandem::rpc {
@@ -28,6 +30,11 @@ Admission::Admission(std::string what, const AdmissionLimits& limits)
     : what_(std::move(what)), limits_(limits) {}
 
 absl::StatusOr<Admission::Ticket> Admission::TryAdmit(int64_t tokens) {
+  return TryAdmit(tokens, std::numeric_limits<int64_t>::max(), [] { return absl::OkStatus(); });
+}
+
+absl::StatusOr<Admission::Ticket> Admission::TryAdmit(int64_t tokens, int64_t cap,
+                                                      absl::FunctionRef<absl::Status()> over_cap) {
   absl::MutexLock lock(&mu_);
   if (in_flight_ >= limits_.max_in_flight) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -39,6 +46,7 @@ absl::StatusOr<Admission::Ticket> Admission::TryAdmit(int64_t tokens) {
         what_, ": ", queued_tokens_, " prompt tokens queued, ", tokens,
         " more would pass max_queued_tokens ", limits_.max_queued_tokens, "; retry later"));
   }
+  if (in_flight_ >= cap) return over_cap();
   ++in_flight_;
   queued_tokens_ += tokens;
   Ticket t;

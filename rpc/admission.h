@@ -14,6 +14,7 @@
 #include <grpcpp/server_context.h>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -66,6 +67,12 @@ class Admission {
   // pass either limit. A request larger than max_queued_tokens alone is
   // admitted when nothing else is queued, so no prompt is refused forever.
   absl::StatusOr<Ticket> TryAdmit(int64_t tokens);
+  // The same, refused with `over_cap()` too while `cap` or more requests are
+  // in flight (a bound that moves, such as the decode workers' streams):
+  // checked and taken under one lock, so concurrent callers cannot pass it
+  // together or refuse each other.
+  absl::StatusOr<Ticket> TryAdmit(int64_t tokens, int64_t cap,
+                                  absl::FunctionRef<absl::Status()> over_cap);
 
   int32_t in_flight() const;
   int64_t queued_tokens() const;

@@ -3,6 +3,7 @@
 // they are short, and where its prompt is computed (a prefill worker, or its
 // decode worker: docs/architecture.md#where-a-prompt-is-computed).
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
@@ -14,14 +15,18 @@ namespace tandem::gateway {
 
 absl::Status GenerateCall::TryAdmit() {
   const auto prompt_tokens = static_cast<int64_t>(request_.prompt_ids.size());
-  absl::StatusOr<rpc::Admission::Ticket> ticket = env_.admission->TryAdmit(prompt_tokens);
+  // Every request in flight holds (or will hold) a decode stream: counted
+  // and taken under the admission's lock, so a burst cannot pass the bound
+  // together (nor refuse each other, each counting the other's ticket).
+  const int64_t capacity =
+      env_.decode_capacity ? env_.decode_capacity() : std::numeric_limits<int64_t>::max();
+  absl::StatusOr<rpc::Admission::Ticket> ticket =
+      env_.admission->TryAdmit(prompt_tokens, capacity, [capacity] {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("decode capacity: ", capacity,
+                         " streams are in flight on the decode workers; retry later"));
+      });
   if (!ticket.ok()) return ticket.status();
-  // Every request in flight holds (or will hold) a decode stream.
-  if (env_.decode_capacity && env_.admission->in_flight() > env_.decode_capacity()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("decode capacity: ", env_.decode_capacity(),
-                     " streams are in flight on the decode workers; retry later"));
-  }
   // The most KV its decode worker will hold for it.
   absl::StatusOr<KvBudget::Ticket> kv =
       env_.kv_budget->TryCharge(prompt_tokens + request_.max_tokens);
