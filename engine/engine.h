@@ -302,9 +302,14 @@ class Engine final : public StepEngine, private TierPromoter {
   // what a step with them takes more per proposal of its longest run (one
   // draft pass, and a verification row per drafting sequence). 0: not
   // measured yet.
+  // Moving averages, in seconds, and how many steps each has seen (a
+  // proposal measured as free, its step no slower than the model's, is a
+  // cost of 0, not an unknown one).
   struct SpecCosts {
     double model_step = 0;
     double per_proposal = 0;
+    int64_t model_samples = 0;
+    int64_t proposal_samples = 0;
   } spec_costs_;
   // Steps since the model's step was last timed without proposals.
   int32_t steps_since_model_sample_ = 0;

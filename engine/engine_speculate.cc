@@ -86,7 +86,7 @@ void Engine::Propose() {
     // The cost model needs the model's own step: every other step goes
     // without proposals until one is timed, then again once it is old.
     ++steps_since_model_sample_;
-    if ((spec_costs_.model_step == 0 || steps_since_model_sample_ > 64) &&
+    if ((spec_costs_.model_samples == 0 || steps_since_model_sample_ > 64) &&
         steps_since_model_sample_ % 2 == 0) {
       return;
     }
@@ -270,22 +270,25 @@ int32_t Engine::DecodeStepProposals(const StepPlan& plan) const {
 
 void Engine::ObserveStepCost(int32_t max_proposals, double seconds) {
   constexpr double kWeight = 0.1;  // of the newest sample
-  const auto average = [](double& mean, double sample) {
-    mean = mean == 0 ? sample : (1 - kWeight) * mean + kWeight * sample;
+  const auto average = [](double& mean, int64_t& samples, double sample) {
+    mean = samples++ == 0 ? sample : (1 - kWeight) * mean + kWeight * sample;
   };
+  SpecCosts& c = spec_costs_;
   if (max_proposals == 0) {
-    average(spec_costs_.model_step, seconds);
+    average(c.model_step, c.model_samples, seconds);
     steps_since_model_sample_ = 0;
-  } else if (spec_costs_.model_step > 0) {
-    average(spec_costs_.per_proposal,
-            std::max(0.0, seconds - spec_costs_.model_step) / max_proposals);
+  } else if (c.model_samples > 0) {
+    average(c.per_proposal, c.proposal_samples,
+            std::max(0.0, seconds - c.model_step) / max_proposals);
   }
 }
 
 int32_t Engine::WorthwhileK(const Sequence& seq, int32_t k) const {
   const double min_gain = options_.speculation.min_gain;
   const SpecCosts& c = spec_costs_;
-  if (min_gain <= 0 || c.model_step <= 0 || c.per_proposal <= 0) return k;
+  if (min_gain <= 0 || c.model_samples == 0 || c.proposal_samples == 0 || c.model_step <= 0) {
+    return k;  // proposals until both costs are known
+  }
   // Leviathan et al.: k proposals each kept with probability alpha yield
   // (1 - alpha^(k+1)) / (1 - alpha) tokens; the step costs a plain step and
   // k times what a proposal adds (a draft pass and the verification rows,
