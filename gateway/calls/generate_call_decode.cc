@@ -425,6 +425,9 @@ void GenerateCall::OnDecodeDone(const grpc::Status& result, const DecodeEnd& end
       usage_.set_migrations(migrations_);
       env_.metrics->migrations.Increment();
       if (failed >= 0) decode_tried_.push_back(failed);
+      // The next hand-off is another one: whoever was out of reach for this
+      // one may be back.
+      decode_unreached_.clear();
       // The old lease is of no use now (the worker may have died before it
       // fetched or released it; releasing twice is harmless). A local
       // prefill had none.
