@@ -563,7 +563,15 @@ GenerateCall::Next GenerateCall::End(absl::Status status) {
 }
 
 std::unique_ptr<grpc::ClientContext> GenerateCall::ChildContext() const {
-  std::unique_ptr<grpc::ClientContext> cctx = grpc::ClientContext::FromCallbackServerContext(*ctx_);
+  // The deadline is inherited; cancellation is not: the client's call ends
+  // as soon as its last message is out, which would cancel a Decode call
+  // whose worker has sent its finish but not yet its status (the worker
+  // then counts a cancel). A client's cancel and an early end cancel their
+  // worker calls themselves (OnCancel, End).
+  grpc::PropagationOptions propagation;
+  propagation.disable_cancellation_propagation();
+  std::unique_ptr<grpc::ClientContext> cctx =
+      grpc::ClientContext::FromCallbackServerContext(*ctx_, propagation);
   const auto cap = absl::ToChronoTime(start_ + env_.request_timeout);
   if (cctx->deadline() > cap) cctx->set_deadline(cap);
   return cctx;

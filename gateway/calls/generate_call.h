@@ -321,6 +321,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   // Ends the call with `status` after any write outstanding; releases the
   // lease when the request failed after prefill.
   Next End(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker call's context: the client's deadline (capped by
+  // --request-timeout), not its cancellation.
   std::unique_ptr<grpc::ClientContext> ChildContext() const;
 
   const CallEnv env_;
