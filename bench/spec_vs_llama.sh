@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Prompt-lookup speculation beside llama.cpp's n-gram speculation on the same
-# model and prompts, one sequence, greedy, in one run on this machine.
-# Tandem's side is tandem-spec-bench (the engine in process, with and without
-# prompt lookup, k 4, n-grams 3..2); llama.cpp's is llama-server (-t 2 -tb 2
-# -np 1 -c 4096) with and without `--spec-type ngram-simple` (lookup 3 tokens,
-# draft 4), each /completion request timed by llama-server itself
+# model and prompts, one sequence, greedy, in one run on this machine; or,
+# with DRAFT set, draft-model speculation beside llama.cpp's on the same
+# model and draft. Tandem's side is tandem-spec-bench (the engine in process,
+# with and without prompt lookup, k 4, n-grams 3..2; or with DRAFT's
+# proposals, k 4, its default cost-aware policy, SPEC_MIN_GAIN to change it);
+# llama.cpp's is llama-server (-t 2 -tb 2 -np 1 -c 4096) with and without
+# `--spec-type ngram-simple` (lookup 3 tokens, draft 4), or `--spec-type
+# draft-simple --model-draft DRAFT --spec-draft-n-max 4 -td 2`, each
+# /completion request timed by llama-server itself
 # (timings.predicted_per_second: the decode alone, as the Tandem figure is).
 # Both workloads of tandem-spec-bench: "edit" (a passage, then "The same,
 # again:" and the passage: prompt lookup's case) and "free" (a story
@@ -12,7 +16,8 @@
 # line per round to OUT.
 # Usage: bench/spec_vs_llama.sh BIN_DIR LLAMA_BIN_DIR MODEL OUT [TOKENS] [ROUNDS]
 #   PORT_BASE for llama-server (default 18190); LLAMA_BODY: more JSON fields for
-#   llama-server's requests (e.g. a logit_bias), "{}" by default.
+#   llama-server's requests (e.g. a logit_bias), "{}" by default; DRAFT: a draft
+#   model (same vocabulary) for both engines instead of prompt lookup.
 set -euo pipefail
 bin="$1"
 llama="$2"
@@ -23,6 +28,15 @@ rounds="${6:-3}"
 port="${PORT_BASE:-18190}"
 extra="${LLAMA_BODY:-}"
 [ -n "$extra" ] || extra='{}'
+draft="${DRAFT:-}"
+method=prompt_lookup
+tandem_spec=()
+llama_spec=(--spec-type ngram-simple --spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 4)
+if [ -n "$draft" ]; then
+  method=draft
+  tandem_spec=(--draft-model "$draft" --spec-min-gain "${SPEC_MIN_GAIN:-1}")
+  llama_spec=(--spec-type draft-simple --model-draft "$draft" --spec-draft-n-max 4 -td 2)
+fi
 work="$(mktemp -d)"
 pid=""
 stop() {
@@ -60,13 +74,10 @@ EOF
 for w in edit free; do "$bin/tandem-spec-bench" --print-prompt "$w" >"$work/$w.txt"; done
 for round in $(seq "$rounds"); do
   "$bin/tandem-spec-bench" --model "$model" --tokens "$tokens" --batches 1 --threads 2 \
-    --out "$work/tandem.jsonl" >/dev/null
+    "${tandem_spec[@]}" --out "$work/tandem.jsonl" >/dev/null
   declare -A llama_tps=() llama_drafted=() llama_kept=()
-  for mode in plain ngram; do
-    if [ "$mode" = plain ]; then start_llama; else
-      start_llama --spec-type ngram-simple --spec-ngram-simple-size-n 3 \
-        --spec-ngram-simple-size-m 4
-    fi
+  for mode in plain spec; do
+    if [ "$mode" = plain ]; then start_llama; else start_llama "${llama_spec[@]}"; fi
     for w in edit free; do
       complete "$work/$w.txt" >/dev/null  # a warm-up request
       read -r tps drafted kept < <(complete "$work/$w.txt")
@@ -76,19 +87,19 @@ for round in $(seq "$rounds"); do
     done
     stop
   done
-  python3 - "$work/tandem.jsonl" "$out" "$round" "$tokens" "$model" \
-    "${llama_tps[plain.edit]} ${llama_tps[ngram.edit]} ${llama_drafted[ngram.edit]} ${llama_kept[ngram.edit]}" \
-    "${llama_tps[plain.free]} ${llama_tps[ngram.free]} ${llama_drafted[ngram.free]} ${llama_kept[ngram.free]}" <<'EOF'
+  python3 - "$work/tandem.jsonl" "$out" "$round" "$tokens" "$model" "$method" "$draft" \
+    "${llama_tps[plain.edit]} ${llama_tps[spec.edit]} ${llama_drafted[spec.edit]} ${llama_kept[spec.edit]}" \
+    "${llama_tps[plain.free]} ${llama_tps[spec.free]} ${llama_drafted[spec.free]} ${llama_kept[spec.free]}" <<'EOF'
 import json, sys
-tandem_file, out, round_, tokens, model = sys.argv[1:6]
+tandem_file, out, round_, tokens, model, method, draft = sys.argv[1:8]
 llama = {}
-for name, fields in zip(("edit", "free"), sys.argv[6:8]):
+for name, fields in zip(("edit", "free"), sys.argv[8:10]):
     plain, ngram, drafted, kept = fields.split()
     llama[name] = {"plain_tps": float(plain), "spec_tps": float(ngram),
                    "drafted": int(drafted), "accepted": int(kept)}
 runs = json.loads(open(tandem_file).read().splitlines()[-1])["runs"]
 line = {"bench": "speculation_vs_llama_cpp", "round": int(round_), "model": model,
-        "tokens": int(tokens), "tandem": {r["workload"]: r for r in runs}, "llama_cpp": llama}
+        "method": method, "draft": draft, "tokens": int(tokens), "tandem": {r["workload"]: r for r in runs}, "llama_cpp": llama}
 with open(out, "a") as f:
     f.write(json.dumps(line) + "\n")
 print(f"round {round_}: workload | engine | plain t/s | speculative t/s | speedup | kept")
