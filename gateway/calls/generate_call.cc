@@ -330,22 +330,12 @@ void GenerateCall::OnPrefillDone(const grpc::Status& result,
       // token.
       env_.metrics->prefill_retries.Increment();
       last_prefill_error_ = rpc::FromGrpcStatus(status, "prefill");
-      // 100 ms, doubling to 1.6 s.
-      ++wait_rounds_;
-      absl::Duration pause = absl::Milliseconds(100) * (1 << std::min(wait_rounds_ - 1, 4));
+      absl::Duration pause = NextWaitPause();
       if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
         pause = std::min(pause, env_.unavailable_wait - waited_);
       }
       waited_ += pause;
-      retry_alarm_ = std::make_unique<grpc::Alarm>();
-      // Weak: the alarm, a member, keeps its callback; the server call keeps
-      // this object alive while it waits.
-      std::weak_ptr<GenerateCall> weak = weak_from_this();
-      retry_alarm_->Set(absl::ToChronoTime(absl::Now() + pause), [weak](bool ok) {
-        if (std::shared_ptr<GenerateCall> self = weak.lock(); ok && self != nullptr) {
-          self->RetryRound();
-        }
-      });
+      ArmRetryAlarm(absl::Now() + pause, &GenerateCall::RetryRound);
     } else {
       next = End(rpc::FromGrpcStatus(status, "prefill"));
     }
@@ -358,9 +348,27 @@ void GenerateCall::OnPrefillDone(const grpc::Status& result,
   }
 }
 
+absl::Duration GenerateCall::WaitPause(int round) {
+  return absl::Milliseconds(100) * (1 << std::min(round - 1, 4));
+}
+
+absl::Duration GenerateCall::NextWaitPause() { return WaitPause(++wait_rounds_); }
+
+void GenerateCall::ArmRetryAlarm(absl::Time at, void (GenerateCall::*retry)()) {
+  retry_alarm_ = std::make_unique<grpc::Alarm>();
+  // Weak: the alarm, a member, keeps its callback; the server call keeps
+  // this object alive while it waits.
+  std::weak_ptr<GenerateCall> weak = weak_from_this();
+  retry_alarm_->Set(absl::ToChronoTime(at), [weak, retry](bool ok) {
+    if (std::shared_ptr<GenerateCall> self = weak.lock(); ok && self != nullptr) {
+      (self.get()->*retry)();
+    }
+  });
+}
+
 bool GenerateCall::ResumedStreamMayWaitForRoom(const grpc::Status& status) const {
   if (status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED || !sent_first_) return false;
-  const absl::Duration next = absl::Milliseconds(100) * (1 << std::min(wait_rounds_, 4));
+  const absl::Duration next = WaitPause(wait_rounds_ + 1);
   const absl::Time deadline =
       std::min(absl::FromChrono(ctx_->deadline()), start_ + env_.request_timeout);
   return absl::Now() + next < deadline;

@@ -256,6 +256,13 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   void Resume() ABSL_LOCKS_EXCLUDED(mu_);
   // After a wait: every prefill worker may be tried again.
   void RetryRound() ABSL_LOCKS_EXCLUDED(mu_);
+  // The waits for unavailable workers: 100 ms for round 1, doubling to
+  // 1.6 s; NextWaitPause counts a round.
+  static absl::Duration WaitPause(int round);
+  absl::Duration NextWaitPause() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets retry_alarm_ to call `retry` at `at` (while this object lives).
+  void ArmRetryAlarm(absl::Time at, void (GenerateCall::*retry)())
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every prefill worker refused a migrated stream (tokens already out) for
   // capacity, and its deadline leaves time for another wait.
   bool ResumedStreamMayWaitForRoom(const grpc::Status& status) const
@@ -278,6 +285,9 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
     bool kv_fetch_failed = false;
   };
   void OnDecodeDone(const grpc::Status& result, const DecodeEnd& end) ABSL_LOCKS_EXCLUDED(mu_);
+  // The hand-off's worker did not take it (refused, or not reached): the
+  // lease is kept alive again and StartDecode runs next.
+  Next TakeHandOffBack() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A decode worker refused the hand-off: the stream goes to another one,
   // or waits for one to have room within the request's deadline.
   Next OnHandOffRefused(int refused, absl::Duration retry_after)

@@ -273,22 +273,26 @@ void GenerateCall::CheckProgress() {
   relay_->Cancel();  // OnDecodeDone follows and migrates the stream
 }
 
-GenerateCall::Next GenerateCall::OnHandOffRefused(int refused, absl::Duration retry_after) {
+GenerateCall::Next GenerateCall::TakeHandOffBack() {
   // The worker touched neither the KV nor the lease: the lease is ours
-  // again, kept alive while another worker is asked or room is awaited (a
+  // again, kept alive while another worker is asked or one is awaited (a
   // local prefill has none).
   if (!local_) {
     lease_ = Lease::kHeld;
     keep_lease_ = env_.lease_keeper->Keep(prefill_address_, prefill_.lease_id());
   }
-  if (refused >= 0) decode_refused_.push_back(refused);
-  if (first_refusal_ == absl::InfinitePast()) first_refusal_ = absl::Now();
-  retry_after_ = retry_after;
-  env_.metrics->hand_off_refusals.Increment();
   Transition(Phase::kHandingOff);
   Next next;
   next.decode = true;  // StartDecode: another worker, or a wait
   return next;
+}
+
+GenerateCall::Next GenerateCall::OnHandOffRefused(int refused, absl::Duration retry_after) {
+  if (refused >= 0) decode_refused_.push_back(refused);
+  if (first_refusal_ == absl::InfinitePast()) first_refusal_ = absl::Now();
+  retry_after_ = retry_after;
+  env_.metrics->hand_off_refusals.Increment();
+  return TakeHandOffBack();
 }
 
 GenerateCall::Next GenerateCall::WaitForDecodeRoom() {
@@ -308,14 +312,7 @@ GenerateCall::Next GenerateCall::WaitForDecodeRoom() {
         " asked last); the request's deadline leaves no time to wait longer")));
   }
   ++hand_off_waits_;
-  retry_alarm_ = std::make_unique<grpc::Alarm>();
-  // Weak, as the other alarms: the server call keeps this object alive.
-  std::weak_ptr<GenerateCall> weak = weak_from_this();
-  retry_alarm_->Set(absl::ToChronoTime(now + pause), [weak](bool ok) {
-    if (std::shared_ptr<GenerateCall> self = weak.lock(); ok && self != nullptr) {
-      self->RetryHandOff();
-    }
-  });
+  ArmRetryAlarm(now + pause, &GenerateCall::RetryHandOff);
   return {};
 }
 
@@ -329,17 +326,10 @@ void GenerateCall::RetryHandOff() {
 }
 
 GenerateCall::Next GenerateCall::OnDecodeUnreached(int unreached, const grpc::Status& status) {
-  if (!local_) {
-    lease_ = Lease::kHeld;
-    keep_lease_ = env_.lease_keeper->Keep(prefill_address_, prefill_.lease_id());
-  }
   if (unreached >= 0) decode_unreached_.push_back(unreached);
   last_decode_error_ = rpc::FromGrpcStatus(status, "decode");
   env_.metrics->decode_retries.Increment();
-  Transition(Phase::kHandingOff);
-  Next next;
-  next.decode = true;  // StartDecode: another worker, or a wait
-  return next;
+  return TakeHandOffBack();
 }
 
 GenerateCall::Next GenerateCall::WaitForDecodeWorker() {
@@ -351,19 +341,9 @@ GenerateCall::Next GenerateCall::WaitForDecodeWorker() {
         "decode: no decode worker could be reached (waited ", absl::FormatDuration(waited_),
         " in all); the last: ", last_decode_error_.message())));
   }
-  ++wait_rounds_;
-  const absl::Duration pause =
-      std::min(absl::Milliseconds(100) * (1 << std::min(wait_rounds_ - 1, 4)),
-               env_.unavailable_wait - waited_);
+  const absl::Duration pause = std::min(NextWaitPause(), env_.unavailable_wait - waited_);
   waited_ += pause;
-  retry_alarm_ = std::make_unique<grpc::Alarm>();
-  // Weak, as the other alarms: the server call keeps this object alive.
-  std::weak_ptr<GenerateCall> weak = weak_from_this();
-  retry_alarm_->Set(absl::ToChronoTime(absl::Now() + pause), [weak](bool ok) {
-    if (std::shared_ptr<GenerateCall> self = weak.lock(); ok && self != nullptr) {
-      self->RetryUnreached();
-    }
-  });
+  ArmRetryAlarm(absl::Now() + pause, &GenerateCall::RetryUnreached);
   return {};
 }
 
