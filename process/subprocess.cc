@@ -281,8 +281,11 @@ absl::StatusOr<common::ReadyInfo> Subprocess::WaitReady(absl::Duration timeout) 
   if (!ready_ && (exited_ || stdout_closed_)) {
     // One side of the end came first; give the other a moment so the error
     // has the exit code and the last output, without passing the deadline.
+    // A process that closed its stdout is usually gone within milliseconds,
+    // but its exit (libraries' teardown, e.g. the CUDA runtime's) can take
+    // over a second on a loaded machine.
     mu_.AwaitWithDeadline(absl::Condition(this, &Subprocess::FullyGone),
-                          std::min(deadline, absl::Now() + absl::Seconds(1)));
+                          std::min(deadline, absl::Now() + absl::Seconds(5)));
   }
   if (ready_) return ready_info_;
   if (exited_ || stdout_closed_) {
