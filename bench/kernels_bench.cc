@@ -13,14 +13,17 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
-#include "engine/model/backend.h"
+#include "engine/cpu/attention.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/matmul.h"
 #include "engine/gguf/tensor_type.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/model/backend.h"
 
 namespace tandem::engine::cpu {
 namespace {
@@ -158,6 +161,64 @@ void BM_SwiGlu(benchmark::State& state, int64_t n) {
       benchmark::Counter(n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Paged attention of one layer of the 25.7M model's shape (8 query heads over
+// 4 KV heads of 64): `n_seqs` sequences each computing `rows` rows at the end
+// of a `ctx`-token context (rows 1: a decode step; more: a prompt chunk),
+// every sequence with its own blocks (block size 16).
+void BM_Attention(benchmark::State& state, GgmlType kv_type, int32_t n_seqs, int32_t rows,
+                  int32_t ctx) {
+  ModelConfig config;
+  config.n_layer = 1;
+  config.n_head = 8;
+  config.n_head_kv = 4;
+  config.head_dim = 64;
+  constexpr int32_t kBlock = 16;
+  auto backend = MakeCpuBackendWithIsa({.threads = Config().threads}, Config().isa);
+  const int64_t kv_bytes = int64_t{n_seqs} * (ctx + kBlock) * 2 * 256 * 4;
+  auto kv = *CreateKvCache(
+      *backend, config,
+      {.block_size = kBlock, .budget_bytes = kv_bytes + (1 << 20), .dtype = kv_type});
+  std::vector<BlockList> lists;
+  std::vector<AttentionSequence> seqs;
+  StepMetadata store;
+  for (int32_t s = 0; s < n_seqs; ++s) {
+    lists.push_back(*kv->pool().Allocate((ctx + kBlock - 1) / kBlock));
+    for (int32_t p = 0; p < ctx; ++p) {
+      store.tokens.push_back(0);
+      store.slot_mapping.push_back(int64_t{lists.back()[p / kBlock]} * kBlock + p % kBlock);
+    }
+  }
+  for (int32_t s = 0; s < n_seqs; ++s) {
+    seqs.push_back(
+        {.first_row = s * rows, .n_rows = rows, .kv_start = ctx - rows, .blocks = lists[s].ids()});
+  }
+  const int64_t kv_dim = config.n_head_kv * config.head_dim;
+  const std::vector<float> k = MakeActivations(int64_t{n_seqs} * ctx * kv_dim, 8);
+  const std::vector<float> v = MakeActivations(int64_t{n_seqs} * ctx * kv_dim, 9);
+  backend->BeginStep(store);
+  backend->StoreKv(kv->LayerView(0), HostPtr<const float>(k.data()),
+                   HostPtr<const float>(v.data()));
+  const int64_t q_dim = config.n_head * config.head_dim;
+  const std::vector<float> q = MakeActivations(int64_t{n_seqs} * rows * q_dim, 10);
+  std::vector<float> out(q.size());
+  const AttentionArgs args{.q = q.data(),
+                           .out = out.data(),
+                           .n_head = config.n_head,
+                           .n_head_kv = config.n_head_kv,
+                           .head_dim = config.head_dim,
+                           .kv = kv->LayerView(0),
+                           .seqs = seqs};
+  for (auto _ : state) {
+    PagedAttention(args, {.threads = Config().threads, .isa = Config().isa});
+    benchmark::ClobberMemory();
+  }
+  // Scores and the weighted sum over the visible keys (causal within a chunk).
+  const double keys = static_cast<double>(n_seqs) * rows * (ctx - (rows - 1) / 2.0);
+  const double flops = keys * config.n_head * config.head_dim * 4.0;
+  const double bytes = static_cast<double>(n_seqs) * ctx * kv_dim * 2 * GgmlBlockBytes(kv_type);
+  SetCounters(state, flops, bytes, static_cast<double>(n_seqs) * rows);
+}
+
 std::string PathName(MatMulPath path) {
   switch (path) {
     case MatMulPath::kAuto: return "auto";
@@ -197,6 +258,16 @@ void RegisterAll() {
                                  std::to_string(n);
         benchmark::RegisterBenchmark(name.c_str(), BM_Model, m, type, n)->UseRealTime();
       }
+    }
+  }
+  for (GgmlType kv_type : {GgmlType::kF32, GgmlType::kF16}) {
+    for (const auto& [seqs, rows, ctx] :
+         {std::tuple{32, 1, 320}, {8, 1, 320}, {1, 1, 2048}, {1, 32, 256}, {1, 128, 512}}) {
+      const std::string name = "Attention/" + std::string(GgmlTypeName(kv_type)) +
+                               "/seqs:" + std::to_string(seqs) + "/rows:" + std::to_string(rows) +
+                               "/ctx:" + std::to_string(ctx);
+      benchmark::RegisterBenchmark(name.c_str(), BM_Attention, kv_type, seqs, rows, ctx)
+          ->UseRealTime();
     }
   }
   for (const auto& [n, dim] : {std::pair<int64_t, int64_t>{1, 512}, {512, 512}}) {

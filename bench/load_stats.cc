@@ -66,6 +66,7 @@ LoadSummary Summarize(const LoadShape& shape, const std::vector<RequestResult>& 
   s.wall_s = wall_s;
   std::vector<double> ttft;
   std::vector<double> itl;
+  std::vector<double> second;
   int64_t messages = 0;
   for (const RequestResult& r : results) {
     if (r.code == absl::StatusCode::kOk) {
@@ -75,6 +76,7 @@ LoadSummary Summarize(const LoadShape& shape, const std::vector<RequestResult>& 
     }
     if (r.ttft_s >= 0) ttft.push_back(r.ttft_s);
     itl.insert(itl.end(), r.itl_s.begin(), r.itl_s.end());
+    if (!r.itl_s.empty()) second.push_back(r.itl_s.front());
     s.output_tokens += r.output_tokens;
     messages += r.messages;
     s.prompt_tokens += r.prompt_tokens;
@@ -87,6 +89,8 @@ LoadSummary Summarize(const LoadShape& shape, const std::vector<RequestResult>& 
   s.ttft_p99_s = Percentile(ttft, 99);
   s.itl_p50_s = Percentile(itl, 50);
   s.itl_p99_s = Percentile(itl, 99);
+  s.second_token_p50_s = Percentile(second, 50);
+  s.second_token_p99_s = Percentile(second, 99);
   const std::vector<double> stalls = StallGaps(results);
   s.stalls = static_cast<int64_t>(stalls.size());
   s.stall_p50_s = Percentile(stalls, 50);
@@ -119,6 +123,8 @@ std::string FormatTable(const LoadSummary& s) {
                                         s.ttft_p50_s * 1e3, s.ttft_p99_s * 1e3));
   absl::StrAppend(&out, absl::StrFormat("  %-22s %9.2f ms %9.2f ms\n", "inter-token latency",
                                         s.itl_p50_s * 1e3, s.itl_p99_s * 1e3));
+  absl::StrAppend(&out, absl::StrFormat("  %-22s %9.2f ms %9.2f ms\n", "first -> second token",
+                                        s.second_token_p50_s * 1e3, s.second_token_p99_s * 1e3));
   absl::StrAppend(&out, absl::StrFormat("  %-22s %9.2f ms %9.2f ms  (max %.2f ms, %d gaps)\n",
                                         "stall in others' prefill", s.stall_p50_s * 1e3,
                                         s.stall_p99_s * 1e3, s.stall_max_s * 1e3, s.stalls));
@@ -143,25 +149,29 @@ std::string FormatJson(const LoadSummary& s) {
   }
   errors += "}";
   return absl::StrCat(
-      "{\"bench\": \"load\", \"addr\": ", JsonQuote(sh.addr), ", \"front\": ",
-      JsonQuote(sh.http_addr.empty() ? "grpc" : "http"), ", \"model\": ",
-      JsonQuote(sh.model), ", \"concurrency\": ", sh.concurrency, ", \"requests\": ",
-      sh.requests, ", \"prompt_tokens\": ", sh.prompt_tokens, ", \"shared_prefix_tokens\": ",
-      sh.shared_prefix_tokens, ", \"prefix_groups\": ", sh.prefix_groups,
-      ", \"turns\": ", sh.turns, ", \"turn_tokens\": ", sh.turn_tokens,
-      ", \"max_tokens\": ", sh.max_tokens, ", \"seed\": ", sh.seed,
-      ", \"prefix_seed\": ", sh.prefix_seed == 0 ? sh.seed : sh.prefix_seed,
-      ", \"ok\": ", s.ok, ", \"errors\": ", errors, ", \"wall_s\": ", JsonNumber(s.wall_s),
-      ", \"output_tokens\": ", s.output_tokens, ", \"output_tokens_per_s\": ",
-      JsonNumber(s.output_tokens_per_s), ", \"tokens_per_message\": ",
-      JsonNumber(s.tokens_per_message), ", \"ttft_p50_s\": ", JsonNumber(s.ttft_p50_s),
-      ", \"ttft_p99_s\": ", JsonNumber(s.ttft_p99_s), ", \"itl_p50_s\": ",
-      JsonNumber(s.itl_p50_s), ", \"itl_p99_s\": ", JsonNumber(s.itl_p99_s),
-      ", \"stalls\": ", s.stalls, ", \"stall_p50_s\": ", JsonNumber(s.stall_p50_s),
-      ", \"stall_p99_s\": ", JsonNumber(s.stall_p99_s), ", \"stall_max_s\": ",
-      JsonNumber(s.stall_max_s),
-      ", \"prompt_tokens_total\": ", s.prompt_tokens, ", \"cached_prompt_tokens\": ",
-      s.cached_prompt_tokens, "}");
+      "{\"bench\": \"load\", \"addr\": ", JsonQuote(sh.addr),
+      ", \"front\": ", JsonQuote(sh.http_addr.empty() ? "grpc" : "http"),
+      ", \"model\": ", JsonQuote(sh.model), ", \"concurrency\": ", sh.concurrency,
+      ", \"requests\": ", sh.requests, ", \"prompt_tokens\": ", sh.prompt_tokens,
+      ", \"shared_prefix_tokens\": ", sh.shared_prefix_tokens,
+      ", \"prefix_groups\": ", sh.prefix_groups, ", \"turns\": ", sh.turns,
+      ", \"turn_tokens\": ", sh.turn_tokens, ", \"max_tokens\": ", sh.max_tokens,
+      ", \"seed\": ", sh.seed,
+      ", \"prefix_seed\": ", sh.prefix_seed == 0 ? sh.seed : sh.prefix_seed, ", \"ok\": ", s.ok,
+      ", \"errors\": ", errors, ", \"wall_s\": ", JsonNumber(s.wall_s),
+      ", \"output_tokens\": ", s.output_tokens,
+      ", \"output_tokens_per_s\": ", JsonNumber(s.output_tokens_per_s),
+      ", \"tokens_per_message\": ", JsonNumber(s.tokens_per_message),
+      ", \"ttft_p50_s\": ", JsonNumber(s.ttft_p50_s),
+      ", \"ttft_p99_s\": ", JsonNumber(s.ttft_p99_s), ", \"itl_p50_s\": ", JsonNumber(s.itl_p50_s),
+      ", \"itl_p99_s\": ", JsonNumber(s.itl_p99_s),
+      ", \"second_token_p50_s\": ", JsonNumber(s.second_token_p50_s),
+      ", \"second_token_p99_s\": ", JsonNumber(s.second_token_p99_s), ", \"stalls\": ", s.stalls,
+      ", \"stall_p50_s\": ", JsonNumber(s.stall_p50_s),
+      ", \"stall_p99_s\": ", JsonNumber(s.stall_p99_s),
+      ", \"stall_max_s\": ", JsonNumber(s.stall_max_s),
+      ", \"prompt_tokens_total\": ", s.prompt_tokens,
+      ", \"cached_prompt_tokens\": ", s.cached_prompt_tokens, "}");
 }
 
 }  // namespace tandem::bench

@@ -82,6 +82,10 @@ struct LoadSummary {
   double ttft_p99_s = 0;
   double itl_p50_s = 0;
   double itl_p99_s = 0;
+  // Of the ITL samples, each request's first (first token -> second): where a
+  // disaggregated service hands the stream from prefill to decode.
+  double second_token_p50_s = 0;
+  double second_token_p99_s = 0;
   // Gaps between a request's messages that overlap another's prefill.
   int64_t stalls = 0;
   double stall_p50_s = 0;
