@@ -13,7 +13,10 @@
 #   LOAD=ref (default) or all; PORT_BASE for llama-server (default 18090);
 #   UP_FLAGS: more `tandem up` flags for both Tandem services (e.g. --max-running 8);
 #   SERVICES: which to run, of tandem, aggregated, llama-server (given its bin
-#   folder), tandem-spec and aggregated-spec (prompt-lookup speculation on).
+#   folder), aggregated-capped (aggregated with CAPPED_FLAGS, default
+#   "--max-running 8 --max-batch-tokens 12": few sequences and small prompt
+#   chunks per step, for inter-token latency), tandem-spec and aggregated-spec
+#   (prompt-lookup speculation on).
 set -euo pipefail
 bin="$1"
 model="$2"
@@ -57,7 +60,7 @@ llama_body="${LLAMA_BODY:-$(python3 -c 'import json; print(json.dumps({"logit_bi
 
 loads=("32 256 200")
 [ "$load" = all ] && loads+=("128 256 200" "128 256 0")
-services=(tandem aggregated)
+services=(tandem aggregated aggregated-capped)
 [ -n "$llama" ] && services+=(llama-server)
 # SERVICES="tandem aggregated" runs a subset; tandem-spec and aggregated-spec
 # (not run unless named) are the two with prompt-lookup speculation on.
@@ -77,6 +80,10 @@ for round in $(seq "$rounds"); do
       case "$service" in
         tandem) start_tandem; target=(--addr "$addr") ;;
         aggregated) start_tandem --mode aggregated; target=(--addr "$addr") ;;
+        aggregated-capped)
+          # shellcheck disable=SC2086
+          start_tandem --mode aggregated ${CAPPED_FLAGS:---max-running 8 --max-batch-tokens 12}
+          target=(--addr "$addr") ;;
         tandem-spec) start_tandem --speculative prompt-lookup; target=(--addr "$addr") ;;
         aggregated-spec)
           start_tandem --mode aggregated --speculative prompt-lookup; target=(--addr "$addr") ;;

@@ -52,6 +52,11 @@ constexpr char kLoopback[] = "127.0.0.1";
 // throughput; docs/benchmarks.md#one-machine).
 constexpr int kAggregatedChunk = 128;
 
+// Busy-wait iterations of a waiting OpenMP thread before it sleeps (libgomp's
+// GOMP_SPINCOUNT; its default is 300000): long enough to span the gap between
+// one step's parallel regions, a fraction of a millisecond in all.
+constexpr int kOmpSpinCount = 10000;
+
 struct UpConfig {
   std::string model;  // empty: the synthetic default model
   std::string host;
@@ -70,6 +75,8 @@ struct UpConfig {
   // The decode worker's --max-running and the gateway's
   // --decode-worker-streams; 0: their default.
   int max_running = 0;
+  // The decoding worker's --itl-target-ms; 0: none.
+  double itl_target_ms = 0;
   // The decoding worker's --speculative ("off", "prompt-lookup" or
   // "draft"), and every worker's --draft-model (empty: none).
   std::string speculative = "off";
@@ -129,6 +136,11 @@ std::vector<common::FlagSpec> UpFlagSpecs() {
                "gateway's --decode-worker-streams), the rest waiting in the gateway's "
                "admission queue; fewer make each step, and so the time between a "
                "stream's tokens, shorter; 0 = the workers' default (64)"},
+      {.name = "itl-target-ms",
+       .default_value = "0",
+       .help = "inter-token latency target of the worker that decodes (its --itl-target-ms): "
+               "its steps hold what its measured step cost fits in the target, the rest "
+               "waiting for room; 0 = none"},
       {.name = "speculative",
        .default_value = "off",
        .help = "speculative decoding on the worker that decodes, for requests that do not "
@@ -196,6 +208,11 @@ absl::StatusOr<UpConfig> ConfigFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(c.max_batch_tokens, args.IntInRange("max-batch-tokens", 0, 1 << 20));
   ASSIGN_OR_RETURN(c.decode_threads, args.IntInRange("decode-threads", 1, 256));
   ASSIGN_OR_RETURN(c.max_running, args.IntInRange("max-running", 0, 1 << 16));
+  ASSIGN_OR_RETURN(c.itl_target_ms, args.Double("itl-target-ms"));
+  if (!(c.itl_target_ms >= 0 && c.itl_target_ms <= 60000)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--itl-target-ms: ", c.itl_target_ms, " is outside [0, 60000]"));
+  }
   c.speculative = args.String("speculative");
   c.draft_model = args.String("draft-model");
   RETURN_IF_ERROR(engine::CheckSpeculativeFlags(c.speculative, c.draft_model));
@@ -403,6 +420,9 @@ class Up {
     if (config_.max_running > 0 && role == "decode") {
       args.insert(args.end(), {"--max-running", absl::StrCat(config_.max_running)});
     }
+    if (config_.itl_target_ms > 0 && role == "decode") {
+      args.insert(args.end(), {"--itl-target-ms", absl::StrCat(config_.itl_target_ms)});
+    }
     if (role == "decode" && config_.speculative != "off") {
       args.insert(args.end(), {"--speculative", config_.speculative});
     }
@@ -422,11 +442,14 @@ class Up {
     argv.insert(argv.end(), flags.begin(), flags.end());
     process::SubprocessOptions options;
     // The processes share this machine's cores: an OpenMP thread that waits
-    // sleeps instead of spinning on a core another process needs (spinning,
-    // libgomp's default, took 87% of an aggregated worker's CPU time in
-    // barrier waits and halved its throughput). An explicit setting wins.
-    if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
-      options.extra_env = {"OMP_WAIT_POLICY=passive"};
+    // spins only briefly (kOmpSpinCount) before it sleeps, so it does not
+    // hold a core another process needs between steps (libgomp's default
+    // spin took 87% of an aggregated worker's CPU time in barrier waits and
+    // halved its throughput), yet does not sleep and wake between the
+    // parallel regions of one step (OMP_WAIT_POLICY=passive cost a decode
+    // step of 8 rows ~25%). An explicit setting of either wins.
+    if (std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr) {
+      options.extra_env = {absl::StrCat("GOMP_SPINCOUNT=", kOmpSpinCount)};
     }
     // A child drains its streams before it exits.
     options.terminate_grace = config_.drain_timeout + config_.stop_grace;

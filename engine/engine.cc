@@ -60,6 +60,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
     return absl::InvalidArgumentError(
         absl::StrCat("max_batch_tokens ", options.max_batch_tokens, " must be at least 1"));
   }
+  if (!(options.itl_target_s >= 0 && options.itl_target_s <= 3600)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("itl_target_s ", options.itl_target_s, " is outside [0, 3600]"));
+  }
   if (options.max_running < 1 || options.max_waiting < 0) {
     return absl::InvalidArgumentError("max_running must be >= 1 and max_waiting >= 0");
   }
@@ -128,7 +132,8 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend, const Engin
                   .max_running = options.max_running,
                   .model_fingerprint = kv_fingerprint_,
                   .max_speculative_rows = SpeculativeRows(options)},
-                 kv_->pool(), kv_->block_size(), options.tiers != nullptr ? this : nullptr) {
+                 kv_->pool(), kv_->block_size(), options.tiers != nullptr ? this : nullptr),
+      itl_(options.itl_target_s, options.max_batch_tokens, kItlInitialTokens) {
   // Runs inside an allocation on the engine thread, before the block's
   // memory is reused: the lower tiers get its bytes before anything writes
   // it (FlushEvictions), and the next Step reports the block removed.
@@ -307,22 +312,58 @@ void Engine::DropOldestPin() {
   Unpin(std::string(oldest->first));
 }
 
+StepBudget Engine::ItlBudget() const {
+  const int32_t tokens = itl_.tokens();
+  // A quarter of the step, at least one token, is the prompts': they keep
+  // moving however full the decode batch is.
+  const int32_t prompts = std::max(1, tokens / 4);
+  return {.max_tokens = tokens,
+          .max_running = std::max(1, tokens - prompts),
+          .min_prefill_tokens = prompts};
+}
+
 absl::StatusOr<StepOutput> Engine::Step() {
-  // Timed for the draft's cost model only.
-  const auto step_start = draft_.model != nullptr ? std::chrono::steady_clock::now()
-                                                  : std::chrono::steady_clock::time_point();
+  const bool itl = options_.itl_target_s > 0;
+  // Timed for the draft's cost model and the latency target's.
+  const auto step_start = draft_.model != nullptr || itl ? std::chrono::steady_clock::now()
+                                                         : std::chrono::steady_clock::time_point();
+  if (itl) {
+    // The last step's cost runs to this one's start: what the engine's
+    // thread did between them (streaming its tokens out) is part of every
+    // client's inter-token time.
+    if (last_step_tokens_ > 0) {
+      itl_.Observe(last_step_tokens_,
+                   std::chrono::duration<double>(step_start - last_step_start_).count(),
+                   last_step_limited_);
+    }
+    last_step_start_ = step_start;
+    itl_budget_ = ItlBudget();
+  }
   StepOutput out;
   for (int64_t id : cancelled_) {
     out.tokens.push_back({.seq_id = id, .token = {}, .finish = FinishReason::kCancelled});
   }
   cancelled_.clear();
   Propose();
-  StepPlan plan = scheduler_.Schedule();
+  const StepBudget budget = itl ? itl_budget_ : StepBudget{};
+  StepPlan plan = scheduler_.Schedule(budget);
   // Pins never hold back work: sequences wait with nothing running while
   // pinned blocks would make room.
   while (plan.chunks.empty() && scheduler_.num_waiting() > 0 && !pins_.empty()) {
     DropOldestPin();
-    plan = scheduler_.Schedule();
+    plan = scheduler_.Schedule(budget);
+  }
+  if (itl) {
+    // Observed at the next step, unless the engine goes idle after this one.
+    last_step_tokens_ = 0;
+    for (const ScheduledChunk& c : plan.chunks) last_step_tokens_ += c.count;
+    // Whether the budget held work back: sequences left waiting, or prompt
+    // chunks cut to what it left them.
+    last_step_limited_ = scheduler_.num_waiting() > 0;
+    for (const ScheduledChunk& c : plan.chunks) {
+      const Sequence& seq = *scheduler_.Find(c.seq_id);
+      if (c.start + c.count < static_cast<int32_t>(seq.tokens.size())) last_step_limited_ = true;
+    }
   }
   TrimProposals(plan);
   // What scheduling evicted and promoted comes before what this step's
@@ -368,6 +409,7 @@ absl::StatusOr<StepOutput> Engine::Step() {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
     }
   }
+  if (!HasWork()) last_step_tokens_ = 0;  // the wait for work is no step's cost
   return out;
 }
 
@@ -544,6 +586,8 @@ EngineStats Engine::stats() const {
       .spec_draft_proposed = spec_draft_proposed_,
       .spec_draft_accepted = spec_draft_accepted_,
       .draft_computed_tokens = draft_computed_tokens_,
+      .itl_step_tokens = options_.itl_target_s > 0 ? itl_budget_.max_tokens : 0,
+      .itl_max_running = options_.itl_target_s > 0 ? itl_budget_.max_running : 0,
   };
 }
 

@@ -7,6 +7,7 @@
 #ifndef TANDEM_ENGINE_ENGINE_H_
 #define TANDEM_ENGINE_ENGINE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -25,10 +26,15 @@
 #include "engine/model/model.h"
 #include "engine/model/rope.h"
 #include "engine/sample/sampler.h"
+#include "engine/sched/itl_controller.h"
 #include "engine/sched/request.h"
 #include "engine/sched/scheduler.h"
 
 namespace tandem::engine {
+
+// Where the inter-token latency target's step budget starts (tokens), before
+// any step was measured: small, so the first steps cannot overshoot.
+inline constexpr int32_t kItlInitialTokens = 8;
 
 struct EngineOptions {
   KvCacheOptions kv;
@@ -38,6 +44,12 @@ struct EngineOptions {
   int32_t max_batch_tokens = 512;   // tokens per forward step (prefill chunking)
   int32_t max_running = 64;         // sequences in the running batch
   int32_t max_waiting = 1024;       // queued sequences before Add refuses
+  // Inter-token latency target, seconds; 0: none. With one, each step holds
+  // at most the tokens that the steps measured so far say fit in it
+  // (ItlController, starting from kItlInitialTokens): at most three quarters
+  // of them running sequences (admission waits past that), the rest, at
+  // least, prompt chunks.
+  double itl_target_s = 0;
   // Most of the pool that sessions' pinned blocks may hold; past it the
   // least recently pinned keys are dropped.
   double max_pinned_fraction = 0.5;
@@ -401,6 +413,16 @@ class Engine final : public StepEngine, private TierPromoter {
   std::unique_ptr<constrain::GrammarCache> grammars_;
   std::vector<uint64_t> mask_;
   Scheduler scheduler_;
+  // The inter-token latency target's step budget (ItlBudget): its
+  // controller, the last step's start, tokens (0: it computed none, or the
+  // engine went idle after it) and whether the budget held work back, and the
+  // budget the last step ran under.
+  StepBudget ItlBudget() const;
+  ItlController itl_;
+  std::chrono::steady_clock::time_point last_step_start_;
+  int32_t last_step_tokens_ = 0;
+  bool last_step_limited_ = false;
+  StepBudget itl_budget_;
   int64_t next_id_ = 1;
   std::vector<int64_t> cancelled_;
   // Pool blocks evicted and promoted since the last step reported them.

@@ -37,6 +37,13 @@ std::vector<common::FlagSpec> EngineFlagSpecs() {
       {.name = "max-waiting",
        .default_value = "1024",
        .help = "sequences queued for the running batch before new ones are refused"},
+      {.name = "itl-target-ms",
+       .default_value = "0",
+       .help = "inter-token latency target: each step holds at most the tokens the measured "
+               "step cost fits in it (three quarters at most for running sequences, the rest "
+               "for prompt chunks), and admission waits past that; trades throughput and "
+               "time to first token for steady streams; 0 = none (steps as large as "
+               "--max-batch-tokens and --max-running allow)"},
       {.name = "session-kv-percent",
        .default_value = "50",
        .help = "most of the KV pool that sessions' kept blocks (pinned between turns) may "
@@ -119,6 +126,12 @@ absl::StatusOr<EngineSetup> EngineSetupFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(s.engine.max_batch_tokens, args.IntInRange("max-batch-tokens", 1, 1 << 20));
   ASSIGN_OR_RETURN(s.engine.max_running, args.IntInRange("max-running", 1, 1 << 16));
   ASSIGN_OR_RETURN(s.engine.max_waiting, args.IntInRange("max-waiting", 0, 1 << 24));
+  ASSIGN_OR_RETURN(const double itl_target_ms, args.Double("itl-target-ms"));
+  if (!(itl_target_ms >= 0 && itl_target_ms <= 60000)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--itl-target-ms: ", itl_target_ms, " is outside [0, 60000]"));
+  }
+  s.engine.itl_target_s = itl_target_ms / 1000;
   ASSIGN_OR_RETURN(int32_t session_percent, args.IntInRange("session-kv-percent", 0, 100));
   s.engine.max_pinned_fraction = session_percent / 100.0;
   ASSIGN_OR_RETURN(s.engine.constrain_matcher.max_stacks,

@@ -75,6 +75,12 @@ EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) 
       registry, "tandem_speculative_draft_computed_tokens_total",
       "Tokens whose KV the draft model computed (--draft-model): prompts and output, not "
       "those that came computed with a hand-off, a pulled prefix or the prefix cache");
+  auto* itl_tokens =
+      &rpc::GaugeMetric(registry, "tandem_engine_itl_step_tokens",
+                        "Most tokens a step may hold under --itl-target-ms (0: no target)");
+  auto* itl_running =
+      &rpc::GaugeMetric(registry, "tandem_engine_itl_max_running",
+                        "Most sequences running under --itl-target-ms (0: no target)");
   auto* step = &rpc::LatencyHistogram(registry, "tandem_engine_step_seconds",
                                  "Duration of one engine step (forward pass + sampling)");
   // EngineStats counts since start; the counters take the deltas.
@@ -114,6 +120,8 @@ EngineLoop::StepObserver MakeEngineStepObserver(prometheus::Registry& registry) 
     lookup_accepted->Increment(delta(s.spec_accepted - s.spec_draft_accepted,
                                      counted.spec_accepted - counted.spec_draft_accepted));
     draft_computed->Increment(delta(s.draft_computed_tokens, counted.draft_computed_tokens));
+    itl_tokens->Set(s.itl_step_tokens);
+    itl_running->Set(s.itl_max_running);
     counted = s;
     step->Observe(absl::ToDoubleSeconds(took));
   };

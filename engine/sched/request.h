@@ -153,6 +153,11 @@ struct EngineStats {
   // Tokens the draft model computed KV for (prompts and output; not those
   // that came computed with a hand-off, a pulled prefix or the cache).
   int64_t draft_computed_tokens = 0;
+  // Under an inter-token latency target (EngineOptions::itl_target_s): the
+  // most tokens the last step could hold and the most sequences it could
+  // run (0: no target).
+  int32_t itl_step_tokens = 0;
+  int32_t itl_max_running = 0;
 };
 
 }  // namespace tandem::engine

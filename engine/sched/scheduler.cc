@@ -10,7 +10,18 @@ Scheduler::Scheduler(const SchedulerOptions& options, BlockPool& pool, int32_t b
 
 void Scheduler::Enqueue(std::unique_ptr<Sequence> seq) {
   by_id_[seq->id] = seq.get();
-  waiting_.push_back(std::move(seq));
+  if (seq->n_generated == 0) {
+    waiting_.push_back(std::move(seq));
+    return;
+  }
+  // A stream already under way (a hand-off with its first token, a migrated
+  // stream) waits ahead of the prompts that have not begun: a client
+  // watching tokens arrive should not stall behind one still waiting for
+  // its first.
+  const auto first_unstarted =
+      std::find_if(waiting_.begin(), waiting_.end(),
+                   [](const std::unique_ptr<Sequence>& w) { return w->n_generated == 0; });
+  waiting_.insert(first_unstarted, std::move(seq));
 }
 
 bool Scheduler::Remove(int64_t seq_id) {
@@ -169,9 +180,19 @@ bool Scheduler::AdmitImport(Sequence& seq, StepPlan& plan) {
   return true;
 }
 
-StepPlan Scheduler::Schedule() {
+StepPlan Scheduler::Schedule(const StepBudget& limits) {
   StepPlan plan;
+  // Running sequences that decode (one token, or one and its proposals)
+  // rather than prefill: their rows are kept out of any prompt chunk's share.
+  const auto decoding = [](const Sequence& seq) { return seq.pending() <= 1 + seq.n_proposed; };
+  int32_t decode_left = 0;
+  for (const std::unique_ptr<Sequence>& seq : running_) decode_left += decoding(*seq) ? 1 : 0;
   int32_t budget = options_.max_batch_tokens;
+  if (limits.max_tokens < budget) {
+    budget = std::max({limits.max_tokens, decode_left + limits.min_prefill_tokens, 1});
+    budget = std::min(budget, options_.max_batch_tokens);
+  }
+  const int32_t max_running = std::min(options_.max_running, limits.max_running);
   // A step's logits rows: one per sequence, and for chunks gathering prompt
   // logprobs one per token, those at most kPromptLogprobsChunk in all
   // (StepLimits::max_logit_rows).
@@ -181,8 +202,12 @@ StepPlan Scheduler::Schedule() {
   // when decoding, a chunk when its prompt is still being prefilled).
   for (auto it = running_.begin(); it != running_.end() && budget > 0;) {
     Sequence& seq = **it;
-    const int32_t count = ChunkSize(seq, budget, logprob_rows, spec_rows);
-    if (count == 0) {  // its prompt logprobs wait for the next step's rows
+    const bool decodes = decoding(seq);
+    if (decodes) --decode_left;
+    // A prompt chunk leaves one row for each decoding sequence after it.
+    const int32_t count =
+        ChunkSize(seq, decodes ? budget : budget - decode_left, logprob_rows, spec_rows);
+    if (count <= 0) {  // its prompt logprobs wait for the next step's rows, or the budget does
       ++it;
       continue;
     }
@@ -205,8 +230,7 @@ StepPlan Scheduler::Schedule() {
     ++it;
   }
   // Admit waiting sequences while there is budget and memory.
-  while (budget > 0 && !waiting_.empty() &&
-         static_cast<int32_t>(running_.size()) < options_.max_running) {
+  while (budget > 0 && !waiting_.empty() && static_cast<int32_t>(running_.size()) < max_running) {
     Sequence& seq = *waiting_.front();
     // A hand-off's sequence is not a prefix-cache query: its prompt came
     // computed.

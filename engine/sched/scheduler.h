@@ -1,13 +1,12 @@
 // Decides what each engine step runs: running sequences first, in admission
-// order (one decode token each, or the next chunk of a prompt), then waiting
-// sequences while the step's token budget, the running-batch bound and KV
-// blocks allow. When blocks run out the newest running sequence is
-// preempted by recompute (its blocks freed, back to the front of the queue).
-// A sequence admitted without KV first takes the leading blocks the pool's
-// prefix cache holds for its tokens, then those the lower cache tiers hold
-// (promoted into pool blocks: TierPromoter), and computes only the rest.
-// Owns the sequences; returns a value-type StepPlan that the Engine runs
-// (Schedule -> Forward -> Update). Engine-thread only.
+// order (one decode token each, or the next chunk of a prompt: a chunk
+// leaves room for the decode rows after it), then waiting sequences while
+// the step's token budget, the running-batch bound and KV blocks allow. When blocks run out the
+// newest running sequence is preempted by recompute (its blocks freed, back to the front of the
+// queue). A sequence admitted without KV first takes the leading blocks the pool's prefix cache
+// holds for its tokens, then those the lower cache tiers hold (promoted into pool blocks:
+// TierPromoter), and computes only the rest. Owns the sequences; returns a value-type StepPlan that
+// the Engine runs (Schedule -> Forward -> Update). Engine-thread only.
 #ifndef TANDEM_ENGINE_SCHED_SCHEDULER_H_
 #define TANDEM_ENGINE_SCHED_SCHEDULER_H_
 
@@ -34,6 +33,17 @@ struct SchedulerOptions {
   // Logits rows a step may spend on speculative tokens (beyond one per
   // sequence); a sequence's proposals past them are not scheduled.
   int32_t max_speculative_rows = 0;
+};
+
+// What one step may hold where it is tighter than SchedulerOptions (the
+// engine's inter-token latency target sets it each step). Decoding
+// sequences are never held back by it: their rows come first, and prompt
+// chunks take what is left of max_tokens, at least min_prefill_tokens.
+struct StepBudget {
+  int32_t max_tokens = INT32_MAX;
+  // Running sequences after this step's admissions.
+  int32_t max_running = INT32_MAX;
+  int32_t min_prefill_tokens = 0;
 };
 
 // Sequence `seq_id` computes its tokens [start, start + count) this step.
@@ -69,7 +79,8 @@ class Scheduler {
   Scheduler(const SchedulerOptions& options, BlockPool& pool, int32_t block_size,
             TierPromoter* promoter = nullptr);
 
-  // Queues a new sequence at the back.
+  // Queues a new sequence at the back, or one that has generated tokens
+  // (a hand-off, a migrated stream) behind the others that have.
   void Enqueue(std::unique_ptr<Sequence> seq);
   // Drops a running or waiting sequence (its blocks are freed). False when
   // the id is unknown.
@@ -78,7 +89,7 @@ class Scheduler {
   // every planned sequence each step.
   Sequence* Find(int64_t seq_id) const;
 
-  StepPlan Schedule();
+  StepPlan Schedule(const StepBudget& budget = {});
 
   // Calls f(Sequence&) for each running sequence, in admission order.
   template <typename F>

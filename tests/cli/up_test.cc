@@ -37,7 +37,7 @@ dir=$(dirname "$0")
 role=$(basename "$0")
 role=${role#tandem-}
 echo "$@" > "$dir/$role.args"
-echo "$OMP_WAIT_POLICY" > "$dir/$role.wait"
+echo "$OMP_WAIT_POLICY:$GOMP_SPINCOUNT" > "$dir/$role.wait"
 echo $$ > "$dir/$role.pid"
 case $role in prefill) port=1001 ;; decode) port=1002 ;; *) port=1003 ;; esac
 echo "log line from $role"
@@ -136,7 +136,7 @@ TEST_F(UpTest, PrintsGatewayReadyLineAndStopsCleanlyOnSigterm) {
   // The workers' own step budget unless asked; OpenMP's wait policy set
   // only where the environment does not.
   EXPECT_THAT(Args("prefill"), Not(HasSubstr("--max-batch-tokens")));
-  EXPECT_EQ(ReadFile(dir_ / "prefill.wait"), "passive\n");
+  EXPECT_EQ(ReadFile(dir_ / "prefill.wait"), ":10000\n");
 
   up->Signal(SIGTERM);
   absl::StatusOr<int> code = up->WaitFor(absl::Seconds(60));
@@ -169,7 +169,7 @@ TEST_F(UpTest, AnExplicitWaitPolicyAndBatchSizeReachTheWorkers) {
   ASSERT_TRUE(up->WaitReady(absl::Seconds(60)).ok()) << Stderr();
   EXPECT_THAT(Args("prefill"), HasSubstr(" --max-batch-tokens 256"));
   EXPECT_THAT(Args("decode"), HasSubstr(" --max-batch-tokens 256"));
-  EXPECT_EQ(ReadFile(dir_ / "decode.wait"), "active\n");
+  EXPECT_EQ(ReadFile(dir_ / "decode.wait"), "active:\n");
   up->Signal(SIGTERM);
   EXPECT_EQ(up->Wait(), 0) << Stderr();
 }
@@ -236,9 +236,9 @@ TEST_F(UpTest, AggregatedModeStartsOneWorkerWithEveryThread) {
   EXPECT_FALSE(fs::exists(dir_ / "prefill.args"));
   EXPECT_THAT(Args("decode"), HasSubstr(" --threads 5 "));
   // Prompt chunks of 128 tokens between decode steps, and OpenMP threads
-  // that sleep when they wait (the processes share the cores).
+  // that spin only briefly when they wait (the processes share the cores).
   EXPECT_THAT(Args("decode"), HasSubstr(" --max-batch-tokens 128"));
-  EXPECT_EQ(ReadFile(dir_ / "decode.wait"), "passive\n");
+  EXPECT_EQ(ReadFile(dir_ / "decode.wait"), ":10000\n");
   EXPECT_THAT(Args("gateway"), Not(HasSubstr("--prefill")));
   EXPECT_THAT(Args("gateway"), HasSubstr(" --decode 127.0.0.1:1002 "));
   // No cap unless asked for: the workers' and the gateway's defaults.

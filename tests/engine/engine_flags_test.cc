@@ -1,7 +1,7 @@
 // The engine's speculation flags: --speculative draft needs --draft-model,
 // --spec-min-gain is range-checked, and a --draft-model that does not load
 // is refused by that flag's name; a good pair makes an engine that
-// speculates with the draft.
+// speculates with the draft. --itl-target-ms is range-checked by name.
 #include "engine/engine_flags.h"
 
 #include <gtest/gtest.h>
@@ -72,6 +72,23 @@ TEST(EngineFlagsTest, APairMakesAnEngineThatSpeculatesWithTheDraft) {
   ASSERT_TRUE((*engine)->Add(r).ok());
   while ((*engine)->HasWork()) ASSERT_TRUE((*engine)->Step().ok());
   EXPECT_GT((*engine)->stats().spec_draft_accepted, 0);
+}
+
+TEST(EngineFlagsTest, TheItlTargetIsCheckedAndReachesTheEngine) {
+  for (const char* bad : {"--itl-target-ms=-1", "--itl-target-ms=nan", "--itl-target-ms=1e9",
+                          "--itl-target-ms=fast"}) {
+    auto setup = Parse({bad});
+    ASSERT_FALSE(setup.ok()) << bad;
+    EXPECT_EQ(setup.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(setup.status().message().find("--itl-target-ms"), std::string::npos)
+        << setup.status();
+  }
+  auto none = Parse({});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->engine.itl_target_s, 0);
+  auto set = Parse({"--itl-target-ms=7.5"});
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_DOUBLE_EQ(set->engine.itl_target_s, 0.0075);
 }
 
 }  // namespace

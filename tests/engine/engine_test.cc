@@ -95,6 +95,59 @@ TEST(EngineTest, BatchedSequencesMatchSoloRuns) {
   EXPECT_EQ(e->stats().blocks_used, 0);
 }
 
+// An inter-token latency target changes which tokens share a step, never
+// what comes out: every sequence ends as it does alone. The budget shows in
+// the stats; a target no step can meet still moves every sequence (a token
+// of a prompt and one running sequence a step at least), and a generous one
+// only grows it.
+TEST(EngineTest, AnItlTargetChangesStepsNotOutputs) {
+  auto model = LoadSynthetic(TinyOptions());
+  std::vector<std::vector<int32_t>> solo;
+  for (int s = 0; s < 6; ++s) {
+    auto e = MakeEngine(*model);
+    const int64_t id = *e->Add(Request(Prompt(5 + 7 * s, s), 10, s, s % 2 ? 0.8f : 0.0f));
+    solo.push_back(RunAll(*e)[id]);
+  }
+  for (const double target : {1e-9, 3600.0}) {
+    EngineOptions o;
+    o.max_batch_tokens = 16;
+    o.itl_target_s = target;
+    auto e = MakeEngine(*model, o);
+    std::vector<int64_t> ids;
+    for (int s = 0; s < 6; ++s) {
+      ids.push_back(*e->Add(Request(Prompt(5 + 7 * s, s), 10, s, s % 2 ? 0.8f : 0.0f)));
+    }
+    int32_t most_running = 0;
+    std::map<int64_t, std::vector<int32_t>> together;
+    while (e->HasWork()) {
+      auto events = testing::Tokens(e->Step());
+      ASSERT_TRUE(events.ok()) << events.status();
+      for (const TokenEvent& ev : *events) together[ev.seq_id].push_back(ev.token.id);
+      most_running = std::max(most_running, e->stats().running);
+    }
+    for (int s = 0; s < 6; ++s) {
+      EXPECT_EQ(together[ids[s]], solo[s]) << "target " << target << " sequence " << s;
+    }
+    const EngineStats stats = e->stats();
+    if (target < 1) {
+      // Every step was over: the budget fell to one token, one sequence.
+      EXPECT_EQ(stats.itl_step_tokens, 1);
+      EXPECT_EQ(stats.itl_max_running, 1);
+      EXPECT_LT(most_running, 6);
+    } else {
+      // Every step was under: the budget only grew (to the options' bound).
+      EXPECT_GE(stats.itl_step_tokens, kItlInitialTokens);
+      EXPECT_LE(stats.itl_step_tokens, 16);
+    }
+  }
+  EngineOptions bad;
+  bad.itl_target_s = -1;
+  auto refused = Engine::Create(*model, testing::MakeTestBackend(2), bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("itl_target_s"), std::string::npos);
+}
+
 TEST(EngineTest, InvalidRequestsNameTheField) {
   auto model = LoadSynthetic(TinyOptions());
   EngineOptions o;
