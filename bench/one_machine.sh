@@ -15,8 +15,9 @@
 #   SERVICES: which to run, of tandem, aggregated, llama-server (given its bin
 #   folder), aggregated-capped (aggregated with CAPPED_FLAGS, default
 #   "--max-running 8 --max-batch-tokens 12": few sequences and small prompt
-#   chunks per step, for inter-token latency), tandem-spec and aggregated-spec
-#   (prompt-lookup speculation on).
+#   chunks per step, for inter-token latency), aggregated-itl (aggregated
+#   with --itl-target-ms ITL_TARGET_MS, default 8), tandem-spec and
+#   aggregated-spec (prompt-lookup speculation on).
 set -euo pipefail
 bin="$1"
 model="$2"
@@ -60,7 +61,7 @@ llama_body="${LLAMA_BODY:-$(python3 -c 'import json; print(json.dumps({"logit_bi
 
 loads=("32 256 200")
 [ "$load" = all ] && loads+=("128 256 200" "128 256 0")
-services=(tandem aggregated aggregated-capped)
+services=(tandem aggregated aggregated-capped aggregated-itl)
 [ -n "$llama" ] && services+=(llama-server)
 # SERVICES="tandem aggregated" runs a subset; tandem-spec and aggregated-spec
 # (not run unless named) are the two with prompt-lookup speculation on.
@@ -80,6 +81,9 @@ for round in $(seq "$rounds"); do
       case "$service" in
         tandem) start_tandem; target=(--addr "$addr") ;;
         aggregated) start_tandem --mode aggregated; target=(--addr "$addr") ;;
+        aggregated-itl)
+          start_tandem --mode aggregated --itl-target-ms "${ITL_TARGET_MS:-8}"
+          target=(--addr "$addr") ;;
         aggregated-capped)
           # shellcheck disable=SC2086
           start_tandem --mode aggregated ${CAPPED_FLAGS:---max-running 8 --max-batch-tokens 12}
@@ -111,12 +115,12 @@ groups = {}
 for l in lines:
     key = (l["service"], l["concurrency"], l["shared_prefix_tokens"])
     groups.setdefault(key, []).append(l)
-print(f"{'service':<13} {'clients':>7} {'shared':>6} {'TTFT p50':>9} {'ITL p50':>8} {'ITL p99':>8} "
+print(f"{'service':<17} {'clients':>7} {'shared':>6} {'TTFT p50':>9} {'ITL p50':>8} {'ITL p99':>8} "
       f"{'stall p99':>9} {'tok/s':>7} {'errors':>6}")
 for (service, clients, shared), ls in sorted(groups.items()):
     med = lambda k: statistics.median(l[k] for l in ls)
     errors = sum(sum(l["errors"].values()) for l in ls)
-    print(f"{service:<13} {clients:>7} {shared:>6} {med('ttft_p50_s') * 1e3:>7.0f}ms "
+    print(f"{service:<17} {clients:>7} {shared:>6} {med('ttft_p50_s') * 1e3:>7.0f}ms "
           f"{med('itl_p50_s') * 1e3:>6.1f}ms {med('itl_p99_s') * 1e3:>6.1f}ms "
           f"{med('stall_p99_s') * 1e3:>7.1f}ms {med('output_tokens_per_s'):>7.0f} {errors:>6}")
 EOF
