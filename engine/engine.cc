@@ -144,24 +144,11 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend, const Engin
 int64_t Engine::Enqueue(GenerationRequest request, std::shared_ptr<const KvSnapshot> import,
                         const SampledToken* first, std::optional<BlockList> kept,
                         std::unique_ptr<constrain::Matcher> matcher) {
-  auto seq = std::make_unique<Sequence>(Sequence{
-      .id = next_id_++,
-      .request = std::move(request),
-      .tokens = {},
-      .positions = {},
-      .n_computed = 0,
-      .n_generated = 0,
-      .n_cached = 0,
-      .blocks = std::nullopt,
-      .n_hashed = 0,
-      .last_hash = kRootParentHash,
-      .sampler = Sampler(SamplingParams{}),
-      .logits_processor = {},
-      .prompt_logprobs = {},
-      .import = std::move(import),
-      .import_from_block = 0,
-      .matcher = std::move(matcher),
-  });
+  auto seq = std::make_unique<Sequence>();
+  seq->id = next_id_++;
+  seq->request = std::move(request);
+  seq->import = std::move(import);
+  seq->matcher = std::move(matcher);
   seq->sampler = Sampler(seq->request.sampling);
   seq->logits_processor = LogitsProcessor(
       seq->request.sampling, seq->request.ignore_eos ? std::span<const int32_t>()
@@ -312,40 +299,20 @@ void Engine::DropOldestPin() {
   Unpin(std::string(oldest->first));
 }
 
-StepBudget Engine::ItlBudget() const {
-  const int32_t tokens = itl_.tokens();
-  // A quarter of the step, at least one token, is the prompts': they keep
-  // moving however full the decode batch is.
-  const int32_t prompts = std::max(1, tokens / 4);
-  return {.max_tokens = tokens,
-          .max_running = std::max(1, tokens - prompts),
-          .min_prefill_tokens = prompts};
-}
-
 absl::StatusOr<StepOutput> Engine::Step() {
   const bool itl = options_.itl_target_s > 0;
   // Timed for the draft's cost model and the latency target's.
   const auto step_start = draft_.model != nullptr || itl ? std::chrono::steady_clock::now()
                                                          : std::chrono::steady_clock::time_point();
-  if (itl) {
-    // The last step's cost runs to this one's start: what the engine's
-    // thread did between them (streaming its tokens out) is part of every
-    // client's inter-token time.
-    if (last_step_tokens_ > 0) {
-      itl_.Observe(last_step_tokens_,
-                   std::chrono::duration<double>(step_start - last_step_start_).count(),
-                   last_step_limited_);
-    }
-    last_step_start_ = step_start;
-    itl_budget_ = ItlBudget();
-  }
+  const StepBudget budget =
+      itl ? itl_.BeginStep(std::chrono::duration<double>(step_start.time_since_epoch()).count())
+          : StepBudget{};
   StepOutput out;
   for (int64_t id : cancelled_) {
     out.tokens.push_back({.seq_id = id, .token = {}, .finish = FinishReason::kCancelled});
   }
   cancelled_.clear();
   Propose();
-  const StepBudget budget = itl ? itl_budget_ : StepBudget{};
   StepPlan plan = scheduler_.Schedule(budget);
   // Pins never hold back work: sequences wait with nothing running while
   // pinned blocks would make room.
@@ -353,18 +320,7 @@ absl::StatusOr<StepOutput> Engine::Step() {
     DropOldestPin();
     plan = scheduler_.Schedule(budget);
   }
-  if (itl) {
-    // Observed at the next step, unless the engine goes idle after this one.
-    last_step_tokens_ = 0;
-    for (const ScheduledChunk& c : plan.chunks) last_step_tokens_ += c.count;
-    // Whether the budget held work back: sequences left waiting, or prompt
-    // chunks cut to what it left them.
-    last_step_limited_ = scheduler_.num_waiting() > 0;
-    for (const ScheduledChunk& c : plan.chunks) {
-      const Sequence& seq = *scheduler_.Find(c.seq_id);
-      if (c.start + c.count < static_cast<int32_t>(seq.tokens.size())) last_step_limited_ = true;
-    }
-  }
+  if (itl) itl_.Planned(plan.tokens(), plan.held_back);
   TrimProposals(plan);
   // What scheduling evicted and promoted comes before what this step's
   // forward pass stores: a hash evicted and then computed again ends held.
@@ -409,7 +365,7 @@ absl::StatusOr<StepOutput> Engine::Step() {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
     }
   }
-  if (!HasWork()) last_step_tokens_ = 0;  // the wait for work is no step's cost
+  if (itl && !HasWork()) itl_.Idle();
   return out;
 }
 
@@ -586,8 +542,8 @@ EngineStats Engine::stats() const {
       .spec_draft_proposed = spec_draft_proposed_,
       .spec_draft_accepted = spec_draft_accepted_,
       .draft_computed_tokens = draft_computed_tokens_,
-      .itl_step_tokens = options_.itl_target_s > 0 ? itl_budget_.max_tokens : 0,
-      .itl_max_running = options_.itl_target_s > 0 ? itl_budget_.max_running : 0,
+      .itl_step_tokens = options_.itl_target_s > 0 ? itl_.budget().max_tokens : 0,
+      .itl_max_running = options_.itl_target_s > 0 ? itl_.budget().max_running : 0,
   };
 }
 

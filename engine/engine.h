@@ -7,7 +7,6 @@
 #ifndef TANDEM_ENGINE_ENGINE_H_
 #define TANDEM_ENGINE_ENGINE_H_
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -31,10 +30,6 @@
 #include "engine/sched/scheduler.h"
 
 namespace tandem::engine {
-
-// Where the inter-token latency target's step budget starts (tokens), before
-// any step was measured: small, so the first steps cannot overshoot.
-inline constexpr int32_t kItlInitialTokens = 8;
 
 struct EngineOptions {
   KvCacheOptions kv;
@@ -413,16 +408,9 @@ class Engine final : public StepEngine, private TierPromoter {
   std::unique_ptr<constrain::GrammarCache> grammars_;
   std::vector<uint64_t> mask_;
   Scheduler scheduler_;
-  // The inter-token latency target's step budget (ItlBudget): its
-  // controller, the last step's start, tokens (0: it computed none, or the
-  // engine went idle after it) and whether the budget held work back, and the
-  // budget the last step ran under.
-  StepBudget ItlBudget() const;
+  // The inter-token latency target's step budget (used when
+  // options_.itl_target_s > 0).
   ItlController itl_;
-  std::chrono::steady_clock::time_point last_step_start_;
-  int32_t last_step_tokens_ = 0;
-  bool last_step_limited_ = false;
-  StepBudget itl_budget_;
   int64_t next_id_ = 1;
   std::vector<int64_t> cancelled_;
   // Pool blocks evicted and promoted since the last step reported them.

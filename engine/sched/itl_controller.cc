@@ -29,4 +29,17 @@ void ItlController::Observe(int32_t tokens, double seconds, bool limited) {
   budget_ = std::clamp(budget_ + kGain * (toward - budget_), 1.0, max_tokens_);
 }
 
+StepBudget ItlController::budget() const {
+  const int32_t n = tokens();
+  const int32_t prompts = std::max(1, n / 4);
+  return {.max_tokens = n, .max_running = std::max(1, n - prompts), .min_prefill_tokens = prompts};
+}
+
+StepBudget ItlController::BeginStep(double now_s) {
+  if (last_tokens_ > 0) Observe(last_tokens_, now_s - last_start_s_, last_held_back_);
+  last_start_s_ = now_s;
+  last_tokens_ = 0;
+  return budget();
+}
+
 }  // namespace tandem::engine

@@ -15,7 +15,13 @@
 
 #include <cstdint>
 
+#include "engine/sched/scheduler.h"
+
 namespace tandem::engine {
+
+// Where the budget starts (tokens), before any step was measured: small, so
+// the first steps cannot overshoot.
+inline constexpr int32_t kItlInitialTokens = 8;
 
 class ItlController {
  public:
@@ -30,12 +36,34 @@ class ItlController {
   // The most tokens the next step may hold (at least 1).
   int32_t tokens() const { return static_cast<int32_t>(budget_); }
   int64_t observed() const { return observed_; }
+  // tokens() as the scheduler takes it: a quarter of the step, at least one
+  // token, is the prompts' (they keep moving however full the decode batch
+  // is), and at most the rest running sequences.
+  StepBudget budget() const;
+
+  // The engine's side, once a step. BeginStep, at the step's start (`now_s`
+  // on a steady clock), observes the last step as running to now (what the
+  // engine thread did between them, streaming tokens out, is part of every
+  // client's inter-token time) and returns this step's budget; Planned
+  // records what the step holds and whether the budget held work back
+  // (StepPlan); Idle forgets it (the wait for work is no step's cost).
+  StepBudget BeginStep(double now_s);
+  void Planned(int32_t tokens, bool held_back) {
+    last_tokens_ = tokens;
+    last_held_back_ = held_back;
+  }
+  void Idle() { last_tokens_ = 0; }
 
  private:
   const double target_s_;
   const double max_tokens_;
   double budget_;
   int64_t observed_ = 0;
+  // The last step: its start, tokens (0: none to observe) and whether the
+  // budget held work back.
+  double last_start_s_ = 0;
+  int32_t last_tokens_ = 0;
+  bool last_held_back_ = false;
 };
 
 }  // namespace tandem::engine

@@ -226,6 +226,7 @@ StepPlan Scheduler::Schedule(const StepBudget& limits) {
     if (GathersPromptLogprobs(seq)) logprob_rows -= count;
     if (seq.n_proposed > 0) spec_rows -= count - 1;
     plan.chunks.push_back({.seq_id = seq.id, .start = seq.n_computed, .count = count});
+    plan.held_back |= count < seq.pending();
     budget -= count;
     ++it;
   }
@@ -268,8 +269,10 @@ StepPlan Scheduler::Schedule(const StepBudget& limits) {
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     plan.chunks.push_back({.seq_id = seq.id, .start = seq.n_computed, .count = count});
+    plan.held_back |= count < seq.pending();
     budget -= count;
   }
+  plan.held_back |= !waiting_.empty();
   return plan;
 }
 

@@ -60,6 +60,15 @@ struct StepPlan {
   // (from block import_from_block on) the Engine copies in before the
   // forward pass.
   std::vector<int64_t> imported;
+  // Work was left out: sequences still wait, or a chunk stops short of its
+  // sequence's pending tokens.
+  bool held_back = false;
+
+  int32_t tokens() const {
+    int32_t n = 0;
+    for (const ScheduledChunk& c : chunks) n += c.count;
+    return n;
+  }
 };
 
 // The lower cache tiers as admission uses them (the Engine implements it

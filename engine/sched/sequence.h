@@ -47,7 +47,7 @@ struct Sequence {
   // A rolling window dropped blocks: the KV no longer matches a prefix of
   // `tokens` as the cache hashes them.
   bool rolled = false;
-  Sampler sampler;
+  Sampler sampler{SamplingParams{}};  // set from the request at Add
   LogitsProcessor logits_processor;
   // Prompt logprobs gathered so far (request.prompt_logprobs >= 0): entry i
   // is prompt token i + 1. Kept across a preemption's recompute.

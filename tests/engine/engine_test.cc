@@ -70,14 +70,26 @@ std::vector<int32_t> Prompt(int n, int32_t salt) {
   return p;
 }
 
-TEST(EngineTest, BatchedSequencesMatchSoloRuns) {
-  auto model = LoadSynthetic(TinyOptions());
+// The batching tests' requests: sequence s has a (5 + 9s)-token prompt and is
+// greedy or sampled by turns.
+GenerationRequest MixedRequest(int s) {
+  return Request(Prompt(5 + 9 * s, s), 12, s, s % 2 ? 0.8f : 0.0f);
+}
+
+// The first n MixedRequests' tokens, each run alone.
+std::vector<std::vector<int32_t>> SoloRuns(const Model& model, int n) {
   std::vector<std::vector<int32_t>> solo;
-  for (int s = 0; s < 5; ++s) {
-    auto e = MakeEngine(*model);
-    const int64_t id = *e->Add(Request(Prompt(5 + 9 * s, s), 12, s, s % 2 ? 0.8f : 0.0f));
+  for (int s = 0; s < n; ++s) {
+    auto e = MakeEngine(model);
+    const int64_t id = *e->Add(MixedRequest(s));
     solo.push_back(RunAll(*e)[id]);
   }
+  return solo;
+}
+
+TEST(EngineTest, BatchedSequencesMatchSoloRuns) {
+  auto model = LoadSynthetic(TinyOptions());
+  const std::vector<std::vector<int32_t>> solo = SoloRuns(*model, 5);
   // Same requests together, in small steps so prefill chunks and decodes mix,
   // and a tiny KV budget so sequences get preempted and recomputed.
   EngineOptions o;
@@ -86,9 +98,7 @@ TEST(EngineTest, BatchedSequencesMatchSoloRuns) {
   o.kv.budget_bytes = 16 * 2 * 2 * 4 * 32 * 4;  // 16 blocks of this model
   auto e = MakeEngine(*model, o);
   std::vector<int64_t> ids;
-  for (int s = 0; s < 5; ++s) {
-    ids.push_back(*e->Add(Request(Prompt(5 + 9 * s, s), 12, s, s % 2 ? 0.8f : 0.0f)));
-  }
+  for (int s = 0; s < 5; ++s) ids.push_back(*e->Add(MixedRequest(s)));
   auto together = RunAll(*e);
   for (int s = 0; s < 5; ++s) EXPECT_EQ(together[ids[s]], solo[s]) << "sequence " << s;
   EXPECT_GT(e->stats().preemptions, 0);
@@ -102,21 +112,15 @@ TEST(EngineTest, BatchedSequencesMatchSoloRuns) {
 // only grows it.
 TEST(EngineTest, AnItlTargetChangesStepsNotOutputs) {
   auto model = LoadSynthetic(TinyOptions());
-  std::vector<std::vector<int32_t>> solo;
-  for (int s = 0; s < 6; ++s) {
-    auto e = MakeEngine(*model);
-    const int64_t id = *e->Add(Request(Prompt(5 + 7 * s, s), 10, s, s % 2 ? 0.8f : 0.0f));
-    solo.push_back(RunAll(*e)[id]);
-  }
+  constexpr int kSequences = 5;
+  const std::vector<std::vector<int32_t>> solo = SoloRuns(*model, kSequences);
   for (const double target : {1e-9, 3600.0}) {
     EngineOptions o;
     o.max_batch_tokens = 16;
     o.itl_target_s = target;
     auto e = MakeEngine(*model, o);
     std::vector<int64_t> ids;
-    for (int s = 0; s < 6; ++s) {
-      ids.push_back(*e->Add(Request(Prompt(5 + 7 * s, s), 10, s, s % 2 ? 0.8f : 0.0f)));
-    }
+    for (int s = 0; s < kSequences; ++s) ids.push_back(*e->Add(MixedRequest(s)));
     int32_t most_running = 0;
     std::map<int64_t, std::vector<int32_t>> together;
     while (e->HasWork()) {
@@ -125,7 +129,7 @@ TEST(EngineTest, AnItlTargetChangesStepsNotOutputs) {
       for (const TokenEvent& ev : *events) together[ev.seq_id].push_back(ev.token.id);
       most_running = std::max(most_running, e->stats().running);
     }
-    for (int s = 0; s < 6; ++s) {
+    for (int s = 0; s < kSequences; ++s) {
       EXPECT_EQ(together[ids[s]], solo[s]) << "target " << target << " sequence " << s;
     }
     const EngineStats stats = e->stats();
@@ -133,7 +137,7 @@ TEST(EngineTest, AnItlTargetChangesStepsNotOutputs) {
       // Every step was over: the budget fell to one token, one sequence.
       EXPECT_EQ(stats.itl_step_tokens, 1);
       EXPECT_EQ(stats.itl_max_running, 1);
-      EXPECT_LT(most_running, 6);
+      EXPECT_LT(most_running, kSequences);
     } else {
       // Every step was under: the budget only grew (to the options' bound).
       EXPECT_GE(stats.itl_step_tokens, kItlInitialTokens);

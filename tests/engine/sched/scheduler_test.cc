@@ -14,22 +14,8 @@ namespace {
 constexpr int32_t kBlockSize = 4;
 
 std::unique_ptr<Sequence> MakeSequence(int64_t id, int32_t prompt_tokens, int32_t n_generated = 0) {
-  auto seq = std::make_unique<Sequence>(Sequence{.id = id,
-                                                 .request = {},
-                                                 .tokens = {},
-                                                 .positions = {},
-                                                 .n_computed = 0,
-                                                 .n_generated = 0,
-                                                 .n_cached = 0,
-                                                 .blocks = std::nullopt,
-                                                 .n_hashed = 0,
-                                                 .last_hash = kRootParentHash,
-                                                 .sampler = Sampler(SamplingParams{}),
-                                                 .logits_processor = {},
-                                                 .prompt_logprobs = {},
-                                                 .import = nullptr,
-                                                 .import_from_block = 0,
-                                                 .matcher = nullptr});
+  auto seq = std::make_unique<Sequence>();
+  seq->id = id;
   for (int32_t i = 0; i < prompt_tokens; ++i) {
     seq->request.prompt.push_back(1 + i);
     seq->Append(1 + i);
@@ -42,12 +28,6 @@ std::unique_ptr<Sequence> MakeSequence(int64_t id, int32_t prompt_tokens, int32_
 // What the forward pass would leave: every planned token computed.
 void Compute(Scheduler& s, const StepPlan& plan) {
   for (const ScheduledChunk& c : plan.chunks) s.Find(c.seq_id)->n_computed += c.count;
-}
-
-int32_t Tokens(const StepPlan& plan) {
-  int32_t n = 0;
-  for (const ScheduledChunk& c : plan.chunks) n += c.count;
-  return n;
 }
 
 int32_t CountFor(const StepPlan& plan, int64_t id) {
@@ -81,6 +61,7 @@ TEST(SchedulerTest, AStepBudgetCapsTokensAndAdmissionsButNotDecodeRows) {
   StepPlan plan = s.Schedule({.max_running = 4});
   EXPECT_EQ(s.num_running(), 4);
   EXPECT_EQ(s.num_waiting(), 2);
+  EXPECT_TRUE(plan.held_back);
   Compute(s, plan);
   for (int64_t id = 1; id <= 4; ++id) s.Find(id)->Append(9);
   // Four decode rows and a prompt waiting: a budget of 2 tokens still runs
@@ -88,7 +69,7 @@ TEST(SchedulerTest, AStepBudgetCapsTokensAndAdmissionsButNotDecodeRows) {
   s.Enqueue(MakeSequence(7, 30));
   plan = s.Schedule({.max_tokens = 2, .max_running = 8, .min_prefill_tokens = 3});
   for (int64_t id = 1; id <= 4; ++id) EXPECT_EQ(CountFor(plan, id), 1) << id;
-  EXPECT_EQ(Tokens(plan), 7);
+  EXPECT_EQ(plan.tokens(), 7);
   EXPECT_EQ(CountFor(plan, 5), 3);  // the first waiting prompt, admitted
   EXPECT_EQ(s.num_running(), 5);
   // Without a budget the options' bound holds.
@@ -96,7 +77,8 @@ TEST(SchedulerTest, AStepBudgetCapsTokensAndAdmissionsButNotDecodeRows) {
   for (int64_t id = 1; id <= 4; ++id) s.Find(id)->Append(9);
   s.Find(5)->Append(9);
   plan = s.Schedule();
-  EXPECT_EQ(Tokens(plan), 5 + 3 + 30);  // five decode rows, two prompts whole
+  EXPECT_EQ(plan.tokens(), 5 + 3 + 30);  // five decode rows, two prompts whole
+  EXPECT_FALSE(plan.held_back);
 }
 
 TEST(SchedulerTest, StreamsUnderWayWaitAheadOfPromptsThatHaveNotBegun) {
