@@ -4,17 +4,25 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 
 namespace tandem::testing {
 namespace {
+
+// 10.213.0.0/16 as /30 subnets: one per network.
+constexpr int kSlots = 16384;
 
 // Runs `command` through the shell, its output discarded.
 absl::Status Run(const std::string& command) {
@@ -23,6 +31,29 @@ absl::Status Run(const std::string& command) {
     return absl::FailedPreconditionError(absl::StrCat("`", command, "` failed (", rc, ")"));
   }
   return absl::OkStatus();
+}
+
+// One attempt: a fresh non-blocking connect, waited on until `deadline`.
+// Returns whether it completed; a refusal or an unreachable route ends it
+// early.
+bool ConnectOnce(const sockaddr_in& addr, absl::Time deadline) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  if (fd < 0) return false;
+  bool ok = false;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0) {
+    ok = true;
+  } else if (errno == EINPROGRESS) {
+    const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()));
+    pollfd p{.fd = fd, .events = POLLOUT, .revents = 0};
+    if (poll(&p, 1, static_cast<int>(ms)) == 1) {
+      int err = 0;
+      socklen_t len = sizeof(err);
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      ok = err == 0;
+    }
+  }
+  close(fd);
+  return ok;
 }
 
 }  // namespace
@@ -37,20 +68,40 @@ const char* FaultName(WorkerNetwork::Fault fault) {
   return "?";
 }
 
-absl::StatusOr<std::unique_ptr<WorkerNetwork>> WorkerNetwork::Create(int index) {
+absl::StatusOr<std::unique_ptr<WorkerNetwork>> WorkerNetwork::Create() {
   if (geteuid() != 0) return absl::FailedPreconditionError("not root: no network namespaces");
   if (Run("command -v nft").ok() == false) {
     return absl::FailedPreconditionError("nft (nftables) is not installed");
   }
-  // Unique per process, short enough for interface names (15 characters).
-  const int tag = static_cast<int>(getpid() % 10000);
+  // Test processes run side by side (ctest -j) and each may hold several
+  // networks, so a network takes a slot no other holds: chosen and made
+  // under one lock shared by every process on the host, a slot whose
+  // interface already exists (held, or left by a killed run) skipped. Two
+  // networks on one subnet would route one test's packets into the other's
+  // namespace.
+  const int lock = open("/tmp/tandem-netns.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (lock < 0 || flock(lock, LOCK_EX) != 0) {
+    if (lock >= 0) close(lock);
+    return absl::FailedPreconditionError("cannot lock /tmp/tandem-netns.lock");
+  }
+  absl::Cleanup unlock = [lock] { close(lock); };  // closing releases the lock
+  int slot = -1;
+  for (int i = 0; i < kSlots && slot < 0; ++i) {
+    const int candidate = static_cast<int>((getpid() + i) % kSlots);
+    if (!std::filesystem::exists(absl::StrCat("/sys/class/net/tdh", candidate)) &&
+        !std::filesystem::exists(absl::StrCat("/run/netns/tandem-", candidate))) {
+      slot = candidate;
+    }
+  }
+  if (slot < 0) return absl::ResourceExhaustedError("every test network slot is taken");
   std::unique_ptr<WorkerNetwork> n(new WorkerNetwork());
-  n->ns_ = absl::StrCat("tandem-", tag, "-", index);
-  n->host_if_ = absl::StrCat("tdh", tag, "x", index);
-  n->worker_if_ = absl::StrCat("tdw", tag, "x", index);
-  const int subnet = (tag % 50) * 4 + index;  // 10.213.<subnet>.0/30
-  n->host_ip_ = absl::StrCat("10.213.", subnet % 250, ".1");
-  n->worker_ip_ = absl::StrCat("10.213.", subnet % 250, ".2");
+  // Names short enough for interfaces (15 characters); 10.213.<a>.<b>/30.
+  n->ns_ = absl::StrCat("tandem-", slot);
+  n->host_if_ = absl::StrCat("tdh", slot);
+  n->worker_if_ = absl::StrCat("tdw", slot);
+  const std::string subnet = absl::StrCat("10.213.", slot / 64, ".");
+  n->host_ip_ = absl::StrCat(subnet, (slot % 64) * 4 + 1);
+  n->worker_ip_ = absl::StrCat(subnet, (slot % 64) * 4 + 2);
   for (const std::string& c : {
            absl::StrCat("ip netns add ", n->ns_),
            absl::StrCat("ip link add ", n->host_if_, " type veth peer name ", n->worker_if_),
@@ -119,27 +170,23 @@ absl::Status WorkerNetwork::Heal() {
   return Run(absl::StrCat("ip link set ", host_if_, " up"));
 }
 
+// Fresh connections are tried until one completes or `timeout` passes, each
+// given at most a second: on a link just brought back up the first attempt
+// can fail at once (no route or carrier yet) or lose its SYN and wait out
+// the kernel's retransmission backoff, though the next gets through. A
+// fault holds only if none does.
 bool WorkerNetwork::Connects(int port, absl::Duration timeout) const {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-  if (fd < 0) return false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   inet_pton(AF_INET, worker_ip_.c_str(), &addr.sin_addr);
-  bool ok = false;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    ok = true;
-  } else if (errno == EINPROGRESS) {
-    pollfd p{.fd = fd, .events = POLLOUT, .revents = 0};
-    if (poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) == 1) {
-      int err = 0;
-      socklen_t len = sizeof(err);
-      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      ok = err == 0;
-    }
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    if (ConnectOnce(addr, std::min(deadline, absl::Now() + absl::Seconds(1)))) return true;
+    if (absl::Now() >= deadline) return false;
+    // An attempt that failed at once backs off briefly before the next.
+    absl::SleepFor(std::min(absl::Milliseconds(50), deadline - absl::Now()));
   }
-  close(fd);
-  return ok;
 }
 
 bool WorkerNetwork::ConnectsFromWorker(int port, absl::Duration timeout) const {

@@ -1,6 +1,7 @@
 // A worker behind its own network: a network namespace joined to the host by
-// a veth pair (host 10.213.N.1, worker 10.213.N.2), and the faults a fleet's
-// network has, made with nftables inside the namespace and iproute2: every
+// a veth pair on a /30 of 10.213.0.0/16 no other test network holds (host
+// .1, worker .2), and the faults a fleet's network has, made with nftables
+// inside the namespace and iproute2: every
 // packet dropped both ways (a blackhole), one way only, or the link down;
 // then healed. Needs root (CAP_NET_ADMIN), `ip` and `nft`; Create says why
 // not where they are missing, and tests skip with that message.
@@ -26,9 +27,10 @@ class WorkerNetwork {
     kDropFromWorker  // packets from the worker dropped (one way)
   };
 
-  // Namespace `index` (0..99) of this process. FailedPrecondition with the
-  // reason when namespaces or nftables cannot be used here.
-  static absl::StatusOr<std::unique_ptr<WorkerNetwork>> Create(int index);
+  // A new namespace on a subnet no other network on the host uses.
+  // FailedPrecondition with the reason when namespaces or nftables cannot
+  // be used here.
+  static absl::StatusOr<std::unique_ptr<WorkerNetwork>> Create();
   ~WorkerNetwork();  // the namespace and the veth pair are removed
 
   const std::string& host_ip() const { return host_ip_; }
@@ -45,8 +47,8 @@ class WorkerNetwork {
   // Heals every fault and cut.
   absl::Status Heal();
   // Whether a fresh TCP connection from the host to `worker_ip():port`
-  // completes within `timeout`: how a test proves a fault took effect (or
-  // healed).
+  // completes within `timeout` (attempts that fail early are retried until
+  // then): how a test proves a fault took effect (or healed).
   bool Connects(int port, absl::Duration timeout) const;
   // Whether a fresh TCP connection from the worker to `host_ip():port`
   // completes within `timeout` (proves a CutFromHostPort).

@@ -43,11 +43,11 @@ int PortOf(const std::string& address) {
 // host does too.
 class IsolatedDecodeWorker {
  protected:
-  // Starts the stack with decode worker 0 in network namespace `index`;
-  // skips the test where namespaces or nftables cannot be used. The caller
-  // returns when IsSkipped() or HasFatalFailure().
-  void StartIsolated(int index, StackOptions o) {
-    absl::StatusOr<std::unique_ptr<WorkerNetwork>> net = WorkerNetwork::Create(index);
+  // Starts the stack with decode worker 0 in a network namespace of its
+  // own; skips the test where namespaces or nftables cannot be used. The
+  // caller returns when IsSkipped() or HasFatalFailure().
+  void StartIsolated(StackOptions o) {
+    absl::StatusOr<std::unique_ptr<WorkerNetwork>> net = WorkerNetwork::Create();
     if (!net.ok()) GTEST_SKIP() << net.status().message();
     net_ = std::move(*net);
     if (o.model.empty()) o.model = ModelPath();
@@ -141,7 +141,7 @@ TEST_P(PartitionTest, AStreamOnACutOffDecodeWorkerMovesOnAndTheWorkerReturnsWhen
   // requests after the heal go to the healed worker whatever the others'
   // caches hold.
   o.gateway_flags = {"--router", "least-loaded"};
-  StartIsolated(0, o);
+  StartIsolated(o);
   if (Stopped()) return;
   WorkerNetwork& n = *net_;
   Stack* stack = stack_.get();
@@ -194,7 +194,7 @@ TEST_F(PartitionHandOffTest, AHandOffWhoseKvFetchIsCutOffResumesOnAnotherDecodeW
   StackOptions o;
   o.decode_workers = 2;
   o.gateway_flags = {"--router", "least-loaded"};
-  StartIsolated(2, o);
+  StartIsolated(o);
   if (Stopped()) return;
   WorkerNetwork& n = *net_;
   Stack* stack = stack_.get();
@@ -272,7 +272,7 @@ TEST_F(PartitionSessionTest, ATurnWhoseKvHolderIsCutOffMovesOnAndTheSessionGoesO
   StackOptions o;
   o.decode_workers = 2;
   o.gateway_flags = {"--router", "least-loaded"};
-  StartIsolated(3, o);
+  StartIsolated(o);
   if (Stopped()) return;
   WorkerNetwork& n = *net_;
   Stack* stack = stack_.get();
@@ -343,7 +343,7 @@ TEST_F(PartitionSessionTest, ATurnWhoseKvHolderIsCutOffMovesOnAndTheSessionGoesO
 TEST_F(PartitionBurstTest, ABurstDuringABlackholeIsRefusedOnlyBeforeItsFirstToken) {
   StackOptions o;
   o.decode_workers = 2;
-  StartIsolated(1, o);
+  StartIsolated(o);
   if (Stopped()) return;
   WorkerNetwork& n = *net_;
   Stack* stack = stack_.get();
@@ -370,6 +370,22 @@ INSTANTIATE_TEST_SUITE_P(Faults, PartitionTest,
                          [](const ::testing::TestParamInfo<Fault>& info) {
                            return std::string(FaultName(info.param));
                          });
+
+// Networks made side by side (here in one process; ctest runs test
+// processes side by side too) never share a subnet: if they did, one
+// test's packets would be routed into the other's namespace.
+TEST(WorkerNetworkTest, NetworksMadeSideBySideHaveSubnetsOfTheirOwn) {
+  std::vector<std::unique_ptr<WorkerNetwork>> nets;
+  for (int i = 0; i < 4; ++i) {
+    absl::StatusOr<std::unique_ptr<WorkerNetwork>> net = WorkerNetwork::Create();
+    if (!net.ok()) GTEST_SKIP() << net.status().message();
+    for (const auto& other : nets) {
+      EXPECT_NE((*net)->host_ip(), other->host_ip());
+      EXPECT_NE((*net)->worker_ip(), other->worker_ip());
+    }
+    nets.push_back(std::move(*net));
+  }
+}
 
 }  // namespace
 }  // namespace tandem::testing
