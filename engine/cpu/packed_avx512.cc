@@ -272,7 +272,21 @@ TANDEM_AVX512 void PackedKRows(const PackedGemvArgs& a, int64_t row_begin, int64
     for (; t + kTileTokens <= a.n; t += kTileTokens) {
       Tile<kTileTokens>::Run(a, w, t, y + t * a.ldy, rows);
     }
-    for (; t < a.n; ++t) Tile<1>::Run(a, w, t, y + t * a.ldy, rows);
+    // The last one to three tokens in one tile: one more pass over the
+    // group's weights, not one per token.
+    switch (a.n - t) {
+      case 3:
+        Tile<3>::Run(a, w, t, y + t * a.ldy, rows);
+        break;
+      case 2:
+        Tile<2>::Run(a, w, t, y + t * a.ldy, rows);
+        break;
+      case 1:
+        Tile<1>::Run(a, w, t, y + t * a.ldy, rows);
+        break;
+      default:
+        break;
+    }
   }
 }
 

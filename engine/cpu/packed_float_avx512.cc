@@ -94,7 +94,21 @@ TANDEM_AVX512 void PackedFloatRows(const PackedGemvArgs& a, int64_t row_begin, i
     for (; t + kTileTokens <= a.n; t += kTileTokens) {
       PackedFloatTile<kF16, G, kTileTokens>(a, w, t, y + t * a.ldy, rows);
     }
-    for (; t < a.n; ++t) PackedFloatTile<kF16, G, 1>(a, w, t, y + t * a.ldy, rows);
+    // The last one to three tokens in one tile: one more pass over the
+    // group's weights, not one per token.
+    switch (a.n - t) {
+      case 3:
+        PackedFloatTile<kF16, G, 3>(a, w, t, y + t * a.ldy, rows);
+        break;
+      case 2:
+        PackedFloatTile<kF16, G, 2>(a, w, t, y + t * a.ldy, rows);
+        break;
+      case 1:
+        PackedFloatTile<kF16, G, 1>(a, w, t, y + t * a.ldy, rows);
+        break;
+      default:
+        break;
+    }
   };
   for (; r + kPackRows < row_end; r += 2 * kPackRows) groups(std::integral_constant<int, 2>());
   if (r < row_end) groups(std::integral_constant<int, 1>());
