@@ -3,7 +3,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 
 #include "common/check.h"
 #include "engine/gguf/quant_formats.h"
@@ -12,6 +16,48 @@
 namespace tandem::engine::cpu {
 
 namespace {
+
+// Packed matrices are carved out of 2 MiB-aligned slabs the kernel is asked
+// to back with transparent huge pages (MADV_HUGEPAGE; where THP is off the
+// advice is ignored). A decode GEMV streams every weight once per token, and
+// on 4 KiB pages each page starts with a TLB walk and the hardware
+// prefetchers stop at its edge: 25.7M F16 decode at batch 1 went 580-596 ->
+// 613-677 tok/s. A slab is shared by the matrices in it and freed with the
+// last; one of 32 MiB (or the matrix's size) is opened when the current one
+// cannot fit the next matrix.
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kSlabBytes = size_t{32} << 20;
+
+struct Slabs {
+  std::mutex mu;
+  std::weak_ptr<uint8_t> current;  // the rest under mu
+  size_t used = 0;
+  size_t size = 0;
+};
+
+std::shared_ptr<uint8_t> AllocatePacked(size_t bytes) {
+  static Slabs* const slabs = new Slabs();
+  bytes = (bytes + 63) / 64 * 64;
+  std::lock_guard<std::mutex> lock(slabs->mu);
+  std::shared_ptr<uint8_t> slab = slabs->current.lock();
+  if (slab == nullptr || slabs->size - slabs->used < bytes) {
+    const size_t want = std::max(kSlabBytes, (bytes + kHugePage - 1) / kHugePage * kHugePage);
+    auto* base = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, want));
+    TANDEM_CHECK(base != nullptr, "out of memory packing weights") << want << " bytes";
+    (void)madvise(base, want, MADV_HUGEPAGE);
+    std::shared_ptr<uint8_t> fresh(base, [](uint8_t* p) { std::free(p); });
+    // The slab with more room left stays current.
+    if (slab == nullptr || want - bytes > slabs->size - slabs->used) {
+      slabs->current = fresh;
+      slabs->size = want;
+      slabs->used = bytes;
+    }
+    return fresh;
+  }
+  uint8_t* at = slab.get() + slabs->used;
+  slabs->used += bytes;
+  return std::shared_ptr<uint8_t>(slab, at);  // shares the slab's count
+}
 
 // Row i's part of a Q4_Kx16 block (or the Q4_K part of a Q5_Kx16 one) at
 // `out`, from a Q4_K / Q5_K block's fields.
@@ -98,8 +144,7 @@ PackedMatrix PackedMatrix::Pack(const WeightMatrix& w) {
   p.rows_ = w.rows;
   p.cols_ = w.cols;
   const size_t bytes = (static_cast<size_t>(p.bytes()) + 63) / 64 * 64;
-  p.data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, bytes)));
-  TANDEM_CHECK(p.data_ != nullptr, "out of memory packing weights") << bytes << " bytes";
+  p.data_ = AllocatePacked(bytes);
   std::memset(p.data_.get(), 0, bytes);  // padding rows: zero scales and quants
   const int64_t row_bytes = GgmlRowBytes(w.type, w.cols);
   const int64_t block_bytes = PackedBlockBytes(w.type);

@@ -137,13 +137,12 @@ class PackedMatrix {
   int64_t bytes() const { return (rows_ + kPackRows - 1) / kPackRows * group_bytes(); }
 
  private:
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
   GgmlType type_ = GgmlType::kQ4_0;
   int64_t rows_ = 0;
   int64_t cols_ = 0;
-  std::unique_ptr<uint8_t, Free> data_;  // 64-byte aligned
+  // 64-byte aligned, in a slab of huge pages it may share with other
+  // matrices (which keep the slab while any of them lives).
+  std::shared_ptr<uint8_t> data_;
 };
 
 // A packed matrix times n tokens' Q8Activations:
