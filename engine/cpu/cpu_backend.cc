@@ -186,9 +186,12 @@ class CpuBackend final : public Backend {
     TANDEM_CHECK(rope_ != nullptr, "PrepareRope before Rope");
     const std::vector<int32_t>& positions = step().positions;
     const int64_t stride = int64_t{n_heads} * head_dim;
-    for (size_t t = 0; t < positions.size(); ++t) {
-      rope_->Apply(x.backend_address() + static_cast<int64_t>(t) * stride, n_heads, head_dim,
-                   positions[t]);
+    const auto n = static_cast<int64_t>(positions.size());
+    // A prompt chunk's rows split over the threads (each row is its own).
+#pragma omp parallel for num_threads(threads_) \
+    schedule(static) if (n * stride >= kMinParallelElements)
+    for (int64_t t = 0; t < n; ++t) {
+      rope_->Apply(x.backend_address() + t * stride, n_heads, head_dim, positions[t]);
     }
   }
 
@@ -197,7 +200,11 @@ class CpuBackend final : public Backend {
     const int64_t elem = GgmlBlockBytes(kv.dtype);
     const int64_t row_bytes = int64_t{kv.kv_dim} * elem;
     const std::vector<int64_t>& slots = step().slot_mapping;
-    for (size_t t = 0; t < slots.size(); ++t) {
+    const auto n = static_cast<int64_t>(slots.size());
+    // A prompt chunk's rows split over the threads (each goes to its own slot).
+#pragma omp parallel for num_threads(threads_) \
+    schedule(static) if (n * kv.kv_dim >= kMinParallelElements)
+    for (int64_t t = 0; t < n; ++t) {
       uint8_t* block = kv.base.backend_address() + slots[t] / kv.block_size * kv.block_bytes;
       const int64_t at = slots[t] % kv.block_size * row_bytes;
       const float* kt = k.backend_address() + static_cast<int64_t>(t) * kv.kv_dim;
