@@ -12,7 +12,9 @@
 # Usage: bench/vs_llama_cpp.sh TANDEM_BIN LLAMA_BIN [OUT] [ROUNDS]
 #   env: SHAPE (make-model flags; default the 25.7M model), TYPES (default
 #   "F32 F16 BF16 Q8_0 Q4_0 Q4_K_M Q5_K_M Q6_K"), PROMPT (512), GEN (128),
-#   THREADS (2), KEEP (a folder to keep the model files in, reused when there)
+#   THREADS (2), KEEP (a folder to keep the model files in, reused when there),
+#   LLAMA_COMMIT (names the llama.cpp commit where its build does not: a
+#   source tree without .git reports "unknown")
 #   e.g. bench/vs_llama_cpp.sh build/bin ~/llama.cpp/build/bin vs_llama.jsonl 3
 #   The 1B-class model: SHAPE="--n-vocab 32000 --n-embd 2048 --n-layer 16
 #   --n-head 32 --n-head-kv 8 --n-ff 5632" PROMPT=64 GEN=32
@@ -51,14 +53,14 @@ for ((i = 0; i < rounds; i++)); do
 done
 
 cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
-python3 - "$work" "$out" "$cpu" "$threads" "$prompt" "$gen" $types <<'PY'
+python3 - "$work" "$out" "$cpu" "$threads" "$prompt" "$gen" "${LLAMA_COMMIT:-}" $types <<'PY'
 import json, statistics, sys
-work, out, cpu, threads, prompt, gen, *types = sys.argv[1:]
+work, out, cpu, threads, prompt, gen, named, *types = sys.argv[1:]
 rows, commit = [], "?"
 for t in types:
     llama = [json.loads(l) for l in open(f"{work}/llama-{t}.jsonl")]
     tandem = [json.loads(l) for l in open(f"{work}/tandem-{t}.jsonl")]
-    commit = llama[0].get("build_commit", commit)
+    commit = named or llama[0].get("build_commit", commit)
     lp = statistics.median(r["avg_ts"] for r in llama if r["n_prompt"] > 0)
     lg = statistics.median(r["avg_ts"] for r in llama if r["n_gen"] > 0)
     tp = statistics.median(r["prefill_tokens_per_s"] for r in tandem)
