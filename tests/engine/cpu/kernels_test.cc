@@ -293,6 +293,44 @@ TEST(MatMulDeterminismTest, ThreadCountDoesNotChangeResults) {
   }
 }
 
+// Packed matrices share 2 MiB-aligned slabs (packed_weights.cc): a matrix
+// keeps its bits while others in its slab are freed and new ones are packed
+// beside it, and one larger than a slab gets a slab of its own.
+TEST(PackedSlabTest, MatricesKeepTheirBitsWhateverIsPackedOrFreedAroundThem) {
+  for (Isa isa : SupportedIsas()) {
+    if (Kernels(isa).packed_gemv == nullptr) continue;
+    const std::vector<float> x = RandomFloats(3 * 256, 11);
+    const TestWeights kept = MakeWeights(GgmlType::kQ8_0, 100, 256, 0, 12);
+    const TestWeights neighbour = MakeWeights(GgmlType::kF32, 64, 256, 0, 13);
+    auto before = std::make_unique<MatMulRunner>(Kernels(isa), 2);
+    ASSERT_GT(before->Pack(neighbour.matrix), 0);
+    MatMulRunner runner(Kernels(isa), 2);
+    ASSERT_GT(runner.Pack(kept.matrix), 0);
+    std::vector<float> want(3 * 100), got(3 * 100);
+    runner.Run(kept.matrix, x.data(), 3, want.data(), MatMulPath::kGemv);
+    before.reset();  // frees a neighbour in the slab
+    std::vector<TestWeights> later;
+    std::vector<std::unique_ptr<MatMulRunner>> after;
+    for (uint32_t seed = 20; seed < 24; ++seed) {  // neighbours packed (written) since
+      later.push_back(MakeWeights(GgmlType::kQ4_K, 96, 512, 0, seed));
+      after.push_back(std::make_unique<MatMulRunner>(Kernels(isa), 1));
+      ASSERT_GT(after.back()->Pack(later.back().matrix), 0);
+    }
+    runner.Run(kept.matrix, x.data(), 3, got.data(), MatMulPath::kGemv);
+    EXPECT_EQ(got, want) << IsaName(isa);
+
+    // 8200 x 1024 F32 packs to 33.6 MB, more than a 32 MiB slab.
+    const TestWeights big = MakeWeights(GgmlType::kF32, 8200, 1024, 0, 30);
+    const std::vector<float> xb = RandomFloats(1024, 31);
+    MatMulRunner big_runner(Kernels(isa), 2);
+    ASSERT_GT(big_runner.Pack(big.matrix), int64_t{32} << 20);
+    std::vector<float> y(8200), ref(8200);
+    big_runner.Run(big.matrix, xb.data(), 1, y.data(), MatMulPath::kGemv);
+    MatMulReference(big.matrix, xb.data(), 1, ref.data());
+    EXPECT_TRUE(AllClose(y, ref, Magnitudes(big.matrix, xb.data(), 1), 1e-5)) << IsaName(isa);
+  }
+}
+
 // RunGroup (Q, K and V; gate and up) gives each product the bits Run
 // gives it: packed matrices of one input form in one region (a Q4_K group
 // with a Q6_K V among them), the activations split among the threads past
