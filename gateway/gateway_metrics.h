@@ -44,6 +44,10 @@ struct GatewayMetrics {
   // stream unbroken), by role: what routing, health and the decode
   // capacity count as reachable. Set after those are updated.
   prometheus::Family<prometheus::Gauge>& synced_workers;
+  // Streams the reachable decode workers take at once, as of the last
+  // admission: --decode-worker-streams each, or fewer where a worker
+  // reports a bound of its own (--itl-target-ms).
+  prometheus::Gauge& decode_stream_capacity;
   prometheus::Histogram& time_to_first_token;
   prometheus::Histogram& inter_token_latency;
   prometheus::Histogram& e2e_latency;

@@ -38,156 +38,205 @@ absl::StatusOr<double> TierWeight(const common::Args& args, const char* tier) {
 
 std::vector<common::FlagSpec> GatewayFlagSpecs() {
   std::vector<common::FlagSpec> specs = {
-      {.name = "listen", .default_value = "127.0.0.1:0",
+      {.name = "listen",
+       .default_value = "127.0.0.1:0",
        .help = "gRPC listen address host:port (port 0 = ephemeral)"},
-      {.name = "metrics-listen", .default_value = "127.0.0.1:0",
+      {.name = "metrics-listen",
+       .default_value = "127.0.0.1:0",
        .help = "Prometheus /metrics address host:port; empty = off"},
-      {.name = "http-listen", .default_value = "",
+      {.name = "http-listen",
+       .default_value = "",
        .help = "OpenAI-compatible HTTP address host:port (/v1/completions, "
                "/v1/chat/completions, /v1/models; port 0 = ephemeral); empty = off"},
-      {.name = "http-threads", .default_value = "64",
+      {.name = "http-threads",
+       .default_value = "64",
        .help = "HTTP requests served at once (a streaming response holds one)"},
-      {.name = "http-max-body-bytes", .default_value = "8388608",
+      {.name = "http-max-body-bytes",
+       .default_value = "8388608",
        .help = "largest HTTP request body (413 above it)"},
       {.name = "model", .help = "GGUF model file (only its tokenizer is read)", .required = true},
-      {.name = "model-name", .default_value = "",
+      {.name = "model-name",
+       .default_value = "",
        .help = "name clients use in GenerateRequest.model (default: the file's stem)"},
-      {.name = "prefill", .default_value = "",
+      {.name = "prefill",
+       .default_value = "",
        .help = "prefill workers, comma-separated: host:port, or dns:///host:port for every "
                "address the name has (a Kubernetes headless Service), looked up again every "
                "--resolve-interval-ms; empty: none, every request is prefilled by its decode "
                "worker (aggregated mode)"},
       {.name = "decode", .help = "decode workers, as --prefill", .required = true},
       rpc::DrainFlagSpec(),
-      {.name = "decode-worker-streams", .default_value = "64",
+      {.name = "decode-worker-streams",
+       .default_value = "64",
        .help = "streams one decode worker decodes at once (match its --max-running): "
                "requests past the decode workers' total wait in the admission queue before "
-               "any work is done, rather than on a decode worker after their first token"},
-      {.name = "unavailable-wait-ms", .default_value = "10000",
+               "any work is done, rather than on a decode worker after their first token; "
+               "a worker that reports a bound of its own (--itl-target-ms) is handed at "
+               "most that"},
+      {.name = "unavailable-wait-ms",
+       .default_value = "10000",
        .help = "when every prefill worker tried, or every decode worker a hand-off tried, is "
                "unavailable, how long a request waits in all for one to come back (retrying) "
                "before it fails"},
-      {.name = "progress-timeout-ms", .default_value = "20000",
+      {.name = "progress-timeout-ms",
+       .default_value = "20000",
        .help = "the most a decode worker may send nothing while a stream waits on it before "
                "it is treated as failed and the stream moves on; within it the silence "
                "allowed adapts to the worker's pace (5x its p99 gap between messages, "
                "heartbeats included); 0 = off"},
-      {.name = "progress-timeout-floor-ms", .default_value = "1000",
+      {.name = "progress-timeout-floor-ms",
+       .default_value = "1000",
        .help = "the least silence the adaptive progress deadline allows a decode worker "
                "that has been quick"},
-      {.name = "kv-overcommit", .default_value = "1.0",
+      {.name = "kv-overcommit",
+       .default_value = "1.0",
        .help = "requests in flight may be charged (prompt + max_tokens each) this many times "
                "the KV the decode workers report; past it a request is refused before any "
                "work (RESOURCE_EXHAUSTED); 0 = off"},
-      {.name = "admission-queue", .default_value = "1024",
+      {.name = "admission-queue",
+       .default_value = "1024",
        .help = "requests that may wait at the gateway for capacity (the in-flight bound, the "
                "decode workers' streams and KV) instead of being refused, served first come "
                "first served within each request's deadline; past it, or when a request's "
                "deadline is sooner than the queue's expected wait, it is refused at once "
                "(RESOURCE_EXHAUSTED); 0 = no queue"},
-      {.name = "session-window", .default_value = "4096",
+      {.name = "session-window",
+       .default_value = "4096",
        .help = "tokens a session holds when CreateSession names no window (at most "
                "--max-context)"},
-      {.name = "session-ttl-s", .default_value = "1800",
+      {.name = "session-ttl-s",
+       .default_value = "1800",
        .help = "idle seconds after which a session that names no TTL expires"},
-      {.name = "max-session-ttl-s", .default_value = "86400",
+      {.name = "max-session-ttl-s",
+       .default_value = "86400",
        .help = "the longest idle TTL a session may name"},
-      {.name = "session-replicas", .default_value = "2",
+      {.name = "session-replicas",
+       .default_value = "2",
        .help = "decode workers each session record is kept on (its KV holder first), so a "
                "session outlives the loss of all but one of them"},
-      {.name = "session-local-prefill-tokens", .default_value = "512",
+      {.name = "session-local-prefill-tokens",
+       .default_value = "512",
        .help = "a session turn whose decode worker holds all but at most this many of its "
                "prompt tokens is prefilled there, without a prefill worker or a KV transfer "
                "(conditional disaggregation); 0 = always on a prefill worker"},
-      {.name = "local-prefill-tokens", .default_value = "32",
+      {.name = "local-prefill-tokens",
+       .default_value = "32",
        .help = "a request that is no session turn whose decode worker holds all but at most "
                "this many of its prompt tokens is prefilled there, without a prefill worker "
                "or a KV transfer (conditional disaggregation); 0 = off"},
-      {.name = "local-prefill-queue", .default_value = "0",
+      {.name = "local-prefill-queue",
+       .default_value = "0",
        .help = "with this many prefills in flight on each prefill worker, new requests that "
                "are no session turns are prefilled by their decode worker whatever their "
                "length (conditional disaggregation on the prefill queue); 0 = off"},
-      {.name = "session-evict-percent", .default_value = "75",
+      {.name = "session-evict-percent",
+       .default_value = "75",
        .help = "a session turn that would overflow its window evicts its oldest turns until "
                "prompt + max_tokens fits this percent of the window (100: only what the turn "
                "needs; less leaves room for the next turns to reuse the KV)"},
-      {.name = "session-store-timeout-ms", .default_value = "5000",
+      {.name = "session-store-timeout-ms",
+       .default_value = "5000",
        .help = "deadline of each call to a decode worker's session store (a stuck worker "
                "delays a turn's record write by at most this per copy; the copy then goes "
                "to the next worker)"},
-      {.name = "session-rereplicate-tracked", .default_value = "65536",
+      {.name = "session-rereplicate-tracked",
+       .default_value = "65536",
        .help = "sessions whose record copies this gateway remembers (the latest it wrote or "
                "read, a few hundred bytes each), so that a decode worker found down has their "
                "records copied to another worker at once; past it the least recently used "
                "are forgotten and repaired at their next read; 0 = off"},
-      {.name = "session-rereplicate-parallel", .default_value = "8",
+      {.name = "session-rereplicate-parallel",
+       .default_value = "8",
        .help = "re-replications (a read of the record from the reachable decode workers, "
                "then a put) in flight at once after a decode worker is lost"},
-      {.name = "max-migrations", .default_value = "3",
+      {.name = "max-migrations",
+       .default_value = "3",
        .help = "times a stream may move to another worker after one failed under it "
                "(0 = a worker failure ends the stream)"},
-      {.name = "resolve-interval-ms", .default_value = "5000",
+      {.name = "resolve-interval-ms",
+       .default_value = "5000",
        .help = "how often dns:/// worker targets are looked up again"},
-      {.name = "max-context", .default_value = "0",
+      {.name = "max-context",
+       .default_value = "0",
        .help = "longest prompt + completion accepted, in tokens (match the workers'); "
                "0 = the model's trained context length"},
-      {.name = "chat-template", .default_value = "",
+      {.name = "chat-template",
+       .default_value = "",
        .help = "how GenerateRequest.messages are rendered: empty = the model's own "
                "tokenizer.chat_template, rendered (its family's rendering where it cannot; "
                "plain User:/Assistant: when it has none), or a family by name: "
                "plain, chatml, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1, "
                "mistral-v3, mistral-v3-tekken, mistral-v7, llama3, gemma, phi3, zephyr"},
-      {.name = "tool-call-parser", .default_value = "auto",
+      {.name = "tool-call-parser",
+       .default_value = "auto",
        .help = "how the HTTP front reads tool calls out of a chat reply: auto = from the "
                "model's chat template's markers (json where it has none), or one of hermes "
                "(<tool_call>, Qwen), qwen3_coder (<function=...> XML), llama3_json, mistral, "
                "granite, json (the reply is JSON calls), none (never parsed)"},
       {.name = "max-stop-strings", .default_value = "16", .help = "stop strings per request"},
-      {.name = "default-max-tokens", .default_value = "4096",
+      {.name = "default-max-tokens",
+       .default_value = "4096",
        .help = "tokens generated for a request that sets no max_tokens (it stops earlier at "
                "end-of-generation or the context limit)"},
-      {.name = "max-logit-bias", .default_value = "1024",
+      {.name = "max-logit-bias",
+       .default_value = "1024",
        .help = "entries of sampling.logit_bias per request"},
-      {.name = "max-stop-token-ids", .default_value = "64",
+      {.name = "max-stop-token-ids",
+       .default_value = "64",
        .help = "entries of sampling.stop_token_ids per request"},
       {.name = "max-n", .default_value = "16", .help = "completions per request (n)"},
-      {.name = "chat-template-max-steps", .default_value = "2000000",
+      {.name = "chat-template-max-steps",
+       .default_value = "2000000",
        .help = "statements and expressions one render of the model's chat template may "
                "evaluate (a template past it fails the request)"},
-      {.name = "chat-template-max-output-bytes", .default_value = "8388608",
+      {.name = "chat-template-max-output-bytes",
+       .default_value = "8388608",
        .help = "bytes one render of the model's chat template may produce"},
-      {.name = "max-response-format-bytes", .default_value = "65536",
+      {.name = "max-response-format-bytes",
+       .default_value = "65536",
        .help = "bytes of a request's response format (JSON schema, regex or grammar)"},
-      {.name = "request-timeout-ms", .default_value = "600000",
+      {.name = "request-timeout-ms",
+       .default_value = "600000",
        .help = "deadline for Generate calls that set none"},
-      {.name = "router", .default_value = "kv",
+      {.name = "router",
+       .default_value = "kv",
        .help = "how prefill workers are chosen: kv (by the block index and load) or "
                "least-loaded"},
-      {.name = "router-overlap-weight", .default_value = "1.0",
+      {.name = "router-overlap-weight",
+       .default_value = "1.0",
        .help = "router cost per prompt block a worker would have to compute"},
-      {.name = "router-host-tier-weight", .default_value = "0.8",
+      {.name = "router-host-tier-weight",
+       .default_value = "0.8",
        .help = "credit, as a fraction of a block held in a worker's pool, for a prompt block "
                "it holds only in host RAM (it is copied back, not computed); [0, 1]"},
-      {.name = "router-disk-tier-weight", .default_value = "0.5",
+      {.name = "router-disk-tier-weight",
+       .default_value = "0.5",
        .help = "the same for a block held only on the worker's disk tier; [0, 1]"},
-      {.name = "router-load-weight", .default_value = "1.0",
+      {.name = "router-load-weight",
+       .default_value = "1.0",
        .help = "router cost per block charged to a worker by requests in flight (prefill: "
                "the blocks it computes; decode: the prompt's blocks)"},
-      {.name = "router-pull-min-blocks", .default_value = "4",
+      {.name = "router-pull-min-blocks",
+       .default_value = "4",
        .help = "a prefill worker pulls a prompt's prefix from another that has reported at "
                "least this many more of its leading blocks, instead of computing them; 0 = never"},
-      {.name = "router-prediction-ms", .default_value = "10000",
+      {.name = "router-prediction-ms",
+       .default_value = "10000",
        .help = "how long a routed prompt's blocks count as held by its worker before the "
                "worker reports them; 0 = off"},
-      {.name = "index-max-entries", .default_value = "50331648",
+      {.name = "index-max-entries",
+       .default_value = "50331648",
        .help = "(block hash, worker) entries the block index holds at most (~20 bytes each; "
                "past it the blocks least used by routes are evicted)"},
-      {.name = "log-level", .default_value = "info",
+      {.name = "log-level",
+       .default_value = "info",
        .help = "stderr diagnostics: error, warning, info or debug (routing decisions)"},
-      {.name = "api-keys-file", .default_value = "",
+      {.name = "api-keys-file",
+       .default_value = "",
        .help = "require API keys (authorization: Bearer KEY): one \"TENANT KEY\" per line; "
                "each tenant's prefix cache is its own; re-read when it changes"},
-      {.name = "api-keys-reload-s", .default_value = "30",
+      {.name = "api-keys-reload-s",
+       .default_value = "30",
        .help = "check --api-keys-file for changes at most this often"},
   };
   for (common::FlagSpec& s : rpc::PublicTlsFlagSpecs()) specs.push_back(s);

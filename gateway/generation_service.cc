@@ -225,11 +225,17 @@ CallEnv GenerationService::MakeCallEnv() {
                 // Only workers that answer: a dead or cut-off one (its
                 // block event stream broke) stops counting at once, and
                 // counts again once its stream is back.
-                int64_t workers = 0;
+                // Each takes --decode-worker-streams, or fewer where it
+                // reports a bound of its own (a latency target's).
+                int64_t streams = 0;
                 for (int i = 0; i < decode_.size(); ++i) {
-                  workers += decode_.active(i) && decode_.reachable(i) ? 1 : 0;
+                  if (!decode_.active(i) || !decode_.reachable(i)) continue;
+                  const int32_t own = subscriber_->StreamCapacity(kDecodeSlotBase + i);
+                  streams += own > 0 ? std::min(own, options_.streams_per_decode_worker)
+                                     : options_.streams_per_decode_worker;
                 }
-                return workers * options_.streams_per_decode_worker;
+                metrics_.decode_stream_capacity.Set(static_cast<double>(streams));
+                return streams;
               },
           .unavailable_wait = options_.unavailable_wait,
           .progress_timeout = options_.progress_timeout,

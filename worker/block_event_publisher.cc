@@ -133,6 +133,7 @@ tandem::v1::BlockEventBatch BlockEventPublisher::NewBatchLocked() const {
   b.set_block_size(options_.block_size);
   b.set_kv_capacity_blocks(options_.kv_capacity_blocks);
   b.set_max_context(options_.max_context);
+  b.set_stream_capacity(stream_capacity_);
   b.set_produced_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
   return b;
 }
@@ -153,11 +154,30 @@ tandem::v1::BlockEventBatch BlockEventPublisher::SnapshotLocked() const {
   return b;
 }
 
+void BlockEventPublisher::SetStreamCapacity(int32_t streams) {
+  absl::MutexLock lock(&mu_);
+  stream_capacity_ = streams;
+  if (streams == sent_capacity_ || absl::Now() - last_batch_ < kCapacityInterval) return;
+  SendLocked(NewDeltaLocked());
+}
+
+void BlockEventPublisher::SendLocked(const tandem::v1::BlockEventBatch& batch) {
+  for (Subscription* s : subscriptions_) {
+    s->Offer(batch, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return SnapshotLocked(); });
+  }
+}
+
+tandem::v1::BlockEventBatch BlockEventPublisher::NewDeltaLocked() {
+  ++sequence_;
+  last_batch_ = absl::Now();
+  sent_capacity_ = stream_capacity_;
+  return NewBatchLocked();
+}
+
 void BlockEventPublisher::Publish(std::span<const engine::BlockEvent> events) {
   if (events.empty()) return;
   absl::MutexLock lock(&mu_);
-  ++sequence_;
-  tandem::v1::BlockEventBatch batch = NewBatchLocked();
+  tandem::v1::BlockEventBatch batch = NewDeltaLocked();
   for (const engine::BlockEvent& e : events) {
     const bool device = e.tier == engine::KvTier::kDevice;
     const uint8_t bit = TierBit(e.tier);
@@ -174,9 +194,7 @@ void BlockEventPublisher::Publish(std::span<const engine::BlockEvent> events) {
                                            : TierEntry(batch, e.tier)->add_removed());
     }
   }
-  for (Subscription* s : subscriptions_) {
-    s->Offer(batch, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return SnapshotLocked(); });
-  }
+  SendLocked(batch);
 }
 
 void BlockEventPublisher::Close() {
@@ -215,6 +233,11 @@ void BlockEventPublisher::Unsubscribe(Subscription* s) {
   subscriptions_.erase(std::remove(subscriptions_.begin(), subscriptions_.end(), s),
                        subscriptions_.end());
   subscribers_gauge_.Set(static_cast<double>(subscriptions_.size()));
+}
+
+uint64_t BlockEventPublisher::sequence() const {
+  absl::MutexLock lock(&mu_);
+  return sequence_;
 }
 
 int32_t BlockEventPublisher::subscribers() const {

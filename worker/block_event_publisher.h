@@ -10,16 +10,17 @@
 #ifndef TANDEM_WORKER_BLOCK_EVENT_PUBLISHER_H_
 #define TANDEM_WORKER_BLOCK_EVENT_PUBLISHER_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "engine/kv/block_hash.h"
 #include "engine/sched/request.h"
 #include "prometheus/gauge.h"
@@ -45,6 +46,13 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackServic
 
   // One engine step's block events, or a lower tier's, in order.
   void Publish(std::span<const engine::BlockEvent> events);
+  // The streams the worker takes now (BlockEventBatch.stream_capacity; 0:
+  // no bound of its own), called after every engine step. Every batch
+  // carries the latest; a change goes out in a batch of its own once no
+  // batch went out for kCapacityInterval (so a bound that moves every step
+  // costs a few batches a second, not one a step).
+  void SetStreamCapacity(int32_t streams);
+  static constexpr absl::Duration kCapacityInterval = absl::Milliseconds(100);
   // Ends every subscription (OK: the worker is going away) and refuses new
   // ones (UNAVAILABLE), so a server shutdown need not wait for them.
   void Close();
@@ -60,6 +68,8 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackServic
 
   uint64_t epoch() const { return epoch_; }
   int32_t subscribers() const;
+  // The number of the last batch published (0: none yet).
+  uint64_t sequence() const;
   // Distinct hashes held in any tier.
   int64_t blocks_held() const;
   // How many leading hashes of `chain` the worker held in any tier as of
@@ -71,6 +81,10 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackServic
 
   // A batch numbered sequence_ with the worker's fields, no events.
   tandem::v1::BlockEventBatch NewBatchLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next delta batch (its sequence number taken), events to be added.
+  tandem::v1::BlockEventBatch NewDeltaLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Offers `batch` to every subscription.
+  void SendLocked(const tandem::v1::BlockEventBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   tandem::v1::BlockEventBatch SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unsubscribe(Subscription* s);
 
@@ -81,6 +95,9 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackServic
   // Each hash held, with a bit per tier holding it (1 << KvTier).
   absl::flat_hash_map<engine::BlockHash, uint8_t> held_ ABSL_GUARDED_BY(mu_);
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;  // the last batch published
+  int32_t stream_capacity_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t sent_capacity_ ABSL_GUARDED_BY(mu_) = 0;  // what the last batch carried
+  absl::Time last_batch_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::vector<Subscription*> subscriptions_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::string suspended_ ABSL_GUARDED_BY(mu_);  // why, while suspended

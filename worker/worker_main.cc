@@ -1,10 +1,10 @@
 #include "worker/worker_main.h"
 
+#include <algorithm>
 #include <iostream>
 #include <utility>
 
 #include "absl/synchronization/mutex.h"
-
 #include "common/status_macros.h"
 #include "engine/backend_factory.h"
 #include "engine/engine_flags.h"
@@ -35,6 +35,24 @@ std::vector<common::FlagSpec> WorkerFlagSpecs() {
                            "this marks the worker NOT_SERVING until it ends; 0 = off"});
   return specs;
 }
+
+namespace {
+
+// The streams a worker takes now (BlockEventBatch.stream_capacity): under a
+// latency target, the running sequences it allows plus one waiting, so that
+// the target sees work held back and can let the batch grow (a gateway
+// queues the rest before any work is done on them); 0 without a target:
+// the gateway's --decode-worker-streams bounds it. One, not a share of the
+// cap: a stream waiting here has had its first token, and waits for a
+// running one to end (two cores, a 25.7M model, an 8 ms target: the first
+// to second token gap p50 was 170-520 ms in six runs with a quarter of the
+// cap, at least 2, waiting; 180-210 ms in three with one).
+int32_t StreamCapacity(const engine::EngineStats& stats) {
+  const int32_t running = stats.itl_max_running;
+  return running > 0 ? running + 1 : 0;
+}
+
+}  // namespace
 
 absl::StatusOr<Worker> StartWorker(
     const common::Args& args,
@@ -69,6 +87,8 @@ absl::StatusOr<Worker> StartWorker(
                                  .max_context = eng->max_context()},
       w.metrics->registry());
   BlockEventPublisher* publisher = w.block_events.get();
+  // Before any step: the snapshot a gateway gets first carries it.
+  publisher->SetStreamCapacity(StreamCapacity(eng->stats()));
   TieredKvStore* tiers = w.tiers.get();
   tiers->AttachSink(
       [publisher](std::span<const engine::BlockEvent> events) { publisher->Publish(events); });
@@ -79,6 +99,7 @@ absl::StatusOr<Worker> StartWorker(
                           absl::Duration took) {
         if (metrics) metrics(stats, out, took);
         publisher->Publish(out.blocks);
+        publisher->SetStreamCapacity(StreamCapacity(stats));
         tiers->PublishPending();
       });
   return w;

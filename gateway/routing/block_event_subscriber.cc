@@ -241,6 +241,7 @@ bool BlockEventSubscriber::OnBatch(int worker, const tandem::v1::BlockEventBatch
     s.sequence = batch.sequence();
     s.kv_capacity_blocks = batch.kv_capacity_blocks();
     s.max_context = batch.max_context();
+    s.stream_capacity = std::max(batch.stream_capacity(), 0);
     s.block_size = std::max(batch.block_size(), 1);
     s.entries->Set(static_cast<double>(index_.entries_of(worker)));
     hashes_.Set(static_cast<double>(index_.hashes()));
@@ -328,6 +329,13 @@ BlockEventSubscriber::KvCapacity BlockEventSubscriber::SyncedKvCapacity(int min_
     c.block_size = std::max(c.block_size, s.block_size);
   }
   return c;
+}
+
+int32_t BlockEventSubscriber::StreamCapacity(int slot) const {
+  absl::MutexLock lock(&mu_);
+  const auto it = slots_.find(slot);
+  if (it == slots_.end() || !it->second.synced || !it->second.active) return 0;
+  return it->second.stream_capacity;
 }
 
 void BlockEventSubscriber::Suspect(int slot) {

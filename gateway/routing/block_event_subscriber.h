@@ -83,6 +83,10 @@ class BlockEventSubscriber {
     int32_t max_context = 0;
   };
   KvCapacity SyncedKvCapacity(int min_slot) const;
+  // The streams the worker in `slot` takes now, as it last reported
+  // (BlockEventBatch.stream_capacity); 0 when it sets no bound of its own or
+  // its stream is not synced.
+  int32_t StreamCapacity(int slot) const;
   // Waits until `worker`'s stream has applied a snapshot (or `timeout`).
   bool AwaitSynced(int worker, absl::Duration timeout) const;
   // Waits until `worker`'s stream has applied batch `sequence` of `epoch`
@@ -106,6 +110,7 @@ class BlockEventSubscriber {
     int64_t kv_capacity_blocks = 0;  // as the worker last reported
     int32_t block_size = 1;
     int32_t max_context = 0;
+    int32_t stream_capacity = 0;
     prometheus::Gauge* entries = nullptr;
   };
 

@@ -164,6 +164,47 @@ TEST(OverloadTest, RequestsPastTheDecodeStreamsWaitAndAllComplete) {
   EXPECT_TRUE(stack->Stop());
 }
 
+// A decode worker under a latency target reports the streams it takes now
+// (its running cap plus one waiting), and the gateway hands it no more:
+// past them, requests wait in the gateway's admission queue, before any
+// work, rather than on the worker after their first token. An unmeetable
+// target brings the worker to one running sequence: 2 streams.
+TEST(OverloadTest, ADecodeWorkersLatencyTargetBoundsTheStreamsItIsHanded) {
+  StackOptions o;
+  o.model = ModelPath();
+  o.decode_flags = {"--itl-target-ms", "0.001"};
+  o.gateway_flags = {"--decode-worker-streams", "64"};
+  auto stack = Stack::Start(o);
+  ASSERT_NE(stack, nullptr);
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+  const std::string gateway = stack->gateway_info().metrics_address;
+  // Its first steps shrink the budget; each request's admission reads the
+  // worker's latest report.
+  double capacity = 0;
+  for (int i = 0; i < 50 && capacity != 2; ++i) {
+    const Completion c = Generate(stack->gateway(), Request(Prompt(8, 8, 100 + i), 4));
+    ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+    capacity = MetricValue(gateway, "tandem_decode_stream_capacity");
+  }
+  ASSERT_EQ(capacity, 2);
+  const double waited_before = MetricValue(gateway, "tandem_admission_queue_wait_seconds_count");
+  constexpr int kBurst = 16;
+  Outcomes outcomes;
+  for (int i = 0; i < kBurst; ++i) {
+    new Stream(stack->gateway(), Request(Prompt(8, 8, i), kTokens), outcomes);
+  }
+  ASSERT_TRUE(outcomes.AwaitAll(absl::Seconds(300), kBurst));
+  const auto [completed, refused] = ExpectCompletedOrRefusedEarly(outcomes, kTokens);
+  EXPECT_EQ(completed, kBurst);
+  EXPECT_EQ(refused, 0);
+  // At most 2 were handed over at once; the others waited at the gateway,
+  // and the worker never had to refuse one.
+  EXPECT_GE(MetricValue(gateway, "tandem_admission_queue_wait_seconds_count") - waited_before,
+            kBurst - 2);
+  EXPECT_EQ(MetricValue(gateway, "tandem_hand_off_refusals_total"), 0);
+  EXPECT_TRUE(stack->Stop());
+}
+
 // A full admission queue refuses at once, with a retry hint, before any
 // work; what it took completes.
 TEST(OverloadTest, AFullAdmissionQueueRefusesAtOnce) {

@@ -87,6 +87,50 @@ TEST(BlockEventSubscriberTest, TheIndexFollowsTheWorkersBlocks) {
   EXPECT_EQ(OverlapOf(index, {2, 3}), std::vector<int32_t>{0});
 }
 
+// A worker's stream capacity (BlockEventPublisher::SetStreamCapacity, a
+// latency target's bound) reaches the gateway: in the snapshot a new
+// subscriber gets, with the next block events, and in a batch of its own
+// once no batch went out for kCapacityInterval.
+TEST(BlockEventSubscriberTest, AWorkersStreamCapacityReachesTheGateway) {
+  prometheus::Registry registry;
+  Worker w(registry);
+  w.publisher.SetStreamCapacity(10);  // batch 1, to no one yet
+  BlockIndex index;
+  rpc::ChannelCache channels;
+  BlockEventSubscriber sub(index, channels, {w.server.address}, registry);
+  ASSERT_TRUE(sub.AwaitApplied(0, w.publisher.epoch(), 1, kWait));
+  EXPECT_EQ(sub.StreamCapacity(0), 10);
+  EXPECT_EQ(sub.StreamCapacity(1), 0);  // no such worker
+
+  w.publisher.SetStreamCapacity(12);  // may wait for the next batch...
+  w.publisher.Publish(Stored({7}));   // ...which carries it
+  ASSERT_TRUE(sub.AwaitApplied(0, w.publisher.epoch(), w.publisher.sequence(), kWait));
+  EXPECT_EQ(sub.StreamCapacity(0), 12);
+  EXPECT_EQ(OverlapOf(index, {7}), std::vector<int32_t>{1});
+
+  // No events: the change goes out on its own once the interval passed
+  // (each call checks; the engine calls after every step).
+  const uint64_t before = w.publisher.sequence();
+  const absl::Time deadline = absl::Now() + kWait;
+  while (w.publisher.sequence() == before && absl::Now() < deadline) {
+    w.publisher.SetStreamCapacity(3);
+    absl::SleepFor(worker::BlockEventPublisher::kCapacityInterval / 10);
+  }
+  ASSERT_EQ(w.publisher.sequence(), before + 1);
+  ASSERT_TRUE(sub.AwaitApplied(0, w.publisher.epoch(), before + 1, kWait));
+  EXPECT_EQ(sub.StreamCapacity(0), 3);
+  EXPECT_EQ(OverlapOf(index, {7}), std::vector<int32_t>{1});  // nothing else moved
+  w.publisher.SetStreamCapacity(3);                           // unchanged: no batch
+  EXPECT_EQ(w.publisher.sequence(), before + 1);
+
+  // Back to no bound of its own, with the next events.
+  w.publisher.SetStreamCapacity(0);
+  w.publisher.Publish(Stored({8}));
+  ASSERT_TRUE(sub.AwaitApplied(0, w.publisher.epoch(), w.publisher.sequence(), kWait));
+  EXPECT_EQ(sub.StreamCapacity(0), 0);
+  EXPECT_EQ(sub.resyncs(), 0);
+}
+
 // Sends what the test scripts: per subscription, a list of batches.
 class ScriptedEvents final : public tandem::v1::BlockEvents::CallbackService {
  public:
