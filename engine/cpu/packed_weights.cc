@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "common/check.h"
+#include "engine/cpu/huge_pages.h"
 #include "engine/gguf/quant_formats.h"
 #include "engine/gguf/tensor_type.h"
 
@@ -17,15 +18,11 @@ namespace tandem::engine::cpu {
 
 namespace {
 
-// Packed matrices are carved out of 2 MiB-aligned slabs the kernel is asked
-// to back with transparent huge pages (MADV_HUGEPAGE; where THP is off the
-// advice is ignored). A decode GEMV streams every weight once per token, and
-// on 4 KiB pages each page starts with a TLB walk and the hardware
-// prefetchers stop at its edge: 25.7M F16 decode at batch 1 went 580-596 ->
-// 613-677 tok/s. A slab is shared by the matrices in it and freed with the
-// last; one of 32 MiB (or the matrix's size) is opened when the current one
-// cannot fit the next matrix.
-constexpr size_t kHugePage = size_t{2} << 20;
+// Packed matrices are carved out of slabs on huge pages (huge_pages.h): a
+// decode GEMV streams every weight once per token (25.7M F16 decode at batch
+// 1 went 580-596 -> 613-677 tok/s). A slab is shared by the matrices in it
+// and freed with the last; one of 32 MiB (or the matrix's size) is opened
+// when the current one cannot fit the next matrix.
 constexpr size_t kSlabBytes = size_t{32} << 20;
 
 struct Slabs {
@@ -41,10 +38,11 @@ std::shared_ptr<uint8_t> AllocatePacked(size_t bytes) {
   std::lock_guard<std::mutex> lock(slabs->mu);
   std::shared_ptr<uint8_t> slab = slabs->current.lock();
   if (slab == nullptr || slabs->size - slabs->used < bytes) {
-    const size_t want = std::max(kSlabBytes, (bytes + kHugePage - 1) / kHugePage * kHugePage);
-    auto* base = static_cast<uint8_t*>(std::aligned_alloc(kHugePage, want));
+    const size_t want =
+        std::max(kSlabBytes, (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes);
+    auto* base = static_cast<uint8_t*>(std::aligned_alloc(kHugePageBytes, want));
     TANDEM_CHECK(base != nullptr, "out of memory packing weights") << want << " bytes";
-    (void)madvise(base, want, MADV_HUGEPAGE);
+    AdviseHugePages(base, want);
     std::shared_ptr<uint8_t> fresh(base, [](uint8_t* p) { std::free(p); });
     // The slab with more room left stays current.
     if (slab == nullptr || want - bytes > slabs->size - slabs->used) {

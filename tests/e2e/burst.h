@@ -6,18 +6,19 @@
 #ifndef TANDEM_TESTS_E2E_BURST_H_
 #define TANDEM_TESTS_E2E_BURST_H_
 
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
-
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "rpc/admission.h"
 #include "tandem/v1/generation.grpc.pb.h"
+#include "tests/e2e/synthetic.h"
 
 namespace tandem::testing {
 
@@ -85,6 +86,17 @@ class Stream final : public grpc::ClientReadReactor<tandem::v1::GenerateResponse
   Outcomes& outcomes_;
   int tokens_ = 0;
 };
+
+// Starts `streams` streams at once, stream i asking Prompt(8, 8, i) for
+// `max_tokens`, and waits up to `timeout` for every one to end (false when
+// some did not).
+inline bool RunBurst(tandem::v1::Generation::Stub& stub, int streams, int32_t max_tokens,
+                     absl::Duration timeout, Outcomes& outcomes) {
+  for (int i = 0; i < streams; ++i) {
+    new Stream(stub, Request(Prompt(8, 8, i), max_tokens), outcomes);
+  }
+  return outcomes.AwaitAll(timeout, streams);
+}
 
 // Counts a burst's outcomes: every stream completed with all its tokens,
 // or was refused RESOURCE_EXHAUSTED before its first token.

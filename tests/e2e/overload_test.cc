@@ -36,10 +36,7 @@ TEST(OverloadTest, EveryStreamCompletesOrIsRefusedBeforeItsFirstToken) {
                         [](double v) { return v > 0; }, absl::Seconds(30)),
             0);
   Outcomes outcomes;
-  for (int i = 0; i < kStreams; ++i) {
-    new Stream(stack->gateway(), Request(Prompt(8, 8, i), kTokens), outcomes);
-  }
-  ASSERT_TRUE(outcomes.AwaitAll(absl::Seconds(600), kStreams));
+  ASSERT_TRUE(RunBurst(stack->gateway(), kStreams, kTokens, absl::Seconds(600), outcomes));
   int completed = 0, refused = 0, refused_for_kv = 0;
   for (const Outcome& r : outcomes.Take()) {
     if (r.code == grpc::StatusCode::OK) {
@@ -98,10 +95,7 @@ TEST(OverloadTest, ABurstRightAfterADecodeWorkerDiesIsRefusedOnlyBeforeItsFirstT
                         [both](double v) { return v < both; }, absl::Seconds(30)),
             both / 2);
   Outcomes outcomes;
-  for (int i = 0; i < kStreams; ++i) {
-    new Stream(stack->gateway(), Request(Prompt(8, 8, i), 2 * kTokens), outcomes);
-  }
-  ASSERT_TRUE(outcomes.AwaitAll(absl::Seconds(600), kStreams));
+  ASSERT_TRUE(RunBurst(stack->gateway(), kStreams, 2 * kTokens, absl::Seconds(600), outcomes));
   const auto [completed, refused] = ExpectCompletedOrRefusedEarly(outcomes, 2 * kTokens);
   std::cout << "burst after a kill: " << completed << " completed, " << refused
             << " refused before their first token\n";
@@ -125,10 +119,7 @@ TEST(OverloadTest, AFullDecodeWorkerRefusingHandOffsIsInvisibleToTheClient) {
   ASSERT_TRUE(stack->AwaitGatewaySynced());
   constexpr int kBurst = 256;
   Outcomes outcomes;
-  for (int i = 0; i < kBurst; ++i) {
-    new Stream(stack->gateway(), Request(Prompt(8, 8, i), kTokens), outcomes);
-  }
-  ASSERT_TRUE(outcomes.AwaitAll(absl::Seconds(600), kBurst));
+  ASSERT_TRUE(RunBurst(stack->gateway(), kBurst, kTokens, absl::Seconds(600), outcomes));
   const auto [completed, refused] = ExpectCompletedOrRefusedEarly(outcomes, kTokens);
   EXPECT_EQ(completed, kBurst);
   EXPECT_EQ(refused, 0);
@@ -150,10 +141,7 @@ TEST(OverloadTest, RequestsPastTheDecodeStreamsWaitAndAllComplete) {
   ASSERT_TRUE(stack->AwaitGatewaySynced());
   constexpr int kBurst = 24;
   Outcomes outcomes;
-  for (int i = 0; i < kBurst; ++i) {
-    new Stream(stack->gateway(), Request(Prompt(8, 8, i), kTokens), outcomes);
-  }
-  ASSERT_TRUE(outcomes.AwaitAll(absl::Seconds(300), kBurst));
+  ASSERT_TRUE(RunBurst(stack->gateway(), kBurst, kTokens, absl::Seconds(300), outcomes));
   const auto [completed, refused] = ExpectCompletedOrRefusedEarly(outcomes, kTokens);
   EXPECT_EQ(completed, kBurst);
   EXPECT_EQ(refused, 0);
@@ -190,10 +178,7 @@ TEST(OverloadTest, ADecodeWorkersLatencyTargetBoundsTheStreamsItIsHanded) {
   const double waited_before = MetricValue(gateway, "tandem_admission_queue_wait_seconds_count");
   constexpr int kBurst = 16;
   Outcomes outcomes;
-  for (int i = 0; i < kBurst; ++i) {
-    new Stream(stack->gateway(), Request(Prompt(8, 8, i), kTokens), outcomes);
-  }
-  ASSERT_TRUE(outcomes.AwaitAll(absl::Seconds(300), kBurst));
+  ASSERT_TRUE(RunBurst(stack->gateway(), kBurst, kTokens, absl::Seconds(300), outcomes));
   const auto [completed, refused] = ExpectCompletedOrRefusedEarly(outcomes, kTokens);
   EXPECT_EQ(completed, kBurst);
   EXPECT_EQ(refused, 0);
@@ -216,10 +201,7 @@ TEST(OverloadTest, AFullAdmissionQueueRefusesAtOnce) {
   ASSERT_TRUE(stack->AwaitGatewaySynced());
   constexpr int kBurst = 64;
   Outcomes outcomes;
-  for (int i = 0; i < kBurst; ++i) {
-    new Stream(stack->gateway(), Request(Prompt(8, 8, i), 4 * kTokens), outcomes);
-  }
-  ASSERT_TRUE(outcomes.AwaitAll(absl::Seconds(300), kBurst));
+  ASSERT_TRUE(RunBurst(stack->gateway(), kBurst, 4 * kTokens, absl::Seconds(300), outcomes));
   int completed = 0, refused = 0;
   for (const Outcome& r : outcomes.Take()) {
     if (r.code == grpc::StatusCode::OK) {

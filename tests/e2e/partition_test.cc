@@ -352,10 +352,7 @@ TEST_F(PartitionBurstTest, ABurstDuringABlackholeIsRefusedOnlyBeforeItsFirstToke
   constexpr int kStreams = 2048;
   constexpr int32_t kTokens = 32;
   Outcomes outcomes;
-  for (int i = 0; i < kStreams; ++i) {
-    new Stream(stack->gateway(), Request(Prompt(8, 8, i), kTokens), outcomes);
-  }
-  ASSERT_TRUE(outcomes.AwaitAll(absl::Seconds(600), kStreams));
+  ASSERT_TRUE(RunBurst(stack->gateway(), kStreams, kTokens, absl::Seconds(600), outcomes));
   const auto [completed, refused] = ExpectCompletedOrRefusedEarly(outcomes, kTokens);
   std::cout << "burst during a blackhole: " << completed << " completed, " << refused
             << " refused before their first token\n";
