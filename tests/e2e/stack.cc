@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "process/http_get.h"
 
 namespace tandem::testing {
@@ -14,15 +15,25 @@ namespace {
 
 std::string Bin(const std::string& name) { return std::string(TANDEM_BIN_DIR) + "/" + name; }
 
-std::unique_ptr<process::Subprocess> StartReady(std::vector<std::string> argv,
-                                               common::ReadyInfo* info) {
+// Starts `argv` and waits for its READY line.
+absl::StatusOr<std::unique_ptr<process::Subprocess>> TryStartReady(
+    const std::vector<std::string>& argv, common::ReadyInfo* info) {
   auto proc = process::Subprocess::Start(argv, {});
-  EXPECT_TRUE(proc.ok()) << proc.status();
-  if (!proc.ok()) return nullptr;
+  if (!proc.ok()) return proc.status();
   auto ready = (*proc)->WaitReady(absl::Seconds(60));
-  EXPECT_TRUE(ready.ok()) << argv[0] << ": " << ready.status();
-  if (ready.ok()) *info = *ready;
+  if (!ready.ok()) {
+    return absl::Status(ready.status().code(),
+                        absl::StrCat(argv[0], ": ", ready.status().message()));
+  }
+  *info = *ready;
   return std::move(*proc);
+}
+
+std::unique_ptr<process::Subprocess> StartReady(const std::vector<std::string>& argv,
+                                                common::ReadyInfo* info) {
+  auto proc = TryStartReady(argv, info);
+  EXPECT_TRUE(proc.ok()) << proc.status();
+  return proc.ok() ? std::move(*proc) : nullptr;
 }
 
 std::shared_ptr<grpc::Channel> Channel(const std::string& address) {
@@ -93,8 +104,20 @@ bool Stack::Restart(Worker<Stub>& w) {
   std::vector<std::string> argv = w.argv;
   argv.insert(argv.end(), {"--listen", w.info.grpc_address});
   common::ReadyInfo info;
-  w.proc = StartReady(argv, &info);
-  if (w.proc == nullptr || info.grpc_address != w.info.grpc_address) return false;
+  // The old port is free, but until the new worker binds it, any socket on
+  // this machine may take it as its ephemeral local port (a connection the
+  // gateway retries towards a dead worker, say) for as long as that lives:
+  // a start that fails is tried again, a few times.
+  absl::StatusOr<std::unique_ptr<process::Subprocess>> proc;
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    proc = TryStartReady(argv, &info);
+    if (proc.ok()) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(proc.ok()) << proc.status();
+  if (!proc.ok()) return false;
+  w.proc = std::move(*proc);
+  if (info.grpc_address != w.info.grpc_address) return false;
   w.info = info;
   return true;
 }
