@@ -177,9 +177,14 @@ TEST(OverloadTest, ADecodeWorkersLatencyTargetBoundsTheStreamsItIsHanded) {
   ASSERT_EQ(capacity, 2);
   const double waited_before = MetricValue(gateway, "tandem_admission_queue_wait_seconds_count");
   constexpr int kBurst = 16;
+  // Streams long enough (one runs at a time) that the burst has reached
+  // the gateway before the first completes and frees its place: a 16-token
+  // stream could end first on a loaded machine, and the next would then be
+  // handed over without waiting.
+  constexpr int kStreamTokens = 4 * kTokens;
   Outcomes outcomes;
-  ASSERT_TRUE(RunBurst(stack->gateway(), kBurst, kTokens, absl::Seconds(300), outcomes));
-  const auto [completed, refused] = ExpectCompletedOrRefusedEarly(outcomes, kTokens);
+  ASSERT_TRUE(RunBurst(stack->gateway(), kBurst, kStreamTokens, absl::Seconds(300), outcomes));
+  const auto [completed, refused] = ExpectCompletedOrRefusedEarly(outcomes, kStreamTokens);
   EXPECT_EQ(completed, kBurst);
   EXPECT_EQ(refused, 0);
   // At most 2 were handed over at once; the others waited at the gateway,
