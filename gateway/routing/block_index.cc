@@ -47,12 +47,27 @@ void BlockIndex::Prefetch(uint64_t key) const {
 BlockIndex::WorkerState& BlockIndex::StateOf(int worker) {
   {
     absl::ReaderMutexLock lock(&workers_mu_);
-    if (auto it = workers_.find(worker); it != workers_.end()) return *it->second;
+    if (WorkerState* w = FindLocked(worker); w != nullptr) return *w;
   }
   absl::MutexLock lock(&workers_mu_);
   std::unique_ptr<WorkerState>& w = workers_[worker];
-  if (w == nullptr) w = std::make_unique<WorkerState>();
+  if (w == nullptr) {
+    w = std::make_unique<WorkerState>();
+    if (worker >= 0 && worker < kDenseSlots) {
+      if (static_cast<size_t>(worker) >= dense_.size()) dense_.resize(worker + 1, nullptr);
+      dense_[static_cast<size_t>(worker)] = w.get();
+    }
+  }
   return *w;
+}
+
+BlockIndex::WorkerState* BlockIndex::FindLocked(int worker) const {
+  if (worker >= 0 && worker < kDenseSlots) {
+    return static_cast<size_t>(worker) < dense_.size() ? dense_[static_cast<size_t>(worker)]
+                                                       : nullptr;
+  }
+  auto it = workers_.find(worker);
+  return it == workers_.end() ? nullptr : it->second.get();
 }
 
 uint16_t BlockIndex::IdOf(WorkerState& w) {
@@ -302,8 +317,8 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   {
     absl::ReaderMutexLock lock(&workers_mu_);
     for (size_t k = 0; k < n; ++k) {
-      if (auto it = workers_.find(workers[k]); it != workers_.end()) {
-        ids[k] = it->second->id.load(std::memory_order_relaxed);
+      if (const WorkerState* w = FindLocked(workers[k]); w != nullptr) {
+        ids[k] = w->id.load(std::memory_order_relaxed);
       }
     }
   }

@@ -206,6 +206,8 @@ class BlockIndex {
   void Prefetch(uint64_t key) const ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // The worker's state, made on first use (never freed: slots are few).
   WorkerState& StateOf(int worker) ABSL_LOCKS_EXCLUDED(workers_mu_);
+  // The worker's state, or null when it has none yet.
+  WorkerState* FindLocked(int worker) const ABSL_SHARED_LOCKS_REQUIRED(workers_mu_);
   // `w`'s compact id, numbering it if it has none.
   uint16_t IdOf(WorkerState& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w.mu)
       ABSL_LOCKS_EXCLUDED(workers_mu_);
@@ -234,6 +236,11 @@ class BlockIndex {
 
   mutable absl::Mutex workers_mu_;
   absl::flat_hash_map<int, std::unique_ptr<WorkerState>> workers_ ABSL_GUARDED_BY(workers_mu_);
+  // The same for slots 0..kDenseSlots-1 (a gateway numbers its workers
+  // from 0) by index: a route over a thousand workers finds their states
+  // without a hash lookup each.
+  static constexpr int kDenseSlots = 1 << 16;
+  std::vector<WorkerState*> dense_ ABSL_GUARDED_BY(workers_mu_);
   std::vector<uint16_t> free_ids_ ABSL_GUARDED_BY(workers_mu_);
   uint16_t next_id_ ABSL_GUARDED_BY(workers_mu_) = 1;
   std::optional<BlockHashParams> params_ ABSL_GUARDED_BY(workers_mu_);

@@ -42,35 +42,39 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
     const std::span<const engine::BlockHash> chain =
         std::span(full).first(tokens == 0 ? 0 : static_cast<size_t>((tokens - 1) / bs));
     const int n = picker.size();
-    std::vector<int> slots(n);
-    for (int i = 0; i < n; ++i) slots[i] = first_slot_ + i;
+    // Scratch kept by the routing thread: a route over a thousand workers
+    // allocates nothing.
+    thread_local std::vector<int> slots;
+    thread_local std::vector<int32_t> overlap;
+    thread_local std::vector<double> base;
+    slots.resize(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) slots[static_cast<size_t>(i)] = first_slot_ + i;
     // One walk answers both questions: what each worker holds or is
     // predicted to (the cost) and what it has reported (whom to pull from).
     const Overlaps overlaps = index_.OverlapAll(slots, chain);
     const std::vector<TieredOverlap>& tiered = overlaps.tiered;
-    std::vector<int32_t> overlap(tiered.size());
-    std::vector<double> credit(tiered.size(), 0.0);
+    overlap.resize(tiered.size());
+    base.resize(tiered.size());
     for (size_t i = 0; i < tiered.size(); ++i) {
       overlap[i] = tiered[i].blocks;
+      double credit = 0;
       for (int t = 0; t < kNumTiers; ++t) {
-        credit[i] += options_.tier_weights[static_cast<size_t>(t)] *
-                     tiered[i].by_tier[static_cast<size_t>(t)];
+        credit += options_.tier_weights[static_cast<size_t>(t)] *
+                  tiered[i].by_tier[static_cast<size_t>(t)];
       }
+      base[i] = options_.overlap_weight * (d.prompt_blocks - credit);
     }
     // A worker added since (a DNS change) is known to hold nothing.
-    auto overlap_of = [&](int i) { return i < n ? overlap[i] : 0; };
-    auto credit_of = [&](int i) { return i < n ? credit[i] : 0.0; };
-    std::vector<double> costs(n, 0.0);
+    auto overlap_of = [&](int i) { return i < n ? overlap[static_cast<size_t>(i)] : 0; };
     const WorkerPicker::Charge charge = [&](int i) -> int64_t {
       if (role_ == RouteRole::kDecode) return tokens;
       return std::max<int64_t>(1, tokens - int64_t{overlap_of(i)} * bs);  // tokens to compute
     };
-    d.pick = picker.Acquire(exclude, charge, [&](int i, const WorkerPicker::Load& load) {
-      const double c = options_.overlap_weight * (d.prompt_blocks - credit_of(i)) +
-                       options_.load_weight * static_cast<double>(load.in_flight_tokens) / bs;
-      if (i < n) costs[i] = c;
-      return c;
-    });
+    const WorkerPicker::LinearCost cost{.base = base,
+                                        .beyond = options_.overlap_weight * d.prompt_blocks,
+                                        .per_token = options_.load_weight,
+                                        .token_divisor = static_cast<double>(bs)};
+    d.pick = picker.Acquire(exclude, charge, cost);
     if (d.pick.valid()) d.overlap_blocks = overlap_of(d.pick.index());
     if (d.pick.valid() && role_ == RouteRole::kPrefill && options_.pull_min_blocks > 0) {
       // A holder that has reported the blocks (not a prediction: those are
@@ -112,6 +116,11 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
       d.reason = best_overlap > 0 ? "load" : "no_overlap";
     }
     if (common::LogEnabled(common::LogLevel::kDebug)) {
+      std::vector<double> costs(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) {
+        costs[static_cast<size_t>(i)] =
+            cost(i, {.in_flight = 0, .in_flight_tokens = picker.in_flight_tokens(i)});
+      }
       common::LogLine("router") << role_name_ << " " << (d.pick.valid() ? d.pick.address() : "none")
                                 << " reason=" << d.reason << " prompt_blocks="
                                 << d.prompt_blocks << " overlap=["

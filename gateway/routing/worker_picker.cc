@@ -72,18 +72,35 @@ WorkerPicker::Pick WorkerPicker::Acquire(const std::vector<int>& exclude, int64_
 
 WorkerPicker::Pick WorkerPicker::Acquire(const std::vector<int>& exclude, const Charge& charge,
                                          const Cost& cost) {
+  if (!cost) {
+    return AcquireBy(exclude, charge,
+                     [](int, const Load& load) { return static_cast<double>(load.in_flight); });
+  }
+  return AcquireBy(exclude, charge, cost);
+}
+
+WorkerPicker::Pick WorkerPicker::Acquire(const std::vector<int>& exclude, const Charge& charge,
+                                         const LinearCost& cost) {
+  return AcquireBy(exclude, charge, cost);
+}
+
+template <typename CostFn>
+WorkerPicker::Pick WorkerPicker::AcquireBy(const std::vector<int>& exclude, const Charge& charge,
+                                           const CostFn& cost) {
   absl::MutexLock lock(&mu_);
   int best = -1;
   double best_cost = 0;
   // Reachable candidates first; the others only when none is left.
   for (const bool want_reachable : {true, false}) {
     for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
-      if (!workers_[i].active || workers_[i].reachable != want_reachable) continue;
-      if (std::find(exclude.begin(), exclude.end(), i) != exclude.end()) continue;
-      const Load& load = workers_[i].load;
-      const double c = cost ? cost(i, load) : static_cast<double>(load.in_flight);
+      const Worker& w = workers_[i];
+      if (!w.active || w.reachable != want_reachable) continue;
+      if (!exclude.empty() && std::find(exclude.begin(), exclude.end(), i) != exclude.end()) {
+        continue;
+      }
+      const double c = cost(i, w.load);
       if (best < 0 || c < best_cost ||
-          (c == best_cost && load.in_flight < workers_[best].load.in_flight)) {
+          (c == best_cost && w.load.in_flight < workers_[best].load.in_flight)) {
         best = i;
         best_cost = c;
       }

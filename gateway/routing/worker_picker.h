@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,20 @@ class WorkerPicker {
                const Cost& cost = nullptr);
   // The same with a charge that depends on the worker chosen.
   Pick Acquire(const std::vector<int>& exclude, const Charge& charge, const Cost& cost);
+  // A cost of base[i] + per_token x in_flight_tokens / token_divisor
+  // (workers at or past base.size(): `beyond` for base), the router's:
+  // ranking a thousand workers costs no call per worker.
+  struct LinearCost {
+    std::span<const double> base;
+    double beyond = 0;
+    double per_token = 0;
+    double token_divisor = 1;
+    double operator()(int i, const Load& load) const {
+      const double b = static_cast<size_t>(i) < base.size() ? base[static_cast<size_t>(i)] : beyond;
+      return b + per_token * static_cast<double>(load.in_flight_tokens) / token_divisor;
+    }
+  };
+  Pick Acquire(const std::vector<int>& exclude, const Charge& charge, const LinearCost& cost);
   // Replaces the set of addresses picked from.
   void SetAddresses(const std::vector<std::string>& addresses);
   // Whether worker `index` is reachable (its block event stream was not
@@ -76,6 +91,9 @@ class WorkerPicker {
 
  private:
   void Release(int index, int64_t tokens);
+  // Acquire's work for any cost callable.
+  template <typename CostFn>
+  Pick AcquireBy(const std::vector<int>& exclude, const Charge& charge, const CostFn& cost);
 
   struct Worker {
     std::string address;
