@@ -63,5 +63,37 @@ TEST(WorkerPickerTest, AddressesThatComeAndGoKeepTheirIndex) {
   EXPECT_FALSE(picker.Acquire().valid());
 }
 
+// The router's linear cost picks as the same cost given as a function: by
+// base plus load, a worker past the base at `beyond`, ties to fewer in
+// flight, excluded workers skipped.
+TEST(WorkerPickerTest, ALinearCostRanksAsTheSameCostFunction) {
+  const std::vector<std::string> addresses = {"a:1", "b:2", "c:3", "d:4"};
+  WorkerPicker linear_picker(addresses);
+  WorkerPicker function_picker(addresses);
+  const std::vector<double> base = {10, 4, 6};  // d:4 is past it
+  const WorkerPicker::LinearCost linear{
+      .base = base, .beyond = 5, .per_token = 2, .token_divisor = 16};
+  const WorkerPicker::Cost function = [&](int i, const WorkerPicker::Load& load) {
+    const double b = i < 3 ? base[static_cast<size_t>(i)] : 5.0;
+    return b + 2.0 * static_cast<double>(load.in_flight_tokens) / 16;
+  };
+  const WorkerPicker::Charge charge = [](int i) -> int64_t { return 16 * (i + 1); };
+  std::vector<WorkerPicker::Pick> held;
+  std::vector<int> linear_order, function_order;
+  for (int k = 0; k < 12; ++k) {
+    const std::vector<int> exclude = k % 5 == 4 ? std::vector<int>{1} : std::vector<int>{};
+    held.push_back(linear_picker.Acquire(exclude, charge, linear));
+    held.push_back(function_picker.Acquire(exclude, charge, function));
+    linear_order.push_back(held[held.size() - 2].index());
+    function_order.push_back(held.back().index());
+  }
+  EXPECT_EQ(linear_order, function_order);
+  EXPECT_EQ(linear_order[0], 1);  // base 4
+  EXPECT_EQ(linear_order[1], 3);  // beyond: 5 against 4 + 2 x 32 / 16
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(linear_picker.in_flight_tokens(i), function_picker.in_flight_tokens(i));
+  }
+}
+
 }  // namespace
 }  // namespace tandem::gateway
