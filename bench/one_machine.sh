@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one-machine reference workload (32 concurrent clients, 256-token prompts
-# sharing 200, 64 tokens out; the 128-client loads with and without a shared
-# prefix with LOAD=all) against `tandem up` (a prefill and a decode worker),
+# sharing 200, 64 tokens out; with LOAD=all also 32 clients without a shared
+# prefix and 128 clients with and without one, so each 128-client load has its
+# 32-client baseline) against `tandem up` (a prefill and a decode worker),
 # `tandem up --mode aggregated` (one worker) and, given llama.cpp's bin folder,
 # llama-server (-t 2 -tb 2 -np 4 -c 4096, prompt cache on; tandem-load over its
 # /v1/completions, one token per event), in alternating
@@ -60,7 +61,7 @@ start_llama() {
 llama_body="${LLAMA_BODY:-$(python3 -c 'import json; print(json.dumps({"logit_bias": {str(i): -100 for i in range(131, 259)}}))')}"
 
 loads=("32 256 200")
-[ "$load" = all ] && loads+=("128 256 200" "128 256 0")
+[ "$load" = all ] && loads+=("32 256 0" "128 256 200" "128 256 0")
 services=(tandem aggregated aggregated-capped aggregated-itl)
 [ -n "$llama" ] && services+=(llama-server)
 # SERVICES="tandem aggregated" runs a subset; tandem-spec and aggregated-spec
