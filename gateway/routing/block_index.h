@@ -156,18 +156,20 @@ class BlockIndex {
     absl::Time until;
   };
   // A shard's lock covers its blocks' holders and predictions, so a route
-  // takes one lock per block.
-  struct Shard {
+  // takes one lock per block. What a walk reads for each block (the lock,
+  // the digests below, the table's slots and capacity) is the shard's first
+  // cache line, which it starts on: one line per block, not three.
+  struct alignas(64) Shard {
     mutable absl::Mutex mu;
-    HolderTable table ABSL_GUARDED_BY(mu);
-    absl::flat_hash_map<uint64_t, absl::InlinedVector<Prediction, 1>> predicted
-        ABSL_GUARDED_BY(mu);
-    std::deque<PredictionDeadline> deadlines ABSL_GUARDED_BY(mu);  // as made
     // Predictions by a 6-bit digest of their key, and the digests with any
     // as bits: a walk or a stored event looks a key up in `predicted` only
     // when its bit is set (a shard holds few predictions, so mostly not).
-    std::array<uint32_t, 64> predicted_by_digest ABSL_GUARDED_BY(mu) = {};
     uint64_t predicted_digests ABSL_GUARDED_BY(mu) = 0;
+    HolderTable table ABSL_GUARDED_BY(mu);
+    std::array<uint32_t, 64> predicted_by_digest ABSL_GUARDED_BY(mu) = {};
+    absl::flat_hash_map<uint64_t, absl::InlinedVector<Prediction, 1>> predicted
+        ABSL_GUARDED_BY(mu);
+    std::deque<PredictionDeadline> deadlines ABSL_GUARDED_BY(mu);  // as made
     bool MayBePredicted(uint64_t key) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
       return (predicted_digests >> Digest(key)) & 1;
     }

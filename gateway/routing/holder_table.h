@@ -284,13 +284,15 @@ class HolderTable {
   Spill* Reallocate(uint64_t& w, size_t bytes);
   void FreeSpill(uint64_t w);
 
+  // What every lookup reads comes first, so that it shares a cache line
+  // with the lock of the shard holding the table (BlockIndex::Shard).
   size_t capacity_;
-  size_t size_ = 0;
-  size_t hand_ = 0;
   std::unique_ptr<Slot[]> slots_;
   // slots_ and capacity_ for Prefetch, which runs without the lock.
   std::atomic<const Slot*> slots_view_{nullptr};
   std::atomic<size_t> capacity_view_{0};
+  size_t size_ = 0;
+  size_t hand_ = 0;
   size_t spill_bytes_ = 0;  // allocated for spills, headers included
 };
 
