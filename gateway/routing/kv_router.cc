@@ -116,10 +116,13 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
       d.reason = best_overlap > 0 ? "load" : "no_overlap";
     }
     if (common::LogEnabled(common::LogLevel::kDebug)) {
+      // Each worker's cost as the pick saw it (the chosen one's load
+      // without the charge the pick added).
       std::vector<double> costs(static_cast<size_t>(n));
       for (int i = 0; i < n; ++i) {
+        const int64_t added = d.pick.valid() && i == d.pick.index() ? charge(i) : 0;
         costs[static_cast<size_t>(i)] =
-            cost(i, {.in_flight = 0, .in_flight_tokens = picker.in_flight_tokens(i)});
+            cost(i, {.in_flight = 0, .in_flight_tokens = picker.in_flight_tokens(i) - added});
       }
       common::LogLine("router") << role_name_ << " " << (d.pick.valid() ? d.pick.address() : "none")
                                 << " reason=" << d.reason << " prompt_blocks="
