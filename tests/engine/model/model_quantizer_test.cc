@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/engine.h"
 #include "engine/gguf/gguf.h"
+#include "tests/common/temp_paths.h"
 #include "tests/engine/test_models.h"
 
 namespace tandem::engine {
@@ -28,7 +29,7 @@ using testing::LoadSynthetic;
 using testing::StoriesPath;
 
 std::string TempPath(const std::string& name) {
-  return absl::StrCat(::testing::TempDir(), "/quantizer_", name, "_", getpid(), ".gguf");
+  return tandem::testing::TempPathRemovedAtExit(absl::StrCat("quantizer_", name), ".gguf");
 }
 
 // The synthetic model's shape with llama-sized rows (multiples of 256).
