@@ -50,24 +50,21 @@ BlockIndex::WorkerState& BlockIndex::StateOf(int worker) {
     if (WorkerState* w = FindLocked(worker); w != nullptr) return *w;
   }
   absl::MutexLock lock(&workers_mu_);
-  std::unique_ptr<WorkerState>& w = workers_[worker];
-  if (w == nullptr) {
-    w = std::make_unique<WorkerState>();
-    if (worker >= 0 && worker < kDenseSlots) {
-      if (static_cast<size_t>(worker) >= dense_.size()) dense_.resize(worker + 1, nullptr);
-      dense_[static_cast<size_t>(worker)] = w.get();
-    }
-  }
+  std::unique_ptr<SlotPage>& page = slot_pages_[worker >> kSlotPageBits];
+  if (page == nullptr) page = std::make_unique<SlotPage>();
+  std::unique_ptr<WorkerState>& w = (*page)[worker & (kSlotsPerPage - 1)];
+  if (w == nullptr) w = std::make_unique<WorkerState>();
   return *w;
 }
 
+const BlockIndex::SlotPage* BlockIndex::PageLocked(int worker) const {
+  const auto it = slot_pages_.find(worker >> kSlotPageBits);
+  return it == slot_pages_.end() ? nullptr : it->second.get();
+}
+
 BlockIndex::WorkerState* BlockIndex::FindLocked(int worker) const {
-  if (worker >= 0 && worker < kDenseSlots) {
-    return static_cast<size_t>(worker) < dense_.size() ? dense_[static_cast<size_t>(worker)]
-                                                       : nullptr;
-  }
-  auto it = workers_.find(worker);
-  return it == workers_.end() ? nullptr : it->second.get();
+  const SlotPage* page = PageLocked(worker);
+  return page == nullptr ? nullptr : (*page)[worker & (kSlotsPerPage - 1)].get();
 }
 
 uint16_t BlockIndex::IdOf(WorkerState& w) {
@@ -288,9 +285,8 @@ void BlockIndex::Drop(int worker) {
   WorkerState* w = nullptr;
   {
     absl::ReaderMutexLock lock(&workers_mu_);
-    auto it = workers_.find(worker);
-    if (it == workers_.end()) return;
-    w = it->second.get();
+    w = FindLocked(worker);
+    if (w == nullptr) return;
   }
   absl::MutexLock worker_lock(&w->mu);
   w->synced = false;
@@ -316,8 +312,17 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   std::vector<uint16_t> ids(n, 0);
   {
     absl::ReaderMutexLock lock(&workers_mu_);
+    // One page lookup per run of slots on the same page.
+    const SlotPage* page = nullptr;
+    int page_key = 0;
     for (size_t k = 0; k < n; ++k) {
-      if (const WorkerState* w = FindLocked(workers[k]); w != nullptr) {
+      const int key = workers[k] >> kSlotPageBits;
+      if (k == 0 || key != page_key) {
+        page = PageLocked(workers[k]);
+        page_key = key;
+      }
+      if (page == nullptr) continue;
+      if (const WorkerState* w = (*page)[workers[k] & (kSlotsPerPage - 1)].get(); w != nullptr) {
         ids[k] = w->id.load(std::memory_order_relaxed);
       }
     }
@@ -469,9 +474,9 @@ bool BlockIndex::Holds(int worker, const engine::BlockHash& h) const {
   uint16_t id = 0;
   {
     absl::ReaderMutexLock lock(&workers_mu_);
-    auto it = workers_.find(worker);
-    if (it == workers_.end()) return false;
-    id = it->second->id.load(std::memory_order_relaxed);
+    const WorkerState* w = FindLocked(worker);
+    if (w == nullptr) return false;
+    id = w->id.load(std::memory_order_relaxed);
   }
   if (id == 0) return false;
   const Shard& shard = ShardOf(KeyOf(h));
@@ -491,9 +496,9 @@ int64_t BlockIndex::hashes() const { return hashes_.load(std::memory_order_relax
 
 int64_t BlockIndex::entries_of(int worker) const {
   absl::ReaderMutexLock lock(&workers_mu_);
-  auto it = workers_.find(worker);
-  if (it == workers_.end()) return 0;
-  const uint16_t id = it->second->id.load(std::memory_order_relaxed);
+  const WorkerState* w = FindLocked(worker);
+  if (w == nullptr) return 0;
+  const uint16_t id = w->id.load(std::memory_order_relaxed);
   return id == 0 ? 0 : entries_of_id_[id].load(std::memory_order_relaxed);
 }
 

@@ -237,12 +237,16 @@ class BlockIndex {
   std::unique_ptr<std::atomic<int64_t>[]> entries_of_id_;
 
   mutable absl::Mutex workers_mu_;
-  absl::flat_hash_map<int, std::unique_ptr<WorkerState>> workers_ ABSL_GUARDED_BY(workers_mu_);
-  // The same for slots 0..kDenseSlots-1 (a gateway numbers its workers
-  // from 0) by index: a route over a thousand workers finds their states
-  // without a hash lookup each.
-  static constexpr int kDenseSlots = 1 << 16;
-  std::vector<WorkerState*> dense_ ABSL_GUARDED_BY(workers_mu_);
+  // Worker states by slot, in pages of kSlotsPerPage consecutive slots
+  // (a gateway numbers a role's workers from a base): a route asks for a
+  // role's slots in order, so it finds a thousand workers' states with a
+  // hash lookup or two rather than one each.
+  static constexpr int kSlotPageBits = 10;
+  static constexpr int kSlotsPerPage = 1 << kSlotPageBits;
+  using SlotPage = std::array<std::unique_ptr<WorkerState>, kSlotsPerPage>;
+  // The page holding `worker`'s slot, or null.
+  const SlotPage* PageLocked(int worker) const ABSL_SHARED_LOCKS_REQUIRED(workers_mu_);
+  absl::flat_hash_map<int, std::unique_ptr<SlotPage>> slot_pages_ ABSL_GUARDED_BY(workers_mu_);
   std::vector<uint16_t> free_ids_ ABSL_GUARDED_BY(workers_mu_);
   uint16_t next_id_ ABSL_GUARDED_BY(workers_mu_) = 1;
   std::optional<BlockHashParams> params_ ABSL_GUARDED_BY(workers_mu_);
