@@ -25,6 +25,7 @@ absl::StatusOr<engine::SyntheticModelOptions> OptionsFromArgs(const common::Args
   ASSIGN_OR_RETURN(o.context_length, args.IntInRange("context-length", 1, kMax));
   ASSIGN_OR_RETURN(o.type, engine::GgmlTypeFromName(args.String("type")));
   o.tied_output = args.Bool("tied-output");
+  o.copying = args.Bool("copying");
   ASSIGN_OR_RETURN(o.seed, args.Uint64("seed"));
   if (const std::string path = args.String("chat-template-file"); !path.empty()) {
     std::ifstream in(path);
@@ -50,14 +51,25 @@ int RunMakeModel(const std::vector<std::string>& argv, std::ostream& out, std::o
       {.name = "n-head", .default_value = std::to_string(d.n_head), .help = "query heads"},
       {.name = "n-head-kv", .default_value = std::to_string(d.n_head_kv), .help = "KV heads"},
       {.name = "n-ff", .default_value = std::to_string(d.n_ff), .help = "feed-forward width"},
-      {.name = "context-length", .default_value = std::to_string(d.context_length),
+      {.name = "context-length",
+       .default_value = std::to_string(d.context_length),
        .help = "trained context length"},
-      {.name = "type", .default_value = "f32",
+      {.name = "type",
+       .default_value = "f32",
        .help = "weight type: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k .. q6_k"},
-      {.name = "tied-output", .default_value = "false",
-       .help = "share token_embd as the output matrix", .is_bool = true},
+      {.name = "tied-output",
+       .default_value = "false",
+       .help = "share token_embd as the output matrix",
+       .is_bool = true},
+      {.name = "copying",
+       .default_value = "false",
+       .help = "weights that continue text the context holds (previous-token and induction "
+               "heads; the rest small noise): a model for speculation benchmarks; needs "
+               "n_layer >= 2, n_head >= 4, n_embd / n_head >= 64, n_embd >= 385",
+       .is_bool = true},
       {.name = "seed", .default_value = "1", .help = "weight RNG seed"},
-      {.name = "chat-template-file", .default_value = "",
+      {.name = "chat-template-file",
+       .default_value = "",
        .help = "a Jinja chat template to store as tokenizer.chat_template; empty = none"},
   };
   absl::StatusOr<common::Args> args = common::Args::Parse(argv, specs);

@@ -31,6 +31,16 @@ struct SyntheticModelOptions {
   // instead of the generated vocabulary: a model with a real vocabulary for
   // benchmarks. n_vocab must equal its token count. Empty: generated.
   std::string vocab_from;
+  // Weights that copy: layer 0 holds previous-token heads and layer 1 an
+  // induction head keyed on the last four tokens, so greedy decoding
+  // continues any text the context already holds (a summarise or edit
+  // request, as a trained model would); every other weight is small noise.
+  // The step costs what any model of the shape costs, and the function does
+  // not depend on the shape, so a narrower or shallower copying model with
+  // the same seed is a draft that agrees with it. Needs arch llama,
+  // n_layer >= 2, n_head >= 4, head_dim >= 64, n_embd >= 385, no tied
+  // output. See docs/benchmarks.md "A model that copies".
+  bool copying = false;
 };
 
 // InvalidArgument naming the option when the shape is inconsistent (e.g.

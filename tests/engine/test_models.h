@@ -34,7 +34,7 @@ inline std::unique_ptr<Model> LoadSynthetic(const SyntheticModelOptions& o) {
   const std::string path = absl::StrCat(
       ::testing::TempDir(), "/tandem_synth_", o.arch, "_", std::string(GgmlTypeName(o.type)), "_",
       o.n_vocab, "_", o.n_embd, "_", o.n_layer, "_", o.n_head, "_", o.n_head_kv, "_", o.n_ff,
-      "_", o.tied_output, "_", o.seed, ".gguf");
+      "_", o.tied_output, "_", o.seed, o.copying ? "_copying" : "", ".gguf");
   absl::Status written = WriteSyntheticModel(o, path);
   EXPECT_TRUE(written.ok()) << written;
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(path);
