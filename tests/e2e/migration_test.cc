@@ -8,13 +8,13 @@
 // with its lease (no second migration) or failing it after the wait; the
 // gateway's health follows whether its workers are reachable; SIGTERM
 // drains the gateway's streams before it exits.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <iostream>
 #include <thread>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <tuple>
 
 #include "rpc/health.h"
 #include "tests/e2e/stack.h"
@@ -52,14 +52,18 @@ Completion ReadWithFault(tandem::v1::Generation::Stub& stub,
   return c;
 }
 
-class DecodeKillTest : public ::testing::TestWithParam<bool> {};
+// (sampled, speculating): greedy or seeded sampling, and decode workers
+// that speculate by prompt lookup (the stream resumes on the other worker,
+// which speculates from where it took over) or not.
+class DecodeKillTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
 TEST_P(DecodeKillTest, ADecodeWorkerKilledMidStreamIsInvisibleToTheClient) {
   // Greedy, or seeded sampling: the sampler continues where it was.
-  const bool sampled = GetParam();
+  const auto [sampled, speculating] = GetParam();
   StackOptions o;
   o.model = ModelPath();
   o.decode_workers = 2;
+  if (speculating) o.decode_flags = {"--speculative=prompt-lookup"};
   auto stack = Stack::Start(o);
   ASSERT_NE(stack, nullptr);
   const std::vector<int32_t> ids = Prompt(40, 8, 11);
@@ -89,10 +93,22 @@ TEST_P(DecodeKillTest, ADecodeWorkerKilledMidStreamIsInvisibleToTheClient) {
   EXPECT_EQ(c.usage.migrations(), 1);
   EXPECT_EQ(c.usage.completion_tokens(), kTokens);
   EXPECT_EQ(MetricValue(stack->gateway_info().metrics_address, "tandem_migrations_total"), 1);
+  if (speculating) {
+    EXPECT_GT(c.usage.speculative_proposed_tokens(), 0);
+    if (!sampled) {
+      EXPECT_GT(c.usage.speculative_accepted_tokens(), 0);
+    }
+  } else {
+    EXPECT_EQ(c.usage.speculative_proposed_tokens(), 0);
+  }
   stack->Stop();  // the killed worker exits by SIGKILL, not 0
 }
 
-INSTANTIATE_TEST_SUITE_P(GreedyAndSampled, DecodeKillTest, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(GreedySampledAndSpeculating, DecodeKillTest,
+                         ::testing::Values(std::make_tuple(false, false),
+                                           std::make_tuple(true, false),
+                                           std::make_tuple(false, true),
+                                           std::make_tuple(true, true)));
 
 TEST(MigrationTest, APrefillWorkerDyingUnderItsRequestIsInvisibleToTheClient) {
   // Two idle prefill workers: a tie goes to worker 0, which is stopped before

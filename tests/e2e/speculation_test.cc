@@ -84,6 +84,84 @@ TEST(SpeculationTest, TheStreamIsUnchangedAndUsageCountsTheProposals) {
   EXPECT_TRUE(stack->Stop());
 }
 
+// Each choice of an `n` request read to its end: its tokens, text, finish
+// and usage, by index.
+std::vector<Completion> Choices(Stack& stack, const tandem::v1::GenerateRequest& req) {
+  std::vector<Completion> choices(std::max(1, req.n()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  auto reader = stack.gateway().Generate(&ctx, req);
+  tandem::v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    EXPECT_LT(resp.index(), static_cast<int32_t>(choices.size()));
+    if (resp.index() >= static_cast<int32_t>(choices.size())) break;
+    Completion& c = choices[resp.index()];
+    for (const auto& t : resp.tokens()) {
+      c.tokens.push_back(t);
+      c.text += t.text();
+    }
+    if (resp.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
+      c.finish = resp.finish_reason();
+      c.usage = resp.usage();
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  for (Completion& c : choices) c.status = status;
+  return choices;
+}
+
+// Stop strings end a choice where they would without speculation, though a
+// step may emit several tokens past them, and each of `n` choices (sampled
+// with its own seed) is the one a request without speculation gets.
+TEST(SpeculationTest, StopStringsAndNChoicesAreUnchanged) {
+  StackOptions options;
+  options.model = StoriesPath();
+  options.worker_flags = {"--speculative=prompt-lookup"};
+  std::unique_ptr<Stack> stack = Stack::Start(options);
+  ASSERT_NE(stack, nullptr);
+  struct Case {
+    float temperature;
+    int32_t n;
+    std::vector<std::string> stop;
+  };
+  const Case cases[] = {
+      {0.0f, 1, {"play with"}}, {0.0f, 1, {"park. She"}}, {0.8f, 3, {"ball.", " went"}}};
+  int64_t proposed = 0;
+  int stopped = 0;
+  for (const Case& c : cases) {
+    tandem::v1::GenerateRequest req;
+    req.set_prompt(kRepetitive);
+    req.set_max_tokens(96);
+    req.set_top_logprobs(2);
+    req.set_n(c.n);
+    req.mutable_sampling()->set_temperature(c.temperature);
+    req.mutable_sampling()->set_seed(21);
+    for (const std::string& s : c.stop) req.add_stop(s);
+    const std::vector<Completion> with = Choices(*stack, req);
+    req.mutable_sampling()->set_speculation(tandem::v1::SPECULATION_OFF);
+    const std::vector<Completion> without = Choices(*stack, req);
+    ASSERT_EQ(with.size(), without.size());
+    for (size_t i = 0; i < with.size(); ++i) {
+      const std::string what = absl::StrCat("temperature ", c.temperature, " choice ", i);
+      ExpectSameTokens(with[i], without[i], what);
+      EXPECT_EQ(with[i].text, without[i].text) << what;
+      EXPECT_EQ(with[i].finish, without[i].finish) << what;
+      EXPECT_EQ(with[i].usage.completion_tokens(), without[i].usage.completion_tokens()) << what;
+      EXPECT_EQ(without[i].usage.speculative_proposed_tokens(), 0) << what;
+      proposed += with[i].usage.speculative_proposed_tokens();
+      if (with[i].finish == tandem::v1::FINISH_REASON_STOP) {
+        ++stopped;
+        for (const std::string& s : c.stop) EXPECT_EQ(with[i].text.find(s), std::string::npos);
+      }
+    }
+  }
+  // Proposals were made, and stop strings ended choices (greedy ones at
+  // least: the model repeats its prompt).
+  EXPECT_GT(proposed, 0);
+  EXPECT_GE(stopped, 2);
+  EXPECT_TRUE(stack->Stop());
+}
+
 // A session's turn whose reply rolls its window past its 128 tokens, with
 // speculation asked for and without, in two sessions of the same turns:
 // token for token the same replies, and proposals made and kept.
