@@ -18,7 +18,8 @@
 #   "--max-running 8 --max-batch-tokens 12": few sequences and small prompt
 #   chunks per step, for inter-token latency), aggregated-itl (aggregated
 #   with --itl-target-ms ITL_TARGET_MS, default 8), tandem-spec and
-#   aggregated-spec (prompt-lookup speculation on).
+#   aggregated-spec (prompt-lookup speculation on), tandem-draft and
+#   aggregated-draft (draft-model speculation with the model DRAFT).
 set -euo pipefail
 bin="$1"
 model="$2"
@@ -65,7 +66,8 @@ loads=("32 256 200")
 services=(tandem aggregated aggregated-capped aggregated-itl)
 [ -n "$llama" ] && services+=(llama-server)
 # SERVICES="tandem aggregated" runs a subset; tandem-spec and aggregated-spec
-# (not run unless named) are the two with prompt-lookup speculation on.
+# (not run unless named) are the two with prompt-lookup speculation on, and
+# tandem-draft and aggregated-draft those with DRAFT's proposals.
 [ -n "${SERVICES:-}" ] && read -r -a services <<<"$SERVICES"
 seed=0
 for round in $(seq "$rounds"); do
@@ -92,6 +94,13 @@ for round in $(seq "$rounds"); do
         tandem-spec) start_tandem --speculative prompt-lookup; target=(--addr "$addr") ;;
         aggregated-spec)
           start_tandem --mode aggregated --speculative prompt-lookup; target=(--addr "$addr") ;;
+        tandem-draft)
+          start_tandem --speculative draft --draft-model "${DRAFT:?DRAFT names the draft model}"
+          target=(--addr "$addr") ;;
+        aggregated-draft)
+          start_tandem --mode aggregated --speculative draft \
+            --draft-model "${DRAFT:?DRAFT names the draft model}"
+          target=(--addr "$addr") ;;
         llama-server)
           start_llama
           vocab=$(curl -s "http://$http/v1/models" |
