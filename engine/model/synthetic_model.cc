@@ -308,9 +308,10 @@ absl::Status ValidateSyntheticModelOptions(const SyntheticModelOptions& o) {
   }
   if (o.copying) {
     if (o.arch != "llama") return absl::InvalidArgumentError("copying needs arch llama");
-    if (o.tied_output)
+    if (o.tied_output) {
       return absl::InvalidArgumentError(
           "copying needs an output matrix of its own; drop tied_output");
+    }
     if (o.n_layer < 2 || o.n_head < copying::kOffsets ||
         o.n_embd / o.n_head < 2 * copying::kPosPairs + copying::kMatchDims ||
         o.n_embd / o.n_head < copying::kCode || o.n_embd < copying::kWidth) {
