@@ -2,9 +2,10 @@
 // speculation (prompt lookup, or a --draft-model's proposals), on one
 // model, for
 //   - an edit-style workload (the prompt holds a passage and asks for it
-//     again: prompt lookup's case), and
+//     again: prompt lookup's case),
 //   - free generation from a short prompt (little to look up: the adaptive k
-//     must keep the loss small),
+//     must keep the loss small), and
+//   - a reply that has begun to repeat the passage ("continue"),
 // at the batch sizes asked for. Both runs of a pair use the same engine
 // options but speculation, in the same process; the outputs are checked to
 // be token-for-token equal. With a draft, the draft's own decode speed is
@@ -187,8 +188,9 @@ int main(int argc, char** argv) {
       {.name = "out", .default_value = "", .help = "append the JSON line to this file"},
       {.name = "print-prompt",
        .default_value = "",
-       .help = "print the prompt of this workload (edit or free) and exit, so that another "
-               "engine can be given the same text (bench/spec_vs_llama.sh)"},
+       .help =
+           "print the prompt of this workload (edit, free or continue) and exit, so that another "
+           "engine can be given the same text (bench/spec_vs_llama.sh)"},
   };
   absl::StatusOr<tandem::common::Args> args =
       tandem::common::Args::Parse(std::vector<std::string>(argv + 1, argv + argc), specs);
@@ -202,7 +204,13 @@ int main(int argc, char** argv) {
     const char* name;
     std::string prompt;
   };
-  const Workload workloads[] = {{"edit", edit}, {"free", "Once upon a time"}};
+  // "continue": the passage, then the request to repeat it and the reply's
+  // first words, so the text to copy is the passage itself (a model that
+  // copies, given "edit", may as well repeat the request, which also occurs
+  // in its prompt).
+  const std::string cont =
+      absl::StrCat(tandem::bench::kPassage, "\n\nThe same, again:\n\nThe lighthouse keeper");
+  const Workload workloads[] = {{"edit", edit}, {"free", "Once upon a time"}, {"continue", cont}};
   if (const std::string print = args->String("print-prompt"); !print.empty()) {
     for (const Workload& w : workloads) {
       if (print == w.name) {
@@ -210,7 +218,8 @@ int main(int argc, char** argv) {
         return 0;
       }
     }
-    std::cerr << "tandem-spec-bench: --print-prompt: \"" << print << "\" is not edit or free\n";
+    std::cerr << "tandem-spec-bench: --print-prompt: \"" << print
+              << "\" is not edit, free or continue\n";
     return 2;
   }
   auto model = tandem::engine::Model::Load(args->String("model"));
