@@ -84,32 +84,6 @@ TEST(SpeculationTest, TheStreamIsUnchangedAndUsageCountsTheProposals) {
   EXPECT_TRUE(stack->Stop());
 }
 
-// Each choice of an `n` request read to its end: its tokens, text, finish
-// and usage, by index.
-std::vector<Completion> Choices(Stack& stack, const tandem::v1::GenerateRequest& req) {
-  std::vector<Completion> choices(std::max(1, req.n()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-  auto reader = stack.gateway().Generate(&ctx, req);
-  tandem::v1::GenerateResponse resp;
-  while (reader->Read(&resp)) {
-    EXPECT_LT(resp.index(), static_cast<int32_t>(choices.size()));
-    if (resp.index() >= static_cast<int32_t>(choices.size())) break;
-    Completion& c = choices[resp.index()];
-    for (const auto& t : resp.tokens()) {
-      c.tokens.push_back(t);
-      c.text += t.text();
-    }
-    if (resp.finish_reason() != tandem::v1::FINISH_REASON_UNSPECIFIED) {
-      c.finish = resp.finish_reason();
-      c.usage = resp.usage();
-    }
-  }
-  const grpc::Status status = reader->Finish();
-  for (Completion& c : choices) c.status = status;
-  return choices;
-}
-
 // Stop strings end a choice where they would without speculation, though a
 // step may emit several tokens past them, and each of `n` choices (sampled
 // with its own seed) is the one a request without speculation gets.
@@ -137,9 +111,10 @@ TEST(SpeculationTest, StopStringsAndNChoicesAreUnchanged) {
     req.mutable_sampling()->set_temperature(c.temperature);
     req.mutable_sampling()->set_seed(21);
     for (const std::string& s : c.stop) req.add_stop(s);
-    const std::vector<Completion> with = Choices(*stack, req);
+    const std::vector<Completion> with = GenerateChoices(stack->gateway(), req);
     req.mutable_sampling()->set_speculation(tandem::v1::SPECULATION_OFF);
-    const std::vector<Completion> without = Choices(*stack, req);
+    const std::vector<Completion> without = GenerateChoices(stack->gateway(), req);
+    ASSERT_EQ(with.size(), static_cast<size_t>(c.n));
     ASSERT_EQ(with.size(), without.size());
     for (size_t i = 0; i < with.size(); ++i) {
       const std::string what = absl::StrCat("temperature ", c.temperature, " choice ", i);

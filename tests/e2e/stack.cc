@@ -2,6 +2,8 @@
 
 #include <signal.h>
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -165,19 +167,26 @@ bool Stack::Stop() {
 
 namespace {
 
-// Reads a Generate or Chat stream to its end (120 s deadline).
+// Reads a Generate or Chat stream to its end (120 s deadline), each
+// choice's messages (by their `index`) into its own Completion.
 template <typename Request, typename Start>
-Completion Gather(const Request& req, Start start, const Metadata& metadata = {}) {
-  Completion c;
+std::vector<Completion> Gather(const Request& req, Start start, const Metadata& metadata = {}) {
+  std::vector<Completion> choices(1);
+  std::vector<bool> started(1, false);
   grpc::ClientContext ctx;
   for (const auto& [key, value] : metadata) ctx.AddMetadata(key, value);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
   std::unique_ptr<grpc::ClientReader<tandem::v1::GenerateResponse>> reader = start(&ctx, req);
   tandem::v1::GenerateResponse resp;
-  bool first = true;
   while (reader->Read(&resp)) {
-    if (first) {
-      first = false;
+    const size_t i = static_cast<size_t>(std::max(0, resp.index()));
+    if (i >= choices.size()) {
+      choices.resize(i + 1);
+      started.resize(i + 1, false);
+    }
+    Completion& c = choices[i];
+    if (!started[i]) {
+      started[i] = true;
       c.seed = resp.seed();
       c.request_id = resp.request_id();
       const auto& md = ctx.GetServerInitialMetadata();
@@ -194,14 +203,16 @@ Completion Gather(const Request& req, Start start, const Metadata& metadata = {}
       c.usage = resp.usage();
     }
   }
-  c.status = reader->Finish();
-  return c;
+  const grpc::Status status = reader->Finish();
+  for (Completion& c : choices) c.status = status;
+  return choices;
 }
 
 }  // namespace
 
-Completion Generate(tandem::v1::Generation::Stub& stub, const tandem::v1::GenerateRequest& req,
-                    const Metadata& metadata) {
+std::vector<Completion> GenerateChoices(tandem::v1::Generation::Stub& stub,
+                                        const tandem::v1::GenerateRequest& req,
+                                        const Metadata& metadata) {
   return Gather(
       req,
       [&stub](grpc::ClientContext* ctx, const tandem::v1::GenerateRequest& r) {
@@ -210,14 +221,19 @@ Completion Generate(tandem::v1::Generation::Stub& stub, const tandem::v1::Genera
       metadata);
 }
 
+Completion Generate(tandem::v1::Generation::Stub& stub, const tandem::v1::GenerateRequest& req,
+                    const Metadata& metadata) {
+  return std::move(GenerateChoices(stub, req, metadata)[0]);
+}
+
 Completion Chat(tandem::v1::Generation::Stub& stub, const tandem::v1::ChatRequest& req,
                 const Metadata& metadata) {
-  return Gather(
+  return std::move(Gather(
       req,
       [&stub](grpc::ClientContext* ctx, const tandem::v1::ChatRequest& r) {
         return stub.Chat(ctx, r);
       },
-      metadata);
+      metadata)[0]);
 }
 
 void ExpectSameTokens(const Completion& got, const Completion& want, const std::string& what) {

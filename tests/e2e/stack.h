@@ -104,6 +104,11 @@ struct Completion {
 using Metadata = std::vector<std::pair<std::string, std::string>>;
 Completion Generate(tandem::v1::Generation::Stub& stub, const tandem::v1::GenerateRequest& req,
                     const Metadata& metadata = {});
+// The same for a request with `n` choices: each one's tokens, text, finish
+// and usage, by index (the call's status in each).
+std::vector<Completion> GenerateChoices(tandem::v1::Generation::Stub& stub,
+                                        const tandem::v1::GenerateRequest& req,
+                                        const Metadata& metadata = {});
 // A session's turn (Generation.Chat), gathered the same way.
 Completion Chat(tandem::v1::Generation::Stub& stub, const tandem::v1::ChatRequest& req,
                 const Metadata& metadata = {});

@@ -73,6 +73,24 @@ std::vector<int32_t> EditPrompt(const std::vector<int32_t>& passage, int32_t lea
   return prompt;
 }
 
+// Requests to go on with a 120-token passage (6 tokens of it begun), one
+// per seed in [first, last], 96 tokens each.
+std::vector<GenerationRequest> ContinueRequests(uint32_t first, uint32_t last) {
+  std::vector<GenerationRequest> rs;
+  for (uint32_t seed = first; seed <= last; ++seed) {
+    rs.push_back(Request(EditPrompt(RandomText(120, seed), 6), 96));
+  }
+  return rs;
+}
+
+// No speculation; a copy that turns it on proposes whatever the batch (the
+// default stops proposals past 8 sequences).
+EngineOptions Plain() {
+  EngineOptions o;
+  o.speculation.max_batch = 0;
+  return o;
+}
+
 testing::SpecOutcome Generate(const Model& model, EngineOptions options,
                          std::vector<GenerationRequest> requests, const Model* draft = nullptr) {
   DraftModel d;
@@ -119,20 +137,11 @@ TEST(CopyingModelTest, ANarrowerShallowerCopyIsADraftThatAgrees) {
   std::unique_ptr<Model> draft = testing::LoadSynthetic(DraftOptions());
   ASSERT_NE(model, nullptr);
   ASSERT_NE(draft, nullptr);
-  auto requests = [] {
-    std::vector<GenerationRequest> rs;
-    for (uint32_t seed = 11; seed <= 13; ++seed) {
-      rs.push_back(Request(EditPrompt(RandomText(120, seed), 6), 96));
-    }
-    return rs;
-  };
-  EngineOptions plain;
-  plain.speculation.max_batch = 0;
-  const testing::SpecOutcome want = Generate(*model, plain, requests());
-  EngineOptions spec = plain;
+  const testing::SpecOutcome want = Generate(*model, Plain(), ContinueRequests(11, 13));
+  EngineOptions spec = Plain();
   spec.speculation.draft = true;
   spec.speculation.min_gain = 0;  // propose whatever it costs: no timings
-  const testing::SpecOutcome got = Generate(*model, spec, requests(), draft.get());
+  const testing::SpecOutcome got = Generate(*model, spec, ContinueRequests(11, 13), draft.get());
   testing::ExpectSameOutcome(got, want);
   EXPECT_GT(got.stats.spec_draft_proposed, 3 * 96 / 5);
   EXPECT_GE(got.stats.spec_draft_accepted, got.stats.spec_draft_proposed * 9 / 10)
@@ -142,19 +151,10 @@ TEST(CopyingModelTest, ANarrowerShallowerCopyIsADraftThatAgrees) {
 TEST(CopyingModelTest, PromptLookupKeepsNearlyEveryProposal) {
   std::unique_ptr<Model> model = testing::LoadSynthetic(TargetOptions(GgmlType::kQ8_0));
   ASSERT_NE(model, nullptr);
-  auto requests = [] {
-    std::vector<GenerationRequest> rs;
-    for (uint32_t seed = 21; seed <= 22; ++seed) {
-      rs.push_back(Request(EditPrompt(RandomText(120, seed), 6), 96));
-    }
-    return rs;
-  };
-  EngineOptions plain;
-  plain.speculation.max_batch = 0;
-  const testing::SpecOutcome want = Generate(*model, plain, requests());
-  EngineOptions spec = plain;
+  const testing::SpecOutcome want = Generate(*model, Plain(), ContinueRequests(21, 22));
+  EngineOptions spec = Plain();
   spec.speculation.prompt_lookup = true;
-  const testing::SpecOutcome got = Generate(*model, spec, requests());
+  const testing::SpecOutcome got = Generate(*model, spec, ContinueRequests(21, 22));
   testing::ExpectSameOutcome(got, want);
   EXPECT_GT(got.stats.spec_proposed, 2 * 96 / 5);
   EXPECT_GE(got.stats.spec_accepted, got.stats.spec_proposed * 9 / 10)
