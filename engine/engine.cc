@@ -102,15 +102,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
     d.backend = std::move(draft.backend);
     d.rope = std::make_unique<RopeTable>(
         draft.model->config(), draft.model->weights().rope_freq_factors, resolved.max_context);
-    // The draft computes every chunk the model does, plus the tokens each
-    // sequence's draft KV lags by (less than a block; RunDraft), and one
-    // logits row per chunk.
+    // The draft computes every chunk the model does, and one logits row per
+    // chunk; room for a block more per sequence, so that a lag of less than
+    // a block (a sequence that filled a block) takes one pass. Longer lags
+    // (a draft put off, RunDraft) take more.
     const ForwardLimits draft_limits{
         .max_tokens = options.max_batch_tokens + options.max_running * options.kv.block_size,
         .max_seqs = options.max_running,
         .max_logit_rows = options.max_running};
     ASSIGN_OR_RETURN(d.forward, ForwardPass::Create(*draft.model, *d.backend, *kv, *d.rope,
                                                     draft_limits, model.config().n_layer));
+    d.max_tokens = draft_limits.max_tokens;
   }
   return std::unique_ptr<Engine>(new Engine(model, std::move(backend), resolved, std::move(kv),
                                             std::move(rope), std::move(forward), std::move(d)));

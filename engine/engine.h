@@ -197,6 +197,7 @@ class Engine final : public StepEngine, private TierPromoter {
     std::unique_ptr<Backend> backend;
     std::unique_ptr<RopeTable> rope;
     std::unique_ptr<ForwardPass> forward;
+    int32_t max_tokens = 0;  // per pass (its ForwardLimits)
   };
   Engine(const Model& model, std::unique_ptr<Backend> backend, const EngineOptions& options,
          std::unique_ptr<KvCache> kv, std::unique_ptr<RopeTable> rope,
@@ -293,10 +294,26 @@ class Engine final : public StepEngine, private TierPromoter {
   bool Speculates(const Sequence& seq) const;
   // The draft model's share of a step, after the imports and before the
   // model's forward pass: for every chunk of the plan, the draft computes
-  // the same tokens (and any its last step left it behind on), so its KV
-  // keeps up with the model's; a drafting chunk's proposals are then filled
-  // in by the draft's greedy picks, one draft pass per proposal.
+  // the same tokens and any it is behind on (Sequence::draft_lag), in as
+  // many passes as its step bound takes, so its KV keeps up with the
+  // model's; a drafting chunk's proposals are then filled in by the draft's
+  // greedy picks, one draft pass per proposal. A decoding sequence that
+  // proposes nothing this step (a busy batch, resting, another method)
+  // computes nothing with the draft (DefersDraft).
   absl::Status RunDraft(const StepPlan& plan);
+  // Whether a decoding sequence that does not propose puts its draft KV off
+  // until it does (or for good): not a SHIFT session's private KV or a
+  // rolling window, whose blocks move or go with the draft's half in them.
+  bool DefersDraft(const Sequence& seq) const;
+  // Runs the draft over `tokens` [from, to) at positions from.. into
+  // `blocks` (holding the KV of [0, from) already), in passes within its
+  // step bound; marks the hashed blocks it fills as holding the draft's KV.
+  absl::Status FillDraft(std::span<const int32_t> tokens, std::span<const BlockId> blocks,
+                         int32_t from, int32_t to);
+  // Marks the hashed blocks among blocks[first, last) that lack the draft's
+  // KV as holding it now, queueing them for the tiers (which keep only
+  // blocks that hold it) when `to_tiers`.
+  void MarkDraftFilled(std::span<const BlockId> blocks, int32_t first, int32_t last, bool to_tiers);
   // A speculating chunk's rows: each proposal is kept while the token the
   // model picks at its row is that proposal; the first token that differs
   // (or the one after the last proposal) is the step's last. The rejected

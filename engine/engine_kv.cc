@@ -18,7 +18,9 @@ void Engine::OnPoolEviction(BlockId id, const BlockHash& hash) {
   // step's promotions, imports or forward pass. FlushEvictions hands them to
   // the tiers before any of those. A block promoted earlier in this
   // Schedule has its bytes still on the host, and its write is dropped.
-  if (options_.tiers != nullptr) {
+  // The tiers keep only blocks that hold the draft's KV too: one without
+  // it goes (a sequence that finds it nowhere computes it again).
+  if (options_.tiers != nullptr && !kv_->pool().draft_missing(id)) {
     Evicted e{.id = id, .hash = hash, .unwritten = {}};
     const auto p = std::find_if(promoted_.begin(), promoted_.end(),
                                 [id](const Promoted& q) { return q.id == id; });
@@ -179,8 +181,17 @@ std::shared_ptr<const KvSnapshot> Engine::ExportCachedPrefix(std::span<const int
   // their places are kept open here.
   std::vector<BlockId> pool_ids;
   std::vector<std::optional<KvBlockBytes>> from_tiers;
+  // A block that lacks the draft's KV (its draft put it off) gets it first,
+  // computed over the tokens, when the blocks before it are in the pool.
+  int32_t draft_from = -1, draft_to = -1;  // blocks
   for (const BlockHash& hash : PrefixBlockHashes(tokens, bs, kv_fingerprint_, cache_salt)) {
     if (const std::optional<BlockId> id = kv_->pool().FindHash(hash); id.has_value()) {
+      const auto index = static_cast<int32_t>(from_tiers.size());
+      if (kv_->pool().draft_missing(*id)) {
+        if (pool_ids.size() < from_tiers.size()) break;  // a tier's block before it
+        if (draft_from < 0) draft_from = index;
+        draft_to = index + 1;
+      }
       pool_ids.push_back(*id);
       from_tiers.emplace_back(std::nullopt);
       continue;
@@ -193,6 +204,20 @@ std::shared_ptr<const KvSnapshot> Engine::ExportCachedPrefix(std::span<const int
     from_tiers.emplace_back(std::move(found->bytes));
   }
   if (from_tiers.empty()) return nullptr;
+  if (draft_from >= 0) {
+    // The draft's passes write only the draft's half of blocks no one
+    // reads it from (they lack it), so the shared blocks can take it.
+    const absl::Status filled =
+        FillDraft(tokens, std::span<const BlockId>(pool_ids).subspan(0, draft_to), draft_from * bs,
+                  draft_to * bs);
+    if (!filled.ok()) {
+      // (The draft's pass failing is the backend's error, which the next
+      // step reports.) The puller computes the rest itself.
+      if (draft_from == 0) return nullptr;
+      pool_ids.resize(static_cast<size_t>(draft_from));
+      from_tiers.resize(static_cast<size_t>(draft_from));
+    }
+  }
   const std::span<const uint8_t> bytes =
       pool_ids.empty() ? std::span<const uint8_t>() : ReadToStaging(pool_ids);
   const auto bb = static_cast<size_t>(kv_->block_bytes());
@@ -214,9 +239,11 @@ void Engine::HashFullBlocks(Sequence& seq, std::vector<BlockEvent>& events) {
   // shared, never reported.
   if (seq.request.private_kv || seq.rolled) return;
   const int32_t bs = kv_->block_size();
-  // A block is shared once both models' KV is in it: the draft's last slot
-  // may come a step later (Sequence::draft_lag).
-  const int32_t full = (seq.n_computed - seq.draft_lag) / bs;
+  // A block the draft's KV does not fill yet (Sequence::draft_lag) is
+  // shared marked as lacking it: whoever needs it computes it (RunDraft,
+  // ExportCachedPrefix), and the tiers get the block once it holds it.
+  const int32_t full = seq.n_computed / bs;
+  const int32_t draft_full = (seq.n_computed - seq.draft_lag) / bs;
   for (; seq.n_hashed < full; ++seq.n_hashed) {
     const BlockHash parent = seq.last_hash;
     seq.last_hash = HashBlock(
@@ -225,9 +252,14 @@ void Engine::HashFullBlocks(Sequence& seq, std::vector<BlockEvent>& events) {
     // A block filled and never written again: the pool may share it. When
     // another block already holds this hash the block stays private.
     const BlockId id = (*seq.blocks)[seq.n_hashed];
+    const bool registered = kv_->pool().hash(id) != seq.last_hash;  // not from the cache
     if (kv_->pool().SetHash(id, seq.last_hash)) {
       events.push_back({.kind = BlockEvent::Kind::kStored, .hash = seq.last_hash,
                         .parent_hash = parent, .tier = KvTier::kDevice});
+      if (draft_.model != nullptr && seq.n_hashed >= draft_full && registered) {
+        kv_->pool().SetDraftMissing(id, true);
+        continue;
+      }
       if (options_.tiers != nullptr) {
         // The tiers get the bytes with the step's other blocks (ReadStepBlocks).
         stored_.push_back(

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -175,83 +176,186 @@ void Engine::TrimProposals(StepPlan& plan) {
   }
 }
 
+bool Engine::DefersDraft(const Sequence& seq) const {
+  return !seq.request.private_kv && seq.request.roll_window == 0;
+}
+
+void Engine::MarkDraftFilled(std::span<const BlockId> blocks, int32_t first, int32_t last,
+                             bool to_tiers) {
+  BlockPool& pool = kv_->pool();
+  for (int32_t b = first; b < last; ++b) {
+    const BlockId id = blocks[static_cast<size_t>(b)];
+    if (!pool.draft_missing(id)) continue;
+    pool.SetDraftMissing(id, false);
+    // Its hash's parent: the hash of the block before, when that one holds it
+    // (one left private, its hash held by another block, has none here).
+    const std::optional<BlockHash> hash = pool.hash(id);
+    const std::optional<BlockHash> parent = b == 0 ? std::optional<BlockHash>(kRootParentHash)
+                                                   : pool.hash(blocks[static_cast<size_t>(b) - 1]);
+    if (to_tiers && options_.tiers != nullptr && hash.has_value() && parent.has_value()) {
+      stored_.push_back({.hash = *hash, .parent = *parent, .index = b, .id = id});
+    }
+  }
+}
+
+absl::Status Engine::FillDraft(std::span<const int32_t> tokens, std::span<const BlockId> blocks,
+                               int32_t from, int32_t to) {
+  std::vector<int32_t> positions(static_cast<size_t>(to));
+  for (int32_t i = 0; i < to; ++i) positions[static_cast<size_t>(i)] = i;
+  backend_->Synchronize();
+  for (int32_t at = from; at < to;) {
+    const int32_t n = std::min(to - at, draft_.max_tokens);
+    const BatchChunk chunk{
+        .tokens = tokens.subspan(static_cast<size_t>(at), static_cast<size_t>(n)),
+        .positions = std::span<const int32_t>(positions).subspan(static_cast<size_t>(at),
+                                                                 static_cast<size_t>(n)),
+        .kv_start = at,
+        .blocks = blocks,
+        .all_logits = false,
+        .reduce = {},
+    };
+    RETURN_IF_ERROR(draft_.forward->Run(std::span<const BatchChunk>(&chunk, 1)).status());
+    draft_computed_tokens_ += n;
+    at += n;
+  }
+  draft_.backend->Synchronize();
+  const int32_t bs = kv_->block_size();
+  MarkDraftFilled(blocks, from / bs, to / bs, /*to_tiers=*/false);
+  return absl::OkStatus();
+}
+
 absl::Status Engine::RunDraft(const StepPlan& plan) {
   if (draft_.model == nullptr || plan.chunks.empty()) return absl::OkStatus();
   // Pass 0: each chunk as the model computes it, from the first token the
   // draft has no KV for; a drafting chunk up to its last real token, whose
-  // row gives the first proposal.
-  struct Drafting {
+  // row gives the first proposal. What a sequence is behind on may exceed
+  // a pass (a draft put off, or cached blocks that lack the draft's KV): it
+  // takes as many passes as it needs, in order.
+  struct Range {
     Sequence* seq;
-    int32_t start;  // the chunk's first slot: the last real token's
-    int32_t row;    // its logits row in the last draft pass
+    int32_t start;  // the draft's first token this step
+    int32_t next;   // the first not in a pass yet
+    int32_t end;
+    int32_t row;  // a drafting chunk's logits row in the last draft pass
   };
-  std::vector<Drafting> drafting;
-  draft_chunks_.clear();
-  draft_requests_.assign(plan.chunks.size(), LogitsRequest{});
-  int32_t max_k = 0;
+  std::vector<Range> ranges;
   const int32_t bs = kv_->block_size();
-  for (size_t i = 0; i < plan.chunks.size(); ++i) {
-    const ScheduledChunk& c = plan.chunks[i];
+  BlockPool& pool = kv_->pool();
+  int32_t max_k = 0;
+  for (const ScheduledChunk& c : plan.chunks) {
     Sequence& seq = *scheduler_.Find(c.seq_id);
-    const int32_t from = c.start - seq.draft_lag;
+    int32_t from = c.start - seq.draft_lag;
+    // Cached blocks whose draft's KV another sequence has computed since.
+    while (from % bs == 0 && from + bs <= c.start) {
+      const BlockId id = (*seq.blocks)[from / bs];
+      if (!pool.hash(id).has_value() || pool.draft_missing(id)) break;
+      from += bs;
+    }
     const int32_t end = seq.drafting ? c.start + 1 : c.start + c.count;
-    // A decoding sequence that proposes nothing this step (it speculates
-    // otherwise, rests after rejected proposals, or the batch is busy)
-    // puts its draft tokens off until a block fills or it drafts again:
-    // then one chunk computes them together, for about what one token
-    // costs, and the block is hashed once both halves are in it.
-    // (Drafting, the passes below reach the last proposal's slot.)
+    // Drafting, the passes below reach the last proposal's slot.
     seq.draft_end = seq.drafting ? c.start + seq.n_proposed : end;
     const bool decoding = seq.n_generated > 0 && !seq.request.export_kv &&
                           c.start + c.count == static_cast<int32_t>(seq.tokens.size());
-    if (!seq.drafting && decoding && (c.start + c.count) / bs == from / bs) {
-      seq.draft_end = from;
-      continue;
+    if (!seq.drafting && decoding) {
+      // A decoding sequence that proposes nothing this step (it rests after
+      // rejected proposals, the batch is busy, it speculates otherwise)
+      // computes nothing with the draft: its next proposal's first pass
+      // catches up, and if none comes, the blocks are shared marked as
+      // lacking the draft's KV (HashFullBlocks). One that must keep its
+      // blocks whole puts off its draft tokens until a block fills: then one
+      // chunk computes them together, for about what one token costs.
+      if (DefersDraft(seq) || (c.start + c.count) / bs == from / bs) {
+        seq.draft_end = from;
+        continue;
+      }
     }
-    if (seq.drafting) {
-      draft_requests_[i].top_k = 1;
-      drafting.push_back({.seq = &seq, .start = c.start, .row = 0});
-      max_k = std::max(max_k, seq.n_proposed);
-    }
-    draft_chunks_.push_back({
-        .tokens = std::span<const int32_t>(seq.tokens).subspan(from, end - from),
-        .positions = std::span<const int32_t>(seq.positions).subspan(from, end - from),
-        .kv_start = from,
-        .blocks = seq.blocks->ids(),
-        .all_logits = false,
-        .reduce = std::span<const LogitsRequest>(draft_requests_).subspan(i, 1),
-    });
-    if (seq.drafting) drafting.back().row = static_cast<int32_t>(draft_chunks_.size()) - 1;
-    draft_computed_tokens_ += end - from;
+    if (seq.drafting) max_k = std::max(max_k, seq.n_proposed);
+    ranges.push_back({.seq = &seq, .start = from, .next = from, .end = end, .row = -1});
   }
-  if (draft_chunks_.empty()) return absl::OkStatus();
+  if (ranges.empty()) return absl::OkStatus();
   // The imports and promotions the model's backend wrote come first.
   backend_->Synchronize();
+  std::vector<size_t> in_pass;
+  std::vector<BlockId> shared;  // hashed blocks a pass writes
+  for (;;) {
+    draft_chunks_.clear();
+    in_pass.clear();
+    shared.clear();
+    int32_t room = draft_.max_tokens;
+    for (size_t r = 0; r < ranges.size() && room > 0; ++r) {
+      Range& g = ranges[r];
+      if (g.next >= g.end) continue;
+      const int32_t n = std::min(g.end - g.next, room);
+      const std::span<const BlockId> ids = g.seq->blocks->ids();
+      // Two sequences that share a cached block lacking the draft's KV
+      // compute the same values into it: one pass at a time.
+      bool clash = false;
+      const size_t shared_before = shared.size();
+      for (int32_t b = g.next / bs; b <= (g.next + n - 1) / bs && !clash; ++b) {
+        const BlockId id = ids[static_cast<size_t>(b)];
+        if (!pool.hash(id).has_value()) continue;
+        clash = std::find(shared.begin(), shared.begin() + shared_before, id) !=
+                shared.begin() + shared_before;
+        shared.push_back(id);
+      }
+      if (clash) {
+        shared.resize(shared_before);
+        continue;
+      }
+      const bool last = g.next + n == g.end;
+      const bool picks = last && g.seq->drafting;
+      draft_chunks_.push_back({
+          .tokens = std::span<const int32_t>(g.seq->tokens).subspan(g.next, n),
+          .positions = std::span<const int32_t>(g.seq->positions).subspan(g.next, n),
+          .kv_start = g.next,
+          .blocks = ids,
+          .all_logits = false,
+          .reduce = picks ? std::span<const LogitsRequest>(&kDraftPick, 1)
+                          : std::span<const LogitsRequest>(),
+      });
+      if (picks) g.row = static_cast<int32_t>(draft_chunks_.size()) - 1;
+      in_pass.push_back(r);
+      g.next += n;
+      room -= n;
+      draft_computed_tokens_ += n;
+    }
+    if (draft_chunks_.empty()) break;
+    ASSIGN_OR_RETURN(const ForwardResult result, draft_.forward->Run(draft_chunks_));
+    for (size_t r : in_pass) {
+      Range& g = ranges[r];
+      if (g.row < 0 || g.next != g.end || g.seq->n_proposed == 0) continue;
+      const LogitsSummary& s = result.summaries[result.first_row[g.row]];
+      g.seq->tokens[static_cast<size_t>(g.end)] = s.top_ids[0];
+    }
+  }
+  for (const Range& g : ranges) {
+    // The shared blocks this step's passes filled hold both models' KV now.
+    MarkDraftFilled(g.seq->blocks->ids(), g.start / bs, g.end / bs, /*to_tiers=*/true);
+  }
   // Pass j (1 <= j < k): the proposal pass j - 1 picked, one token per
   // drafting chunk that wants more.
-  for (int32_t j = 0;; ++j) {
-    ASSIGN_OR_RETURN(const ForwardResult result, draft_.forward->Run(draft_chunks_));
-    for (Drafting& d : drafting) {
-      if (d.seq->n_proposed <= j) continue;
-      const LogitsSummary& s = result.summaries[result.first_row[d.row]];
-      d.seq->tokens[static_cast<size_t>(d.start + 1 + j)] = s.top_ids[0];
-    }
-    if (j + 1 >= max_k) break;
+  for (int32_t j = 1; j < max_k; ++j) {
     draft_chunks_.clear();
-    int32_t row = 0;
-    for (Drafting& d : drafting) {
-      if (d.seq->n_proposed <= j + 1) continue;
-      const int32_t slot = d.start + 1 + j;  // the proposal just picked
-      d.row = row++;
+    std::vector<Range*> drafting;
+    for (Range& g : ranges) {
+      Sequence& seq = *g.seq;
+      if (!seq.drafting || seq.n_proposed <= j) continue;
+      const int32_t slot = g.end + j - 1;  // the proposal just picked
       draft_chunks_.push_back({
-          .tokens = std::span<const int32_t>(d.seq->tokens).subspan(slot, 1),
-          .positions = std::span<const int32_t>(d.seq->positions).subspan(slot, 1),
+          .tokens = std::span<const int32_t>(seq.tokens).subspan(slot, 1),
+          .positions = std::span<const int32_t>(seq.positions).subspan(slot, 1),
           .kv_start = slot,
-          .blocks = d.seq->blocks->ids(),
+          .blocks = seq.blocks->ids(),
           .all_logits = false,
           .reduce = std::span<const LogitsRequest>(&kDraftPick, 1),
       });
+      drafting.push_back(&g);
       ++draft_computed_tokens_;
+    }
+    ASSIGN_OR_RETURN(const ForwardResult result, draft_.forward->Run(draft_chunks_));
+    for (size_t i = 0; i < drafting.size(); ++i) {
+      const LogitsSummary& s = result.summaries[result.first_row[i]];
+      drafting[i]->seq->tokens[static_cast<size_t>(drafting[i]->end + j)] = s.top_ids[0];
     }
   }
   draft_.backend->Synchronize();

@@ -75,6 +75,7 @@ BlockPool::BlockPool(int32_t num_blocks)
     : refcount_(static_cast<size_t>(std::max(num_blocks, 0)), 0),
       hash_(refcount_.size()),
       has_hash_(refcount_.size(), false),
+      draft_missing_(refcount_.size(), false),
       lru_prev_(refcount_.size(), kNone),
       lru_next_(refcount_.size(), kNone) {
   TANDEM_CHECK(num_blocks >= 0, "negative block count");
@@ -123,7 +124,9 @@ void BlockPool::TakeBlocks(int32_t n, std::vector<BlockId>& out) {
       by_hash_.erase(hash);
       has_hash_[static_cast<size_t>(id)] = false;
       ++evictions_;
+      // The callback may still ask whether the draft's half was there.
       if (on_evict_) on_evict_(id, hash);
+      draft_missing_[static_cast<size_t>(id)] = false;
     }
     refcount_[static_cast<size_t>(id)] = 1;
     out.push_back(id);
@@ -172,6 +175,18 @@ std::optional<BlockHash> BlockPool::hash(BlockId id) const {
   const size_t i = static_cast<size_t>(id);
   if (!has_hash_[i]) return std::nullopt;
   return hash_[i];
+}
+
+void BlockPool::SetDraftMissing(BlockId id, bool missing) {
+  CheckId(id);
+  TANDEM_CHECK(!missing || has_hash_[static_cast<size_t>(id)],
+               "only a hashed block is marked as lacking the draft's KV");
+  draft_missing_[static_cast<size_t>(id)] = missing;
+}
+
+bool BlockPool::draft_missing(BlockId id) const {
+  CheckId(id);
+  return draft_missing_[static_cast<size_t>(id)];
 }
 
 void BlockPool::Release(BlockId id) {

@@ -137,6 +137,13 @@ class BlockPool {
   int32_t refcount(BlockId id) const;
   // The block's hash, if it has one.
   std::optional<BlockHash> hash(BlockId id) const;
+  // A draft model's half of a hashed block (its layers after the model's,
+  // KvCacheOptions::extra_layers) not computed yet: the draft puts a
+  // decoding sequence's KV off until it proposes (Engine::RunDraft). Set on
+  // a block with a hash; cleared when the draft fills it or the block loses
+  // its hash.
+  void SetDraftMissing(BlockId id, bool missing);
+  bool draft_missing(BlockId id) const;
 
   void set_eviction_callback(EvictionCallback callback) {
     on_evict_ = std::move(callback);
@@ -164,6 +171,7 @@ class BlockPool {
   // Hash of each block, valid where has_hash_ is set.
   std::vector<BlockHash> hash_;
   std::vector<bool> has_hash_;
+  std::vector<bool> draft_missing_;
   absl::flat_hash_map<BlockHash, BlockId> by_hash_;
 
   // Intrusive doubly linked LRU over cached blocks: head = least recently

@@ -138,10 +138,14 @@ void Scheduler::AttachCachedPrefix(Sequence& seq, int32_t max_blocks) {
     seq.n_cached_by_tier[static_cast<size_t>(tier)] += block_size_;
     parent = hash;
   }
+  // A draft's KV reaches as far as the first block that lacks it (a
+  // sequence whose draft put it off; BlockPool::draft_missing).
+  int32_t draft_blocks = 0;
+  while (draft_blocks < found && !pool_.draft_missing((*list)[draft_blocks])) ++draft_blocks;
   seq.blocks = std::move(list);
   seq.n_cached = found * block_size_;
   seq.n_computed = seq.n_cached;
-  seq.draft_lag = 0;
+  seq.draft_lag = (found - draft_blocks) * block_size_;
   seq.n_hashed = found;  // their hashes are known: the chain continues
   seq.last_hash = parent;
 }
@@ -173,9 +177,13 @@ bool Scheduler::AdmitImport(Sequence& seq, StepPlan& plan) {
     return false;
   }
   seq.import_from_block = seq.n_cached / block_size_;
+  // The imported blocks hold both models' KV; a cached block before them
+  // that lacks the draft's has the draft compute from there.
+  const bool draft_lags = seq.draft_lag > 0;
+  const int32_t draft_end = seq.n_computed - seq.draft_lag;
   if (prefix) seq.n_cached = kv.n_tokens;
   seq.n_computed = kv.n_tokens;
-  seq.draft_lag = 0;
+  seq.draft_lag = draft_lags ? seq.n_computed - draft_end : 0;
   plan.imported.push_back(seq.id);
   return true;
 }

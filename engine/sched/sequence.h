@@ -70,10 +70,11 @@ struct Sequence {
   // The proposals are placeholders the draft model fills (Engine::RunDraft).
   bool drafting = false;
   // A draft model's KV: the last draft_lag of the n_computed slots have none
-  // yet (the draft computes them with its next chunk; they all lie in the
-  // last, unfilled block, but for the one a step that kept all its
-  // proposals leaves), and the slot the draft's KV reaches once this step's
-  // draft passes ran (Engine::RunDraft).
+  // yet (the draft computes them with its next chunk: a sequence that
+  // decodes without proposing puts them off until it proposes, or for good;
+  // full blocks among them are hashed marked BlockPool::draft_missing), and
+  // the slot the draft's KV reaches once this step's draft passes ran
+  // (Engine::RunDraft).
   int32_t draft_lag = 0;
   int32_t draft_end = 0;
   int32_t spec_k = 0;

@@ -6,8 +6,10 @@
 // with the prompt by a prefill engine and shipped with the hand-off, so the
 // decode engine computes none of the prompt's; the cache's blocks (hashes
 // and both models' KV) are those of a run that does not speculate; a draft
-// of another vocabulary or KV width, and a request for a draft the engine
-// lacks, are refused by name.
+// put off while the batch is busy is computed where it is needed (a later
+// proposal, a prefix export) and its blocks reach the tiers only then; a
+// draft of another vocabulary or KV width, and a request for a draft the
+// engine lacks, are refused by name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,7 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "engine/engine.h"
+#include "engine/kv/block_hash.h"
+#include "engine/kv/kv_tier.h"
 #include "engine/model/model.h"
 #include "engine/model/model_quantizer.h"
 #include "tests/engine/spec_outcome.h"
@@ -338,6 +343,162 @@ TEST_F(DraftSpeculateTest, TheCacheHoldsWhatARunWithoutSpeculationLeaves) {
       EXPECT_LT(draft_worst, 0.05f) << "request " << i << " block " << blk;
     }
   }
+}
+
+// Records which blocks the tiers were handed, and holds none.
+class RecordingTiers final : public KvTierStore {
+ public:
+  void OnStored(const BlockHash& hash, const BlockHash&, int32_t,
+                std::span<const uint8_t>) override {
+    stored.insert(hash);
+  }
+  void OnEvicted(const BlockHash& hash, std::span<const uint8_t>) override { evicted.insert(hash); }
+  std::optional<TierBlock> Lookup(const BlockHash&) override { return std::nullopt; }
+  void Promoted(const BlockHash&, KvTier) override {}
+
+  absl::flat_hash_set<BlockHash> stored;
+  absl::flat_hash_set<BlockHash> evicted;
+};
+
+// The draft is the model itself here, so its proposals are kept nearly
+// always when its KV is right, and stale KV sends them astray. Proposals
+// only while one sequence runs: four together propose nothing.
+std::unique_ptr<Engine> MakeSelfDrafting(const Model& model, int32_t max_batch,
+                                         EngineOptions options = {}) {
+  options.speculation.draft = true;
+  options.speculation.max_batch = max_batch;
+  options.speculation.min_gain = 0;
+  auto e = Engine::Create(model, testing::MakeTestBackend(2), options,
+                          {.model = &model, .backend = testing::MakeTestBackend(2)});
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+// Four conversations whose prompts fill a block or more.
+std::vector<GenerationRequest> LongPrompts(const Model& model, int32_t max_tokens,
+                                           const std::string& opening = "") {
+  std::vector<GenerationRequest> rs;
+  for (const char* p : kPrompts) {
+    GenerationRequest r;
+    r.prompt = model.tokenizer().Encode(opening + p + " " + p,
+                                        {.add_special = true, .parse_special = true});
+    r.max_tokens = max_tokens;
+    r.top_logprobs = 3;
+    r.ignore_eos = true;
+    rs.push_back(std::move(r));
+  }
+  return rs;
+}
+
+// While more sequences run than proposals are made for, the draft computes
+// the prompts and none of the tokens decoded: the blocks those fill are
+// shared without the draft's KV, and not handed to the tiers. A sequence
+// that proposes later computes the draft's KV for them first, so its
+// proposals are the draft's real picks, and the tiers get those blocks then.
+TEST_F(DraftSpeculateTest, ADraftPutOffInABusyBatchIsComputedWhenItIsNeeded) {
+  RecordingTiers tiers;
+  EngineOptions options;
+  options.tiers = &tiers;
+  std::unique_ptr<Engine> eng = MakeSelfDrafting(*model_, 1, options);
+  const std::vector<GenerationRequest> rs = LongPrompts(*model_, 48);
+  int64_t prompt_tokens = 0;
+  size_t prompt_blocks = 0;
+  for (const GenerationRequest& r : rs) {
+    prompt_tokens += static_cast<int64_t>(r.prompt.size());
+    prompt_blocks += r.prompt.size() / 16;
+  }
+  ASSERT_GE(prompt_blocks, 4u);
+  const Outcome busy = Run(*eng, rs);
+  ExpectSame(busy, Run(*Make(false, false), rs));
+  EXPECT_EQ(busy.stats.spec_draft_proposed, 0);
+  EXPECT_EQ(busy.stats.draft_computed_tokens, prompt_tokens);
+  // The prompts' full blocks reached the tiers; the decoded ones did not.
+  EXPECT_EQ(tiers.stored.size(), prompt_blocks);
+  EXPECT_GE(busy.stored.size(), prompt_blocks + 8);
+
+  // The next turn of the first conversation, alone: it proposes from its
+  // first step, on the cached blocks.
+  GenerationRequest next = rs[0];
+  for (const SampledToken& t : busy.tokens[0]) next.prompt.push_back(t.id);
+  next.max_tokens = 32;
+  const Outcome turn = Run(*eng, {next});
+  ExpectSame(turn, Run(*Make(false, false), {next}));
+  const int64_t proposed = turn.stats.spec_draft_proposed;
+  const int64_t kept = turn.stats.spec_draft_accepted;
+  EXPECT_GT(proposed, 16);
+  EXPECT_GE(kept * 10, proposed * 9) << kept << " of " << proposed;
+  // It computed the draft's KV for the blocks the first turn decoded.
+  const auto n = static_cast<int64_t>(next.prompt.size());
+  const int64_t lacking = (n - 1) / 16 * 16 - static_cast<int64_t>(rs[0].prompt.size()) / 16 * 16;
+  EXPECT_GE(turn.stats.draft_computed_tokens - busy.stats.draft_computed_tokens, lacking);
+  for (const BlockHash& h :
+       PrefixBlockHashes(std::span<const int32_t>(next.prompt).subspan(0, n - 1), 16,
+                         eng->kv_layout().fingerprint, 0)) {
+    EXPECT_TRUE(tiers.stored.contains(h));
+  }
+}
+
+// A block evicted while it lacks the draft's KV is not demoted: the tiers
+// hold only blocks with both models' KV.
+TEST_F(DraftSpeculateTest, ABlockWithoutTheDraftsKvIsNotDemoted) {
+  RecordingTiers tiers;
+  EngineOptions options;
+  options.tiers = &tiers;
+  options.kv.budget_bytes =
+      Engine::LayoutFor(*model_, model_, options.kv).n_layer * int64_t{2} * 16 *
+      model_->config().kv_dim() * 4 * 30;  // 30 blocks: the second batch evicts the first's
+  std::unique_ptr<Engine> eng = MakeSelfDrafting(*model_, 1, options);
+  const Outcome first = Run(*eng, LongPrompts(*model_, 64));
+  const Outcome second = Run(*eng, LongPrompts(*model_, 64, "Later that day. "));
+  ASSERT_EQ(first.stats.spec_draft_proposed, 0);
+  int evicted_filled = 0, evicted_lacking = 0;
+  for (const BlockHash& h : second.removed) {
+    if (tiers.stored.contains(h)) {
+      ++evicted_filled;
+      EXPECT_TRUE(tiers.evicted.contains(h));
+    } else {
+      ++evicted_lacking;
+      EXPECT_FALSE(tiers.evicted.contains(h));
+    }
+  }
+  EXPECT_GT(evicted_filled, 0);
+  EXPECT_GT(evicted_lacking, 0);
+}
+
+// A prefix pulled from a worker whose draft put its KV off carries the
+// draft's KV: the exporting engine computes it then, and the puller
+// speculates on it without computing any of the prefix.
+TEST_F(DraftSpeculateTest, APulledPrefixHoldsTheDraftsKvItsHolderPutOff) {
+  std::unique_ptr<Engine> holder = MakeSelfDrafting(*model_, 1);
+  const std::vector<GenerationRequest> rs = LongPrompts(*model_, 48);
+  const Outcome busy = Run(*holder, rs);
+  ASSERT_EQ(busy.stats.spec_draft_proposed, 0);
+
+  std::vector<int32_t> held = rs[0].prompt;
+  for (const SampledToken& t : busy.tokens[0]) held.push_back(t.id);
+  held.pop_back();  // sampled, never computed
+  const std::shared_ptr<const KvSnapshot> kv = holder->ExportCachedPrefix(held, 0);
+  ASSERT_NE(kv, nullptr);
+  const int32_t exported = kv->n_tokens;
+  EXPECT_EQ(exported, static_cast<int32_t>(held.size()) / 16 * 16);
+  // The draft's KV for the blocks the holder decoded, computed for the export.
+  EXPECT_EQ(holder->stats().draft_computed_tokens - busy.stats.draft_computed_tokens,
+            exported - static_cast<int32_t>(rs[0].prompt.size()) / 16 * 16);
+
+  GenerationRequest next = rs[0];
+  next.prompt = held;
+  for (int32_t t : model_->tokenizer().Encode(" and then", {})) next.prompt.push_back(t);
+  next.max_tokens = 32;
+  GenerationRequest pulled = next;
+  pulled.prefix_kv = kv;
+  const Outcome got = Run(*MakeSelfDrafting(*model_, 0), {pulled});
+  const Outcome whole = Run(*MakeSelfDrafting(*model_, 0), {next});
+  ExpectSame(got, Run(*Make(false, false), {next}));
+  ExpectSame(whole, got);
+  EXPECT_EQ(got.stats.prefix_pulled_tokens, exported);
+  EXPECT_EQ(got.stats.spec_draft_proposed, whole.stats.spec_draft_proposed);
+  EXPECT_GE(got.stats.spec_draft_accepted * 10, got.stats.spec_draft_proposed * 9);
+  EXPECT_EQ(whole.stats.draft_computed_tokens - got.stats.draft_computed_tokens, exported);
 }
 
 TEST_F(DraftSpeculateTest, ADraftOfAnotherVocabularyOrKvWidthIsRefused) {

@@ -1,6 +1,6 @@
 // What a speculation test compares between runs with and without it: each
 // request's tokens, end and proposals, the blocks the cache reported
-// stored, and the engine's counters; and the comparison itself (ids equal,
+// stored and removed, and the engine's counters; and the comparison itself (ids equal,
 // logprobs within the batch-invariance tolerance). Test code.
 #ifndef TANDEM_TESTS_ENGINE_SPEC_OUTCOME_H_
 #define TANDEM_TESTS_ENGINE_SPEC_OUTCOME_H_
@@ -21,6 +21,7 @@ struct SpecOutcome {
   std::vector<FinishReason> finish;
   std::vector<std::vector<int32_t>> proposed;  // per request, per token event
   absl::flat_hash_set<uint64_t> stored;        // block hashes reported stored
+  absl::flat_hash_set<BlockHash> removed;      // and reported removed (evicted)
   EngineStats stats;
 };
 
@@ -43,6 +44,7 @@ inline SpecOutcome DrainOutcome(StepEngine& engine, const std::vector<int64_t>& 
     }
     for (const BlockEvent& b : step->blocks) {
       if (b.kind == BlockEvent::Kind::kStored) o.stored.insert(b.hash.low ^ (b.hash.high * 31));
+      if (b.kind == BlockEvent::Kind::kRemoved) o.removed.insert(b.hash);
     }
   }
   o.stats = engine.stats();

@@ -180,6 +180,29 @@ TEST(BlockPoolTest, EvictsLeastRecentlyReleasedAfterFreeList) {
   ExpectCounts(pool, 5, 1, 1);
 }
 
+TEST(BlockPoolTest, ABlockLackingTheDraftsKvSaysSoUntilFilledOrEvicted) {
+  BlockPool pool(2);
+  BlockList a = *pool.Allocate(2);
+  ASSERT_TRUE(pool.SetHash(a[0], H(1)));
+  ASSERT_TRUE(pool.SetHash(a[1], H(2)));
+  pool.SetDraftMissing(a[0], true);
+  pool.SetDraftMissing(a[1], true);
+  EXPECT_TRUE(pool.draft_missing(a[0]));
+  pool.SetDraftMissing(a[1], false);  // the draft filled it
+  EXPECT_FALSE(pool.draft_missing(a[1]));
+  const BlockId lacking = a[0];
+  a.Reset();
+  // Cached, it still lacks it; the eviction callback sees that, and the
+  // block's next use starts without the mark.
+  EXPECT_TRUE(pool.draft_missing(lacking));
+  std::vector<bool> seen;
+  pool.set_eviction_callback(
+      [&](BlockId b, const BlockHash&) { seen.push_back(pool.draft_missing(b)); });
+  BlockList b = *pool.Allocate(2);
+  EXPECT_EQ(seen, (std::vector<bool>{false, true}));  // released back to front
+  EXPECT_FALSE(pool.draft_missing(lacking));
+}
+
 TEST(BlockPoolTest, ListsReleaseBackToFront) {
   // A sequence's last blocks are the least shareable: they reach the LRU
   // first and are evicted first.
@@ -296,6 +319,7 @@ TEST(BlockPoolDeathTest, MisuseIsABug) {
   EXPECT_DEATH(pool.Allocate(-1), "negative");
   EXPECT_DEATH(pool.SetHash(1, H(3)), "held block");
   BlockList list = *pool.Allocate(1);
+  EXPECT_DEATH(pool.SetDraftMissing(list[0], true), "only a hashed block");
   ASSERT_TRUE(pool.SetHash(list[0], H(3)));
   EXPECT_DEATH(pool.SetHash(list[0], H(4)), "hash is fixed");
   EXPECT_DEATH(list.Truncate(2), "Truncate");
