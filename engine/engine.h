@@ -345,6 +345,11 @@ class Engine final : public StepEngine, private TierPromoter {
   void ObserveStepCost(int32_t max_proposals, double seconds);
   // The most proposals worth making for `seq` under min_gain (0: none).
   int32_t WorthwhileK(const Sequence& seq, int32_t k) const;
+  // The rate at which draft proposals were kept over recent drafting steps
+  // of every sequence (a moving average): what a sequence's own rate starts
+  // from, so that a draft that has stopped agreeing with the model's text
+  // is not tried afresh by every new sequence.
+  double spec_alpha_ = 0.7;
   int64_t spec_proposed_ = 0;
   int64_t spec_accepted_ = 0;
   int64_t spec_draft_proposed_ = 0;

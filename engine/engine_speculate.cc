@@ -116,6 +116,7 @@ void Engine::Propose() {
     }
     if (k <= 0) return;
     if (MethodOf(seq) == Speculation::kDraft) {
+      if (seq.spec_alpha < 0) seq.spec_alpha = spec_alpha_;
       int32_t worth = WorthwhileK(seq, static_cast<int32_t>(k));
       if (worth == 0) {
         if (!seq.spec_resting) {
@@ -254,20 +255,24 @@ absl::Status Engine::RunDraft(const StepPlan& plan) {
     const int32_t end = seq.drafting ? c.start + 1 : c.start + c.count;
     // Drafting, the passes below reach the last proposal's slot.
     seq.draft_end = seq.drafting ? c.start + seq.n_proposed : end;
+    if (!seq.drafting && !seq.request.export_kv && DefersDraft(seq)) {
+      // A sequence that proposes nothing this step (its prompt, or a decode
+      // step at a busy batch, resting after rejected proposals, speculating
+      // otherwise) computes nothing with the draft: its next proposal's
+      // first pass catches up, and if none comes, the blocks are shared
+      // marked as lacking the draft's KV (HashFullBlocks). A hand-off's
+      // prompt (export_kv) ships with the draft's KV.
+      seq.draft_end = from;
+      continue;
+    }
     const bool decoding = seq.n_generated > 0 && !seq.request.export_kv &&
                           c.start + c.count == static_cast<int32_t>(seq.tokens.size());
-    if (!seq.drafting && decoding) {
-      // A decoding sequence that proposes nothing this step (it rests after
-      // rejected proposals, the batch is busy, it speculates otherwise)
-      // computes nothing with the draft: its next proposal's first pass
-      // catches up, and if none comes, the blocks are shared marked as
-      // lacking the draft's KV (HashFullBlocks). One that must keep its
-      // blocks whole puts off its draft tokens until a block fills: then one
-      // chunk computes them together, for about what one token costs.
-      if (DefersDraft(seq) || (c.start + c.count) / bs == from / bs) {
-        seq.draft_end = from;
-        continue;
-      }
+    if (!seq.drafting && decoding && (c.start + c.count) / bs == from / bs) {
+      // One that must keep its blocks whole (DefersDraft) puts off its draft
+      // tokens until a block fills: then one chunk computes them together,
+      // for about what one token costs.
+      seq.draft_end = from;
+      continue;
     }
     if (seq.drafting) max_k = std::max(max_k, seq.n_proposed);
     ranges.push_back({.seq = &seq, .start = from, .next = from, .end = end, .row = -1});
@@ -462,6 +467,7 @@ void Engine::UpdateSpeculative(Sequence& seq, const ScheduledChunk& c,
     const int32_t trials = std::min(k, accepted + 1);
     const double rate = static_cast<double>(accepted) / trials;
     seq.spec_alpha = 0.8 * seq.spec_alpha + 0.2 * rate;
+    spec_alpha_ = 0.9 * spec_alpha_ + 0.1 * rate;
   }
   // Adaptive k: grow while everything is kept, halve when nothing is, and
   // after repeated misses stop proposing for a while (doubling each time, up

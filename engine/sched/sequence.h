@@ -82,7 +82,8 @@ struct Sequence {
   int32_t spec_misses = 0;
   // The rate at which its draft proposals are kept (a moving average; the
   // engine's cost model weighs it, EngineOptions::Speculation::min_gain).
-  double spec_alpha = 0.7;
+  // Negative until it first drafts: then the engine's recent rate.
+  double spec_alpha = -1;
   // Resting because proposals did not pay: the next one is a probe.
   bool spec_resting = false;
 
