@@ -19,7 +19,10 @@
 #   chunks per step, for inter-token latency), aggregated-itl (aggregated
 #   with --itl-target-ms ITL_TARGET_MS, default 8), tandem-spec and
 #   aggregated-spec (prompt-lookup speculation on), tandem-draft and
-#   aggregated-draft (draft-model speculation with the model DRAFT).
+#   aggregated-draft (draft-model speculation with the model DRAFT);
+#   WARMUP=1: each service first serves the same load with other prompts and
+#   prefixes (not measured), so a run sees a server in its steady state (its
+#   KV pool's pages touched, its speculation's costs and acceptance learned).
 set -euo pipefail
 bin="$1"
 model="$2"
@@ -107,6 +110,11 @@ for round in $(seq "$rounds"); do
                   python3 -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["meta"]["n_vocab"])')
           target=(--http-addr "$http" --vocab-size "$vocab" --http-body "$llama_body") ;;
       esac
+      if [ "${WARMUP:-0}" = 1 ]; then
+        "$bin/tandem-load" "${target[@]}" --concurrency "$clients" --requests "$((clients * 2))" \
+          --prompt-tokens "$prompt" --shared-prefix-tokens "$shared" --max-tokens 64 \
+          --seed $((seed + 100000)) --prefix-seed $((seed + 200000)) >/dev/null
+      fi
       line=$("$bin/tandem-load" "${target[@]}" "${args[@]}" | tail -n 1)
       stop
       line="{\"service\": \"$service\", ${line#\{}"

@@ -211,8 +211,9 @@ std::shared_ptr<const KvSnapshot> Engine::ExportCachedPrefix(std::span<const int
         FillDraft(tokens, std::span<const BlockId>(pool_ids).subspan(0, draft_to), draft_from * bs,
                   draft_to * bs);
     if (!filled.ok()) {
-      // (The draft's pass failing is the backend's error, which the next
-      // step reports.) The puller computes the rest itself.
+      // A draft pass failed (the backend's error): the blocks from the
+      // first that lacks the draft's KV are not exported, and the puller
+      // computes them itself.
       if (draft_from == 0) return nullptr;
       pool_ids.resize(static_cast<size_t>(draft_from));
       from_tiers.resize(static_cast<size_t>(draft_from));
@@ -252,11 +253,10 @@ void Engine::HashFullBlocks(Sequence& seq, std::vector<BlockEvent>& events) {
     // A block filled and never written again: the pool may share it. When
     // another block already holds this hash the block stays private.
     const BlockId id = (*seq.blocks)[seq.n_hashed];
-    const bool registered = kv_->pool().hash(id) != seq.last_hash;  // not from the cache
     if (kv_->pool().SetHash(id, seq.last_hash)) {
       events.push_back({.kind = BlockEvent::Kind::kStored, .hash = seq.last_hash,
                         .parent_hash = parent, .tier = KvTier::kDevice});
-      if (draft_.model != nullptr && seq.n_hashed >= draft_full && registered) {
+      if (draft_.model != nullptr && seq.n_hashed >= draft_full) {
         kv_->pool().SetDraftMissing(id, true);
         continue;
       }

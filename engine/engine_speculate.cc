@@ -214,6 +214,7 @@ absl::Status Engine::FillDraft(std::span<const int32_t> tokens, std::span<const 
         .blocks = blocks,
         .all_logits = false,
         .reduce = {},
+        .kv_only = true,
     };
     RETURN_IF_ERROR(draft_.forward->Run(std::span<const BatchChunk>(&chunk, 1)).status());
     draft_computed_tokens_ += n;
@@ -246,11 +247,12 @@ absl::Status Engine::RunDraft(const StepPlan& plan) {
   for (const ScheduledChunk& c : plan.chunks) {
     Sequence& seq = *scheduler_.Find(c.seq_id);
     int32_t from = c.start - seq.draft_lag;
-    // Cached blocks whose draft's KV another sequence has computed since.
-    while (from % bs == 0 && from + bs <= c.start) {
+    // Shared blocks whose draft's KV has been computed since (by another
+    // sequence, or for a prefix export) need nothing more.
+    while ((from / bs + 1) * bs <= c.start) {
       const BlockId id = (*seq.blocks)[from / bs];
       if (!pool.hash(id).has_value() || pool.draft_missing(id)) break;
-      from += bs;
+      from = (from / bs + 1) * bs;
     }
     const int32_t end = seq.drafting ? c.start + 1 : c.start + c.count;
     // Drafting, the passes below reach the last proposal's slot.
@@ -317,6 +319,7 @@ absl::Status Engine::RunDraft(const StepPlan& plan) {
           .all_logits = false,
           .reduce = picks ? std::span<const LogitsRequest>(&kDraftPick, 1)
                           : std::span<const LogitsRequest>(),
+          .kv_only = !picks,
       });
       if (picks) g.row = static_cast<int32_t>(draft_chunks_.size()) - 1;
       in_pass.push_back(r);

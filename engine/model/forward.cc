@@ -106,7 +106,11 @@ absl::Status ForwardPass::Validate(std::span<const BatchChunk> chunks) const {
       return absl::InvalidArgumentError(absl::StrCat(
           "chunk ", i, ": ", end, " KV slots run past max_context ", rope_.max_positions()));
     }
-    const size_t rows = c.all_logits ? c.tokens.size() : 1;
+    if (c.kv_only && (c.all_logits || !c.reduce.empty())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk ", i, ": a kv_only chunk asks for no logits"));
+    }
+    const size_t rows = c.kv_only ? 0 : c.all_logits ? c.tokens.size() : 1;
     if (!c.reduce.empty() && c.reduce.size() != rows) {
       return absl::InvalidArgumentError(absl::StrCat(
           "chunk ", i, ": ", c.reduce.size(), " logits requests for ", rows, " rows"));
@@ -148,8 +152,8 @@ void ForwardPass::BuildStep(std::span<const BatchChunk> chunks, ForwardResult& r
       m.positions.push_back(c.positions[i]);
       m.slot_mapping.push_back(int64_t{c.blocks[slot / bs]} * bs + slot % bs);
     }
-    result.first_row.push_back(m.n_logit_rows());
-    const int32_t rows = c.all_logits ? n : 1;
+    result.first_row.push_back(c.kv_only ? -1 : m.n_logit_rows());
+    const int32_t rows = c.kv_only ? 0 : c.all_logits ? n : 1;
     for (int32_t r = 0; r < rows; ++r) {
       m.logit_rows.push_back(c.all_logits ? first + r : first + n - 1);
       const LogitsRequest req = c.reduce.empty() ? LogitsRequest{} : c.reduce[r];
@@ -174,11 +178,18 @@ absl::StatusOr<ForwardResult> ForwardPass::Run(std::span<const BatchChunk> chunk
   backend_.BeginStep(step_);
   // x[t, :] = token_embd[tokens[t], :]
   backend_.Embed(w_.token_embd, s_.x);
+  // Only KV wanted: the last layer's keys and values are its last use of x.
+  const bool kv_only =
+      std::all_of(chunks.begin(), chunks.end(), [](const BatchChunk& c) { return c.kv_only; });
   for (int32_t layer = 0; layer < config_.n_layer; ++layer) {
+    if (kv_only && layer == config_.n_layer - 1) {
+      StoreKvOnly(layer);
+      break;
+    }
     Attention(layer);
     FeedForward(layer);
   }
-  Logits();
+  if (step_.n_logit_rows() > 0) Logits();
   result.logits = s_.logits;
   result.n_vocab = config_.n_vocab;
   result.summaries = std::span<const LogitsSummary>(summaries_).subspan(0, step_.n_logit_rows());
@@ -208,6 +219,18 @@ void ForwardPass::Attention(int32_t layer) {
                            .kv = kv});
   backend_.MatMul(w.wo, s_.att, T, s_.proj);
   backend_.Add(s_.x, s_.proj, T * config_.n_embd);
+}
+
+void ForwardPass::StoreKvOnly(int32_t layer) {
+  const DeviceLayerWeights& w = w_.layers[layer];
+  const int64_t T = step_.n_tokens();
+  backend_.RmsNorm(s_.x, w.attn_norm, T, config_.n_embd, config_.rms_eps, s_.xb);
+  const MatMulProduct kv_products[] = {{&w.wk, s_.k}, {&w.wv, s_.v}};
+  backend_.MatMuls(kv_products, s_.xb, T);
+  if (!w.bk.is_null()) backend_.AddBias(s_.k, w.bk, T, config_.kv_dim());
+  if (!w.bv.is_null()) backend_.AddBias(s_.v, w.bv, T, config_.kv_dim());
+  backend_.Rope(s_.k, config_.n_head_kv, config_.head_dim);
+  backend_.StoreKv(kv_.LayerView(kv_first_layer_ + layer), s_.k, s_.v);
 }
 
 // x += W_down · (silu(W_gate · xb) * (W_up · xb)), xb = RmsNorm(x).

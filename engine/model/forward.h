@@ -46,13 +46,17 @@ struct BatchChunk {
   // One per logits row of the chunk (1, or tokens.size() with all_logits);
   // empty: none of them reduced.
   std::span<const LogitsRequest> reduce;
+  // Its keys and values only, no logits row (a draft model catching up on
+  // KV). When every chunk of a pass is, the last layer computes only the
+  // keys and values, and nothing after them.
+  bool kv_only = false;
 };
 
 struct ForwardResult {
   DevicePtr<const float> logits;  // [n_rows, n_vocab], backend memory
   int32_t n_vocab = 0;
   // first_row[i]: the first logits row of chunk i (its last token's row when
-  // all_logits is false, else its first token's).
+  // all_logits is false, else its first token's; -1 for a kv_only chunk).
   std::vector<int32_t> first_row;
   // [n_rows]: row r reduced as its LogitsRequest asked (entries of rows not
   // reduced are stale).
@@ -112,6 +116,9 @@ class ForwardPass {
   // Fills step_ (and the result's first rows) for `chunks`.
   void BuildStep(std::span<const BatchChunk> chunks, ForwardResult& result);
   void Attention(int32_t layer);
+  // A layer's keys and values stored, and nothing else (the last layer of a
+  // pass whose chunks are all kv_only).
+  void StoreKvOnly(int32_t layer);
   void FeedForward(int32_t layer);
   void Logits();
 

@@ -1,6 +1,7 @@
 // The forward pass over paged KV: prefill equals token-by-token decode, a
-// mixed batch equals each sequence alone, and block size, chunking, weight
-// type and architecture variants agree.
+// mixed batch equals each sequence alone, a chunk that computes only its KV
+// stores what one with logits does, and block size, chunking, weight type
+// and architecture variants agree.
 #include "engine/model/forward.h"
 
 #include <cmath>
@@ -34,8 +35,10 @@ class Harness {
         n_vocab_(model.config().n_vocab) {}
 
   // Runs tokens of several sequences in one batch; returns their logits rows
-  // (every token's row).
-  std::vector<std::vector<float>> Run(const std::vector<std::pair<int, std::vector<int32_t>>>& parts) {
+  // (every token's row), but for the parts `kv_only` marks, which compute
+  // their KV alone.
+  std::vector<std::vector<float>> Run(const std::vector<std::pair<int, std::vector<int32_t>>>& parts,
+                                      const std::vector<bool>& kv_only = {}) {
     std::vector<BatchChunk> chunks;
     std::vector<std::vector<int32_t>> positions;
     positions.reserve(parts.size());  // the chunks' spans point into it
@@ -50,14 +53,20 @@ class Harness {
       }
       positions.emplace_back();
       for (int32_t p = start; p < end; ++p) positions.back().push_back(p);
+      const bool only_kv = chunks.size() < kv_only.size() && kv_only[chunks.size()];
       chunks.push_back({.tokens = tokens, .positions = positions.back(), .kv_start = start,
-                        .blocks = list.ids(), .all_logits = true, .reduce = {}});
+                        .blocks = list.ids(), .all_logits = !only_kv, .reduce = {},
+                        .kv_only = only_kv});
       pos_[seq] = end;
     }
     absl::StatusOr<ForwardResult> r = forward_->Run(chunks);
     EXPECT_TRUE(r.ok()) << r.status();
     std::vector<std::vector<float>> rows;
     for (size_t c = 0; c < chunks.size(); ++c) {
+      if (chunks[c].kv_only) {
+        EXPECT_EQ(r->first_row[c], -1);
+        continue;
+      }
       for (size_t t = 0; t < chunks[c].tokens.size(); ++t) {
         rows.emplace_back(n_vocab_);
         forward_->DownloadRow(r->first_row[c] + static_cast<int32_t>(t), rows.back());
@@ -125,6 +134,33 @@ TEST(ForwardTest, BatchEqualsEachSequenceAlone) {
   for (int i = 0; i < 17; ++i) ExpectNear(s2[1 + i], alone[0][20 + i], 1e-4f);
   for (int i = 0; i < 9; ++i) ExpectNear(s2[18 + i], alone[2][9 + i], 1e-4f);
   for (int i = 0; i < 3; ++i) ExpectNear(s3[i], alone[1][2 + i], 1e-4f);
+}
+
+// A chunk that computes its KV alone (a draft catching up) stores what a
+// chunk with logits does: in a pass of such chunks only (whose last layer
+// computes keys and values and stops), and beside a chunk with logits.
+TEST(ForwardTest, AKvOnlyChunkStoresTheKvAChunkWithLogitsDoes) {
+  auto model = LoadSynthetic(TinyOptions());
+  const int32_t v = model->config().n_vocab;
+  const auto a = Tokens(37, 5, v), b = Tokens(21, 6, v);
+  Harness reference(*model, 16);
+  reference.Run({{0, {a.begin(), a.begin() + 30}}});
+  const auto a_next = reference.Run({{0, {a.begin() + 30, a.end()}}});
+  Harness ref_b(*model, 16);
+  const auto b_rows = ref_b.Run({{1, b}});
+
+  Harness kv_alone(*model, 16);
+  EXPECT_TRUE(kv_alone.Run({{0, {a.begin(), a.begin() + 30}}}, {true}).empty());
+  const auto after_alone = kv_alone.Run({{0, {a.begin() + 30, a.end()}}});
+  Harness mixed(*model, 16);
+  const auto b_mixed = mixed.Run({{0, {a.begin(), a.begin() + 30}}, {1, b}}, {true, false});
+  const auto after_mixed = mixed.Run({{0, {a.begin() + 30, a.end()}}});
+  ASSERT_EQ(b_mixed.size(), b.size());
+  for (size_t i = 0; i < b.size(); ++i) ExpectNear(b_mixed[i], b_rows[i], 1e-4f);
+  for (size_t i = 0; i < a_next.size(); ++i) {
+    ExpectNear(after_alone[i], a_next[i], 1e-4f);
+    ExpectNear(after_mixed[i], a_next[i], 1e-4f);
+  }
 }
 
 TEST(ForwardTest, BlockSizeDoesNotChangeLogits) {
@@ -209,6 +245,13 @@ TEST(ForwardTest, RejectsBadChunks) {
             absl::StatusCode::kInvalidArgument);  // max_context
   EXPECT_EQ(fwd.Run(chunk(ok, pos0, 0)).status().code(),
             absl::StatusCode::kInvalidArgument);  // 1 position
+  const std::vector<int32_t> pos01 = {0, 1};
+  std::vector<BatchChunk> kv_only = chunk(ok, pos01, 0);
+  kv_only[0].kv_only = true;
+  kv_only[0].all_logits = true;
+  const absl::Status logits = fwd.Run(kv_only).status();
+  EXPECT_EQ(logits.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(logits.message().find("kv_only"), std::string::npos) << logits;
 }
 
 }  // namespace
