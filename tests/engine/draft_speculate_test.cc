@@ -435,9 +435,9 @@ TEST_F(DraftSpeculateTest, ABlockWithoutTheDraftsKvIsNotDemoted) {
   RecordingTiers tiers;
   EngineOptions options;
   options.tiers = &tiers;
-  options.kv.budget_bytes =
-      Engine::LayoutFor(*model_, model_, options.kv).n_layer * int64_t{2} * 16 *
-      model_->config().kv_dim() * 4 * 30;  // 30 blocks: the second batch evicts the first's
+  const int64_t block_bytes = Engine::LayoutFor(*model_, model_, options.kv).n_layer *
+                              int64_t{2} * 16 * model_->config().kv_dim() * 4;
+  options.kv.budget_bytes = 30 * block_bytes;  // the second batch evicts the first's
   std::unique_ptr<Engine> eng = MakeSelfDrafting(*model_, 1, options);
   // One conversation alone proposes, so its blocks hold the draft's KV;
   // four together do not, so theirs lack it; four more evict them all.

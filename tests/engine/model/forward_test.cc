@@ -37,8 +37,9 @@ class Harness {
   // Runs tokens of several sequences in one batch; returns their logits rows
   // (every token's row), but for the parts `kv_only` marks, which compute
   // their KV alone.
-  std::vector<std::vector<float>> Run(const std::vector<std::pair<int, std::vector<int32_t>>>& parts,
-                                      const std::vector<bool>& kv_only = {}) {
+  std::vector<std::vector<float>> Run(
+      const std::vector<std::pair<int, std::vector<int32_t>>>& parts,
+      const std::vector<bool>& kv_only = {}) {
     std::vector<BatchChunk> chunks;
     std::vector<std::vector<int32_t>> positions;
     positions.reserve(parts.size());  // the chunks' spans point into it
