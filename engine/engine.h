@@ -297,13 +297,13 @@ class Engine final : public StepEngine, private TierPromoter {
   // the same tokens and any it is behind on (Sequence::draft_lag), in as
   // many passes as its step bound takes, so its KV keeps up with the
   // model's; a drafting chunk's proposals are then filled in by the draft's
-  // greedy picks, one draft pass per proposal. A decoding sequence that
-  // proposes nothing this step (a busy batch, resting, another method)
-  // computes nothing with the draft (DefersDraft).
+  // greedy picks, one draft pass per proposal. A sequence that proposes
+  // nothing this step (its prompt, unless it is a hand-off's; a busy batch,
+  // resting, another method) computes nothing with the draft (DefersDraft).
   absl::Status RunDraft(const StepPlan& plan);
-  // Whether a decoding sequence that does not propose puts its draft KV off
-  // until it does (or for good): not a SHIFT session's private KV or a
-  // rolling window, whose blocks move or go with the draft's half in them.
+  // Whether a sequence that does not propose puts its draft KV off until it
+  // does (or for good): not a SHIFT session's private KV or a rolling
+  // window, whose blocks move or go with the draft's half in them.
   bool DefersDraft(const Sequence& seq) const;
   // Runs the draft over `tokens` [from, to) at positions from.. into
   // `blocks` (holding the KV of [0, from) already), in passes within its
@@ -418,9 +418,8 @@ class Engine final : public StepEngine, private TierPromoter {
   // What block hashes and snapshots are keyed by: the model's fingerprint,
   // or the model and draft pair's.
   uint64_t kv_fingerprint_;
-  // The draft's chunks and logits requests, reused each step.
+  // The draft's chunks, reused each step.
   std::vector<BatchChunk> draft_chunks_;
-  std::vector<LogitsRequest> draft_requests_;
   // The step's logits requests (the chunks' spans point in) and a host
   // logits row for samplers that need a whole one.
   std::vector<LogitsRequest> requests_;

@@ -295,7 +295,8 @@ absl::Status Engine::RunDraft(const StepPlan& plan) {
       const int32_t n = std::min(g.end - g.next, room);
       const std::span<const BlockId> ids = g.seq->blocks->ids();
       // Two sequences that share a cached block lacking the draft's KV
-      // compute the same values into it: one pass at a time.
+      // compute the same values into it: one pass at a time (the later one
+      // writes them again, as the flags clear only after the passes).
       bool clash = false;
       const size_t shared_before = shared.size();
       for (int32_t b = g.next / bs; b <= (g.next + n - 1) / bs && !clash; ++b) {

@@ -71,8 +71,9 @@ struct Sequence {
   bool drafting = false;
   // A draft model's KV: the last draft_lag of the n_computed slots have none
   // yet (the draft computes them with its next chunk: a sequence that
-  // decodes without proposing puts them off until it proposes, or for good;
-  // full blocks among them are hashed marked BlockPool::draft_missing), and
+  // computes without proposing, a hand-off's prompt aside, puts them off
+  // until it proposes, or for good; full blocks among them are hashed
+  // marked BlockPool::draft_missing), and
   // the slot the draft's KV reaches once this step's draft passes ran
   // (Engine::RunDraft).
   int32_t draft_lag = 0;

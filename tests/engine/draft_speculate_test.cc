@@ -7,7 +7,8 @@
 // decode engine computes none of the prompt's; the cache's blocks (hashes
 // and both models' KV) are those of a run that does not speculate; a draft
 // put off while the batch is busy is computed where it is needed (a later
-// proposal, a prefix export) and its blocks reach the tiers only then; a
+// proposal, two at once on shared blocks, a prefix export) and its blocks
+// reach the tiers only then; a
 // draft of another vocabulary or KV width, and a request for a draft the
 // engine lacks, are refused by name.
 #include <gtest/gtest.h>
@@ -427,6 +428,30 @@ TEST_F(DraftSpeculateTest, ADraftPutOffInABusyBatchIsComputedWhenItIsNeeded) {
                          eng->kv_layout().fingerprint, 0)) {
     EXPECT_TRUE(tiers.stored.contains(h));
   }
+}
+
+// Two sequences that find the same cached blocks without the draft's KV (a
+// request that did not speculate left them) catch up on them in the same
+// step, one draft pass after the other: both propose the draft's real picks.
+TEST_F(DraftSpeculateTest, SequencesSharingBlocksThatLackTheDraftsKvCatchUpTogether) {
+  std::unique_ptr<Engine> eng = MakeSelfDrafting(*model_, 0);
+  GenerationRequest first = LongPrompts(*model_, 8)[1];
+  first.sampling.speculation = Speculation::kOff;
+  const Outcome plain_first = Run(*eng, {first});
+  ASSERT_EQ(plain_first.stats.draft_computed_tokens, 0);
+  GenerationRequest next = first;
+  next.sampling.speculation = Speculation::kDefault;
+  next.max_tokens = 32;
+  const Outcome both = Run(*eng, {next, next});
+  const Outcome want = Run(*Make(false, false), {next, next});
+  ExpectSame(both, want);
+  const int64_t proposed = both.stats.spec_draft_proposed;
+  const int64_t kept = both.stats.spec_draft_accepted;
+  EXPECT_GT(proposed, 32);
+  EXPECT_GE(kept * 10, proposed * 9) << kept << " of " << proposed;
+  // Each computed the cached blocks' draft KV (the second in a later pass).
+  const auto cached = static_cast<int64_t>(next.prompt.size() - 1) / 16 * 16;
+  EXPECT_GE(both.stats.draft_computed_tokens, 2 * cached);
 }
 
 // A block evicted while it lacks the draft's KV is not demoted: the tiers
