@@ -81,9 +81,9 @@ for round in $(seq "$rounds"); do
     for shape in "${loads[@]}"; do
       read -r clients prompt shared <<<"$shape"
       seed=$((seed + 1))
-      args=(--concurrency "$clients" --requests "$((clients * 2))" --prompt-tokens "$prompt"
-            --shared-prefix-tokens "$shared" --max-tokens 64 --seed "$seed"
-            --prefix-seed $((1000 + seed)))
+      # The load's shape; its prompts and prefixes come from the seeds after it.
+      shape_args=(--concurrency "$clients" --requests "$((clients * 2))" --prompt-tokens "$prompt"
+                  --shared-prefix-tokens "$shared" --max-tokens 64)
       case "$service" in
         tandem) start_tandem; target=(--addr "$addr") ;;
         aggregated) start_tandem --mode aggregated; target=(--addr "$addr") ;;
@@ -111,11 +111,11 @@ for round in $(seq "$rounds"); do
           target=(--http-addr "$http" --vocab-size "$vocab" --http-body "$llama_body") ;;
       esac
       if [ "${WARMUP:-0}" = 1 ]; then
-        "$bin/tandem-load" "${target[@]}" --concurrency "$clients" --requests "$((clients * 2))" \
-          --prompt-tokens "$prompt" --shared-prefix-tokens "$shared" --max-tokens 64 \
-          --seed $((seed + 100000)) --prefix-seed $((seed + 200000)) >/dev/null
+        "$bin/tandem-load" "${target[@]}" "${shape_args[@]}" --seed $((seed + 100000)) \
+          --prefix-seed $((seed + 200000)) >/dev/null
       fi
-      line=$("$bin/tandem-load" "${target[@]}" "${args[@]}" | tail -n 1)
+      line=$("$bin/tandem-load" "${target[@]}" "${shape_args[@]}" --seed "$seed" \
+        --prefix-seed $((1000 + seed)) | tail -n 1)
       stop
       line="{\"service\": \"$service\", ${line#\{}"
       echo "$line" | tee -a "$out"

@@ -41,6 +41,16 @@ constexpr const char* kPrompts[] = {
 
 using Outcome = testing::SpecOutcome;
 
+// An engine on `model` with `options`, and `draft` (if any) beside it.
+std::unique_ptr<Engine> CreateEngine(const Model& model, const Model* draft,
+                                     const EngineOptions& options) {
+  DraftModel d;
+  if (draft != nullptr) d = {.model = draft, .backend = testing::MakeTestBackend(2)};
+  auto eng = Engine::Create(model, testing::MakeTestBackend(2), options, std::move(d));
+  EXPECT_TRUE(eng.ok()) << eng.status();
+  return eng.ok() ? std::move(*eng) : nullptr;
+}
+
 class DraftSpeculateTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -77,11 +87,7 @@ class DraftSpeculateTest : public ::testing::Test {
     options.speculation.max_batch = 0;
     // Propose whatever it costs: what is proposed must not hang on timings.
     options.speculation.min_gain = 0;
-    DraftModel draft;
-    if (with_draft) draft = {.model = draft_, .backend = testing::MakeTestBackend(2)};
-    auto eng = Engine::Create(*model_, testing::MakeTestBackend(2), options, std::move(draft));
-    EXPECT_TRUE(eng.ok()) << eng.status();
-    return eng.ok() ? std::move(*eng) : nullptr;
+    return CreateEngine(*model_, with_draft ? draft_ : nullptr, options);
   }
 
   static Outcome Drain(Engine& eng, const std::vector<int64_t>& ids) {
@@ -179,16 +185,12 @@ TEST_F(DraftSpeculateTest, ADraftThatDoesNotPayRests) {
   for (GenerationRequest& r : rs) r.ignore_eos = true;
   const Outcome always = Run(*Make(true, true), rs);
   // A gain above the 1 + k tokens a step can yield.
-  std::unique_ptr<Engine> eng = [&] {
-    EngineOptions o;
-    o.speculation.draft = true;
-    o.speculation.max_batch = 0;
-    o.speculation.min_gain = 8;
-    auto e = Engine::Create(*model_, testing::MakeTestBackend(2), o,
-                            {.model = draft_, .backend = testing::MakeTestBackend(2)});
-    EXPECT_TRUE(e.ok()) << e.status();
-    return std::move(*e);
-  }();
+  EngineOptions o;
+  o.speculation.draft = true;
+  o.speculation.max_batch = 0;
+  o.speculation.min_gain = 8;
+  std::unique_ptr<Engine> eng = CreateEngine(*model_, draft_, o);
+  ASSERT_NE(eng, nullptr);
   const Outcome rests = Run(*eng, rs);
   ExpectSame(rests, always);
   // 4 sequences x 160 tokens: the first drafting steps, then a probe of
@@ -369,10 +371,7 @@ std::unique_ptr<Engine> MakeSelfDrafting(const Model& model, int32_t max_batch,
   options.speculation.draft = true;
   options.speculation.max_batch = max_batch;
   options.speculation.min_gain = 0;
-  auto e = Engine::Create(model, testing::MakeTestBackend(2), options,
-                          {.model = &model, .backend = testing::MakeTestBackend(2)});
-  EXPECT_TRUE(e.ok()) << e.status();
-  return e.ok() ? std::move(*e) : nullptr;
+  return CreateEngine(model, &model, options);
 }
 
 // Four conversations whose prompts fill a block or more.
