@@ -136,7 +136,10 @@ class DecodeService::DecodeCall final : public grpc::ServerWriteReactor<tandem::
          .token_ids = std::move(held_tokens),
          .cache_salt = request.cache_salt(),
          .deadline = std::min(limit, client),
-         .stall_timeout = service_->options_.fetch_stall_timeout},
+         .stall_timeout = service_->options_.fetch_stall_timeout,
+         .draft_tokens = request.has_draft_kv_tokens()
+                             ? std::optional<int32_t>(request.draft_kv_tokens())
+                             : std::nullopt},
         [weak](kvtransfer::FetchResult result) {
           if (std::shared_ptr<DecodeCall> call = weak.lock()) call->OnFetched(std::move(result));
         });
@@ -366,6 +369,11 @@ absl::Status DecodeService::Validate(const tandem::v1::DecodeRequest& r) const {
   const int held = r.prompt_token_ids_size() + r.generated_token_ids_size();
   if (r.num_blocks() < 1 || r.num_blocks() > held) {
     return absl::InvalidArgumentError(absl::StrCat("num_blocks: ", r.num_blocks(),
+                                                   " is out of range for ", held,
+                                                   " prompt and generated tokens"));
+  }
+  if (r.has_draft_kv_tokens() && (r.draft_kv_tokens() < 0 || r.draft_kv_tokens() > held)) {
+    return absl::InvalidArgumentError(absl::StrCat("draft_kv_tokens: ", r.draft_kv_tokens(),
                                                    " is out of range for ", held,
                                                    " prompt and generated tokens"));
   }

@@ -177,6 +177,12 @@ void Engine::TrimProposals(StepPlan& plan) {
   }
 }
 
+bool Engine::DraftKvWanted() const {
+  const EngineOptions::Speculation& o = options_.speculation;
+  if (draft_.model == nullptr || !o.draft) return false;  // not its default method
+  return o.max_batch <= 0 || scheduler_.num_running() + scheduler_.num_waiting() < o.max_batch;
+}
+
 bool Engine::DefersDraft(const Sequence& seq) const {
   return !seq.request.private_kv && seq.request.roll_window == 0;
 }
@@ -257,13 +263,15 @@ absl::Status Engine::RunDraft(const StepPlan& plan) {
     const int32_t end = seq.drafting ? c.start + 1 : c.start + c.count;
     // Drafting, the passes below reach the last proposal's slot.
     seq.draft_end = seq.drafting ? c.start + seq.n_proposed : end;
-    if (!seq.drafting && !seq.request.export_kv && DefersDraft(seq)) {
+    const bool ships_draft = seq.request.export_kv && !seq.request.export_without_draft;
+    if (!seq.drafting && !ships_draft && DefersDraft(seq)) {
       // A sequence that proposes nothing this step (its prompt, or a decode
       // step at a busy batch, resting after rejected proposals, speculating
       // otherwise) computes nothing with the draft: its next proposal's
       // first pass catches up, and if none comes, the blocks are shared
       // marked as lacking the draft's KV (HashFullBlocks). A hand-off's
-      // prompt (export_kv) ships with the draft's KV.
+      // prompt (export_kv) ships with the draft's KV unless the decode side
+      // will not propose with it (export_without_draft).
       seq.draft_end = from;
       continue;
     }

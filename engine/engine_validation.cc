@@ -132,6 +132,10 @@ absl::Status Engine::ValidateShape(const KvSnapshot& kv) const {
                                                      kv_->block_bytes()));
     }
   }
+  if (kv.draft_tokens.has_value() && (*kv.draft_tokens < 0 || *kv.draft_tokens > kv.n_tokens)) {
+    return absl::InvalidArgumentError(absl::StrCat("kv.draft_tokens ", *kv.draft_tokens,
+                                                   " is out of range [0, ", kv.n_tokens, "]"));
+  }
   return absl::OkStatus();
 }
 

@@ -237,6 +237,14 @@ CallEnv GenerationService::MakeCallEnv() {
                 metrics_.decode_stream_capacity.Set(static_cast<double>(streams));
                 return streams;
               },
+          .decode_wants_draft_kv =
+              [this] {
+                for (int i = 0; i < decode_.size(); ++i) {
+                  if (!decode_.active(i) || !decode_.reachable(i)) continue;
+                  if (subscriber_->DraftKvWanted(kDecodeSlotBase + i).value_or(true)) return true;
+                }
+                return false;
+              },
           .unavailable_wait = options_.unavailable_wait,
           .progress_timeout = options_.progress_timeout,
           .progress_floor = options_.progress_floor,

@@ -140,6 +140,9 @@ class PrefillService::PrefillCall final : public grpc::ServerUnaryReactor,
     response_->set_num_blocks(held->num_blocks);
     response_->set_num_tokens(first.kv->n_tokens);
     response_->set_cached_prompt_tokens(first.cached_tokens);
+    if (first.kv->draft_tokens.has_value()) {
+      response_->set_draft_kv_tokens(*first.kv->draft_tokens);
+    }
     for (const engine::BlockHash& h : held->full_block_hashes) {
       rpc::BlockHashToProto(h, response_->add_block_hashes());
     }

@@ -27,6 +27,7 @@ engine::GenerationRequest EngineRequestFromProto(const tandem::v1::PrefillReques
   r.max_tokens = static_cast<int32_t>(r.generated.size()) + 1;
   r.ignore_eos = true;
   r.export_kv = true;
+  r.export_without_draft = request.skip_draft_kv();
   return r;
 }
 

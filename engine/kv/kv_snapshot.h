@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -85,6 +86,11 @@ struct KvSnapshot {
   // Blocks first_block .. ceil(n_tokens / block_size) - 1, each in the
   // engine's block layout ([layer][k|v][slot][kv_dim]) and size.
   std::vector<KvBlockBytes> blocks;
+  // With a draft model beside the model (a pair's layout): positions
+  // [0, draft_tokens) hold the draft's KV too; the draft's half of the
+  // blocks past it is unwritten, and the receiver computes it when it
+  // proposes. Unset: every position holds it.
+  std::optional<int32_t> draft_tokens = std::nullopt;
 };
 
 }  // namespace tandem::engine

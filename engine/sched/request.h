@@ -41,6 +41,11 @@ struct GenerationRequest : SamplingRequest {
   // finishing TokenEvent's `kv` before the blocks are freed (prefill side
   // of a disaggregated request).
   bool export_kv = false;
+  // An export_kv sequence whose hand-off need not carry a draft model's KV
+  // (the decode side will not propose with the draft at once): its draft is
+  // put off as any other sequence's, and the snapshot says how far the
+  // draft's KV reaches (KvSnapshot::draft_tokens).
+  bool export_without_draft = false;
   // Tokens already generated for this request elsewhere (a stream resumed
   // on another worker): they follow the prompt, are computed with it, count
   // against max_tokens, and the sampler skips the draws that made them, so
@@ -153,6 +158,12 @@ struct EngineStats {
   // Tokens the draft model computed KV for (prompts and output; not those
   // that came computed with a hand-off, a pulled prefix or the cache).
   int64_t draft_computed_tokens = 0;
+  // A hand-off admitted now would propose with the draft model from its
+  // first step: the engine has one, speculates with it by default, and runs
+  // fewer sequences (with those waiting) than its speculation's max_batch.
+  // Gateways ask prefill workers for the draft's KV only while some decode
+  // worker wants it (BlockEventBatch.draft_kv_wanted).
+  bool draft_kv_wanted = false;
   // Under an inter-token latency target (EngineOptions::itl_target_s): the
   // most tokens the last step could hold and the most sequences it could
   // run (0: no target).

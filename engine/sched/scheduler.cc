@@ -177,13 +177,16 @@ bool Scheduler::AdmitImport(Sequence& seq, StepPlan& plan) {
     return false;
   }
   seq.import_from_block = seq.n_cached / block_size_;
-  // The imported blocks hold both models' KV; a cached block before them
-  // that lacks the draft's has the draft compute from there.
-  const bool draft_lags = seq.draft_lag > 0;
-  const int32_t draft_end = seq.n_computed - seq.draft_lag;
+  // The draft's KV reaches to the first cached block that lacks it, else as
+  // far as the import's does (KvSnapshot::draft_tokens; a cached block
+  // before the imported ones holds it all the same).
+  const int32_t draft_end =
+      seq.draft_lag > 0
+          ? seq.n_computed - seq.draft_lag
+          : std::max(seq.n_computed, std::min(kv.draft_tokens.value_or(kv.n_tokens), kv.n_tokens));
   if (prefix) seq.n_cached = kv.n_tokens;
   seq.n_computed = kv.n_tokens;
-  seq.draft_lag = draft_lags ? seq.n_computed - draft_end : 0;
+  seq.draft_lag = seq.n_computed - draft_end;
   plan.imported.push_back(seq.id);
   return true;
 }

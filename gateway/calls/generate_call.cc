@@ -180,6 +180,17 @@ void GenerateCall::StartPrefill() {
       prefill_pick_ = std::move(pick);
       prefill_ctx_ = ChildContext();
       ++prefill_attempt_no_;
+      // A draft model's KV for the prompt (workers with one compute it with
+      // the model's) only where decode will propose with it: a request that
+      // asks for the draft, or names no method while some decode worker
+      // would use it now. Otherwise a decode worker that does propose later
+      // computes it itself (DecodeRequest.draft_kv_tokens).
+      const engine::Speculation method = request_.sampling.speculation;
+      const bool draft_kv =
+          method == engine::Speculation::kDraft ||
+          (method == engine::Speculation::kDefault &&
+           (env_.decode_wants_draft_kv == nullptr || env_.decode_wants_draft_kv()));
+      prefill_request_.set_skip_draft_kv(!draft_kv);
       prefill_attempt_ = attempt =
           new PrefillAttempt(shared_from_this(), prefill_ctx_,
                              env_.channels->Get(prefill_address_), prefill_request_);

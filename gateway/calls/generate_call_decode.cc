@@ -123,6 +123,7 @@ void GenerateCall::StartDecode() {
         req.set_lease_id(prefill_.lease_id());
         req.set_num_blocks(prefill_.num_blocks());
         *req.mutable_block_hashes() = prefill_.block_hashes();
+        if (prefill_.has_draft_kv_tokens()) req.set_draft_kv_tokens(prefill_.draft_kv_tokens());
       }
       *req.mutable_generated_token_ids() = prefill_request_.generated_token_ids();
       req.set_session_id(turn_.session_id);

@@ -242,6 +242,7 @@ bool BlockEventSubscriber::OnBatch(int worker, const tandem::v1::BlockEventBatch
     s.kv_capacity_blocks = batch.kv_capacity_blocks();
     s.max_context = batch.max_context();
     s.stream_capacity = std::max(batch.stream_capacity(), 0);
+    s.draft_kv_wanted = batch.draft_kv_wanted();
     s.block_size = std::max(batch.block_size(), 1);
     s.entries->Set(static_cast<double>(index_.entries_of(worker)));
     hashes_.Set(static_cast<double>(index_.hashes()));
@@ -336,6 +337,13 @@ int32_t BlockEventSubscriber::StreamCapacity(int slot) const {
   const auto it = slots_.find(slot);
   if (it == slots_.end() || !it->second.synced || !it->second.active) return 0;
   return it->second.stream_capacity;
+}
+
+std::optional<bool> BlockEventSubscriber::DraftKvWanted(int slot) const {
+  absl::MutexLock lock(&mu_);
+  const auto it = slots_.find(slot);
+  if (it == slots_.end() || !it->second.synced || !it->second.active) return std::nullopt;
+  return it->second.draft_kv_wanted;
 }
 
 void BlockEventSubscriber::Suspect(int slot) {

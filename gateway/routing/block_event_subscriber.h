@@ -10,6 +10,7 @@
 #define TANDEM_GATEWAY_ROUTING_BLOCK_EVENT_SUBSCRIBER_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -87,6 +88,10 @@ class BlockEventSubscriber {
   // (BlockEventBatch.stream_capacity); 0 when it sets no bound of its own or
   // its stream is not synced.
   int32_t StreamCapacity(int slot) const;
+  // Whether the worker in `slot` wants a draft model's KV with its hand-offs
+  // now, as it last reported (BlockEventBatch.draft_kv_wanted); nullopt
+  // while its stream is not synced.
+  std::optional<bool> DraftKvWanted(int slot) const;
   // Waits until `worker`'s stream has applied a snapshot (or `timeout`).
   bool AwaitSynced(int worker, absl::Duration timeout) const;
   // Waits until `worker`'s stream has applied batch `sequence` of `epoch`
@@ -111,6 +116,7 @@ class BlockEventSubscriber {
     int32_t block_size = 1;
     int32_t max_context = 0;
     int32_t stream_capacity = 0;
+    bool draft_kv_wanted = false;
     prometheus::Gauge* entries = nullptr;
   };
 

@@ -296,6 +296,7 @@ void KvFetcher::Transfer::Finish() {
     } else {
       absl::StatusOr<engine::KvSnapshot> kv = std::move(decoder_).Finish();
       if (kv.ok()) {
+        kv->draft_tokens = request_.draft_tokens;
         result.kv = std::make_shared<const engine::KvSnapshot>(std::move(*kv));
       } else {
         result.kv = kv.status();

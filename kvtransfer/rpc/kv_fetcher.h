@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ struct FetchRequest {
   // transfer. The holder streams from memory, so a healthy one is never
   // silent this long.
   absl::Duration stall_timeout = absl::InfiniteDuration();
+  // How far a draft model's KV reaches in them, as the holder said
+  // (engine::KvSnapshot::draft_tokens; unset: all of it).
+  std::optional<int32_t> draft_tokens = std::nullopt;
 };
 
 struct FetchResult {

@@ -32,14 +32,17 @@ constexpr char kRepetitive[] =
 
 // `prompt` through the stack (two top logprobs, greedy or sampled with
 // `seed`), expected to stream what the engine gives without speculation.
-Completion GenerateLikeTheEngine(Stack& stack, const engine::Model& model, const char* prompt,
-                                 int32_t max_tokens, float temperature, uint64_t seed) {
+Completion GenerateLikeTheEngine(
+    Stack& stack, const engine::Model& model, const char* prompt, int32_t max_tokens,
+    float temperature, uint64_t seed,
+    tandem::v1::Speculation speculation = tandem::v1::SPECULATION_DEFAULT) {
   tandem::v1::GenerateRequest req;
   req.set_prompt(prompt);
   req.set_max_tokens(max_tokens);
   req.set_top_logprobs(2);
   req.mutable_sampling()->set_temperature(temperature);
   req.mutable_sampling()->set_seed(seed);
+  req.mutable_sampling()->set_speculation(speculation);
   const Completion c = Generate(stack.gateway(), req);
   if (!c.status.ok()) return c;
   engine::GenerationRequest r;
@@ -217,6 +220,57 @@ TEST(SpeculationTest, ADraftModelsKvShipsWithTheHandOff) {
   const std::string computed = "tandem_speculative_draft_computed_tokens_total";
   EXPECT_GE(MetricValue(prefill, computed), static_cast<double>(prompt_tokens));
   EXPECT_LE(MetricValue(decode, computed), static_cast<double>(generated + proposed));
+  EXPECT_TRUE(stack->Stop());
+}
+
+// A prefill worker computes a prompt's draft KV only for a decode worker
+// that will propose with the draft: here the decode worker's default is
+// prompt lookup, so it says it wants none (BlockEventBatch.draft_kv_wanted)
+// and the gateway asks for none, except for a request that asks for the
+// draft by name. Streams are unchanged either way.
+TEST(SpeculationTest, ThePrefillWorkerComputesTheDraftsKvOnlyWhereItIsUsed) {
+  const std::string draft = ::testing::TempDir() + "/tandem_e2e_stories_q4_0_wanted.gguf";
+  ASSERT_TRUE(engine::QuantizeModel(StoriesPath(), draft, engine::QuantMix::kQ4_0).ok());
+  StackOptions options;
+  options.model = StoriesPath();
+  options.worker_flags = {"--draft-model=" + draft};
+  options.decode_flags = {"--speculative=prompt-lookup", "--spec-min-gain=0"};
+  options.gateway_flags = {"--local-prefill-tokens=0"};
+  std::unique_ptr<Stack> stack = Stack::Start(options);
+  ASSERT_NE(stack, nullptr);
+  auto model = engine::Model::Load(StoriesPath());
+  ASSERT_TRUE(model.ok());
+  const std::string& decode = stack->decode_info().metrics_address;
+  const std::string& prefill = stack->prefill_info().metrics_address;
+  const std::string computed = "tandem_speculative_draft_computed_tokens_total";
+  // The gateway has heard what the decode worker wants (until then it asks
+  // for the draft's KV).
+  ASSERT_TRUE(stack->AwaitGatewaySynced());
+
+  // No method named, and off: the prefill worker's draft computes nothing.
+  for (const tandem::v1::Speculation method :
+       {tandem::v1::SPECULATION_DEFAULT, tandem::v1::SPECULATION_OFF}) {
+    const Completion c = GenerateLikeTheEngine(
+        *stack, **model,
+        method == tandem::v1::SPECULATION_OFF ? kRepetitive : "Tom had a red ball.", 24, 0.0f, 1,
+        method);
+    ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  }
+  EXPECT_EQ(MetricValue(prefill, computed), 0);
+  EXPECT_EQ(MetricValue(decode, computed), 0);
+
+  // The draft by name: its KV ships with the hand-off, and the decode
+  // worker proposes with it from its first step.
+  const Completion c = GenerateLikeTheEngine(
+      *stack, **model, "Once upon a time, there was a little girl named Lily.", 48, 0.0f, 1,
+      tandem::v1::SPECULATION_DRAFT);
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  EXPECT_GT(c.usage.speculative_accepted_tokens(), 0);
+  EXPECT_GE(MetricValue(prefill, computed),
+            static_cast<double>(c.usage.prompt_tokens() - c.usage.cached_prompt_tokens()));
+  EXPECT_LE(MetricValue(decode, computed),
+            static_cast<double>(c.tokens.size()) + c.usage.speculative_proposed_tokens());
+  EXPECT_GT(MetricValue(decode, "tandem_speculative_accepted_tokens_total{method=\"draft\"}"), 0);
   EXPECT_TRUE(stack->Stop());
 }
 

@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -517,6 +519,110 @@ TEST_F(DraftSpeculateTest, APulledPrefixHoldsTheDraftsKvItsHolderPutOff) {
   EXPECT_EQ(got.stats.spec_draft_proposed, whole.stats.spec_draft_proposed);
   EXPECT_GE(got.stats.spec_draft_accepted * 10, got.stats.spec_draft_proposed * 9);
   EXPECT_EQ(whole.stats.draft_computed_tokens - got.stats.draft_computed_tokens, exported);
+}
+
+// A hand-off exported without the draft's KV (its decode side was not to
+// propose: export_without_draft) says so, and a decoder that proposes after
+// all computes the draft's KV first, from where the snapshot's ends (or its
+// own cached blocks', on a delta transfer), so its proposals are the
+// draft's real picks.
+TEST_F(DraftSpeculateTest, AHandOffWithoutTheDraftsKvHasItsDecoderComputeIt) {
+  const GenerationRequest base = LongPrompts(*model_, 32)[2];
+  const auto n_prompt = static_cast<int32_t>(base.prompt.size());
+  std::unique_ptr<Engine> prefill = MakeSelfDrafting(*model_, 0);
+  const auto hand_off = [&](const GenerationRequest& r, bool without_draft) {
+    GenerationRequest p = r;
+    p.export_kv = true;
+    p.export_without_draft = without_draft;
+    p.max_tokens = 1;
+    EXPECT_TRUE(prefill->Add(p).ok());
+    std::pair<SampledToken, std::shared_ptr<const KvSnapshot>> out;
+    while (prefill->HasWork()) {
+      auto step = prefill->Step();
+      EXPECT_TRUE(step.ok()) << step.status();
+      if (!step.ok()) break;
+      for (TokenEvent& e : step->tokens) out = {e.token, e.kv};
+    }
+    return out;
+  };
+  const auto [first, kv] = hand_off(base, true);
+  ASSERT_NE(kv, nullptr);
+  EXPECT_EQ(prefill->stats().draft_computed_tokens, 0);
+  EXPECT_EQ(kv->draft_tokens, std::optional<int32_t>(0));
+
+  const Outcome plain = Run(*Make(false, false), {base});
+  std::unique_ptr<Engine> decode = MakeSelfDrafting(*model_, 0);
+  auto id = decode->AddWithKv(base, first, kv);
+  ASSERT_TRUE(id.ok()) << id.status();
+  Outcome got = Drain(*decode, {*id});
+  got.tokens[0].insert(got.tokens[0].begin(), first);
+  ExpectSame(got, plain);
+  EXPECT_GT(got.stats.spec_draft_proposed, 16);
+  EXPECT_GE(got.stats.spec_draft_accepted * 10, got.stats.spec_draft_proposed * 9)
+      << got.stats.spec_draft_accepted << " of " << got.stats.spec_draft_proposed;
+  EXPECT_GE(got.stats.draft_computed_tokens, n_prompt);
+
+  // The same prompt handed off with the draft's KV: the prefill engine
+  // computes it now (its cached blocks lacked it), the snapshot says
+  // nothing, and the decoder computes exactly the prompt's fewer tokens.
+  const auto [first2, full] = hand_off(base, false);
+  ASSERT_NE(full, nullptr);
+  EXPECT_EQ(prefill->stats().draft_computed_tokens, n_prompt);
+  EXPECT_EQ(full->draft_tokens, std::nullopt);
+  std::unique_ptr<Engine> decode2 = MakeSelfDrafting(*model_, 0);
+  id = decode2->AddWithKv(base, first2, full);
+  ASSERT_TRUE(id.ok()) << id.status();
+  const Outcome shipped = Drain(*decode2, {*id});
+  EXPECT_EQ(shipped.stats.spec_draft_proposed, got.stats.spec_draft_proposed);
+  EXPECT_EQ(got.stats.draft_computed_tokens - shipped.stats.draft_computed_tokens, n_prompt);
+
+  // A delta transfer to a decoder whose cache holds the leading blocks with
+  // the draft's KV (it ran the prompt itself): the draft computes from the
+  // first fetched block on.
+  const int32_t held = (n_prompt - 1) / 16;
+  ASSERT_GT(held, 0);
+  auto delta = std::make_shared<KvSnapshot>(*kv);
+  delta->first_block = held;
+  delta->blocks.erase(delta->blocks.begin(), delta->blocks.begin() + held);
+  const int64_t before = decode2->stats().draft_computed_tokens;
+  id = decode2->AddWithKv(base, first, delta);
+  ASSERT_TRUE(id.ok()) << id.status();
+  Outcome again = Drain(*decode2, {*id});
+  again.tokens[0].insert(again.tokens[0].begin(), first);
+  ExpectSame(again, plain);
+  // The engine's counts are since its start: the first run's included.
+  const int64_t proposed = again.stats.spec_draft_proposed - shipped.stats.spec_draft_proposed;
+  const int64_t kept = again.stats.spec_draft_accepted - shipped.stats.spec_draft_accepted;
+  EXPECT_EQ(proposed, shipped.stats.spec_draft_proposed);
+  EXPECT_GE(kept * 10, proposed * 9) << kept << " of " << proposed;
+  // The output's draft KV as in the first run, and the fetched blocks'.
+  EXPECT_EQ(again.stats.draft_computed_tokens - before,
+            shipped.stats.draft_computed_tokens + (n_prompt - held * 16));
+
+  // A snapshot whose draft's KV would reach past its positions is refused.
+  auto past = std::make_shared<KvSnapshot>(*kv);
+  past->draft_tokens = n_prompt + 1;
+  auto refused = decode2->AddWithKv(base, first, past);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("kv.draft_tokens"), std::string::npos);
+}
+
+// A decoding engine wants a draft's KV with its hand-offs while a new one
+// would propose with the draft at once: the draft is its default method and
+// its sequences (running and waiting) are fewer than max_batch.
+TEST_F(DraftSpeculateTest, AnEngineWantsTheDraftsKvWhileItWouldPropose) {
+  EXPECT_TRUE(Make(true, true)->stats().draft_kv_wanted);  // max_batch 0: any batch
+  EXPECT_FALSE(Make(true, false)->stats().draft_kv_wanted);
+  EXPECT_FALSE(Make(false, false)->stats().draft_kv_wanted);
+  std::unique_ptr<Engine> eng = MakeSelfDrafting(*model_, 2);
+  EXPECT_TRUE(eng->stats().draft_kv_wanted);
+  ASSERT_TRUE(eng->Add(Request(kPrompts[0], 4)).ok());
+  EXPECT_TRUE(eng->stats().draft_kv_wanted);
+  ASSERT_TRUE(eng->Add(Request(kPrompts[1], 4)).ok());
+  EXPECT_FALSE(eng->stats().draft_kv_wanted);
+  while (eng->HasWork()) ASSERT_TRUE(eng->Step().ok());
+  EXPECT_TRUE(eng->stats().draft_kv_wanted);
 }
 
 TEST_F(DraftSpeculateTest, ADraftOfAnotherVocabularyOrKvWidthIsRefused) {
