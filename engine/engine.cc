@@ -544,7 +544,7 @@ EngineStats Engine::stats() const {
       .spec_draft_proposed = spec_draft_proposed_,
       .spec_draft_accepted = spec_draft_accepted_,
       .draft_computed_tokens = draft_computed_tokens_,
-      .draft_kv_wanted = DraftKvWanted(),
+      .draft_kv_room = DraftKvRoom(),
       .itl_step_tokens = options_.itl_target_s > 0 ? itl_.budget().max_tokens : 0,
       .itl_max_running = options_.itl_target_s > 0 ? itl_.budget().max_running : 0,
   };

@@ -305,8 +305,8 @@ class Engine final : public StepEngine, private TierPromoter {
   // does (or for good): not a SHIFT session's private KV or a rolling
   // window, whose blocks move or go with the draft's half in them.
   bool DefersDraft(const Sequence& seq) const;
-  // EngineStats::draft_kv_wanted.
-  bool DraftKvWanted() const;
+  // EngineStats::draft_kv_room.
+  int32_t DraftKvRoom() const;
   // Runs the draft over `tokens` [from, to) at positions from.. into
   // `blocks` (holding the KV of [0, from) already), in passes within its
   // step bound; marks the hashed blocks it fills as holding the draft's KV.

@@ -177,10 +177,11 @@ void Engine::TrimProposals(StepPlan& plan) {
   }
 }
 
-bool Engine::DraftKvWanted() const {
+int32_t Engine::DraftKvRoom() const {
   const EngineOptions::Speculation& o = options_.speculation;
-  if (draft_.model == nullptr || !o.draft) return false;  // not its default method
-  return o.max_batch <= 0 || scheduler_.num_running() + scheduler_.num_waiting() < o.max_batch;
+  if (draft_.model == nullptr || !o.draft) return 0;  // not its default method
+  if (o.max_batch <= 0) return -1;
+  return std::max(0, o.max_batch - scheduler_.num_running() - scheduler_.num_waiting());
 }
 
 bool Engine::DefersDraft(const Sequence& seq) const {

@@ -1,6 +1,7 @@
 #include "gateway/generation_service.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
@@ -239,11 +240,20 @@ CallEnv GenerationService::MakeCallEnv() {
               },
           .decode_wants_draft_kv =
               [this] {
+                // The decode workers' room for hand-offs they would propose
+                // for (one not heard from yet: any), against this
+                // gateway's prompts in prefill now, this one's included:
+                // each is a hand-off soon.
+                int64_t room = 0;
                 for (int i = 0; i < decode_.size(); ++i) {
                   if (!decode_.active(i) || !decode_.reachable(i)) continue;
-                  if (subscriber_->DraftKvWanted(kDecodeSlotBase + i).value_or(true)) return true;
+                  const std::optional<int32_t> r = subscriber_->DraftKvRoom(kDecodeSlotBase + i);
+                  if (!r.has_value() || *r < 0) return true;
+                  room += *r;
                 }
-                return false;
+                int64_t prefilling = 0;
+                for (int i = 0; i < prefill_.size(); ++i) prefilling += prefill_.in_flight(i);
+                return prefilling <= room;
               },
           .unavailable_wait = options_.unavailable_wait,
           .progress_timeout = options_.progress_timeout,

@@ -134,7 +134,7 @@ tandem::v1::BlockEventBatch BlockEventPublisher::NewBatchLocked() const {
   b.set_kv_capacity_blocks(options_.kv_capacity_blocks);
   b.set_max_context(options_.max_context);
   b.set_stream_capacity(stream_capacity_);
-  b.set_draft_kv_wanted(draft_kv_wanted_);
+  b.set_draft_kv_room(draft_kv_room_);
   b.set_produced_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
   return b;
 }
@@ -161,15 +161,14 @@ void BlockEventPublisher::SetStreamCapacity(int32_t streams) {
   SendLoadChangeLocked();
 }
 
-void BlockEventPublisher::SetDraftKvWanted(bool wanted) {
+void BlockEventPublisher::SetDraftKvRoom(int32_t room) {
   absl::MutexLock lock(&mu_);
-  draft_kv_wanted_ = wanted;
+  draft_kv_room_ = room;
   SendLoadChangeLocked();
 }
 
 void BlockEventPublisher::SendLoadChangeLocked() {
-  const bool changed =
-      stream_capacity_ != sent_capacity_ || draft_kv_wanted_ != sent_draft_kv_wanted_;
+  const bool changed = stream_capacity_ != sent_capacity_ || draft_kv_room_ != sent_draft_kv_room_;
   if (!changed || absl::Now() - last_batch_ < kCapacityInterval) return;
   SendLocked(NewDeltaLocked());
 }
@@ -184,7 +183,7 @@ tandem::v1::BlockEventBatch BlockEventPublisher::NewDeltaLocked() {
   ++sequence_;
   last_batch_ = absl::Now();
   sent_capacity_ = stream_capacity_;
-  sent_draft_kv_wanted_ = draft_kv_wanted_;
+  sent_draft_kv_room_ = draft_kv_room_;
   return NewBatchLocked();
 }
 

@@ -52,10 +52,10 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackServic
   // batch went out for kCapacityInterval (so a bound that moves every step
   // costs a few batches a second, not one a step).
   void SetStreamCapacity(int32_t streams);
-  // Whether the worker wants a draft model's KV with its hand-offs now
-  // (BlockEventBatch.draft_kv_wanted), after every engine step; sent as
+  // The hand-offs the worker has room to propose for with its draft now
+  // (BlockEventBatch.draft_kv_room), after every engine step; sent as
   // SetStreamCapacity's value is.
-  void SetDraftKvWanted(bool wanted);
+  void SetDraftKvRoom(int32_t room);
   static constexpr absl::Duration kCapacityInterval = absl::Milliseconds(100);
   // Ends every subscription (OK: the worker is going away) and refuses new
   // ones (UNAVAILABLE), so a server shutdown need not wait for them.
@@ -85,7 +85,7 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackServic
 
   // A batch numbered sequence_ with the worker's fields, no events.
   tandem::v1::BlockEventBatch NewBatchLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A batch of its own for a changed stream capacity or draft_kv_wanted,
+  // A batch of its own for a changed stream capacity or draft_kv_room,
   // once no batch went out for kCapacityInterval.
   void SendLoadChangeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next delta batch (its sequence number taken), events to be added.
@@ -104,8 +104,8 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackServic
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;  // the last batch published
   int32_t stream_capacity_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t sent_capacity_ ABSL_GUARDED_BY(mu_) = 0;  // what the last batch carried
-  bool draft_kv_wanted_ ABSL_GUARDED_BY(mu_) = false;
-  bool sent_draft_kv_wanted_ ABSL_GUARDED_BY(mu_) = false;
+  int32_t draft_kv_room_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t sent_draft_kv_room_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_batch_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::vector<Subscription*> subscriptions_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

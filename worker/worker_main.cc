@@ -89,7 +89,7 @@ absl::StatusOr<Worker> StartWorker(
   BlockEventPublisher* publisher = w.block_events.get();
   // Before any step: the snapshot a gateway gets first carries it.
   publisher->SetStreamCapacity(StreamCapacity(eng->stats()));
-  publisher->SetDraftKvWanted(eng->stats().draft_kv_wanted);
+  publisher->SetDraftKvRoom(eng->stats().draft_kv_room);
   TieredKvStore* tiers = w.tiers.get();
   tiers->AttachSink(
       [publisher](std::span<const engine::BlockEvent> events) { publisher->Publish(events); });
@@ -101,7 +101,7 @@ absl::StatusOr<Worker> StartWorker(
         if (metrics) metrics(stats, out, took);
         publisher->Publish(out.blocks);
         publisher->SetStreamCapacity(StreamCapacity(stats));
-        publisher->SetDraftKvWanted(stats.draft_kv_wanted);
+        publisher->SetDraftKvRoom(stats.draft_kv_room);
         tiers->PublishPending();
       });
   return w;

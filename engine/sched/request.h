@@ -158,12 +158,13 @@ struct EngineStats {
   // Tokens the draft model computed KV for (prompts and output; not those
   // that came computed with a hand-off, a pulled prefix or the cache).
   int64_t draft_computed_tokens = 0;
-  // A hand-off admitted now would propose with the draft model from its
-  // first step: the engine has one, speculates with it by default, and runs
-  // fewer sequences (with those waiting) than its speculation's max_batch.
-  // Gateways ask prefill workers for the draft's KV only while some decode
-  // worker wants it (BlockEventBatch.draft_kv_wanted).
-  bool draft_kv_wanted = false;
+  // Hand-offs the engine could admit now and still propose for with the
+  // draft model from their first step: its speculation's max_batch less
+  // its running and waiting sequences (at least 0), -1 for any number
+  // (max_batch 0), 0 without a draft or when the draft is not its default
+  // method. Gateways ask prefill workers for the draft's KV only while the
+  // decode workers have room (BlockEventBatch.draft_kv_room).
+  int32_t draft_kv_room = 0;
   // Under an inter-token latency target (EngineOptions::itl_target_s): the
   // most tokens the last step could hold and the most sequences it could
   // run (0: no target).

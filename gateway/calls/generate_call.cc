@@ -182,9 +182,9 @@ void GenerateCall::StartPrefill() {
       ++prefill_attempt_no_;
       // A draft model's KV for the prompt (workers with one compute it with
       // the model's) only where decode will propose with it: a request that
-      // asks for the draft, or names no method while some decode worker
-      // would use it now. Otherwise a decode worker that does propose later
-      // computes it itself (DecodeRequest.draft_kv_tokens).
+      // asks for the draft, or names no method while the decode workers
+      // have room to propose for it. Otherwise a decode worker that does
+      // propose later computes it itself (DecodeRequest.draft_kv_tokens).
       const engine::Speculation method = request_.sampling.speculation;
       const bool draft_kv =
           method == engine::Speculation::kDraft ||

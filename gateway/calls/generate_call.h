@@ -98,10 +98,12 @@ struct CallEnv {
   // capacity): a request past it is refused before any work, never after
   // its first token.
   std::function<int64_t()> decode_capacity;
-  // Whether some decode worker would propose with its draft model for a
-  // hand-off now, or might (its stream not synced): a request that names no
-  // speculation method has its prefill worker compute the prompt's draft KV
-  // only then (PrefillRequest.skip_draft_kv). Null: always.
+  // Whether the decode workers have room for this request's hand-off to
+  // propose with their draft model from its first step: their reported room
+  // (BlockEventBatch.draft_kv_room; any, for one not heard from) covers
+  // this gateway's prompts in prefill. A request that names no speculation
+  // method has its prefill worker compute the prompt's draft KV only then
+  // (PrefillRequest.skip_draft_kv). Null: always.
   std::function<bool()> decode_wants_draft_kv;
   // When every prefill worker tried was unavailable, the request waits and
   // tries them all again, for this long in all (a worker restarting).

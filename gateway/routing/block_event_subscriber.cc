@@ -242,7 +242,7 @@ bool BlockEventSubscriber::OnBatch(int worker, const tandem::v1::BlockEventBatch
     s.kv_capacity_blocks = batch.kv_capacity_blocks();
     s.max_context = batch.max_context();
     s.stream_capacity = std::max(batch.stream_capacity(), 0);
-    s.draft_kv_wanted = batch.draft_kv_wanted();
+    s.draft_kv_room = std::max(batch.draft_kv_room(), -1);
     s.block_size = std::max(batch.block_size(), 1);
     s.entries->Set(static_cast<double>(index_.entries_of(worker)));
     hashes_.Set(static_cast<double>(index_.hashes()));
@@ -339,11 +339,11 @@ int32_t BlockEventSubscriber::StreamCapacity(int slot) const {
   return it->second.stream_capacity;
 }
 
-std::optional<bool> BlockEventSubscriber::DraftKvWanted(int slot) const {
+std::optional<int32_t> BlockEventSubscriber::DraftKvRoom(int slot) const {
   absl::MutexLock lock(&mu_);
   const auto it = slots_.find(slot);
   if (it == slots_.end() || !it->second.synced || !it->second.active) return std::nullopt;
-  return it->second.draft_kv_wanted;
+  return it->second.draft_kv_room;
 }
 
 void BlockEventSubscriber::Suspect(int slot) {

@@ -88,10 +88,10 @@ class BlockEventSubscriber {
   // (BlockEventBatch.stream_capacity); 0 when it sets no bound of its own or
   // its stream is not synced.
   int32_t StreamCapacity(int slot) const;
-  // Whether the worker in `slot` wants a draft model's KV with its hand-offs
-  // now, as it last reported (BlockEventBatch.draft_kv_wanted); nullopt
-  // while its stream is not synced.
-  std::optional<bool> DraftKvWanted(int slot) const;
+  // The hand-offs the worker in `slot` has room to propose for with its
+  // draft model now, as it last reported (BlockEventBatch.draft_kv_room; -1:
+  // any number); nullopt while its stream is not synced.
+  std::optional<int32_t> DraftKvRoom(int slot) const;
   // Waits until `worker`'s stream has applied a snapshot (or `timeout`).
   bool AwaitSynced(int worker, absl::Duration timeout) const;
   // Waits until `worker`'s stream has applied batch `sequence` of `epoch`
@@ -116,7 +116,7 @@ class BlockEventSubscriber {
     int32_t block_size = 1;
     int32_t max_context = 0;
     int32_t stream_capacity = 0;
-    bool draft_kv_wanted = false;
+    int32_t draft_kv_room = 0;
     prometheus::Gauge* entries = nullptr;
   };
 

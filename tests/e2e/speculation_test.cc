@@ -225,7 +225,7 @@ TEST(SpeculationTest, ADraftModelsKvShipsWithTheHandOff) {
 
 // A prefill worker computes a prompt's draft KV only for a decode worker
 // that will propose with the draft: here the decode worker's default is
-// prompt lookup, so it says it wants none (BlockEventBatch.draft_kv_wanted)
+// prompt lookup, so it has no room for it (BlockEventBatch.draft_kv_room)
 // and the gateway asks for none, except for a request that asks for the
 // draft by name. Streams are unchanged either way.
 TEST(SpeculationTest, ThePrefillWorkerComputesTheDraftsKvOnlyWhereItIsUsed) {

@@ -608,21 +608,22 @@ TEST_F(DraftSpeculateTest, AHandOffWithoutTheDraftsKvHasItsDecoderComputeIt) {
   EXPECT_NE(refused.status().message().find("kv.draft_tokens"), std::string::npos);
 }
 
-// A decoding engine wants a draft's KV with its hand-offs while a new one
-// would propose with the draft at once: the draft is its default method and
-// its sequences (running and waiting) are fewer than max_batch.
-TEST_F(DraftSpeculateTest, AnEngineWantsTheDraftsKvWhileItWouldPropose) {
-  EXPECT_TRUE(Make(true, true)->stats().draft_kv_wanted);  // max_batch 0: any batch
-  EXPECT_FALSE(Make(true, false)->stats().draft_kv_wanted);
-  EXPECT_FALSE(Make(false, false)->stats().draft_kv_wanted);
+// A decoding engine's room for hand-offs it would propose for with its
+// draft from their first step: max_batch less its running and waiting
+// sequences, while the draft is its default method.
+TEST_F(DraftSpeculateTest, AnEnginesRoomForTheDraftsKvIsItsBatchBound) {
+  EXPECT_EQ(Make(true, true)->stats().draft_kv_room, -1);  // max_batch 0: any number
+  EXPECT_EQ(Make(true, false)->stats().draft_kv_room, 0);
+  EXPECT_EQ(Make(false, false)->stats().draft_kv_room, 0);
   std::unique_ptr<Engine> eng = MakeSelfDrafting(*model_, 2);
-  EXPECT_TRUE(eng->stats().draft_kv_wanted);
+  EXPECT_EQ(eng->stats().draft_kv_room, 2);
   ASSERT_TRUE(eng->Add(Request(kPrompts[0], 4)).ok());
-  EXPECT_TRUE(eng->stats().draft_kv_wanted);
+  EXPECT_EQ(eng->stats().draft_kv_room, 1);
   ASSERT_TRUE(eng->Add(Request(kPrompts[1], 4)).ok());
-  EXPECT_FALSE(eng->stats().draft_kv_wanted);
+  ASSERT_TRUE(eng->Add(Request(kPrompts[2], 4)).ok());
+  EXPECT_EQ(eng->stats().draft_kv_room, 0);
   while (eng->HasWork()) ASSERT_TRUE(eng->Step().ok());
-  EXPECT_TRUE(eng->stats().draft_kv_wanted);
+  EXPECT_EQ(eng->stats().draft_kv_room, 2);
 }
 
 TEST_F(DraftSpeculateTest, ADraftOfAnotherVocabularyOrKvWidthIsRefused) {

@@ -132,36 +132,36 @@ TEST(BlockEventSubscriberTest, AWorkersStreamCapacityReachesTheGateway) {
   EXPECT_EQ(sub.resyncs(), 0);
 }
 
-// Whether a worker wants a draft model's KV with its hand-offs
-// (BlockEventPublisher::SetDraftKvWanted) reaches the gateway as its stream
+// A worker's room for hand-offs it would propose for with its draft
+// (BlockEventPublisher::SetDraftKvRoom) reaches the gateway as its stream
 // capacity does: in the snapshot, with the next events, and alone once no
 // batch went out for kCapacityInterval. Unknown until the stream is synced.
-TEST(BlockEventSubscriberTest, AWorkersWishForTheDraftsKvReachesTheGateway) {
+TEST(BlockEventSubscriberTest, AWorkersRoomForTheDraftsKvReachesTheGateway) {
   prometheus::Registry registry;
   Worker w(registry);
-  w.publisher.SetDraftKvWanted(true);
+  w.publisher.SetDraftKvRoom(8);
   BlockIndex index;
   rpc::ChannelCache channels;
   BlockEventSubscriber sub(index, channels, {w.server.address}, registry);
-  EXPECT_EQ(sub.DraftKvWanted(1), std::nullopt);  // no such worker
+  EXPECT_EQ(sub.DraftKvRoom(1), std::nullopt);  // no such worker
   ASSERT_TRUE(sub.AwaitApplied(0, w.publisher.epoch(), w.publisher.sequence(), kWait));
-  EXPECT_EQ(sub.DraftKvWanted(0), true);
+  EXPECT_EQ(sub.DraftKvRoom(0), 8);
 
-  w.publisher.SetDraftKvWanted(false);
+  w.publisher.SetDraftKvRoom(0);
   w.publisher.Publish(Stored({7}));
   ASSERT_TRUE(sub.AwaitApplied(0, w.publisher.epoch(), w.publisher.sequence(), kWait));
-  EXPECT_EQ(sub.DraftKvWanted(0), false);
+  EXPECT_EQ(sub.DraftKvRoom(0), 0);
 
   const uint64_t before = w.publisher.sequence();
   const absl::Time deadline = absl::Now() + kWait;
   while (w.publisher.sequence() == before && absl::Now() < deadline) {
-    w.publisher.SetDraftKvWanted(true);
+    w.publisher.SetDraftKvRoom(-1);  // any number
     absl::SleepFor(worker::BlockEventPublisher::kCapacityInterval / 10);
   }
   ASSERT_EQ(w.publisher.sequence(), before + 1);
   ASSERT_TRUE(sub.AwaitApplied(0, w.publisher.epoch(), before + 1, kWait));
-  EXPECT_EQ(sub.DraftKvWanted(0), true);
-  w.publisher.SetDraftKvWanted(true);  // unchanged: no batch
+  EXPECT_EQ(sub.DraftKvRoom(0), -1);
+  w.publisher.SetDraftKvRoom(-1);  // unchanged: no batch
   EXPECT_EQ(w.publisher.sequence(), before + 1);
   EXPECT_EQ(sub.resyncs(), 0);
 }
