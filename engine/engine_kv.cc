@@ -142,8 +142,9 @@ std::shared_ptr<const KvSnapshot> Engine::Export(const Sequence& seq) {
   kv->n_tokens = seq.n_computed;
   // A draft put off (export_without_draft, or cached blocks that lack its
   // KV) reaches only so far: the receiver computes the rest.
-  if (draft_.model != nullptr && seq.draft_lag > 0)
+  if (draft_.model != nullptr && seq.draft_lag > 0) {
     kv->draft_tokens = seq.n_computed - seq.draft_lag;
+  }
   const int32_t n_blocks = (seq.n_computed + kv->block_size - 1) / kv->block_size;
   // The bytes are read with the step's other blocks (ReadStepBlocks).
   const auto ids = std::span<const BlockId>(seq.blocks->ids()).subspan(0, n_blocks);
