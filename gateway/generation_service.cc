@@ -240,20 +240,14 @@ CallEnv GenerationService::MakeCallEnv() {
               },
           .decode_wants_draft_kv =
               [this] {
-                // The decode workers' room for hand-offs they would propose
-                // for (one not heard from yet: any), against this
-                // gateway's prompts in prefill now, this one's included:
-                // each is a hand-off soon.
-                int64_t room = 0;
+                std::vector<std::optional<int32_t>> rooms;
                 for (int i = 0; i < decode_.size(); ++i) {
                   if (!decode_.active(i) || !decode_.reachable(i)) continue;
-                  const std::optional<int32_t> r = subscriber_->DraftKvRoom(kDecodeSlotBase + i);
-                  if (!r.has_value() || *r < 0) return true;
-                  room += *r;
+                  rooms.push_back(subscriber_->DraftKvRoom(kDecodeSlotBase + i));
                 }
                 int64_t prefilling = 0;
                 for (int i = 0; i < prefill_.size(); ++i) prefilling += prefill_.in_flight(i);
-                return prefilling <= room;
+                return DecodeRoomForDraftKv(rooms, prefilling);
               },
           .unavailable_wait = options_.unavailable_wait,
           .progress_timeout = options_.progress_timeout,

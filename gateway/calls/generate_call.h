@@ -15,24 +15,26 @@
 #ifndef TANDEM_GATEWAY_CALLS_GENERATE_CALL_H_
 #define TANDEM_GATEWAY_CALLS_GENERATE_CALL_H_
 
-#include <memory>
-#include <string>
-#include <vector>
-
 #include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gateway/calls/call_phase.h"
-#include "gateway/gateway_metrics.h"
 #include "gateway/calls/token_emitter.h"
+#include "gateway/calls/validated_request.h"
+#include "gateway/gateway_metrics.h"
 #include "gateway/routing/admission_queue.h"
 #include "gateway/routing/kv_budget.h"
 #include "gateway/routing/kv_router.h"
-#include "gateway/calls/validated_request.h"
 #include "gateway/routing/worker_pace.h"
 #include "gateway/routing/worker_picker.h"
 #include "kvtransfer/rpc/lease_keeper.h"
@@ -69,6 +71,14 @@ class LiveCalls {
 };
 
 enum class WorkerRole { kPrefill, kDecode };
+
+// Whether the decode workers have room for one more hand-off that proposes
+// with their draft model from its first step (CallEnv::decode_wants_draft_kv):
+// `rooms` as each reachable decode worker last reported it
+// (BlockEventBatch.draft_kv_room; -1: any number; nullopt: not heard from,
+// counted as any), against `prefilling`, this gateway's prompts in prefill
+// (the one asking included), each of which is a hand-off soon.
+bool DecodeRoomForDraftKv(std::span<const std::optional<int32_t>> rooms, int64_t prefilling);
 
 // What a call needs from the service; all outlive the call.
 struct CallEnv {

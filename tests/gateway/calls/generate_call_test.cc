@@ -7,13 +7,14 @@
 #include "gateway/calls/generate_call.h"
 
 #include <gmock/gmock.h>
+#include <grpcpp/alarm.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <deque>
 #include <map>
-
-#include <grpcpp/alarm.h>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -73,6 +74,7 @@ class FakePrefill final : public tandem::v1::Prefill::Service {
     out->mutable_first_token()->set_id(Byte('a'));
     out->set_num_blocks(1);
     out->set_num_tokens(r->prompt_token_ids_size());
+    if (draft_kv_tokens_.has_value()) out->set_draft_kv_tokens(*draft_kv_tokens_);
     return grpc::Status::OK;
   }
   grpc::Status ReleaseKv(grpc::ServerContext*, const tandem::v1::ReleaseKvRequest* r,
@@ -96,6 +98,11 @@ class FakePrefill final : public tandem::v1::Prefill::Service {
   void Stop() {
     absl::MutexLock lock(&mu_);
     stopped_ = true;
+  }
+  // What each response says of a draft model's KV (unset: nothing).
+  void SetDraftKvTokens(std::optional<int32_t> tokens) {
+    absl::MutexLock lock(&mu_);
+    draft_kv_tokens_ = tokens;
   }
   // Each Prefill takes this long (the worker alive and answering probes).
   void SetDelay(absl::Duration d) {
@@ -131,6 +138,7 @@ class FakePrefill final : public tandem::v1::Prefill::Service {
   int probes_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   absl::Duration delay_ ABSL_GUARDED_BY(mu_);
+  std::optional<int32_t> draft_kv_tokens_ ABSL_GUARDED_BY(mu_);
   std::vector<tandem::v1::PrefillRequest> requests_ ABSL_GUARDED_BY(mu_);
   kvtransfer::testing::ReleaseRecorder releases_;
 };
@@ -389,6 +397,42 @@ TEST_F(GenerateCallTest, StreamsPrefillTokenThenDecodeTokens) {
   EXPECT_EQ(r.text, "abc");
   EXPECT_EQ(r.finish, tandem::v1::FINISH_REASON_LENGTH);
   EXPECT_EQ(service_->admission().in_flight(), 0);
+}
+
+// The prompt's draft KV is asked for where decode will propose with the
+// draft: a request naming the draft, or naming no method while the decode
+// workers have room (a worker not heard from, as these fakes, counts as
+// any). Off or prompt lookup named: skipped. How far the lease's draft KV
+// reaches is passed on to the decode worker.
+TEST_F(GenerateCallTest, ThePrefillSkipsTheDraftsKvWhereDecodeWillNotUseIt) {
+  StartGateway(1);
+  prefills_[0]->SetDraftKvTokens(0);
+  const std::pair<tandem::v1::Speculation, bool> cases[] = {
+      {tandem::v1::SPECULATION_OFF, true},
+      {tandem::v1::SPECULATION_PROMPT_LOOKUP, true},
+      {tandem::v1::SPECULATION_DEFAULT, false},
+      {tandem::v1::SPECULATION_DRAFT, false},
+  };
+  for (const auto& [method, skipped] : cases) {
+    decode_.Set({.tokens = {Byte('b')}, .finish = tandem::v1::FINISH_REASON_LENGTH});
+    tandem::v1::GenerateRequest req = Request(2);
+    req.mutable_sampling()->set_speculation(method);
+    const Result r = Generate(req);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(prefills_[0]->requests().back().skip_draft_kv(), skipped) << method;
+    ASSERT_TRUE(decode_.requests().back().has_draft_kv_tokens()) << method;
+    EXPECT_EQ(decode_.requests().back().draft_kv_tokens(), 0) << method;
+  }
+}
+
+TEST(DecodeRoomForDraftKvTest, ThePromptsInPrefillMustFitTheDecodeWorkersRoom) {
+  using Rooms = std::vector<std::optional<int32_t>>;
+  EXPECT_TRUE(DecodeRoomForDraftKv(Rooms{3, 5}, 8));
+  EXPECT_FALSE(DecodeRoomForDraftKv(Rooms{3, 5}, 9));
+  EXPECT_FALSE(DecodeRoomForDraftKv(Rooms{0}, 1));                 // busy, or no draft
+  EXPECT_TRUE(DecodeRoomForDraftKv(Rooms{0, -1}, 100));            // --spec-max-batch 0: any number
+  EXPECT_TRUE(DecodeRoomForDraftKv(Rooms{0, std::nullopt}, 100));  // not heard from
+  EXPECT_FALSE(DecodeRoomForDraftKv(Rooms{}, 1));                  // no decode worker to propose
 }
 
 TEST_F(GenerateCallTest, RetriesPrefillOnAnotherWorkerWhenOneIsUnavailable) {
