@@ -9,13 +9,14 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "decode_worker/decode_service.h"
 #include "engine/engine.h"
 #include "prefill_worker/prefill_service.h"
 #include "rpc/bootstrap.h"
-#include "rpc/convert.h"
 #include "tests/engine/test_backends.h"
 #include "tests/engine/test_models.h"
 
