@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "gateway/calls/choices_call.h"
 #include "gateway/calls/generate_call.h"
+#include "gateway/routing/draft_kv_room.h"
 #include "rpc/status.h"
 #include "rpc/wire_parse.h"
 

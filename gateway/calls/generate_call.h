@@ -19,8 +19,6 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
-#include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -72,14 +70,6 @@ class LiveCalls {
 
 enum class WorkerRole { kPrefill, kDecode };
 
-// Whether the decode workers have room for one more hand-off that proposes
-// with their draft model from its first step (CallEnv::decode_wants_draft_kv):
-// `rooms` as each reachable decode worker last reported it
-// (BlockEventBatch.draft_kv_room; -1: any number; nullopt: not heard from,
-// counted as any), against `prefilling`, this gateway's prompts in prefill
-// (the one asking included), each of which is a hand-off soon.
-bool DecodeRoomForDraftKv(std::span<const std::optional<int32_t>> rooms, int64_t prefilling);
-
 // What a call needs from the service; all outlive the call.
 struct CallEnv {
   const engine::Tokenizer* tokenizer;
@@ -111,9 +101,9 @@ struct CallEnv {
   // Whether the decode workers have room for this request's hand-off to
   // propose with their draft model from its first step: their reported room
   // (BlockEventBatch.draft_kv_room; any, for one not heard from) covers
-  // this gateway's prompts in prefill. A request that names no speculation
-  // method has its prefill worker compute the prompt's draft KV only then
-  // (PrefillRequest.skip_draft_kv). Null: always.
+  // this gateway's prompts in prefill (DecodeRoomForDraftKv). A request that
+  // names no speculation method has its prefill worker compute the prompt's
+  // draft KV only then (PrefillRequest.skip_draft_kv). Null: always.
   std::function<bool()> decode_wants_draft_kv;
   // When every prefill worker tried was unavailable, the request waits and
   // tries them all again, for this long in all (a worker restarting).

@@ -23,6 +23,7 @@
 #include "engine/model/synthetic_model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "gateway/generation_service.h"
+#include "gateway/routing/draft_kv_room.h"
 #include "rpc/admission.h"
 #include "rpc/bootstrap.h"
 #include "tests/engine/test_models.h"
