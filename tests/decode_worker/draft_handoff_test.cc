@@ -17,6 +17,7 @@
 #include "engine/engine.h"
 #include "prefill_worker/prefill_service.h"
 #include "rpc/bootstrap.h"
+#include "tests/e2e/reference.h"
 #include "tests/engine/test_backends.h"
 #include "tests/engine/test_models.h"
 
@@ -120,21 +121,15 @@ class DraftHandOffTest : public ::testing::Test {
     return out;
   }
 
-  // The request on one engine without a draft.
-  std::vector<int32_t> Reference(const std::vector<int32_t>& prompt) const {
-    auto solo = engine::Engine::Create(*model_, engine::testing::MakeTestBackend(1), {});
-    EXPECT_TRUE(solo.ok()) << solo.status();
+  // The request on one engine without a draft (the text tokenized as
+  // Prompt does).
+  std::vector<int32_t> Reference(const char* text) const {
     engine::GenerationRequest r;
-    r.prompt = prompt;
     r.max_tokens = kMaxTokens;  // the first token counts
     r.ignore_eos = true;
-    EXPECT_TRUE((*solo)->Add(r).ok());
     std::vector<int32_t> ids;
-    while ((*solo)->HasWork()) {
-      absl::StatusOr<engine::StepOutput> step = (*solo)->Step();
-      EXPECT_TRUE(step.ok()) << step.status();
-      if (!step.ok()) break;
-      for (const engine::TokenEvent& ev : step->tokens) ids.push_back(ev.token.id);
+    for (const engine::TokenEvent& ev : testing::EngineReference(*model_, text, r)) {
+      ids.push_back(ev.token.id);
     }
     return ids;
   }
@@ -151,8 +146,9 @@ class DraftHandOffTest : public ::testing::Test {
 };
 
 TEST_F(DraftHandOffTest, ASkippedDraftKvIsComputedByTheDecodeWorker) {
-  const std::vector<int32_t> prompt =
-      Prompt("Tom had a red ball. He liked to play with it in the park every day after school.");
+  constexpr char kText[] =
+      "Tom had a red ball. He liked to play with it in the park every day after school.";
+  const std::vector<int32_t> prompt = Prompt(kText);
   const auto n = static_cast<int32_t>(prompt.size());
   const tandem::v1::PrefillResponse prefill = Prefill(prompt, /*skip_draft_kv=*/true);
   ASSERT_TRUE(prefill.has_draft_kv_tokens());
@@ -161,15 +157,16 @@ TEST_F(DraftHandOffTest, ASkippedDraftKvIsComputedByTheDecodeWorker) {
 
   const Decoded got = Decode(prompt, prefill, prefill.draft_kv_tokens());
   ASSERT_TRUE(got.status.ok()) << got.status.error_message();
-  EXPECT_EQ(got.ids, Reference(prompt));
+  EXPECT_EQ(got.ids, Reference(kText));
   EXPECT_GT(got.proposed, 8);
   EXPECT_GE(got.accepted * 10, got.proposed * 9) << got.accepted << " of " << got.proposed;
   EXPECT_GE(decode_loop_->stats().draft_computed_tokens, n);
 }
 
 TEST_F(DraftHandOffTest, TheDraftsKvShipsUnlessSkipped) {
-  const std::vector<int32_t> prompt =
-      Prompt("The sun was hot and the dog was thirsty, so he ran to the lake to drink.");
+  constexpr char kText[] =
+      "The sun was hot and the dog was thirsty, so he ran to the lake to drink.";
+  const std::vector<int32_t> prompt = Prompt(kText);
   const auto n = static_cast<int32_t>(prompt.size());
   const tandem::v1::PrefillResponse prefill = Prefill(prompt, /*skip_draft_kv=*/false);
   EXPECT_FALSE(prefill.has_draft_kv_tokens());
@@ -177,7 +174,7 @@ TEST_F(DraftHandOffTest, TheDraftsKvShipsUnlessSkipped) {
 
   const Decoded got = Decode(prompt, prefill, std::nullopt);
   ASSERT_TRUE(got.status.ok()) << got.status.error_message();
-  EXPECT_EQ(got.ids, Reference(prompt));
+  EXPECT_EQ(got.ids, Reference(kText));
   EXPECT_GE(got.accepted * 10, got.proposed * 9) << got.accepted << " of " << got.proposed;
   // Only the tokens generated and proposed here.
   EXPECT_LE(decode_loop_->stats().draft_computed_tokens, kMaxTokens + got.proposed);

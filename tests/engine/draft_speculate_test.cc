@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -104,6 +105,23 @@ class DraftSpeculateTest : public ::testing::Test {
       ids.push_back(id.ok() ? *id : -1);
     }
     return Drain(eng, ids);
+  }
+
+  // `request` prefilled on `prefill` for a hand-off (export_kv, one token):
+  // the first token and the exported KV.
+  static std::pair<SampledToken, std::shared_ptr<const KvSnapshot>> HandOff(
+      Engine& prefill, GenerationRequest request) {
+    request.export_kv = true;
+    request.max_tokens = 1;
+    EXPECT_TRUE(prefill.Add(std::move(request)).ok());
+    std::pair<SampledToken, std::shared_ptr<const KvSnapshot>> out;
+    while (prefill.HasWork()) {
+      auto step = prefill.Step();
+      EXPECT_TRUE(step.ok()) << step.status();
+      if (!step.ok()) break;
+      for (TokenEvent& e : step->tokens) out = {e.token, e.kv};
+    }
+    return out;
   }
 
   static void ExpectSame(const Outcome& got, const Outcome& want) {
@@ -247,20 +265,7 @@ TEST_F(DraftSpeculateTest, TheDraftsKvComesWithTheHandOffAndIsNotRecomputed) {
   const auto n_prompt = static_cast<int64_t>(base.prompt.size());
   // Prefill: the prompt through both models, exported with the first token.
   std::unique_ptr<Engine> prefill = Make(true, false);
-  GenerationRequest p = base;
-  p.export_kv = true;
-  p.max_tokens = 1;
-  ASSERT_TRUE(prefill->Add(p).ok());
-  std::shared_ptr<const KvSnapshot> kv;
-  SampledToken first;
-  while (prefill->HasWork()) {
-    auto step = prefill->Step();
-    ASSERT_TRUE(step.ok()) << step.status();
-    for (TokenEvent& e : step->tokens) {
-      first = e.token;
-      kv = e.kv;
-    }
-  }
+  const auto [first, kv] = HandOff(*prefill, base);
   ASSERT_NE(kv, nullptr);
   EXPECT_EQ(prefill->stats().draft_computed_tokens, n_prompt);
   EXPECT_EQ(kv->n_layer, model_->config().n_layer + draft_->config().n_layer);
@@ -530,22 +535,9 @@ TEST_F(DraftSpeculateTest, AHandOffWithoutTheDraftsKvHasItsDecoderComputeIt) {
   const GenerationRequest base = LongPrompts(*model_, 32)[2];
   const auto n_prompt = static_cast<int32_t>(base.prompt.size());
   std::unique_ptr<Engine> prefill = MakeSelfDrafting(*model_, 0);
-  const auto hand_off = [&](const GenerationRequest& r, bool without_draft) {
-    GenerationRequest p = r;
-    p.export_kv = true;
-    p.export_without_draft = without_draft;
-    p.max_tokens = 1;
-    EXPECT_TRUE(prefill->Add(p).ok());
-    std::pair<SampledToken, std::shared_ptr<const KvSnapshot>> out;
-    while (prefill->HasWork()) {
-      auto step = prefill->Step();
-      EXPECT_TRUE(step.ok()) << step.status();
-      if (!step.ok()) break;
-      for (TokenEvent& e : step->tokens) out = {e.token, e.kv};
-    }
-    return out;
-  };
-  const auto [first, kv] = hand_off(base, true);
+  GenerationRequest without_draft = base;
+  without_draft.export_without_draft = true;
+  const auto [first, kv] = HandOff(*prefill, without_draft);
   ASSERT_NE(kv, nullptr);
   EXPECT_EQ(prefill->stats().draft_computed_tokens, 0);
   EXPECT_EQ(kv->draft_tokens, std::optional<int32_t>(0));
@@ -565,7 +557,7 @@ TEST_F(DraftSpeculateTest, AHandOffWithoutTheDraftsKvHasItsDecoderComputeIt) {
   // The same prompt handed off with the draft's KV: the prefill engine
   // computes it now (its cached blocks lacked it), the snapshot says
   // nothing, and the decoder computes exactly the prompt's fewer tokens.
-  const auto [first2, full] = hand_off(base, false);
+  const auto [first2, full] = HandOff(*prefill, base);
   ASSERT_NE(full, nullptr);
   EXPECT_EQ(prefill->stats().draft_computed_tokens, n_prompt);
   EXPECT_EQ(full->draft_tokens, std::nullopt);
