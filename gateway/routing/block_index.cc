@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <utility>
 
 #include "common/check.h"
 #include "rpc/convert.h"
@@ -25,23 +26,53 @@ int ShardShift(int shards) {
 
 }  // namespace
 
+class ABSL_SCOPED_LOCKABLE BlockIndex::WriteLock {
+ public:
+  explicit WriteLock(Shard& shard) ABSL_EXCLUSIVE_LOCK_FUNCTION(shard.lock) : shard_(shard) {
+    shard_.lock.Lock();
+  }
+  ~WriteLock() ABSL_UNLOCK_FUNCTION() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    shard_.limbo.Collect();
+    shard_.lock.Unlock();
+  }
+  WriteLock(const WriteLock&) = delete;
+  WriteLock& operator=(const WriteLock&) = delete;
+
+ private:
+  Shard& shard_;
+};
+
+template <typename F>
+void BlockIndex::ReadShard(const Shard& shard, F&& read) {
+  shard.lock.Read([&] { read(shard.TableForReaders()); });
+}
+
 BlockIndex::BlockIndex(const BlockIndexOptions& options)
     : options_(options),
       shard_shift_(ShardShift(options.shards)),
       shards_(new Shard[static_cast<size_t>(options.shards)]),
-      entries_of_id_(new std::atomic<int64_t>[HolderTable::kMaxId + 1]()) {}
+      entries_of_id_(new std::atomic<int64_t>[HolderTable::kMaxId + 1]()) {
+  for (int i = 0; i < options.shards; ++i) {
+    Shard& shard = shards_[i];
+    WriteLock lock(shard);
+    shard.limbo.Attach(&reclaimer_);
+    shard.table.set_limbo(&shard.limbo);
+  }
+}
 
 BlockIndex::~BlockIndex() = default;
 
-BlockIndex::Shard& BlockIndex::ShardOf(uint64_t key) const {
+BlockIndex::Shard& BlockIndex::ShardOf(HolderTable::Mixed key) const {
   // A shift by 64 (one shard) is undefined, hence the branch.
-  const uint64_t s = shard_shift_ >= 64 ? 0 : HolderTable::Mix(key) >> shard_shift_;
+  const uint64_t s = shard_shift_ >= 64 ? 0 : key.v >> shard_shift_;
   return shards_[s];
 }
 
-void BlockIndex::Prefetch(uint64_t key) const {
+void BlockIndex::Prefetch(HolderTable::Mixed key) const {
   // Unlocked by design: HolderTable::Prefetch reads only atomics.
-  ShardOf(key).table.Prefetch(key);
+  const Shard& shard = ShardOf(key);
+  shard.table.Prefetch(key);
+  shard.lock.Prefetch();
 }
 
 BlockIndex::WorkerState& BlockIndex::StateOf(int worker) {
@@ -94,41 +125,50 @@ bool BlockIndex::EvictLocked(Shard& shard, Tally& tally) {
   return true;
 }
 
+void BlockIndex::EndPrediction(Shard& shard, uint64_t key, uint16_t id) {
+  auto it = shard.predicted.find(key);
+  if (it == shard.predicted.end()) return;
+  auto& v = it->second;
+  const size_t before = v.size();
+  v.erase(std::remove_if(v.begin(), v.end(), [id](const Prediction& p) { return p.id == id; }),
+          v.end());
+  shard.CountPredictions(key, -static_cast<int64_t>(before - v.size()));
+  predicted_count_.fetch_sub(static_cast<int64_t>(before - v.size()), std::memory_order_relaxed);
+  if (v.empty()) shard.predicted.erase(it);
+}
+
 void BlockIndex::Add(uint16_t id, uint64_t key, int tier, Tally& tally) {
   Shard& shard = ShardOf(key);
-  absl::MutexLock lock(&shard.mu);
-  if (shard.MayBePredicted(key)) {  // the worker's report ends its prediction
-    if (auto it = shard.predicted.find(key); it != shard.predicted.end()) {
-      auto& v = it->second;
-      const size_t before = v.size();
-      v.erase(std::remove_if(v.begin(), v.end(), [id](const Prediction& p) { return p.id == id; }),
-              v.end());
-      shard.CountPredictions(key, -static_cast<int64_t>(before - v.size()));
-      predicted_count_.fetch_sub(static_cast<int64_t>(before - v.size()),
-                                 std::memory_order_relaxed);
-      if (v.empty()) shard.predicted.erase(it);
+  {
+    WriteLock lock(shard);
+    const size_t keys = shard.table.size();
+    const bool fresh = shard.table.Add(key, id, tier);
+    if (fresh) {
+      ++tally.entries;
+      ++tally.of_id;
+      tally.hashes += static_cast<int64_t>(shard.table.size() - keys);
+    }
+    if (fresh && !EvictLocked(shard, tally)) {
+      // Full of blocks still in use: the new entry is the one not kept
+      // (unless the hand took it already).
+      const size_t before = shard.table.size();
+      if (shard.table.Remove(key, id, tier)) {
+        --tally.entries;
+        --tally.of_id;
+        tally.hashes -= static_cast<int64_t>(before - shard.table.size());
+        dropped_.fetch_add(1, std::memory_order_relaxed);
+      }
     }
   }
-  const size_t keys = shard.table.size();
-  if (!shard.table.Add(key, id, tier)) return;
-  ++tally.entries;
-  ++tally.of_id;
-  tally.hashes += static_cast<int64_t>(shard.table.size() - keys);
-  if (EvictLocked(shard, tally)) return;
-  // Full of blocks still in use: the new entry is the one not kept (unless
-  // the hand took it already).
-  const size_t before = shard.table.size();
-  if (shard.table.Remove(key, id, tier)) {
-    --tally.entries;
-    --tally.of_id;
-    tally.hashes -= static_cast<int64_t>(before - shard.table.size());
-    dropped_.fetch_add(1, std::memory_order_relaxed);
+  if (shard.MayBePredicted(HolderTable::MixKey(key))) {  // the report ends its prediction
+    absl::MutexLock lock(&shard.predicted_mu);
+    EndPrediction(shard, key, id);
   }
 }
 
 void BlockIndex::Remove(uint16_t id, uint64_t key, int tier, Tally& tally) {
   Shard& shard = ShardOf(key);
-  absl::MutexLock lock(&shard.mu);
+  WriteLock lock(shard);
   const size_t keys = shard.table.size();
   if (!shard.table.Remove(key, id, tier)) return;
   --tally.entries;
@@ -153,11 +193,14 @@ void BlockIndex::Clear(uint16_t id) {
   const int64_t had = entries_of_id_[id].load(std::memory_order_relaxed);
   for (int s = 0; s < options_.shards; ++s) {
     Shard& shard = shards_[s];
-    absl::MutexLock lock(&shard.mu);
-    const size_t keys = shard.table.size();
-    if (removed < had) removed += shard.table.RemoveWorker(id, had - removed);
-    hashes_.fetch_sub(static_cast<int64_t>(keys - shard.table.size()),
-                      std::memory_order_relaxed);
+    if (removed < had) {
+      WriteLock lock(shard);
+      const size_t keys = shard.table.size();
+      removed += shard.table.RemoveWorker(id, had - removed);
+      hashes_.fetch_sub(static_cast<int64_t>(keys - shard.table.size()),
+                        std::memory_order_relaxed);
+    }
+    absl::MutexLock lock(&shard.predicted_mu);
     int64_t predictions = 0;
     for (auto it = shard.predicted.begin(); it != shard.predicted.end();) {
       auto& v = it->second;
@@ -203,15 +246,21 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
   const uint16_t id = IdOf(w);
   if (id == 0) return;
   const absl::Time now = absl::Now();
+  const Reclaimer::ReadSection reading(reclaimer_);
   constexpr size_t kAhead = 8;  // slots loaded ahead, as in OverlapAll
-  for (size_t j = 0; j < std::min(kAhead, chain.size()); ++j) Prefetch(KeyOf(chain[j]));
+  for (size_t j = 0; j < std::min(kAhead, chain.size()); ++j) {
+    Prefetch(HolderTable::MixKey(KeyOf(chain[j])));
+  }
   for (size_t j = 0; j < chain.size(); ++j) {
-    if (j + kAhead < chain.size()) Prefetch(KeyOf(chain[j + kAhead]));
+    if (j + kAhead < chain.size()) Prefetch(HolderTable::MixKey(KeyOf(chain[j + kAhead])));
     const uint64_t key = KeyOf(chain[j]);
-    Shard& shard = ShardOf(key);
-    absl::MutexLock lock(&shard.mu);
+    const HolderTable::Mixed mixed = HolderTable::MixKey(key);
+    Shard& shard = ShardOf(mixed);
+    bool held = false;
+    ReadShard(shard, [&](const HolderTable& table) { held = table.HoldsConcurrent(mixed, id); });
+    absl::MutexLock lock(&shard.predicted_mu);
     PruneLocked(shard, now);
-    if (shard.table.Holds(key, id)) continue;
+    if (held) continue;
     absl::InlinedVector<Prediction, 1>& v = shard.predicted[key];
     auto p = std::find_if(v.begin(), v.end(), [id](const Prediction& x) { return x.id == id; });
     if (p != v.end()) {
@@ -255,7 +304,7 @@ BlockIndex::Applied BlockIndex::Apply(int worker, const tandem::v1::BlockEventBa
     // Slots are loaded a few events ahead (see OverlapAll).
     constexpr int kAhead = 4;
     auto prefetch = [&](const auto& list, int i) {
-      if (i < list.size()) Prefetch(list[i].low());
+      if (i < list.size()) Prefetch(HolderTable::MixKey(list[i].low()));
     };
     for (int i = 0; i < batch.stored_size(); ++i) {
       prefetch(batch.stored(), i + kAhead);
@@ -357,48 +406,62 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   auto has = [](const uint64_t* bits, uint16_t id) { return (bits[id / 64] >> (id % 64)) & 1; };
   const bool predicting = with_predictions && predicted_count_.load(std::memory_order_relaxed) > 0;
   // A block's holders are two cache misses away (its slot, then a spilled
-  // set), and the shard locks between blocks would keep the misses one at a
-  // time: slots are loaded kSlotsAhead blocks ahead, and spilled sets
-  // (whose address is in the slot) kHoldersAhead, once the index is past
-  // options_.prefetch_spills_from entries.
-  constexpr size_t kSlotsAhead = 8, kHoldersAhead = 4;
+  // set), one after the other: slots are loaded kSlotsAhead blocks ahead,
+  // and spilled sets (whose address is in the slot) kHoldersAhead, once the
+  // index is past options_.prefetch_spills_from entries.
+  // Before the slot, its shard's table header (where the slot array is),
+  // kShardsAhead blocks ahead.
+  constexpr size_t kShardsAhead = 16, kSlotsAhead = 8, kHoldersAhead = 4;
   const bool prefetch_spills =
       entries_.load(std::memory_order_relaxed) >= options_.prefetch_spills_from;
+  // The chain's keys mixed once, for the stages ahead and the walk.
+  thread_local std::vector<HolderTable::Mixed> mixed;
+  mixed.clear();
+  for (const engine::BlockHash& h : chain) mixed.push_back(HolderTable::MixKey(KeyOf(h)));
+  auto prefetch_shard = [&](size_t j) {
+    if (j < chain.size()) ShardOf(mixed[j]).table.PrefetchHeader();
+  };
   auto prefetch_slot = [&](size_t j) {
-    if (j < chain.size()) Prefetch(KeyOf(chain[j]));
+    if (j < chain.size()) Prefetch(mixed[j]);
   };
   auto prefetch_holders = [&](size_t j) {
     if (!prefetch_spills || j >= chain.size()) return;
-    const uint64_t key = KeyOf(chain[j]);
-    const Shard& shard = ShardOf(key);
-    absl::ReaderMutexLock lock(&shard.mu);
-    shard.table.PrefetchHolders(key);
+    ShardOf(mixed[j]).TableForReaders().PrefetchHolders(mixed[j]);
   };
+  // Holders in a slower tier than the pool, met while reading a block:
+  // credited once the read is known whole.
+  thread_local std::vector<std::pair<uint16_t, uint8_t>> credits;
   // Words lo..hi-1 hold every worker still running (the rest are 0): past
   // a shared system prompt, few workers are left, so most blocks cost a
   // word or two rather than one per 64 workers asked.
   size_t lo = 0, hi = words;
+  const Reclaimer::ReadSection reading(reclaimer_);
+  for (size_t j = 0; words > 0 && j < kShardsAhead; ++j) prefetch_shard(j);
   for (size_t j = 0; words > 0 && j < kSlotsAhead; ++j) prefetch_slot(j);
   for (size_t j = 0; words > 0 && j < kHoldersAhead; ++j) prefetch_holders(j);
   for (size_t j = 0; words > 0 && j < chain.size(); ++j) {
+    prefetch_shard(j + kShardsAhead);
     prefetch_slot(j + kSlotsAhead);
     prefetch_holders(j + kHoldersAhead);
-    const uint64_t key = KeyOf(chain[j]);
+    const HolderTable::Mixed key = mixed[j];
     const Shard& shard = ShardOf(key);
-    std::fill(next_running + lo, next_running + hi, 0);
-    std::fill(next_reporting + lo, next_reporting + hi, 0);
-    {
-      absl::ReaderMutexLock lock(&shard.mu);
-      shard.table.Visit(
+    // From scratch on every read: ReadShard reads again what a writer
+    // changed meanwhile.
+    ReadShard(shard, [&](const HolderTable& table) {
+      std::fill(next_running + lo, next_running + hi, 0);
+      std::fill(next_reporting + lo, next_reporting + hi, 0);
+      credits.clear();
+      table.VisitConcurrent(
           key,
           [&](std::span<const HolderTable::Holder> list) {
-            for (HolderTable::Holder h : list) {
+            for (const HolderTable::Holder& held : list) {
+              const HolderTable::Holder h = HolderTable::Load(held);
               const uint16_t id = HolderTable::IdOf(h);
               if (id / 64 >= hi || !has(running, id)) continue;
               set(next_running, id);
               if (has(reporting, id)) set(next_reporting, id);
               const int tier = FastestTier(HolderTable::TiersOf(h));
-              if (tier > 0) ++slower[id][static_cast<size_t>(tier)];
+              if (tier > 0) credits.emplace_back(id, static_cast<uint8_t>(tier));
             }
           },
           [&](HolderTable::Bitmap b) {
@@ -408,20 +471,23 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
               next_running[i] = running[i] & any;
               next_reporting[i] = reporting[i] & any;
               // Those not in the pool (rare) are credited by their tier.
-              for (uint64_t off = next_running[i] & ~b.bits[i * HolderTable::kMaxTiers];
+              for (uint64_t off =
+                       next_running[i] & ~HolderTable::Load(b.bits[i * HolderTable::kMaxTiers]);
                    off != 0; off &= off - 1) {
                 const uint16_t id = static_cast<uint16_t>(64 * i + std::countr_zero(off));
-                ++slower[id][static_cast<size_t>(
-                    FastestTier(HolderTable::BitmapTiers(b, id)))];
+                credits.emplace_back(
+                    id, static_cast<uint8_t>(FastestTier(HolderTable::BitmapTiers(b, id))));
               }
             }
           });
-      if (predicting && shard.MayBePredicted(key)) {
-        if (auto it = shard.predicted.find(key); it != shard.predicted.end()) {
-          for (const Prediction& p : it->second) {
-            // Being computed into the worker's pool.
-            if (p.until > now && p.id / 64 < hi && has(running, p.id)) set(next_running, p.id);
-          }
+    });
+    for (const auto& [id, tier] : credits) ++slower[id][tier];
+    if (predicting && shard.MayBePredicted(key)) {
+      absl::MutexLock lock(&shard.predicted_mu);
+      if (auto it = shard.predicted.find(KeyOf(chain[j])); it != shard.predicted.end()) {
+        for (const Prediction& p : it->second) {
+          // Being computed into the worker's pool.
+          if (p.until > now && p.id / 64 < hi && has(running, p.id)) set(next_running, p.id);
         }
       }
     }
@@ -479,9 +545,11 @@ bool BlockIndex::Holds(int worker, const engine::BlockHash& h) const {
     id = w->id.load(std::memory_order_relaxed);
   }
   if (id == 0) return false;
-  const Shard& shard = ShardOf(KeyOf(h));
-  absl::ReaderMutexLock lock(&shard.mu);
-  return shard.table.Holds(KeyOf(h), id);
+  const Reclaimer::ReadSection reading(reclaimer_);
+  bool held = false;
+  const HolderTable::Mixed mixed = HolderTable::MixKey(KeyOf(h));
+  ReadShard(ShardOf(mixed), [&](const HolderTable& table) { held = table.HoldsConcurrent(mixed, id); });
+  return held;
 }
 
 std::optional<BlockHashParams> BlockIndex::params() const {
@@ -511,7 +579,7 @@ int64_t BlockIndex::predicted_entries() const {
 int64_t BlockIndex::table_bytes() const {
   int64_t bytes = 0;
   for (int s = 0; s < options_.shards; ++s) {
-    absl::ReaderMutexLock lock(&shards_[s].mu);
+    WriteLock lock(shards_[s]);
     bytes += static_cast<int64_t>(shards_[s].table.MemoryBytes());
   }
   return bytes;

@@ -10,12 +10,19 @@
 // sharded by block key (the low 64 bits of the 128-bit block hash; a
 // collision there costs one routing choice, never a wrong cache hit, since
 // the worker matches the whole hash), each shard a HolderTable
-// (gateway/routing/holder_table.h) under its own reader/writer lock, so a
-// route waits at most for one shard's writer and only on the block it is
-// reading. A (block, worker) entry is 2 bytes of a holder set, not a map
-// node; workers are numbered compactly (up to 8191 at once). Overlap walks
-// the prompt's blocks once for every worker together, intersecting holder
-// sets, and stops where no candidate holds the block.
+// (gateway/routing/holder_table.h) with its own writers' lock. A (block,
+// worker) entry is 2 bytes of a holder set, not a map node; workers are
+// numbered compactly (up to 8191 at once). Overlap walks the prompt's
+// blocks once for every worker together, intersecting holder sets, and
+// stops where no candidate holds the block.
+//
+// Routes read without a lock, so that they write nothing a writer then
+// has to take back from another core: a shard's writers' lock is also its
+// version (gateway/routing/seq_lock.h), and a walk reads a block's holders
+// again when the version moved while it read them. What a writer frees
+// while a route may be reading it waits in the shard's limbo until no
+// route that began before can still be walking
+// (gateway/routing/reclaimer.h).
 //
 // Memory is bounded by `max_entries` (block, worker) pairs: past it the
 // shard being written evicts, with all its holders, the first block its
@@ -34,9 +41,11 @@
 // prediction. Predictions are bounded by `max_predictions` (and
 // `max_entries`).
 //
-// Thread-safe. Lock order: a worker's own lock, then a shard's or the
-// workers' table lock; never two shards' at once.
-// A reader may see a batch, or a worker's removal, half applied.
+// Thread-safe. Lock order: a worker's own lock, then one of a shard's two
+// (its table's or its predictions'; never both at once) or the workers'
+// table lock; never two shards' at once. A reader may see a batch, or a
+// worker's removal, half applied; a prediction made just as the worker's
+// own report of the block lands may last until its deadline.
 #ifndef TANDEM_GATEWAY_ROUTING_BLOCK_INDEX_H_
 #define TANDEM_GATEWAY_ROUTING_BLOCK_INDEX_H_
 
@@ -57,6 +66,8 @@
 #include "absl/time/time.h"
 #include "engine/kv/block_hash.h"
 #include "gateway/routing/holder_table.h"
+#include "gateway/routing/reclaimer.h"
+#include "gateway/routing/seq_lock.h"
 #include "tandem/v1/worker.pb.h"
 
 namespace tandem::gateway {
@@ -155,34 +166,48 @@ class BlockIndex {
     uint16_t id;
     absl::Time until;
   };
-  // A shard's lock covers its blocks' holders and predictions, so a route
-  // takes one lock per block. What a walk reads for each block (the lock,
-  // the digests below, the table's slots and capacity) is the shard's first
-  // cache line, which it starts on: one line per block, not three.
+  // A shard: its blocks' holders, written under `lock` and read by routes
+  // without it (see the layout above), and its predictions, under
+  // `predicted_mu`. A walk reads, for each block, the table's slot array
+  // (on the table's first line, which changes only when it grows) and the
+  // version and prediction digests (on the line every write changes, which
+  // it loads a few blocks ahead).
   struct alignas(64) Shard {
-    mutable absl::Mutex mu;
+    HolderTable table ABSL_GUARDED_BY(lock);
+    alignas(64) mutable SeqLock lock;  // the table's writers', and its version
     // Predictions by a 6-bit digest of their key, and the digests with any
     // as bits: a walk or a stored event looks a key up in `predicted` only
     // when its bit is set (a shard holds few predictions, so mostly not).
-    uint64_t predicted_digests ABSL_GUARDED_BY(mu) = 0;
-    HolderTable table ABSL_GUARDED_BY(mu);
-    std::array<uint32_t, 64> predicted_by_digest ABSL_GUARDED_BY(mu) = {};
+    // Written under predicted_mu, and only when it changes; read without it.
+    std::atomic<uint64_t> predicted_digests{0};
+    Reclaimer::Limbo limbo ABSL_GUARDED_BY(lock);  // what the table retired
+    mutable absl::Mutex predicted_mu;
+    std::array<uint32_t, 64> predicted_by_digest ABSL_GUARDED_BY(predicted_mu) = {};
     absl::flat_hash_map<uint64_t, absl::InlinedVector<Prediction, 1>> predicted
-        ABSL_GUARDED_BY(mu);
-    std::deque<PredictionDeadline> deadlines ABSL_GUARDED_BY(mu);  // as made
-    bool MayBePredicted(uint64_t key) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
-      return (predicted_digests >> Digest(key)) & 1;
+        ABSL_GUARDED_BY(predicted_mu);
+    std::deque<PredictionDeadline> deadlines ABSL_GUARDED_BY(predicted_mu);  // as made
+    bool MayBePredicted(HolderTable::Mixed key) const {
+      return (predicted_digests.load(std::memory_order_relaxed) >> Digest(key)) & 1;
     }
     // Counts `n` predictions of `key` made (n > 0) or ended (n < 0).
-    void CountPredictions(uint64_t key, int64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-      uint32_t& c = predicted_by_digest[Digest(key)];
+    void CountPredictions(uint64_t key, int64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(predicted_mu) {
+      const int digest = Digest(HolderTable::MixKey(key));
+      uint32_t& c = predicted_by_digest[digest];
       c = static_cast<uint32_t>(c + n);
-      const uint64_t bit = uint64_t{1} << Digest(key);
-      predicted_digests = c == 0 ? predicted_digests & ~bit : predicted_digests | bit;
+      const uint64_t bit = uint64_t{1} << digest;
+      const uint64_t digests = predicted_digests.load(std::memory_order_relaxed);
+      const uint64_t now = c == 0 ? digests & ~bit : digests | bit;
+      if (now != digests) predicted_digests.store(now, std::memory_order_relaxed);
     }
+    // The table, for lock-free readers (inside a Reclaimer::ReadSection,
+    // through lock.Read: see ReadShard).
+    const HolderTable& TableForReaders() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return table; }
     // Bits the shard and the slot do not use (HolderTable::Mix's middle).
-    static int Digest(uint64_t key) { return static_cast<int>((HolderTable::Mix(key) >> 24) & 63); }
+    static int Digest(HolderTable::Mixed key) { return static_cast<int>((key.v >> 24) & 63); }
   };
+  // A writer's hold on a shard's table; on release, the limbo frees what
+  // no reader can hold any more.
+  class WriteLock;
   struct WorkerState {
     absl::Mutex mu;  // one Apply, Predict or Drop of the worker at a time
     // Its compact number in the holder sets; 0 while it has none. Written
@@ -203,9 +228,17 @@ class BlockIndex {
   // keeps what it has and refuses the new entry instead.
   static constexpr size_t kEvictionVisits = 16;
   static uint64_t KeyOf(const engine::BlockHash& h) { return h.low; }
-  Shard& ShardOf(uint64_t key) const;
-  // Starts loading `key`'s slot, without the shard's lock.
-  void Prefetch(uint64_t key) const ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  Shard& ShardOf(uint64_t key) const { return ShardOf(HolderTable::MixKey(key)); }
+  Shard& ShardOf(HolderTable::Mixed key) const;
+  // Starts loading `key`'s slot and its shard's version, without the
+  // shard's lock.
+  void Prefetch(HolderTable::Mixed key) const ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // Calls read(table) on `shard`'s table without its lock, inside a
+  // Reclaimer::ReadSection, until it has read while no writer wrote;
+  // `read` must start afresh each time, since what it read before may be
+  // torn.
+  template <typename F>
+  static void ReadShard(const Shard& shard, F&& read);
   // The worker's state, made on first use (never freed: slots are few).
   WorkerState& StateOf(int worker) ABSL_LOCKS_EXCLUDED(workers_mu_);
   // The worker's state, or null when it has none yet.
@@ -223,12 +256,17 @@ class BlockIndex {
   // is over its bound; false when the hand found no block without uses
   // within kEvictionVisits.
   bool EvictLocked(Shard& shard, Tally& tally)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
   // Drops `shard`'s predictions past their deadline at `now`.
-  void PruneLocked(Shard& shard, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
+  void PruneLocked(Shard& shard, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.predicted_mu);
+  // Ends `id`'s prediction of `key`, if it has one.
+  void EndPrediction(Shard& shard, uint64_t key, uint16_t id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.predicted_mu);
 
   const BlockIndexOptions options_;
   const int shard_shift_;  // key mix >> shard_shift_: the shard
+  Reclaimer reclaimer_;    // for every shard's limbo; outlives them
   std::unique_ptr<Shard[]> shards_;
   std::atomic<int64_t> entries_{0};
   std::atomic<int64_t> hashes_{0};

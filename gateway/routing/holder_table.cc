@@ -9,14 +9,36 @@
 
 namespace tandem::gateway {
 HolderTable::HolderTable(size_t capacity)
-    : capacity_(capacity < 4 ? 4 : capacity),
-      slots_(new Slot[capacity_]()) {
-  slots_view_.store(slots_.get(), std::memory_order_relaxed);
-  capacity_view_.store(capacity_, std::memory_order_relaxed);
+    : capacity_(capacity < 4 ? 4 : capacity), slots_(NewSlots(capacity_)) {
+  Publish();
+}
+
+void HolderTable::Publish() {
+  // The array first, then its capacity: a reader that loads the capacity
+  // and then the array gets this array, or a larger one (tables only grow).
+  slots_view_.store(slots_, std::memory_order_release);
+  capacity_view_.store(capacity_, std::memory_order_release);
 }
 
 HolderTable::~HolderTable() {
+  // No reader is left: everything goes at once (the limbo may be gone).
+  limbo_ = nullptr;
   for (size_t p = 0; p < capacity_; ++p) FreeSpill(slots_[p].holders);
+  ::operator delete(slots_);
+}
+
+HolderTable::Slot* HolderTable::NewSlots(size_t capacity) {
+  Slot* s = static_cast<Slot*>(::operator new(capacity * sizeof(Slot)));
+  for (size_t p = 0; p < capacity; ++p) s[p] = Slot{.key = 0, .holders = 0};
+  return s;
+}
+
+void HolderTable::Free(void* p, size_t bytes) {
+  if (limbo_ != nullptr) {
+    limbo_->Retire(p, bytes);
+  } else {
+    ::operator delete(p);
+  }
 }
 
 size_t HolderTable::Distance(size_t p) const {
@@ -61,20 +83,21 @@ void HolderTable::Insert(uint64_t key, uint64_t holders) {
 
 void HolderTable::Grow() {
   const size_t old_capacity = capacity_;
-  std::unique_ptr<Slot[]> old_slots = std::move(slots_);
+  Slot* const old_slots = slots_;
   // By half again rather than double: a table just grown is then 58% full,
   // not 44% (this table's bytes per entry are the point).
   capacity_ = old_capacity + old_capacity / 2;
-  slots_.reset(new Slot[capacity_]());
+  slots_ = NewSlots(capacity_);
   size_ = 0;
   hand_ = 0;
-  slots_view_.store(slots_.get(), std::memory_order_relaxed);
-  capacity_view_.store(capacity_, std::memory_order_relaxed);
   for (size_t p = 0; p < old_capacity; ++p) {
     if (old_slots[p].holders != 0) {
       InsertNoGrow(old_slots[p]);
     }
   }
+  // Published filled: a lock-free reader reads either array whole.
+  Publish();
+  Free(old_slots, old_capacity * sizeof(Slot));
 }
 
 void HolderTable::Erase(size_t p) {
@@ -104,7 +127,7 @@ void HolderTable::FreeSpill(uint64_t w) {
   if (!Spilled(w)) return;
   Spill* s = SpillOf(w);
   spill_bytes_ -= sizeof(Spill) + s->capacity;
-  ::operator delete(s);
+  Free(s, sizeof(Spill) + s->capacity);
 }
 
 HolderTable::Spill* HolderTable::Reallocate(uint64_t& w, size_t bytes) {
@@ -354,10 +377,51 @@ int64_t HolderTable::RemoveWorker(uint16_t id, int64_t expected) {
   return removed;
 }
 
-void HolderTable::PrefetchHolders(uint64_t key) const {
-  const size_t p = Find(key);
-  if (p == kNone) return;
-  const uint64_t w = std::atomic_ref<uint64_t>(slots_[p].holders).load(std::memory_order_relaxed);
+const HolderTable::Slot* HolderTable::FindConcurrent(Mixed key) const {
+  // The capacity first (see Publish).
+  const size_t capacity = capacity_view_.load(std::memory_order_acquire);
+  const Slot* slots = slots_view_.load(std::memory_order_acquire);
+  const uint64_t mixed = key.v;
+  size_t p = HomeIn(mixed, capacity);
+  for (size_t d = 0; d < capacity; ++d) {
+    if (Load(slots[p].holders) == 0) return nullptr;
+    const uint64_t k = Load(slots[p].key);
+    if (k == mixed) return &slots[p];
+    const size_t home = HomeIn(k, capacity);
+    if ((p >= home ? p - home : p + capacity - home) < d) return nullptr;
+    if (++p == capacity) p = 0;
+  }
+  return nullptr;
+}
+
+bool HolderTable::HoldsConcurrent(Mixed key, uint16_t id) const {
+  const Slot* slot = FindConcurrent(key);
+  if (slot == nullptr) return false;
+  const uint64_t w = Load(slot->holders);
+  if (Spilled(w)) {
+    const Spill* s = SpillOf(w);
+    const size_t capacity = Load(s->capacity);
+    const size_t words = std::min<size_t>(Load(s->words), capacity / (kMaxTiers * sizeof(uint64_t)));
+    if (words != 0) {
+      return static_cast<size_t>(id / 64) < words &&
+             BitmapTiers(Bitmap{.bits = s->bits(), .words = words}, id) != 0;
+    }
+    const size_t count = std::min<size_t>(Load(s->count), capacity / sizeof(Holder));
+    for (size_t i = 0; i < count; ++i) {
+      if (IdOf(Load(s->list()[i])) == id) return true;
+    }
+    return false;
+  }
+  for (int i = 0; i < kInline; ++i) {
+    if (InlineAt(w, i) != 0 && IdOf(InlineAt(w, i)) == id) return true;
+  }
+  return false;
+}
+
+void HolderTable::PrefetchHolders(Mixed key) const {
+  const Slot* slot = FindConcurrent(key);
+  if (slot == nullptr) return;
+  const uint64_t w = Load(slot->holders);
   if (!Spilled(w)) return;
   // Every line of it (the word says how many), without reading it.
   const char* at = reinterpret_cast<const char*>(SpillOf(w));
@@ -365,6 +429,8 @@ void HolderTable::PrefetchHolders(uint64_t key) const {
   for (uint64_t i = 0; i < lines; ++i) __builtin_prefetch(at + 64 * i);
 }
 
-size_t HolderTable::MemoryBytes() const { return capacity_ * sizeof(Slot) + spill_bytes_; }
+size_t HolderTable::MemoryBytes() const {
+  return capacity_ * sizeof(Slot) + spill_bytes_;
+}
 
 }  // namespace tandem::gateway

@@ -15,8 +15,11 @@
 // passes and evicts the first it finds at 0, so a block routed to often
 // outlives one stored once. Lookups count through atomics, so they may run
 // under a shared lock. Thread-compatible: the block index holds the shard's
-// lock (shared for Visit, ForEachHolder and Prefetch's callers' reads,
-// exclusive for everything else).
+// lock (shared for Visit, ForEachHolder and Holds, exclusive for everything
+// else), except for its lock-free readers, which use the *Concurrent
+// functions below inside a Reclaimer::ReadSection: with a Limbo set, the
+// table retires what it frees (spills, an outgrown slot array) there, so
+// that what such a reader reached stays allocated until it leaves.
 #ifndef TANDEM_GATEWAY_ROUTING_HOLDER_TABLE_H_
 #define TANDEM_GATEWAY_ROUTING_HOLDER_TABLE_H_
 
@@ -28,6 +31,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+
+#include "gateway/routing/reclaimer.h"
 
 namespace tandem::gateway {
 
@@ -49,9 +54,16 @@ class HolderTable {
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
     return x ^ (x >> 31);
   }
+  // A key mixed once, for readers that pass it to several calls.
+  struct Mixed {
+    uint64_t v;
+  };
+  static Mixed MixKey(uint64_t key) { return Mixed{Mix(key)}; }
 
   // `capacity`: slots to start with (at least 4).
   explicit HolderTable(size_t capacity = 16);
+  // Frees through `limbo` from now on (null: at once).
+  void set_limbo(Reclaimer::Limbo* limbo) { limbo_ = limbo; }
   ~HolderTable();
   HolderTable(const HolderTable&) = delete;
   HolderTable& operator=(const HolderTable&) = delete;
@@ -126,18 +138,63 @@ class HolderTable {
           }
         });
   }
-  // Word `i` of the holders in any tier.
+  // Visit for a reader without the shard's lock, inside a
+  // Reclaimer::ReadSection, while writers may change the table: what it
+  // passes on is whatever it read, torn or not (the caller checks the
+  // shard's version afterwards and reads again when it moved), and every
+  // read stays within memory still allocated. Counts a use only where the
+  // slot still holds what it read.
+  template <typename OnList, typename OnBitmap>
+  bool VisitConcurrent(Mixed key, OnList&& on_list, OnBitmap&& on_bitmap) const {
+    const Slot* slot = FindConcurrent(key);
+    if (slot == nullptr) return false;
+    std::atomic_ref<uint64_t> shared(const_cast<Slot*>(slot)->holders);
+    uint64_t w = shared.load(std::memory_order_relaxed);
+    if (w == 0) return false;
+    if ((w & kUses) != kUses) {
+      shared.compare_exchange_strong(w, w + kOneUse, std::memory_order_relaxed);
+    }
+    if (Spilled(w)) {
+      const Spill* s = SpillOf(w);
+      // A spill's capacity never changes; its counts may be mid-write.
+      const size_t capacity = Load(s->capacity);
+      if (const size_t words = Load(s->words); words != 0) {
+        on_bitmap(Bitmap{.bits = s->bits(),
+                         .words = std::min(words, capacity / (kMaxTiers * sizeof(uint64_t)))});
+      } else {
+        const size_t count = std::min<size_t>(Load(s->count), capacity / sizeof(Holder));
+        on_list(std::span<const Holder>(s->list(), count));
+      }
+      return true;
+    }
+    Holder inline_holders[kInline];
+    size_t n = 0;
+    for (int i = 0; i < kInline; ++i) {
+      if (InlineAt(w, i) != 0) inline_holders[n++] = InlineAt(w, i);
+    }
+    on_list(std::span<const Holder>(inline_holders, n));
+    return true;
+  }
+  // Holds, for the same readers as VisitConcurrent (marks nothing).
+  bool HoldsConcurrent(Mixed key, uint16_t id) const;
+  // Word `i` of the holders in any tier. Bitmaps are read through relaxed
+  // atomics, since lock-free readers read them while a writer may write.
   static uint64_t AnyTier(Bitmap b, size_t i) {
     uint64_t any = 0;
-    for (int t = 0; t < kMaxTiers; ++t) any |= b.bits[i * kMaxTiers + t];
+    for (int t = 0; t < kMaxTiers; ++t) any |= Load(b.bits[i * kMaxTiers + t]);
     return any;
   }
   static uint8_t BitmapTiers(Bitmap b, uint16_t id) {
     uint8_t tiers = 0;
     for (int t = 0; t < kMaxTiers; ++t) {
-      if ((b.bits[(id / 64) * kMaxTiers + t] >> (id % 64)) & 1) tiers |= 1u << t;
+      if ((Load(b.bits[(id / 64) * kMaxTiers + t]) >> (id % 64)) & 1) tiers |= 1u << t;
     }
     return tiers;
+  }
+  // A relaxed atomic load of a word writers change in place.
+  template <typename T>
+  static T Load(const T& x) {
+    return __atomic_load_n(&x, __ATOMIC_RELAXED);
   }
   // Whether worker `id` holds `key` in any tier (marks nothing).
   bool Holds(uint64_t key, uint16_t id) const;
@@ -175,15 +232,18 @@ class HolderTable {
   // Starts loading the slot where `key` would be. Safe without the lock:
   // it reads the table's location through atomics and never dereferences
   // (a stale location costs only a useless prefetch).
-  void Prefetch(uint64_t key) const {
+  void Prefetch(Mixed key) const {
     const Slot* slots = slots_view_.load(std::memory_order_relaxed);
     const size_t capacity = capacity_view_.load(std::memory_order_relaxed);
-    if (slots != nullptr) __builtin_prefetch(slots + HomeIn(Mix(key), capacity));
+    if (slots != nullptr) __builtin_prefetch(slots + HomeIn(key.v, capacity));
   }
+  // Starts loading what Prefetch reads (no lock needed).
+  void PrefetchHeader() const { __builtin_prefetch(&slots_view_); }
   // Starts loading `key`'s spilled holders, when it has them (the second
-  // load of a Visit). Under the lock, like Visit; best once Prefetch(key)
-  // has brought the slot in.
-  void PrefetchHolders(uint64_t key) const;
+  // load of a Visit), without reading them; best once Prefetch(key) has
+  // brought the slot in. For the readers of VisitConcurrent (or under the
+  // lock).
+  void PrefetchHolders(Mixed key) const;
 
   size_t size() const { return size_; }  // keys
   size_t capacity() const { return capacity_; }
@@ -246,6 +306,9 @@ class HolderTable {
   size_t Home(uint64_t mixed) const { return HomeIn(mixed, capacity_); }
   size_t Distance(size_t p) const;  // of the key in slot p from its home
   size_t Find(uint64_t key) const;  // the slot holding `key` (unmixed), or kNone
+  // Find for lock-free readers: the slot that held `key` when read, or
+  // null. Probes at most the whole array, and never past its end.
+  const Slot* FindConcurrent(Mixed key) const;
   // Whether slot p holds a key (readers may be counting a use in it).
   bool Occupied(size_t p) const {
     return std::atomic_ref<uint64_t>(slots_[p].holders).load(std::memory_order_relaxed) != 0;
@@ -283,14 +346,24 @@ class HolderTable {
   // Moves w's spill to one of `bytes` (at least its used bytes).
   Spill* Reallocate(uint64_t& w, size_t bytes);
   void FreeSpill(uint64_t w);
+  // Frees `p` (`bytes` long) at once, or through the limbo.
+  void Free(void* p, size_t bytes);
+  // A slot array of `capacity` slots, all empty (::operator new, so that a
+  // limbo can free it).
+  static Slot* NewSlots(size_t capacity);
+  // Shows slots_ and capacity_ to lock-free readers.
+  void Publish();
 
-  // What every lookup reads comes first, so that it shares a cache line
-  // with the lock of the shard holding the table (BlockIndex::Shard).
-  size_t capacity_;
-  std::unique_ptr<Slot[]> slots_;
-  // slots_ and capacity_ for Prefetch, which runs without the lock.
-  std::atomic<const Slot*> slots_view_{nullptr};
+  // slots_ and capacity_ for lock-free readers and Prefetch (see Publish).
+  // On a line of their own, written
+  // only when the table grows, so that a reader finds it in its cache
+  // rather than behind the writer's last change.
+  alignas(64) std::atomic<const Slot*> slots_view_{nullptr};
   std::atomic<size_t> capacity_view_{0};
+  // The writers' state.
+  alignas(64) size_t capacity_;
+  Slot* slots_;  // from NewSlots
+  Reclaimer::Limbo* limbo_ = nullptr;
   size_t size_ = 0;
   size_t hand_ = 0;
   size_t spill_bytes_ = 0;  // allocated for spills, headers included

@@ -1,0 +1,66 @@
+#include "gateway/routing/reclaimer.h"
+
+#include <new>
+
+namespace tandem::gateway {
+namespace {
+
+// Items, or bytes, waiting in one limbo before its writer tries to advance
+// the epoch: a few spills wait a little, an outgrown table not long.
+constexpr size_t kAdvanceItems = 16;
+constexpr size_t kAdvanceBytes = size_t{256} << 10;
+
+}  // namespace
+
+Reclaimer::ReadSection::ReadSection(const Reclaimer& reclaimer) : reclaimer_(reclaimer) {
+  for (;;) {
+    const uint64_t e = reclaimer_.epoch_.load(std::memory_order_seq_cst);
+    parity_ = static_cast<int>(e & 1);
+    reclaimer_.readers_[parity_].fetch_add(1, std::memory_order_seq_cst);
+    // Counted under e only if the epoch is still e: an advance that saw
+    // this parity's count empty must not be followed by a reader of it.
+    if (reclaimer_.epoch_.load(std::memory_order_seq_cst) == e) return;
+    reclaimer_.readers_[parity_].fetch_sub(1, std::memory_order_release);
+  }
+}
+
+Reclaimer::ReadSection::~ReadSection() {
+  reclaimer_.readers_[parity_].fetch_sub(1, std::memory_order_release);
+}
+
+void Reclaimer::TryAdvance(uint64_t from) {
+  // Readers are of `from` or of the epoch before (an advance to `from`
+  // waited for those of the one before that); those of the epoch before
+  // share the parity of from + 1.
+  if (readers_[(from + 1) & 1].load(std::memory_order_acquire) != 0) return;
+  uint64_t expected = from;
+  epoch_.compare_exchange_strong(expected, from + 1, std::memory_order_seq_cst);
+}
+
+Reclaimer::Limbo::~Limbo() {
+  for (const Item& item : items_) ::operator delete(item.p);
+}
+
+void Reclaimer::Limbo::Retire(void* p, size_t bytes) {
+  // The unlinking stores are ordered before the epoch is read: a reader
+  // that enters in a later epoch cannot reach `p`.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  items_.push_back({.p = p, .bytes = bytes, .epoch = reclaimer_->epoch()});
+  bytes_ += bytes;
+}
+
+void Reclaimer::Limbo::CollectSome() {
+  uint64_t e = reclaimer_->epoch();
+  if (items_.front().epoch + 2 > e &&
+      (items_.size() >= kAdvanceItems || bytes_ >= kAdvanceBytes)) {
+    reclaimer_->TryAdvance(e);
+    e = reclaimer_->epoch();
+  }
+  while (!items_.empty() && items_.front().epoch + 2 <= e) {
+    ::operator delete(items_.front().p);
+    bytes_ -= items_.front().bytes;
+    items_.pop_front();
+  }
+}
+
+}  // namespace tandem::gateway
