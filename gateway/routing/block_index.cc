@@ -472,7 +472,7 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
               next_reporting[i] = reporting[i] & any;
               // Those not in the pool (rare) are credited by their tier.
               for (uint64_t off =
-                       next_running[i] & ~HolderTable::Load(b.bits[i * HolderTable::kMaxTiers]);
+                       next_running[i] & ~HolderTable::TierWord(b, i, 0);
                    off != 0; off &= off - 1) {
                 const uint16_t id = static_cast<uint16_t>(64 * i + std::countr_zero(off));
                 credits.emplace_back(

@@ -170,11 +170,11 @@ class BlockIndex {
   // without it (see the layout above), and its predictions, under
   // `predicted_mu`. A walk reads, for each block, the table's slot array
   // (on the table's first line, which changes only when it grows) and the
-  // version and prediction digests (on the line every write changes, which
-  // it loads a few blocks ahead).
+  // version and prediction digests (on the line every write changes); it
+  // loads both a few blocks ahead.
   struct alignas(64) Shard {
     HolderTable table ABSL_GUARDED_BY(lock);
-    alignas(64) mutable SeqLock lock;  // the table's writers', and its version
+    mutable SeqLock lock;  // the table's writers', and its version
     // Predictions by a 6-bit digest of their key, and the digests with any
     // as bits: a walk or a stored event looks a key up in `predicted` only
     // when its bit is set (a shard holds few predictions, so mostly not).

@@ -120,7 +120,7 @@ HolderTable::Spill* HolderTable::NewSpill(size_t bytes) {
                "a spill's address fits the holder word's 57 bits");
   spill_bytes_ += sizeof(Spill) + bytes;
   return new (p)
-      Spill{.count = 0, .capacity = static_cast<uint32_t>(bytes), .words = 0, .unused = 0};
+      Spill{.count = 0, .capacity = static_cast<uint32_t>(bytes), .words = 0, .planes = 0};
 }
 
 void HolderTable::FreeSpill(uint64_t w) {
@@ -135,7 +135,29 @@ HolderTable::Spill* HolderTable::Reallocate(uint64_t& w, size_t bytes) {
   Spill* s = NewSpill(bytes);
   s->count = old->count;
   s->words = old->words;
+  s->planes = old->planes;
   std::memcpy(s + 1, old + 1, old->UsedBytes());
+  FreeSpill(w);
+  PointTo(w, s);
+  return s;
+}
+
+HolderTable::Spill* HolderTable::Rebuild(uint64_t& w, size_t words, uint8_t planes) {
+  const Spill& old = *SpillOf(w);
+  const Bitmap from = BitmapOf(old);
+  const int n = PlaneCount(planes);
+  Spill* s = NewSpill(words * static_cast<size_t>(n) * sizeof(uint64_t));
+  s->count = old.count;
+  s->words = static_cast<uint32_t>(words);
+  s->planes = planes;
+  std::fill(s->bits(), s->bits() + words * static_cast<size_t>(n), 0);
+  for (int t = 0, k = 0; t < kMaxTiers; ++t) {
+    if (((planes >> t) & 1) == 0) continue;
+    for (size_t i = 0; i < std::min(words, from.words); ++i) {
+      s->bits()[i * static_cast<size_t>(n) + static_cast<size_t>(k)] = TierWord(from, i, t);
+    }
+    ++k;
+  }
   FreeSpill(w);
   PointTo(w, s);
   return s;
@@ -144,38 +166,50 @@ HolderTable::Spill* HolderTable::Reallocate(uint64_t& w, size_t bytes) {
 void HolderTable::Reshape(uint64_t& w) {
   const Spill& s = *SpillOf(w);
   size_t max_id = 0;
+  uint8_t planes = 0;  // of the bitmaps it would be
   if (s.IsBitmap()) {
-    for (size_t i = s.words; i-- > 0;) {
-      if (AnyTier(Bitmap{.bits = s.bits(), .words = s.words}, i) != 0) {
+    const Bitmap b = BitmapOf(s);
+    for (size_t i = b.words; i-- > 0;) {
+      if (AnyTier(b, i) != 0) {
         max_id = 64 * i + 63;
         break;
       }
     }
+    planes = b.planes;
   } else {
-    for (uint32_t i = 0; i < s.count; ++i) max_id = std::max<size_t>(max_id, IdOf(s.list()[i]));
+    for (uint32_t i = 0; i < s.count; ++i) {
+      max_id = std::max<size_t>(max_id, IdOf(s.list()[i]));
+      planes |= TiersOf(s.list()[i]);
+    }
   }
-  const size_t bitmap_bytes = (max_id / 64 + 1) * kMaxTiers * sizeof(uint64_t);
+  const size_t bitmap_bytes = (max_id / 64 + 1) * static_cast<size_t>(PlaneCount(planes)) *
+                              sizeof(uint64_t);
   const size_t list_bytes = s.count * sizeof(Holder);
   // Bitmaps from a quarter of their size in list bytes: a route reads a
   // popular block's holders a word per 64 workers rather than one by one,
   // and such blocks are few.
   if (!s.IsBitmap() && list_bytes * 4 > bitmap_bytes) {
+    const int n = PlaneCount(planes);
     Spill* b = NewSpill(bitmap_bytes);
     b->count = s.count;
     b->words = static_cast<uint32_t>(max_id / 64 + 1);
-    std::fill(b->bits(), b->bits() + b->words * kMaxTiers, 0);
+    b->planes = planes;
+    std::fill(b->bits(), b->bits() + b->words * static_cast<size_t>(n), 0);
     for (uint32_t i = 0; i < s.count; ++i) {
       const Holder h = s.list()[i];
-      for (int t = 0; t < kMaxTiers; ++t) {
+      for (int t = 0, k = 0; t < kMaxTiers; ++t) {
+        if (((planes >> t) & 1) == 0) continue;
         if ((TiersOf(h) >> t) & 1) {
-          b->bits()[(IdOf(h) / 64) * kMaxTiers + t] |= uint64_t{1} << (IdOf(h) % 64);
+          b->bits()[(IdOf(h) / 64) * static_cast<size_t>(n) + static_cast<size_t>(k)] |=
+              uint64_t{1} << (IdOf(h) % 64);
         }
+        ++k;
       }
     }
     FreeSpill(w);
     PointTo(w, b);
   } else if (s.IsBitmap() && list_bytes * 8 < bitmap_bytes) {  // hysteresis
-    const Bitmap b{.bits = s.bits(), .words = s.words};
+    const Bitmap b = BitmapOf(s);
     Spill* l = NewSpill(std::max<size_t>(list_bytes, 2 * kInline * sizeof(Holder)));
     for (size_t i = 0; i < b.words; ++i) {
       for (uint64_t any = AnyTier(b, i); any != 0; any &= any - 1) {
@@ -191,16 +225,19 @@ void HolderTable::Reshape(uint64_t& w) {
 bool HolderTable::SpillAdd(uint64_t& w, uint16_t id, int tier) {
   Spill* s = SpillOf(w);
   if (s->IsBitmap()) {
-    const size_t need = id / 64 + 1;
-    if (s->words < need) {
-      const size_t bytes = need * kMaxTiers * sizeof(uint64_t);
-      if (bytes > s->capacity) s = Reallocate(w, bytes);
-      std::fill(s->bits() + s->words * kMaxTiers, s->bits() + need * kMaxTiers, 0);
+    const size_t need = std::max<size_t>(s->words, id / 64 + 1);
+    const auto planes = static_cast<uint8_t>(s->planes | (1u << tier));
+    const size_t n = static_cast<size_t>(PlaneCount(planes));
+    if (planes != s->planes || need * n * sizeof(uint64_t) > s->capacity) {
+      s = Rebuild(w, need, planes);
+    } else if (need > s->words) {  // room for more words where it is
+      std::fill(s->bits() + s->words * n, s->bits() + need * n, 0);
       s->words = static_cast<uint32_t>(need);
     }
-    const Bitmap b{.bits = s->bits(), .words = s->words};
+    const Bitmap b = BitmapOf(*s);
     const bool fresh = BitmapTiers(b, id) == 0;
-    s->bits()[(id / 64) * kMaxTiers + tier] |= uint64_t{1} << (id % 64);
+    const int k = std::popcount(static_cast<uint8_t>(planes & ((1u << tier) - 1)));
+    s->bits()[(id / 64) * n + static_cast<size_t>(k)] |= uint64_t{1} << (id % 64);
     if (fresh) ++s->count;
     return fresh;
   }
@@ -223,11 +260,14 @@ uint8_t HolderTable::SpillClear(uint64_t& w, uint16_t id, int tier) {
   const uint8_t mask = tier < 0 ? uint8_t{0xff} : static_cast<uint8_t>(1u << tier);
   if (s->IsBitmap()) {
     if (static_cast<size_t>(id / 64) >= s->words) return 0;
-    const Bitmap b{.bits = s->bits(), .words = s->words};
+    const Bitmap b = BitmapOf(*s);
     const uint8_t had = BitmapTiers(b, id);
     if ((had & mask) == 0) return had;
-    for (int t = 0; t < kMaxTiers; ++t) {
-      if ((mask >> t) & 1) s->bits()[(id / 64) * kMaxTiers + t] &= ~(uint64_t{1} << (id % 64));
+    const auto n = static_cast<size_t>(PlaneCount(b.planes));
+    for (int t = 0, k = 0; t < kMaxTiers; ++t) {
+      if (((b.planes >> t) & 1) == 0) continue;
+      if ((mask >> t) & 1) s->bits()[(id / 64) * n + static_cast<size_t>(k)] &= ~(uint64_t{1} << (id % 64));
+      ++k;
     }
     if ((had & ~mask) == 0) {
       --s->count;
@@ -286,7 +326,7 @@ void HolderTable::MaybeUnspill(uint64_t& w) {
   uint64_t inline_word = 0;
   int i = 0;
   if (s.IsBitmap()) {
-    const Bitmap b{.bits = s.bits(), .words = s.words};
+    const Bitmap b = BitmapOf(s);
     for (size_t k = 0; k < b.words; ++k) {
       for (uint64_t any = AnyTier(b, k); any != 0; any &= any - 1) {
         const uint16_t id = static_cast<uint16_t>(64 * k + std::countr_zero(any));
@@ -348,7 +388,7 @@ bool HolderTable::Holds(uint64_t key, uint16_t id) const {
   if (Spilled(w)) {
     const Spill& s = *SpillOf(w);
     if (s.IsBitmap()) {
-      const Bitmap b{.bits = s.bits(), .words = s.words};
+      const Bitmap b = BitmapOf(s);
       return static_cast<size_t>(id / 64) < b.words && BitmapTiers(b, id) != 0;
     }
     for (uint32_t i = 0; i < s.count; ++i) {
@@ -401,10 +441,9 @@ bool HolderTable::HoldsConcurrent(Mixed key, uint16_t id) const {
   if (Spilled(w)) {
     const Spill* s = SpillOf(w);
     const size_t capacity = Load(s->capacity);
-    const size_t words = std::min<size_t>(Load(s->words), capacity / (kMaxTiers * sizeof(uint64_t)));
-    if (words != 0) {
-      return static_cast<size_t>(id / 64) < words &&
-             BitmapTiers(Bitmap{.bits = s->bits(), .words = words}, id) != 0;
+    if (Load(s->words) != 0) {
+      const Bitmap b = BitmapConcurrent(*s);
+      return static_cast<size_t>(id / 64) < b.words && BitmapTiers(b, id) != 0;
     }
     const size_t count = std::min<size_t>(Load(s->count), capacity / sizeof(Holder));
     for (size_t i = 0; i < count; ++i) {

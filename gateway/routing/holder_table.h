@@ -73,12 +73,18 @@ class HolderTable {
   bool Add(uint64_t key, uint16_t id, int tier);
   // Clears `tier` of (key, id); true when the entry went (no tier left).
   bool Remove(uint64_t key, uint16_t id, int tier);
-  // A popular block's holders as bitmaps: word w of tier t's plane is
-  // bits[w * kMaxTiers + t]; bit b of word w is worker id 64w + b.
+  // A popular block's holders as bitmaps: a plane for each tier some
+  // holder holds it in (`planes`, bit t: tier t), so a block held only in
+  // the pool, as most are, costs a bit per worker rather than one per
+  // worker and tier. Planes are interleaved by word: word w of the k-th
+  // plane present is bits[w * PlaneCount(planes) + k]; bit b of word w is
+  // worker id 64w + b.
   struct Bitmap {
     const uint64_t* bits;
     size_t words;
+    uint8_t planes;
   };
+  static int PlaneCount(uint8_t planes) { return std::popcount(planes); }
   // Counts a use of `key` and calls on_list(std::span<const Holder>) or,
   // for a block with many holders, on_bitmap(Bitmap); false when no worker
   // holds it (neither is called).
@@ -108,7 +114,7 @@ class HolderTable {
     if (Spilled(w)) {
       const Spill& s = *SpillOf(w);
       if (s.IsBitmap()) {
-        on_bitmap(Bitmap{.bits = s.bits(), .words = s.words});
+        on_bitmap(BitmapOf(s));
       } else {
         on_list(std::span<const Holder>(s.list(), s.count));
       }
@@ -157,11 +163,10 @@ class HolderTable {
     if (Spilled(w)) {
       const Spill* s = SpillOf(w);
       // A spill's capacity never changes; its counts may be mid-write.
-      const size_t capacity = Load(s->capacity);
-      if (const size_t words = Load(s->words); words != 0) {
-        on_bitmap(Bitmap{.bits = s->bits(),
-                         .words = std::min(words, capacity / (kMaxTiers * sizeof(uint64_t)))});
+      if (Load(s->words) != 0) {
+        on_bitmap(BitmapConcurrent(*s));
       } else {
+        const size_t capacity = Load(s->capacity);
         const size_t count = std::min<size_t>(Load(s->count), capacity / sizeof(Holder));
         on_list(std::span<const Holder>(s->list(), count));
       }
@@ -177,17 +182,24 @@ class HolderTable {
   }
   // Holds, for the same readers as VisitConcurrent (marks nothing).
   bool HoldsConcurrent(Mixed key, uint16_t id) const;
-  // Word `i` of the holders in any tier. Bitmaps are read through relaxed
-  // atomics, since lock-free readers read them while a writer may write.
+  // Word `i` of the holders in any tier, and in tier `t`. Bitmaps are
+  // read through relaxed atomics, since lock-free readers read them while a
+  // writer may write.
   static uint64_t AnyTier(Bitmap b, size_t i) {
+    const int n = PlaneCount(b.planes);
     uint64_t any = 0;
-    for (int t = 0; t < kMaxTiers; ++t) any |= Load(b.bits[i * kMaxTiers + t]);
+    for (int k = 0; k < n; ++k) any |= Load(b.bits[i * n + k]);
     return any;
+  }
+  static uint64_t TierWord(Bitmap b, size_t i, int t) {
+    if (((b.planes >> t) & 1) == 0) return 0;
+    const int k = std::popcount(static_cast<uint8_t>(b.planes & ((1u << t) - 1)));
+    return Load(b.bits[i * PlaneCount(b.planes) + k]);
   }
   static uint8_t BitmapTiers(Bitmap b, uint16_t id) {
     uint8_t tiers = 0;
     for (int t = 0; t < kMaxTiers; ++t) {
-      if ((Load(b.bits[(id / 64) * kMaxTiers + t]) >> (id % 64)) & 1) tiers |= 1u << t;
+      if ((TierWord(b, id / 64, t) >> (id % 64)) & 1) tiers |= 1u << t;
     }
     return tiers;
   }
@@ -274,16 +286,18 @@ class HolderTable {
   };
   // A holder set past kInline, in one allocation: this header, then a list
   // (`count` holders) or, once the list would be a quarter of their size (a
-  // block many workers hold), bitmaps (`words` words of 64 workers, each
-  // kMaxTiers uint64s: see Bitmap).
+  // block many workers hold), bitmaps (`words` words of 64 workers, each a
+  // uint64 per plane: see Bitmap).
   struct Spill {
     uint32_t count;     // holders, either way
-    uint32_t capacity;  // bytes after the header
+    uint32_t capacity;  // bytes after the header; never changes
     uint32_t words;     // 0: a list
-    uint32_t unused;
+    uint32_t planes;    // bitmaps: the tiers with a plane (Bitmap::planes)
     bool IsBitmap() const { return words != 0; }
     size_t UsedBytes() const {
-      return IsBitmap() ? size_t{words} * kMaxTiers * sizeof(uint64_t) : count * sizeof(Holder);
+      return IsBitmap() ? size_t{words} * PlaneCount(static_cast<uint8_t>(planes)) *
+                              sizeof(uint64_t)
+                        : count * sizeof(Holder);
     }
     Holder* list() { return reinterpret_cast<Holder*>(this + 1); }
     const Holder* list() const { return reinterpret_cast<const Holder*>(this + 1); }
@@ -294,6 +308,21 @@ class HolderTable {
   static bool Spilled(uint64_t w) { return (w & kSpillBit) != 0; }
   static Spill* SpillOf(uint64_t w) { return reinterpret_cast<Spill*>(w & kPointerBits); }
   static Holder InlineAt(uint64_t w, int i) { return static_cast<Holder>(w >> (16 * i)); }
+  static Bitmap BitmapOf(const Spill& s) {
+    return Bitmap{.bits = s.bits(), .words = s.words, .planes = static_cast<uint8_t>(s.planes)};
+  }
+  // BitmapOf for lock-free readers: whatever the header reads as, within
+  // the spill's bytes.
+  static Bitmap BitmapConcurrent(const Spill& s) {
+    const auto planes = static_cast<uint8_t>(Load(s.planes) & ((1u << kMaxTiers) - 1));
+    const size_t per_word = std::max(PlaneCount(planes), 1) * sizeof(uint64_t);
+    return Bitmap{.bits = s.bits(),
+                  .words = std::min<size_t>(Load(s.words), Load(s.capacity) / per_word),
+                  .planes = planes};
+  }
+  // A bitmap spill of `words` words and `planes`, with w's holders
+  // (a bitmap's), pointed to by w.
+  Spill* Rebuild(uint64_t& w, size_t words, uint8_t planes);
 
   // Slots keep their keys mixed (Mix is one to one), so that probing,
   // which needs the home of each key it passes, mixes nothing.
@@ -355,9 +384,9 @@ class HolderTable {
   void Publish();
 
   // slots_ and capacity_ for lock-free readers and Prefetch (see Publish).
-  // On a line of their own, written
-  // only when the table grows, so that a reader finds it in its cache
-  // rather than behind the writer's last change.
+  // On a line of their own, written only when the table grows, so that a
+  // reader finds it in its cache rather than behind the writer's last
+  // change.
   alignas(64) std::atomic<const Slot*> slots_view_{nullptr};
   std::atomic<size_t> capacity_view_{0};
   // The writers' state.

@@ -39,6 +39,9 @@ class ABSL_LOCKABLE SeqLock {
     version_.store(version_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   }
 
+  // Starts loading the lock's cache line (a reader's, a few reads ahead).
+  void Prefetch() const { __builtin_prefetch(&version_); }
+
   // Calls read() until it ran while no writer held the lock. `read` must
   // start afresh each time: what it read before may be torn.
   template <typename F>
@@ -54,9 +57,6 @@ class ABSL_LOCKABLE SeqLock {
     }
   }
 
-  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
-  // Starts loading the lock's cache line (a reader's, a few reads ahead).
-  void Prefetch() const { __builtin_prefetch(&version_); }
 
  private:
   // Pauses for the first tries, then gives the core away (the holder may
