@@ -419,7 +419,7 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   mixed.clear();
   for (const engine::BlockHash& h : chain) mixed.push_back(HolderTable::MixKey(KeyOf(h)));
   auto prefetch_shard = [&](size_t j) {
-    if (j < chain.size()) ShardOf(mixed[j]).table.PrefetchHeader();
+    if (j < chain.size()) ShardOf(mixed[j]).TableForReaders().PrefetchHeader();
   };
   auto prefetch_slot = [&](size_t j) {
     if (j < chain.size()) Prefetch(mixed[j]);

@@ -369,10 +369,12 @@ TEST(BlockIndexTest, OneWalkForAllWorkersAnswersAsAWalkPerWorker) {
   }
 }
 
-// Readers walk a chain that worker 0 holds throughout while a writer churns
-// other workers' blocks (sets spilling and shrinking, tables growing and
-// shifting): every answer is the whole chain, whatever the interleaving.
-// Deterministic by design: fixed work on each side, no sleeps.
+// Readers walk a chain that worker 0 holds throughout, in the pool, while a
+// writer churns other workers' blocks in every tier (sets spilling and
+// shrinking, bitmaps gaining planes, tables growing and shifting, all of it
+// while the readers hold no lock): every answer is the whole chain, all of
+// it in the pool, whatever the interleaving. Deterministic by design: fixed
+// work on each side, no sleeps.
 TEST(BlockIndexTest, RoutesReadWhileAWriterAppliesAndSeeWhatDidNotChange) {
   BlockIndex index({.shards = 4, .prefetch_spills_from = 0});  // every stage of the walk
   std::vector<uint64_t> fixed;
@@ -385,11 +387,21 @@ TEST(BlockIndexTest, RoutesReadWhileAWriterAppliesAndSeeWhatDidNotChange) {
     for (int w = 1; w <= 64; ++w) index.Apply(w, Batch(1, 0, true, {}));
     for (int i = 0; i < 20000; ++i) {
       const int w = 1 + static_cast<int>(rng() % 64);
-      // Blocks 1..64 too, so the fixed chain's holder sets keep changing.
-      const uint64_t b = 1 + rng() % 5000;
+      // Blocks 1..64 too, so the fixed chain's holder sets keep changing;
+      // half of them among 256 blocks, so that its keys keep moving in their
+      // tables as others come and go.
+      const uint64_t b = 1 + rng() % (i % 2 == 0 ? 256 : 5000);
       const bool store = rng() % 2 == 0;
-      index.Apply(w, Batch(1, ++seq[w], false, store ? std::vector<uint64_t>{b} : std::vector<uint64_t>{},
-                           store ? std::vector<uint64_t>{} : std::vector<uint64_t>{b}));
+      std::vector<uint64_t> stored, removed;
+      (store ? stored : removed).push_back(b);
+      tandem::v1::BlockEventBatch batch = Batch(1, ++seq[w], false, {}, {});
+      if (rng() % 4 == 0) {  // a lower tier: a plane of its own in a bitmap
+        AddTier(batch, rng() % 2 == 0 ? tandem::v1::KV_TIER_HOST : tandem::v1::KV_TIER_DISK,
+                stored, removed);
+      } else {
+        batch = Batch(1, seq[w], false, stored, removed);
+      }
+      index.Apply(w, batch);
       if (i % 5000 == 4999) {
         index.Drop(w);
         index.Apply(w, Batch(2, 0, true, {}));
@@ -406,7 +418,9 @@ TEST(BlockIndexTest, RoutesReadWhileAWriterAppliesAndSeeWhatDidNotChange) {
       for (int w = 0; w <= 64; ++w) asked[w] = w;
       for (int i = 0; i < 3000; ++i) {
         const Overlaps o = index.OverlapAll(asked, chain);
-        if (o.tiered[0].blocks != 64 || o.reported[0] != 64) wrong.fetch_add(1);
+        if (o.tiered[0].blocks != 64 || o.reported[0] != 64 || o.tiered[0].by_tier[0] != 64) {
+          wrong.fetch_add(1);
+        }
         for (int w = 1; w <= 64; ++w) {
           if (o.tiered[w].blocks < 0 || o.tiered[w].blocks > 64) wrong.fetch_add(1);
         }

@@ -6,8 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
 #include <random>
+#include <thread>
+
+#include "gateway/routing/seq_lock.h"
 
 namespace tandem::gateway {
 namespace {
@@ -110,6 +114,99 @@ TEST(HolderTableTest, APopularBlocksHoldersKeepTheirTiersAcrossRepresentations) 
   EXPECT_TRUE(table.Remove(42, 7, 2));
   EXPECT_TRUE(table.Remove(42, 500, 2));
   EXPECT_EQ(table.size(), 0u);
+}
+
+TEST(HolderTableTest, APoolOnlyBlocksBitmapsAreABitPerWorker) {
+  HolderTable table;
+  for (uint16_t id = 1; id <= 1000; ++id) table.Add(42, id, 0);
+  auto planes = [&] {
+    uint8_t seen = 0;
+    table.Visit(42, [](std::span<const HolderTable::Holder>) { ADD_FAILURE() << "a list"; },
+                [&](HolderTable::Bitmap b) {
+                  EXPECT_EQ(b.words, 16u);
+                  seen = b.planes;
+                });
+    return seen;
+  };
+  EXPECT_EQ(planes(), 1u);  // the pool's alone
+  const size_t pool_only = table.MemoryBytes();
+  // One holder in the host tier adds that tier's plane, a bit per worker.
+  EXPECT_FALSE(table.Add(42, 500, 1));
+  EXPECT_EQ(planes(), 0b011u);
+  EXPECT_EQ(table.MemoryBytes(), pool_only + 16 * sizeof(uint64_t));
+  Holders h = Read(table, 42);
+  ASSERT_EQ(h.size(), 1000u);
+  EXPECT_EQ(h[500], 0b011u);
+  EXPECT_EQ(h[501], 0b001u);
+  // The pool's holders do not move when a third tier comes.
+  EXPECT_TRUE(table.Add(42, 1001, 2));
+  EXPECT_EQ(planes(), 0b111u);
+  h = Read(table, 42);
+  ASSERT_EQ(h.size(), 1001u);
+  EXPECT_EQ(h[1], 0b001u);
+  EXPECT_EQ(h[500], 0b011u);
+  EXPECT_EQ(h[1001], 0b100u);
+}
+
+// A reader without the lock, through the table's view under a SeqLock, as
+// the block index reads it, while a writer churns the keys around a fixed
+// set (probes shifting, sets spilling, bitmaps gaining planes, the table
+// growing): every fixed key is found, with its fixed holder in the pool.
+// Fixed work for the writer; the reader reads until it is done.
+TEST(HolderTableTest, AReaderWithoutTheLockSeesWhatAWriterLeftWhole) {
+  Reclaimer reclaimer;
+  Reclaimer::Limbo limbo;
+  limbo.Attach(&reclaimer);
+  SeqLock lock;
+  HolderTable table(4);
+  table.set_limbo(&limbo);
+  constexpr uint64_t kFixed = 32;
+  for (uint64_t key = 0; key < kFixed; ++key) table.Add(key, 1, 0);
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> wrong{0}, reads{0};
+  std::thread reader([&] {
+    while (!done.load(std::memory_order_acquire)) {
+      const Reclaimer::ReadSection reading(reclaimer);
+      for (uint64_t key = 0; key < kFixed; ++key) {
+        bool found = false;
+        uint8_t tiers = 0;
+        lock.Read([&] {
+          tiers = 0;
+          found = table.VisitConcurrent(
+              HolderTable::MixKey(key),
+              [&](std::span<const HolderTable::Holder> list) {
+                for (const HolderTable::Holder& h : list) {
+                  if (HolderTable::IdOf(HolderTable::Load(h)) == 1) {
+                    tiers = HolderTable::TiersOf(HolderTable::Load(h));
+                  }
+                }
+              },
+              [&](HolderTable::Bitmap b) { tiers = HolderTable::BitmapTiers(b, 1); });
+        });
+        if (!found || tiers != 1) wrong.fetch_add(1);
+        reads.fetch_add(1);
+      }
+    }
+  });
+  std::mt19937_64 rng(29);
+  for (int i = 0; i < 300000; ++i) {
+    // Other keys come and go among the fixed ones; the fixed ones gain and
+    // lose other holders, in every tier.
+    const uint64_t key = rng() % 4 == 0 ? rng() % kFixed : kFixed + rng() % 48;
+    const auto id = static_cast<uint16_t>(2 + rng() % 200);
+    const int tier = static_cast<int>(rng() % 3);
+    SeqLockWriter hold(&lock);
+    if (rng() % 2 == 0) {
+      table.Add(key, id, tier);
+    } else {
+      table.Remove(key, id, tier);
+    }
+    limbo.Collect();
+  }
+  done.store(true, std::memory_order_release);
+  reader.join();
+  EXPECT_EQ(wrong.load(), 0) << "of " << reads.load() << " reads";
+  EXPECT_GT(reads.load(), 0);
 }
 
 }  // namespace
