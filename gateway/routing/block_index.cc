@@ -219,6 +219,7 @@ void BlockIndex::Clear(uint16_t id) {
   }
   entries_.fetch_sub(removed, std::memory_order_relaxed);
   entries_of_id_[id].fetch_sub(removed, std::memory_order_relaxed);
+  reclaimer_.Advance();
 }
 
 void BlockIndex::PruneLocked(Shard& shard, absl::Time now) {
@@ -315,6 +316,7 @@ BlockIndex::Applied BlockIndex::Apply(int worker, const tandem::v1::BlockEventBa
       Remove(id, batch.removed(i).low(), 0, tally);
     }
     ApplyTiers(id, batch, tally);
+    reclaimer_.Advance();  // what the batch retired goes at the shards' next writes
     entries_.fetch_add(tally.entries, std::memory_order_relaxed);
     hashes_.fetch_add(tally.hashes, std::memory_order_relaxed);
     entries_of_id_[id].fetch_add(tally.of_id, std::memory_order_relaxed);

@@ -84,10 +84,11 @@ struct BlockIndexOptions {
   // Lock shards (a power of two, 1..4096); tests use 1 for a single clock.
   int shards = 256;
   // From this many entries a walk loads spilled holder sets ahead, at the
-  // cost of one more shard lock per block: in a large index that hides a
-  // miss, in a small one (its tables in the last-level cache) the lock costs
-  // more (measured: 18% more route time at 65k entries; at 1000 x 2000, from
-  // 256k entries rather than 1M, walk p99 76-94 us against 94-104;
+  // cost of one more probe of the slot table per block: in a large index
+  // that hides a miss, in a small one (its tables in the last-level cache)
+  // the probe costs more (measured: 11% more route CPU at 65k entries, with
+  // routes reading without a lock; with the locks, at 1000 x 2000, from 256k
+  // entries rather than 1M, walk p99 76-94 us against 94-104;
   // docs/benchmarks.md).
   int64_t prefetch_spills_from = int64_t{1} << 18;
 };

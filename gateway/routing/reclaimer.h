@@ -77,6 +77,14 @@ class Reclaimer {
   };
 
   uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
+  // Advances the epoch as far as the readers in allow (two epochs when
+  // none is), so that what limbos hold goes at their next Collect. A writer
+  // calls it once per batch of changes (it writes a line every reader
+  // reads).
+  void Advance() {
+    TryAdvance(epoch());
+    TryAdvance(epoch());
+  }
 
  private:
   // Advances the epoch from `from`, unless a reader of the epoch before it
