@@ -28,10 +28,16 @@ int ShardShift(int shards) {
 
 class ABSL_SCOPED_LOCKABLE BlockIndex::WriteLock {
  public:
-  explicit WriteLock(Shard& shard) ABSL_EXCLUSIVE_LOCK_FUNCTION(shard.lock) : shard_(shard) {
+  // With `reserve`, first grows the table for that many new keys, which
+  // readers need not wait for (HolderTable::Reserve); the rest is a change.
+  explicit WriteLock(Shard& shard, size_t reserve = 0) ABSL_EXCLUSIVE_LOCK_FUNCTION(shard.lock)
+      ABSL_NO_THREAD_SAFETY_ANALYSIS : shard_(shard) {
     shard_.lock.Lock();
+    if (reserve > 0) shard_.table.Reserve(reserve);
+    shard_.lock.BeginChange();
   }
   ~WriteLock() ABSL_UNLOCK_FUNCTION() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    shard_.lock.EndChange();
     shard_.limbo.Collect();
     shard_.lock.Unlock();
   }
@@ -54,7 +60,7 @@ BlockIndex::BlockIndex(const BlockIndexOptions& options)
       entries_of_id_(new std::atomic<int64_t>[HolderTable::kMaxId + 1]()) {
   for (int i = 0; i < options.shards; ++i) {
     Shard& shard = shards_[i];
-    WriteLock lock(shard);
+    SeqLockWriter lock(&shard.lock);
     shard.limbo.Attach(&reclaimer_);
     shard.table.set_limbo(&shard.limbo);
   }
@@ -140,7 +146,7 @@ void BlockIndex::EndPrediction(Shard& shard, uint64_t key, uint16_t id) {
 void BlockIndex::Add(uint16_t id, uint64_t key, int tier, Tally& tally) {
   Shard& shard = ShardOf(key);
   {
-    WriteLock lock(shard);
+    WriteLock lock(shard, /*reserve=*/1);
     const size_t keys = shard.table.size();
     const bool fresh = shard.table.Add(key, id, tier);
     if (fresh) {
@@ -194,11 +200,13 @@ void BlockIndex::Clear(uint16_t id) {
   for (int s = 0; s < options_.shards; ++s) {
     Shard& shard = shards_[s];
     if (removed < had) {
-      WriteLock lock(shard);
+      // A sweep: routes read between its removals.
+      SeqLockWriter lock(&shard.lock);
       const size_t keys = shard.table.size();
-      removed += shard.table.RemoveWorker(id, had - removed);
+      removed += shard.table.RemoveWorker(id, had - removed, &shard.lock);
       hashes_.fetch_sub(static_cast<int64_t>(keys - shard.table.size()),
                         std::memory_order_relaxed);
+      shard.limbo.Collect();
     }
     absl::MutexLock lock(&shard.predicted_mu);
     int64_t predictions = 0;
@@ -407,12 +415,12 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   auto set = [](uint64_t* bits, uint16_t id) { bits[id / 64] |= uint64_t{1} << (id % 64); };
   auto has = [](const uint64_t* bits, uint16_t id) { return (bits[id / 64] >> (id % 64)) & 1; };
   const bool predicting = with_predictions && predicted_count_.load(std::memory_order_relaxed) > 0;
-  // A block's holders are two cache misses away (its slot, then a spilled
-  // set), one after the other: slots are loaded kSlotsAhead blocks ahead,
-  // and spilled sets (whose address is in the slot) kHoldersAhead, once the
-  // index is past options_.prefetch_spills_from entries.
-  // Before the slot, its shard's table header (where the slot array is),
-  // kShardsAhead blocks ahead.
+  // A block's holders are three cache misses away, one after the other:
+  // where its shard's slots are, its slot, then a spilled set. So the
+  // shard's table header is loaded kShardsAhead blocks ahead, the slot (and
+  // the shard's version) kSlotsAhead, and a spilled set (whose address is in
+  // the slot) kHoldersAhead, once the index is past
+  // options_.prefetch_spills_from entries.
   constexpr size_t kShardsAhead = 16, kSlotsAhead = 8, kHoldersAhead = 4;
   const bool prefetch_spills =
       entries_.load(std::memory_order_relaxed) >= options_.prefetch_spills_from;
@@ -581,7 +589,7 @@ int64_t BlockIndex::predicted_entries() const {
 int64_t BlockIndex::table_bytes() const {
   int64_t bytes = 0;
   for (int s = 0; s < options_.shards; ++s) {
-    WriteLock lock(shards_[s]);
+    SeqLockWriter lock(&shards_[s].lock);
     bytes += static_cast<int64_t>(shards_[s].table.MemoryBytes());
   }
   return bytes;

@@ -77,7 +77,7 @@ void HolderTable::InsertNoGrow(Slot slot) {
 }
 
 void HolderTable::Insert(uint64_t key, uint64_t holders) {
-  if ((size_ + 1) * 8 > capacity_ * 7) Grow();  // at most 7/8 full
+  Reserve(1);  // at most 7/8 full
   InsertNoGrow(Slot{.key = Mix(key), .holders = holders});
 }
 
@@ -383,7 +383,10 @@ bool HolderTable::Remove(uint64_t key, uint16_t id, int tier) {
 
 bool HolderTable::Holds(uint64_t key, uint16_t id) const {
   const size_t p = Find(key);
-  if (p == kNone) return false;
+  return p != kNone && HoldsAt(p, id);
+}
+
+bool HolderTable::HoldsAt(size_t p, uint16_t id) const {
   const uint64_t w = slots_[p].holders;
   if (Spilled(w)) {
     const Spill& s = *SpillOf(w);
@@ -402,15 +405,17 @@ bool HolderTable::Holds(uint64_t key, uint16_t id) const {
   return false;
 }
 
-int64_t HolderTable::RemoveWorker(uint16_t id, int64_t expected) {
+int64_t HolderTable::RemoveWorker(uint16_t id, int64_t expected, SeqLock* changes) {
   int64_t removed = 0;
   for (size_t p = 0; p < capacity_ && removed < expected;) {
-    if (slots_[p].holders != 0 && TakeHolder(p, id) != 0) {
+    if (slots_[p].holders != 0 && HoldsAt(p, id)) {
+      if (changes != nullptr) changes->BeginChange();
+      TakeHolder(p, id);
       ++removed;
-      if (NoHolders(slots_[p].holders)) {
-        Erase(p);
-        continue;  // a later key may have shifted into p
-      }
+      const bool erase = NoHolders(slots_[p].holders);
+      if (erase) Erase(p);
+      if (changes != nullptr) changes->EndChange();
+      if (erase) continue;  // a later key may have shifted into p
     }
     ++p;
   }

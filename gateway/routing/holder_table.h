@@ -13,13 +13,13 @@
 // Eviction is CLOCK with a count (between LRU and LFU): a lookup or a store
 // counts a use of the key (up to 3), the hand takes one off each key it
 // passes and evicts the first it finds at 0, so a block routed to often
-// outlives one stored once. Lookups count through atomics, so they may run
-// under a shared lock. Thread-compatible: the block index holds the shard's
-// lock (shared for Visit, ForEachHolder and Holds, exclusive for everything
-// else), except for its lock-free readers, which use the *Concurrent
-// functions below inside a Reclaimer::ReadSection: with a Limbo set, the
-// table retires what it frees (spills, an outgrown slot array) there, so
-// that what such a reader reached stays allocated until it leaves.
+// outlives one stored once. Thread-compatible, but for readers: the block
+// index holds the shard's lock for every call except its lock-free readers'
+// (VisitConcurrent, HoldsConcurrent, Prefetch, PrefetchHolders), which run
+// inside a Reclaimer::ReadSection beside the writer and check the shard's
+// version after; with a Limbo set, the table retires what it frees (spills,
+// an outgrown slot array) there, so that what such a reader reached stays
+// allocated until it leaves. Readers count uses through atomics.
 #ifndef TANDEM_GATEWAY_ROUTING_HOLDER_TABLE_H_
 #define TANDEM_GATEWAY_ROUTING_HOLDER_TABLE_H_
 
@@ -33,6 +33,7 @@
 #include <span>
 
 #include "gateway/routing/reclaimer.h"
+#include "gateway/routing/seq_lock.h"
 
 namespace tandem::gateway {
 
@@ -107,7 +108,7 @@ class HolderTable {
   // Visit's work on slot p (which holds a key).
   template <typename OnList, typename OnBitmap>
   void VisitAt(size_t p, OnList&& on_list, OnBitmap&& on_bitmap) const {
-    // Other readers may set the bit at once: all of them through atomics.
+    // Lock-free readers may count a use at once: through atomics.
     std::atomic_ref<uint64_t> shared(slots_[p].holders);
     const uint64_t w = shared.load(std::memory_order_relaxed);
     if ((w & kUses) != kUses) shared.store(w + kOneUse, std::memory_order_relaxed);
@@ -212,7 +213,16 @@ class HolderTable {
   bool Holds(uint64_t key, uint16_t id) const;
   // Takes worker `id` off every key; returns the entries removed. Stops
   // once `expected` are (the worker's entries in this table, if known).
-  int64_t RemoveWorker(uint16_t id, int64_t expected = INT64_MAX);
+  // With `changes` (held by the caller), marks each removal a change on
+  // it, and only those: lock-free readers read while it looks.
+  int64_t RemoveWorker(uint16_t id, int64_t expected = INT64_MAX, SeqLock* changes = nullptr);
+  // Grows now if `more` new keys would make it grow. A growth fills a new
+  // slot array that lock-free readers do not see until it is whole (the
+  // old one stays as it was), so it is no change they must not see half
+  // done.
+  void Reserve(size_t more) {
+    if ((size_ + more) * 8 > capacity_ * 7) Grow();
+  }
   // Evicts the first key the clock hand finds with no use left, calling
   // on_holder(id) for each of its holders; returns them. 0: the table is
   // empty, or the hand passed `max_visits` keys that all had uses left.
@@ -277,9 +287,11 @@ class HolderTable {
   // Empty: holders == 0. Inline: holders 0..2 in bits 0..47 (0 = none).
   // Spilled: kSpillBit | the Spill's address (bits 0..56: user-space
   // addresses are below 2^57) | its lines (bits 57..60). Either way
-  // kUses: the clock's count. Writers hold the shard's lock exclusively and
-  // use plain accesses; readers, under the shared lock, read and count a use
-  // through std::atomic_ref (two at once may count one: no matter).
+  // kUses: the clock's count. Writers hold the shard's lock and use plain
+  // accesses; readers read through atomics and count a use with a
+  // compare-and-swap that fails if the word changed since they read it (a
+  // count lost to a writer or another reader: no matter), so a reader never
+  // writes back a word a writer has replaced.
   struct Slot {
     uint64_t key;  // mixed
     uint64_t holders;
@@ -349,6 +361,8 @@ class HolderTable {
   void InsertNoGrow(Slot slot);
   void Erase(size_t p);
   void Grow();
+  // Holds's work on slot p (which holds a key).
+  bool HoldsAt(size_t p, uint16_t id) const;
   // Removes `id` from the holder word in slot p (by reference); returns its
   // tier bits, 0 when it was not there. Spills shrink back inline.
   uint8_t TakeHolder(size_t p, uint16_t id);

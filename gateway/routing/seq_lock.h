@@ -1,8 +1,12 @@
-// A writers' lock that is also its readers' version (a seqlock): writers
-// take it one at a time, and readers take nothing, read, and check that
-// the version did not move meanwhile (reading again when it did). A
-// reader then writes no shared line, so routing costs the block index's
-// writers nothing (gateway/routing/block_index.h).
+// A writers' lock with a version for lock-free readers (a seqlock): writers
+// take the lock one at a time and make the version odd while they change
+// what it guards (BeginChange .. EndChange); readers take nothing, read,
+// and check that the version did not move meanwhile (reading again when it
+// did). A reader then writes no shared line, so routing costs the block
+// index's writers nothing (gateway/routing/block_index.h). A writer that
+// holds the lock long but changes little (a sweep for one worker's entries,
+// a table's growth into a new array) marks only its changes, so readers
+// read between them rather than wait for the whole.
 //
 // Writers spin (then yield) rather than sleep: what they hold it for is a
 // table change of a few hundred nanoseconds, a sweep of one shard at most.
@@ -24,25 +28,23 @@ namespace tandem::gateway {
 class ABSL_LOCKABLE SeqLock {
  public:
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() {
-    for (int tries = 0;; ++tries) {
-      uint64_t v = version_.load(std::memory_order_relaxed);
-      if ((v & 1) == 0 && version_.compare_exchange_weak(v, v + 1, std::memory_order_acquire,
-                                                         std::memory_order_relaxed)) {
-        break;
-      }
-      Backoff(tries);
+    for (int tries = 0; writer_.exchange(true, std::memory_order_acquire);) {
+      while (writer_.load(std::memory_order_relaxed)) Backoff(tries++);
     }
-    // The version is odd before anything the lock guards is written.
+  }
+  void Unlock() ABSL_UNLOCK_FUNCTION() { writer_.store(false, std::memory_order_release); }
+
+  // Around a change readers must not see half done; under the lock.
+  void BeginChange() {
+    version_.store(version_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    // The version is odd before anything the change writes.
     std::atomic_thread_fence(std::memory_order_release);
   }
-  void Unlock() ABSL_UNLOCK_FUNCTION() {
+  void EndChange() {
     version_.store(version_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   }
 
-  // Starts loading the lock's cache line (a reader's, a few reads ahead).
-  void Prefetch() const { __builtin_prefetch(&version_); }
-
-  // Calls read() until it ran while no writer held the lock. `read` must
+  // Calls read() until it ran while no change was under way. `read` must
   // start afresh each time: what it read before may be torn.
   template <typename F>
   void Read(F&& read) const {
@@ -57,9 +59,11 @@ class ABSL_LOCKABLE SeqLock {
     }
   }
 
+  // Starts loading the lock's cache line (a reader's, a few reads ahead).
+  void Prefetch() const { __builtin_prefetch(&version_); }
 
  private:
-  // Pauses for the first tries, then gives the core away (the holder may
+  // Pauses for the first tries, then gives the core away (the writer may
   // be waiting for it).
   static void Backoff(int tries) {
     if (tries < 64) {
@@ -71,7 +75,8 @@ class ABSL_LOCKABLE SeqLock {
     }
   }
 
-  std::atomic<uint64_t> version_{0};  // odd while a writer holds it
+  std::atomic<uint64_t> version_{0};  // odd while a change is under way
+  std::atomic<bool> writer_{false};
 };
 
 // Holds a SeqLock for a scope.
@@ -86,6 +91,18 @@ class ABSL_SCOPED_LOCKABLE SeqLockWriter {
 
  private:
   SeqLock* lock_;
+};
+
+// Marks a change for a scope, under a SeqLock held.
+class SeqLockChange {
+ public:
+  explicit SeqLockChange(SeqLock& lock) : lock_(lock) { lock_.BeginChange(); }
+  ~SeqLockChange() { lock_.EndChange(); }
+  SeqLockChange(const SeqLockChange&) = delete;
+  SeqLockChange& operator=(const SeqLockChange&) = delete;
+
+ private:
+  SeqLock& lock_;
 };
 
 }  // namespace tandem::gateway

@@ -197,9 +197,15 @@ TEST(HolderTableTest, AReaderWithoutTheLockSeesWhatAWriterLeftWhole) {
     const int tier = static_cast<int>(rng() % 3);
     SeqLockWriter hold(&lock);
     if (rng() % 2 == 0) {
+      table.Reserve(1);  // a growth readers need not wait for
+      SeqLockChange change(lock);
       table.Add(key, id, tier);
     } else {
+      SeqLockChange change(lock);
       table.Remove(key, id, tier);
+    }
+    if (i % 1000 == 999) {  // a sweep: readers read between its removals
+      table.RemoveWorker(static_cast<uint16_t>(2 + rng() % 200), INT64_MAX, &lock);
     }
     limbo.Collect();
   }

@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "gateway/routing/seq_lock.h"
 
 namespace tandem::gateway {
@@ -104,8 +106,8 @@ TEST(ReclaimerTest, ReadersNeverReachFreedMemory) {
   EXPECT_LE(limbo.pending(), 3u * 16);
 }
 
-// A writer keeps two words equal under the lock, changing them one at a
-// time; readers through Read() always see them equal.
+// Writers keep two words equal under the lock, changing them one at a
+// time inside a change; readers through Read() always see them equal.
 TEST(SeqLockTest, ReadersSeeOnlyWhatAWriterLeftWhole) {
   SeqLock lock;
   std::atomic<uint64_t> a{0}, b{0};
@@ -130,12 +132,14 @@ TEST(SeqLockTest, ReadersSeeOnlyWhatAWriterLeftWhole) {
   std::thread second([&] {
     for (int i = 0; i < 100000; ++i) {
       SeqLockWriter hold(&lock);
+      SeqLockChange change(lock);
       a.store(a.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       b.store(b.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     }
   });
   for (int i = 0; i < 100000; ++i) {
     SeqLockWriter hold(&lock);
+    SeqLockChange change(lock);
     a.store(a.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     b.store(b.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
@@ -146,6 +150,21 @@ TEST(SeqLockTest, ReadersSeeOnlyWhatAWriterLeftWhole) {
   EXPECT_EQ(a.load(), 200000u);  // the writers excluded each other
   EXPECT_EQ(b.load(), 200000u);
   EXPECT_GT(reads.load(), 0);
+}
+
+// A writer that holds the lock but changes nothing yet (a sweep looking,
+// a table growing into a new array) does not hold readers up.
+TEST(SeqLockTest, ReadersReadWhileAWriterHoldsTheLockBetweenChanges) {
+  SeqLock lock;
+  SeqLockWriter hold(&lock);
+  { SeqLockChange change(lock); }
+  absl::Notification read;
+  std::thread reader([&] {
+    lock.Read([] {});
+    read.Notify();
+  });
+  EXPECT_TRUE(read.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  reader.join();
 }
 
 }  // namespace
