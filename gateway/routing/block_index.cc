@@ -165,10 +165,8 @@ void BlockIndex::Add(uint16_t id, uint64_t key, int tier, Tally& tally) {
         dropped_.fetch_add(1, std::memory_order_relaxed);
       }
     }
-  }
-  if (shard.MayBePredicted(HolderTable::MixKey(key))) {  // the report ends its prediction
-    absl::MutexLock lock(&shard.predicted_mu);
-    EndPrediction(shard, key, id);
+    // The worker's report ends its prediction.
+    if (shard.MayBePredicted(HolderTable::MixKey(key))) EndPrediction(shard, key, id);
   }
 }
 
@@ -208,7 +206,7 @@ void BlockIndex::Clear(uint16_t id) {
                         std::memory_order_relaxed);
       shard.limbo.Collect();
     }
-    absl::MutexLock lock(&shard.predicted_mu);
+    SeqLockWriter lock(&shard.lock);
     int64_t predictions = 0;
     for (auto it = shard.predicted.begin(); it != shard.predicted.end();) {
       auto& v = it->second;
@@ -255,7 +253,6 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
   const uint16_t id = IdOf(w);
   if (id == 0) return;
   const absl::Time now = absl::Now();
-  const Reclaimer::ReadSection reading(reclaimer_);
   constexpr size_t kAhead = 8;  // slots loaded ahead, as in OverlapAll
   for (size_t j = 0; j < std::min(kAhead, chain.size()); ++j) {
     Prefetch(HolderTable::MixKey(KeyOf(chain[j])));
@@ -265,11 +262,9 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
     const uint64_t key = KeyOf(chain[j]);
     const HolderTable::Mixed mixed = HolderTable::MixKey(key);
     Shard& shard = ShardOf(mixed);
-    bool held = false;
-    ReadShard(shard, [&](const HolderTable& table) { held = table.HoldsConcurrent(mixed, id); });
-    absl::MutexLock lock(&shard.predicted_mu);
+    SeqLockWriter lock(&shard.lock);  // no change to the table: readers read on
     PruneLocked(shard, now);
-    if (held) continue;
+    if (shard.table.Holds(key, id)) continue;
     absl::InlinedVector<Prediction, 1>& v = shard.predicted[key];
     auto p = std::find_if(v.begin(), v.end(), [id](const Prediction& x) { return x.id == id; });
     if (p != v.end()) {
@@ -493,7 +488,7 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
     });
     for (const auto& [id, tier] : credits) ++slower[id][tier];
     if (predicting && shard.MayBePredicted(key)) {
-      absl::MutexLock lock(&shard.predicted_mu);
+      SeqLockWriter lock(&shard.lock);
       if (auto it = shard.predicted.find(KeyOf(chain[j])); it != shard.predicted.end()) {
         for (const Prediction& p : it->second) {
           // Being computed into the worker's pool.

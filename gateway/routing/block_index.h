@@ -17,11 +17,12 @@
 // stops where no candidate holds the block.
 //
 // Routes read without a lock, so that they write nothing a writer then
-// has to take back from another core: a shard's writers' lock is also its
-// version (gateway/routing/seq_lock.h), and a walk reads a block's holders
-// again when the version moved while it read them. What a writer frees
-// while a route may be reading it waits in the shard's limbo until no
-// route that began before can still be walking
+// has to take back from another core: a shard's writers' lock carries a
+// version, odd while a writer changes the table (gateway/routing/seq_lock.h;
+// a table's growth and a worker's sweep mark only their changes), and a
+// walk reads a block's holders again when the version moved while it read
+// them. What a writer frees while a route may be reading it waits in the
+// shard's limbo until no route that began before can still be walking
 // (gateway/routing/reclaimer.h).
 //
 // Memory is bounded by `max_entries` (block, worker) pairs: past it the
@@ -41,9 +42,8 @@
 // prediction. Predictions are bounded by `max_predictions` (and
 // `max_entries`).
 //
-// Thread-safe. Lock order: a worker's own lock, then one of a shard's two
-// (its table's or its predictions'; never both at once) or the workers'
-// table lock; never two shards' at once. A reader may see a batch, or a
+// Thread-safe. Lock order: a worker's own lock, then a shard's lock or the
+// workers' table lock; never two shards' at once. A reader may see a batch, or a
 // worker's removal, half applied; a prediction made just as the worker's
 // own report of the block lands may last until its deadline.
 #ifndef TANDEM_GATEWAY_ROUTING_BLOCK_INDEX_H_
@@ -168,8 +168,9 @@ class BlockIndex {
     absl::Time until;
   };
   // A shard: its blocks' holders, written under `lock` and read by routes
-  // without it (see the layout above), and its predictions, under
-  // `predicted_mu`. A walk reads, for each block, the table's slot array
+  // without it (see the layout above), and its predictions, under `lock`
+  // too (a walk takes it for a block only when the digests say the block
+  // may be predicted). A walk reads, for each block, the table's slot array
   // (on the table's first line, which changes only when it grows) and the
   // version and prediction digests (on the line every write changes); it
   // loads both a few blocks ahead.
@@ -179,19 +180,18 @@ class BlockIndex {
     // Predictions by a 6-bit digest of their key, and the digests with any
     // as bits: a walk or a stored event looks a key up in `predicted` only
     // when its bit is set (a shard holds few predictions, so mostly not).
-    // Written under predicted_mu, and only when it changes; read without it.
+    // Written under lock, and only when it changes; read without it.
     std::atomic<uint64_t> predicted_digests{0};
     Reclaimer::Limbo limbo ABSL_GUARDED_BY(lock);  // what the table retired
-    mutable absl::Mutex predicted_mu;
-    std::array<uint32_t, 64> predicted_by_digest ABSL_GUARDED_BY(predicted_mu) = {};
+    std::array<uint32_t, 64> predicted_by_digest ABSL_GUARDED_BY(lock) = {};
     absl::flat_hash_map<uint64_t, absl::InlinedVector<Prediction, 1>> predicted
-        ABSL_GUARDED_BY(predicted_mu);
-    std::deque<PredictionDeadline> deadlines ABSL_GUARDED_BY(predicted_mu);  // as made
+        ABSL_GUARDED_BY(lock);
+    std::deque<PredictionDeadline> deadlines ABSL_GUARDED_BY(lock);  // as made
     bool MayBePredicted(HolderTable::Mixed key) const {
       return (predicted_digests.load(std::memory_order_relaxed) >> Digest(key)) & 1;
     }
     // Counts `n` predictions of `key` made (n > 0) or ended (n < 0).
-    void CountPredictions(uint64_t key, int64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(predicted_mu) {
+    void CountPredictions(uint64_t key, int64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock) {
       const int digest = Digest(HolderTable::MixKey(key));
       uint32_t& c = predicted_by_digest[digest];
       c = static_cast<uint32_t>(c + n);
@@ -260,10 +260,10 @@ class BlockIndex {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
   // Drops `shard`'s predictions past their deadline at `now`.
   void PruneLocked(Shard& shard, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.predicted_mu);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
   // Ends `id`'s prediction of `key`, if it has one.
   void EndPrediction(Shard& shard, uint64_t key, uint16_t id)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.predicted_mu);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
 
   const BlockIndexOptions options_;
   const int shard_shift_;  // key mix >> shard_shift_: the shard
