@@ -30,8 +30,8 @@ class ABSL_SCOPED_LOCKABLE BlockIndex::WriteLock {
  public:
   // With `reserve`, first grows the table for that many new keys, which
   // readers need not wait for (HolderTable::Reserve); the rest is a change.
-  explicit WriteLock(Shard& shard, size_t reserve = 0) ABSL_EXCLUSIVE_LOCK_FUNCTION(shard.lock)
-      ABSL_NO_THREAD_SAFETY_ANALYSIS : shard_(shard) {
+  explicit WriteLock(Shard& shard, size_t reserve = 0)
+      ABSL_EXCLUSIVE_LOCK_FUNCTION(shard.lock) ABSL_NO_THREAD_SAFETY_ANALYSIS : shard_(shard) {
     shard_.lock.Lock();
     if (reserve > 0) shard_.table.Reserve(reserve);
     shard_.lock.BeginChange();
@@ -202,8 +202,7 @@ void BlockIndex::Clear(uint16_t id) {
       SeqLockWriter lock(&shard.lock);
       const size_t keys = shard.table.size();
       removed += shard.table.RemoveWorker(id, had - removed, &shard.lock);
-      hashes_.fetch_sub(static_cast<int64_t>(keys - shard.table.size()),
-                        std::memory_order_relaxed);
+      hashes_.fetch_sub(static_cast<int64_t>(keys - shard.table.size()), std::memory_order_relaxed);
       shard.limbo.Collect();
     }
     SeqLockWriter lock(&shard.lock);
@@ -476,9 +475,8 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
               next_running[i] = running[i] & any;
               next_reporting[i] = reporting[i] & any;
               // Those not in the pool (rare) are credited by their tier.
-              for (uint64_t off =
-                       next_running[i] & ~HolderTable::TierWord(b, i, 0);
-                   off != 0; off &= off - 1) {
+              for (uint64_t off = next_running[i] & ~HolderTable::TierWord(b, i, 0); off != 0;
+                   off &= off - 1) {
                 const uint16_t id = static_cast<uint16_t>(64 * i + std::countr_zero(off));
                 credits.emplace_back(
                     id, static_cast<uint8_t>(FastestTier(HolderTable::BitmapTiers(b, id))));
@@ -553,7 +551,8 @@ bool BlockIndex::Holds(int worker, const engine::BlockHash& h) const {
   const Reclaimer::ReadSection reading(reclaimer_);
   bool held = false;
   const HolderTable::Mixed mixed = HolderTable::MixKey(KeyOf(h));
-  ReadShard(ShardOf(mixed), [&](const HolderTable& table) { held = table.HoldsConcurrent(mixed, id); });
+  ReadShard(ShardOf(mixed),
+            [&](const HolderTable& table) { held = table.HoldsConcurrent(mixed, id); });
   return held;
 }
 

@@ -30,8 +30,8 @@
 // clock hand finds with no use left (a route reading a block or a worker
 // storing it counts a use, up to 3; the hand takes one off each block it
 // passes); when the hand passes kEvictionVisits blocks all still in use,
-// the new entry is the one not kept. Both are counted as dropped. Removing a worker (its stream ended, or a snapshot
-// replaces it) sweeps every shard once.
+// the new entry is the one not kept. Both are counted as dropped. Removing a worker (its stream
+// ended, or a snapshot replaces it) sweeps every shard once.
 //
 // Predictions: the router records the blocks of a prompt it just sent to a
 // worker as predicted there until a deadline, because the worker reports
@@ -256,11 +256,9 @@ class BlockIndex {
   // Evicts from `shard` while the index (with `tally` not yet published)
   // is over its bound; false when the hand found no block without uses
   // within kEvictionVisits.
-  bool EvictLocked(Shard& shard, Tally& tally)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
+  bool EvictLocked(Shard& shard, Tally& tally) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
   // Drops `shard`'s predictions past their deadline at `now`.
-  void PruneLocked(Shard& shard, absl::Time now)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
+  void PruneLocked(Shard& shard, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
   // Ends `id`'s prediction of `key`, if it has one.
   void EndPrediction(Shard& shard, uint64_t key, uint16_t id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);

@@ -182,8 +182,8 @@ void HolderTable::Reshape(uint64_t& w) {
       planes |= TiersOf(s.list()[i]);
     }
   }
-  const size_t bitmap_bytes = (max_id / 64 + 1) * static_cast<size_t>(PlaneCount(planes)) *
-                              sizeof(uint64_t);
+  const size_t bitmap_bytes =
+      (max_id / 64 + 1) * static_cast<size_t>(PlaneCount(planes)) * sizeof(uint64_t);
   const size_t list_bytes = s.count * sizeof(Holder);
   // Bitmaps from a quarter of their size in list bytes: a route reads a
   // popular block's holders a word per 64 workers rather than one by one,
@@ -266,7 +266,8 @@ uint8_t HolderTable::SpillClear(uint64_t& w, uint16_t id, int tier) {
     const auto n = static_cast<size_t>(PlaneCount(b.planes));
     for (int t = 0, k = 0; t < kMaxTiers; ++t) {
       if (((b.planes >> t) & 1) == 0) continue;
-      if ((mask >> t) & 1) s->bits()[(id / 64) * n + static_cast<size_t>(k)] &= ~(uint64_t{1} << (id % 64));
+      if ((mask >> t) & 1)
+        s->bits()[(id / 64) * n + static_cast<size_t>(k)] &= ~(uint64_t{1} << (id % 64));
       ++k;
     }
     if ((had & ~mask) == 0) {
@@ -473,8 +474,6 @@ void HolderTable::PrefetchHolders(Mixed key) const {
   for (uint64_t i = 0; i < lines; ++i) __builtin_prefetch(at + 64 * i);
 }
 
-size_t HolderTable::MemoryBytes() const {
-  return capacity_ * sizeof(Slot) + spill_bytes_;
-}
+size_t HolderTable::MemoryBytes() const { return capacity_ * sizeof(Slot) + spill_bytes_; }
 
 }  // namespace tandem::gateway

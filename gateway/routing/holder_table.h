@@ -307,9 +307,9 @@ class HolderTable {
     uint32_t planes;    // bitmaps: the tiers with a plane (Bitmap::planes)
     bool IsBitmap() const { return words != 0; }
     size_t UsedBytes() const {
-      return IsBitmap() ? size_t{words} * PlaneCount(static_cast<uint8_t>(planes)) *
-                              sizeof(uint64_t)
-                        : count * sizeof(Holder);
+      return IsBitmap()
+                 ? size_t{words} * PlaneCount(static_cast<uint8_t>(planes)) * sizeof(uint64_t)
+                 : count * sizeof(Holder);
     }
     Holder* list() { return reinterpret_cast<Holder*>(this + 1); }
     const Holder* list() const { return reinterpret_cast<const Holder*>(this + 1); }

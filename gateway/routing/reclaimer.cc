@@ -51,8 +51,7 @@ void Reclaimer::Limbo::Retire(void* p, size_t bytes) {
 
 void Reclaimer::Limbo::CollectSome() {
   uint64_t e = reclaimer_->epoch();
-  if (items_.front().epoch + 2 > e &&
-      (items_.size() >= kAdvanceItems || bytes_ >= kAdvanceBytes)) {
+  if (items_.front().epoch + 2 > e && (items_.size() >= kAdvanceItems || bytes_ >= kAdvanceBytes)) {
     reclaimer_->TryAdvance(e);
     e = reclaimer_->epoch();
   }

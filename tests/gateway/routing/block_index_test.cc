@@ -396,8 +396,8 @@ TEST(BlockIndexTest, RoutesReadWhileAWriterAppliesAndSeeWhatDidNotChange) {
       (store ? stored : removed).push_back(b);
       tandem::v1::BlockEventBatch batch = Batch(1, ++seq[w], false, {}, {});
       if (rng() % 4 == 0) {  // a lower tier: a plane of its own in a bitmap
-        AddTier(batch, rng() % 2 == 0 ? tandem::v1::KV_TIER_HOST : tandem::v1::KV_TIER_DISK,
-                stored, removed);
+        AddTier(batch, rng() % 2 == 0 ? tandem::v1::KV_TIER_HOST : tandem::v1::KV_TIER_DISK, stored,
+                removed);
       } else {
         batch = Batch(1, seq[w], false, stored, removed);
       }

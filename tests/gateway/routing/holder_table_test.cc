@@ -121,11 +121,12 @@ TEST(HolderTableTest, APoolOnlyBlocksBitmapsAreABitPerWorker) {
   for (uint16_t id = 1; id <= 1000; ++id) table.Add(42, id, 0);
   auto planes = [&] {
     uint8_t seen = 0;
-    table.Visit(42, [](std::span<const HolderTable::Holder>) { ADD_FAILURE() << "a list"; },
-                [&](HolderTable::Bitmap b) {
-                  EXPECT_EQ(b.words, 16u);
-                  seen = b.planes;
-                });
+    table.Visit(
+        42, [](std::span<const HolderTable::Holder>) { ADD_FAILURE() << "a list"; },
+        [&](HolderTable::Bitmap b) {
+          EXPECT_EQ(b.words, 16u);
+          seen = b.planes;
+        });
     return seen;
   };
   EXPECT_EQ(planes(), 1u);  // the pool's alone
