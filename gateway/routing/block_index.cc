@@ -48,11 +48,6 @@ class ABSL_SCOPED_LOCKABLE BlockIndex::WriteLock {
   Shard& shard_;
 };
 
-template <typename F>
-void BlockIndex::ReadShard(const Shard& shard, F&& read) {
-  shard.lock.Read([&] { read(shard.TableForReaders()); });
-}
-
 BlockIndex::BlockIndex(const BlockIndexOptions& options)
     : options_(options),
       shard_shift_(ShardShift(options.shards)),
@@ -145,29 +140,27 @@ void BlockIndex::EndPrediction(Shard& shard, uint64_t key, uint16_t id) {
 
 void BlockIndex::Add(uint16_t id, uint64_t key, int tier, Tally& tally) {
   Shard& shard = ShardOf(key);
-  {
-    WriteLock lock(shard, /*reserve=*/1);
-    const size_t keys = shard.table.size();
-    const bool fresh = shard.table.Add(key, id, tier);
-    if (fresh) {
-      ++tally.entries;
-      ++tally.of_id;
-      tally.hashes += static_cast<int64_t>(shard.table.size() - keys);
-    }
-    if (fresh && !EvictLocked(shard, tally)) {
-      // Full of blocks still in use: the new entry is the one not kept
-      // (unless the hand took it already).
-      const size_t before = shard.table.size();
-      if (shard.table.Remove(key, id, tier)) {
-        --tally.entries;
-        --tally.of_id;
-        tally.hashes -= static_cast<int64_t>(before - shard.table.size());
-        dropped_.fetch_add(1, std::memory_order_relaxed);
-      }
-    }
-    // The worker's report ends its prediction.
-    if (shard.MayBePredicted(HolderTable::MixKey(key))) EndPrediction(shard, key, id);
+  WriteLock lock(shard, /*reserve=*/1);
+  const size_t keys = shard.table.size();
+  const bool fresh = shard.table.Add(key, id, tier);
+  if (fresh) {
+    ++tally.entries;
+    ++tally.of_id;
+    tally.hashes += static_cast<int64_t>(shard.table.size() - keys);
   }
+  if (fresh && !EvictLocked(shard, tally)) {
+    // Full of blocks still in use: the new entry is the one not kept
+    // (unless the hand took it already).
+    const size_t before = shard.table.size();
+    if (shard.table.Remove(key, id, tier)) {
+      --tally.entries;
+      --tally.of_id;
+      tally.hashes -= static_cast<int64_t>(before - shard.table.size());
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  // The worker's report ends its prediction.
+  if (shard.MayBePredicted(HolderTable::MixKey(key))) EndPrediction(shard, key, id);
 }
 
 void BlockIndex::Remove(uint16_t id, uint64_t key, int tier, Tally& tally) {
@@ -449,13 +442,13 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
     prefetch_holders(j + kHoldersAhead);
     const HolderTable::Mixed key = mixed[j];
     const Shard& shard = ShardOf(key);
-    // From scratch on every read: ReadShard reads again what a writer
-    // changed meanwhile.
-    ReadShard(shard, [&](const HolderTable& table) {
+    // Without the shard's lock: from scratch on every read, since Read
+    // reads again what a writer changed meanwhile.
+    shard.lock.Read([&] {
       std::fill(next_running + lo, next_running + hi, 0);
       std::fill(next_reporting + lo, next_reporting + hi, 0);
       credits.clear();
-      table.VisitConcurrent(
+      shard.TableForReaders().VisitConcurrent(
           key,
           [&](std::span<const HolderTable::Holder> list) {
             for (const HolderTable::Holder& held : list) {
@@ -548,12 +541,9 @@ bool BlockIndex::Holds(int worker, const engine::BlockHash& h) const {
     id = w->id.load(std::memory_order_relaxed);
   }
   if (id == 0) return false;
-  const Reclaimer::ReadSection reading(reclaimer_);
-  bool held = false;
-  const HolderTable::Mixed mixed = HolderTable::MixKey(KeyOf(h));
-  ReadShard(ShardOf(mixed),
-            [&](const HolderTable& table) { held = table.HoldsConcurrent(mixed, id); });
-  return held;
+  const Shard& shard = ShardOf(KeyOf(h));
+  SeqLockWriter lock(&shard.lock);  // diagnostics: no need to read lock-free
+  return shard.table.Holds(KeyOf(h), id);
 }
 
 std::optional<BlockHashParams> BlockIndex::params() const {

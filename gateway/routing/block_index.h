@@ -201,7 +201,7 @@ class BlockIndex {
       if (now != digests) predicted_digests.store(now, std::memory_order_relaxed);
     }
     // The table, for lock-free readers (inside a Reclaimer::ReadSection,
-    // through lock.Read: see ReadShard).
+    // through lock.Read: see OverlapAll).
     const HolderTable& TableForReaders() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return table; }
     // Bits the shard and the slot do not use (HolderTable::Mix's middle).
     static int Digest(HolderTable::Mixed key) { return static_cast<int>((key.v >> 24) & 63); }
@@ -234,12 +234,6 @@ class BlockIndex {
   // Starts loading `key`'s slot and its shard's version, without the
   // shard's lock.
   void Prefetch(HolderTable::Mixed key) const ABSL_NO_THREAD_SAFETY_ANALYSIS;
-  // Calls read(table) on `shard`'s table without its lock, inside a
-  // Reclaimer::ReadSection, until it has read while no writer wrote;
-  // `read` must start afresh each time, since what it read before may be
-  // torn.
-  template <typename F>
-  static void ReadShard(const Shard& shard, F&& read);
   // The worker's state, made on first use (never freed: slots are few).
   WorkerState& StateOf(int worker) ABSL_LOCKS_EXCLUDED(workers_mu_);
   // The worker's state, or null when it has none yet.

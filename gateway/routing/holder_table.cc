@@ -440,29 +440,6 @@ const HolderTable::Slot* HolderTable::FindConcurrent(Mixed key) const {
   return nullptr;
 }
 
-bool HolderTable::HoldsConcurrent(Mixed key, uint16_t id) const {
-  const Slot* slot = FindConcurrent(key);
-  if (slot == nullptr) return false;
-  const uint64_t w = Load(slot->holders);
-  if (Spilled(w)) {
-    const Spill* s = SpillOf(w);
-    const size_t capacity = Load(s->capacity);
-    if (Load(s->words) != 0) {
-      const Bitmap b = BitmapConcurrent(*s);
-      return static_cast<size_t>(id / 64) < b.words && BitmapTiers(b, id) != 0;
-    }
-    const size_t count = std::min<size_t>(Load(s->count), capacity / sizeof(Holder));
-    for (size_t i = 0; i < count; ++i) {
-      if (IdOf(Load(s->list()[i])) == id) return true;
-    }
-    return false;
-  }
-  for (int i = 0; i < kInline; ++i) {
-    if (InlineAt(w, i) != 0 && IdOf(InlineAt(w, i)) == id) return true;
-  }
-  return false;
-}
-
 void HolderTable::PrefetchHolders(Mixed key) const {
   const Slot* slot = FindConcurrent(key);
   if (slot == nullptr) return;

@@ -15,9 +15,9 @@
 // passes and evicts the first it finds at 0, so a block routed to often
 // outlives one stored once. Thread-compatible, but for readers: the block
 // index holds the shard's lock for every call except its lock-free readers'
-// (VisitConcurrent, HoldsConcurrent, Prefetch, PrefetchHolders), which run
-// inside a Reclaimer::ReadSection beside the writer and check the shard's
-// version after; with a Limbo set, the table retires what it frees (spills,
+// (VisitConcurrent, Prefetch, PrefetchHolders), which run inside a
+// Reclaimer::ReadSection beside the writer and check the shard's version
+// after; with a Limbo set, the table retires what it frees (spills,
 // an outgrown slot array) there, so that what such a reader reached stays
 // allocated until it leaves. Readers count uses through atomics.
 #ifndef TANDEM_GATEWAY_ROUTING_HOLDER_TABLE_H_
@@ -181,8 +181,6 @@ class HolderTable {
     on_list(std::span<const Holder>(inline_holders, n));
     return true;
   }
-  // Holds, for the same readers as VisitConcurrent (marks nothing).
-  bool HoldsConcurrent(Mixed key, uint16_t id) const;
   // Word `i` of the holders in any tier, and in tier `t`. Bitmaps are
   // read through relaxed atomics, since lock-free readers read them while a
   // writer may write.
