@@ -5,6 +5,7 @@
 #include <new>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "common/check.h"
 
 namespace tandem::gateway {
@@ -77,24 +78,63 @@ void HolderTable::InsertNoGrow(Slot slot) {
 }
 
 void HolderTable::Insert(uint64_t key, uint64_t holders) {
-  Reserve(1);  // at most 7/8 full
+  Reserve(1);  // at most 3/4 full
   InsertNoGrow(Slot{.key = Mix(key), .holders = holders});
 }
 
 void HolderTable::Grow() {
   const size_t old_capacity = capacity_;
   Slot* const old_slots = slots_;
-  // By half again rather than double: a table just grown is then 58% full,
-  // not 44% (this table's bytes per entry are the point).
+  // By half again rather than double: a table just grown is then half
+  // full, not 3/8 (this table's bytes per entry are the point).
   capacity_ = old_capacity + old_capacity / 2;
   slots_ = NewSlots(capacity_);
   size_ = 0;
   hand_ = 0;
-  for (size_t p = 0; p < old_capacity; ++p) {
-    if (old_slots[p].holders != 0) {
-      InsertNoGrow(old_slots[p]);
+  // Robin Hood keeps the keys in the order of their homes, from any empty
+  // slot round to it, and homes keep their order at any capacity (HomeIn
+  // scales them). So, taken in that order, each key goes to the first free
+  // slot at or past its new home, past the key before it: the table that
+  // inserting them one by one would build, with no probing and the new
+  // array written front to back. Keys that shared an old home may not
+  // share the new one, so each such run is sorted first; should the keys
+  // wrap round onto the first ones placed, the rest are inserted as usual.
+  size_t empty = 0;
+  while (old_slots[empty].holders != 0) ++empty;  // never full (Reserve)
+  size_t next = 0;       // past the last slot taken, counting on past the end
+  bool in_order = true;  // false once the placement has wrapped onto the start
+  absl::InlinedVector<std::pair<size_t, Slot>, 8> run;  // (new home, slot)
+  auto place_run = [&] {
+    std::sort(run.begin(), run.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [home, slot] : run) {
+      const size_t at = std::max(home, next);
+      const size_t p = at >= capacity_ ? at - capacity_ : at;
+      in_order = in_order && at < 2 * capacity_ && slots_[p].holders == 0;
+      if (!in_order) {
+        InsertNoGrow(slot);
+        continue;
+      }
+      slots_[p] = slot;
+      ++size_;
+      next = at + 1;
     }
+    run.clear();
+  };
+  size_t run_home = kNone;
+  for (size_t i = 1; i <= old_capacity; ++i) {
+    const size_t p = empty + i < old_capacity ? empty + i : empty + i - old_capacity;
+    const Slot& slot = old_slots[p];
+    if (slot.holders == 0) continue;
+    const size_t old_home = HomeIn(slot.key, old_capacity);
+    if (old_home != run_home) {
+      place_run();
+      run_home = old_home;
+    }
+    // Homes before the empty slot come round after the end.
+    run.emplace_back(HomeIn(slot.key, capacity_) + (old_home < empty ? capacity_ : 0), slot);
   }
+  place_run();
   // Published filled: a lock-free reader reads either array whole.
   Publish();
   Free(old_slots, old_capacity * sizeof(Slot));

@@ -5,10 +5,11 @@
 // word points to, a list of 2 bytes per holder or, for a block many hold,
 // bitmaps over the workers), so a (block, worker) entry costs no map node
 // of its own, and a reader reaches any holder set in two loads (the slot,
-// then its spill), which PrefetchHolders starts ahead of a walk. Robin Hood probing
-// with backward-shift deletion keeps misses short at a high load; capacity
-// grows by half again, so the table is never less than ~58% full once it
-// has grown.
+// then its spill), which PrefetchHolders starts ahead of a walk. Robin Hood
+// probing with backward-shift deletion keeps misses short; the table grows
+// by half again once 3/4 full, so it is between 1/2 and 3/4 full once it
+// has grown (at 7/8, the inserts' longer shifts cost a fill 20% more
+// time; docs/benchmarks.md).
 //
 // Eviction is CLOCK with a count (between LRU and LFU): a lookup or a store
 // counts a use of the key (up to 3), the hand takes one off each key it
@@ -219,7 +220,7 @@ class HolderTable {
   // old one stays as it was), so it is no change they must not see half
   // done.
   void Reserve(size_t more) {
-    if ((size_ + more) * 8 > capacity_ * 7) Grow();
+    if ((size_ + more) * kLoadDenominator > capacity_ * kLoadNumerator) Grow();
   }
   // Evicts the first key the clock hand finds with no use left, calling
   // on_holder(id) for each of its holders; returns them. 0: the table is
@@ -272,6 +273,9 @@ class HolderTable {
 
  private:
   static constexpr int kInline = 3;
+  // The most a table is full before it grows: 3/4.
+  static constexpr size_t kLoadNumerator = 3;
+  static constexpr size_t kLoadDenominator = 4;
   static constexpr uint64_t kSpillBit = uint64_t{1} << 63;
   // The clock's count of uses since the hand last passed, saturating at 3.
   static constexpr uint64_t kOneUse = uint64_t{1} << 61;
