@@ -22,6 +22,7 @@
 #include "absl/synchronization/notification.h"
 #include "engine/kv/block_hash.h"
 #include "gateway/routing/block_index.h"
+#include "gateway/routing/huge_pages.h"
 #include "gateway/routing/kv_router.h"
 #include "gateway/routing/worker_picker.h"
 #include "prometheus/registry.h"
@@ -42,13 +43,15 @@
 namespace tandem::bench {
 namespace {
 
+// The heap's bytes in use, and the slot arrays mapped on their own
+// (gateway/routing/huge_pages.h), which the heap's count does not see.
 size_t HeapInUse() {
 #ifdef TANDEM_FLEET_SIM_ASAN
-  return __sanitizer_get_current_allocated_bytes();
+  return __sanitizer_get_current_allocated_bytes() + gateway::MappedBytes();
 #else
   // Large blocks (a big table) are mapped on their own, outside uordblks.
   const struct mallinfo2 m = mallinfo2();
-  return m.uordblks + m.hblkhd;
+  return m.uordblks + m.hblkhd + gateway::MappedBytes();
 #endif
 }
 

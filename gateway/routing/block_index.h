@@ -73,8 +73,8 @@
 namespace tandem::gateway {
 
 struct BlockIndexOptions {
-  // (hash, worker) pairs. 48M: about 0.7-1.0 GiB at the 15-20 bytes per
-  // entry measured at fleet size, 1.3 GiB in the worst case (one holder per
+  // (hash, worker) pairs. 48M: about 0.6-1.0 GiB at the 13-21 bytes per
+  // entry measured at fleet size, 1.5 GiB in the worst case (one holder per
   // block, tables just grown; docs/benchmarks.md), so a 2 GiB gateway pod
   // keeps headroom for the rest of the process; 1000 workers x 48k blocks.
   int64_t max_entries = int64_t{48} << 20;

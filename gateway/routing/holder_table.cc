@@ -10,7 +10,7 @@
 
 namespace tandem::gateway {
 HolderTable::HolderTable(size_t capacity)
-    : capacity_(capacity < 4 ? 4 : capacity), slots_(NewSlots(capacity_)) {
+    : capacity_(capacity < 4 ? 4 : capacity), slots_(NewSlots(capacity_, &free_slots_)) {
   Publish();
 }
 
@@ -25,20 +25,19 @@ HolderTable::~HolderTable() {
   // No reader is left: everything goes at once (the limbo may be gone).
   limbo_ = nullptr;
   for (size_t p = 0; p < capacity_; ++p) FreeSpill(slots_[p].holders);
-  ::operator delete(slots_);
+  free_slots_(slots_, capacity_ * sizeof(Slot));
 }
 
-HolderTable::Slot* HolderTable::NewSlots(size_t capacity) {
-  Slot* s = static_cast<Slot*>(::operator new(capacity * sizeof(Slot)));
-  for (size_t p = 0; p < capacity; ++p) s[p] = Slot{.key = 0, .holders = 0};
-  return s;
+HolderTable::Slot* HolderTable::NewSlots(size_t capacity, FreeFunction* free) {
+  // Zeroed: every slot empty (key 0, holders 0).
+  return static_cast<Slot*>(AllocateZeroed(capacity * sizeof(Slot), free));
 }
 
-void HolderTable::Free(void* p, size_t bytes) {
+void HolderTable::Free(void* p, size_t bytes, FreeFunction free) {
   if (limbo_ != nullptr) {
-    limbo_->Retire(p, bytes);
+    limbo_->Retire(p, bytes, free);
   } else {
-    ::operator delete(p);
+    free(p, bytes);
   }
 }
 
@@ -87,8 +86,9 @@ void HolderTable::Grow() {
   Slot* const old_slots = slots_;
   // By half again rather than double: a table just grown is then half
   // full, not 3/8 (this table's bytes per entry are the point).
+  const FreeFunction free_old_slots = free_slots_;
   capacity_ = old_capacity + old_capacity / 2;
-  slots_ = NewSlots(capacity_);
+  slots_ = NewSlots(capacity_, &free_slots_);
   size_ = 0;
   hand_ = 0;
   // Robin Hood keeps the keys in the order of their homes, from any empty
@@ -137,7 +137,7 @@ void HolderTable::Grow() {
   place_run();
   // Published filled: a lock-free reader reads either array whole.
   Publish();
-  Free(old_slots, old_capacity * sizeof(Slot));
+  Free(old_slots, old_capacity * sizeof(Slot), free_old_slots);
 }
 
 void HolderTable::Erase(size_t p) {
@@ -167,7 +167,7 @@ void HolderTable::FreeSpill(uint64_t w) {
   if (!Spilled(w)) return;
   Spill* s = SpillOf(w);
   spill_bytes_ -= sizeof(Spill) + s->capacity;
-  Free(s, sizeof(Spill) + s->capacity);
+  Free(s, sizeof(Spill) + s->capacity, &FreeWithDelete);
 }
 
 HolderTable::Spill* HolderTable::Reallocate(uint64_t& w, size_t bytes) {

@@ -33,6 +33,7 @@
 #include <memory>
 #include <span>
 
+#include "gateway/routing/huge_pages.h"
 #include "gateway/routing/reclaimer.h"
 #include "gateway/routing/seq_lock.h"
 
@@ -391,11 +392,11 @@ class HolderTable {
   // Moves w's spill to one of `bytes` (at least its used bytes).
   Spill* Reallocate(uint64_t& w, size_t bytes);
   void FreeSpill(uint64_t w);
-  // Frees `p` (`bytes` long) at once, or through the limbo.
-  void Free(void* p, size_t bytes);
-  // A slot array of `capacity` slots, all empty (::operator new, so that a
-  // limbo can free it).
-  static Slot* NewSlots(size_t capacity);
+  // Frees `p` (`bytes` long) with `free`, at once or through the limbo.
+  void Free(void* p, size_t bytes, FreeFunction free);
+  // A slot array of `capacity` slots, all empty; large ones on huge pages
+  // (gateway/routing/huge_pages.h). Sets *free to what frees it.
+  static Slot* NewSlots(size_t capacity, FreeFunction* free);
   // Shows slots_ and capacity_ to lock-free readers.
   void Publish();
 
@@ -407,7 +408,8 @@ class HolderTable {
   std::atomic<size_t> capacity_view_{0};
   // The writers' state.
   alignas(64) size_t capacity_;
-  Slot* slots_;  // from NewSlots
+  FreeFunction free_slots_ = nullptr;  // set by NewSlots, before slots_
+  Slot* slots_;                        // from NewSlots
   Reclaimer::Limbo* limbo_ = nullptr;
   size_t size_ = 0;
   size_t hand_ = 0;

@@ -37,15 +37,23 @@ void Reclaimer::TryAdvance(uint64_t from) {
   epoch_.compare_exchange_strong(expected, from + 1, std::memory_order_seq_cst);
 }
 
-Reclaimer::Limbo::~Limbo() {
-  for (const Item& item : items_) ::operator delete(item.p);
+void Reclaimer::Limbo::Item::Free() const {
+  if (free == nullptr) {
+    ::operator delete(p);
+  } else {
+    free(p, bytes);
+  }
 }
 
-void Reclaimer::Limbo::Retire(void* p, size_t bytes) {
+Reclaimer::Limbo::~Limbo() {
+  for (const Item& item : items_) item.Free();
+}
+
+void Reclaimer::Limbo::Retire(void* p, size_t bytes, void (*free)(void* p, size_t bytes)) {
   // The unlinking stores are ordered before the epoch is read: a reader
   // that enters in a later epoch cannot reach `p`.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  items_.push_back({.p = p, .bytes = bytes, .epoch = reclaimer_->epoch()});
+  items_.push_back({.p = p, .bytes = bytes, .free = free, .epoch = reclaimer_->epoch()});
   bytes_ += bytes;
 }
 
@@ -56,7 +64,7 @@ void Reclaimer::Limbo::CollectSome() {
     e = reclaimer_->epoch();
   }
   while (!items_.empty() && items_.front().epoch + 2 <= e) {
-    ::operator delete(items_.front().p);
+    items_.front().Free();
     bytes_ -= items_.front().bytes;
     items_.pop_front();
   }

@@ -53,9 +53,10 @@ class Reclaimer {
 
     // Must be called before the first Retire.
     void Attach(Reclaimer* reclaimer) { reclaimer_ = reclaimer; }
-    // Takes `p` (from ::operator new, `bytes` long), already unlinked from
-    // everything a reader could reach from now on.
-    void Retire(void* p, size_t bytes);
+    // Takes `p` (`bytes` long), already unlinked from everything a reader
+    // could reach from now on, to free with `free` (null: ::operator
+    // delete).
+    void Retire(void* p, size_t bytes, void (*free)(void* p, size_t bytes) = nullptr);
     // Frees what no reader can hold any more; once enough waits, tries to
     // advance the epoch so that it can go. Cheap when empty.
     void Collect() {
@@ -68,7 +69,9 @@ class Reclaimer {
     struct Item {
       void* p;
       size_t bytes;
-      uint64_t epoch;  // retired in
+      void (*free)(void* p, size_t bytes);  // null: ::operator delete
+      uint64_t epoch;                       // retired in
+      void Free() const;
     };
     void CollectSome();
     Reclaimer* reclaimer_ = nullptr;

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "gateway/routing/huge_pages.h"
+#include "gateway/routing/reclaimer.h"
 #include "gateway/routing/seq_lock.h"
 
 namespace tandem::gateway {
@@ -114,6 +116,34 @@ TEST(HolderTableTest, AGrowthPlacesKeysWhereLookupsFindThem) {
   // And stay findable as keys leave (backward shifts over the wrapped run).
   for (size_t i = 0; i < keys.size(); i += 2) ASSERT_TRUE(table.Remove(keys[i], 1, 0));
   for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(table.Holds(keys[i], 1), i % 2 == 1);
+}
+
+TEST(HolderTableTest, ATableGrowsOntoHugePagesAndRetiresItsArraysThroughALimbo) {
+  // Past 2 MiB of slots (131072), the arrays are mappings of their own
+  // (gateway/routing/huge_pages.h); the outgrown ones wait in the limbo and
+  // go with it, the last one with the table.
+  Reclaimer reclaimer;
+  Reclaimer::Limbo limbo;
+  limbo.Attach(&reclaimer);
+  {
+    HolderTable table;
+    table.set_limbo(&limbo);
+    std::mt19937_64 rng(5);
+    std::vector<uint64_t> keys;
+    while (table.capacity() * 16 < 2 * kHugePageBytes) {
+      keys.push_back(rng());
+      table.Add(keys.back(), static_cast<uint16_t>(1 + keys.size() % 7), 0);
+      reclaimer.Advance();
+      limbo.Collect();
+    }
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_TRUE(table.Holds(keys[i], static_cast<uint16_t>(1 + (i + 1) % 7))) << i;
+    }
+    EXPECT_GE(table.MemoryBytes(), 2 * kHugePageBytes);
+  }
+  reclaimer.Advance();
+  limbo.Collect();
+  EXPECT_EQ(limbo.pending(), 0u);
 }
 
 // The key whose mix is `mixed` (HolderTable::Mix inverted).
