@@ -8,8 +8,8 @@
 // then its spill), which PrefetchHolders starts ahead of a walk. Robin Hood
 // probing with backward-shift deletion keeps misses short; the table grows
 // by half again once 3/4 full, so it is between 1/2 and 3/4 full once it
-// has grown (at 7/8, the inserts' longer shifts cost a fill 20% more
-// time; docs/benchmarks.md).
+// has grown (at 7/8, the inserts' longer shifts made applying events 8-18%
+// slower; docs/benchmarks.md).
 //
 // Eviction is CLOCK with a count (between LRU and LFU): a lookup or a store
 // counts a use of the key (up to 3), the hand takes one off each key it
