@@ -259,8 +259,8 @@ FleetResult RunFleet(const FleetConfig& config) {
   std::vector<std::string> addresses;
   for (int32_t i = 0; i < config.workers; ++i) addresses.push_back(absl::StrFormat("w%d", i));
   gateway::WorkerPicker picker(addresses);
-  auto owned_index =
-      std::make_unique<gateway::BlockIndex>(gateway::BlockIndexOptions{.max_entries = config.max_entries});
+  auto owned_index = std::make_unique<gateway::BlockIndex>(
+      gateway::BlockIndexOptions{.max_entries = config.max_entries, .shards = config.shards});
   gateway::BlockIndex& index = *owned_index;
   prometheus::Registry registry;
   gateway::KvRouter router(index, 0, {}, registry, gateway::RouteRole::kPrefill);
@@ -462,7 +462,7 @@ FleetResult RunFleet(const FleetConfig& config) {
   {
     const size_t before = HeapInUse();
     auto fresh = std::make_unique<gateway::BlockIndex>(
-        gateway::BlockIndexOptions{.max_entries = config.max_entries});
+        gateway::BlockIndexOptions{.max_entries = config.max_entries, .shards = config.shards});
     for (int32_t i = 0; i < config.workers; ++i) fresh->Apply(i, workers[i].Snapshot());
     const size_t after = HeapInUse();
     if (fresh->entries() > 0) {
@@ -479,21 +479,21 @@ FleetResult RunFleet(const FleetConfig& config) {
 std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
   return absl::StrFormat(
       "{\"bench\":\"fleet\",\"workers\":%d,\"blocks_per_worker\":%d,\"prompt_blocks\":%d,"
-      "\"requests\":%d,\"in_flight\":%d,\"event_lag\":%d,\"router_threads\":%d,\"events\":%d,\"events_per_second\":%.0f,"
+      "\"requests\":%d,\"in_flight\":%d,\"event_lag\":%d,\"router_threads\":%d,\"events\":%d,"
+      "\"events_per_second\":%.0f,"
       "\"entries\":%d,\"bytes_per_entry\":%.1f,\"routes\":%d,\"route_p50_us\":%.1f,"
       "\"route_p99_us\":%.1f,\"route_p999_us\":%.1f,\"hit_rate_vs_oracle\":%.4f,"
       "\"restarts\":%d,\"dropped_entries\":%d,\"warmup_requests\":%d,\"conversations\":%d,"
       "\"system_prompts\":%d,\"hashes\":%d,\"table_bytes_per_entry\":%.1f,\"snapshots\":%d,"
       "\"snapshot_seconds\":%.3f,\"hash_p50_us\":%.1f,\"route_cpu_p50_us\":%.1f,"
       "\"route_cpu_p99_us\":%.1f,\"peak_rss_bytes\":%d,\"delta_events_per_second\":%.0f,"
-      "\"predictions\":%d}",
+      "\"predictions\":%d,\"shards\":%d}",
       c.workers, c.blocks_per_worker, c.prompt_blocks, c.requests, c.in_flight, c.event_lag,
-      c.router_threads, r.events,
-      r.events_per_second, r.entries, r.bytes_per_entry, r.routes, r.route_p50_us,
-      r.route_p99_us, r.route_p999_us, r.hit_rate_vs_oracle, r.restarts, r.dropped_entries,
-      c.warmup_requests, c.conversations, c.system_prompts, r.hashes, r.table_bytes_per_entry,
-      r.snapshots, r.snapshot_seconds, r.hash_p50_us, r.route_cpu_p50_us, r.route_cpu_p99_us,
-      r.peak_rss_bytes, r.delta_events_per_second, r.predictions);
+      c.router_threads, r.events, r.events_per_second, r.entries, r.bytes_per_entry, r.routes,
+      r.route_p50_us, r.route_p99_us, r.route_p999_us, r.hit_rate_vs_oracle, r.restarts,
+      r.dropped_entries, c.warmup_requests, c.conversations, c.system_prompts, r.hashes,
+      r.table_bytes_per_entry, r.snapshots, r.snapshot_seconds, r.hash_p50_us, r.route_cpu_p50_us,
+      r.route_cpu_p99_us, r.peak_rss_bytes, r.delta_events_per_second, r.predictions, c.shards);
 }
 
 }  // namespace tandem::bench

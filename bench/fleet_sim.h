@@ -41,6 +41,7 @@ struct FleetConfig {
   int32_t router_threads = 1;        // extra threads routing while events apply
   double restart_probability = 0.0005;  // per request, a random worker restarts
   int64_t max_entries = int64_t{48} << 20;  // the index's bound (BlockIndexOptions)
+  int32_t shards = 32;                      // the index's shards (BlockIndexOptions)
   uint64_t seed = 1;
 };
 

@@ -4,6 +4,7 @@
 // with router threads beside the events, and the hit rate against an
 // oracle that knows every worker's cache; appends one JSON line to --out.
 // It reports; it never fails on speed.
+#include <bit>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -45,6 +46,9 @@ int main(int argc, char** argv) {
       {.name = "max-entries",
        .default_value = "50331648",
        .help = "the index's bound in (block, worker) entries (as --index-max-entries)"},
+      {.name = "shards",
+       .default_value = "32",
+       .help = "the index's shards, a power of two in 1..4096 (as --index-shards)"},
       {.name = "restart-probability",
        .default_value = "0.0005",
        .help = "per request, the chance that a random worker restarts (a new epoch, an "
@@ -68,11 +72,12 @@ int main(int argc, char** argv) {
   auto in_flight = args->IntInRange("in-flight", 0, 1 << 24);
   auto routers = args->IntInRange("router-threads", 0, 64);
   auto max_entries = args->IntInRange("max-entries", 1, 1 << 30);
+  auto shards = args->IntInRange("shards", 1, 4096);
   auto seed = args->IntInRange("seed", 0, 1 << 30);
   for (const absl::Status& s :
        {workers.status(), budget.status(), prompt.status(), system.status(), systems.status(),
-        conversations.status(), requests.status(), warmup.status(), in_flight.status(), routers.status(), max_entries.status(),
-        seed.status()}) {
+        conversations.status(), requests.status(), warmup.status(), in_flight.status(),
+        routers.status(), max_entries.status(), shards.status(), seed.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-fleet-sim: " << s.message() << "\n";
       return 2;
@@ -99,6 +104,11 @@ int main(int argc, char** argv) {
   c.in_flight = *in_flight;
   c.router_threads = *routers;
   c.max_entries = *max_entries;
+  if (!std::has_single_bit(static_cast<unsigned>(*shards))) {
+    std::cerr << "tandem-fleet-sim: --shards: must be a power of two in 1..4096\n";
+    return 2;
+  }
+  c.shards = static_cast<int32_t>(*shards);
   c.seed = static_cast<uint64_t>(*seed);
   c.zipf_s = *zipf;
   absl::StatusOr<double> restart = args->Double("restart-probability");

@@ -1,5 +1,6 @@
 #include "gateway/gateway_options.h"
 
+#include <bit>
 #include <filesystem>
 #include <memory>
 #include <utility>
@@ -228,6 +229,10 @@ std::vector<common::FlagSpec> GatewayFlagSpecs() {
        .default_value = "50331648",
        .help = "(block hash, worker) entries the block index holds at most (~20 bytes each; "
                "past it the blocks least used by routes are evicted)"},
+      {.name = "index-shards",
+       .default_value = "32",
+       .help = "the block index's shards, each with its writers' lock: a power of two in "
+               "1..4096 (fewer: larger tables, on huge pages sooner; more: writers meet less)"},
       {.name = "log-level",
        .default_value = "info",
        .help = "stderr diagnostics: error, warning, info or debug (routing decisions)"},
@@ -295,6 +300,11 @@ absl::StatusOr<GatewaySetup> GatewaySetupFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(const double disk_weight, TierWeight(args, "disk"));
   options.router.tier_weights = {1.0, host_weight, disk_weight};
   ASSIGN_OR_RETURN(options.index.max_entries, args.IntInRange("index-max-entries", 0, 1 << 30));
+  ASSIGN_OR_RETURN(options.index.shards, args.IntInRange("index-shards", 1, 4096));
+  if (!std::has_single_bit(static_cast<unsigned>(options.index.shards))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--index-shards: must be a power of two, got ", options.index.shards));
+  }
   ASSIGN_OR_RETURN(setup.log_level, common::ParseLogLevel(args.String("log-level")));
   ASSIGN_OR_RETURN(const int32_t prediction_ms,
                    args.IntInRange("router-prediction-ms", 0, 24 * 3600 * 1000));

@@ -28,16 +28,13 @@ int ShardShift(int shards) {
 
 class ABSL_SCOPED_LOCKABLE BlockIndex::WriteLock {
  public:
-  // With `reserve`, first grows the table for that many new keys, which
-  // readers need not wait for (HolderTable::Reserve); the rest is a change.
-  explicit WriteLock(Shard& shard, size_t reserve = 0)
+  // Each change to the table under it is marked on its own (a
+  // SeqLockChange), so that routes read between a run's events.
+  explicit WriteLock(Shard& shard)
       ABSL_EXCLUSIVE_LOCK_FUNCTION(shard.lock) ABSL_NO_THREAD_SAFETY_ANALYSIS : shard_(shard) {
     shard_.lock.Lock();
-    if (reserve > 0) shard_.table.Reserve(reserve);
-    shard_.lock.BeginChange();
   }
   ~WriteLock() ABSL_UNLOCK_FUNCTION() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    shard_.lock.EndChange();
     shard_.limbo.Collect();
     shard_.lock.Unlock();
   }
@@ -63,10 +60,36 @@ BlockIndex::BlockIndex(const BlockIndexOptions& options)
 
 BlockIndex::~BlockIndex() = default;
 
-BlockIndex::Shard& BlockIndex::ShardOf(HolderTable::Mixed key) const {
+size_t BlockIndex::ShardIndex(HolderTable::Mixed key) const {
   // A shift by 64 (one shard) is undefined, hence the branch.
-  const uint64_t s = shard_shift_ >= 64 ? 0 : key.v >> shard_shift_;
-  return shards_[s];
+  return shard_shift_ >= 64 ? 0 : static_cast<size_t>(key.v >> shard_shift_);
+}
+
+BlockIndex::Shard& BlockIndex::ShardOf(HolderTable::Mixed key) const {
+  return shards_[ShardIndex(key)];
+}
+
+BlockIndex::KeyedScratch& BlockIndex::KeyedScratch::OfThisThread() {
+  thread_local KeyedScratch scratch;
+  scratch.items.clear();
+  return scratch;
+}
+
+void BlockIndex::KeyedScratch::Release() {
+  // A snapshot of a large cache leaves no megabytes behind on every
+  // thread that applied one.
+  constexpr size_t kKept = size_t{1} << 14;
+  if (items.capacity() > kKept) std::vector<Keyed>().swap(items);
+  if (sorted.capacity() > kKept) std::vector<Keyed>().swap(sorted);
+}
+
+void BlockIndex::SortByShard(KeyedScratch& s) const {
+  // A counting sort: stable, so a key's events keep their order.
+  s.starts.assign(static_cast<size_t>(options_.shards) + 1, 0);
+  for (const Keyed& k : s.items) ++s.starts[k.shard + 1];
+  for (size_t i = 1; i < s.starts.size(); ++i) s.starts[i] += s.starts[i - 1];
+  s.sorted.resize(s.items.size());
+  for (const Keyed& k : s.items) s.sorted[s.starts[k.shard]++] = k;
 }
 
 void BlockIndex::Prefetch(HolderTable::Mixed key) const {
@@ -138,9 +161,9 @@ void BlockIndex::EndPrediction(Shard& shard, uint64_t key, uint16_t id) {
   if (v.empty()) shard.predicted.erase(it);
 }
 
-void BlockIndex::Add(uint16_t id, uint64_t key, int tier, Tally& tally) {
-  Shard& shard = ShardOf(key);
-  WriteLock lock(shard, /*reserve=*/1);
+void BlockIndex::AddLocked(Shard& shard, uint16_t id, uint64_t key, int tier, Tally& tally) {
+  shard.table.Reserve(1);  // a growth is no change readers must wait out
+  SeqLockChange change(shard.lock);
   const size_t keys = shard.table.size();
   const bool fresh = shard.table.Add(key, id, tier);
   if (fresh) {
@@ -163,9 +186,8 @@ void BlockIndex::Add(uint16_t id, uint64_t key, int tier, Tally& tally) {
   if (shard.MayBePredicted(HolderTable::MixKey(key))) EndPrediction(shard, key, id);
 }
 
-void BlockIndex::Remove(uint16_t id, uint64_t key, int tier, Tally& tally) {
-  Shard& shard = ShardOf(key);
-  WriteLock lock(shard);
+void BlockIndex::RemoveLocked(Shard& shard, uint16_t id, uint64_t key, int tier, Tally& tally) {
+  SeqLockChange change(shard.lock);
   const size_t keys = shard.table.size();
   if (!shard.table.Remove(key, id, tier)) return;
   --tally.entries;
@@ -173,14 +195,47 @@ void BlockIndex::Remove(uint16_t id, uint64_t key, int tier, Tally& tally) {
   tally.hashes -= static_cast<int64_t>(keys - shard.table.size());
 }
 
-void BlockIndex::ApplyTiers(uint16_t id, const tandem::v1::BlockEventBatch& batch,
-                            Tally& tally) {
+void BlockIndex::ApplyEvents(uint16_t id, const tandem::v1::BlockEventBatch& batch, Tally& tally) {
+  KeyedScratch& scratch = KeyedScratch::OfThisThread();
+  auto push = [&](const auto& hashes, int tier, bool add) {
+    for (const auto& h : hashes) {
+      const HolderTable::Mixed mixed = HolderTable::MixKey(h.low());
+      scratch.items.push_back({.key = h.low(),
+                        .mixed = mixed,
+                        .shard = static_cast<uint32_t>(ShardIndex(mixed)),
+                        .tier = static_cast<int8_t>(tier),
+                        .add = add});
+    }
+  };
+  push(batch.stored(), 0, true);
+  push(batch.removed(), 0, false);
   for (const tandem::v1::TierBlockEvents& t : batch.tiers()) {
     const int tier = static_cast<int>(t.tier());
     if (tier <= 0 || tier >= kNumTiers) continue;  // a tier this gateway predates
-    for (const auto& h : t.stored()) Add(id, h.low(), tier, tally);
-    for (const auto& h : t.removed()) Remove(id, h.low(), tier, tally);
+    push(t.stored(), tier, true);
+    push(t.removed(), tier, false);
   }
+  // Shard by shard, a run under one hold of the shard's lock; slots are
+  // loaded a few events ahead (see OverlapAll).
+  SortByShard(scratch);
+  const std::vector<Keyed>& sorted = scratch.sorted;
+  constexpr size_t kAhead = 4;
+  for (size_t i = 0; i < std::min(kAhead, sorted.size()); ++i) Prefetch(sorted[i].mixed);
+  for (size_t i = 0; i < sorted.size();) {
+    Shard& shard = shards_[sorted[i].shard];
+    const uint32_t run = sorted[i].shard;
+    WriteLock lock(shard);
+    for (; i < sorted.size() && sorted[i].shard == run; ++i) {
+      if (i + kAhead < sorted.size()) Prefetch(sorted[i + kAhead].mixed);
+      const Keyed& e = sorted[i];
+      if (e.add) {
+        AddLocked(shard, id, e.key, e.tier, tally);
+      } else {
+        RemoveLocked(shard, id, e.key, e.tier, tally);
+      }
+    }
+  }
+  scratch.Release();
 }
 
 void BlockIndex::Clear(uint16_t id) {
@@ -245,38 +300,59 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
   const uint16_t id = IdOf(w);
   if (id == 0) return;
   const absl::Time now = absl::Now();
-  constexpr size_t kAhead = 8;  // slots loaded ahead, as in OverlapAll
-  for (size_t j = 0; j < std::min(kAhead, chain.size()); ++j) {
-    Prefetch(HolderTable::MixKey(KeyOf(chain[j])));
+  const int64_t bound = std::min(options_.max_entries, options_.max_predictions);
+  // Past the bound, the chain's leading blocks are the ones worth predicting
+  // (a walk counts a run from the first block).
+  const int64_t room = bound - predicted_count_.load(std::memory_order_relaxed);
+  const size_t kept = static_cast<size_t>(std::clamp<int64_t>(room, 0, std::ssize(chain)));
+  int64_t dropped = static_cast<int64_t>(chain.size() - kept);
+  KeyedScratch& scratch = KeyedScratch::OfThisThread();
+  for (const engine::BlockHash& h : chain.first(kept)) {
+    const HolderTable::Mixed mixed = HolderTable::MixKey(KeyOf(h));
+    scratch.items.push_back({.key = KeyOf(h),
+                      .mixed = mixed,
+                      .shard = static_cast<uint32_t>(ShardIndex(mixed)),
+                      .tier = 0,
+                      .add = true});
   }
-  for (size_t j = 0; j < chain.size(); ++j) {
-    if (j + kAhead < chain.size()) Prefetch(HolderTable::MixKey(KeyOf(chain[j + kAhead])));
-    const uint64_t key = KeyOf(chain[j]);
-    const HolderTable::Mixed mixed = HolderTable::MixKey(key);
-    Shard& shard = ShardOf(mixed);
+  // Shard by shard, as Apply: one hold of a shard's lock (and one pruning
+  // of its deadlines) for all its blocks, rather than one a block.
+  SortByShard(scratch);
+  const std::vector<Keyed>& sorted = scratch.sorted;
+  constexpr size_t kAhead = 8;  // slots loaded ahead, as in OverlapAll
+  for (size_t i = 0; i < std::min(kAhead, sorted.size()); ++i) Prefetch(sorted[i].mixed);
+  for (size_t i = 0; i < sorted.size();) {
+    Shard& shard = shards_[sorted[i].shard];
+    const uint32_t run = sorted[i].shard;
     SeqLockWriter lock(&shard.lock);  // no change to the table: readers read on
     PruneLocked(shard, now);
-    if (shard.table.Holds(key, id)) continue;
-    absl::InlinedVector<Prediction, 1>& v = shard.predicted[key];
-    auto p = std::find_if(v.begin(), v.end(), [id](const Prediction& x) { return x.id == id; });
-    if (p != v.end()) {
-      if (until > p->until) {
-        p->until = until;
-        shard.deadlines.push_back({.key = key, .id = id, .until = until});
+    for (; i < sorted.size() && sorted[i].shard == run; ++i) {
+      if (i + kAhead < sorted.size()) Prefetch(sorted[i + kAhead].mixed);
+      const uint64_t key = sorted[i].key;
+      if (shard.table.Holds(key, id)) continue;
+      absl::InlinedVector<Prediction, 1>& v = shard.predicted[key];
+      auto p = std::find_if(v.begin(), v.end(), [id](const Prediction& x) { return x.id == id; });
+      if (p != v.end()) {
+        if (until > p->until) {
+          p->until = until;
+          shard.deadlines.push_back({.key = key, .id = id, .until = until});
+        }
+        continue;
       }
-      continue;
+      // Others may have predicted meanwhile.
+      if (predicted_count_.load(std::memory_order_relaxed) >= bound) {
+        if (v.empty()) shard.predicted.erase(key);
+        ++dropped;
+        continue;
+      }
+      v.push_back({.id = id, .until = until});
+      shard.CountPredictions(key, 1);
+      shard.deadlines.push_back({.key = key, .id = id, .until = until});
+      predicted_count_.fetch_add(1, std::memory_order_relaxed);
     }
-    if (predicted_count_.load(std::memory_order_relaxed) >=
-        std::min(options_.max_entries, options_.max_predictions)) {
-      if (v.empty()) shard.predicted.erase(key);
-      dropped_.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    v.push_back({.id = id, .until = until});
-    shard.CountPredictions(key, 1);
-    shard.deadlines.push_back({.key = key, .id = id, .until = until});
-    predicted_count_.fetch_add(1, std::memory_order_relaxed);
   }
+  scratch.Release();
+  if (dropped > 0) dropped_.fetch_add(dropped, std::memory_order_relaxed);
 }
 
 BlockIndex::Applied BlockIndex::Apply(int worker, const tandem::v1::BlockEventBatch& batch) {
@@ -297,20 +373,7 @@ BlockIndex::Applied BlockIndex::Apply(int worker, const tandem::v1::BlockEventBa
     dropped_.fetch_add(batch.stored_size(), std::memory_order_relaxed);
   } else {
     Tally tally;
-    // Slots are loaded a few events ahead (see OverlapAll).
-    constexpr int kAhead = 4;
-    auto prefetch = [&](const auto& list, int i) {
-      if (i < list.size()) Prefetch(HolderTable::MixKey(list[i].low()));
-    };
-    for (int i = 0; i < batch.stored_size(); ++i) {
-      prefetch(batch.stored(), i + kAhead);
-      Add(id, batch.stored(i).low(), 0, tally);
-    }
-    for (int i = 0; i < batch.removed_size(); ++i) {
-      prefetch(batch.removed(), i + kAhead);
-      Remove(id, batch.removed(i).low(), 0, tally);
-    }
-    ApplyTiers(id, batch, tally);
+    ApplyEvents(id, batch, tally);
     reclaimer_.Advance();  // what the batch retired goes at the shards' next writes
     entries_.fetch_add(tally.entries, std::memory_order_relaxed);
     hashes_.fetch_add(tally.hashes, std::memory_order_relaxed);
@@ -377,10 +440,12 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   // still going: `running` holds or is predicted to hold blocks 0..j-1,
   // `reporting` reported them. Block j ends the run of each one that is not
   // among its holders; a block costs a few words per 64 workers, or its
-  // holder list when it has few, never a lookup per worker.
+  // holder list when it has few, never a lookup per worker. The two are the
+  // same until a prediction counts (`split`), and only `running` is kept
+  // till then: most walks meet no prediction.
   constexpr size_t kWords = (HolderTable::kMaxId + 1) / 64;
   uint64_t running[kWords] = {};
-  uint64_t reporting[kWords] = {};
+  uint64_t reporting[kWords];  // written when the walk splits them
   uint64_t next_running[kWords];
   uint64_t next_reporting[kWords];
   size_t words = 0;
@@ -389,7 +454,6 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
     running[id / 64] |= uint64_t{1} << (id % 64);
     words = std::max<size_t>(words, id / 64 + 1);
   }
-  std::copy(running, running + words, reporting);
   // Per id: where its runs ended, and its blocks credited to a slower tier.
   thread_local std::vector<int32_t> run_end(HolderTable::kMaxId + 1);
   thread_local std::vector<int32_t> reported_end(HolderTable::kMaxId + 1);
@@ -432,6 +496,7 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   // a shared system prompt, few workers are left, so most blocks cost a
   // word or two rather than one per 64 workers asked.
   size_t lo = 0, hi = words;
+  bool split = false;
   const Reclaimer::ReadSection reading(reclaimer_);
   for (size_t j = 0; words > 0 && j < kShardsAhead; ++j) prefetch_shard(j);
   for (size_t j = 0; words > 0 && j < kSlotsAhead; ++j) prefetch_slot(j);
@@ -446,7 +511,7 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
     // reads again what a writer changed meanwhile.
     shard.lock.Read([&] {
       std::fill(next_running + lo, next_running + hi, 0);
-      std::fill(next_reporting + lo, next_reporting + hi, 0);
+      if (split) std::fill(next_reporting + lo, next_reporting + hi, 0);
       credits.clear();
       shard.TableForReaders().VisitConcurrent(
           key,
@@ -456,7 +521,7 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
               const uint16_t id = HolderTable::IdOf(h);
               if (id / 64 >= hi || !has(running, id)) continue;
               set(next_running, id);
-              if (has(reporting, id)) set(next_reporting, id);
+              if (split && has(reporting, id)) set(next_reporting, id);
               const int tier = FastestTier(HolderTable::TiersOf(h));
               if (tier > 0) credits.emplace_back(id, static_cast<uint8_t>(tier));
             }
@@ -466,7 +531,7 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
             for (size_t i = lo; i < common; ++i) {
               const uint64_t any = HolderTable::AnyTier(b, i);
               next_running[i] = running[i] & any;
-              next_reporting[i] = reporting[i] & any;
+              if (split) next_reporting[i] = reporting[i] & any;
               // Those not in the pool (rare) are credited by their tier.
               for (uint64_t off = next_running[i] & ~HolderTable::TierWord(b, i, 0); off != 0;
                    off &= off - 1) {
@@ -483,7 +548,18 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
       if (auto it = shard.predicted.find(KeyOf(chain[j])); it != shard.predicted.end()) {
         for (const Prediction& p : it->second) {
           // Being computed into the worker's pool.
-          if (p.until > now && p.id / 64 < hi && has(running, p.id)) set(next_running, p.id);
+          if (p.until <= now || p.id / 64 >= hi || !has(running, p.id) || has(next_running, p.id)) {
+            continue;
+          }
+          if (!split) {  // from here on, what was reported differs
+            split = true;
+            std::copy(running, running + words, reporting);
+            std::copy(next_running + lo, next_running + hi, next_reporting + lo);
+            for (uint16_t id : ids) {
+              if (id != 0) reported_end[id] = run_end[id];
+            }
+          }
+          set(next_running, p.id);
         }
       }
     }
@@ -491,11 +567,15 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
       for (uint64_t gone = running[i] & ~next_running[i]; gone != 0; gone &= gone - 1) {
         run_end[64 * i + std::countr_zero(gone)] = static_cast<int32_t>(j);
       }
-      for (uint64_t gone = reporting[i] & ~next_reporting[i]; gone != 0; gone &= gone - 1) {
-        reported_end[64 * i + std::countr_zero(gone)] = static_cast<int32_t>(j);
-      }
       running[i] = next_running[i];
-      reporting[i] = next_reporting[i];
+    }
+    if (split) {
+      for (size_t i = lo; i < hi; ++i) {
+        for (uint64_t gone = reporting[i] & ~next_reporting[i]; gone != 0; gone &= gone - 1) {
+          reported_end[64 * i + std::countr_zero(gone)] = static_cast<int32_t>(j);
+        }
+        reporting[i] = next_reporting[i];
+      }
     }
     while (lo < hi && running[lo] == 0) ++lo;
     while (hi > lo && running[hi - 1] == 0) --hi;
@@ -511,7 +591,7 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
       o.by_tier[static_cast<size_t>(t)] = slower[id][static_cast<size_t>(t)];
       o.by_tier[0] -= slower[id][static_cast<size_t>(t)];
     }
-    r.reported[k] = with_predictions ? reported_end[id] : o.blocks;
+    r.reported[k] = split ? reported_end[id] : o.blocks;
   }
   return r;
 }

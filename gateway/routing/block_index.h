@@ -10,9 +10,12 @@
 // sharded by block key (the low 64 bits of the 128-bit block hash; a
 // collision there costs one routing choice, never a wrong cache hit, since
 // the worker matches the whole hash), each shard a HolderTable
-// (gateway/routing/holder_table.h) with its own writers' lock. A (block,
-// worker) entry is 2 bytes of a holder set, not a map node; workers are
-// numbered compactly (up to 8191 at once). Overlap walks the prompt's
+// (gateway/routing/holder_table.h) with its own writers' lock; a batch is
+// applied shard by shard, a run of its events under one hold of the
+// shard's lock (each event still a change of its own for readers), and a
+// route's predictions likewise. A (block, worker) entry is 2 bytes of a
+// holder set, not a map node; workers are numbered compactly (up to 8191
+// at once). Overlap walks the prompt's
 // blocks once for every worker together, intersecting holder sets, and
 // stops where no candidate holds the block.
 //
@@ -82,7 +85,11 @@ struct BlockIndexOptions {
   // than max_entries.
   int64_t max_predictions = int64_t{1} << 20;
   // Lock shards (a power of two, 1..4096); tests use 1 for a single clock.
-  int shards = 256;
+  // 32: a batch's events meet in a shard often enough to share its lock
+  // (ApplyEvents), and the tables reach 2 MiB, huge pages, from about 5M
+  // entries; 256 measured no less contention between two writers, and
+  // slower routes and events (docs/benchmarks.md).
+  int shards = 32;
   // From this many entries a walk loads spilled holder sets ahead, at the
   // cost of one more probe of the slot table per block: in a large index
   // that hides a miss, in a small one (its tables in the last-level cache)
@@ -230,6 +237,7 @@ class BlockIndex {
   static constexpr size_t kEvictionVisits = 16;
   static uint64_t KeyOf(const engine::BlockHash& h) { return h.low; }
   Shard& ShardOf(uint64_t key) const { return ShardOf(HolderTable::MixKey(key)); }
+  size_t ShardIndex(HolderTable::Mixed key) const;
   Shard& ShardOf(HolderTable::Mixed key) const;
   // Starts loading `key`'s slot and its shard's version, without the
   // shard's lock.
@@ -241,10 +249,34 @@ class BlockIndex {
   // `w`'s compact id, numbering it if it has none.
   uint16_t IdOf(WorkerState& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w.mu)
       ABSL_LOCKS_EXCLUDED(workers_mu_);
-  void Add(uint16_t id, uint64_t key, int tier, Tally& tally);
-  void Remove(uint16_t id, uint64_t key, int tier, Tally& tally);
-  // The batch's lower-tier events (`tiers`).
-  void ApplyTiers(uint16_t id, const tandem::v1::BlockEventBatch& batch, Tally& tally);
+  // A block event (or a block to predict) with its shard.
+  struct Keyed {
+    uint64_t key;
+    HolderTable::Mixed mixed;
+    uint32_t shard;
+    int8_t tier;
+    bool add;  // stored, else removed
+  };
+  // The calling thread's: `items` as drawn, then `sorted` by shard.
+  struct KeyedScratch {
+    // Empty `items`, ready to fill.
+    static KeyedScratch& OfThisThread();
+    // Frees what a large batch grew, once done with it.
+    void Release();
+    std::vector<Keyed> items;
+    std::vector<Keyed> sorted;
+    std::vector<uint32_t> starts;
+  };
+  // Orders `s.items` by shard into `s.sorted`, keeping their order within
+  // each (a key's events stay in order).
+  void SortByShard(KeyedScratch& s) const;
+  void AddLocked(Shard& shard, uint16_t id, uint64_t key, int tier, Tally& tally)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
+  void RemoveLocked(Shard& shard, uint16_t id, uint64_t key, int tier, Tally& tally)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
+  // The batch's events, every tier's, shard by shard: a shard's run under
+  // one hold of its lock, each event a change of its own.
+  void ApplyEvents(uint16_t id, const tandem::v1::BlockEventBatch& batch, Tally& tally);
   // Takes `id` off every block and every prediction.
   void Clear(uint16_t id);
   // Evicts from `shard` while the index (with `tally` not yet published)

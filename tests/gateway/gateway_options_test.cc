@@ -69,6 +69,7 @@ TEST(GatewayFlagsTest, DefaultsParse) {
   EXPECT_EQ(o.router.prediction_ttl, absl::Seconds(10));
   EXPECT_EQ(o.router.pull_min_blocks, 4);
   EXPECT_EQ(o.index.max_entries, 50331648);
+  EXPECT_EQ(o.index.shards, 32);
   EXPECT_EQ(o.resolve_interval, absl::Seconds(5));
   EXPECT_EQ(o.max_migrations, 3);
   EXPECT_EQ(o.streams_per_decode_worker, 64);  // the decode workers' --max-running
@@ -157,6 +158,10 @@ INSTANTIATE_TEST_SUITE_P(
                 "--router-overlap-weight: \"x\" is not a number"},
         BadFlag{"KvOvercommit", {"--kv-overcommit", "2000"},
                 "--kv-overcommit: 2000 is outside [0, 1000]"},
+        BadFlag{"IndexShardsNotAPowerOfTwo", {"--index-shards", "48"},
+                "--index-shards: must be a power of two, got 48"},
+        BadFlag{"IndexShardsOutOfRange", {"--index-shards", "8192"},
+                "--index-shards: 8192 is out of range [1, 4096]"},
         BadFlag{"LogLevel", {"--log-level", "loud"},
                 "--log-level: \"loud\" is not one of error, warning, info, debug"},
         BadFlag{"DecodeTarget", {"--decode", "grpc://x:1"},

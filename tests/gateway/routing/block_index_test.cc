@@ -181,6 +181,49 @@ TEST(BlockIndexTest, TiersAreKeptPerBlockAndTheFastestIsCredited) {
   EXPECT_EQ(index.entries_of(0), 3);
 }
 
+// A batch is applied shard by shard; a key's events (stored, removed, each
+// tier's) must still take effect in the batch's order, whatever the shards.
+TEST(BlockIndexTest, ABatchAppliedShardByShardKeepsEachKeysEventsInOrder) {
+  for (int shards : {1, 4, 256}) {
+    SCOPED_TRACE(shards);
+    BlockIndex index({.shards = shards});
+    std::mt19937_64 rng(shards);
+    constexpr uint64_t kKeys = 200;
+    std::map<uint64_t, uint8_t> tiers;  // key -> tier bits, as the batches say
+    ASSERT_EQ(index.Apply(0, Batch(1, 1, true, {})), BlockIndex::Applied::kApplied);
+    for (uint64_t seq = 2; seq < 60; ++seq) {
+      auto draw = [&](int n) {
+        std::vector<uint64_t> keys;
+        for (int i = 0; i < n; ++i) keys.push_back(1 + rng() % kKeys);
+        return keys;
+      };
+      // Stored then removed in one batch, and the same key in several lists.
+      const std::vector<uint64_t> stored = draw(40), removed = draw(40);
+      const std::vector<uint64_t> host_stored = draw(20), host_removed = draw(20);
+      tandem::v1::BlockEventBatch b = Batch(1, seq, false, stored, removed);
+      AddTier(b, tandem::v1::KV_TIER_HOST, host_stored, host_removed);
+      for (uint64_t k : stored) tiers[k] |= 1;
+      for (uint64_t k : removed) tiers[k] &= ~1;
+      for (uint64_t k : host_stored) tiers[k] |= 2;
+      for (uint64_t k : host_removed) tiers[k] &= ~2;
+      ASSERT_EQ(index.Apply(0, b), BlockIndex::Applied::kApplied);
+      int64_t held = 0;
+      for (uint64_t k = 1; k <= kKeys; ++k) {
+        const bool want = tiers[k] != 0;
+        held += want;
+        ASSERT_EQ(index.Holds(0, H(k)), want) << "key " << k << " after batch " << seq;
+        if (!want) continue;
+        const std::vector<TieredOverlap> o = index.OverlapByTier(std::vector<int>{0}, Chain({k}));
+        EXPECT_EQ(o[0].by_tier[0] + o[0].by_tier[1], 1);
+        EXPECT_EQ(o[0].by_tier[0], tiers[k] & 1) << "key " << k;  // the pool's, when held there
+      }
+      EXPECT_EQ(index.entries_of(0), held);
+      EXPECT_EQ(index.entries(), held);
+      EXPECT_EQ(index.hashes(), held);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tandem::gateway
 
