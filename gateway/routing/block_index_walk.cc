@@ -1,0 +1,222 @@
+// BlockIndex's read path: a route's walk of a prompt's blocks for every
+// worker at once, without a lock (gateway/routing/block_index.h).
+#include <algorithm>
+#include <bit>
+#include <utility>
+
+#include "gateway/routing/block_index.h"
+
+namespace tandem::gateway {
+namespace {
+
+// The fastest tier in `bits` (bit t: tier t).
+int FastestTier(uint8_t bits) {
+  int t = 0;
+  while (t < kNumTiers - 1 && (bits & (1u << t)) == 0) ++t;
+  return t;
+}
+
+}  // namespace
+
+Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
+                                std::span<const engine::BlockHash> chain, absl::Time now,
+                                bool with_predictions) const {
+  const size_t n = workers.size();
+  Overlaps r;
+  r.tiered.resize(n);
+  r.reported.assign(n, 0);
+  std::vector<uint16_t> ids(n, 0);
+  {
+    absl::ReaderMutexLock lock(&workers_mu_);
+    // One page lookup per run of slots on the same page.
+    const SlotPage* page = nullptr;
+    int page_key = 0;
+    for (size_t k = 0; k < n; ++k) {
+      const int key = workers[k] >> kSlotPageBits;
+      if (k == 0 || key != page_key) {
+        page = PageLocked(workers[k]);
+        page_key = key;
+      }
+      if (page == nullptr) continue;
+      if (const WorkerState* w = (*page)[workers[k] & (kSlotsPerPage - 1)].get(); w != nullptr) {
+        ids[k] = w->id.load(std::memory_order_relaxed);
+      }
+    }
+  }
+  // The walk keeps, as bitmaps over compact ids, the workers whose run is
+  // still going: `running` holds or is predicted to hold blocks 0..j-1,
+  // `reporting` reported them. Block j ends the run of each one that is not
+  // among its holders; a block costs a few words per 64 workers, or its
+  // holder list when it has few, never a lookup per worker. The two are the
+  // same until a prediction counts (`split`), and only `running` is kept
+  // till then: most walks meet no prediction.
+  constexpr size_t kWords = (HolderTable::kMaxId + 1) / 64;
+  uint64_t running[kWords] = {};
+  uint64_t reporting[kWords];  // written when the walk splits them
+  uint64_t next_running[kWords];
+  uint64_t next_reporting[kWords];
+  size_t words = 0;
+  for (uint16_t id : ids) {
+    if (id == 0) continue;
+    running[id / 64] |= uint64_t{1} << (id % 64);
+    words = std::max<size_t>(words, id / 64 + 1);
+  }
+  // Per id: where its runs ended, and its blocks credited to a slower tier.
+  thread_local std::vector<int32_t> run_end(HolderTable::kMaxId + 1);
+  thread_local std::vector<int32_t> reported_end(HolderTable::kMaxId + 1);
+  thread_local std::vector<std::array<int32_t, kNumTiers>> slower(HolderTable::kMaxId + 1);
+  for (uint16_t id : ids) {
+    if (id == 0) continue;
+    run_end[id] = reported_end[id] = static_cast<int32_t>(chain.size());
+    slower[id] = {};
+  }
+  auto set = [](uint64_t* bits, uint16_t id) { bits[id / 64] |= uint64_t{1} << (id % 64); };
+  auto has = [](const uint64_t* bits, uint16_t id) { return (bits[id / 64] >> (id % 64)) & 1; };
+  const bool predicting = with_predictions && predicted_count_.load(std::memory_order_relaxed) > 0;
+  // A block's holders are three cache misses away, one after the other:
+  // where its shard's slots are, its slot, then a spilled set. So the
+  // shard's table header is loaded kShardsAhead blocks ahead, the slot (and
+  // the shard's version) kSlotsAhead, and a spilled set (whose address is in
+  // the slot) kHoldersAhead, once the index is past
+  // options_.prefetch_spills_from entries.
+  constexpr size_t kShardsAhead = 16, kSlotsAhead = 8, kHoldersAhead = 4;
+  const bool prefetch_spills =
+      entries_.load(std::memory_order_relaxed) >= options_.prefetch_spills_from;
+  // The chain's keys mixed once, for the stages ahead and the walk.
+  thread_local std::vector<HolderTable::Mixed> mixed;
+  mixed.clear();
+  for (const engine::BlockHash& h : chain) mixed.push_back(HolderTable::MixKey(KeyOf(h)));
+  auto prefetch_shard = [&](size_t j) {
+    if (j < chain.size()) ShardOf(mixed[j]).TableForReaders().PrefetchHeader();
+  };
+  auto prefetch_slot = [&](size_t j) {
+    if (j < chain.size()) Prefetch(mixed[j]);
+  };
+  auto prefetch_holders = [&](size_t j) {
+    if (!prefetch_spills || j >= chain.size()) return;
+    ShardOf(mixed[j]).TableForReaders().PrefetchHolders(mixed[j]);
+  };
+  // Holders in a slower tier than the pool, met while reading a block:
+  // credited once the read is known whole.
+  thread_local std::vector<std::pair<uint16_t, uint8_t>> credits;
+  // Words lo..hi-1 hold every worker still running (the rest are 0): past
+  // a shared system prompt, few workers are left, so most blocks cost a
+  // word or two rather than one per 64 workers asked.
+  size_t lo = 0, hi = words;
+  bool split = false;
+  const Reclaimer::ReadSection reading(reclaimer_);
+  for (size_t j = 0; words > 0 && j < kShardsAhead; ++j) prefetch_shard(j);
+  for (size_t j = 0; words > 0 && j < kSlotsAhead; ++j) prefetch_slot(j);
+  for (size_t j = 0; words > 0 && j < kHoldersAhead; ++j) prefetch_holders(j);
+  for (size_t j = 0; words > 0 && j < chain.size(); ++j) {
+    prefetch_shard(j + kShardsAhead);
+    prefetch_slot(j + kSlotsAhead);
+    prefetch_holders(j + kHoldersAhead);
+    const HolderTable::Mixed key = mixed[j];
+    const Shard& shard = ShardOf(key);
+    // Without the shard's lock: from scratch on every read, since Read
+    // reads again what a writer changed meanwhile.
+    shard.lock.Read([&] {
+      std::fill(next_running + lo, next_running + hi, 0);
+      if (split) std::fill(next_reporting + lo, next_reporting + hi, 0);
+      credits.clear();
+      shard.TableForReaders().VisitConcurrent(
+          key,
+          [&](std::span<const HolderTable::Holder> list) {
+            for (const HolderTable::Holder& held : list) {
+              const HolderTable::Holder h = HolderTable::Load(held);
+              const uint16_t id = HolderTable::IdOf(h);
+              if (id / 64 >= hi || !has(running, id)) continue;
+              set(next_running, id);
+              if (split && has(reporting, id)) set(next_reporting, id);
+              const int tier = FastestTier(HolderTable::TiersOf(h));
+              if (tier > 0) credits.emplace_back(id, static_cast<uint8_t>(tier));
+            }
+          },
+          [&](HolderTable::Bitmap b) {
+            const size_t common = std::min(hi, b.words);
+            for (size_t i = lo; i < common; ++i) {
+              const uint64_t any = HolderTable::AnyTier(b, i);
+              next_running[i] = running[i] & any;
+              if (split) next_reporting[i] = reporting[i] & any;
+              // Those not in the pool (rare) are credited by their tier.
+              for (uint64_t off = next_running[i] & ~HolderTable::TierWord(b, i, 0); off != 0;
+                   off &= off - 1) {
+                const uint16_t id = static_cast<uint16_t>(64 * i + std::countr_zero(off));
+                credits.emplace_back(
+                    id, static_cast<uint8_t>(FastestTier(HolderTable::BitmapTiers(b, id))));
+              }
+            }
+          });
+    });
+    for (const auto& [id, tier] : credits) ++slower[id][tier];
+    if (predicting && shard.MayBePredicted(key)) {
+      SeqLockWriter lock(&shard.lock);
+      if (auto it = shard.predicted.find(KeyOf(chain[j])); it != shard.predicted.end()) {
+        for (const Prediction& p : it->second) {
+          // Being computed into the worker's pool.
+          if (p.until <= now || p.id / 64 >= hi || !has(running, p.id) || has(next_running, p.id)) {
+            continue;
+          }
+          if (!split) {  // from here on, what was reported differs
+            split = true;
+            std::copy(running, running + words, reporting);
+            std::copy(next_running + lo, next_running + hi, next_reporting + lo);
+            for (uint16_t id : ids) {
+              if (id != 0) reported_end[id] = run_end[id];
+            }
+          }
+          set(next_running, p.id);
+        }
+      }
+    }
+    for (size_t i = lo; i < hi; ++i) {
+      for (uint64_t gone = running[i] & ~next_running[i]; gone != 0; gone &= gone - 1) {
+        run_end[64 * i + std::countr_zero(gone)] = static_cast<int32_t>(j);
+      }
+      running[i] = next_running[i];
+    }
+    if (split) {
+      for (size_t i = lo; i < hi; ++i) {
+        for (uint64_t gone = reporting[i] & ~next_reporting[i]; gone != 0; gone &= gone - 1) {
+          reported_end[64 * i + std::countr_zero(gone)] = static_cast<int32_t>(j);
+        }
+        reporting[i] = next_reporting[i];
+      }
+    }
+    while (lo < hi && running[lo] == 0) ++lo;
+    while (hi > lo && running[hi - 1] == 0) --hi;
+    if (lo == hi) break;
+  }
+  for (size_t k = 0; k < n; ++k) {
+    const uint16_t id = ids[k];
+    if (id == 0) continue;
+    TieredOverlap& o = r.tiered[k];
+    o.blocks = run_end[id];
+    o.by_tier[0] = o.blocks;
+    for (int t = 1; t < kNumTiers; ++t) {
+      o.by_tier[static_cast<size_t>(t)] = slower[id][static_cast<size_t>(t)];
+      o.by_tier[0] -= slower[id][static_cast<size_t>(t)];
+    }
+    r.reported[k] = split ? reported_end[id] : o.blocks;
+  }
+  return r;
+}
+
+std::vector<int32_t> BlockIndex::Overlap(std::span<const int> workers,
+                                         std::span<const engine::BlockHash> chain,
+                                         absl::Time now, bool with_predictions) const {
+  const std::vector<TieredOverlap> tiered = OverlapByTier(workers, chain, now, with_predictions);
+  std::vector<int32_t> overlap(tiered.size());
+  for (size_t k = 0; k < tiered.size(); ++k) overlap[k] = tiered[k].blocks;
+  return overlap;
+}
+
+std::vector<TieredOverlap> BlockIndex::OverlapByTier(std::span<const int> workers,
+                                                     std::span<const engine::BlockHash> chain,
+                                                     absl::Time now,
+                                                     bool with_predictions) const {
+  return OverlapAll(workers, chain, now, with_predictions).tiered;
+}
+
+}  // namespace tandem::gateway
