@@ -180,8 +180,9 @@ TEST(OverloadTest, ADecodeWorkersLatencyTargetBoundsTheStreamsItIsHanded) {
   // Streams long enough (one runs at a time) that the burst has reached
   // the gateway before the first completes and frees its place: a 16-token
   // stream could end first on a loaded machine, and the next would then be
-  // handed over without waiting.
-  constexpr int kStreamTokens = 4 * kTokens;
+  // handed over without waiting (a 64-token one too, once in a full run of
+  // the tests: 13 waits against 14).
+  constexpr int kStreamTokens = 16 * kTokens;
   Outcomes outcomes;
   ASSERT_TRUE(RunBurst(stack->gateway(), kBurst, kStreamTokens, absl::Seconds(300), outcomes));
   const auto [completed, refused] = ExpectCompletedOrRefusedEarly(outcomes, kStreamTokens);
