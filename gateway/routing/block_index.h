@@ -15,9 +15,9 @@
 // shard's lock (each event still a change of its own for readers), and a
 // route's predictions likewise. A (block, worker) entry is 2 bytes of a
 // holder set, not a map node; workers are numbered compactly (up to 8191
-// at once). Overlap walks the prompt's
-// blocks once for every worker together, intersecting holder sets, and
-// stops where no candidate holds the block.
+// at once). Overlap walks the prompt's blocks once for every worker
+// together, intersecting holder sets, and stops where no candidate holds
+// the block (gateway/routing/block_index_walk.cc).
 //
 // Routes read without a lock, so that they write nothing a writer then
 // has to take back from another core: a shard's writers' lock carries a
@@ -87,8 +87,8 @@ struct BlockIndexOptions {
   // Lock shards (a power of two, 1..4096); tests use 1 for a single clock.
   // 32: a batch's events meet in a shard often enough to share its lock
   // (ApplyEvents), and the tables reach 2 MiB, huge pages, from about 5M
-  // entries; 256 measured no less contention between two writers, and
-  // slower routes and events (docs/benchmarks.md).
+  // entries. Two writers met no more often in 32 shards than in 256, and
+  // 256 made routes and events slower (docs/benchmarks.md).
   int shards = 32;
   // From this many entries a walk loads spilled holder sets ahead, at the
   // cost of one more probe of the slot table per block: in a large index
