@@ -135,6 +135,14 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
           },
           [&](HolderTable::Bitmap b) {
             const size_t common = std::min(hi, b.words);
+            if (b.planes == 1) {  // the pool's plane alone, as most: nothing to credit
+              for (size_t i = lo; i < common; ++i) {
+                const uint64_t any = HolderTable::Load(b.bits[i]);
+                next_running[i] = running[i] & any;
+                if (split) next_reporting[i] = reporting[i] & any;
+              }
+              return;
+            }
             for (size_t i = lo; i < common; ++i) {
               const uint64_t any = HolderTable::AnyTier(b, i);
               next_running[i] = running[i] & any;

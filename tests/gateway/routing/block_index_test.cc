@@ -329,8 +329,12 @@ struct Reference {
 
 TEST(BlockIndexTest, OneWalkForAllWorkersAnswersAsAWalkPerWorker) {
   std::mt19937_64 rng(34);
-  for (const int shards : {1, 256}) {
-    // Spilled sets loaded ahead with one shard, not with the other.
+  // Stores in any tier alike (popular blocks' bitmaps have a plane per
+  // tier), then in the pool alone (bitmaps of the pool's plane alone).
+  for (const auto& [shards, pool_percent] :
+       {std::pair{1, 34}, std::pair{256, 34}, std::pair{32, 100}}) {
+    SCOPED_TRACE(testing::Message() << shards << " shards, " << pool_percent << "% in the pool");
+    // Spilled sets loaded ahead with one shard, not with the others.
     BlockIndex index({.shards = shards, .prefetch_spills_from = shards == 1 ? 0 : INT64_MAX});
     Reference ref;
     constexpr int kWorkers = 150;
@@ -367,7 +371,9 @@ TEST(BlockIndexTest, OneWalkForAllWorkersAnswersAsAWalkPerWorker) {
       }
       tandem::v1::BlockEventBatch b = Batch(1, ++sequence[w], false, {});
       const uint64_t x = block();
-      const int tier = static_cast<int>(rng() % kNumTiers);
+      const int tier = static_cast<int>(rng() % 100) < pool_percent
+                           ? 0
+                           : 1 + static_cast<int>(rng() % (kNumTiers - 1));
       const bool store = rng() % 3 != 0;
       if (tier == 0) {
         b = Batch(1, sequence[w], false, store ? std::vector<uint64_t>{x} : std::vector<uint64_t>{},
