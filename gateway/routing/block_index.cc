@@ -76,6 +76,15 @@ void BlockIndex::KeyedScratch::Release() {
   if (sorted.capacity() > kKept) std::vector<Keyed>().swap(sorted);
 }
 
+BlockIndex::Keyed BlockIndex::KeyedOf(uint64_t key, int tier, bool add) const {
+  const HolderTable::Mixed mixed = HolderTable::MixKey(key);
+  return Keyed{.key = key,
+               .mixed = mixed,
+               .shard = static_cast<uint32_t>(ShardIndex(mixed)),
+               .tier = static_cast<int8_t>(tier),
+               .add = add};
+}
+
 void BlockIndex::SortByShard(KeyedScratch& s) const {
   // A counting sort: stable, so a key's events keep their order.
   s.starts.assign(static_cast<size_t>(options_.shards) + 1, 0);
@@ -191,14 +200,7 @@ void BlockIndex::RemoveLocked(Shard& shard, uint16_t id, uint64_t key, int tier,
 void BlockIndex::ApplyEvents(uint16_t id, const tandem::v1::BlockEventBatch& batch, Tally& tally) {
   KeyedScratch& scratch = KeyedScratch::OfThisThread();
   auto push = [&](const auto& hashes, int tier, bool add) {
-    for (const auto& h : hashes) {
-      const HolderTable::Mixed mixed = HolderTable::MixKey(h.low());
-      scratch.items.push_back({.key = h.low(),
-                        .mixed = mixed,
-                        .shard = static_cast<uint32_t>(ShardIndex(mixed)),
-                        .tier = static_cast<int8_t>(tier),
-                        .add = add});
-    }
+    for (const auto& h : hashes) scratch.items.push_back(KeyedOf(h.low(), tier, add));
   };
   push(batch.stored(), 0, true);
   push(batch.removed(), 0, false);
@@ -301,12 +303,7 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
   int64_t dropped = static_cast<int64_t>(chain.size() - kept);
   KeyedScratch& scratch = KeyedScratch::OfThisThread();
   for (const engine::BlockHash& h : chain.first(kept)) {
-    const HolderTable::Mixed mixed = HolderTable::MixKey(KeyOf(h));
-    scratch.items.push_back({.key = KeyOf(h),
-                      .mixed = mixed,
-                      .shard = static_cast<uint32_t>(ShardIndex(mixed)),
-                      .tier = 0,
-                      .add = true});
+    scratch.items.push_back(KeyedOf(KeyOf(h), /*tier=*/0, /*add=*/true));
   }
   // Shard by shard, as Apply: one hold of a shard's lock (and one pruning
   // of its deadlines) for all its blocks, rather than one a block.

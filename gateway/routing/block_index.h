@@ -267,6 +267,7 @@ class BlockIndex {
     std::vector<Keyed> sorted;
     std::vector<uint32_t> starts;
   };
+  Keyed KeyedOf(uint64_t key, int tier, bool add) const;
   // Orders `s.items` by shard into `s.sorted`, keeping their order within
   // each (a key's events stay in order).
   void SortByShard(KeyedScratch& s) const;
