@@ -272,6 +272,8 @@ FleetResult RunFleet(const FleetConfig& config) {
   // blind to other processes taking the core away.
   Clock::duration applying{};
   Clock::duration resetting{};  // snapshots' share: the worker's old entries swept
+  Clock::duration measured_deltas{};  // the deltas' while the measured requests run
+  bool in_measure = false;
   auto apply = [&](int worker, const tandem::v1::BlockEventBatch& batch) {
     const Clock::duration t0 = ThreadCpu();
     const gateway::BlockIndex::Applied applied = index.Apply(worker, batch);
@@ -281,6 +283,10 @@ FleetResult RunFleet(const FleetConfig& config) {
       resetting += took;
       ++r.snapshots;
       r.snapshot_events += batch.stored_size();
+    } else if (in_measure) {
+      measured_deltas += took;
+      r.measured_stored += batch.stored_size();
+      r.measured_removed += batch.removed_size();
     }
     r.events += batch.stored_size() + batch.removed_size();
     return applied;
@@ -367,6 +373,7 @@ FleetResult RunFleet(const FleetConfig& config) {
   const int64_t total_requests = config.warmup_requests + config.requests;
   for (int64_t q = 0; q < total_requests; ++q) {
     const bool measured = q >= config.warmup_requests;
+    in_measure = measured;
     if (q == config.warmup_requests && !measuring.HasBeenNotified()) measuring.Notify();
     if (unit(rng) < config.restart_probability) {
       const int w = static_cast<int>(rng() % static_cast<uint64_t>(config.workers));
@@ -430,6 +437,11 @@ FleetResult RunFleet(const FleetConfig& config) {
                           main_latencies.cpu_us.end());
 
   r.apply_seconds = std::chrono::duration<double>(applying).count();
+  r.measured_delta_seconds = std::chrono::duration<double>(measured_deltas).count();
+  if (r.measured_delta_seconds > 0) {
+    r.measured_delta_events_per_second =
+        (r.measured_stored + r.measured_removed) / r.measured_delta_seconds;
+  }
   r.snapshot_seconds = std::chrono::duration<double>(resetting).count();
   if (r.apply_seconds > r.snapshot_seconds) {
     r.delta_events_per_second =
@@ -487,13 +499,15 @@ std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
       "\"system_prompts\":%d,\"hashes\":%d,\"table_bytes_per_entry\":%.1f,\"snapshots\":%d,"
       "\"snapshot_seconds\":%.3f,\"hash_p50_us\":%.1f,\"route_cpu_p50_us\":%.1f,"
       "\"route_cpu_p99_us\":%.1f,\"peak_rss_bytes\":%d,\"delta_events_per_second\":%.0f,"
-      "\"predictions\":%d,\"shards\":%d}",
+      "\"predictions\":%d,\"shards\":%d,\"measured_stored\":%d,\"measured_removed\":%d,"
+      "\"measured_delta_events_per_second\":%.0f}",
       c.workers, c.blocks_per_worker, c.prompt_blocks, c.requests, c.in_flight, c.event_lag,
       c.router_threads, r.events, r.events_per_second, r.entries, r.bytes_per_entry, r.routes,
       r.route_p50_us, r.route_p99_us, r.route_p999_us, r.hit_rate_vs_oracle, r.restarts,
       r.dropped_entries, c.warmup_requests, c.conversations, c.system_prompts, r.hashes,
       r.table_bytes_per_entry, r.snapshots, r.snapshot_seconds, r.hash_p50_us, r.route_cpu_p50_us,
-      r.route_cpu_p99_us, r.peak_rss_bytes, r.delta_events_per_second, r.predictions, c.shards);
+      r.route_cpu_p99_us, r.peak_rss_bytes, r.delta_events_per_second, r.predictions, c.shards,
+      r.measured_stored, r.measured_removed, r.measured_delta_events_per_second);
 }
 
 }  // namespace tandem::bench

@@ -54,6 +54,14 @@ struct FleetResult {
   // Events of the delta batches per second of their own apply time: the
   // steady stream, without the sweeps of workers' restarts.
   double delta_events_per_second = 0;
+  // The same over the measured requests alone, while the extra router
+  // threads route: the steady stream once the warm-up has filled the
+  // caches (the warm-up's batches store into tables still growing; a full
+  // cache's store comes with an eviction).
+  int64_t measured_stored = 0;
+  int64_t measured_removed = 0;
+  double measured_delta_seconds = 0;
+  double measured_delta_events_per_second = 0;
   double events_per_second = 0;   // per second of the applying thread's CPU time
   int64_t entries = 0;            // (block, worker) entries at the end
   int64_t hashes = 0;             // distinct blocks among them

@@ -151,7 +151,7 @@ bool BlockIndex::EvictLocked(Shard& shard, Tally& tally) {
   return true;
 }
 
-void BlockIndex::EndPrediction(Shard& shard, uint64_t key, uint16_t id) {
+void BlockIndex::EndPrediction(Shard& shard, uint64_t key, uint16_t id, Tally& tally) {
   auto it = shard.predicted.find(key);
   if (it == shard.predicted.end()) return;
   auto& v = it->second;
@@ -159,7 +159,7 @@ void BlockIndex::EndPrediction(Shard& shard, uint64_t key, uint16_t id) {
   v.erase(std::remove_if(v.begin(), v.end(), [id](const Prediction& p) { return p.id == id; }),
           v.end());
   shard.CountPredictions(key, -static_cast<int64_t>(before - v.size()));
-  predicted_count_.fetch_sub(static_cast<int64_t>(before - v.size()), std::memory_order_relaxed);
+  tally.predictions -= static_cast<int64_t>(before - v.size());
   if (v.empty()) shard.predicted.erase(it);
 }
 
@@ -185,7 +185,7 @@ void BlockIndex::AddLocked(Shard& shard, uint16_t id, uint64_t key, int tier, Ta
     }
   }
   // The worker's report ends its prediction.
-  if (shard.MayBePredicted(HolderTable::MixKey(key))) EndPrediction(shard, key, id);
+  if (shard.MayBePredicted(HolderTable::MixKey(key))) EndPrediction(shard, key, id, tally);
 }
 
 void BlockIndex::RemoveLocked(Shard& shard, uint16_t id, uint64_t key, int tier, Tally& tally) {
@@ -270,7 +270,7 @@ void BlockIndex::Clear(uint16_t id) {
   reclaimer_.Advance();
 }
 
-void BlockIndex::PruneLocked(Shard& shard, absl::Time now) {
+void BlockIndex::PruneLocked(Shard& shard, absl::Time now, Tally& tally) {
   while (!shard.deadlines.empty() && shard.deadlines.front().until <= now) {
     const PredictionDeadline d = shard.deadlines.front();
     shard.deadlines.pop_front();
@@ -284,7 +284,7 @@ void BlockIndex::PruneLocked(Shard& shard, absl::Time now) {
     if (p == v.end()) continue;
     v.erase(p);
     shard.CountPredictions(d.key, -1);
-    predicted_count_.fetch_sub(1, std::memory_order_relaxed);
+    --tally.predictions;
     if (v.empty()) shard.predicted.erase(it);
   }
 }
@@ -301,6 +301,7 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
   const int64_t room = bound - predicted_count_.load(std::memory_order_relaxed);
   const size_t kept = static_cast<size_t>(std::clamp<int64_t>(room, 0, std::ssize(chain)));
   int64_t dropped = static_cast<int64_t>(chain.size() - kept);
+  Tally tally;  // predictions made and pruned
   KeyedScratch& scratch = KeyedScratch::OfThisThread();
   for (const engine::BlockHash& h : chain.first(kept)) {
     scratch.items.push_back(KeyedOf(KeyOf(h), /*tier=*/0, /*add=*/true));
@@ -315,7 +316,7 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
     Shard& shard = shards_[sorted[i].shard];
     const uint32_t run = sorted[i].shard;
     SeqLockWriter lock(&shard.lock);  // no change to the table: readers read on
-    PruneLocked(shard, now);
+    PruneLocked(shard, now, tally);
     for (; i < sorted.size() && sorted[i].shard == run; ++i) {
       if (i + kAhead < sorted.size()) Prefetch(sorted[i + kAhead].mixed);
       const uint64_t key = sorted[i].key;
@@ -330,7 +331,7 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
         continue;
       }
       // Others may have predicted meanwhile.
-      if (predicted_count_.load(std::memory_order_relaxed) >= bound) {
+      if (predicted_count_.load(std::memory_order_relaxed) + tally.predictions >= bound) {
         if (v.empty()) shard.predicted.erase(key);
         ++dropped;
         continue;
@@ -338,10 +339,13 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
       v.push_back({.id = id, .until = until});
       shard.CountPredictions(key, 1);
       shard.deadlines.push_back({.key = key, .id = id, .until = until});
-      predicted_count_.fetch_add(1, std::memory_order_relaxed);
+      ++tally.predictions;
     }
   }
   scratch.Release();
+  if (tally.predictions != 0) {
+    predicted_count_.fetch_add(tally.predictions, std::memory_order_relaxed);
+  }
   if (dropped > 0) dropped_.fetch_add(dropped, std::memory_order_relaxed);
 }
 
@@ -368,6 +372,9 @@ BlockIndex::Applied BlockIndex::Apply(int worker, const tandem::v1::BlockEventBa
     entries_.fetch_add(tally.entries, std::memory_order_relaxed);
     hashes_.fetch_add(tally.hashes, std::memory_order_relaxed);
     entries_of_id_[id].fetch_add(tally.of_id, std::memory_order_relaxed);
+    if (tally.predictions != 0) {
+      predicted_count_.fetch_add(tally.predictions, std::memory_order_relaxed);
+    }
   }
   if (!has_params_.load(std::memory_order_acquire) && batch.block_size() > 0) {
     absl::MutexLock lock(&workers_mu_);

@@ -230,6 +230,7 @@ class BlockIndex {
     int64_t entries = 0;
     int64_t hashes = 0;
     int64_t of_id = 0;  // the applying worker's entries
+    int64_t predictions = 0;  // made (> 0) or ended (< 0)
   };
 
   // Keys the clock hand passes looking for one to evict before the index
@@ -284,10 +285,12 @@ class BlockIndex {
   // is over its bound; false when the hand found no block without uses
   // within kEvictionVisits.
   bool EvictLocked(Shard& shard, Tally& tally) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
-  // Drops `shard`'s predictions past their deadline at `now`.
-  void PruneLocked(Shard& shard, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
-  // Ends `id`'s prediction of `key`, if it has one.
-  void EndPrediction(Shard& shard, uint64_t key, uint16_t id)
+  // Drops `shard`'s predictions past their deadline at `now`, counting
+  // them in `tally`.
+  void PruneLocked(Shard& shard, absl::Time now, Tally& tally)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
+  // Ends `id`'s prediction of `key`, if it has one, counting it in `tally`.
+  void EndPrediction(Shard& shard, uint64_t key, uint16_t id, Tally& tally)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
 
   const BlockIndexOptions options_;
@@ -316,6 +319,9 @@ class BlockIndex {
   std::optional<BlockHashParams> params_ ABSL_GUARDED_BY(workers_mu_);
 
   // Predictions held; read without a lock to skip them when there are none.
+  // Each Apply or Predict adds what it changed once, at its end: a route
+  // reads it, and a line both cores write back and forth costs a miss a
+  // write.
   std::atomic<int64_t> predicted_count_{0};
   std::atomic<bool> has_params_{false};
 };

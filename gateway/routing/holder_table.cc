@@ -47,19 +47,30 @@ size_t HolderTable::Distance(size_t p) const {
 }
 
 size_t HolderTable::Find(uint64_t key) const {
-  const uint64_t mixed = Mix(key);
+  Probe probe;
+  return FindFrom(Mix(key), probe);
+}
+
+size_t HolderTable::FindFrom(uint64_t mixed, Probe& probe) const {
   size_t p = Home(mixed);
   for (size_t d = 0;; ++d) {
-    if (!Occupied(p)) return kNone;
+    // Robin Hood: past a poorer key, `mixed` would be here by now.
+    if (!Occupied(p) || (slots_[p].key != mixed && Distance(p) < d)) {
+      probe = Probe{.at = p, .distance = d};
+      return kNone;
+    }
     if (slots_[p].key == mixed) return p;
-    if (Distance(p) < d) return kNone;  // Robin Hood: it would be here by now
     if (++p == capacity_) p = 0;
   }
 }
 
 void HolderTable::InsertNoGrow(Slot slot) {
-  size_t p = Home(slot.key);
-  size_t d = 0;
+  InsertAt(slot, Probe{.at = Home(slot.key), .distance = 0});
+}
+
+void HolderTable::InsertAt(Slot slot, Probe probe) {
+  size_t p = probe.at;
+  size_t d = probe.distance;
   while (true) {
     if (slots_[p].holders == 0) {
       slots_[p] = slot;
@@ -74,11 +85,6 @@ void HolderTable::InsertNoGrow(Slot slot) {
     if (++p == capacity_) p = 0;
     ++d;
   }
-}
-
-void HolderTable::Insert(uint64_t key, uint64_t holders) {
-  Reserve(1);  // at most 3/4 full
-  InsertNoGrow(Slot{.key = Mix(key), .holders = holders});
 }
 
 void HolderTable::Grow() {
@@ -333,9 +339,14 @@ uint8_t HolderTable::SpillClear(uint64_t& w, uint16_t id, int tier) {
 
 bool HolderTable::Add(uint64_t key, uint16_t id, int tier) {
   const Holder bit = static_cast<Holder>(1u << (kIdBits + tier));
-  const size_t p = Find(key);
+  // Grown first if a new key would make it grow, so that a new key goes
+  // where the lookup stopped, without a second probe.
+  Reserve(1);
+  const uint64_t mixed = Mix(key);
+  Probe probe;
+  const size_t p = FindFrom(mixed, probe);
   if (p == kNone) {
-    Insert(key, kOneUse | id | bit);
+    InsertAt(Slot{.key = mixed, .holders = kOneUse | id | bit}, probe);
     return true;
   }
   uint64_t& w = slots_[p].holders;

@@ -350,6 +350,14 @@ class HolderTable {
   size_t Home(uint64_t mixed) const { return HomeIn(mixed, capacity_); }
   size_t Distance(size_t p) const;  // of the key in slot p from its home
   size_t Find(uint64_t key) const;  // the slot holding `key` (unmixed), or kNone
+  // Where a lookup of a key absent stopped: the slot it would take, and its
+  // distance there from its home.
+  struct Probe {
+    size_t at = 0;
+    size_t distance = 0;
+  };
+  // Find for a mixed key; when absent, sets `probe`.
+  size_t FindFrom(uint64_t mixed, Probe& probe) const;
   // Find for lock-free readers: the slot that held `key` when read, or
   // null. Probes at most the whole array, and never past its end.
   const Slot* FindConcurrent(Mixed key) const;
@@ -358,10 +366,11 @@ class HolderTable {
     return std::atomic_ref<uint64_t>(slots_[p].holders).load(std::memory_order_relaxed) != 0;
   }
   static bool NoHolders(uint64_t w) { return (w & ~kUses) == 0; }
-  // Places `key` (unmixed), known absent; grows first when the table is
-  // full.
-  void Insert(uint64_t key, uint64_t holders);
+  // Places `slot`'s key (mixed), known absent, with room for it.
   void InsertNoGrow(Slot slot);
+  // Places `slot`'s key, known absent, from where its lookup stopped (Robin
+  // Hood: the richer keys from there on move one slot along).
+  void InsertAt(Slot slot, Probe probe);
   void Erase(size_t p);
   void Grow();
   // Holds's work on slot p (which holds a key).

@@ -56,6 +56,21 @@ TEST(FleetSimTest, LaggingEventsStillLeaveTheIndexExactOnceApplied) {
   EXPECT_GT(r.hit_blocks, 0);
 }
 
+TEST(FleetSimTest, TheStreamWhileRoutingIsTheMeasuredRequestsDeltasAlone) {
+  FleetConfig c = Small();
+  // Enough to fill the caches (8 x 512 blocks), so that the measured
+  // requests' stores come with evictions.
+  c.warmup_requests = 3000;
+  const FleetResult r = RunFleet(c);
+  EXPECT_GT(r.measured_stored, 0);
+  EXPECT_GT(r.measured_removed, 0);
+  // Neither the warm-up's batches nor the snapshots.
+  EXPECT_LT(r.measured_stored + r.measured_removed, r.events - r.snapshot_events);
+  EXPECT_GT(r.measured_delta_seconds, 0);
+  EXPECT_GT(r.measured_delta_events_per_second, 0);
+  EXPECT_EQ(r.entries, r.oracle_entries);
+}
+
 TEST(FleetSimTest, TheSameSeedSimulatesTheSameFleet) {
   FleetConfig c = Small();
   c.router_threads = 0;
@@ -65,6 +80,8 @@ TEST(FleetSimTest, TheSameSeedSimulatesTheSameFleet) {
   EXPECT_EQ(a.entries, b.entries);
   EXPECT_EQ(a.hit_blocks, b.hit_blocks);
   EXPECT_EQ(a.restarts, b.restarts);
+  EXPECT_EQ(a.measured_stored, b.measured_stored);
+  EXPECT_EQ(a.measured_removed, b.measured_removed);
 }
 
 }  // namespace
