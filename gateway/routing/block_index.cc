@@ -48,6 +48,7 @@ BlockIndex::BlockIndex(const BlockIndexOptions& options)
     SeqLockWriter lock(&shard.lock);
     shard.limbo.Attach(&reclaimer_);
     shard.table.set_limbo(&shard.limbo);
+    shard.table.set_spill_pages(&spill_pages_);
   }
 }
 
@@ -163,11 +164,11 @@ void BlockIndex::EndPrediction(Shard& shard, uint64_t key, uint16_t id, Tally& t
   if (v.empty()) shard.predicted.erase(it);
 }
 
-void BlockIndex::AddLocked(Shard& shard, uint16_t id, uint64_t key, int tier, Tally& tally) {
+void BlockIndex::AddLocked(Shard& shard, uint16_t id, const Keyed& e, Tally& tally) {
   shard.table.Reserve(1);  // a growth is no change readers must wait out
   SeqLockChange change(shard.lock);
   const size_t keys = shard.table.size();
-  const bool fresh = shard.table.Add(key, id, tier);
+  const bool fresh = shard.table.Add(e.mixed, id, e.tier);
   if (fresh) {
     ++tally.entries;
     ++tally.of_id;
@@ -177,7 +178,7 @@ void BlockIndex::AddLocked(Shard& shard, uint16_t id, uint64_t key, int tier, Ta
     // Full of blocks still in use: the new entry is the one not kept
     // (unless the hand took it already).
     const size_t before = shard.table.size();
-    if (shard.table.Remove(key, id, tier)) {
+    if (shard.table.Remove(e.mixed, id, e.tier)) {
       --tally.entries;
       --tally.of_id;
       tally.hashes -= static_cast<int64_t>(before - shard.table.size());
@@ -185,13 +186,13 @@ void BlockIndex::AddLocked(Shard& shard, uint16_t id, uint64_t key, int tier, Ta
     }
   }
   // The worker's report ends its prediction.
-  if (shard.MayBePredicted(HolderTable::MixKey(key))) EndPrediction(shard, key, id, tally);
+  if (shard.MayBePredicted(e.mixed)) EndPrediction(shard, e.key, id, tally);
 }
 
-void BlockIndex::RemoveLocked(Shard& shard, uint16_t id, uint64_t key, int tier, Tally& tally) {
+void BlockIndex::RemoveLocked(Shard& shard, uint16_t id, const Keyed& e, Tally& tally) {
   SeqLockChange change(shard.lock);
   const size_t keys = shard.table.size();
-  if (!shard.table.Remove(key, id, tier)) return;
+  if (!shard.table.Remove(e.mixed, id, e.tier)) return;
   --tally.entries;
   --tally.of_id;
   tally.hashes -= static_cast<int64_t>(keys - shard.table.size());
@@ -224,9 +225,9 @@ void BlockIndex::ApplyEvents(uint16_t id, const tandem::v1::BlockEventBatch& bat
       if (i + kAhead < sorted.size()) Prefetch(sorted[i + kAhead].mixed);
       const Keyed& e = sorted[i];
       if (e.add) {
-        AddLocked(shard, id, e.key, e.tier, tally);
+        AddLocked(shard, id, e, tally);
       } else {
-        RemoveLocked(shard, id, e.key, e.tier, tally);
+        RemoveLocked(shard, id, e, tally);
       }
     }
   }

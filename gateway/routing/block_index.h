@@ -71,6 +71,7 @@
 #include "gateway/routing/holder_table.h"
 #include "gateway/routing/reclaimer.h"
 #include "gateway/routing/seq_lock.h"
+#include "gateway/routing/spill_arena.h"
 #include "tandem/v1/worker.pb.h"
 
 namespace tandem::gateway {
@@ -182,6 +183,9 @@ class BlockIndex {
   // version and prediction digests (on the line every write changes); it
   // loads both a few blocks ahead.
   struct alignas(64) Shard {
+    // What the table retired; declared first, so that it outlives the table
+    // (which takes back its spills from it as it goes).
+    Reclaimer::Limbo limbo ABSL_GUARDED_BY(lock);
     HolderTable table ABSL_GUARDED_BY(lock);
     mutable SeqLock lock;  // the table's writers', and its version
     // Predictions by a 6-bit digest of their key, and the digests with any
@@ -189,7 +193,6 @@ class BlockIndex {
     // when its bit is set (a shard holds few predictions, so mostly not).
     // Written under lock, and only when it changes; read without it.
     std::atomic<uint64_t> predicted_digests{0};
-    Reclaimer::Limbo limbo ABSL_GUARDED_BY(lock);  // what the table retired
     std::array<uint32_t, 64> predicted_by_digest ABSL_GUARDED_BY(lock) = {};
     absl::flat_hash_map<uint64_t, absl::InlinedVector<Prediction, 1>> predicted
         ABSL_GUARDED_BY(lock);
@@ -272,9 +275,9 @@ class BlockIndex {
   // Orders `s.items` by shard into `s.sorted`, keeping their order within
   // each (a key's events stay in order).
   void SortByShard(KeyedScratch& s) const;
-  void AddLocked(Shard& shard, uint16_t id, uint64_t key, int tier, Tally& tally)
+  void AddLocked(Shard& shard, uint16_t id, const Keyed& e, Tally& tally)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
-  void RemoveLocked(Shard& shard, uint16_t id, uint64_t key, int tier, Tally& tally)
+  void RemoveLocked(Shard& shard, uint16_t id, const Keyed& e, Tally& tally)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
   // The batch's events, every tier's, shard by shard: a shard's run under
   // one hold of its lock, each event a change of its own.
@@ -296,6 +299,7 @@ class BlockIndex {
   const BlockIndexOptions options_;
   const int shard_shift_;  // key mix >> shard_shift_: the shard
   Reclaimer reclaimer_;    // for every shard's limbo; outlives them
+  SpillPages spill_pages_;  // every shard's spills; outlives them
   std::unique_ptr<Shard[]> shards_;
   std::atomic<int64_t> entries_{0};
   std::atomic<int64_t> hashes_{0};

@@ -22,7 +22,9 @@ void HolderTable::Publish() {
 }
 
 HolderTable::~HolderTable() {
-  // No reader is left: everything goes at once (the limbo may be gone).
+  // No reader is left: everything goes at once, what waits in the limbo
+  // for the arena first (the limbo may outlive the table, or be gone).
+  if (limbo_ != nullptr) limbo_->FreeAllOf(&arena_);
   limbo_ = nullptr;
   for (size_t p = 0; p < capacity_; ++p) FreeSpill(slots_[p].holders);
   free_slots_(slots_, capacity_ * sizeof(Slot));
@@ -161,7 +163,7 @@ void HolderTable::Erase(size_t p) {
 
 HolderTable::Spill* HolderTable::NewSpill(size_t bytes) {
   TANDEM_CHECK(bytes <= UINT32_MAX, "a spill's size is 32 bits");
-  void* p = ::operator new(sizeof(Spill) + bytes);
+  void* p = arena_.Allocate(sizeof(Spill) + bytes);
   TANDEM_CHECK((reinterpret_cast<uintptr_t>(p) & ~kPointerBits) == 0,
                "a spill's address fits the holder word's 57 bits");
   spill_bytes_ += sizeof(Spill) + bytes;
@@ -172,8 +174,13 @@ HolderTable::Spill* HolderTable::NewSpill(size_t bytes) {
 void HolderTable::FreeSpill(uint64_t w) {
   if (!Spilled(w)) return;
   Spill* s = SpillOf(w);
-  spill_bytes_ -= sizeof(Spill) + s->capacity;
-  Free(s, sizeof(Spill) + s->capacity, &FreeWithDelete);
+  const size_t bytes = sizeof(Spill) + s->capacity;
+  spill_bytes_ -= bytes;
+  if (limbo_ != nullptr) {
+    limbo_->Retire(s, bytes, &SpillArena::FreeInto, &arena_);
+  } else {
+    arena_.Free(s, bytes);
+  }
 }
 
 HolderTable::Spill* HolderTable::Reallocate(uint64_t& w, size_t bytes) {
@@ -337,12 +344,12 @@ uint8_t HolderTable::SpillClear(uint64_t& w, uint16_t id, int tier) {
   return 0;
 }
 
-bool HolderTable::Add(uint64_t key, uint16_t id, int tier) {
+bool HolderTable::Add(Mixed key, uint16_t id, int tier) {
   const Holder bit = static_cast<Holder>(1u << (kIdBits + tier));
   // Grown first if a new key would make it grow, so that a new key goes
   // where the lookup stopped, without a second probe.
   Reserve(1);
-  const uint64_t mixed = Mix(key);
+  const uint64_t mixed = key.v;
   Probe probe;
   const size_t p = FindFrom(mixed, probe);
   if (p == kNone) {
@@ -409,8 +416,9 @@ uint8_t HolderTable::TakeHolder(size_t p, uint16_t id) {
   return 0;
 }
 
-bool HolderTable::Remove(uint64_t key, uint16_t id, int tier) {
-  const size_t p = Find(key);
+bool HolderTable::Remove(Mixed key, uint16_t id, int tier) {
+  Probe unused;
+  const size_t p = FindFrom(key.v, unused);
   if (p == kNone) return false;
   uint64_t& w = slots_[p].holders;
   const uint8_t bit = static_cast<uint8_t>(1u << tier);
@@ -502,6 +510,6 @@ void HolderTable::PrefetchHolders(Mixed key) const {
   for (uint64_t i = 0; i < lines; ++i) __builtin_prefetch(at + 64 * i);
 }
 
-size_t HolderTable::MemoryBytes() const { return capacity_ * sizeof(Slot) + spill_bytes_; }
+size_t HolderTable::MemoryBytes() const { return capacity_ * sizeof(Slot) + arena_.footprint(); }
 
 }  // namespace tandem::gateway

@@ -5,7 +5,9 @@
 // word points to, a list of 2 bytes per holder or, for a block many hold,
 // bitmaps over the workers), so a (block, worker) entry costs no map node
 // of its own, and a reader reaches any holder set in two loads (the slot,
-// then its spill), which PrefetchHolders starts ahead of a walk. Robin Hood
+// then its spill), which PrefetchHolders starts ahead of a walk. Spills come
+// from the table's own arena (gateway/routing/spill_arena.h), on huge pages
+// once there are a few MiB of them. Robin Hood
 // probing with backward-shift deletion keeps misses short; the table grows
 // by half again once 3/4 full, so it is between 1/2 and 3/4 full once it
 // has grown (at 7/8, the inserts' longer shifts made applying events 8-18%
@@ -36,6 +38,7 @@
 #include "gateway/routing/huge_pages.h"
 #include "gateway/routing/reclaimer.h"
 #include "gateway/routing/seq_lock.h"
+#include "gateway/routing/spill_arena.h"
 
 namespace tandem::gateway {
 
@@ -65,17 +68,23 @@ class HolderTable {
 
   // `capacity`: slots to start with (at least 4).
   explicit HolderTable(size_t capacity = 16);
-  // Frees through `limbo` from now on (null: at once).
+  // Frees through `limbo` (which must outlive the table) from now on
+  // (null: at once).
   void set_limbo(Reclaimer::Limbo* limbo) { limbo_ = limbo; }
+  // Spills from `pages` (which must outlive the table) rather than the
+  // heap; before the first spill.
+  void set_spill_pages(SpillPages* pages) { arena_.set_pages(pages); }
   ~HolderTable();
   HolderTable(const HolderTable&) = delete;
   HolderTable& operator=(const HolderTable&) = delete;
 
   // Records worker `id` holding `key` in `tier`; true when the (key, id)
   // entry is new. Counts a use of the key.
-  bool Add(uint64_t key, uint16_t id, int tier);
+  bool Add(uint64_t key, uint16_t id, int tier) { return Add(MixKey(key), id, tier); }
+  bool Add(Mixed key, uint16_t id, int tier);
   // Clears `tier` of (key, id); true when the entry went (no tier left).
-  bool Remove(uint64_t key, uint16_t id, int tier);
+  bool Remove(uint64_t key, uint16_t id, int tier) { return Remove(MixKey(key), id, tier); }
+  bool Remove(Mixed key, uint16_t id, int tier);
   // A popular block's holders as bitmaps: a plane for each tier some
   // holder holds it in (`planes`, bit t: tier t), so a block held only in
   // the pool, as most are, costs a bit per worker rather than one per
@@ -269,8 +278,10 @@ class HolderTable {
 
   size_t size() const { return size_; }  // keys
   size_t capacity() const { return capacity_; }
-  // Heap bytes this table owns (slots, spills).
+  // Bytes this table holds: its slots, and its spills' arena.
   size_t MemoryBytes() const;
+  // Bytes of the spills now in use, headers included (within the arena's).
+  size_t spill_bytes() const { return spill_bytes_; }
 
  private:
   static constexpr int kInline = 3;
@@ -423,6 +434,7 @@ class HolderTable {
   size_t size_ = 0;
   size_t hand_ = 0;
   size_t spill_bytes_ = 0;  // allocated for spills, headers included
+  SpillArena arena_;        // the spills' memory
 };
 
 }  // namespace tandem::gateway

@@ -38,7 +38,9 @@ void Reclaimer::TryAdvance(uint64_t from) {
 }
 
 void Reclaimer::Limbo::Item::Free() const {
-  if (free == nullptr) {
+  if (free_in != nullptr) {
+    free_in(context, p, bytes);
+  } else if (free == nullptr) {
     ::operator delete(p);
   } else {
     free(p, bytes);
@@ -53,8 +55,35 @@ void Reclaimer::Limbo::Retire(void* p, size_t bytes, void (*free)(void* p, size_
   // The unlinking stores are ordered before the epoch is read: a reader
   // that enters in a later epoch cannot reach `p`.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  items_.push_back({.p = p, .bytes = bytes, .free = free, .epoch = reclaimer_->epoch()});
+  items_.push_back({.p = p,
+                    .bytes = bytes,
+                    .free = free,
+                    .free_in = nullptr,
+                    .context = nullptr,
+                    .epoch = reclaimer_->epoch()});
   bytes_ += bytes;
+}
+
+void Reclaimer::Limbo::Retire(void* p, size_t bytes,
+                              void (*free_in)(void* context, void* p, size_t bytes),
+                              void* context) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // as above
+  items_.push_back({.p = p,
+                    .bytes = bytes,
+                    .free = nullptr,
+                    .free_in = free_in,
+                    .context = context,
+                    .epoch = reclaimer_->epoch()});
+  bytes_ += bytes;
+}
+
+void Reclaimer::Limbo::FreeAllOf(const void* context) {
+  std::erase_if(items_, [&](const Item& item) {
+    if (item.free_in == nullptr || item.context != context) return false;
+    item.Free();
+    bytes_ -= item.bytes;
+    return true;
+  });
 }
 
 void Reclaimer::Limbo::CollectSome() {

@@ -57,6 +57,12 @@ class Reclaimer {
     // could reach from now on, to free with `free` (null: ::operator
     // delete).
     void Retire(void* p, size_t bytes, void (*free)(void* p, size_t bytes) = nullptr);
+    // Retire, to free with free_in(context, p, bytes).
+    void Retire(void* p, size_t bytes, void (*free_in)(void* context, void* p, size_t bytes),
+                void* context);
+    // Frees now what was retired with `context`, whose owner is going:
+    // no reader may be left.
+    void FreeAllOf(const void* context);
     // Frees what no reader can hold any more; once enough waits, tries to
     // advance the epoch so that it can go. Cheap when empty.
     void Collect() {
@@ -69,8 +75,10 @@ class Reclaimer {
     struct Item {
       void* p;
       size_t bytes;
-      void (*free)(void* p, size_t bytes);  // null: ::operator delete
-      uint64_t epoch;                       // retired in
+      void (*free)(void* p, size_t bytes);  // null: ::operator delete, or free_in
+      void (*free_in)(void* context, void* p, size_t bytes);
+      void* context;
+      uint64_t epoch;  // retired in
       void Free() const;
     };
     void CollectSome();
