@@ -1,5 +1,7 @@
 #include "gateway/routing/spill_arena.h"
 
+#include <sanitizer/asan_interface.h>
+
 #include <algorithm>
 #include <new>
 
@@ -9,7 +11,12 @@ namespace tandem::gateway {
 
 SpillPages::~SpillPages() {
   absl::MutexLock lock(&mu_);
-  for (const Mapping& m : mappings_) m.free(m.p, kHugePageBytes);
+  for (const Mapping& m : mappings_) {
+    // Freed blocks are poisoned under ASan (SpillArena::Push): a later
+    // mapping at this address must not read as poisoned.
+    ASAN_UNPOISON_MEMORY_REGION(m.p, kHugePageBytes);
+    m.free(m.p, kHugePageBytes);
+  }
 }
 
 void* SpillPages::Take(size_t bytes) {
@@ -34,8 +41,21 @@ size_t SpillPages::mapped() const {
   return mappings_.size() * kHugePageBytes;
 }
 
+namespace {
+
+void* HeapBlock(size_t bytes) {
+  return ::operator new(bytes, std::align_val_t{SpillArena::kAlign});
+}
+
+void FreeHeapBlock(void* p) { ::operator delete(p, std::align_val_t{SpillArena::kAlign}); }
+
+}  // namespace
+
 SpillArena::~SpillArena() {
-  for (void* p : heap_slices_) ::operator delete (p, std::align_val_t{kAlign});
+  for (const auto& [p, bytes] : heap_slices_) {
+    ASAN_UNPOISON_MEMORY_REGION(p, bytes);
+    FreeHeapBlock(p);
+  }
 }
 
 void SpillArena::set_pages(SpillPages* pages) {
@@ -47,12 +67,13 @@ void* SpillArena::Allocate(size_t bytes) {
   const size_t rounded = RoundUp(bytes);
   if (rounded > kMaxBlockBytes) {
     heap_bytes_ += bytes;
-    return ::operator new (bytes, std::align_val_t{kAlign});
+    return HeapBlock(bytes);
   }
   in_use_ += rounded;
   FreeBlock*& head = free_[ClassOf(rounded)];
   if (head != nullptr) {
     FreeBlock* b = head;
+    ASAN_UNPOISON_MEMORY_REGION(b, rounded);
     head = b->next;
     return b;
   }
@@ -66,7 +87,7 @@ void SpillArena::Free(void* p, size_t bytes) {
   const size_t rounded = RoundUp(bytes);
   if (rounded > kMaxBlockBytes) {
     heap_bytes_ -= bytes;
-    ::operator delete (p, std::align_val_t{kAlign});
+    FreeHeapBlock(p);
     return;
   }
   in_use_ -= rounded;
@@ -80,21 +101,24 @@ void SpillArena::FreeInto(void* arena, void* p, size_t bytes) {
 void SpillArena::Push(void* p, size_t rounded) {
   FreeBlock*& head = free_[ClassOf(rounded)];
   head = new (p) FreeBlock{.next = head};
+  // Under ASan a read of a freed spill (by a reader the limbo should have
+  // waited for) fails as a use after free, as it would with the heap's.
+  ASAN_POISON_MEMORY_REGION(p, rounded);
 }
 
 void SpillArena::NewSlice(size_t rounded) {
   // The old tail (shorter than `rounded`, so within the classes) is a
   // block of its own size.
   if (const auto tail = static_cast<size_t>(end_ - next_); tail >= kAlign) Push(next_, tail);
-  const size_t bytes =
-      std::max(rounded, last_slice_bytes_ == 0 ? kFirstSliceBytes
-                                               : std::min(2 * last_slice_bytes_, kMaxSliceBytes));
+  const size_t next_slice =
+      last_slice_bytes_ == 0 ? kFirstSliceBytes : std::min(2 * last_slice_bytes_, kMaxSliceBytes);
+  const size_t bytes = std::max(rounded, next_slice);
   void* p = nullptr;
   if (pages_ != nullptr) {
     p = pages_->Take(bytes);
   } else {
-    p = ::operator new (bytes, std::align_val_t{kAlign});
-    heap_slices_.push_back(p);
+    p = HeapBlock(bytes);
+    heap_slices_.emplace_back(p, bytes);
   }
   last_slice_bytes_ = bytes;
   slice_bytes_ += bytes;

@@ -19,6 +19,7 @@
 
 #include <array>
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -95,8 +96,9 @@ class SpillArena {
 
   SpillPages* pages_ = nullptr;                                // null: slices from the heap
   std::array<FreeBlock*, kMaxBlockBytes / kAlign> free_ = {};  // by ClassOf
-  std::vector<void*> heap_slices_;                             // without pages_
-  char* next_ = nullptr;                                       // the current slice's unused tail
+  std::vector<std::pair<void*, size_t>> heap_slices_;          // without pages_
+  // The current slice's unused tail.
+  char* next_ = nullptr;
   char* end_ = nullptr;
   size_t last_slice_bytes_ = 0;
   size_t slice_bytes_ = 0;

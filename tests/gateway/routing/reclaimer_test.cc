@@ -67,6 +67,49 @@ TEST(ReclaimerTest, AReaderThatBeganAfterTheEpochMovedDoesNotHoldBackWhatWasReti
   EXPECT_EQ(limbo.pending(), 16u);  // the first 16 went; the reader holds the next
 }
 
+TEST(ReclaimerTest, MemoryRetiredToItsOwnerGoesBackThereWhenFreedOrWhenTheOwnerGoes) {
+  // An owner (a table's spill arena) takes back what it retired, with the
+  // same wait for readers; going, it takes back the rest at once.
+  struct Owner {
+    std::vector<void*> back;
+    static void Take(void* owner, void* p, size_t bytes) {
+      EXPECT_EQ(bytes, 64u);
+      static_cast<Owner*>(owner)->back.push_back(p);
+    }
+  };
+  Reclaimer reclaimer;
+  Reclaimer::Limbo limbo;
+  limbo.Attach(&reclaimer);
+  Owner owner;
+  Owner other;
+  std::vector<std::unique_ptr<char[]>> memory;
+  auto retire_to = [&](Owner& to) {
+    memory.push_back(std::make_unique<char[]>(64));
+    limbo.Retire(memory.back().get(), 64, &Owner::Take, &to);
+  };
+  {
+    const Reclaimer::ReadSection reader(reclaimer);
+    retire_to(owner);
+    CollectRounds(limbo, 4);
+    EXPECT_TRUE(owner.back.empty());  // the reader may still read it
+  }
+  CollectRounds(limbo, 3);
+  ASSERT_EQ(owner.back.size(), 1u);
+  EXPECT_EQ(owner.back[0], memory[0].get());
+  // Retired now, with a reader in: the owner going takes its own back at
+  // once, and leaves the rest waiting.
+  const Reclaimer::ReadSection reader(reclaimer);
+  retire_to(owner);
+  retire_to(other);
+  const size_t pending = limbo.pending();
+  limbo.FreeAllOf(&owner);
+  EXPECT_EQ(owner.back.size(), 2u);
+  EXPECT_EQ(limbo.pending(), pending - 1);
+  EXPECT_TRUE(other.back.empty());
+  limbo.FreeAllOf(&other);
+  EXPECT_EQ(other.back.size(), 1u);
+}
+
 // Readers follow a pointer a writer keeps replacing, retiring the old
 // object: each must read the object whole (its two fields agree), which a
 // freed and reused object would not be (and the sanitizers would say).
