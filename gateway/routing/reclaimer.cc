@@ -52,29 +52,22 @@ Reclaimer::Limbo::~Limbo() {
 }
 
 void Reclaimer::Limbo::Retire(void* p, size_t bytes, void (*free)(void* p, size_t bytes)) {
-  // The unlinking stores are ordered before the epoch is read: a reader
-  // that enters in a later epoch cannot reach `p`.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  items_.push_back({.p = p,
-                    .bytes = bytes,
-                    .free = free,
-                    .free_in = nullptr,
-                    .context = nullptr,
-                    .epoch = reclaimer_->epoch()});
-  bytes_ += bytes;
+  Hold(Item{.p = p, .bytes = bytes, .free = free, .free_in = nullptr, .context = nullptr});
 }
 
 void Reclaimer::Limbo::Retire(void* p, size_t bytes,
                               void (*free_in)(void* context, void* p, size_t bytes),
                               void* context) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // as above
-  items_.push_back({.p = p,
-                    .bytes = bytes,
-                    .free = nullptr,
-                    .free_in = free_in,
-                    .context = context,
-                    .epoch = reclaimer_->epoch()});
-  bytes_ += bytes;
+  Hold(Item{.p = p, .bytes = bytes, .free = nullptr, .free_in = free_in, .context = context});
+}
+
+void Reclaimer::Limbo::Hold(Item item) {
+  // The unlinking stores are ordered before the epoch is read: a reader
+  // that enters in a later epoch cannot reach the item.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  item.epoch = reclaimer_->epoch();
+  bytes_ += item.bytes;
+  items_.push_back(item);
 }
 
 void Reclaimer::Limbo::FreeAllOf(const void* context) {

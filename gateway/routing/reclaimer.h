@@ -78,9 +78,11 @@ class Reclaimer {
       void (*free)(void* p, size_t bytes);  // null: ::operator delete, or free_in
       void (*free_in)(void* context, void* p, size_t bytes);
       void* context;
-      uint64_t epoch;  // retired in
+      uint64_t epoch = 0;  // retired in
       void Free() const;
     };
+    // Holds `item`, retired now.
+    void Hold(Item item);
     void CollectSome();
     Reclaimer* reclaimer_ = nullptr;
     std::deque<Item> items_;
