@@ -102,6 +102,12 @@ void BlockIndex::Prefetch(HolderTable::Mixed key) const {
   shard.lock.Prefetch();
 }
 
+void BlockIndex::PrefetchForWrite(HolderTable::Mixed key) const {
+  const Shard& shard = ShardOf(key);
+  shard.table.PrefetchForWrite(key);
+  shard.lock.Prefetch();
+}
+
 BlockIndex::WorkerState& BlockIndex::StateOf(int worker) {
   {
     absl::ReaderMutexLock lock(&workers_mu_);
@@ -216,13 +222,13 @@ void BlockIndex::ApplyEvents(uint16_t id, const tandem::v1::BlockEventBatch& bat
   SortByShard(scratch);
   const std::vector<Keyed>& sorted = scratch.sorted;
   constexpr size_t kAhead = 4;
-  for (size_t i = 0; i < std::min(kAhead, sorted.size()); ++i) Prefetch(sorted[i].mixed);
+  for (size_t i = 0; i < std::min(kAhead, sorted.size()); ++i) PrefetchForWrite(sorted[i].mixed);
   for (size_t i = 0; i < sorted.size();) {
     Shard& shard = shards_[sorted[i].shard];
     const uint32_t run = sorted[i].shard;
     WriteLock lock(shard);
     for (; i < sorted.size() && sorted[i].shard == run; ++i) {
-      if (i + kAhead < sorted.size()) Prefetch(sorted[i + kAhead].mixed);
+      if (i + kAhead < sorted.size()) PrefetchForWrite(sorted[i + kAhead].mixed);
       const Keyed& e = sorted[i];
       if (e.add) {
         AddLocked(shard, id, e, tally);

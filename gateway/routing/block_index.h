@@ -246,6 +246,9 @@ class BlockIndex {
   // Starts loading `key`'s slot and its shard's version, without the
   // shard's lock.
   void Prefetch(HolderTable::Mixed key) const ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // Prefetch for the writer about to change `key`'s slot (see
+  // HolderTable::PrefetchForWrite).
+  void PrefetchForWrite(HolderTable::Mixed key) const ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // The worker's state, made on first use (never freed: slots are few).
   WorkerState& StateOf(int worker) ABSL_LOCKS_EXCLUDED(workers_mu_);
   // The worker's state, or null when it has none yet.

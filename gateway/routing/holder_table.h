@@ -268,6 +268,19 @@ class HolderTable {
     const size_t capacity = capacity_view_.load(std::memory_order_relaxed);
     if (slots != nullptr) __builtin_prefetch(slots + HomeIn(key.v, capacity));
   }
+  // Prefetch for a writer about to change `key`'s slot (no lock needed
+  // either): the slot's line and the next, to be written. A new key goes
+  // past the keys from its home on, and the ones after it move along; an
+  // erased key's followers move back. At 3/4 full those runs often reach
+  // past the slot's line.
+  void PrefetchForWrite(Mixed key) const {
+    const Slot* slots = slots_view_.load(std::memory_order_relaxed);
+    const size_t capacity = capacity_view_.load(std::memory_order_relaxed);
+    if (slots == nullptr) return;
+    const size_t home = HomeIn(key.v, capacity);
+    __builtin_prefetch(slots + home, 1);
+    if (home + kSlotsPerLine < capacity) __builtin_prefetch(slots + home + kSlotsPerLine, 1);
+  }
   // Starts loading what Prefetch reads (no lock needed).
   void PrefetchHeader() const { __builtin_prefetch(&slots_view_); }
   // Starts loading `key`'s spilled holders, when it has them (the second
@@ -310,6 +323,7 @@ class HolderTable {
     uint64_t key;  // mixed
     uint64_t holders;
   };
+  static constexpr size_t kSlotsPerLine = 64 / sizeof(Slot);
   // A holder set past kInline, in one allocation: this header, then a list
   // (`count` holders) or, once the list would be a quarter of their size (a
   // block many workers hold), bitmaps (`words` words of 64 workers, each a
