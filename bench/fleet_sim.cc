@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "bench/fleet_oracle.h"
 #include "engine/kv/block_hash.h"
 #include "gateway/routing/block_index.h"
 #include "gateway/routing/huge_pages.h"
@@ -370,13 +372,20 @@ FleetResult RunFleet(const FleetConfig& config) {
   std::vector<double> hash_latencies;
   // Per worker, before each measured route: tokens and requests in flight.
   std::vector<std::pair<int64_t, int>> loads(static_cast<size_t>(config.workers));
+  // What the oracle needs of the measured requests, scored after the run.
+  std::optional<FleetOracle> oracle_log;
   const int64_t total_requests = config.warmup_requests + config.requests;
   for (int64_t q = 0; q < total_requests; ++q) {
     const bool measured = q >= config.warmup_requests;
     in_measure = measured;
-    if (q == config.warmup_requests && !measuring.HasBeenNotified()) measuring.Notify();
+    if (q == config.warmup_requests) {
+      oracle_log.emplace(config.workers, config.prompt_blocks, config.block_size);
+      for (int32_t i = 0; i < config.workers; ++i) oracle_log->Begin(i, workers[i].Snapshot());
+      if (!measuring.HasBeenNotified()) measuring.Notify();
+    }
     if (unit(rng) < config.restart_probability) {
       const int w = static_cast<int>(rng() % static_cast<uint64_t>(config.workers));
+      if (oracle_log.has_value()) oracle_log->LogRestart(w, workers[w].Snapshot());
       lagging.emplace_back(w, workers[w].Start(rng()).SerializeAsString());
       while (static_cast<int32_t>(lagging.size()) > config.event_lag) deliver();
       ++r.restarts;
@@ -389,9 +398,8 @@ FleetResult RunFleet(const FleetConfig& config) {
       hash_latencies.push_back(
           std::chrono::duration<double, std::micro>(Clock::now() - hash_start).count());
     }
-    // The loads the router sees, for the oracle after it: the oracle reads
-    // every worker's cache, which a gateway never does, and done before the
-    // route it would leave the route to start from caches it had evicted.
+    // The loads the router sees, for the oracle (bench/fleet_oracle.h),
+    // before the route adds its own.
     if (measured) {
       for (int i = 0; i < config.workers; ++i) {
         loads[static_cast<size_t>(i)] = {picker.in_flight_tokens(i), picker.in_flight(i)};
@@ -403,34 +411,30 @@ FleetResult RunFleet(const FleetConfig& config) {
     in_flight.push_back(std::move(d.pick));  // its load ends max_in_flight requests on
     if (in_flight.size() > max_in_flight) in_flight.pop_front();
     if (measured) {
-      // The router's own rule on the exact caches (unchanged by the route):
-      // blocks to compute plus the blocks in flight there, ties to fewer
-      // requests, then the lower index (KvRouter, WorkerPicker). The last
-      // block is always computed.
-      const std::vector<engine::BlockHash> lookup(chain.begin(), chain.end() - 1);
-      int oracle = 0;
-      double oracle_cost = 0;
-      for (int i = 0; i < config.workers; ++i) {
-        const auto [tokens_in_flight, requests_in_flight] = loads[static_cast<size_t>(i)];
-        const double cost = (config.prompt_blocks - workers[i].Holds(lookup)) +
-                            static_cast<double>(tokens_in_flight) / config.block_size;
-        if (i == 0 || cost < oracle_cost ||
-            (cost == oracle_cost &&
-             requests_in_flight < loads[static_cast<size_t>(oracle)].second)) {
-          oracle = i;
-          oracle_cost = cost;
-        }
+      // The last block is always computed.
+      std::vector<engine::BlockHash> lookup(chain.begin(), chain.end() - 1);
+      std::vector<int32_t> expected;
+      if (config.check_oracle) {
+        for (const SimWorker& w : workers) expected.push_back(w.Holds(lookup));
       }
-      r.hit_blocks += workers[chosen].Holds(lookup);
-      r.oracle_hit_blocks += workers[oracle].Holds(lookup);
+      oracle_log->LogRoute(std::move(lookup), loads, chosen, std::move(expected));
     }
-    lagging.emplace_back(chosen, workers[chosen].Compute(chain).SerializeAsString());
+    const tandem::v1::BlockEventBatch computed = workers[chosen].Compute(chain);
+    if (oracle_log.has_value()) oracle_log->LogChange(chosen, computed);
+    lagging.emplace_back(chosen, computed.SerializeAsString());
     while (static_cast<int32_t>(lagging.size()) > config.event_lag) deliver();
   }
   while (!lagging.empty()) deliver();
   done.store(true);
   if (!measuring.HasBeenNotified()) measuring.Notify();
   for (std::thread& t : routers) t.join();
+  if (oracle_log.has_value()) {
+    const FleetOracle::Score score = oracle_log->Replay();
+    r.hit_blocks = score.hit_blocks;
+    r.oracle_hit_blocks = score.oracle_hit_blocks;
+    r.oracle_disagreements = score.disagreements;
+    oracle_log.reset();
+  }
   latencies.wall_us.insert(latencies.wall_us.end(), main_latencies.wall_us.begin(),
                            main_latencies.wall_us.end());
   latencies.cpu_us.insert(latencies.cpu_us.end(), main_latencies.cpu_us.begin(),

@@ -43,6 +43,10 @@ struct FleetConfig {
   int64_t max_entries = int64_t{48} << 20;  // the index's bound (BlockIndexOptions)
   int32_t shards = 32;                      // the index's shards (BlockIndexOptions)
   uint64_t seed = 1;
+  // Also asks every worker's own cache for the oracle, and counts where it
+  // and the oracle's view of the caches (bench/exact_holders.h) disagree:
+  // a check of the simulator for its tests (slow at fleet size).
+  bool check_oracle = false;
 };
 
 struct FleetResult {
@@ -85,6 +89,9 @@ struct FleetResult {
   int64_t hit_blocks = 0;
   int64_t oracle_hit_blocks = 0;
   double hit_rate_vs_oracle = 0;
+  // With check_oracle: (measured route, worker) pairs whose leading blocks
+  // held the oracle's view got wrong.
+  int64_t oracle_disagreements = 0;
   int64_t restarts = 0;
   int64_t dropped_entries = 0;  // not recorded: the index was full
   int64_t predictions = 0;      // held at the end (expired ones included)

@@ -23,6 +23,7 @@ FleetConfig Small() {
   c.restart_probability = 0.002;
   c.event_lag = 0;
   c.seed = 7;
+  c.check_oracle = true;
   return c;
 }
 
@@ -38,6 +39,7 @@ TEST(FleetSimTest, TheIndexMirrorsTheFleetAndRoutingFindsTheOraclesOverlap) {
   EXPECT_GT(r.oracle_hit_blocks, 0);
   EXPECT_EQ(r.hit_blocks, r.oracle_hit_blocks);
   EXPECT_DOUBLE_EQ(r.hit_rate_vs_oracle, 1.0);
+  EXPECT_EQ(r.oracle_disagreements, 0);
   EXPECT_GT(r.events, 0);
   EXPECT_GT(r.events_per_second, 0);
   EXPECT_GT(r.bytes_per_entry, 0);
@@ -69,6 +71,20 @@ TEST(FleetSimTest, TheStreamWhileRoutingIsTheMeasuredRequestsDeltasAlone) {
   EXPECT_GT(r.measured_delta_seconds, 0);
   EXPECT_GT(r.measured_delta_events_per_second, 0);
   EXPECT_EQ(r.entries, r.oracle_entries);
+}
+
+TEST(FleetSimTest, TheOraclesViewOfTheCachesIsEveryWorkersOwn) {
+  // Built from the workers' caches once the warm-up has filled them, then
+  // kept by their stores, evictions and restarts.
+  FleetConfig c = Small();
+  c.warmup_requests = 3000;
+  c.restart_probability = 0.01;
+  c.event_lag = 4;
+  const FleetResult r = RunFleet(c);
+  EXPECT_GT(r.restarts, 10);
+  EXPECT_GT(r.measured_removed, 0);
+  EXPECT_GT(r.oracle_hit_blocks, 0);
+  EXPECT_EQ(r.oracle_disagreements, 0);
 }
 
 TEST(FleetSimTest, TheSameSeedSimulatesTheSameFleet) {
