@@ -435,6 +435,16 @@ FleetResult RunFleet(const FleetConfig& config) {
     r.oracle_disagreements = score.disagreements;
     oracle_log.reset();
   }
+  {
+    std::vector<double> own = main_latencies.cpu_us;
+    std::vector<double> side = latencies.cpu_us;
+    std::sort(own.begin(), own.end());
+    std::sort(side.begin(), side.end());
+    r.predicting_route_cpu_p50_us = Percentile(own, 0.50);
+    r.predicting_route_cpu_p99_us = Percentile(own, 0.99);
+    r.side_route_cpu_p50_us = Percentile(side, 0.50);
+    r.side_route_cpu_p99_us = Percentile(side, 0.99);
+  }
   latencies.wall_us.insert(latencies.wall_us.end(), main_latencies.wall_us.begin(),
                            main_latencies.wall_us.end());
   latencies.cpu_us.insert(latencies.cpu_us.end(), main_latencies.cpu_us.begin(),
@@ -504,14 +514,18 @@ std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
       "\"snapshot_seconds\":%.3f,\"hash_p50_us\":%.1f,\"route_cpu_p50_us\":%.1f,"
       "\"route_cpu_p99_us\":%.1f,\"peak_rss_bytes\":%d,\"delta_events_per_second\":%.0f,"
       "\"predictions\":%d,\"shards\":%d,\"measured_stored\":%d,\"measured_removed\":%d,"
-      "\"measured_delta_events_per_second\":%.0f}",
+      "\"measured_delta_events_per_second\":%.0f,\"predicting_route_cpu_p50_us\":%.1f,"
+      "\"predicting_route_cpu_p99_us\":%.1f,\"side_route_cpu_p50_us\":%.1f,"
+      "\"side_route_cpu_p99_us\":%.1f}",
       c.workers, c.blocks_per_worker, c.prompt_blocks, c.requests, c.in_flight, c.event_lag,
       c.router_threads, r.events, r.events_per_second, r.entries, r.bytes_per_entry, r.routes,
       r.route_p50_us, r.route_p99_us, r.route_p999_us, r.hit_rate_vs_oracle, r.restarts,
       r.dropped_entries, c.warmup_requests, c.conversations, c.system_prompts, r.hashes,
       r.table_bytes_per_entry, r.snapshots, r.snapshot_seconds, r.hash_p50_us, r.route_cpu_p50_us,
       r.route_cpu_p99_us, r.peak_rss_bytes, r.delta_events_per_second, r.predictions, c.shards,
-      r.measured_stored, r.measured_removed, r.measured_delta_events_per_second);
+      r.measured_stored, r.measured_removed, r.measured_delta_events_per_second,
+      r.predicting_route_cpu_p50_us, r.predicting_route_cpu_p99_us, r.side_route_cpu_p50_us,
+      r.side_route_cpu_p99_us);
 }
 
 }  // namespace tandem::bench

@@ -82,6 +82,14 @@ struct FleetResult {
   // a core (the machine is shared) that the wall clock figures include.
   double route_cpu_p50_us = 0;
   double route_cpu_p99_us = 0;
+  // The same by who routes: the fleet's own routes, which record their
+  // predictions as a gateway's do (taking a shard's lock for each shard
+  // the prompt's blocks fall in), and the extra threads', which do not.
+  // Their shares of the figures above follow how fast each loop runs.
+  double predicting_route_cpu_p50_us = 0;
+  double predicting_route_cpu_p99_us = 0;
+  double side_route_cpu_p50_us = 0;
+  double side_route_cpu_p99_us = 0;
   // Blocks of the routed prompts the chosen worker really held, over those
   // the oracle's choice held: the same cost (blocks to compute plus load)
   // weighed with every worker's exact cache instead of the index. 1 is the

@@ -132,6 +132,8 @@ int main(int argc, char** argv) {
       "(tables alone: %.1f), %d evicted, %d predictions held\n"
       "  routing: %d routes, p50 %.1f us, p99 %.1f us, p999 %.1f us (hashing the prompt: "
       "p50 %.1f us); CPU time per route p50 %.1f us, p99 %.1f us\n"
+      "  CPU time per route by router: the fleet's own, predicting, p50 %.1f us, p99 %.1f us; "
+      "the extra threads', p50 %.1f us, p99 %.1f us\n"
       "  peak RSS: %.2f GiB\n"
       "  hit rate vs oracle: %.4f (%d of %d blocks), %d restarts\n",
       c.workers, c.blocks_per_worker, c.requests, c.prompt_blocks, c.router_threads, r.events,
@@ -140,6 +142,8 @@ int main(int argc, char** argv) {
       r.measured_delta_events_per_second, r.entries, r.hashes, r.oracle_entries, r.bytes_per_entry,
       r.table_bytes_per_entry, r.dropped_entries, r.predictions, r.routes, r.route_p50_us,
       r.route_p99_us, r.route_p999_us, r.hash_p50_us, r.route_cpu_p50_us, r.route_cpu_p99_us,
+      r.predicting_route_cpu_p50_us, r.predicting_route_cpu_p99_us, r.side_route_cpu_p50_us,
+      r.side_route_cpu_p99_us,
       static_cast<double>(r.peak_rss_bytes) / (1 << 30), r.hit_rate_vs_oracle, r.hit_blocks,
       r.oracle_hit_blocks, r.restarts);
   if (args->IsSet("out")) {

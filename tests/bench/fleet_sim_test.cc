@@ -47,6 +47,11 @@ TEST(FleetSimTest, TheIndexMirrorsTheFleetAndRoutingFindsTheOraclesOverlap) {
   EXPECT_GT(r.route_p99_us, 0);
   EXPECT_GE(r.route_p999_us, r.route_p99_us);
   EXPECT_GE(r.route_p99_us, r.route_p50_us);
+  // Both routers' routes, apart.
+  EXPECT_GT(r.predicting_route_cpu_p50_us, 0);
+  EXPECT_GE(r.predicting_route_cpu_p99_us, r.predicting_route_cpu_p50_us);
+  EXPECT_GT(r.side_route_cpu_p50_us, 0);
+  EXPECT_GE(r.side_route_cpu_p99_us, r.side_route_cpu_p50_us);
 }
 
 TEST(FleetSimTest, LaggingEventsStillLeaveTheIndexExactOnceApplied) {
