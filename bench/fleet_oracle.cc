@@ -1,7 +1,5 @@
 #include "bench/fleet_oracle.h"
 
-#include <span>
-
 namespace tandem::bench {
 namespace {
 
