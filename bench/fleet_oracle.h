@@ -7,7 +7,7 @@
 // the routes are scored after the run. Scored as they ran, on the thread
 // that also applies the fleet's events to the index, the oracle's reads of
 // every worker's cache left the index's memory cold for each batch and
-// charged it a third of its apply time for work no gateway does
+// charged it nearly 30% of its apply time for work no gateway does
 // (docs/benchmarks.md).
 #ifndef TANDEM_BENCH_FLEET_ORACLE_H_
 #define TANDEM_BENCH_FLEET_ORACLE_H_

@@ -371,7 +371,7 @@ FleetResult RunFleet(const FleetConfig& config) {
   std::uniform_real_distribution<double> unit(0, 1);
   std::vector<double> hash_latencies;
   // Per worker, before each measured route: tokens and requests in flight.
-  std::vector<std::pair<int64_t, int>> loads(static_cast<size_t>(config.workers));
+  std::vector<FleetOracle::Load> loads(static_cast<size_t>(config.workers));
   // What the oracle needs of the measured requests, scored after the run.
   std::optional<FleetOracle> oracle_log;
   const int64_t total_requests = config.warmup_requests + config.requests;
