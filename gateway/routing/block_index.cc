@@ -165,8 +165,10 @@ void BlockIndex::EndPrediction(Shard& shard, uint64_t key, uint16_t id, Tally& t
   const size_t before = v.size();
   v.erase(std::remove_if(v.begin(), v.end(), [id](const Prediction& p) { return p.id == id; }),
           v.end());
-  shard.CountPredictions(key, -static_cast<int64_t>(before - v.size()));
-  tally.predictions -= static_cast<int64_t>(before - v.size());
+  const auto ended = static_cast<int64_t>(before - v.size());
+  shard.CountPredictions(key, -ended);
+  shard.predictions -= ended;
+  tally.predictions -= ended;
   if (v.empty()) shard.predicted.erase(it);
 }
 
@@ -270,6 +272,7 @@ void BlockIndex::Clear(uint16_t id) {
         ++it;
       }
     }
+    shard.predictions -= predictions;
     predicted_count_.fetch_sub(predictions, std::memory_order_relaxed);
   }
   entries_.fetch_sub(removed, std::memory_order_relaxed);
@@ -277,22 +280,30 @@ void BlockIndex::Clear(uint16_t id) {
   reclaimer_.Advance();
 }
 
-void BlockIndex::PruneLocked(Shard& shard, absl::Time now, Tally& tally) {
-  while (!shard.deadlines.empty() && shard.deadlines.front().until <= now) {
-    const PredictionDeadline d = shard.deadlines.front();
-    shard.deadlines.pop_front();
-    auto it = shard.predicted.find(d.key);
-    if (it == shard.predicted.end()) continue;
+void BlockIndex::SweepLocked(Shard& shard, absl::Time now, Tally& tally) {
+  int64_t swept = 0;
+  for (auto it = shard.predicted.begin(); it != shard.predicted.end();) {
     auto& v = it->second;
-    // Not when it was renewed since (its later deadline is further back).
-    const auto p = std::find_if(v.begin(), v.end(), [&](const Prediction& x) {
-      return x.id == d.id && x.until == d.until;
-    });
-    if (p == v.end()) continue;
-    v.erase(p);
-    shard.CountPredictions(d.key, -1);
-    --tally.predictions;
-    if (v.empty()) shard.predicted.erase(it);
+    const size_t before = v.size();
+    v.erase(
+        std::remove_if(v.begin(), v.end(), [now](const Prediction& p) { return p.until <= now; }),
+        v.end());
+    const auto n = static_cast<int64_t>(before - v.size());
+    if (n > 0) shard.CountPredictions(it->first, -n);
+    swept += n;
+    if (v.empty()) {
+      shard.predicted.erase(it++);  // absl: erase(iterator) returns nothing
+    } else {
+      ++it;
+    }
+  }
+  shard.predictions -= swept;
+  tally.predictions -= swept;
+  shard.sweep_at = std::max(kMinSweep, 2 * shard.predictions);
+  // A burst's map, mostly empty since, would make every later sweep pass
+  // over its capacity.
+  if (shard.predicted.capacity() > 8 * std::max<size_t>(shard.predicted.size(), 64)) {
+    shard.predicted.rehash(0);
   }
 }
 
@@ -303,49 +314,77 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
   if (id == 0) return;
   const absl::Time now = absl::Now();
   const int64_t bound = std::min(options_.max_entries, options_.max_predictions);
+  Tally tally;  // predictions made and swept
+  auto room = [&] {
+    return bound - predicted_count_.load(std::memory_order_relaxed) - tally.predictions;
+  };
+  const int64_t until_ns = absl::ToUnixNanos(until);
+  int64_t earliest = earliest_until_ns_.load(std::memory_order_relaxed);
+  if (room() < std::ssize(chain) && absl::ToUnixNanos(now) >= earliest) {
+    // Near the bound, and some prediction may have expired: the expired
+    // make room first, a sweep of every shard that only so full an index
+    // pays, once each time a deadline passes.
+    earliest = INT64_MAX;
+    for (int s = 0; s < options_.shards; ++s) {
+      SeqLockWriter lock(&shards_[s].lock);
+      SweepLocked(shards_[s], now, tally);
+      for (const auto& [key, v] : shards_[s].predicted) {
+        for (const Prediction& p : v) earliest = std::min(earliest, absl::ToUnixNanos(p.until));
+      }
+    }
+    earliest_until_ns_.store(earliest, std::memory_order_relaxed);
+  }
+  while (until_ns < earliest &&
+         !earliest_until_ns_.compare_exchange_weak(earliest, until_ns, std::memory_order_relaxed)) {
+  }
   // Past the bound, the chain's leading blocks are the ones worth predicting
   // (a walk counts a run from the first block).
-  const int64_t room = bound - predicted_count_.load(std::memory_order_relaxed);
-  const size_t kept = static_cast<size_t>(std::clamp<int64_t>(room, 0, std::ssize(chain)));
+  const size_t kept = static_cast<size_t>(std::clamp<int64_t>(room(), 0, std::ssize(chain)));
   int64_t dropped = static_cast<int64_t>(chain.size() - kept);
-  Tally tally;  // predictions made and pruned
   KeyedScratch& scratch = KeyedScratch::OfThisThread();
   for (const engine::BlockHash& h : chain.first(kept)) {
     scratch.items.push_back(KeyedOf(KeyOf(h), /*tier=*/0, /*add=*/true));
   }
-  // Shard by shard, as Apply: one hold of a shard's lock (and one pruning
-  // of its deadlines) for all its blocks, rather than one a block.
+  // Shard by shard, as Apply: one hold of a shard's lock (and at most one
+  // sweep of its expired predictions) for all its blocks, rather than one
+  // a block.
   SortByShard(scratch);
   const std::vector<Keyed>& sorted = scratch.sorted;
-  constexpr size_t kAhead = 8;  // slots loaded ahead, as in OverlapAll
-  for (size_t i = 0; i < std::min(kAhead, sorted.size()); ++i) Prefetch(sorted[i].mixed);
+  // Each block's slot, then its spilled holders (for Holds), loaded ahead
+  // as in OverlapAll: the holders of blocks in shards not yet locked are
+  // reached as a walk reaches them, inside a read section.
+  constexpr size_t kSlotsAhead = 8, kHoldersAhead = 4;
+  const Reclaimer::ReadSection reading(reclaimer_);
+  auto prefetch_holders = [&](size_t j) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (j < sorted.size()) ShardOf(sorted[j].mixed).table.PrefetchHolders(sorted[j].mixed);
+  };
+  for (size_t i = 0; i < std::min(kSlotsAhead, sorted.size()); ++i) Prefetch(sorted[i].mixed);
+  for (size_t i = 0; i < kHoldersAhead; ++i) prefetch_holders(i);
   for (size_t i = 0; i < sorted.size();) {
     Shard& shard = shards_[sorted[i].shard];
     const uint32_t run = sorted[i].shard;
     SeqLockWriter lock(&shard.lock);  // no change to the table: readers read on
-    PruneLocked(shard, now, tally);
+    if (shard.predictions >= shard.sweep_at) SweepLocked(shard, now, tally);
     for (; i < sorted.size() && sorted[i].shard == run; ++i) {
-      if (i + kAhead < sorted.size()) Prefetch(sorted[i + kAhead].mixed);
+      if (i + kSlotsAhead < sorted.size()) Prefetch(sorted[i + kSlotsAhead].mixed);
+      prefetch_holders(i + kHoldersAhead);
       const uint64_t key = sorted[i].key;
       if (shard.table.Holds(key, id)) continue;
       absl::InlinedVector<Prediction, 1>& v = shard.predicted[key];
       auto p = std::find_if(v.begin(), v.end(), [id](const Prediction& x) { return x.id == id; });
       if (p != v.end()) {
-        if (until > p->until) {
-          p->until = until;
-          shard.deadlines.push_back({.key = key, .id = id, .until = until});
-        }
+        p->until = std::max(p->until, until);
         continue;
       }
       // Others may have predicted meanwhile.
-      if (predicted_count_.load(std::memory_order_relaxed) + tally.predictions >= bound) {
+      if (room() <= 0) {
         if (v.empty()) shard.predicted.erase(key);
         ++dropped;
         continue;
       }
       v.push_back({.id = id, .until = until});
       shard.CountPredictions(key, 1);
-      shard.deadlines.push_back({.key = key, .id = id, .until = until});
+      ++shard.predictions;
       ++tally.predictions;
     }
   }

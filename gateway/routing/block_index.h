@@ -42,8 +42,11 @@
 // that arrive together would be spread over every worker before the first
 // is done. Overlap counts a predicted block as held; the worker's own
 // `stored` event (or the deadline, or its stream ending) ends the
-// prediction. Predictions are bounded by `max_predictions` (and
-// `max_entries`).
+// prediction. Most end by the report; the few that expire are swept out of
+// their shard once it holds twice the predictions its last sweep kept, and
+// of every shard when the index is full. Predictions are bounded by
+// `max_predictions` (and `max_entries`), expired ones not yet swept
+// included. A renewal keeps the later of the two deadlines.
 //
 // Thread-safe. Lock order: a worker's own lock, then a shard's lock or the
 // workers' table lock; never two shards' at once. A reader may see a batch, or a
@@ -55,7 +58,6 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -170,16 +172,11 @@ class BlockIndex {
     uint16_t id;
     absl::Time until;
   };
-  struct PredictionDeadline {
-    uint64_t key;
-    uint16_t id;
-    absl::Time until;
-  };
   // A shard: its blocks' holders, written under `lock` and read by routes
   // without it (see the layout above), and its predictions, under `lock`
   // too (a walk takes it for a block only when the digests say the block
   // may be predicted). A walk reads, for each block, the table's slot array
-  // (on the table's first line, which changes only when it grows) and the
+  // (on the table's first line, which changes only when it grows), the
   // version and prediction digests (on the line every write changes); it
   // loads both a few blocks ahead.
   struct alignas(64) Shard {
@@ -187,34 +184,56 @@ class BlockIndex {
     // (which takes back its spills from it as it goes).
     Reclaimer::Limbo limbo ABSL_GUARDED_BY(lock);
     HolderTable table ABSL_GUARDED_BY(lock);
-    mutable SeqLock lock;  // the table's writers', and its version
-    // Predictions by a 6-bit digest of their key, and the digests with any
-    // as bits: a walk or a stored event looks a key up in `predicted` only
-    // when its bit is set (a shard holds few predictions, so mostly not).
-    // Written under lock, and only when it changes; read without it.
-    std::atomic<uint64_t> predicted_digests{0};
-    std::array<uint32_t, 64> predicted_by_digest ABSL_GUARDED_BY(lock) = {};
+    // The table's writers' lock and its version, and beside it on one line,
+    // predictions by a digest of their key (one of 384), the digests with
+    // any as bits: a walk or a stored event looks a key up in `predicted`
+    // only when its bit is set, and a walk reads the version and the bit
+    // in one load. A shard of a fleet's index holds tens to a few hundred
+    // predictions at once (the prompts being computed); 64 bits were a
+    // third or more set at a fleet's usual load, and a stored event or a
+    // walked block then paid a map lookup (docs/benchmarks.md). A wider
+    // filter on lines of its own cost more than it saved. Written under
+    // lock, and only when a digest's count moves between 0 and 1; read
+    // without it.
+    static constexpr size_t kDigests = 384;
+    alignas(64) mutable SeqLock lock;
+    std::array<std::atomic<uint64_t>, kDigests / 64> predicted_digests{};
+    static_assert(sizeof(SeqLock) + kDigests / 8 == 64, "the lock and the digests: one line");
+    // Predictions by digest (kDigests counts), off the readers' lines.
+    std::unique_ptr<uint32_t[]> predicted_by_digest ABSL_GUARDED_BY(lock) =
+        std::make_unique<uint32_t[]>(kDigests);
     absl::flat_hash_map<uint64_t, absl::InlinedVector<Prediction, 1>> predicted
         ABSL_GUARDED_BY(lock);
-    std::deque<PredictionDeadline> deadlines ABSL_GUARDED_BY(lock);  // as made
+    // Prediction records in `predicted`, expired ones included, and how
+    // many make Predict sweep the expired ones out first (SweepLocked).
+    int64_t predictions ABSL_GUARDED_BY(lock) = 0;
+    int64_t sweep_at ABSL_GUARDED_BY(lock) = kMinSweep;
+    const std::atomic<uint64_t>& DigestWord(HolderTable::Mixed key) const {
+      return predicted_digests[Digest(key) / 64];
+    }
     bool MayBePredicted(HolderTable::Mixed key) const {
-      return (predicted_digests.load(std::memory_order_relaxed) >> Digest(key)) & 1;
+      return (DigestWord(key).load(std::memory_order_relaxed) >> (Digest(key) % 64)) & 1;
     }
     // Counts `n` predictions of `key` made (n > 0) or ended (n < 0).
     void CountPredictions(uint64_t key, int64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock) {
-      const int digest = Digest(HolderTable::MixKey(key));
+      const size_t digest = Digest(HolderTable::MixKey(key));
       uint32_t& c = predicted_by_digest[digest];
+      const bool had = c != 0;
       c = static_cast<uint32_t>(c + n);
-      const uint64_t bit = uint64_t{1} << digest;
-      const uint64_t digests = predicted_digests.load(std::memory_order_relaxed);
-      const uint64_t now = c == 0 ? digests & ~bit : digests | bit;
-      if (now != digests) predicted_digests.store(now, std::memory_order_relaxed);
+      if (had == (c != 0)) return;
+      std::atomic<uint64_t>& word = predicted_digests[digest / 64];
+      const uint64_t bit = uint64_t{1} << (digest % 64);
+      const uint64_t bits = word.load(std::memory_order_relaxed);
+      word.store(c == 0 ? bits & ~bit : bits | bit, std::memory_order_relaxed);
     }
     // The table, for lock-free readers (inside a Reclaimer::ReadSection,
     // through lock.Read: see OverlapAll).
     const HolderTable& TableForReaders() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return table; }
-    // Bits the shard and the slot do not use (HolderTable::Mix's middle).
-    static int Digest(HolderTable::Mixed key) { return static_cast<int>((key.v >> 24) & 63); }
+    // From bits the shard and the slot do not use (HolderTable::Mix's low
+    // 24, for tables under 2^28 slots).
+    static size_t Digest(HolderTable::Mixed key) {
+      return static_cast<size_t>(((key.v & 0xffffff) * kDigests) >> 24);
+    }
   };
   // A writer's hold on a shard's table; on release, the limbo frees what
   // no reader can hold any more.
@@ -239,6 +258,10 @@ class BlockIndex {
   // Keys the clock hand passes looking for one to evict before the index
   // keeps what it has and refuses the new entry instead.
   static constexpr size_t kEvictionVisits = 16;
+  // Prediction records a shard holds before Predict first sweeps out the
+  // expired ones (see SweepLocked). Workers report most predicted blocks
+  // within a prefill, so few records are left to expire.
+  static constexpr int64_t kMinSweep = 64;
   static uint64_t KeyOf(const engine::BlockHash& h) { return h.low; }
   Shard& ShardOf(uint64_t key) const { return ShardOf(HolderTable::MixKey(key)); }
   size_t ShardIndex(HolderTable::Mixed key) const;
@@ -292,8 +315,11 @@ class BlockIndex {
   // within kEvictionVisits.
   bool EvictLocked(Shard& shard, Tally& tally) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
   // Drops `shard`'s predictions past their deadline at `now`, counting
-  // them in `tally`.
-  void PruneLocked(Shard& shard, absl::Time now, Tally& tally)
+  // them in `tally`, and sets when the next sweep comes: once the shard
+  // holds twice what it kept (and kMinSweep at least), so that a sweep's
+  // cost, a pass over the shard's predictions, is spread over the
+  // predictions made meanwhile.
+  void SweepLocked(Shard& shard, absl::Time now, Tally& tally)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
   // Ends `id`'s prediction of `key`, if it has one, counting it in `tally`.
   void EndPrediction(Shard& shard, uint64_t key, uint16_t id, Tally& tally)
@@ -330,6 +356,9 @@ class BlockIndex {
   // reads it, and a line both cores write back and forth costs a miss a
   // write.
   std::atomic<int64_t> predicted_count_{0};
+  // No prediction expires before this (Unix nanoseconds; a prediction made
+  // while a full sweep runs may be missed, and wait for its shard's own).
+  std::atomic<int64_t> earliest_until_ns_{INT64_MAX};
   std::atomic<bool> has_params_{false};
 };
 

@@ -132,6 +132,58 @@ TEST(BlockIndexTest, PredictionsCountUntilTheirDeadlineOrTheWorkersOwnReport) {
   EXPECT_EQ(small.dropped_entries(), 1);
 }
 
+std::vector<engine::BlockHash> Range(uint64_t from, uint64_t n) {
+  std::vector<uint64_t> v(n);
+  for (uint64_t i = 0; i < n; ++i) v[i] = from + i;
+  return Chain(v);
+}
+
+TEST(BlockIndexTest, ExpiredPredictionsAreSweptOutAsNewOnesAreMade) {
+  BlockIndex index({.shards = 1});
+  const absl::Time past = absl::Now() - absl::Seconds(1);
+  const absl::Time later = absl::Now() + absl::Hours(1);
+  index.Predict(0, Range(1000, 200), later);
+  index.Predict(0, Range(2000, 200), past);  // expired as made
+  // Held (a count of records, expired ones included) until a sweep...
+  EXPECT_EQ(index.predicted_entries(), 400);
+  EXPECT_EQ(index.Overlap(std::vector<int>{0}, Range(2000, 200)), std::vector<int32_t>{0});
+  // ...which the next prediction in the shard makes, past twice what the
+  // last sweep kept: the expired go, the others stay.
+  index.Predict(0, Range(3000, 1), later);
+  EXPECT_EQ(index.predicted_entries(), 201);
+  EXPECT_EQ(index.Overlap(std::vector<int>{0}, Range(1000, 200)), std::vector<int32_t>{200});
+  EXPECT_EQ(index.dropped_entries(), 0);
+  // A renewal keeps the later deadline of the two.
+  const absl::Time t0 = absl::Now();
+  index.Predict(1, Chain({7, 8}), t0 + absl::Seconds(20));
+  index.Predict(1, Chain({7, 8}), t0 + absl::Seconds(5));
+  EXPECT_EQ(index.Overlap(std::vector<int>{1}, Chain({7, 8}), t0 + absl::Seconds(10)),
+            std::vector<int32_t>{2});
+  index.Predict(1, Chain({7, 8}), t0 + absl::Seconds(30));
+  EXPECT_EQ(index.Overlap(std::vector<int>{1}, Chain({7, 8}), t0 + absl::Seconds(25)),
+            std::vector<int32_t>{2});
+  EXPECT_EQ(index.Overlap(std::vector<int>{1}, Chain({7, 8}), t0 + absl::Seconds(31)),
+            std::vector<int32_t>{0});
+}
+
+TEST(BlockIndexTest, AtTheBoundExpiredPredictionsMakeRoom) {
+  BlockIndex index({.max_predictions = 8, .shards = 4});
+  index.Predict(0, Range(1, 8), absl::Now() - absl::Seconds(1));
+  EXPECT_EQ(index.predicted_entries(), 8);
+  // Full: the expired go first (in every shard), then the new are kept.
+  const absl::Time later = absl::Now() + absl::Hours(1);
+  index.Predict(0, Range(100, 6), later);
+  EXPECT_EQ(index.predicted_entries(), 6);
+  EXPECT_EQ(index.dropped_entries(), 0);
+  EXPECT_EQ(index.Overlap(std::vector<int>{0}, Range(100, 6)), std::vector<int32_t>{6});
+  // Live predictions are not swept: past the bound, the chain's leading
+  // blocks are kept.
+  index.Predict(0, Range(200, 4), later);
+  EXPECT_EQ(index.predicted_entries(), 8);
+  EXPECT_EQ(index.dropped_entries(), 2);
+  EXPECT_EQ(index.Overlap(std::vector<int>{0}, Range(200, 4)), std::vector<int32_t>{2});
+}
+
 }  // namespace
 }  // namespace tandem::gateway
 
