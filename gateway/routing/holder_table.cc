@@ -467,8 +467,22 @@ bool HolderTable::HoldsAt(size_t p, uint16_t id) const {
 
 int64_t HolderTable::RemoveWorker(uint16_t id, int64_t expected, SeqLock* changes) {
   int64_t removed = 0;
+  // A pass over every slot: an inline word is matched against `id` in all
+  // three lanes at once (a lane of `x` is zero where the word holds it;
+  // ids are never 0, so an empty lane never matches), and only a match or
+  // a spill is looked at further.
+  constexpr uint64_t kLanes = 0x0000'0001'0001'0001;
+  constexpr uint64_t kIdLanes = kLanes * kMaxId;
+  constexpr uint64_t kLaneTops = kLanes << 15;
+  const uint64_t ids = kLanes * id;
+  auto may_hold = [&](uint64_t w) {
+    if (w == 0) return false;
+    if (Spilled(w)) return true;
+    const uint64_t x = (w & kIdLanes) ^ ids;
+    return ((x - kLanes) & ~x & kLaneTops) != 0;
+  };
   for (size_t p = 0; p < capacity_ && removed < expected;) {
-    if (slots_[p].holders != 0 && HoldsAt(p, id)) {
+    if (may_hold(slots_[p].holders) && HoldsAt(p, id)) {
       if (changes != nullptr) changes->BeginChange();
       TakeHolder(p, id);
       ++removed;

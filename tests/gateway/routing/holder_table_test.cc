@@ -88,6 +88,37 @@ TEST(HolderTableTest, MatchesAMapThroughGrowthSpillsAndRemovals) {
   EXPECT_EQ(table.size(), 0u);
 }
 
+TEST(HolderTableTest, AWorkersRemovalMatchesItsIdInAnyLaneAndNoOther) {
+  // Ids alike in their low bits, the largest, and ones a lane-wise match
+  // could mistake for each other, in every lane of the inline word and in
+  // spills, with every tier.
+  const std::vector<uint16_t> ids = {
+      1, 2, 5, 4096 + 5, 2048 + 5, HolderTable::kMaxId, HolderTable::kMaxId - 1, 64, 4096, 4097};
+  std::mt19937_64 rng(7);
+  HolderTable table(4);
+  std::map<uint64_t, Holders> ref;
+  for (uint64_t key = 0; key < 3000; ++key) {
+    const int n = 1 + static_cast<int>(rng() % (key % 5 == 0 ? 8 : 3));  // some spill
+    for (int i = 0; i < n; ++i) {
+      const uint16_t id = ids[rng() % ids.size()];
+      const int tier = static_cast<int>(rng() % 3);
+      table.Add(key, id, tier);
+      ref[key][id] |= static_cast<uint8_t>(1u << tier);
+    }
+  }
+  for (uint16_t leaving : ids) {
+    int64_t had = 0;
+    for (auto it = ref.begin(); it != ref.end();) {
+      had += it->second.erase(leaving);
+      it = it->second.empty() ? ref.erase(it) : std::next(it);
+    }
+    EXPECT_EQ(table.RemoveWorker(leaving), had) << "id " << leaving;
+    ASSERT_EQ(table.size(), ref.size());
+    for (const auto& [key, holders] : ref) ASSERT_EQ(Read(table, key), holders) << key;
+  }
+  EXPECT_EQ(table.size(), 0u);
+}
+
 TEST(HolderTableTest, AGrowthPlacesKeysWhereLookupsFindThem) {
   // A growth places the keys in order rather than probing for each
   // (HolderTable::Grow). Half the keys here have homes in the last 64th
