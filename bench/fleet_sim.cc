@@ -262,7 +262,9 @@ FleetResult RunFleet(const FleetConfig& config) {
   for (int32_t i = 0; i < config.workers; ++i) addresses.push_back(absl::StrFormat("w%d", i));
   gateway::WorkerPicker picker(addresses);
   auto owned_index = std::make_unique<gateway::BlockIndex>(
-      gateway::BlockIndexOptions{.max_entries = config.max_entries, .shards = config.shards});
+      gateway::BlockIndexOptions{.max_entries = config.max_entries,
+                                 .shards = config.shards,
+                                 .retired_per_sweep = config.retired_per_sweep});
   gateway::BlockIndex& index = *owned_index;
   prometheus::Registry registry;
   gateway::KvRouter router(index, 0, {}, registry, gateway::RouteRole::kPrefill);
@@ -488,7 +490,9 @@ FleetResult RunFleet(const FleetConfig& config) {
   {
     const size_t before = HeapInUse();
     auto fresh = std::make_unique<gateway::BlockIndex>(
-        gateway::BlockIndexOptions{.max_entries = config.max_entries, .shards = config.shards});
+        gateway::BlockIndexOptions{.max_entries = config.max_entries,
+                                   .shards = config.shards,
+                                   .retired_per_sweep = config.retired_per_sweep});
     for (int32_t i = 0; i < config.workers; ++i) fresh->Apply(i, workers[i].Snapshot());
     const size_t after = HeapInUse();
     if (fresh->entries() > 0) {
@@ -516,7 +520,7 @@ std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
       "\"predictions\":%d,\"shards\":%d,\"measured_stored\":%d,\"measured_removed\":%d,"
       "\"measured_delta_events_per_second\":%.0f,\"predicting_route_cpu_p50_us\":%.1f,"
       "\"predicting_route_cpu_p99_us\":%.1f,\"side_route_cpu_p50_us\":%.1f,"
-      "\"side_route_cpu_p99_us\":%.1f}",
+      "\"side_route_cpu_p99_us\":%.1f,\"retired_per_sweep\":%d}",
       c.workers, c.blocks_per_worker, c.prompt_blocks, c.requests, c.in_flight, c.event_lag,
       c.router_threads, r.events, r.events_per_second, r.entries, r.bytes_per_entry, r.routes,
       r.route_p50_us, r.route_p99_us, r.route_p999_us, r.hit_rate_vs_oracle, r.restarts,
@@ -525,7 +529,7 @@ std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
       r.route_cpu_p99_us, r.peak_rss_bytes, r.delta_events_per_second, r.predictions, c.shards,
       r.measured_stored, r.measured_removed, r.measured_delta_events_per_second,
       r.predicting_route_cpu_p50_us, r.predicting_route_cpu_p99_us, r.side_route_cpu_p50_us,
-      r.side_route_cpu_p99_us);
+      r.side_route_cpu_p99_us, c.retired_per_sweep);
 }
 
 }  // namespace tandem::bench

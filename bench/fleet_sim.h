@@ -42,6 +42,7 @@ struct FleetConfig {
   double restart_probability = 0.0005;  // per request, a random worker restarts
   int64_t max_entries = int64_t{48} << 20;  // the index's bound (BlockIndexOptions)
   int32_t shards = 32;                      // the index's shards (BlockIndexOptions)
+  int32_t retired_per_sweep = 16;           // BlockIndexOptions::retired_per_sweep
   uint64_t seed = 1;
   // Also asks every worker's own cache for the oracle, and counts where it
   // and the oracle's view of the caches (bench/exact_holders.h) disagree:

@@ -49,6 +49,10 @@ int main(int argc, char** argv) {
       {.name = "shards",
        .default_value = "32",
        .help = "the index's shards, a power of two in 1..4096 (as --index-shards)"},
+      {.name = "retired-per-sweep",
+       .default_value = "16",
+       .help = "restarted workers swept out of the index together, 1..1024 (as "
+               "--index-retired-per-sweep)"},
       {.name = "restart-probability",
        .default_value = "0.0005",
        .help = "per request, the chance that a random worker restarts (a new epoch, an "
@@ -73,11 +77,13 @@ int main(int argc, char** argv) {
   auto routers = args->IntInRange("router-threads", 0, 64);
   auto max_entries = args->IntInRange("max-entries", 1, 1 << 30);
   auto shards = args->IntInRange("shards", 1, 4096);
+  auto retired_per_sweep = args->IntInRange("retired-per-sweep", 1, 1024);
   auto seed = args->IntInRange("seed", 0, 1 << 30);
   for (const absl::Status& s :
        {workers.status(), budget.status(), prompt.status(), system.status(), systems.status(),
         conversations.status(), requests.status(), warmup.status(), in_flight.status(),
-        routers.status(), max_entries.status(), shards.status(), seed.status()}) {
+        routers.status(), max_entries.status(), shards.status(), retired_per_sweep.status(),
+        seed.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-fleet-sim: " << s.message() << "\n";
       return 2;
@@ -109,6 +115,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   c.shards = static_cast<int32_t>(*shards);
+  c.retired_per_sweep = static_cast<int32_t>(*retired_per_sweep);
   c.seed = static_cast<uint64_t>(*seed);
   c.zipf_s = *zipf;
   absl::StatusOr<double> restart = args->Double("restart-probability");

@@ -233,6 +233,10 @@ std::vector<common::FlagSpec> GatewayFlagSpecs() {
        .default_value = "32",
        .help = "the block index's shards, each with its writers' lock: a power of two in "
                "1..4096 (fewer: larger tables, on huge pages sooner; more: writers meet less)"},
+      {.name = "index-retired-per-sweep",
+       .default_value = "16",
+       .help = "workers whose entries go (restarted or gone) swept out of the block index "
+               "together, one pass over it for this many (1..1024; 1: each at once)"},
       {.name = "log-level",
        .default_value = "info",
        .help = "stderr diagnostics: error, warning, info or debug (routing decisions)"},
@@ -305,6 +309,8 @@ absl::StatusOr<GatewaySetup> GatewaySetupFromArgs(const common::Args& args) {
     return absl::InvalidArgumentError(
         absl::StrCat("--index-shards: must be a power of two, got ", options.index.shards));
   }
+  ASSIGN_OR_RETURN(options.index.retired_per_sweep,
+                   args.IntInRange("index-retired-per-sweep", 1, 1024));
   ASSIGN_OR_RETURN(setup.log_level, common::ParseLogLevel(args.String("log-level")));
   ASSIGN_OR_RETURN(const int32_t prediction_ms,
                    args.IntInRange("router-prediction-ms", 0, 24 * 3600 * 1000));

@@ -133,16 +133,26 @@ BlockIndex::WorkerState* BlockIndex::FindLocked(int worker) const {
 
 uint16_t BlockIndex::IdOf(WorkerState& w) {
   if (const uint16_t id = w.id.load(std::memory_order_relaxed); id != 0) return id;
-  absl::MutexLock lock(&workers_mu_);
-  uint16_t id = 0;
-  if (!free_ids_.empty()) {
-    id = free_ids_.back();
-    free_ids_.pop_back();
-  } else if (next_id_ <= HolderTable::kMaxId) {
-    id = next_id_++;
-  }  // else 0: more workers at once than the holder sets number; unrecorded
-  w.id.store(id, std::memory_order_relaxed);
-  return id;
+  for (bool swept = false;; swept = true) {
+    {
+      absl::MutexLock lock(&workers_mu_);
+      uint16_t id = 0;
+      if (!free_ids_.empty()) {
+        id = free_ids_.back();
+        free_ids_.pop_back();
+      } else if (next_id_ <= HolderTable::kMaxId) {
+        id = next_id_++;
+      }
+      if (id != 0 || swept) {
+        // 0: more workers at once than the holder sets number; unrecorded.
+        w.id.store(id, std::memory_order_relaxed);
+        return id;
+      }
+    }
+    // Every number is taken: the retired ones come back once swept.
+    absl::MutexLock lock(&retired_mu_);
+    SweepRetiredLocked();
+  }
 }
 
 bool BlockIndex::EvictLocked(Shard& shard, Tally& tally) {
@@ -242,18 +252,31 @@ void BlockIndex::ApplyEvents(uint16_t id, const tandem::v1::BlockEventBatch& bat
   scratch.Release();
 }
 
-void BlockIndex::Clear(uint16_t id) {
+void BlockIndex::Retire(uint16_t id) {
+  absl::MutexLock lock(&retired_mu_);
+  retired_.push_back(id);
+  if (std::ssize(retired_) >= options_.retired_per_sweep) SweepRetiredLocked();
+}
+
+void BlockIndex::SweepRetiredLocked() {
+  if (retired_.empty()) return;
+  // Evictions may lower this meanwhile: the sweep then reads to the end.
+  int64_t had = 0;
+  std::vector<uint64_t> listed((HolderTable::kMaxId + 1) / 64, 0);
+  for (uint16_t id : retired_) {
+    had += entries_of_id_[id].load(std::memory_order_relaxed);
+    listed[id / 64] |= uint64_t{1} << (id % 64);
+  }
   int64_t removed = 0;
-  // Evictions only lower this while the worker's lock is held: once it is
-  // reached, the other shards hold nothing of the worker.
-  const int64_t had = entries_of_id_[id].load(std::memory_order_relaxed);
   for (int s = 0; s < options_.shards; ++s) {
     Shard& shard = shards_[s];
     if (removed < had) {
-      // A sweep: routes read between its removals.
+      // Routes read between its keys' removals.
       SeqLockWriter lock(&shard.lock);
       const size_t keys = shard.table.size();
-      removed += shard.table.RemoveWorker(id, had - removed, &shard.lock);
+      removed += shard.table.RemoveWorkers(retired_, had - removed, &shard.lock, [&](uint16_t id) {
+        entries_of_id_[id].fetch_sub(1, std::memory_order_relaxed);
+      });
       hashes_.fetch_sub(static_cast<int64_t>(keys - shard.table.size()), std::memory_order_relaxed);
       shard.limbo.Collect();
     }
@@ -262,7 +285,9 @@ void BlockIndex::Clear(uint16_t id) {
     for (auto it = shard.predicted.begin(); it != shard.predicted.end();) {
       auto& v = it->second;
       const size_t before = v.size();
-      v.erase(std::remove_if(v.begin(), v.end(), [id](const Prediction& p) { return p.id == id; }),
+      v.erase(std::remove_if(
+                  v.begin(), v.end(),
+                  [&](const Prediction& p) { return (listed[p.id / 64] >> (p.id % 64)) & 1; }),
               v.end());
       predictions += static_cast<int64_t>(before - v.size());
       shard.CountPredictions(it->first, -static_cast<int64_t>(before - v.size()));
@@ -276,8 +301,10 @@ void BlockIndex::Clear(uint16_t id) {
     predicted_count_.fetch_sub(predictions, std::memory_order_relaxed);
   }
   entries_.fetch_sub(removed, std::memory_order_relaxed);
-  entries_of_id_[id].fetch_sub(removed, std::memory_order_relaxed);
   reclaimer_.Advance();
+  absl::MutexLock lock(&workers_mu_);
+  free_ids_.insert(free_ids_.end(), retired_.begin(), retired_.end());
+  retired_.clear();
 }
 
 void BlockIndex::SweepLocked(Shard& shard, absl::Time now, Tally& tally) {
@@ -402,9 +429,19 @@ BlockIndex::Applied BlockIndex::Apply(int worker, const tandem::v1::BlockEventBa
       (!w.synced || batch.epoch() != w.epoch || batch.sequence() != w.sequence + 1)) {
     return Applied::kNeedsResync;
   }
-  const uint16_t id = IdOf(w);
+  uint16_t id = IdOf(w);
   if (batch.snapshot()) {
-    if (id != 0) Clear(id);
+    if (id != 0 && (entries_of_id_[id].load(std::memory_order_relaxed) > 0 ||
+                    predicted_count_.load(std::memory_order_relaxed) > 0)) {
+      // What the index knew of the worker goes with its number, retired;
+      // routes ask for a new one from now on.
+      {
+        absl::MutexLock lock(&workers_mu_);
+        w.id.store(0, std::memory_order_relaxed);
+      }
+      Retire(id);
+      id = IdOf(w);
+    }
     w.epoch = batch.epoch();
     w.synced = true;
   }
@@ -449,9 +486,7 @@ void BlockIndex::Drop(int worker) {
     absl::MutexLock lock(&workers_mu_);
     w->id.store(0, std::memory_order_relaxed);
   }
-  Clear(id);
-  absl::MutexLock lock(&workers_mu_);
-  free_ids_.push_back(id);
+  Retire(id);
 }
 
 bool BlockIndex::Holds(int worker, const engine::BlockHash& h) const {
@@ -474,7 +509,12 @@ std::optional<BlockHashParams> BlockIndex::params() const {
   return params_;
 }
 
-int64_t BlockIndex::entries() const { return entries_.load(std::memory_order_relaxed); }
+int64_t BlockIndex::entries() const {
+  int64_t retired = 0;
+  absl::ReaderMutexLock lock(&retired_mu_);
+  for (uint16_t id : retired_) retired += entries_of_id_[id].load(std::memory_order_relaxed);
+  return entries_.load(std::memory_order_relaxed) - retired;
+}
 
 int64_t BlockIndex::hashes() const { return hashes_.load(std::memory_order_relaxed); }
 

@@ -33,8 +33,10 @@
 // clock hand finds with no use left (a route reading a block or a worker
 // storing it counts a use, up to 3; the hand takes one off each block it
 // passes); when the hand passes kEvictionVisits blocks all still in use,
-// the new entry is the one not kept. Both are counted as dropped. Removing a worker (its stream
-// ended, or a snapshot replaces it) sweeps every shard once.
+// the new entry is the one not kept. Both are counted as dropped. A worker whose entries go (its
+// stream ended, or a snapshot replaces them) is retired: its compact number is no longer routed
+// to, and a sweep of every shard takes the retired numbers' entries out together, once
+// `retired_per_sweep` wait, and frees the numbers.
 //
 // Predictions: the router records the blocks of a prompt it just sent to a
 // worker as predicted there until a deadline, because the worker reports
@@ -48,8 +50,9 @@
 // `max_predictions` (and `max_entries`), expired ones not yet swept
 // included. A renewal keeps the later of the two deadlines.
 //
-// Thread-safe. Lock order: a worker's own lock, then a shard's lock or the
-// workers' table lock; never two shards' at once. A reader may see a batch, or a
+// Thread-safe. Lock order: a worker's own lock, then the retired numbers'
+// lock, then a shard's lock or the workers' table lock; never two shards'
+// at once. A reader may see a batch, or a
 // worker's removal, half applied; a prediction made just as the worker's
 // own report of the block lands may last until its deadline.
 #ifndef TANDEM_GATEWAY_ROUTING_BLOCK_INDEX_H_
@@ -101,6 +104,14 @@ struct BlockIndexOptions {
   // entries rather than 1M, walk p99 76-94 us against 94-104;
   // docs/benchmarks.md).
   int64_t prefetch_spills_from = int64_t{1} << 18;
+  // Workers whose entries go (a snapshot replaces them, or the stream
+  // ended) are retired: routes stop asking for them at once, and their
+  // entries are swept out of every shard in one pass once this many wait.
+  // A pass reads the whole index (about 30 ms at 8.8M entries on a 2-core
+  // VM), so that a fleet's rolling restart costs one pass per this many
+  // workers rather than one each; retired entries count toward
+  // max_entries until swept. 1: each at once.
+  int retired_per_sweep = 16;
 };
 
 // Tiers a worker reports (tandem.v1.KvTier: device, host, disk).
@@ -136,7 +147,8 @@ class BlockIndex {
   // index knew of the worker; a delta must be the next one in the same
   // epoch, else nothing changes and kNeedsResync says to resubscribe.
   Applied Apply(int worker, const tandem::v1::BlockEventBatch& batch);
-  // Forgets the worker (its stream ended): its entries go at once.
+  // Forgets the worker (its stream ended): its entries no longer count at
+  // once, and are swept out with the next retired workers'.
   void Drop(int worker);
 
   // Records `chain` as soon held by `worker`, until `until`.
@@ -159,8 +171,9 @@ class BlockIndex {
   // What the workers hash with, once one has reported.
   std::optional<BlockHashParams> params() const;
 
-  int64_t entries() const;           // (hash, worker) pairs
-  int64_t hashes() const;            // distinct hashes
+  int64_t entries() const;  // (hash, worker) pairs, retired workers' not counted
+  // Distinct hashes; one held only by retired workers counts until swept.
+  int64_t hashes() const;
   int64_t entries_of(int worker) const;
   int64_t dropped_entries() const;   // evicted (or not kept): the index was full
   int64_t predicted_entries() const;  // predictions held, expired ones included
@@ -308,8 +321,13 @@ class BlockIndex {
   // The batch's events, every tier's, shard by shard: a shard's run under
   // one hold of its lock, each event a change of its own.
   void ApplyEvents(uint16_t id, const tandem::v1::BlockEventBatch& batch, Tally& tally);
-  // Takes `id` off every block and every prediction.
-  void Clear(uint16_t id);
+  // Retires `id`, which no worker's state holds any more (routes no
+  // longer ask for it): its entries and predictions go at the next sweep,
+  // which this runs once options_.retired_per_sweep ids wait for it.
+  void Retire(uint16_t id) ABSL_LOCKS_EXCLUDED(retired_mu_);
+  // Takes the retired ids off every block and every prediction, in one
+  // pass over every shard, and frees their numbers.
+  void SweepRetiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(retired_mu_);
   // Evicts from `shard` while the index (with `tally` not yet published)
   // is over its bound; false when the hand found no block without uses
   // within kEvictionVisits.
@@ -335,6 +353,11 @@ class BlockIndex {
   std::atomic<int64_t> dropped_{0};
   // Entries per compact id.
   std::unique_ptr<std::atomic<int64_t>[]> entries_of_id_;
+
+  // Ids retired and not yet swept (see Retire). Lock order: a worker's
+  // own lock, then this, then a shard's lock or the workers' table lock.
+  mutable absl::Mutex retired_mu_;
+  std::vector<uint16_t> retired_ ABSL_GUARDED_BY(retired_mu_);
 
   mutable absl::Mutex workers_mu_;
   // Worker states by slot, in pages of kSlotsPerPage consecutive slots

@@ -465,33 +465,39 @@ bool HolderTable::HoldsAt(size_t p, uint16_t id) const {
   return false;
 }
 
-int64_t HolderTable::RemoveWorker(uint16_t id, int64_t expected, SeqLock* changes) {
-  int64_t removed = 0;
-  // A pass over every slot: an inline word is matched against `id` in all
-  // three lanes at once (a lane of `x` is zero where the word holds it;
-  // ids are never 0, so an empty lane never matches), and only a match or
-  // a spill is looked at further.
-  constexpr uint64_t kLanes = 0x0000'0001'0001'0001;
-  constexpr uint64_t kIdLanes = kLanes * kMaxId;
-  constexpr uint64_t kLaneTops = kLanes << 15;
-  const uint64_t ids = kLanes * id;
+int64_t HolderTable::RemoveWorkers(std::span<const uint16_t> ids, int64_t expected,
+                                   SeqLock* changes,
+                                   absl::FunctionRef<void(uint16_t id)> on_removed) {
+  // A pass over every slot: an inline word's three holders are looked up in
+  // a bitmap of the ids (id 0, an empty lane, is never in it), and only a
+  // word that holds one of them, or a spill, is looked at further.
+  uint64_t listed[(kMaxId + 1) / 64] = {};
+  for (uint16_t id : ids) listed[id / 64] |= uint64_t{1} << (id % 64);
+  auto is_listed = [&](Holder h) { return (listed[IdOf(h) / 64] >> (IdOf(h) % 64)) & 1; };
   auto may_hold = [&](uint64_t w) {
     if (w == 0) return false;
     if (Spilled(w)) return true;
-    const uint64_t x = (w & kIdLanes) ^ ids;
-    return ((x - kLanes) & ~x & kLaneTops) != 0;
+    return (is_listed(InlineAt(w, 0)) | is_listed(InlineAt(w, 1)) | is_listed(InlineAt(w, 2))) != 0;
   };
+  int64_t removed = 0;
   for (size_t p = 0; p < capacity_ && removed < expected;) {
-    if (may_hold(slots_[p].holders) && HoldsAt(p, id)) {
-      if (changes != nullptr) changes->BeginChange();
+    if (!may_hold(slots_[p].holders)) {
+      ++p;
+      continue;
+    }
+    bool changed = false;
+    for (uint16_t id : ids) {
+      if (!HoldsAt(p, id)) continue;
+      if (!changed && changes != nullptr) changes->BeginChange();
+      changed = true;
       TakeHolder(p, id);
       ++removed;
-      const bool erase = NoHolders(slots_[p].holders);
-      if (erase) Erase(p);
-      if (changes != nullptr) changes->EndChange();
-      if (erase) continue;  // a later key may have shifted into p
+      on_removed(id);
     }
-    ++p;
+    const bool erase = changed && NoHolders(slots_[p].holders);
+    if (erase) Erase(p);
+    if (changed && changes != nullptr) changes->EndChange();
+    if (!erase) ++p;  // else a later key may have shifted into p
   }
   return removed;
 }

@@ -35,6 +35,7 @@
 #include <memory>
 #include <span>
 
+#include "absl/functional/function_ref.h"
 #include "gateway/routing/huge_pages.h"
 #include "gateway/routing/reclaimer.h"
 #include "gateway/routing/seq_lock.h"
@@ -220,11 +221,17 @@ class HolderTable {
   }
   // Whether worker `id` holds `key` in any tier (marks nothing).
   bool Holds(uint64_t key, uint16_t id) const;
-  // Takes worker `id` off every key; returns the entries removed. Stops
-  // once `expected` are (the worker's entries in this table, if known).
-  // With `changes` (held by the caller), marks each removal a change on
-  // it, and only those: lock-free readers read while it looks.
-  int64_t RemoveWorker(uint16_t id, int64_t expected = INT64_MAX, SeqLock* changes = nullptr);
+  // Takes the workers `ids` off every key in one pass, calling
+  // on_removed(id) for each entry removed; returns how many were. Stops once
+  // `expected` are (their entries in this table, if known). With `changes`
+  // (held by the caller), marks each key's removals a change on it, and
+  // only those: lock-free readers read while it looks.
+  int64_t RemoveWorkers(std::span<const uint16_t> ids, int64_t expected, SeqLock* changes,
+                        absl::FunctionRef<void(uint16_t id)> on_removed);
+  // RemoveWorkers for one worker.
+  int64_t RemoveWorker(uint16_t id, int64_t expected = INT64_MAX, SeqLock* changes = nullptr) {
+    return RemoveWorkers(std::span(&id, 1), expected, changes, [](uint16_t) {});
+  }
   // Grows now if `more` new keys would make it grow. A growth fills a new
   // slot array that lock-free readers do not see until it is whole (the
   // old one stays as it was), so it is no change they must not see half

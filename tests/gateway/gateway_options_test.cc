@@ -162,6 +162,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "--index-shards: must be a power of two, got 48"},
         BadFlag{"IndexShardsOutOfRange", {"--index-shards", "8192"},
                 "--index-shards: 8192 is out of range [1, 4096]"},
+        BadFlag{"IndexRetiredPerSweepZero", {"--index-retired-per-sweep", "0"},
+                "--index-retired-per-sweep: 0 is out of range [1, 1024]"},
         BadFlag{"LogLevel", {"--log-level", "loud"},
                 "--log-level: \"loud\" is not one of error, warning, info, debug"},
         BadFlag{"DecodeTarget", {"--decode", "grpc://x:1"},

@@ -78,7 +78,7 @@ TEST(BlockIndexTest, AGapOrANewEpochAsksForAResyncAndChangesNothing) {
 }
 
 TEST(BlockIndexTest, OverlapIsPerWorkerAndADroppedWorkerLosesEverything) {
-  BlockIndex index;
+  BlockIndex index({.retired_per_sweep = 1});  // a dropped worker's entries go at once
   index.Apply(0, Batch(1, 1, true, {1, 2, 3}));
   index.Apply(1, Batch(2, 1, true, {1, 2, 7}));
   const std::vector<int> both = {0, 1};
@@ -106,7 +106,7 @@ TEST(BlockIndexTest, EntriesStayWithinTheBound) {
 }
 
 TEST(BlockIndexTest, PredictionsCountUntilTheirDeadlineOrTheWorkersOwnReport) {
-  BlockIndex index;
+  BlockIndex index({.retired_per_sweep = 1});
   index.Apply(0, Batch(1, 1, true, {1}));
   const absl::Time t0 = absl::Now();
   index.Predict(0, Chain({1, 2, 3}), t0 + absl::Seconds(10));
@@ -311,8 +311,72 @@ TEST(BlockIndexTest, EvictionTakesTheBlockNotRoutedToSince) {
   EXPECT_EQ(index.entries_of(0), 4);
 }
 
+TEST(BlockIndexTest, RetiredWorkersAreNotRoutedToAndAreSweptOutTogether) {
+  BlockIndex index({.retired_per_sweep = 3});
+  for (int w = 0; w < 4; ++w) {
+    // Block 1 is everyone's; 10 + w the worker's own.
+    ASSERT_EQ(index.Apply(w, Batch(1, 1, true, {1, 10 + static_cast<uint64_t>(w)})),
+              BlockIndex::Applied::kApplied);
+  }
+  index.Predict(0, Chain({1, 10, 50}), absl::Now() + absl::Hours(1));
+  const std::vector<int> all = {0, 1, 2, 3};
+  EXPECT_EQ(index.entries(), 8);
+  EXPECT_EQ(index.hashes(), 5);
+  EXPECT_EQ(index.predicted_entries(), 1);  // 50; 1 and 10 it holds
+  // A worker that leaves, and one that restarts (a new epoch's snapshot):
+  // not routed to from now on, their entries no longer counted...
+  index.Drop(0);
+  ASSERT_EQ(index.Apply(1, Batch(2, 1, true, {20})), BlockIndex::Applied::kApplied);
+  EXPECT_EQ(index.Overlap(all, Chain({1, 10, 50})), (std::vector<int32_t>{0, 0, 1, 1}));
+  EXPECT_EQ(index.Overlap(all, Chain({11})), (std::vector<int32_t>{0, 0, 0, 0}));
+  EXPECT_EQ(index.Overlap(all, Chain({20})), (std::vector<int32_t>{0, 1, 0, 0}));
+  EXPECT_EQ(index.entries(), 5);
+  EXPECT_EQ(index.entries_of(0), 0);
+  EXPECT_EQ(index.entries_of(1), 1);
+  // ...but held until a sweep takes the retired out together: blocks held
+  // only by them count as hashes, and the prediction as held.
+  EXPECT_EQ(index.hashes(), 6);
+  EXPECT_EQ(index.predicted_entries(), 1);
+  index.Drop(2);  // the third retired: the sweep
+  EXPECT_EQ(index.entries(), 3);
+  EXPECT_EQ(index.hashes(), 3);  // 1, 13 and 20
+  EXPECT_EQ(index.predicted_entries(), 0);
+  EXPECT_EQ(index.Overlap(all, Chain({1, 13})), (std::vector<int32_t>{0, 0, 0, 2}));
+  // Their numbers go to newcomers without their blocks.
+  for (int w = 10; w < 13; ++w) {
+    ASSERT_EQ(index.Apply(w, Batch(1, 1, true, {30})), BlockIndex::Applied::kApplied);
+  }
+  const std::vector<int> newcomers = {10, 11, 12};
+  EXPECT_EQ(index.Overlap(newcomers, Chain({30})), (std::vector<int32_t>{1, 1, 1}));
+  EXPECT_EQ(index.Overlap(newcomers, Chain({1})), (std::vector<int32_t>{0, 0, 0}));
+  EXPECT_EQ(index.entries(), 6);
+}
+
+TEST(BlockIndexTest, WhenEveryNumberIsTakenTheRetiredAreSweptForANewcomer) {
+  BlockIndex index({.retired_per_sweep = 1000});
+  const int kNumbers = HolderTable::kMaxId;
+  for (int w = 0; w < kNumbers; ++w) {
+    ASSERT_EQ(index.Apply(w, Batch(1, 1, true, {static_cast<uint64_t>(w)})),
+              BlockIndex::Applied::kApplied);
+  }
+  EXPECT_EQ(index.entries(), kNumbers);
+  index.Drop(5);
+  EXPECT_EQ(index.hashes(), kNumbers);  // 5's block waits for a sweep
+  // A newcomer finds no number free: the retired one is swept and reused.
+  ASSERT_EQ(index.Apply(kNumbers, Batch(1, 1, true, {99999})), BlockIndex::Applied::kApplied);
+  EXPECT_EQ(index.entries_of(kNumbers), 1);
+  EXPECT_EQ(index.hashes(), kNumbers);
+  const std::vector<int> two = {5, kNumbers};
+  EXPECT_EQ(index.Overlap(two, Chain({5})), (std::vector<int32_t>{0, 0}));
+  EXPECT_EQ(index.Overlap(two, Chain({99999})), (std::vector<int32_t>{0, 1}));
+  // With no number to spare, one more is not recorded.
+  ASSERT_EQ(index.Apply(kNumbers + 1, Batch(1, 1, true, {77})), BlockIndex::Applied::kApplied);
+  EXPECT_EQ(index.entries_of(kNumbers + 1), 0);
+  EXPECT_EQ(index.dropped_entries(), 1);
+}
+
 TEST(BlockIndexTest, ABlockHeldByManyIsOneSlotAndLosesOnlyTheWorkerRemoved) {
-  BlockIndex index;
+  BlockIndex index({.retired_per_sweep = 1});
   // 200 workers share blocks 1..50 (their holder sets spill to a list, then
   // to bitmaps); each also holds a block of its own.
   for (int w = 0; w < 200; ++w) {
