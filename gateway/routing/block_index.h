@@ -52,9 +52,9 @@
 //
 // Thread-safe. Lock order: a worker's own lock, then the retired numbers'
 // lock, then a shard's lock or the workers' table lock; never two shards'
-// at once. A reader may see a batch, or a
-// worker's removal, half applied; a prediction made just as the worker's
-// own report of the block lands may last until its deadline.
+// at once. A reader may see a batch, or a worker's removal, half applied;
+// a prediction made just as the worker's own report of the block lands may
+// last until its deadline.
 #ifndef TANDEM_GATEWAY_ROUTING_BLOCK_INDEX_H_
 #define TANDEM_GATEWAY_ROUTING_BLOCK_INDEX_H_
 
