@@ -150,8 +150,7 @@ uint16_t BlockIndex::IdOf(WorkerState& w) {
       }
     }
     // Every number is taken: the retired ones come back once swept.
-    absl::MutexLock lock(&retired_mu_);
-    SweepRetiredLocked();
+    SweepAllRetired();
   }
 }
 
@@ -253,17 +252,34 @@ void BlockIndex::ApplyEvents(uint16_t id, const tandem::v1::BlockEventBatch& bat
 }
 
 void BlockIndex::Retire(uint16_t id) {
-  absl::MutexLock lock(&retired_mu_);
-  retired_.push_back(id);
-  if (std::ssize(retired_) >= options_.retired_per_sweep) SweepRetiredLocked();
+  std::vector<uint16_t> due;
+  {
+    absl::MutexLock lock(&retired_mu_);
+    retired_.push_back(id);
+    if (std::ssize(retired_) < options_.retired_per_sweep) return;
+    due.swap(retired_);
+    sweeping_.insert(sweeping_.end(), due.begin(), due.end());
+  }
+  Sweep(due);
 }
 
-void BlockIndex::SweepRetiredLocked() {
-  if (retired_.empty()) return;
+void BlockIndex::SweepAllRetired() {
+  std::vector<uint16_t> due;
+  {
+    absl::MutexLock lock(&retired_mu_);
+    due.swap(retired_);
+    sweeping_.insert(sweeping_.end(), due.begin(), due.end());
+  }
+  Sweep(due);  // with none due, still waits for a sweep under way
+}
+
+void BlockIndex::Sweep(std::span<const uint16_t> ids) {
+  absl::MutexLock sweeping(&sweep_mu_);
+  if (ids.empty()) return;
   // Evictions may lower this meanwhile: the sweep then reads to the end.
   int64_t had = 0;
   std::vector<uint64_t> listed((HolderTable::kMaxId + 1) / 64, 0);
-  for (uint16_t id : retired_) {
+  for (uint16_t id : ids) {
     had += entries_of_id_[id].load(std::memory_order_relaxed);
     listed[id / 64] |= uint64_t{1} << (id % 64);
   }
@@ -274,8 +290,11 @@ void BlockIndex::SweepRetiredLocked() {
       // Routes read between its keys' removals.
       SeqLockWriter lock(&shard.lock);
       const size_t keys = shard.table.size();
-      removed += shard.table.RemoveWorkers(retired_, had - removed, &shard.lock, [&](uint16_t id) {
+      // Each entry leaves both counts at once, so that entries() stays
+      // exact while the sweep goes.
+      removed += shard.table.RemoveWorkers(ids, had - removed, &shard.lock, [&](uint16_t id) {
         entries_of_id_[id].fetch_sub(1, std::memory_order_relaxed);
+        entries_.fetch_sub(1, std::memory_order_relaxed);
       });
       hashes_.fetch_sub(static_cast<int64_t>(keys - shard.table.size()), std::memory_order_relaxed);
       shard.limbo.Collect();
@@ -300,11 +319,13 @@ void BlockIndex::SweepRetiredLocked() {
     shard.predictions -= predictions;
     predicted_count_.fetch_sub(predictions, std::memory_order_relaxed);
   }
-  entries_.fetch_sub(removed, std::memory_order_relaxed);
   reclaimer_.Advance();
+  {
+    absl::MutexLock lock(&retired_mu_);
+    for (uint16_t id : ids) sweeping_.erase(std::find(sweeping_.begin(), sweeping_.end(), id));
+  }
   absl::MutexLock lock(&workers_mu_);
-  free_ids_.insert(free_ids_.end(), retired_.begin(), retired_.end());
-  retired_.clear();
+  free_ids_.insert(free_ids_.end(), ids.begin(), ids.end());
 }
 
 void BlockIndex::SweepLocked(Shard& shard, absl::Time now, Tally& tally) {
@@ -512,7 +533,9 @@ std::optional<BlockHashParams> BlockIndex::params() const {
 int64_t BlockIndex::entries() const {
   int64_t retired = 0;
   absl::ReaderMutexLock lock(&retired_mu_);
-  for (uint16_t id : retired_) retired += entries_of_id_[id].load(std::memory_order_relaxed);
+  for (const std::vector<uint16_t>* ids : {&retired_, &sweeping_}) {
+    for (uint16_t id : *ids) retired += entries_of_id_[id].load(std::memory_order_relaxed);
+  }
   return entries_.load(std::memory_order_relaxed) - retired;
 }
 

@@ -50,9 +50,9 @@
 // `max_predictions` (and `max_entries`), expired ones not yet swept
 // included. A renewal keeps the later of the two deadlines.
 //
-// Thread-safe. Lock order: a worker's own lock, then the retired numbers'
-// lock, then a shard's lock or the workers' table lock; never two shards'
-// at once. A reader may see a batch, or a worker's removal, half applied;
+// Thread-safe. Lock order: a worker's own lock, then the sweep's lock,
+// then a shard's lock or the workers' table lock; never two shards' at
+// once. A reader may see a batch, or a worker's removal, half applied;
 // a prediction made just as the worker's own report of the block lands may
 // last until its deadline.
 #ifndef TANDEM_GATEWAY_ROUTING_BLOCK_INDEX_H_
@@ -324,10 +324,12 @@ class BlockIndex {
   // Retires `id`, which no worker's state holds any more (routes no
   // longer ask for it): its entries and predictions go at the next sweep,
   // which this runs once options_.retired_per_sweep ids wait for it.
-  void Retire(uint16_t id) ABSL_LOCKS_EXCLUDED(retired_mu_);
-  // Takes the retired ids off every block and every prediction, in one
-  // pass over every shard, and frees their numbers.
-  void SweepRetiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(retired_mu_);
+  void Retire(uint16_t id) ABSL_LOCKS_EXCLUDED(retired_mu_, sweep_mu_);
+  // Sweeps every id retired so far (none: waits for a sweep under way).
+  void SweepAllRetired() ABSL_LOCKS_EXCLUDED(retired_mu_, sweep_mu_);
+  // Takes `ids` (moved from retired_ to sweeping_) off every block and
+  // every prediction, in one pass over every shard, and frees the numbers.
+  void Sweep(std::span<const uint16_t> ids) ABSL_LOCKS_EXCLUDED(retired_mu_, sweep_mu_);
   // Evicts from `shard` while the index (with `tally` not yet published)
   // is over its bound; false when the hand found no block without uses
   // within kEvictionVisits.
@@ -354,10 +356,15 @@ class BlockIndex {
   // Entries per compact id.
   std::unique_ptr<std::atomic<int64_t>[]> entries_of_id_;
 
-  // Ids retired and not yet swept (see Retire). Lock order: a worker's
-  // own lock, then this, then a shard's lock or the workers' table lock.
+  // One sweep at a time. Lock order: a worker's own lock, then this, then
+  // a shard's lock, the retired ids' lock or the workers' table lock.
+  absl::Mutex sweep_mu_;
+  // Ids retired and not yet swept (see Retire), and those a sweep is
+  // taking out: their entries are not counted by entries(). Held briefly,
+  // never while taking another lock.
   mutable absl::Mutex retired_mu_;
   std::vector<uint16_t> retired_ ABSL_GUARDED_BY(retired_mu_);
+  std::vector<uint16_t> sweeping_ ABSL_GUARDED_BY(retired_mu_);
 
   mutable absl::Mutex workers_mu_;
   // Worker states by slot, in pages of kSlotsPerPage consecutive slots

@@ -541,7 +541,8 @@ TEST(BlockIndexTest, OneWalkForAllWorkersAnswersAsAWalkPerWorker) {
 // it in the pool, whatever the interleaving. Deterministic by design: fixed
 // work on each side, no sleeps.
 TEST(BlockIndexTest, RoutesReadWhileAWriterAppliesAndSeeWhatDidNotChange) {
-  BlockIndex index({.shards = 4, .prefetch_spills_from = 0});  // every stage of the walk
+  // Every stage of the walk; every other retired worker swept at once.
+  BlockIndex index({.shards = 4, .prefetch_spills_from = 0, .retired_per_sweep = 2});
   std::vector<uint64_t> fixed;
   for (uint64_t b = 1; b <= 64; ++b) fixed.push_back(b);
   ASSERT_EQ(index.Apply(0, Batch(1, 0, true, fixed)), BlockIndex::Applied::kApplied);
@@ -598,6 +599,62 @@ TEST(BlockIndexTest, RoutesReadWhileAWriterAppliesAndSeeWhatDidNotChange) {
   EXPECT_EQ(index.entries_of(0), 64);
   int64_t sum = 0;
   for (int w = 0; w <= 64; ++w) sum += index.entries_of(w);
+  EXPECT_EQ(index.entries(), sum);
+}
+
+TEST(BlockIndexTest, WorkersRestartingOnTwoThreadsAreSweptWhileRoutesRead) {
+  BlockIndex index({.shards = 4, .retired_per_sweep = 3});
+  constexpr int kPerThread = 16;
+  // Thread t's workers are t * kPerThread ..; each restart stores a fresh
+  // set of blocks, some shared by all (holder sets that spill).
+  auto blocks_of = [](int w, int epoch) {
+    std::vector<uint64_t> b = {1, 2, 3};
+    for (int i = 0; i < 20; ++i) b.push_back(1000 * static_cast<uint64_t>(w + 1) + 100 * epoch + i);
+    return b;
+  };
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 2; ++t) {
+    writers.emplace_back([&, t] {
+      std::mt19937_64 rng(t + 1);
+      for (int i = 0; i < 400; ++i) {
+        const int w = t * kPerThread + static_cast<int>(rng() % kPerThread);
+        if (rng() % 4 == 0) {
+          index.Drop(w);
+        } else {
+          index.Apply(w, Batch(1 + i, 0, true, blocks_of(w, i % 10)));
+        }
+        if (i % 7 == 0) index.Predict(w, Chain({1, 2, 3, 4}), absl::Now() + absl::Hours(1));
+      }
+      // Each worker's last state: a snapshot of epoch 0's blocks.
+      for (int w = t * kPerThread; w < (t + 1) * kPerThread; ++w) {
+        index.Apply(w, Batch(1000, 0, true, blocks_of(w, 0)));
+      }
+    });
+  }
+  std::atomic<bool> done{false};
+  std::atomic<int> wrong{0};
+  std::thread reader([&] {
+    std::vector<int> asked(2 * kPerThread);
+    for (int w = 0; w < 2 * kPerThread; ++w) asked[w] = w;
+    while (!done.load()) {
+      const Overlaps o = index.OverlapAll(asked, Chain({1, 2, 3}));
+      for (const TieredOverlap& x : o.tiered) wrong.fetch_add(x.blocks < 0 || x.blocks > 3);
+      wrong.fetch_add(index.entries() < 0);
+    }
+  });
+  for (std::thread& w : writers) w.join();
+  done.store(true);
+  reader.join();
+  EXPECT_EQ(wrong.load(), 0);
+  int64_t sum = 0;
+  for (int w = 0; w < 2 * kPerThread; ++w) {
+    sum += index.entries_of(w);
+    EXPECT_EQ(index.entries_of(w), 23) << w;
+    const std::vector<uint64_t> b = blocks_of(w, 0);
+    EXPECT_EQ(index.Overlap(std::vector<int>{w}, Chain(b), absl::Now(), false),
+              std::vector<int32_t>{23})
+        << w;
+  }
   EXPECT_EQ(index.entries(), sum);
 }
 
