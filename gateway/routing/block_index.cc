@@ -441,6 +441,7 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
     predicted_count_.fetch_add(tally.predictions, std::memory_order_relaxed);
   }
   if (dropped > 0) dropped_.fetch_add(dropped, std::memory_order_relaxed);
+  w.predicted = true;
 }
 
 BlockIndex::Applied BlockIndex::Apply(int worker, const tandem::v1::BlockEventBatch& batch) {
@@ -452,8 +453,7 @@ BlockIndex::Applied BlockIndex::Apply(int worker, const tandem::v1::BlockEventBa
   }
   uint16_t id = IdOf(w);
   if (batch.snapshot()) {
-    if (id != 0 && (entries_of_id_[id].load(std::memory_order_relaxed) > 0 ||
-                    predicted_count_.load(std::memory_order_relaxed) > 0)) {
+    if (id != 0 && (entries_of_id_[id].load(std::memory_order_relaxed) > 0 || w.predicted)) {
       // What the index knew of the worker goes with its number, retired;
       // routes ask for a new one from now on.
       {
@@ -461,6 +461,7 @@ BlockIndex::Applied BlockIndex::Apply(int worker, const tandem::v1::BlockEventBa
         w.id.store(0, std::memory_order_relaxed);
       }
       Retire(id);
+      w.predicted = false;
       id = IdOf(w);
     }
     w.epoch = batch.epoch();
@@ -508,6 +509,7 @@ void BlockIndex::Drop(int worker) {
     w->id.store(0, std::memory_order_relaxed);
   }
   Retire(id);
+  w->predicted = false;
 }
 
 bool BlockIndex::Holds(int worker, const engine::BlockHash& h) const {

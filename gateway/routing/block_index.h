@@ -259,6 +259,7 @@ class BlockIndex {
     uint64_t epoch ABSL_GUARDED_BY(mu) = 0;
     uint64_t sequence ABSL_GUARDED_BY(mu) = 0;
     bool synced ABSL_GUARDED_BY(mu) = false;  // a snapshot has been applied
+    bool predicted ABSL_GUARDED_BY(mu) = false;  // predictions made under its number
   };
   // What one Apply changed in the counters, published once at its end.
   struct Tally {

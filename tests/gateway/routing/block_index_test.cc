@@ -350,6 +350,13 @@ TEST(BlockIndexTest, RetiredWorkersAreNotRoutedToAndAreSweptOutTogether) {
   EXPECT_EQ(index.Overlap(newcomers, Chain({30})), (std::vector<int32_t>{1, 1, 1}));
   EXPECT_EQ(index.Overlap(newcomers, Chain({1})), (std::vector<int32_t>{0, 0, 0}));
   EXPECT_EQ(index.entries(), 6);
+  // A worker routed to before its first snapshot: the snapshot replaces its
+  // predictions too.
+  index.Predict(20, Chain({40, 41}), absl::Now() + absl::Hours(1));
+  EXPECT_EQ(index.Overlap(std::vector<int>{20}, Chain({40, 41})), std::vector<int32_t>{2});
+  ASSERT_EQ(index.Apply(20, Batch(1, 1, true, {42})), BlockIndex::Applied::kApplied);
+  EXPECT_EQ(index.Overlap(std::vector<int>{20}, Chain({40, 41})), std::vector<int32_t>{0});
+  EXPECT_EQ(index.entries_of(20), 1);
 }
 
 TEST(BlockIndexTest, WhenEveryNumberIsTakenTheRetiredAreSweptForANewcomer) {
