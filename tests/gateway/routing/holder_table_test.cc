@@ -117,6 +117,30 @@ TEST(HolderTableTest, AWorkersRemovalMatchesItsIdInAnyLaneAndNoOther) {
     for (const auto& [key, holders] : ref) ASSERT_EQ(Read(table, key), holders) << key;
   }
   EXPECT_EQ(table.size(), 0u);
+  // Several at once, in one pass: each entry removed is reported with its id.
+  for (uint64_t key = 0; key < 3000; ++key) {
+    for (int i = 0; i < 1 + static_cast<int>(rng() % 8); ++i) {
+      const uint16_t id = ids[rng() % ids.size()];
+      table.Add(key, id, static_cast<int>(rng() % 3));
+      ref[key][id] |= 1;
+    }
+  }
+  const std::vector<uint16_t> leaving = {5, 4096 + 5, HolderTable::kMaxId, 64};
+  std::map<uint16_t, int64_t> want, got;
+  for (auto it = ref.begin(); it != ref.end();) {
+    for (uint16_t id : leaving) want[id] += it->second.erase(id);
+    it = it->second.empty() ? ref.erase(it) : std::next(it);
+  }
+  int64_t all = 0;
+  for (const auto& [id, n] : want) all += n;
+  EXPECT_EQ(table.RemoveWorkers(leaving, INT64_MAX, nullptr, [&](uint16_t id) { ++got[id]; }), all);
+  EXPECT_EQ(got, want);
+  ASSERT_EQ(table.size(), ref.size());
+  for (const auto& [key, holders] : ref) {
+    Holders left = Read(table, key);
+    ASSERT_EQ(left.size(), holders.size()) << key;
+    for (const auto& [id, tiers] : holders) EXPECT_TRUE(left.contains(id)) << key << " " << id;
+  }
 }
 
 TEST(HolderTableTest, AGrowthPlacesKeysWhereLookupsFindThem) {
