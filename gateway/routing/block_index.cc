@@ -251,7 +251,14 @@ void BlockIndex::ApplyEvents(uint16_t id, const tandem::v1::BlockEventBatch& bat
   scratch.Release();
 }
 
-void BlockIndex::Retire(uint16_t id) {
+void BlockIndex::RetireNumberOf(WorkerState& w) {
+  const uint16_t id = w.id.load(std::memory_order_relaxed);
+  {
+    // Routes stop asking for it first.
+    absl::MutexLock lock(&workers_mu_);
+    w.id.store(0, std::memory_order_relaxed);
+  }
+  w.predicted = false;
   std::vector<uint16_t> due;
   {
     absl::MutexLock lock(&retired_mu_);
@@ -260,7 +267,7 @@ void BlockIndex::Retire(uint16_t id) {
     due.swap(retired_);
     sweeping_.insert(sweeping_.end(), due.begin(), due.end());
   }
-  Sweep(due);
+  SweepRetired(due);
 }
 
 void BlockIndex::SweepAllRetired() {
@@ -270,10 +277,10 @@ void BlockIndex::SweepAllRetired() {
     due.swap(retired_);
     sweeping_.insert(sweeping_.end(), due.begin(), due.end());
   }
-  Sweep(due);  // with none due, still waits for a sweep under way
+  SweepRetired(due);  // with none due, still waits for a sweep under way
 }
 
-void BlockIndex::Sweep(std::span<const uint16_t> ids) {
+void BlockIndex::SweepRetired(std::span<const uint16_t> ids) {
   absl::MutexLock sweeping(&sweep_mu_);
   if (ids.empty()) return;
   // Evictions may lower this meanwhile: the sweep then reads to the end.
@@ -328,8 +335,9 @@ void BlockIndex::Sweep(std::span<const uint16_t> ids) {
   free_ids_.insert(free_ids_.end(), ids.begin(), ids.end());
 }
 
-void BlockIndex::SweepLocked(Shard& shard, absl::Time now, Tally& tally) {
+absl::Time BlockIndex::SweepExpiredLocked(Shard& shard, absl::Time now, Tally& tally) {
   int64_t swept = 0;
+  absl::Time earliest = absl::InfiniteFuture();
   for (auto it = shard.predicted.begin(); it != shard.predicted.end();) {
     auto& v = it->second;
     const size_t before = v.size();
@@ -339,6 +347,7 @@ void BlockIndex::SweepLocked(Shard& shard, absl::Time now, Tally& tally) {
     const auto n = static_cast<int64_t>(before - v.size());
     if (n > 0) shard.CountPredictions(it->first, -n);
     swept += n;
+    for (const Prediction& p : v) earliest = std::min(earliest, p.until);
     if (v.empty()) {
       shard.predicted.erase(it++);  // absl: erase(iterator) returns nothing
     } else {
@@ -353,6 +362,7 @@ void BlockIndex::SweepLocked(Shard& shard, absl::Time now, Tally& tally) {
   if (shard.predicted.capacity() > 8 * std::max<size_t>(shard.predicted.size(), 64)) {
     shard.predicted.rehash(0);
   }
+  return earliest;
 }
 
 void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, absl::Time until) {
@@ -372,14 +382,12 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
     // Near the bound, and some prediction may have expired: the expired
     // make room first, a sweep of every shard that only so full an index
     // pays, once each time a deadline passes.
-    earliest = INT64_MAX;
+    absl::Time kept = absl::InfiniteFuture();
     for (int s = 0; s < options_.shards; ++s) {
       SeqLockWriter lock(&shards_[s].lock);
-      SweepLocked(shards_[s], now, tally);
-      for (const auto& [key, v] : shards_[s].predicted) {
-        for (const Prediction& p : v) earliest = std::min(earliest, absl::ToUnixNanos(p.until));
-      }
+      kept = std::min(kept, SweepExpiredLocked(shards_[s], now, tally));
     }
+    earliest = kept == absl::InfiniteFuture() ? INT64_MAX : absl::ToUnixNanos(kept);
     earliest_until_ns_.store(earliest, std::memory_order_relaxed);
   }
   while (until_ns < earliest &&
@@ -412,7 +420,7 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
     Shard& shard = shards_[sorted[i].shard];
     const uint32_t run = sorted[i].shard;
     SeqLockWriter lock(&shard.lock);  // no change to the table: readers read on
-    if (shard.predictions >= shard.sweep_at) SweepLocked(shard, now, tally);
+    if (shard.predictions >= shard.sweep_at) SweepExpiredLocked(shard, now, tally);
     for (; i < sorted.size() && sorted[i].shard == run; ++i) {
       if (i + kSlotsAhead < sorted.size()) Prefetch(sorted[i + kSlotsAhead].mixed);
       prefetch_holders(i + kHoldersAhead);
@@ -454,14 +462,9 @@ BlockIndex::Applied BlockIndex::Apply(int worker, const tandem::v1::BlockEventBa
   uint16_t id = IdOf(w);
   if (batch.snapshot()) {
     if (id != 0 && (entries_of_id_[id].load(std::memory_order_relaxed) > 0 || w.predicted)) {
-      // What the index knew of the worker goes with its number, retired;
-      // routes ask for a new one from now on.
-      {
-        absl::MutexLock lock(&workers_mu_);
-        w.id.store(0, std::memory_order_relaxed);
-      }
-      Retire(id);
-      w.predicted = false;
+      // What the index knew of the worker goes with its number; routes
+      // ask for a new one from now on.
+      RetireNumberOf(w);
       id = IdOf(w);
     }
     w.epoch = batch.epoch();
@@ -501,15 +504,7 @@ void BlockIndex::Drop(int worker) {
   }
   absl::MutexLock worker_lock(&w->mu);
   w->synced = false;
-  const uint16_t id = w->id.load(std::memory_order_relaxed);
-  if (id == 0) return;
-  {
-    // Routes stop asking for it first; the number is free once swept.
-    absl::MutexLock lock(&workers_mu_);
-    w->id.store(0, std::memory_order_relaxed);
-  }
-  Retire(id);
-  w->predicted = false;
+  if (w->id.load(std::memory_order_relaxed) != 0) RetireNumberOf(*w);
 }
 
 bool BlockIndex::Holds(int worker, const engine::BlockHash& h) const {

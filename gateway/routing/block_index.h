@@ -218,7 +218,7 @@ class BlockIndex {
     absl::flat_hash_map<uint64_t, absl::InlinedVector<Prediction, 1>> predicted
         ABSL_GUARDED_BY(lock);
     // Prediction records in `predicted`, expired ones included, and how
-    // many make Predict sweep the expired ones out first (SweepLocked).
+    // many make Predict sweep the expired ones out first (SweepExpiredLocked).
     int64_t predictions ABSL_GUARDED_BY(lock) = 0;
     int64_t sweep_at ABSL_GUARDED_BY(lock) = kMinSweep;
     const std::atomic<uint64_t>& DigestWord(HolderTable::Mixed key) const {
@@ -273,7 +273,7 @@ class BlockIndex {
   // keeps what it has and refuses the new entry instead.
   static constexpr size_t kEvictionVisits = 16;
   // Prediction records a shard holds before Predict first sweeps out the
-  // expired ones (see SweepLocked). Workers report most predicted blocks
+  // expired ones (see SweepExpiredLocked). Workers report most predicted blocks
   // within a prefill, so few records are left to expire.
   static constexpr int64_t kMinSweep = 64;
   static uint64_t KeyOf(const engine::BlockHash& h) { return h.low; }
@@ -322,15 +322,16 @@ class BlockIndex {
   // The batch's events, every tier's, shard by shard: a shard's run under
   // one hold of its lock, each event a change of its own.
   void ApplyEvents(uint16_t id, const tandem::v1::BlockEventBatch& batch, Tally& tally);
-  // Retires `id`, which no worker's state holds any more (routes no
-  // longer ask for it): its entries and predictions go at the next sweep,
-  // which this runs once options_.retired_per_sweep ids wait for it.
-  void Retire(uint16_t id) ABSL_LOCKS_EXCLUDED(retired_mu_, sweep_mu_);
-  // Sweeps every id retired so far (none: waits for a sweep under way).
+  // Retires `w`'s number (routes no longer ask for it; `w` has none until
+  // it is given a new one): its entries and predictions go at the next
+  // sweep, which this runs once options_.retired_per_sweep numbers wait.
+  void RetireNumberOf(WorkerState& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w.mu)
+      ABSL_LOCKS_EXCLUDED(retired_mu_, sweep_mu_, workers_mu_);
+  // Sweeps every number retired so far (none: waits for a sweep under way).
   void SweepAllRetired() ABSL_LOCKS_EXCLUDED(retired_mu_, sweep_mu_);
   // Takes `ids` (moved from retired_ to sweeping_) off every block and
   // every prediction, in one pass over every shard, and frees the numbers.
-  void Sweep(std::span<const uint16_t> ids) ABSL_LOCKS_EXCLUDED(retired_mu_, sweep_mu_);
+  void SweepRetired(std::span<const uint16_t> ids) ABSL_LOCKS_EXCLUDED(retired_mu_, sweep_mu_);
   // Evicts from `shard` while the index (with `tally` not yet published)
   // is over its bound; false when the hand found no block without uses
   // within kEvictionVisits.
@@ -339,8 +340,9 @@ class BlockIndex {
   // them in `tally`, and sets when the next sweep comes: once the shard
   // holds twice what it kept (and kMinSweep at least), so that a sweep's
   // cost, a pass over the shard's predictions, is spread over the
-  // predictions made meanwhile.
-  void SweepLocked(Shard& shard, absl::Time now, Tally& tally)
+  // predictions made meanwhile. Returns the earliest deadline kept
+  // (absl::InfiniteFuture() when none is).
+  absl::Time SweepExpiredLocked(Shard& shard, absl::Time now, Tally& tally)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
   // Ends `id`'s prediction of `key`, if it has one, counting it in `tally`.
   void EndPrediction(Shard& shard, uint64_t key, uint16_t id, Tally& tally)
@@ -360,7 +362,7 @@ class BlockIndex {
   // One sweep at a time. Lock order: a worker's own lock, then this, then
   // a shard's lock, the retired ids' lock or the workers' table lock.
   absl::Mutex sweep_mu_;
-  // Ids retired and not yet swept (see Retire), and those a sweep is
+  // Ids retired and not yet swept (see RetireNumberOf), and those a sweep is
   // taking out: their entries are not counted by entries(). Held briefly,
   // never while taking another lock.
   mutable absl::Mutex retired_mu_;
