@@ -307,23 +307,8 @@ void BlockIndex::SweepRetired(std::span<const uint16_t> ids) {
       shard.limbo.Collect();
     }
     SeqLockWriter lock(&shard.lock);
-    int64_t predictions = 0;
-    for (auto it = shard.predicted.begin(); it != shard.predicted.end();) {
-      auto& v = it->second;
-      const size_t before = v.size();
-      v.erase(std::remove_if(
-                  v.begin(), v.end(),
-                  [&](const Prediction& p) { return (listed[p.id / 64] >> (p.id % 64)) & 1; }),
-              v.end());
-      predictions += static_cast<int64_t>(before - v.size());
-      shard.CountPredictions(it->first, -static_cast<int64_t>(before - v.size()));
-      if (v.empty()) {
-        shard.predicted.erase(it++);  // absl: erase(iterator) returns nothing
-      } else {
-        ++it;
-      }
-    }
-    shard.predictions -= predictions;
+    const int64_t predictions = ErasePredictionsLocked(
+        shard, [&](const Prediction& p) { return (listed[p.id / 64] >> (p.id % 64)) & 1; });
     predicted_count_.fetch_sub(predictions, std::memory_order_relaxed);
   }
   reclaimer_.Advance();
@@ -335,27 +320,33 @@ void BlockIndex::SweepRetired(std::span<const uint16_t> ids) {
   free_ids_.insert(free_ids_.end(), ids.begin(), ids.end());
 }
 
-absl::Time BlockIndex::SweepExpiredLocked(Shard& shard, absl::Time now, Tally& tally) {
-  int64_t swept = 0;
-  absl::Time earliest = absl::InfiniteFuture();
+int64_t BlockIndex::ErasePredictionsLocked(Shard& shard,
+                                           absl::FunctionRef<bool(const Prediction&)> gone) {
+  int64_t erased = 0;
   for (auto it = shard.predicted.begin(); it != shard.predicted.end();) {
     auto& v = it->second;
     const size_t before = v.size();
-    v.erase(
-        std::remove_if(v.begin(), v.end(), [now](const Prediction& p) { return p.until <= now; }),
-        v.end());
+    v.erase(std::remove_if(v.begin(), v.end(), gone), v.end());
     const auto n = static_cast<int64_t>(before - v.size());
     if (n > 0) shard.CountPredictions(it->first, -n);
-    swept += n;
-    for (const Prediction& p : v) earliest = std::min(earliest, p.until);
+    erased += n;
     if (v.empty()) {
       shard.predicted.erase(it++);  // absl: erase(iterator) returns nothing
     } else {
       ++it;
     }
   }
-  shard.predictions -= swept;
-  tally.predictions -= swept;
+  shard.predictions -= erased;
+  return erased;
+}
+
+absl::Time BlockIndex::SweepExpiredLocked(Shard& shard, absl::Time now, Tally& tally) {
+  absl::Time earliest = absl::InfiniteFuture();
+  tally.predictions -= ErasePredictionsLocked(shard, [&](const Prediction& p) {
+    if (p.until <= now) return true;
+    earliest = std::min(earliest, p.until);  // kept
+    return false;
+  });
   shard.sweep_at = std::max(kMinSweep, 2 * shard.predictions);
   // A burst's map, mostly empty since, would make every later sweep pass
   // over its capacity.

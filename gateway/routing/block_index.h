@@ -69,6 +69,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -343,6 +344,9 @@ class BlockIndex {
   // predictions made meanwhile. Returns the earliest deadline kept
   // (absl::InfiniteFuture() when none is).
   absl::Time SweepExpiredLocked(Shard& shard, absl::Time now, Tally& tally)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
+  // Erases the shard's predictions `gone` says are, and returns how many.
+  int64_t ErasePredictionsLocked(Shard& shard, absl::FunctionRef<bool(const Prediction&)> gone)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
   // Ends `id`'s prediction of `key`, if it has one, counting it in `tally`.
   void EndPrediction(Shard& shard, uint64_t key, uint16_t id, Tally& tally)
