@@ -42,7 +42,8 @@ BlockIndex::BlockIndex(const BlockIndexOptions& options)
     : options_(options),
       shard_shift_(ShardShift(options.shards)),
       shards_(new Shard[static_cast<size_t>(options.shards)]),
-      entries_of_id_(new std::atomic<int64_t>[HolderTable::kMaxId + 1]()) {
+      entries_of_id_(new std::atomic<int64_t>[HolderTable::kMaxId + 1]()),
+      prefetch_spills_(options.prefetch_spills_from <= 0) {
   for (int i = 0; i < options.shards; ++i) {
     Shard& shard = shards_[i];
     SeqLockWriter lock(&shard.lock);
@@ -167,18 +168,10 @@ bool BlockIndex::EvictLocked(Shard& shard, Tally& tally) {
   return true;
 }
 
-void BlockIndex::EndPrediction(Shard& shard, uint64_t key, uint16_t id, Tally& tally) {
-  auto it = shard.predicted.find(key);
-  if (it == shard.predicted.end()) return;
-  auto& v = it->second;
-  const size_t before = v.size();
-  v.erase(std::remove_if(v.begin(), v.end(), [id](const Prediction& p) { return p.id == id; }),
-          v.end());
-  const auto ended = static_cast<int64_t>(before - v.size());
-  shard.CountPredictions(key, -ended);
-  shard.predictions -= ended;
-  tally.predictions -= ended;
-  if (v.empty()) shard.predicted.erase(it);
+void BlockIndex::EndPrediction(Shard& shard, HolderTable::Mixed key, uint16_t id, Tally& tally) {
+  if (!shard.predicted.Erase(key.v, id)) return;
+  shard.CountPredictions(key, -1);
+  --tally.predictions;
 }
 
 void BlockIndex::AddLocked(Shard& shard, uint16_t id, const Keyed& e, Tally& tally) {
@@ -203,7 +196,7 @@ void BlockIndex::AddLocked(Shard& shard, uint16_t id, const Keyed& e, Tally& tal
     }
   }
   // The worker's report ends its prediction.
-  if (shard.MayBePredicted(e.mixed)) EndPrediction(shard, e.key, id, tally);
+  if (shard.MayBePredicted(e.mixed)) EndPrediction(shard, e.mixed, id, tally);
 }
 
 void BlockIndex::RemoveLocked(Shard& shard, uint16_t id, const Keyed& e, Tally& tally) {
@@ -247,6 +240,7 @@ void BlockIndex::ApplyEvents(uint16_t id, const tandem::v1::BlockEventBatch& bat
         RemoveLocked(shard, id, e, tally);
       }
     }
+    tally.retired |= shard.limbo.pending() > 0;
   }
   scratch.Release();
 }
@@ -308,7 +302,7 @@ void BlockIndex::SweepRetired(std::span<const uint16_t> ids) {
     }
     SeqLockWriter lock(&shard.lock);
     const int64_t predictions = ErasePredictionsLocked(
-        shard, [&](const Prediction& p) { return (listed[p.id / 64] >> (p.id % 64)) & 1; });
+        shard, [&](uint16_t id, int64_t) { return (listed[id / 64] >> (id % 64)) & 1; });
     predicted_count_.fetch_sub(predictions, std::memory_order_relaxed);
   }
   reclaimer_.Advance();
@@ -320,40 +314,24 @@ void BlockIndex::SweepRetired(std::span<const uint16_t> ids) {
   free_ids_.insert(free_ids_.end(), ids.begin(), ids.end());
 }
 
-int64_t BlockIndex::ErasePredictionsLocked(Shard& shard,
-                                           absl::FunctionRef<bool(const Prediction&)> gone) {
-  int64_t erased = 0;
-  for (auto it = shard.predicted.begin(); it != shard.predicted.end();) {
-    auto& v = it->second;
-    const size_t before = v.size();
-    v.erase(std::remove_if(v.begin(), v.end(), gone), v.end());
-    const auto n = static_cast<int64_t>(before - v.size());
-    if (n > 0) shard.CountPredictions(it->first, -n);
-    erased += n;
-    if (v.empty()) {
-      shard.predicted.erase(it++);  // absl: erase(iterator) returns nothing
-    } else {
-      ++it;
-    }
-  }
-  shard.predictions -= erased;
-  return erased;
+int64_t BlockIndex::ErasePredictionsLocked(
+    Shard& shard, absl::FunctionRef<bool(uint16_t id, int64_t until_ns)> gone) {
+  // The callback runs under the lock this function requires.
+  return shard.predicted.EraseIf(gone, [&](uint64_t key) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    shard.CountPredictions(HolderTable::Mixed{key}, -1);
+  });
 }
 
 absl::Time BlockIndex::SweepExpiredLocked(Shard& shard, absl::Time now, Tally& tally) {
-  absl::Time earliest = absl::InfiniteFuture();
-  tally.predictions -= ErasePredictionsLocked(shard, [&](const Prediction& p) {
-    if (p.until <= now) return true;
-    earliest = std::min(earliest, p.until);  // kept
+  const int64_t now_ns = absl::ToUnixNanos(now);
+  int64_t earliest = INT64_MAX;
+  tally.predictions -= ErasePredictionsLocked(shard, [&](uint16_t, int64_t until_ns) {
+    if (until_ns <= now_ns) return true;
+    earliest = std::min(earliest, until_ns);  // kept
     return false;
   });
-  shard.sweep_at = std::max(kMinSweep, 2 * shard.predictions);
-  // A burst's map, mostly empty since, would make every later sweep pass
-  // over its capacity.
-  if (shard.predicted.capacity() > 8 * std::max<size_t>(shard.predicted.size(), 64)) {
-    shard.predicted.rehash(0);
-  }
-  return earliest;
+  shard.sweep_at = std::max<int64_t>(kMinSweep, 2 * std::ssize(shard.predicted));
+  return earliest == INT64_MAX ? absl::InfiniteFuture() : absl::FromUnixNanos(earliest);
 }
 
 void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, absl::Time until) {
@@ -411,27 +389,23 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
     Shard& shard = shards_[sorted[i].shard];
     const uint32_t run = sorted[i].shard;
     SeqLockWriter lock(&shard.lock);  // no change to the table: readers read on
-    if (shard.predictions >= shard.sweep_at) SweepExpiredLocked(shard, now, tally);
+    if (std::ssize(shard.predicted) >= shard.sweep_at) SweepExpiredLocked(shard, now, tally);
     for (; i < sorted.size() && sorted[i].shard == run; ++i) {
       if (i + kSlotsAhead < sorted.size()) Prefetch(sorted[i + kSlotsAhead].mixed);
       prefetch_holders(i + kHoldersAhead);
-      const uint64_t key = sorted[i].key;
-      if (shard.table.Holds(key, id)) continue;
-      absl::InlinedVector<Prediction, 1>& v = shard.predicted[key];
-      auto p = std::find_if(v.begin(), v.end(), [id](const Prediction& x) { return x.id == id; });
-      if (p != v.end()) {
-        p->until = std::max(p->until, until);
+      const HolderTable::Mixed key = sorted[i].mixed;
+      if (shard.table.Holds(sorted[i].key, id)) continue;
+      if (int64_t* had = shard.predicted.Find(key.v, id); had != nullptr) {
+        *had = std::max(*had, until_ns);
         continue;
       }
       // Others may have predicted meanwhile.
       if (room() <= 0) {
-        if (v.empty()) shard.predicted.erase(key);
         ++dropped;
         continue;
       }
-      v.push_back({.id = id, .until = until});
+      shard.predicted.Insert(key.v, id, until_ns);
       shard.CountPredictions(key, 1);
-      ++shard.predictions;
       ++tally.predictions;
     }
   }
@@ -467,8 +441,18 @@ BlockIndex::Applied BlockIndex::Apply(int worker, const tandem::v1::BlockEventBa
   } else {
     Tally tally;
     ApplyEvents(id, batch, tally);
-    reclaimer_.Advance();  // what the batch retired goes at the shards' next writes
-    entries_.fetch_add(tally.entries, std::memory_order_relaxed);
+    // What the batch retired goes at the shards' next writes. Most batches
+    // retire nothing (a spill outgrown, a table outgrown), and advancing
+    // writes the line every route's read section reads.
+    if (tally.retired) reclaimer_.Advance();
+    const int64_t entries =
+        entries_.fetch_add(tally.entries, std::memory_order_relaxed) + tally.entries;
+    // Routes read the flag, which changes once in a long while, rather than
+    // the count, which every batch writes.
+    if (const bool large = entries >= options_.prefetch_spills_from;
+        large != prefetch_spills_.load(std::memory_order_relaxed)) {
+      prefetch_spills_.store(large, std::memory_order_relaxed);
+    }
     hashes_.fetch_add(tally.hashes, std::memory_order_relaxed);
     entries_of_id_[id].fetch_add(tally.of_id, std::memory_order_relaxed);
     if (tally.predictions != 0) {

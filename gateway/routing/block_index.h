@@ -68,13 +68,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/kv/block_hash.h"
 #include "gateway/routing/holder_table.h"
+#include "gateway/routing/prediction_table.h"
 #include "gateway/routing/reclaimer.h"
 #include "gateway/routing/seq_lock.h"
 #include "gateway/routing/spill_arena.h"
@@ -88,8 +88,8 @@ struct BlockIndexOptions {
   // block, tables just grown; docs/benchmarks.md), so a 2 GiB gateway pod
   // keeps headroom for the rest of the process; 1000 workers x 48k blocks.
   int64_t max_entries = int64_t{48} << 20;
-  // Predictions held at most (a map entry each, ~50 bytes), and never more
-  // than max_entries.
+  // Predictions held at most (a 24-byte record each, in a shard's table
+  // at most half full: 48-96 bytes), and never more than max_entries.
   int64_t max_predictions = int64_t{1} << 20;
   // Lock shards (a power of two, 1..4096); tests use 1 for a single clock.
   // 32: a batch's events meet in a shard often enough to share its lock
@@ -182,10 +182,6 @@ class BlockIndex {
   int64_t table_bytes() const;
 
  private:
-  struct Prediction {
-    uint16_t id;
-    absl::Time until;
-  };
   // A shard: its blocks' holders, written under `lock` and read by routes
   // without it (see the layout above), and its predictions, under `lock`
   // too (a walk takes it for a block only when the digests say the block
@@ -205,7 +201,7 @@ class BlockIndex {
     // in one load. A shard of a fleet's index holds tens to a few hundred
     // predictions at once (the prompts being computed); 64 bits were a
     // third or more set at a fleet's usual load, and a stored event or a
-    // walked block then paid a map lookup (docs/benchmarks.md). A wider
+    // walked block then paid a lookup (docs/benchmarks.md). A wider
     // filter on lines of its own cost more than it saved. Written under
     // lock, and only when a digest's count moves between 0 and 1; read
     // without it.
@@ -216,11 +212,11 @@ class BlockIndex {
     // Predictions by digest (kDigests counts), off the readers' lines.
     std::unique_ptr<uint32_t[]> predicted_by_digest ABSL_GUARDED_BY(lock) =
         std::make_unique<uint32_t[]>(kDigests);
-    absl::flat_hash_map<uint64_t, absl::InlinedVector<Prediction, 1>> predicted
-        ABSL_GUARDED_BY(lock);
-    // Prediction records in `predicted`, expired ones included, and how
-    // many make Predict sweep the expired ones out first (SweepExpiredLocked).
-    int64_t predictions ABSL_GUARDED_BY(lock) = 0;
+    // A record a (block, worker), expired ones included
+    // (gateway/routing/prediction_table.h).
+    PredictionTable predicted ABSL_GUARDED_BY(lock);
+    // How many records make Predict sweep the expired ones out first
+    // (SweepExpiredLocked).
     int64_t sweep_at ABSL_GUARDED_BY(lock) = kMinSweep;
     const std::atomic<uint64_t>& DigestWord(HolderTable::Mixed key) const {
       return predicted_digests[Digest(key) / 64];
@@ -229,8 +225,8 @@ class BlockIndex {
       return (DigestWord(key).load(std::memory_order_relaxed) >> (Digest(key) % 64)) & 1;
     }
     // Counts `n` predictions of `key` made (n > 0) or ended (n < 0).
-    void CountPredictions(uint64_t key, int64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock) {
-      const size_t digest = Digest(HolderTable::MixKey(key));
+    void CountPredictions(HolderTable::Mixed key, int64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock) {
+      const size_t digest = Digest(key);
       uint32_t& c = predicted_by_digest[digest];
       const bool had = c != 0;
       c = static_cast<uint32_t>(c + n);
@@ -268,6 +264,7 @@ class BlockIndex {
     int64_t hashes = 0;
     int64_t of_id = 0;  // the applying worker's entries
     int64_t predictions = 0;  // made (> 0) or ended (< 0)
+    bool retired = false;     // a shard written holds what it retired (Reclaimer::Limbo)
   };
 
   // Keys the clock hand passes looking for one to evict before the index
@@ -346,10 +343,11 @@ class BlockIndex {
   absl::Time SweepExpiredLocked(Shard& shard, absl::Time now, Tally& tally)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
   // Erases the shard's predictions `gone` says are, and returns how many.
-  int64_t ErasePredictionsLocked(Shard& shard, absl::FunctionRef<bool(const Prediction&)> gone)
+  int64_t ErasePredictionsLocked(Shard& shard,
+                                 absl::FunctionRef<bool(uint16_t id, int64_t until_ns)> gone)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
   // Ends `id`'s prediction of `key`, if it has one, counting it in `tally`.
-  void EndPrediction(Shard& shard, uint64_t key, uint16_t id, Tally& tally)
+  void EndPrediction(Shard& shard, HolderTable::Mixed key, uint16_t id, Tally& tally)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
 
   const BlockIndexOptions options_;
@@ -397,6 +395,10 @@ class BlockIndex {
   // while a full sweep runs may be missed, and wait for its shard's own).
   std::atomic<int64_t> earliest_until_ns_{INT64_MAX};
   std::atomic<bool> has_params_{false};
+  // Whether the index holds options_.prefetch_spills_from entries or more,
+  // as the last Apply found: what a walk reads, rather than entries_, which
+  // every batch writes.
+  std::atomic<bool> prefetch_spills_;
 };
 
 }  // namespace tandem::gateway

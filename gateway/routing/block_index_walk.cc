@@ -72,7 +72,6 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   }
   auto set = [](uint64_t* bits, uint16_t id) { bits[id / 64] |= uint64_t{1} << (id % 64); };
   auto has = [](const uint64_t* bits, uint16_t id) { return (bits[id / 64] >> (id % 64)) & 1; };
-  const bool predicting = with_predictions && predicted_count_.load(std::memory_order_relaxed) > 0;
   // A block's holders are three cache misses away, one after the other:
   // where its shard's slots are, its slot, then a spilled set. So the
   // shard's table header is loaded kShardsAhead blocks ahead, the slot (and
@@ -80,8 +79,8 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   // the slot) kHoldersAhead, once the index is past
   // options_.prefetch_spills_from entries.
   constexpr size_t kShardsAhead = 16, kSlotsAhead = 8, kHoldersAhead = 4;
-  const bool prefetch_spills =
-      entries_.load(std::memory_order_relaxed) >= options_.prefetch_spills_from;
+  const bool prefetch_spills = prefetch_spills_.load(std::memory_order_relaxed);
+  const int64_t now_ns = absl::ToUnixNanos(now);
   // The chain's keys mixed once, for the stages ahead and the walk.
   thread_local std::vector<HolderTable::Mixed> mixed;
   mixed.clear();
@@ -158,25 +157,24 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
           });
     });
     for (const auto& [id, tier] : credits) ++slower[id][tier];
-    if (predicting && shard.MayBePredicted(key)) {
+    // The digests are on the line the read just read the version from.
+    if (with_predictions && shard.MayBePredicted(key)) {
       SeqLockWriter lock(&shard.lock);
-      if (auto it = shard.predicted.find(KeyOf(chain[j])); it != shard.predicted.end()) {
-        for (const Prediction& p : it->second) {
-          // Being computed into the worker's pool.
-          if (p.until <= now || p.id / 64 >= hi || !has(running, p.id) || has(next_running, p.id)) {
-            continue;
-          }
-          if (!split) {  // from here on, what was reported differs
-            split = true;
-            std::copy(running, running + words, reporting);
-            std::copy(next_running + lo, next_running + hi, next_reporting + lo);
-            for (uint16_t id : ids) {
-              if (id != 0) reported_end[id] = run_end[id];
-            }
-          }
-          set(next_running, p.id);
+      shard.predicted.ForEachOf(key.v, [&](uint16_t id, int64_t until_ns) {
+        // Being computed into the worker's pool.
+        if (until_ns <= now_ns || id / 64 >= hi || !has(running, id) || has(next_running, id)) {
+          return;
         }
-      }
+        if (!split) {  // from here on, what was reported differs
+          split = true;
+          std::copy(running, running + words, reporting);
+          std::copy(next_running + lo, next_running + hi, next_reporting + lo);
+          for (uint16_t other : ids) {
+            if (other != 0) reported_end[other] = run_end[other];
+          }
+        }
+        set(next_running, id);
+      });
     }
     for (size_t i = lo; i < hi; ++i) {
       for (uint64_t gone = running[i] & ~next_running[i]; gone != 0; gone &= gone - 1) {
