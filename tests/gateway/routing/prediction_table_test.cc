@@ -18,7 +18,8 @@ void ExpectMatches(const PredictionTable& t, const Ref& ref) {
   ASSERT_EQ(t.size(), ref.size());
   std::map<uint64_t, Ref> by_key;
   for (const auto& [k, until] : ref) by_key[k.first][k] = until;
-  for (const auto& [key, records] : by_key) {
+  for (const auto& [k, records] : by_key) {
+    const uint64_t key = k;  // a lambda may not capture a structured binding (clang)
     Ref seen;
     t.ForEachOf(key, [&](uint16_t id, int64_t until) {
       EXPECT_TRUE(seen.emplace(std::pair(key, id), until).second) << "twice: " << key << "/" << id;
