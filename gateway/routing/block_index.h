@@ -386,10 +386,10 @@ class BlockIndex {
   uint16_t next_id_ ABSL_GUARDED_BY(workers_mu_) = 1;
   std::optional<BlockHashParams> params_ ABSL_GUARDED_BY(workers_mu_);
 
-  // Predictions held; read without a lock to skip them when there are none.
-  // Each Apply or Predict adds what it changed once, at its end: a route
-  // reads it, and a line both cores write back and forth costs a miss a
-  // write.
+  // Predictions held, for Predict's bound and predicted_entries(). Each
+  // Apply or Predict adds what it changed once, at its end, since a line
+  // both cores write back and forth costs a miss a write. Walks do not read
+  // it: the shards' digests tell them which blocks may be predicted.
   std::atomic<int64_t> predicted_count_{0};
   // No prediction expires before this (Unix nanoseconds; a prediction made
   // while a full sweep runs may be missed, and wait for its shard's own).
