@@ -5,14 +5,25 @@
 #include <random>
 
 #include "absl/time/clock.h"
+#include "common/check.h"
 #include "rpc/convert.h"
 #include "rpc/metrics.h"
 
 namespace tandem::worker {
 namespace {
 
+// The bytes of `batch` on the wire, which a ByteBuffer's copies share.
+grpc::ByteBuffer Serialize(const tandem::v1::BlockEventBatch& batch) {
+  grpc::ByteBuffer bytes;
+  bool own = false;
+  const grpc::Status s =
+      grpc::SerializationTraits<tandem::v1::BlockEventBatch>::Serialize(batch, &bytes, &own);
+  TANDEM_CHECK(s.ok(), "serializing a block event batch") << s.error_message();
+  return bytes;
+}
+
 // A Watch that arrives after Close() or while suspended.
-class Refused final : public grpc::ServerWriteReactor<tandem::v1::BlockEventBatch> {
+class Refused final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   explicit Refused(const std::string& why) {
     Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, why));
@@ -22,10 +33,10 @@ class Refused final : public grpc::ServerWriteReactor<tandem::v1::BlockEventBatc
 
 }  // namespace
 
-// One subscriber's stream: batches queue here and go out one write at a
-// time. Its mutex is taken after the publisher's, never before.
-class BlockEventPublisher::Subscription final
-    : public grpc::ServerWriteReactor<tandem::v1::BlockEventBatch> {
+// One subscriber's stream: serialized batches queue here (each a reference
+// to bytes every subscriber shares) and go out one write at a time. Its
+// mutex is taken after the publisher's, never before.
+class BlockEventPublisher::Subscription final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   Subscription(BlockEventPublisher* publisher, int32_t max_pending)
       : publisher_(publisher), max_pending_(max_pending) {}
@@ -33,14 +44,14 @@ class BlockEventPublisher::Subscription final
   // Queues `batch` (publisher's mu_ held). `snapshot` makes a resnapshot
   // when the queue is full.
   template <typename MakeSnapshot>
-  void Offer(tandem::v1::BlockEventBatch batch, const MakeSnapshot& snapshot) {
+  void Offer(const grpc::ByteBuffer& batch, const MakeSnapshot& snapshot) {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
     if (static_cast<int32_t>(pending_.size()) >= max_pending_) {
       pending_.clear();  // too far behind: one snapshot replaces them all
       pending_.push_back(snapshot());
     } else {
-      pending_.push_back(std::move(batch));
+      pending_.push_back(batch);
     }
     MaybeWriteLocked();
   }
@@ -90,8 +101,8 @@ class BlockEventPublisher::Subscription final
   BlockEventPublisher* const publisher_;
   const int32_t max_pending_;
   absl::Mutex mu_;
-  std::deque<tandem::v1::BlockEventBatch> pending_ ABSL_GUARDED_BY(mu_);
-  tandem::v1::BlockEventBatch current_ ABSL_GUARDED_BY(mu_);  // the write in flight
+  std::deque<grpc::ByteBuffer> pending_ ABSL_GUARDED_BY(mu_);
+  grpc::ByteBuffer current_ ABSL_GUARDED_BY(mu_);  // the write in flight
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -173,9 +184,15 @@ void BlockEventPublisher::SendLoadChangeLocked() {
   SendLocked(NewDeltaLocked());
 }
 
+grpc::ByteBuffer BlockEventPublisher::SerializedSnapshotLocked() const {
+  return Serialize(SnapshotLocked());
+}
+
 void BlockEventPublisher::SendLocked(const tandem::v1::BlockEventBatch& batch) {
+  if (subscriptions_.empty()) return;
+  const grpc::ByteBuffer bytes = Serialize(batch);
   for (Subscription* s : subscriptions_) {
-    s->Offer(batch, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return SnapshotLocked(); });
+    s->Offer(bytes, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return SerializedSnapshotLocked(); });
   }
 }
 
@@ -229,15 +246,16 @@ void BlockEventPublisher::Resume() {
   suspended_.clear();
 }
 
-grpc::ServerWriteReactor<tandem::v1::BlockEventBatch>* BlockEventPublisher::Watch(
-    grpc::CallbackServerContext*, const tandem::v1::WatchBlockEventsRequest*) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* BlockEventPublisher::Watch(grpc::CallbackServerContext*,
+                                                                       const grpc::ByteBuffer*) {
   absl::MutexLock lock(&mu_);
   if (closed_) return new Refused("worker shutting down");
   if (!suspended_.empty()) return new Refused(suspended_);
   auto* s = new Subscription(this, std::max(options_.max_pending_batches, 1));
   subscriptions_.push_back(s);
   subscribers_gauge_.Set(static_cast<double>(subscriptions_.size()));
-  s->Offer(SnapshotLocked(), [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return SnapshotLocked(); });
+  s->Offer(SerializedSnapshotLocked(),
+           [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return SerializedSnapshotLocked(); });
   return s;
 }
 

@@ -5,6 +5,9 @@
 // blocks, numbered consecutively within this process's epoch. A subscriber
 // that falls more than `max_pending_batches` behind gets a fresh snapshot
 // instead of the batches it missed, so a slow gateway costs bounded memory.
+// A batch is serialized once for every subscriber (the method is served
+// raw: each stream writes the same bytes), so a gateway more costs a
+// socket write a batch, not a copy and a serialization too.
 // Publish() is called on the engine thread; subscriptions run on gRPC
 // threads. Thread-safe.
 #ifndef TANDEM_WORKER_BLOCK_EVENT_PUBLISHER_H_
@@ -37,7 +40,8 @@ struct BlockEventPublisherOptions {
   int32_t max_pending_batches = 1024;  // per subscriber, before a resnapshot
 };
 
-class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackService {
+class BlockEventPublisher final : public tandem::v1::BlockEvents::WithRawCallbackMethod_Watch<
+                                      tandem::v1::BlockEvents::Service> {
  public:
   // `registry` must outlive the publisher.
   BlockEventPublisher(const BlockEventPublisherOptions& options, prometheus::Registry& registry);
@@ -66,9 +70,9 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackServic
   void Suspend(const std::string& why);
   void Resume();
 
-  grpc::ServerWriteReactor<tandem::v1::BlockEventBatch>* Watch(
-      grpc::CallbackServerContext* ctx,
-      const tandem::v1::WatchBlockEventsRequest* request) override;
+  // A WatchBlockEventsRequest, which carries nothing the stream depends on.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Watch(grpc::CallbackServerContext* ctx,
+                                                    const grpc::ByteBuffer* request) override;
 
   uint64_t epoch() const { return epoch_; }
   int32_t subscribers() const;
@@ -90,9 +94,11 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::CallbackServic
   void SendLoadChangeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next delta batch (its sequence number taken), events to be added.
   tandem::v1::BlockEventBatch NewDeltaLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Offers `batch` to every subscription.
+  // Offers `batch`, serialized once, to every subscription.
   void SendLocked(const tandem::v1::BlockEventBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   tandem::v1::BlockEventBatch SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SnapshotLocked, serialized.
+  grpc::ByteBuffer SerializedSnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unsubscribe(Subscription* s);
 
   const BlockEventPublisherOptions options_;

@@ -4,7 +4,8 @@
 // end consistent; a worker that goes away loses its entries at once; a
 // restarted worker (new epoch) replaces what was known, and one restarted
 // on its address is subscribed again after its stream broke; a suspected
-// worker is down at once and back when a fresh snapshot arrives.
+// worker is down at once and back when a fresh snapshot arrives; two
+// gateways subscribed to one worker both follow it.
 #include "gateway/routing/block_event_subscriber.h"
 
 #include <gtest/gtest.h>
@@ -86,6 +87,34 @@ TEST(BlockEventSubscriberTest, TheIndexFollowsTheWorkersBlocks) {
   ASSERT_TRUE(sub.AwaitDisconnected(0, kWait));
   EXPECT_EQ(index.entries_of(0), 0);
   EXPECT_EQ(OverlapOf(index, {2, 3}), std::vector<int32_t>{0});
+}
+
+// Two gateways subscribed to one worker each get every batch (the
+// publisher serializes a batch once and writes the same bytes to both).
+TEST(BlockEventSubscriberTest, TwoGatewaysFollowOneWorker) {
+  prometheus::Registry registry;
+  Worker w(registry);
+  BlockIndex first, second;
+  rpc::ChannelCache channels;
+  BlockEventSubscriber a(first, channels, {w.server.address}, registry);
+  BlockEventSubscriber b(second, channels, {w.server.address}, registry);
+  ASSERT_TRUE(a.AwaitSynced(0, kWait));
+  ASSERT_TRUE(b.AwaitSynced(0, kWait));
+  for (uint64_t i = 1; i <= 50; ++i) w.publisher.Publish(Stored({i}));
+  std::vector<engine::BlockEvent> removed = {{.kind = engine::BlockEvent::Kind::kRemoved,
+                                              .hash = H(7),
+                                              .parent_hash = {},
+                                              .tier = engine::KvTier::kDevice}};
+  w.publisher.Publish(removed);
+  for (BlockEventSubscriber* sub : {&a, &b}) {
+    ASSERT_TRUE(sub->AwaitApplied(0, w.publisher.epoch(), 51, kWait));
+    EXPECT_EQ(sub->resyncs(), 0);
+  }
+  for (const BlockIndex* index : {&first, &second}) {
+    EXPECT_EQ(index->entries_of(0), 49);
+    EXPECT_EQ(OverlapOf(*index, {1, 2, 3, 4, 5, 6, 7, 8}), std::vector<int32_t>{6});
+    EXPECT_EQ(index->params()->block_size, 16);
+  }
 }
 
 // A worker's stream capacity (BlockEventPublisher::SetStreamCapacity, a
