@@ -58,7 +58,7 @@ size_t HolderTable::FindFrom(uint64_t mixed, Probe& probe) const {
   for (size_t d = 0;; ++d) {
     // Robin Hood: past a poorer key, `mixed` would be here by now.
     if (!Occupied(p) || (slots_[p].key != mixed && Distance(p) < d)) {
-      probe = Probe{.at = p, .distance = d};
+      probe = Probe{.at = p};
       return kNone;
     }
     if (slots_[p].key == mixed) return p;
@@ -67,26 +67,30 @@ size_t HolderTable::FindFrom(uint64_t mixed, Probe& probe) const {
 }
 
 void HolderTable::InsertNoGrow(Slot slot) {
-  InsertAt(slot, Probe{.at = Home(slot.key), .distance = 0});
+  Probe probe;
+  FindFrom(slot.key, probe);  // absent: where it goes
+  InsertAt(slot, probe);
 }
 
 void HolderTable::InsertAt(Slot slot, Probe probe) {
-  size_t p = probe.at;
-  size_t d = probe.distance;
-  while (true) {
-    if (slots_[p].holders == 0) {
-      slots_[p] = slot;
-      ++size_;
-      return;
-    }
-    const size_t resident = Distance(p);
-    if (resident < d) {  // the poorer key takes the slot and the richer moves on
-      std::swap(slot, slots_[p]);
-      d = resident;
-    }
-    if (++p == capacity_) p = 0;
-    ++d;
+  // The lookup stopped at the first key richer than `slot`'s (or an empty
+  // slot): keys stay in their homes' order, so that key and the rest of
+  // its run each move one slot along, into the run's first empty slot, in
+  // one copy rather than a swap and a distance a slot.
+  const size_t p = probe.at;
+  size_t e = p;
+  while (slots_[e].holders != 0) {
+    if (++e == capacity_) e = 0;
   }
+  if (e >= p) {
+    std::memmove(&slots_[p + 1], &slots_[p], (e - p) * sizeof(Slot));
+  } else {  // the run wraps past the array's end
+    std::memmove(&slots_[1], &slots_[0], e * sizeof(Slot));
+    slots_[0] = slots_[capacity_ - 1];
+    std::memmove(&slots_[p + 1], &slots_[p], (capacity_ - 1 - p) * sizeof(Slot));
+  }
+  slots_[p] = slot;
+  ++size_;
 }
 
 void HolderTable::Grow() {

@@ -382,11 +382,10 @@ class HolderTable {
   size_t Home(uint64_t mixed) const { return HomeIn(mixed, capacity_); }
   size_t Distance(size_t p) const;  // of the key in slot p from its home
   size_t Find(uint64_t key) const;  // the slot holding `key` (unmixed), or kNone
-  // Where a lookup of a key absent stopped: the slot it would take, and its
-  // distance there from its home.
+  // Where a lookup of a key absent stopped: the slot it would take (empty,
+  // or holding the first key richer than it).
   struct Probe {
     size_t at = 0;
-    size_t distance = 0;
   };
   // Find for a mixed key; when absent, sets `probe`.
   size_t FindFrom(uint64_t mixed, Probe& probe) const;
@@ -400,8 +399,9 @@ class HolderTable {
   static bool NoHolders(uint64_t w) { return (w & ~kUses) == 0; }
   // Places `slot`'s key (mixed), known absent, with room for it.
   void InsertNoGrow(Slot slot);
-  // Places `slot`'s key, known absent, from where its lookup stopped (Robin
-  // Hood: the richer keys from there on move one slot along).
+  // Places `slot`'s key, known absent, where its lookup stopped (Robin
+  // Hood: the richer keys from there to the run's end move one slot along,
+  // in one copy).
   void InsertAt(Slot slot, Probe probe);
   void Erase(size_t p);
   void Grow();
