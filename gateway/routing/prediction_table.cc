@@ -10,9 +10,7 @@ void PredictionTable::Insert(uint64_t key, uint16_t id, int64_t until_ns) {
   } else if (2 * (size_ + 1) > mask_ + 1) {
     Resize(2 * (mask_ + 1));
   }
-  size_t p = Home(key);
-  while (records_[p].id != 0) p = (p + 1) & mask_;
-  records_[p] = Record{.key = key, .until_ns = until_ns, .id = id};
+  Place(Record{.key = key, .until_ns = until_ns, .id = id});
   ++size_;
 }
 
@@ -59,11 +57,7 @@ void PredictionTable::Resize(size_t capacity) {
   records_.reset(new Record[capacity]);
   mask_ = capacity - 1;
   for (size_t p = 0; p < old_capacity; ++p) {
-    const Record& r = old[p];
-    if (r.id == 0) continue;
-    size_t q = Home(r.key);
-    while (records_[q].id != 0) q = (q + 1) & mask_;
-    records_[q] = r;
+    if (old[p].id != 0) Place(old[p]);
   }
 }
 

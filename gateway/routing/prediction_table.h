@@ -32,26 +32,17 @@ class PredictionTable {
   // The deadline (Unix nanoseconds) of worker `id`'s prediction of
   // `key` (mixed), or null when it has none; valid until the next change.
   int64_t* Find(uint64_t key, uint16_t id) {
-    if (size_ == 0) return nullptr;
-    for (size_t p = Home(key);; p = (p + 1) & mask_) {
-      Record& r = records_[p];
-      if (r.id == 0) return nullptr;
-      if (r.key == key && r.id == id) return &r.until_ns;
-    }
+    const size_t p = IndexOf(key, id);
+    return p == kNone ? nullptr : &records_[p].until_ns;
   }
   // Records `id`'s prediction of `key`, which it has none of; `id` > 0.
   void Insert(uint64_t key, uint16_t id, int64_t until_ns);
   // Ends `id`'s prediction of `key`; false when it had none.
   bool Erase(uint64_t key, uint16_t id) {
-    if (size_ == 0) return false;
-    for (size_t p = Home(key);; p = (p + 1) & mask_) {
-      const Record& r = records_[p];
-      if (r.id == 0) return false;
-      if (r.key == key && r.id == id) {
-        EraseAt(p);
-        return true;
-      }
-    }
+    const size_t p = IndexOf(key, id);
+    if (p == kNone) return false;
+    EraseAt(p);
+    return true;
   }
   // Calls f(id, until_ns) for each prediction of `key`.
   template <typename F>
@@ -77,10 +68,26 @@ class PredictionTable {
     uint16_t id = 0;  // 0: empty
   };
   static constexpr size_t kMinCapacity = 16;
+  static constexpr size_t kNone = ~size_t{0};
   size_t Home(uint64_t key) const {
     // Bits above the digest's (BlockIndex::Shard::Digest: the low 24) and
     // below the shard's (the top ones).
     return static_cast<size_t>(key >> 24) & mask_;
+  }
+  // Where (key, id)'s record is, or kNone.
+  size_t IndexOf(uint64_t key, uint16_t id) const {
+    if (size_ == 0) return kNone;
+    for (size_t p = Home(key);; p = (p + 1) & mask_) {
+      const Record& r = records_[p];
+      if (r.id == 0) return kNone;
+      if (r.key == key && r.id == id) return p;
+    }
+  }
+  // Puts `r` in the first empty record from its home (there is one).
+  void Place(const Record& r) {
+    size_t p = Home(r.key);
+    while (records_[p].id != 0) p = (p + 1) & mask_;
+    records_[p] = r;
   }
   void EraseAt(size_t p);
   // Moves the records to an array of `capacity` (a power of two).
