@@ -43,8 +43,10 @@ engine::BlockEvent Event(engine::BlockEvent::Kind kind, int64_t i) {
 // One run with `g` subscribers.
 absl::StatusOr<PublisherCostRun> RunOnce(const PublisherCostConfig& c, int32_t g) {
   prometheus::Registry registry;
-  worker::BlockEventPublisher publisher({.model_fingerprint = 7, .block_size = 16,
-                                         .kv_capacity_blocks = c.blocks_held},
+  worker::BlockEventPublisher publisher({.model_fingerprint = 7,
+                                         .block_size = 16,
+                                         .kv_capacity_blocks = c.blocks_held,
+                                         .coalesce = absl::Milliseconds(c.coalesce_ms)},
                                         registry);
   // The pool starts full, as a warm worker's is (every snapshot carries it).
   int64_t next = 0;
@@ -58,11 +60,13 @@ absl::StatusOr<PublisherCostRun> RunOnce(const PublisherCostConfig& c, int32_t g
   rpc::ServerOptions options;
   auto server = rpc::StartGrpcServer(options, {&publisher});
   if (!server.ok()) return server.status();
-  const int64_t last = 1 + c.batches;  // the fill was batch 1
+  // The last block stored: every run stores half of each step's events.
+  const int64_t last = c.blocks_held + int64_t{c.batches} * (c.events_per_batch / 2) - 1;
   pid_t child = -1;
   if (g > 0) {
-    std::vector<std::string> args = {c.self, "--connect", server->address, "--subscribers",
-                                     absl::StrCat(g), "--last-sequence", absl::StrCat(last)};
+    std::vector<std::string> args = {
+        c.self,          "--connect",    server->address,   "--subscribers",
+        absl::StrCat(g), "--last-block", absl::StrCat(last)};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -106,7 +110,8 @@ absl::StatusOr<PublisherCostRun> RunOnce(const PublisherCostConfig& c, int32_t g
 
 }  // namespace
 
-int RunSubscribers(const std::string& address, int32_t subscribers, int64_t last_sequence) {
+int RunSubscribers(const std::string& address, int32_t subscribers, int64_t last_block) {
+  const engine::BlockHash last = Block(last_block);
   std::vector<std::thread> threads;
   std::atomic<int> failed{0};
   for (int32_t i = 0; i < subscribers; ++i) {
@@ -123,7 +128,11 @@ int RunSubscribers(const std::string& address, int32_t subscribers, int64_t last
       auto reader = stub->Watch(&ctx, request);
       tandem::v1::BlockEventBatch batch;
       bool done = false;
-      while (!done && reader->Read(&batch)) done = static_cast<int64_t>(batch.sequence()) >= last_sequence;
+      while (!done && reader->Read(&batch)) {
+        for (const tandem::v1::BlockHashProto& h : batch.stored()) {
+          done = done || (h.low() == last.low && h.high() == last.high);
+        }
+      }
       if (!done) failed.fetch_add(1);
       ctx.TryCancel();
       reader->Finish();
@@ -168,10 +177,11 @@ std::string PublisherCostJson(const PublisherCostConfig& c, const PublisherCostR
   }
   return absl::StrFormat(
       "{\"bench\":\"publisher_cost\",\"batches\":%d,\"events_per_batch\":%d,"
-      "\"batches_per_second\":%d,\"blocks_held\":%d,\"events_per_second\":%.0f,"
+      "\"batches_per_second\":%d,\"blocks_held\":%d,\"coalesce_ms\":%d,\"events_per_second\":%.0f,"
       "\"core_fraction_per_subscriber\":%.5f,\"ns_per_event_per_subscriber\":%.1f,\"runs\":[%s]}",
-      c.batches, c.events_per_batch, c.batches_per_second, c.blocks_held, r.events_per_second,
-      r.core_fraction_per_subscriber, r.ns_per_event_per_subscriber, absl::StrJoin(runs, ","));
+      c.batches, c.events_per_batch, c.batches_per_second, c.blocks_held, c.coalesce_ms,
+      r.events_per_second, r.core_fraction_per_subscriber, r.ns_per_event_per_subscriber,
+      absl::StrJoin(runs, ","));
 }
 
 }  // namespace tandem::bench

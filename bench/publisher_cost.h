@@ -23,6 +23,7 @@ struct PublisherCostConfig {
   int32_t events_per_batch = 64;      // half stored, half removed once warm
   int32_t batches_per_second = 500;   // the steps' pace
   int64_t blocks_held = 100000;       // the worker's pool, in blocks
+  int32_t coalesce_ms = 5;            // the worker's --block-events-coalesce-ms
   std::string self;                   // this binary, to run the subscribers
 };
 
@@ -44,8 +45,9 @@ struct PublisherCostResult {
 absl::StatusOr<PublisherCostResult> RunPublisherCost(const PublisherCostConfig& config);
 
 // The child's side: `subscribers` streams from `address`, each read until
-// it has a batch numbered `last_sequence`; returns the process's exit code.
-int RunSubscribers(const std::string& address, int32_t subscribers, int64_t last_sequence);
+// a batch reports block number `last_block` stored (the run's last, never
+// removed); returns the process's exit code.
+int RunSubscribers(const std::string& address, int32_t subscribers, int64_t last_block);
 
 std::string PublisherCostJson(const PublisherCostConfig& config,
                               const PublisherCostResult& result);

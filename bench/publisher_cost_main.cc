@@ -16,16 +16,24 @@
 
 int main(int argc, char** argv) {
   const std::vector<tandem::common::FlagSpec> specs = {
-      {.name = "subscribers", .default_value = "0,1,2,4,8,16",
+      {.name = "subscribers",
+       .default_value = "0,1,2,4,8,16",
        .help = "gateways subscribed, one run each (comma-separated)"},
       {.name = "batches", .default_value = "4000", .help = "engine steps published per run"},
-      {.name = "events-per-batch", .default_value = "64",
+      {.name = "events-per-batch",
+       .default_value = "64",
        .help = "block events per step (half stored, half removed)"},
       {.name = "batches-per-second", .default_value = "500", .help = "the steps' pace"},
-      {.name = "blocks-held", .default_value = "100000",
+      {.name = "blocks-held",
+       .default_value = "100000",
        .help = "the worker's pool in blocks (what each snapshot carries)"},
+      {.name = "coalesce-ms",
+       .default_value = "5",
+       .help = "the worker's --block-events-coalesce-ms (0: a batch per step)"},
       {.name = "connect", .help = "(internal) subscribe to this address instead"},
-      {.name = "last-sequence", .default_value = "0", .help = "(internal) read up to this batch"},
+      {.name = "last-block",
+       .default_value = "0",
+       .help = "(internal) read until this block is stored"},
       {.name = "out", .help = "file to append the JSON line to"},
   };
   int exit_code = 0;
@@ -42,7 +50,7 @@ int main(int argc, char** argv) {
     subscribers.push_back(g);
   }
   if (args->IsSet("connect")) {
-    auto last = args->Int("last-sequence");
+    auto last = args->Int("last-block");
     if (!last.ok() || subscribers.size() != 1) return 2;
     return tandem::bench::RunSubscribers(args->String("connect"), subscribers[0], *last);
   }
@@ -50,7 +58,9 @@ int main(int argc, char** argv) {
   auto events = args->IntInRange("events-per-batch", 2, 1 << 16);
   auto pace = args->IntInRange("batches-per-second", 1, 100000);
   auto held = args->IntInRange("blocks-held", 1, 1 << 26);
-  for (const absl::Status& s : {batches.status(), events.status(), pace.status(), held.status()}) {
+  auto coalesce = args->IntInRange("coalesce-ms", 0, 1000);
+  for (const absl::Status& s :
+       {batches.status(), events.status(), pace.status(), held.status(), coalesce.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-publisher-bench: " << s.message() << "\n";
       return 2;
@@ -62,6 +72,7 @@ int main(int argc, char** argv) {
   c.events_per_batch = *events;
   c.batches_per_second = *pace;
   c.blocks_held = *held;
+  c.coalesce_ms = *coalesce;
   c.self = "/proc/self/exe";
   absl::StatusOr<tandem::bench::PublisherCostResult> r = tandem::bench::RunPublisherCost(c);
   if (!r.ok()) {
@@ -74,9 +85,9 @@ int main(int argc, char** argv) {
                                  100 * run.cpu_seconds / run.seconds);
   }
   std::cout << absl::StrFormat(
-      "publisher: %d events/s in %d steps/s: one more subscriber costs %.3f%% of a core "
-      "(%.0f ns per event)\n",
-      static_cast<int>(r->events_per_second), c.batches_per_second,
+      "publisher: %d events/s in %d steps/s, coalesced over %d ms: one more subscriber costs "
+      "%.3f%% of a core (%.0f ns per event)\n",
+      static_cast<int>(r->events_per_second), c.batches_per_second, c.coalesce_ms,
       100 * r->core_fraction_per_subscriber, r->ns_per_event_per_subscriber);
   if (args->IsSet("out")) {
     std::ofstream out(args->String("out"), std::ios::app);

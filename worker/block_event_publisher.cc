@@ -115,9 +115,33 @@ BlockEventPublisher::BlockEventPublisher(const BlockEventPublisherOptions& optio
         return (uint64_t{rd()} << 32) | rd();
       }()),
       subscribers_gauge_(rpc::GaugeMetric(registry, "tandem_block_event_subscribers",
-                                          "Gateways subscribed to this worker's block events")) {}
+                                          "Gateways subscribed to this worker's block events")) {
+  if (options_.coalesce > absl::ZeroDuration()) flusher_ = std::thread([this] { FlushWhenDue(); });
+}
 
-BlockEventPublisher::~BlockEventPublisher() = default;
+BlockEventPublisher::~BlockEventPublisher() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (flusher_.joinable()) flusher_.join();
+}
+
+void BlockEventPublisher::FlushWhenDue() {
+  absl::MutexLock lock(&mu_);
+  const auto waiting = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return stopping_ || !touched_.empty();
+  };
+  while (true) {
+    mu_.Await(absl::Condition(&waiting));
+    if (stopping_) return;
+    // Another batch (a Publish() that was due, a load change) may have
+    // gone out in the meantime, and moved the time this one is due.
+    const absl::Time due = last_batch_ + options_.coalesce;
+    if (mu_.AwaitWithDeadline(absl::Condition(&stopping_), due)) return;
+    if (!touched_.empty() && absl::Now() >= last_batch_ + options_.coalesce) FlushLocked();
+  }
+}
 
 namespace {
 
@@ -153,11 +177,11 @@ tandem::v1::BlockEventBatch BlockEventPublisher::NewBatchLocked() const {
 tandem::v1::BlockEventBatch BlockEventPublisher::SnapshotLocked() const {
   tandem::v1::BlockEventBatch b = NewBatchLocked();
   b.set_snapshot(true);
-  b.mutable_stored()->Reserve(static_cast<int>(held_.size()));
+  b.mutable_stored()->Reserve(static_cast<int>(blocks_held_));
   for (const auto& [h, tiers] : held_) {
     for (int t = 0; t < engine::kNumKvTiers; ++t) {
       const auto tier = static_cast<engine::KvTier>(t);
-      if ((tiers & TierBit(tier)) == 0) continue;
+      if ((tiers.held & TierBit(tier)) == 0) continue;
       rpc::BlockHashToProto(h, tier == engine::KvTier::kDevice
                                    ? b.add_stored()
                                    : TierEntry(b, tier)->add_stored());
@@ -181,7 +205,7 @@ void BlockEventPublisher::SetDraftKvRoom(int32_t room) {
 void BlockEventPublisher::SendLoadChangeLocked() {
   const bool changed = stream_capacity_ != sent_capacity_ || draft_kv_room_ != sent_draft_kv_room_;
   if (!changed || absl::Now() - last_batch_ < kCapacityInterval) return;
-  SendLocked(NewDeltaLocked());
+  FlushLocked();
 }
 
 grpc::ByteBuffer BlockEventPublisher::SerializedSnapshotLocked() const {
@@ -196,35 +220,66 @@ void BlockEventPublisher::SendLocked(const tandem::v1::BlockEventBatch& batch) {
   }
 }
 
-tandem::v1::BlockEventBatch BlockEventPublisher::NewDeltaLocked() {
+void BlockEventPublisher::FlushLocked() {
   ++sequence_;
   last_batch_ = absl::Now();
   sent_capacity_ = stream_capacity_;
   sent_draft_kv_room_ = draft_kv_room_;
-  return NewBatchLocked();
+  // With no subscriber the batch is numbered and its changes settled, but
+  // not built.
+  const bool send = !subscriptions_.empty();
+  tandem::v1::BlockEventBatch batch;
+  if (send) batch = NewBatchLocked();
+  for (const engine::BlockHash& h : touched_) {
+    const auto it = held_.find(h);
+    Tiers& tiers = it->second;
+    for (int t = 0; send && t < engine::kNumKvTiers; ++t) {
+      const auto tier = static_cast<engine::KvTier>(t);
+      const uint8_t bit = TierBit(tier);
+      if ((tiers.held & bit) == (tiers.sent & bit)) continue;  // none, or cancelled
+      const bool stored = (tiers.held & bit) != 0;
+      tandem::v1::BlockHashProto* proto;
+      if (tier == engine::KvTier::kDevice) {
+        proto = stored ? batch.add_stored() : batch.add_removed();
+      } else {
+        tandem::v1::TierBlockEvents* entry = TierEntry(batch, tier);
+        proto = stored ? entry->add_stored() : entry->add_removed();
+      }
+      rpc::BlockHashToProto(h, proto);
+    }
+    tiers.sent = tiers.held;
+    tiers.touched = false;
+    if (tiers.held == 0) held_.erase(it);
+  }
+  touched_.clear();
+  if (send) SendLocked(batch);
 }
 
 void BlockEventPublisher::Publish(std::span<const engine::BlockEvent> events) {
-  if (events.empty()) return;
   absl::MutexLock lock(&mu_);
-  tandem::v1::BlockEventBatch batch = NewDeltaLocked();
   for (const engine::BlockEvent& e : events) {
-    const bool device = e.tier == engine::KvTier::kDevice;
     const uint8_t bit = TierBit(e.tier);
+    Tiers* tiers;
     if (e.kind == engine::BlockEvent::Kind::kStored) {
-      held_[e.hash] |= bit;
-      rpc::BlockHashToProto(e.hash,
-                            device ? batch.add_stored() : TierEntry(batch, e.tier)->add_stored());
+      tiers = &held_[e.hash];
+      blocks_held_ += tiers->held == 0 ? 1 : 0;
+      tiers->held |= bit;
     } else {
-      if (const auto it = held_.find(e.hash); it != held_.end()) {
-        it->second &= static_cast<uint8_t>(~bit);
-        if (it->second == 0) held_.erase(it);
-      }
-      rpc::BlockHashToProto(e.hash, device ? batch.add_removed()
-                                           : TierEntry(batch, e.tier)->add_removed());
+      const auto it = held_.find(e.hash);
+      if (it == held_.end()) continue;  // never told
+      tiers = &it->second;
+      const uint8_t was = tiers->held;
+      tiers->held &= static_cast<uint8_t>(~bit);
+      blocks_held_ -= was != 0 && tiers->held == 0 ? 1 : 0;
+    }
+    if (!tiers->touched) {
+      tiers->touched = true;
+      touched_.push_back(e.hash);
     }
   }
-  SendLocked(batch);
+  if (touched_.empty()) return;
+  // Within `coalesce` of the last batch the flusher sends it once due.
+  if (absl::Now() - last_batch_ >= options_.coalesce) FlushLocked();
 }
 
 void BlockEventPublisher::Close() {
@@ -251,6 +306,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* BlockEventPublisher::Watch(grpc::Cal
   absl::MutexLock lock(&mu_);
   if (closed_) return new Refused("worker shutting down");
   if (!suspended_.empty()) return new Refused(suspended_);
+  // What waits goes to the others first: the snapshot includes it.
+  if (!touched_.empty()) FlushLocked();
   auto* s = new Subscription(this, std::max(options_.max_pending_batches, 1));
   subscriptions_.push_back(s);
   subscribers_gauge_.Set(static_cast<double>(subscriptions_.size()));
@@ -278,13 +335,17 @@ int32_t BlockEventPublisher::subscribers() const {
 
 int64_t BlockEventPublisher::blocks_held() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int64_t>(held_.size());
+  return blocks_held_;
 }
 
 int32_t BlockEventPublisher::LeadingHeld(std::span<const engine::BlockHash> chain) const {
   absl::MutexLock lock(&mu_);
   int32_t n = 0;
-  while (n < static_cast<int32_t>(chain.size()) && held_.contains(chain[n])) ++n;
+  while (n < static_cast<int32_t>(chain.size())) {
+    const auto it = held_.find(chain[n]);
+    if (it == held_.end() || it->second.held == 0) break;
+    ++n;
+  }
   return n;
 }
 

@@ -30,6 +30,13 @@ std::vector<common::FlagSpec> WorkerFlagSpecs() {
   for (common::FlagSpec& s : rpc::AdmissionFlagSpecs({})) specs.push_back(std::move(s));
   specs.push_back(rpc::DrainFlagSpec());
   specs.push_back(rpc::HealthListenFlagSpec());
+  specs.push_back({.name = "block-events-coalesce-ms",
+                   .default_value = "5",
+                   .help = "block events of engine steps within this many ms of the last batch "
+                           "sent to gateways wait and go out merged in one batch (a block "
+                           "stored and removed meanwhile in neither list), so a gateway costs "
+                           "the worker a message per interval rather than per step; 0 = a "
+                           "batch per step"});
   specs.push_back({.name = "engine-stall-timeout-ms", .default_value = "30000",
                    .help = "an engine step (with its queued operations) running longer than "
                            "this marks the worker NOT_SERVING until it ends; 0 = off"});
@@ -68,6 +75,7 @@ absl::StatusOr<Worker> StartWorker(
   ASSIGN_OR_RETURN(const int32_t stall_ms,
                    args.IntInRange("engine-stall-timeout-ms", 0, 24 * 3600 * 1000));
   w.stall_timeout = absl::Milliseconds(stall_ms);
+  ASSIGN_OR_RETURN(const int32_t coalesce_ms, args.IntInRange("block-events-coalesce-ms", 0, 1000));
   ASSIGN_OR_RETURN(const KvTierOptions tier_options, KvTierOptionsFromArgs(args));
   ASSIGN_OR_RETURN(w.model, engine::Model::Load(args.String("model")));
   ASSIGN_OR_RETURN(w.draft_model, engine::LoadDraftModel(setup));
@@ -84,7 +92,8 @@ absl::StatusOr<Worker> StartWorker(
       BlockEventPublisherOptions{.model_fingerprint = eng->kv_layout().fingerprint,
                                  .block_size = eng->kv_block_size(),
                                  .kv_capacity_blocks = eng->stats().blocks_total,
-                                 .max_context = eng->max_context()},
+                                 .max_context = eng->max_context(),
+                                 .coalesce = absl::Milliseconds(coalesce_ms)},
       w.metrics->registry());
   BlockEventPublisher* publisher = w.block_events.get();
   // Before any step: the snapshot a gateway gets first carries it.
