@@ -52,10 +52,12 @@ struct Served {
   Served(prometheus::Registry& registry, absl::Duration coalesce)
       : publisher({.model_fingerprint = 5, .block_size = 16, .coalesce = coalesce}, registry) {
     auto s = rpc::StartGrpcServer(rpc::ServerOptions{}, {&publisher});
-    EXPECT_TRUE(s.ok());
-    server = std::move(*s);
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (s.ok()) server = std::move(*s);
   }
-  ~Served() { rpc::ShutdownServer(*server.server, absl::ZeroDuration()); }
+  ~Served() {
+    if (server.server != nullptr) rpc::ShutdownServer(*server.server, absl::ZeroDuration());
+  }
   BlockEventPublisher publisher;
   rpc::StartedServer server;
 };
