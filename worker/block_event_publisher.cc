@@ -160,7 +160,7 @@ tandem::v1::TierBlockEvents* TierEntry(tandem::v1::BlockEventBatch& b, engine::K
 
 }  // namespace
 
-tandem::v1::BlockEventBatch BlockEventPublisher::NewBatchLocked() const {
+tandem::v1::BlockEventBatch BlockEventPublisher::NewBatchLocked(absl::Time produced) const {
   tandem::v1::BlockEventBatch b;
   b.set_epoch(epoch_);
   b.set_sequence(sequence_);
@@ -170,12 +170,12 @@ tandem::v1::BlockEventBatch BlockEventPublisher::NewBatchLocked() const {
   b.set_max_context(options_.max_context);
   b.set_stream_capacity(stream_capacity_);
   b.set_draft_kv_room(draft_kv_room_);
-  b.set_produced_unix_seconds(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  b.set_produced_unix_seconds(absl::ToDoubleSeconds(produced - absl::UnixEpoch()));
   return b;
 }
 
 tandem::v1::BlockEventBatch BlockEventPublisher::SnapshotLocked() const {
-  tandem::v1::BlockEventBatch b = NewBatchLocked();
+  tandem::v1::BlockEventBatch b = NewBatchLocked(absl::Now());
   b.set_snapshot(true);
   b.mutable_stored()->Reserve(static_cast<int>(blocks_held_));
   for (const auto& [h, tiers] : held_) {
@@ -229,7 +229,7 @@ void BlockEventPublisher::FlushLocked() {
   // not built.
   const bool send = !subscriptions_.empty();
   tandem::v1::BlockEventBatch batch;
-  if (send) batch = NewBatchLocked();
+  if (send) batch = NewBatchLocked(touched_.empty() ? last_batch_ : first_touched_);
   for (const engine::BlockHash& h : touched_) {
     const auto it = held_.find(h);
     Tiers& tiers = it->second;
@@ -274,6 +274,7 @@ void BlockEventPublisher::Publish(std::span<const engine::BlockEvent> events) {
     }
     if (!tiers->touched) {
       tiers->touched = true;
+      if (touched_.empty()) first_touched_ = absl::Now();
       touched_.push_back(e.hash);
     }
   }

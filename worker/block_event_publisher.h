@@ -100,8 +100,10 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::WithRawCallbac
  private:
   class Subscription;
 
-  // A batch numbered sequence_ with the worker's fields, no events.
-  tandem::v1::BlockEventBatch NewBatchLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A batch numbered sequence_ with the worker's fields, no events,
+  // produced at `produced`.
+  tandem::v1::BlockEventBatch NewBatchLocked(absl::Time produced) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A batch for a changed stream capacity or draft_kv_room, once no batch
   // went out for kCapacityInterval.
   void SendLoadChangeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -135,6 +137,9 @@ class BlockEventPublisher final : public tandem::v1::BlockEvents::WithRawCallbac
   // The hashes Publish() changed since the last batch, in the order first
   // touched.
   std::vector<engine::BlockHash> touched_ ABSL_GUARDED_BY(mu_);
+  // When the first of them was published: the next batch's produced time,
+  // so a gateway's event lag counts the wait.
+  absl::Time first_touched_ ABSL_GUARDED_BY(mu_);
   uint64_t sequence_ ABSL_GUARDED_BY(mu_) = 0;  // the last batch published
   int32_t stream_capacity_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t sent_capacity_ ABSL_GUARDED_BY(mu_) = 0;  // what the last batch carried

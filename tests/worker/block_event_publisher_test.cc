@@ -3,8 +3,9 @@
 // stored and removed again in between is in neither list); with a
 // coalescing interval, steps within it of the last batch go out together,
 // from the publisher's own thread once the interval has passed, or at once
-// when another gateway subscribes (its snapshot includes them). A worker's
-// interval out of range is refused at start-up.
+// when another gateway subscribes (its snapshot includes them), carrying
+// the time the first of them was published. A worker's interval out of
+// range is refused at start-up.
 #include "worker/block_event_publisher.h"
 
 #include <gtest/gtest.h>
@@ -145,6 +146,7 @@ TEST(BlockEventPublisherTest, StepsWithinTheIntervalWaitForOneBatch) {
   EXPECT_EQ(Lows(b->stored()), (std::vector<uint64_t>{1, 2}));
 
   w.publisher.Publish(std::vector<engine::BlockEvent>{Store(3), Store(4)});
+  const double first_waiting = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   w.publisher.Publish(std::vector<engine::BlockEvent>{Remove(3), Remove(1)});
   w.publisher.Publish(std::vector<engine::BlockEvent>{Store(5)});
   EXPECT_EQ(w.publisher.sequence(), 1u);  // all three wait
@@ -160,6 +162,9 @@ TEST(BlockEventPublisherTest, StepsWithinTheIntervalWaitForOneBatch) {
   EXPECT_EQ(b->sequence(), 2u);
   EXPECT_EQ(Lows(b->stored()), (std::vector<uint64_t>{4, 5}));  // 3 came and went
   EXPECT_EQ(Lows(b->removed()), (std::vector<uint64_t>{1}));
+  // Produced when its first event came (the event lag counts the wait),
+  // not when it went out.
+  EXPECT_LE(b->produced_unix_seconds(), first_waiting);
   std::optional<tandem::v1::BlockEventBatch> snapshot = second.Next();
   ASSERT_TRUE(snapshot.has_value());
   EXPECT_TRUE(snapshot->snapshot());
