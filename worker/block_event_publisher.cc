@@ -158,6 +158,19 @@ tandem::v1::TierBlockEvents* TierEntry(tandem::v1::BlockEventBatch& b, engine::K
   return t;
 }
 
+// Adds `h` to `b`'s stored or removed hashes in `tier`.
+void AddEvent(tandem::v1::BlockEventBatch& b, engine::KvTier tier, bool stored,
+              const engine::BlockHash& h) {
+  tandem::v1::BlockHashProto* proto;
+  if (tier == engine::KvTier::kDevice) {
+    proto = stored ? b.add_stored() : b.add_removed();
+  } else {
+    tandem::v1::TierBlockEvents* entry = TierEntry(b, tier);
+    proto = stored ? entry->add_stored() : entry->add_removed();
+  }
+  rpc::BlockHashToProto(h, proto);
+}
+
 }  // namespace
 
 tandem::v1::BlockEventBatch BlockEventPublisher::NewBatchLocked(absl::Time produced) const {
@@ -181,10 +194,7 @@ tandem::v1::BlockEventBatch BlockEventPublisher::SnapshotLocked() const {
   for (const auto& [h, tiers] : held_) {
     for (int t = 0; t < engine::kNumKvTiers; ++t) {
       const auto tier = static_cast<engine::KvTier>(t);
-      if ((tiers.held & TierBit(tier)) == 0) continue;
-      rpc::BlockHashToProto(h, tier == engine::KvTier::kDevice
-                                   ? b.add_stored()
-                                   : TierEntry(b, tier)->add_stored());
+      if ((tiers.held & TierBit(tier)) != 0) AddEvent(b, tier, /*stored=*/true, h);
     }
   }
   return b;
@@ -233,19 +243,12 @@ void BlockEventPublisher::FlushLocked() {
   for (const engine::BlockHash& h : touched_) {
     const auto it = held_.find(h);
     Tiers& tiers = it->second;
+    // Each tier whose bit changed, stored or removed (none: nothing, or
+    // cancelled out).
     for (int t = 0; send && t < engine::kNumKvTiers; ++t) {
       const auto tier = static_cast<engine::KvTier>(t);
       const uint8_t bit = TierBit(tier);
-      if ((tiers.held & bit) == (tiers.sent & bit)) continue;  // none, or cancelled
-      const bool stored = (tiers.held & bit) != 0;
-      tandem::v1::BlockHashProto* proto;
-      if (tier == engine::KvTier::kDevice) {
-        proto = stored ? batch.add_stored() : batch.add_removed();
-      } else {
-        tandem::v1::TierBlockEvents* entry = TierEntry(batch, tier);
-        proto = stored ? entry->add_stored() : entry->add_removed();
-      }
-      rpc::BlockHashToProto(h, proto);
+      if (((tiers.held ^ tiers.sent) & bit) != 0) AddEvent(batch, tier, (tiers.held & bit) != 0, h);
     }
     tiers.sent = tiers.held;
     tiers.touched = false;
