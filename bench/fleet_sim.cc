@@ -60,12 +60,24 @@ size_t HeapInUse() {
 using Clock = std::chrono::steady_clock;
 constexpr uint64_t kFingerprint = 0x5eedf1ee7ull;
 
-// This thread's CPU time.
+// This thread's CPU time. Linux reads it with a system call (no vDSO):
+// 0.2-1.2 us a read on the VMs measured (docs/benchmarks.md), so it times
+// what takes far longer than that (a route, a whole run), never a batch.
 Clock::duration ThreadCpu() {
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(ts.tv_sec) +
                                                     std::chrono::nanoseconds(ts.tv_nsec));
+}
+
+// What one read of `clock` costs, in ns: the mean over many reads (each a
+// call into the C library, which the compiler keeps).
+template <typename F>
+double ReadCostNs(F clock) {
+  constexpr int kReads = 20000;
+  const Clock::time_point t0 = Clock::now();
+  for (int i = 0; i < kReads; ++i) clock();
+  return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kReads;
 }
 
 uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
@@ -257,6 +269,8 @@ double Percentile(std::vector<double>& sorted, double p) {
 
 FleetResult RunFleet(const FleetConfig& config) {
   FleetResult r;
+  r.steady_clock_read_ns = ReadCostNs([] { return Clock::now().time_since_epoch(); });
+  r.thread_clock_read_ns = ReadCostNs(ThreadCpu);
   const Prompts prompts(config);
   std::vector<std::string> addresses;
   for (int32_t i = 0; i < config.workers; ++i) addresses.push_back(absl::StrFormat("w%d", i));
@@ -272,16 +286,20 @@ FleetResult RunFleet(const FleetConfig& config) {
   std::mt19937_64 rng(config.seed);
   std::vector<SimWorker> workers;
   workers.reserve(static_cast<size_t>(config.workers));
-  // The applying thread's CPU time, not the wall clock: "per core", and
-  // blind to other processes taking the core away.
+  // Time in Apply, by the steady clock around each batch: a vDSO read of
+  // about 50 ns against a batch's few us (the thread's CPU clock, a system
+  // call, took up to a third of it). The wall clock also counts what the
+  // core was taken away for, so the main thread's CPU time over the
+  // measured requests is set beside its wall time (main_thread_on_cpu): at
+  // 1, what Apply took was all CPU.
   Clock::duration applying{};
   Clock::duration resetting{};  // snapshots' share: the worker's old entries swept
   Clock::duration measured_deltas{};  // the deltas' while the measured requests run
   bool in_measure = false;
   auto apply = [&](int worker, const tandem::v1::BlockEventBatch& batch) {
-    const Clock::duration t0 = ThreadCpu();
+    const Clock::time_point t0 = Clock::now();
     const gateway::BlockIndex::Applied applied = index.Apply(worker, batch);
-    const Clock::duration took = ThreadCpu() - t0;
+    const Clock::duration took = Clock::now() - t0;
     applying += took;
     if (batch.snapshot()) {
       resetting += took;
@@ -377,10 +395,14 @@ FleetResult RunFleet(const FleetConfig& config) {
   // What the oracle needs of the measured requests, scored after the run.
   std::optional<FleetOracle> oracle_log;
   const int64_t total_requests = config.warmup_requests + config.requests;
+  Clock::time_point measure_wall_start;
+  Clock::duration measure_cpu_start{};
   for (int64_t q = 0; q < total_requests; ++q) {
     const bool measured = q >= config.warmup_requests;
     in_measure = measured;
     if (q == config.warmup_requests) {
+      measure_wall_start = Clock::now();
+      measure_cpu_start = ThreadCpu();
       oracle_log.emplace(config.workers, config.prompt_blocks, config.block_size);
       for (int32_t i = 0; i < config.workers; ++i) oracle_log->Begin(i, workers[i].Snapshot());
       if (!measuring.HasBeenNotified()) measuring.Notify();
@@ -427,6 +449,11 @@ FleetResult RunFleet(const FleetConfig& config) {
     while (static_cast<int32_t>(lagging.size()) > config.event_lag) deliver();
   }
   while (!lagging.empty()) deliver();
+  if (config.requests > 0) {
+    const double wall = std::chrono::duration<double>(Clock::now() - measure_wall_start).count();
+    const double cpu = std::chrono::duration<double>(ThreadCpu() - measure_cpu_start).count();
+    r.main_thread_on_cpu = wall > 0 ? cpu / wall : 0;
+  }
   done.store(true);
   if (!measuring.HasBeenNotified()) measuring.Notify();
   for (std::thread& t : routers) t.join();
@@ -520,7 +547,8 @@ std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
       "\"predictions\":%d,\"shards\":%d,\"measured_stored\":%d,\"measured_removed\":%d,"
       "\"measured_delta_events_per_second\":%.0f,\"predicting_route_cpu_p50_us\":%.1f,"
       "\"predicting_route_cpu_p99_us\":%.1f,\"side_route_cpu_p50_us\":%.1f,"
-      "\"side_route_cpu_p99_us\":%.1f,\"retired_per_sweep\":%d}",
+      "\"side_route_cpu_p99_us\":%.1f,\"retired_per_sweep\":%d,\"main_thread_on_cpu\":%.4f,"
+      "\"steady_clock_read_ns\":%.1f,\"thread_clock_read_ns\":%.1f}",
       c.workers, c.blocks_per_worker, c.prompt_blocks, c.requests, c.in_flight, c.event_lag,
       c.router_threads, r.events, r.events_per_second, r.entries, r.bytes_per_entry, r.routes,
       r.route_p50_us, r.route_p99_us, r.route_p999_us, r.hit_rate_vs_oracle, r.restarts,
@@ -529,7 +557,8 @@ std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
       r.route_cpu_p99_us, r.peak_rss_bytes, r.delta_events_per_second, r.predictions, c.shards,
       r.measured_stored, r.measured_removed, r.measured_delta_events_per_second,
       r.predicting_route_cpu_p50_us, r.predicting_route_cpu_p99_us, r.side_route_cpu_p50_us,
-      r.side_route_cpu_p99_us, c.retired_per_sweep);
+      r.side_route_cpu_p99_us, c.retired_per_sweep, r.main_thread_on_cpu, r.steady_clock_read_ns,
+      r.thread_clock_read_ns);
 }
 
 }  // namespace tandem::bench

@@ -52,7 +52,7 @@ struct FleetConfig {
 
 struct FleetResult {
   int64_t events = 0;             // stored and removed hashes applied
-  double apply_seconds = 0;       // CPU time spent in BlockIndex::Apply
+  double apply_seconds = 0;       // time in BlockIndex::Apply (the steady clock)
   int64_t snapshots = 0;          // snapshot batches among them (starts, restarts, resyncs)
   double snapshot_seconds = 0;    // their share: each sweeps the worker's old entries
   int64_t snapshot_events = 0;    // the blocks those snapshots carried
@@ -67,7 +67,15 @@ struct FleetResult {
   int64_t measured_removed = 0;
   double measured_delta_seconds = 0;
   double measured_delta_events_per_second = 0;
-  double events_per_second = 0;   // per second of the applying thread's CPU time
+  double events_per_second = 0;  // per second of apply_seconds
+  // The applying (main) thread's CPU time over its wall time while the
+  // measured requests ran: below 1, the core was taken away from it now
+  // and then, and apply_seconds counts some of that too.
+  double main_thread_on_cpu = 0;
+  // What one read of each clock costs here: the steady clock's times each
+  // batch's Apply, the thread CPU clock's each route's CPU time.
+  double steady_clock_read_ns = 0;
+  double thread_clock_read_ns = 0;
   int64_t entries = 0;            // (block, worker) entries at the end
   int64_t hashes = 0;             // distinct blocks among them
   int64_t oracle_entries = 0;     // the workers' caches, summed

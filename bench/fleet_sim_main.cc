@@ -130,7 +130,8 @@ int main(int argc, char** argv) {
   const tandem::bench::FleetResult r = tandem::bench::RunFleet(c);
   std::cout << absl::StrFormat(
       "fleet: %d workers x %d blocks, %d requests of %d blocks, %d router threads\n"
-      "  events applied: %d, %.0f per second of the applying thread's CPU\n"
+      "  events applied: %d, %.0f per second in Apply (the applying thread on a core "
+      "%.1f%% of the measured time)\n"
       "  events applied: %.3f s in snapshots (%d: each sweeps a worker's old entries); "
       "the deltas alone %.0f per second\n"
       "  while routing (the measured requests): %d delta events (%d stored, %d removed), "
@@ -141,18 +142,18 @@ int main(int argc, char** argv) {
       "p50 %.1f us); CPU time per route p50 %.1f us, p99 %.1f us\n"
       "  CPU time per route by router: the fleet's own, predicting, p50 %.1f us, p99 %.1f us; "
       "the extra threads', p50 %.1f us, p99 %.1f us\n"
-      "  peak RSS: %.2f GiB\n"
+      "  peak RSS: %.2f GiB; a clock read: steady %.0f ns, thread CPU %.0f ns\n"
       "  hit rate vs oracle: %.4f (%d of %d blocks), %d restarts\n",
       c.workers, c.blocks_per_worker, c.requests, c.prompt_blocks, c.router_threads, r.events,
-      r.events_per_second, r.snapshot_seconds, r.snapshots, r.delta_events_per_second,
-      r.measured_stored + r.measured_removed, r.measured_stored, r.measured_removed,
-      r.measured_delta_events_per_second, r.entries, r.hashes, r.oracle_entries, r.bytes_per_entry,
-      r.table_bytes_per_entry, r.dropped_entries, r.predictions, r.routes, r.route_p50_us,
-      r.route_p99_us, r.route_p999_us, r.hash_p50_us, r.route_cpu_p50_us, r.route_cpu_p99_us,
-      r.predicting_route_cpu_p50_us, r.predicting_route_cpu_p99_us, r.side_route_cpu_p50_us,
-      r.side_route_cpu_p99_us,
-      static_cast<double>(r.peak_rss_bytes) / (1 << 30), r.hit_rate_vs_oracle, r.hit_blocks,
-      r.oracle_hit_blocks, r.restarts);
+      r.events_per_second, 100 * r.main_thread_on_cpu, r.snapshot_seconds, r.snapshots,
+      r.delta_events_per_second, r.measured_stored + r.measured_removed, r.measured_stored,
+      r.measured_removed, r.measured_delta_events_per_second, r.entries, r.hashes, r.oracle_entries,
+      r.bytes_per_entry, r.table_bytes_per_entry, r.dropped_entries, r.predictions, r.routes,
+      r.route_p50_us, r.route_p99_us, r.route_p999_us, r.hash_p50_us, r.route_cpu_p50_us,
+      r.route_cpu_p99_us, r.predicting_route_cpu_p50_us, r.predicting_route_cpu_p99_us,
+      r.side_route_cpu_p50_us, r.side_route_cpu_p99_us,
+      static_cast<double>(r.peak_rss_bytes) / (1 << 30), r.steady_clock_read_ns,
+      r.thread_clock_read_ns, r.hit_rate_vs_oracle, r.hit_blocks, r.oracle_hit_blocks, r.restarts);
   if (args->IsSet("out")) {
     std::ofstream out(args->String("out"), std::ios::app);
     out << tandem::bench::FleetJson(c, r) << "\n";
