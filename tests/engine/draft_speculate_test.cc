@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "engine/cpu/kernels.h"
 #include "engine/engine.h"
 #include "engine/kv/block_hash.h"
 #include "engine/kv/kv_tier.h"
@@ -310,6 +311,8 @@ TEST_F(DraftSpeculateTest, TheCacheHoldsWhatARunWithoutSpeculationLeaves) {
   EXPECT_EQ(plain.stats.spec_draft_proposed, 0);
   EXPECT_GT(spec.stats.spec_draft_accepted, 0);
   EXPECT_EQ(spec.stored, plain.stored);
+  const cpu::KernelTable& kernels = cpu::Kernels(cpu::DetectIsa());
+  const bool one_q4_path = kernels.vnni_gemv || kernels.packed_gemv != nullptr;
   for (size_t i = 0; i < rs.size(); ++i) {
     std::vector<int32_t> tokens = rs[i].prompt;
     for (const SampledToken& t : plain.tokens[i]) tokens.push_back(t.id);
@@ -332,7 +335,13 @@ TEST_F(DraftSpeculateTest, TheCacheHoldsWhatARunWithoutSpeculationLeaves) {
       // there at once). The draft's Q4_0 products quantize their input rows
       // to 8 bits, where a difference of 1e-6 (a token computed alone, or in
       // a chunk with others) can round a value the other way, so deeper in
-      // the draft a few values move by a few percent.
+      // the draft a few values move by a few percent. Without VNNI tiles or
+      // packed products (engine/cpu/kernels.h), a chunk of 64 tokens or more
+      // takes this model's short Q4_0 rows through dequantized sgemm, and a
+      // smaller one through the 8-bit dot (engine/cpu/matmul.cc:
+      // ChoosePath), so there the first layer moves by a few percent too,
+      // and deeper layers by up to about 6% (measured): still far from a
+      // stale slot's whole difference.
       const size_t per_layer = n / static_cast<size_t>(a->n_layer);
       const size_t model_values = per_layer * static_cast<size_t>(model_->config().n_layer);
       float model_worst = 0;
@@ -340,17 +349,19 @@ TEST_F(DraftSpeculateTest, TheCacheHoldsWhatARunWithoutSpeculationLeaves) {
       float draft_worst = 0;
       for (size_t j = 0; j < n; ++j) {
         const float d = std::abs(x[j] - y[j]);
+        const float relative = d / std::max(1.0f, std::abs(x[j]));
         if (j < model_values) {
           model_worst = std::max(model_worst, d);
         } else if (j < model_values + per_layer) {
-          draft_first_worst = std::max(draft_first_worst, d);
+          draft_first_worst = std::max(draft_first_worst, one_q4_path ? d : relative);
         } else {
-          draft_worst = std::max(draft_worst, d / std::max(1.0f, std::abs(x[j])));
+          draft_worst = std::max(draft_worst, relative);
         }
       }
       EXPECT_LT(model_worst, 1e-4f) << "request " << i << " block " << blk;
-      EXPECT_LT(draft_first_worst, 1e-4f) << "request " << i << " block " << blk;
-      EXPECT_LT(draft_worst, 0.05f) << "request " << i << " block " << blk;
+      EXPECT_LT(draft_first_worst, one_q4_path ? 1e-4f : 0.05f)
+          << "request " << i << " block " << blk;
+      EXPECT_LT(draft_worst, one_q4_path ? 0.05f : 0.15f) << "request " << i << " block " << blk;
     }
   }
 }
