@@ -1,12 +1,13 @@
 // The `tandem` binary end to end: make-model, quantize, generate (plain and
 // --jsonl), tokenize, and clear errors for bad flags.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
 #include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
