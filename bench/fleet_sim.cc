@@ -288,7 +288,7 @@ FleetResult RunFleet(const FleetConfig& config) {
   workers.reserve(static_cast<size_t>(config.workers));
   // Time in Apply, by the steady clock around each batch: a vDSO read of
   // about 50 ns against a batch's few us (the thread's CPU clock, a system
-  // call, took up to a third of it). The wall clock also counts what the
+  // call, took 5-13% of it on the VMs measured). The wall clock also counts what the
   // core was taken away for, so the main thread's CPU time over the
   // measured requests is set beside its wall time (main_thread_on_cpu): at
   // 1, what Apply took was all CPU.
