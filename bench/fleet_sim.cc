@@ -288,10 +288,10 @@ FleetResult RunFleet(const FleetConfig& config) {
   workers.reserve(static_cast<size_t>(config.workers));
   // Time in Apply, by the steady clock around each batch: a vDSO read of
   // about 50 ns against a batch's few us (the thread's CPU clock, a system
-  // call, took 5-13% of it on the VMs measured). The wall clock also counts what the
-  // core was taken away for, so the main thread's CPU time over the
-  // measured requests is set beside its wall time (main_thread_on_cpu): at
-  // 1, what Apply took was all CPU.
+  // call, took 5-13% of it on the VMs measured). The wall clock also counts
+  // what the core was taken away for, so the main thread's CPU time over
+  // the measured requests is set beside its wall time (main_thread_on_cpu):
+  // at 1, what Apply took was all CPU.
   Clock::duration applying{};
   Clock::duration resetting{};  // snapshots' share: the worker's old entries swept
   Clock::duration measured_deltas{};  // the deltas' while the measured requests run
