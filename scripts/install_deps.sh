@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build ccache pkg-config clang libclang-rt-14-dev libomp-dev
+  build-essential cmake ninja-build ccache lld pkg-config clang libclang-rt-14-dev libomp-dev
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libdnnl-dev ocl-icd-opencl-dev opencl-headers
   libicu-dev libxxhash-dev

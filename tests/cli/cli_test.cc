@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "tests/test_paths.h"
 
 namespace {
 
@@ -34,8 +35,8 @@ Result Shell(const std::string& cmd) {
   return r;
 }
 
-std::string Tandem() { return std::string(TANDEM_BIN_DIR) + "/tandem"; }
-std::string Stories() { return std::string(TANDEM_SHARED_MODELS_DIR) + "/stories260K.gguf"; }
+std::string Tandem() { return tandem::test_paths::BinDir() + "/tandem"; }
+std::string Stories() { return tandem::test_paths::StoriesPath(); }
 
 TEST(CliTest, GenerateStoriesGreedy) {
   const Result r = Shell(Tandem() + " generate --model " + Stories() +

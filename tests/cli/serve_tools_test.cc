@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "process/subprocess.h"
+#include "tests/test_paths.h"
 
 namespace {
 
@@ -45,14 +46,15 @@ Result Shell(const std::string& cmd) {
   return r;
 }
 
-std::string Bin(const std::string& name) { return absl::StrCat(TANDEM_BIN_DIR, "/", name); }
+std::string Bin(const std::string& name) {
+  return absl::StrCat(tandem::test_paths::BinDir(), "/", name);
+}
 
 class ServeToolsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     auto up = tandem::process::Subprocess::Start(
-        {Bin("tandem"), "up", "--model",
-         absl::StrCat(TANDEM_SHARED_MODELS_DIR, "/stories260K.gguf"), "--port", "0"});
+        {Bin("tandem"), "up", "--model", tandem::test_paths::StoriesPath(), "--port", "0"});
     ASSERT_TRUE(up.ok()) << up.status();
     up_ = up->release();
     absl::StatusOr<tandem::common::ReadyInfo> ready = up_->WaitReady(absl::Minutes(5));
@@ -115,7 +117,7 @@ TEST(ChatTest, UnreachableGatewayIsAClearError) {
 // forward pass yet), before serving or measuring anything, and exits 1;
 // `tandem up` passes it to both workers and exits 1 when they do.
 TEST(DeviceFlagTest, CudaIsRefusedAtStartUp) {
-  const std::string model = absl::StrCat(TANDEM_SHARED_MODELS_DIR, "/stories260K.gguf");
+  const std::string model = tandem::test_paths::StoriesPath();
   for (const std::string worker : {"tandem-prefill", "tandem-decode"}) {
     const Result r = Shell(absl::StrCat(Bin(worker), " --model ", model,
                                         " --listen 127.0.0.1:0 --device cuda 2>&1"));

@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "process/subprocess.h"
+#include "tests/test_paths.h"
 
 namespace {
 
@@ -70,7 +71,7 @@ class UpTest : public ::testing::Test {
     dir_ = tmpl;
     // A copy, not a link: SiblingBinary resolves /proc/self/exe, which
     // follows links back to build/bin.
-    fs::copy_file(fs::path(TANDEM_BIN_DIR) / "tandem", dir_ / "tandem");
+    fs::copy_file(fs::path(tandem::test_paths::BinDir()) / "tandem", dir_ / "tandem");
     fs::permissions(dir_ / "tandem", fs::perms::owner_all);
     for (const char* role : {"prefill", "decode", "gateway"}) WriteFake(role);
   }

@@ -15,6 +15,7 @@
 #include "tests/e2e/reference.h"
 #include "tests/e2e/stack.h"
 #include "tests/engine/test_models.h"
+#include "tests/test_paths.h"
 
 namespace tandem::testing {
 namespace {
@@ -22,7 +23,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-std::string StoriesPath() { return std::string(TANDEM_SHARED_MODELS_DIR) + "/stories260K.gguf"; }
+std::string StoriesPath() { return tandem::test_paths::StoriesPath(); }
 
 constexpr int32_t kDefaultMaxTokens = 7;
 

@@ -24,6 +24,7 @@
 #include "process/http_get.h"
 #include "rpc/health.h"
 #include "tests/e2e/stack.h"
+#include "tests/test_paths.h"
 
 namespace tandem::testing {
 namespace {
@@ -31,7 +32,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::string StoriesPath() { return std::string(TANDEM_SHARED_MODELS_DIR) + "/stories260K.gguf"; }
+std::string StoriesPath() { return tandem::test_paths::StoriesPath(); }
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -46,7 +47,7 @@ class Pki {
   Pki() {
     char pattern[] = "/tmp/tandem-pki-XXXXXX";
     dir_ = ::mkdtemp(pattern);
-    const std::string cmd = absl::StrCat("bash ", TANDEM_SOURCE_DIR,
+    const std::string cmd = absl::StrCat("bash ", tandem::test_paths::SourceDir(),
                                          "/tests/e2e/make_test_certs.sh ", dir_);
     ok_ = std::system(cmd.c_str()) == 0;
   }
@@ -90,9 +91,9 @@ std::string Curl(const std::string& args) {
 // Exit status of tandem-load with `flags` and the environment assignments
 // `env` (its output discarded).
 int Load(const std::string& flags, const std::string& env = "") {
-  const std::string cmd =
-      absl::StrCat(env, " ", TANDEM_BIN_DIR, "/tandem-load --requests 4 --concurrency 2 ",
-                   "--prompt-tokens 24 --max-tokens 2 ", flags, " >/dev/null 2>&1");
+  const std::string cmd = absl::StrCat(
+      env, " ", tandem::test_paths::BinDir(), "/tandem-load --requests 4 --concurrency 2 ",
+      "--prompt-tokens 24 --max-tokens 2 ", flags, " >/dev/null 2>&1");
   const int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }

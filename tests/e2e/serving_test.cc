@@ -17,13 +17,14 @@
 #include "tests/e2e/reference.h"
 #include "tests/e2e/stack.h"
 #include "tests/engine/test_models.h"
+#include "tests/test_paths.h"
 
 namespace tandem::testing {
 namespace {
 
 using ::testing::HasSubstr;
 
-std::string StoriesPath() { return std::string(TANDEM_SHARED_MODELS_DIR) + "/stories260K.gguf"; }
+std::string StoriesPath() { return tandem::test_paths::StoriesPath(); }
 
 // What the in-process engine (`tandem generate`) produces for the same
 // request.

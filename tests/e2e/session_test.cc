@@ -27,6 +27,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tests/e2e/stack.h"
+#include "tests/test_paths.h"
 
 // ASan's quarantine and shadow memory grow RSS by themselves; leaks there are
 // LeakSanitizer's to find.
@@ -44,7 +45,7 @@
 namespace tandem::testing {
 namespace {
 
-std::string StoriesPath() { return std::string(TANDEM_SHARED_MODELS_DIR) + "/stories260K.gguf"; }
+std::string StoriesPath() { return tandem::test_paths::StoriesPath(); }
 
 tandem::v1::SessionInfo Create(
     tandem::v1::Generation::Stub& stub, int32_t window, grpc::Status* status = nullptr,

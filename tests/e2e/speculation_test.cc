@@ -19,11 +19,12 @@
 #include "engine/model/model_quantizer.h"
 #include "tests/e2e/reference.h"
 #include "tests/e2e/stack.h"
+#include "tests/test_paths.h"
 
 namespace tandem::testing {
 namespace {
 
-std::string StoriesPath() { return std::string(TANDEM_SHARED_MODELS_DIR) + "/stories260K.gguf"; }
+std::string StoriesPath() { return tandem::test_paths::StoriesPath(); }
 
 constexpr char kRepetitive[] =
     "Lily went to the park. She saw a big red ball. She wanted to play with the ball. "

@@ -11,11 +11,12 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "process/http_get.h"
+#include "tests/test_paths.h"
 
 namespace tandem::testing {
 namespace {
 
-std::string Bin(const std::string& name) { return std::string(TANDEM_BIN_DIR) + "/" + name; }
+std::string Bin(const std::string& name) { return tandem::test_paths::BinDir() + "/" + name; }
 
 // Starts `argv` and waits for its READY line.
 absl::StatusOr<std::unique_ptr<process::Subprocess>> TryStartReady(

@@ -18,13 +18,14 @@
 #include "tests/e2e/reference.h"
 #include "tests/e2e/stack.h"
 #include "tests/e2e/synthetic.h"
+#include "tests/test_paths.h"
 
 namespace tandem::testing {
 namespace {
 
 using ::testing::HasSubstr;
 
-std::string StoriesPath() { return std::string(TANDEM_SHARED_MODELS_DIR) + "/stories260K.gguf"; }
+std::string StoriesPath() { return tandem::test_paths::StoriesPath(); }
 
 // Bounded so that every sampled output completes well within max_tokens.
 constexpr char kSchema[] = R"({
@@ -93,9 +94,9 @@ TEST_F(StructuredOutputTest, EverySeededSampledRunIsValidUnderTheSchema) {
     outputs << *line << "\n";
   }
   outputs.close();
-  const std::string command = absl::StrCat("/usr/bin/python3 ", TANDEM_SOURCE_DIR,
-                                           "/tests/e2e/check_json_schema.py ", schema_path, " ",
-                                           outputs_path);
+  const std::string command =
+      absl::StrCat("/usr/bin/python3 ", tandem::test_paths::SourceDir(),
+                   "/tests/e2e/check_json_schema.py ", schema_path, " ", outputs_path);
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
 }
 

@@ -13,6 +13,7 @@
 #include "engine/model/model.h"
 #include "engine/sched/request.h"
 #include "engine/model/synthetic_model.h"
+#include "tests/test_paths.h"
 
 namespace tandem::engine::testing {
 
@@ -49,9 +50,7 @@ inline absl::StatusOr<std::vector<TokenEvent>> Tokens(absl::StatusOr<StepOutput>
   return std::move(step->tokens);
 }
 
-inline std::string StoriesPath() {
-  return std::string(TANDEM_SHARED_MODELS_DIR) + "/stories260K.gguf";
-}
+inline std::string StoriesPath() { return tandem::test_paths::StoriesPath(); }
 
 }  // namespace tandem::engine::testing
 

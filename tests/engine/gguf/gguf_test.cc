@@ -15,14 +15,13 @@
 
 #include "engine/gguf/gguf_writer.h"
 #include "engine/gguf/tensor_type.h"
+#include "tests/test_paths.h"
 
 namespace tandem::engine {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-constexpr char kModelPath[] = TANDEM_SHARED_MODELS_DIR "/stories260K.gguf";
 
 // A path under TempDir() unique to this process and test (ctest runs tests
 // as parallel processes), unlinked when it goes out of scope. A GgufFile
@@ -325,7 +324,7 @@ TEST(GgufWriterTest, RoundTripsTensorsOfEveryTypeAtSeveralAlignments) {
 }
 
 TEST(GgufReaderTest, ReadsStories260K) {
-  auto file = GgufFile::Open(kModelPath);
+  auto file = GgufFile::Open(tandem::test_paths::StoriesPath());
   ASSERT_TRUE(file.ok()) << file.status();
   const GgufFile& f = **file;
   EXPECT_EQ(f.version(), 3u);
@@ -398,7 +397,7 @@ TEST(GgufReaderTest, EveryPrefixOfASmallFileFails) {
 }
 
 TEST(GgufReaderTest, PrefixesOfTheRealModelFail) {
-  std::ifstream in(kModelPath, std::ios::binary);
+  std::ifstream in(tandem::test_paths::StoriesPath(), std::ios::binary);
   const std::vector<uint8_t> image((std::istreambuf_iterator<char>(in)),
                                    std::istreambuf_iterator<char>());
   ASSERT_EQ(image.size(), 1185376u);

@@ -14,6 +14,7 @@
 #include "engine/gguf/gguf.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "tests/test_paths.h"
 
 namespace tandem::engine {
 namespace {
@@ -22,7 +23,8 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 std::string ReadTemplate(const std::string& name) {
-  std::ifstream in(std::string(TANDEM_SOURCE_DIR) + "/tests/engine/tokenizer/chat_templates/" + name);
+  std::ifstream in(tandem::test_paths::SourceDir() + "/tests/engine/tokenizer/chat_templates/" +
+                   name);
   std::stringstream ss;
   ss << in.rdbuf();
   EXPECT_FALSE(ss.str().empty()) << name;
@@ -161,7 +163,7 @@ TEST(ChatTemplateJinjaTest, OneTemplateRendersOnManyThreads) {
 }
 
 TEST(ChatTemplateJinjaTest, TakesItsTokensFromTheModel) {
-  const std::string path = std::string(TANDEM_SHARED_MODELS_DIR) + "/stories260K.gguf";
+  const std::string path = tandem::test_paths::StoriesPath();
   absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(path, {.require_tensor_data = false});
   if (!file.ok()) GTEST_SKIP() << path << ": " << file.status();
   absl::StatusOr<ChatTemplate> from_file = ChatTemplate::FromGguf(**file);

@@ -20,6 +20,7 @@
 #include "engine/gguf/gguf_writer.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/unicode.h"
+#include "tests/test_paths.h"
 
 namespace tandem::engine {
 namespace {
@@ -42,8 +43,7 @@ void ExpectReferenceIds(const Tokenizer& tok, const std::vector<ReferenceVector>
 // whitespace kept): what llama.cpp's llama-spm vectors check, on the SPM
 // vocabulary the project ships.
 TEST(SpmReferenceTest, Stories260KMatchesSentencePiece) {
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tok =
-      LoadTokenizer(TANDEM_SHARED_MODELS_DIR "/stories260K.gguf");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tok = LoadTokenizer(tandem::test_paths::StoriesPath());
   ASSERT_TRUE(tok.ok()) << tok.status();
   const std::vector<ReferenceVector> vectors = {
     {"", {}},

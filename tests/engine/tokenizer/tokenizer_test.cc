@@ -19,6 +19,7 @@
 #include "engine/tokenizer/pretokenizer.h"
 #include "engine/tokenizer/pretokenizer_regex.h"
 #include "engine/tokenizer/unicode.h"
+#include "tests/test_paths.h"
 
 namespace tandem::engine {
 namespace {
@@ -34,7 +35,7 @@ using ::testing::HasSubstr;
 class Stories260KTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto t = LoadTokenizer(TANDEM_SHARED_MODELS_DIR "/stories260K.gguf");
+    auto t = LoadTokenizer(tandem::test_paths::StoriesPath());
     ASSERT_TRUE(t.ok()) << t.status();
     tok_ = t->release();
   }

@@ -12,6 +12,7 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/test_paths.h"
 
 namespace tandem::gateway {
 namespace {
@@ -25,7 +26,7 @@ constexpr char kModel[] = "stories260K";
 class ValidatedRequestTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto t = engine::LoadTokenizer(std::string(TANDEM_SHARED_MODELS_DIR) + "/stories260K.gguf");
+    auto t = engine::LoadTokenizer(tandem::test_paths::StoriesPath());
     ASSERT_TRUE(t.ok()) << t.status();
     tok_ = t->release();
   }

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/tokenizer/tokenizer.h"
+#include "tests/test_paths.h"
 
 namespace tandem::gateway {
 namespace {
@@ -17,7 +18,7 @@ namespace {
 class SessionWindowTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto t = engine::LoadTokenizer(std::string(TANDEM_SHARED_MODELS_DIR) + "/stories260K.gguf");
+    auto t = engine::LoadTokenizer(tandem::test_paths::StoriesPath());
     ASSERT_TRUE(t.ok()) << t.status();
     tok_ = t->release();
   }

@@ -13,6 +13,7 @@
 
 #include "engine/tokenizer/tokenizer.h"
 #include "gateway/api_keys.h"
+#include "tests/test_paths.h"
 
 namespace tandem::gateway {
 namespace {
@@ -26,7 +27,7 @@ constexpr char kReply[] = "The cat ran and played in the sun all day.";
 class TurnPlanTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto t = engine::LoadTokenizer(std::string(TANDEM_SHARED_MODELS_DIR) + "/stories260K.gguf");
+    auto t = engine::LoadTokenizer(tandem::test_paths::StoriesPath());
     ASSERT_TRUE(t.ok()) << t.status();
     tok_ = t->release();
   }

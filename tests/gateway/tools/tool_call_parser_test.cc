@@ -2,6 +2,7 @@
 // (every split of the text into pieces must give the same content and calls,
 // and content must never be held longer than a marker could need).
 #include "gateway/tools/tool_call_parser.h"
+#include "tests/test_paths.h"
 
 #include <fstream>
 #include <random>
@@ -363,7 +364,7 @@ TEST(ToolCallParserTest, RandomRepliesReadTheSameStreamed) {
 }
 
 std::string Template(const std::string& name) {
-  std::ifstream in(std::string(TANDEM_SOURCE_DIR) + "/tests/engine/tokenizer/chat_templates/" +
+  std::ifstream in(tandem::test_paths::SourceDir() + "/tests/engine/tokenizer/chat_templates/" +
                    name + ".jinja");
   std::stringstream s;
   s << in.rdbuf();

@@ -2,6 +2,7 @@
 // description, the rewritten tool messages, and the choice between the
 // model's own rendering and the description.
 #include "gateway/tools/tool_prompt.h"
+#include "tests/test_paths.h"
 
 #include <fstream>
 #include <sstream>
@@ -76,7 +77,7 @@ TEST(ToolPromptTest, FamilyRenderingGetsTheDescription) {
 }
 
 std::string Template(const std::string& name) {
-  std::ifstream in(std::string(TANDEM_SOURCE_DIR) + "/tests/engine/tokenizer/chat_templates/" +
+  std::ifstream in(tandem::test_paths::SourceDir() + "/tests/engine/tokenizer/chat_templates/" +
                    name + ".jinja");
   std::stringstream s;
   s << in.rdbuf();
