@@ -30,10 +30,15 @@ def main():
             failed += 1
             continue
         args = shlex.split(entry["command"]) if "command" in entry else list(entry["arguments"])
-        # Drop the launcher (ccache) and compiler, the output and dependency files.
-        while args and not args[0].startswith("-") and not args[0].endswith(("c++", "g++", "clang++")):
-            args.pop(0)
-        args = args[1:]
+        # Drop the launcher (`cmake -E env ... ccache`, CMakeLists.txt) and the
+        # compiler, then the output and dependency files.
+        compiler = next((i for i, a in enumerate(args)
+                         if a.endswith(("c++", "g++", "clang++"))), None)
+        if compiler is None:
+            print(f"{rel}: no compiler in its compile command")
+            failed += 1
+            continue
+        args = args[compiler + 1:]
         kept, skip = [], False
         for a in args:
             if skip:
