@@ -23,7 +23,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-std::string StoriesPath() { return tandem::test_paths::StoriesPath(); }
+using tandem::test_paths::StoriesPath;
 
 constexpr int32_t kDefaultMaxTokens = 7;
 

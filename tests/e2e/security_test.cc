@@ -32,7 +32,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::string StoriesPath() { return tandem::test_paths::StoriesPath(); }
+using tandem::test_paths::StoriesPath;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);

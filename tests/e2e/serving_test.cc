@@ -24,7 +24,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string StoriesPath() { return tandem::test_paths::StoriesPath(); }
+using tandem::test_paths::StoriesPath;
 
 // What the in-process engine (`tandem generate`) produces for the same
 // request.

@@ -45,7 +45,7 @@
 namespace tandem::testing {
 namespace {
 
-std::string StoriesPath() { return tandem::test_paths::StoriesPath(); }
+using tandem::test_paths::StoriesPath;
 
 tandem::v1::SessionInfo Create(
     tandem::v1::Generation::Stub& stub, int32_t window, grpc::Status* status = nullptr,

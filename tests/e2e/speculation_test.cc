@@ -24,7 +24,7 @@
 namespace tandem::testing {
 namespace {
 
-std::string StoriesPath() { return tandem::test_paths::StoriesPath(); }
+using tandem::test_paths::StoriesPath;
 
 constexpr char kRepetitive[] =
     "Lily went to the park. She saw a big red ball. She wanted to play with the ball. "

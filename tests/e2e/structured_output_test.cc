@@ -25,7 +25,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string StoriesPath() { return tandem::test_paths::StoriesPath(); }
+using tandem::test_paths::StoriesPath;
 
 // Bounded so that every sampled output completes well within max_tokens.
 constexpr char kSchema[] = R"({
