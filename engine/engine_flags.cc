@@ -18,6 +18,12 @@ std::vector<common::FlagSpec> EngineFlagSpecs() {
        .default_value = "256",
        .help = "with --device cuda: decode steps of up to this many sequences replay CUDA "
                "graphs (one per power-of-two batch size, captured on first use); 0 = none"},
+      {.name = "cuda-pdl",
+       .default_value = "false",
+       .help = "with --device cuda: programmatic dependent launch (compute capability 9.0 "
+               "and newer): each kernel of a step starts while the one before it ends and "
+               "loads its weights into L2 before it waits for it",
+       .is_bool = true},
       {.name = "threads", .default_value = "2", .help = "compute threads"},
       {.name = "isa",
        .default_value = "",
@@ -97,6 +103,7 @@ absl::StatusOr<EngineSetup> EngineSetupFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(s.device, ParseDeviceSpec(args.String("device")));
   ASSIGN_OR_RETURN(s.backend.threads, args.IntInRange("threads", 1, 256));
   ASSIGN_OR_RETURN(s.cuda.graph_max_batch, args.IntInRange("cuda-graph-max-batch", 0, 4096));
+  s.cuda.programmatic_launch = args.Bool("cuda-pdl");
   s.backend.isa = args.String("isa");
   if (!s.backend.isa.empty()) {
     const std::optional<cpu::Isa> isa = cpu::IsaFromName(s.backend.isa);

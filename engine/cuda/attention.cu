@@ -25,6 +25,7 @@
 
 #include "engine/cuda/attention_plan.h"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/launch.cuh"
 
 namespace tandem::engine::cuda {
 namespace {
@@ -78,6 +79,7 @@ __device__ Run RunAt(const int32_t* keys, int n, int at) {
 // TileLayout<HD>::kBytes of dynamic shared memory; head_dim <= HD.
 template <int HD>
 __global__ void __launch_bounds__(kTileThreads) PagedAttentionTileKernel(PagedAttentionArgs a) {
+  GridPrologue();
   using L = TileLayout<HD>;
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
@@ -305,6 +307,7 @@ constexpr int kPerLane = kMaxAttentionHeadDim / 32;
 // softmax state; the warps' states are merged at the end. With one split the
 // result goes to out, else (max, sum, acc[head_dim]) to the split's partial.
 __global__ void PagedAttentionRowKernel(PagedAttentionArgs a, int32_t splits) {
+  GridPrologue();
   __shared__ float q[kMaxAttentionHeadDim];
   __shared__ float warp_m[kRowWarps];
   __shared__ float warp_l[kRowWarps];
@@ -405,6 +408,7 @@ __global__ void PagedAttentionRowKernel(PagedAttentionArgs a, int32_t splits) {
 // max and each split's weight, then every thread sums its dimensions.
 static_assert(kMaxSplits <= 32, "one lane per split");
 __global__ void PagedAttentionCombineKernel(PagedAttentionArgs a, int32_t splits) {
+  GridPrologue();
   __shared__ float weight[kMaxSplits];
   __shared__ float total;
   const int32_t row = blockIdx.x;
@@ -449,7 +453,7 @@ cudaError_t LaunchTiles(const PagedAttentionArgs& args, cudaStream_t stream) {
   }
   const dim3 grid(static_cast<unsigned>((args.n_rows + kTileRows - 1) / kTileRows),
                   static_cast<unsigned>(args.n_head));
-  PagedAttentionTileKernel<HD><<<grid, kTileThreads, bytes, stream>>>(args);
+  Launch(PagedAttentionTileKernel<HD>, grid, kTileThreads, bytes, stream, args);
   return cudaGetLastError();
 }
 
@@ -482,11 +486,11 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, cudaStream_t st
       args.split_scratch != nullptr ? SplitCount(int64_t{args.n_rows} * args.n_head) : 1;
   const dim3 grid(static_cast<unsigned>(args.n_rows), static_cast<unsigned>(args.n_head),
                   static_cast<unsigned>(splits));
-  PagedAttentionRowKernel<<<grid, 32 * kRowWarps, 0, stream>>>(args, splits);
+  Launch(PagedAttentionRowKernel, grid, 32 * kRowWarps, 0, stream, args, splits);
   if (splits > 1) {
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     const dim3 rows(static_cast<unsigned>(args.n_rows), static_cast<unsigned>(args.n_head));
-    PagedAttentionCombineKernel<<<rows, 128, 0, stream>>>(args, splits);
+    Launch(PagedAttentionCombineKernel, rows, 128, 0, stream, args, splits);
   }
   return cudaGetLastError();
 }

@@ -6,6 +6,8 @@
 #include <cfloat>
 #include <cmath>
 
+#include "engine/cuda/launch.cuh"
+
 namespace tandem::engine::cuda {
 namespace {
 
@@ -14,6 +16,7 @@ constexpr int kThreads = 256;
 unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
 __global__ void AddBiasKernel(float* x, const float* bias, int64_t n, int64_t dim) {
+  GridPrologue();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) x[i] += bias[i % dim];
 }
@@ -45,6 +48,7 @@ __device__ float LoadElement(const uint8_t* row, int32_t i, bool f16) {
 
 // One block per token.
 __global__ void StoreKvKernel(KvRows kv, const float* k, const float* v, const int64_t* slots) {
+  GridPrologue();
   const int64_t t = blockIdx.x;
   const int64_t slot = slots[t];
   if (slot < 0) return;  // a pad row of a graph's bucket
@@ -57,6 +61,7 @@ __global__ void StoreKvKernel(KvRows kv, const float* k, const float* v, const i
 }
 
 __global__ void GatherRowsKernel(const float* x, int64_t dim, const int32_t* rows, float* out) {
+  GridPrologue();
   const float* src = x + static_cast<int64_t>(rows[blockIdx.x]) * dim;
   float* dst = out + static_cast<int64_t>(blockIdx.x) * dim;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
@@ -134,6 +139,7 @@ __device__ int32_t MergeSorted(int32_t n, At at, int32_t count, float* out_v, in
 // lists merged by warp 0.
 __global__ void ReduceSliceKernel(const float* logits, int64_t vocab, const int32_t* top_k,
                                   SlicePartial* partials) {
+  GridPrologue();
   __shared__ float warp_f[kSliceWarps];
   __shared__ double warp_d[kSliceWarps];
   __shared__ float list_v[kSliceWarps][kReducedTop];
@@ -215,6 +221,7 @@ __global__ void ReduceSliceKernel(const float* logits, int64_t vocab, const int3
 __global__ void ReduceRowKernel(const float* logits, int64_t vocab, int32_t slices,
                                 const int32_t* top_k, const int32_t* target,
                                 const SlicePartial* partials, ReducedRow* out) {
+  GridPrologue();
   const int32_t k = top_k[blockIdx.x];
   if (k < 0) return;
   const int lane = threadIdx.x;
@@ -253,6 +260,7 @@ __global__ void ReduceRowKernel(const float* logits, int64_t vocab, int32_t slic
 // One block per slot.
 __global__ void GatherKvRowsKernel(KvRows kv, const int64_t* slots, float* keys,
                                    uint8_t* values) {
+  GridPrologue();
   const int64_t i = blockIdx.x;
   const uint8_t* k = KeyRow(kv, slots[i]);
   const uint8_t* v = ValueRow(kv, slots[i]);
@@ -267,6 +275,7 @@ __global__ void GatherKvRowsKernel(KvRows kv, const int64_t* slots, float* keys,
 
 __global__ void ScatterKvRowsKernel(KvRows kv, const int64_t* slots, const float* keys,
                                     const uint8_t* values) {
+  GridPrologue();
   const int64_t i = blockIdx.x;
   uint8_t* k = KeyRow(kv, slots[i]);
   uint8_t* v = ValueRow(kv, slots[i]);
@@ -285,21 +294,21 @@ cudaError_t LaunchAddBias(float* x, const float* bias, int64_t n_rows, int64_t d
                           cudaStream_t stream) {
   const int64_t n = n_rows * dim;
   if (n == 0) return cudaSuccess;
-  AddBiasKernel<<<Blocks(n), kThreads, 0, stream>>>(x, bias, n, dim);
+  Launch(AddBiasKernel, Blocks(n), kThreads, 0, stream, x, bias, n, dim);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchStoreKv(const KvRows& kv, const float* k, const float* v,
                           const int64_t* slots, int64_t n_tokens, cudaStream_t stream) {
   if (n_tokens == 0) return cudaSuccess;
-  StoreKvKernel<<<static_cast<unsigned>(n_tokens), 128, 0, stream>>>(kv, k, v, slots);
+  Launch(StoreKvKernel, static_cast<unsigned>(n_tokens), 128, 0, stream, kv, k, v, slots);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchGatherRows(const float* x, int64_t dim, const int32_t* rows, int64_t n_rows,
                              float* out, cudaStream_t stream) {
   if (n_rows == 0) return cudaSuccess;
-  GatherRowsKernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(x, dim, rows, out);
+  Launch(GatherRowsKernel, static_cast<unsigned>(n_rows), kThreads, 0, stream, x, dim, rows, out);
   return cudaGetLastError();
 }
 
@@ -314,24 +323,24 @@ cudaError_t LaunchReduceLogits(const float* logits, int64_t n_rows, int64_t voca
   const int32_t slices = SliceCount(vocab);
   auto* partials = static_cast<SlicePartial*>(scratch);
   const dim3 grid(static_cast<unsigned>(n_rows), static_cast<unsigned>(slices));
-  ReduceSliceKernel<<<grid, kThreads, 0, stream>>>(logits, vocab, top_k, partials);
+  Launch(ReduceSliceKernel, grid, kThreads, 0, stream, logits, vocab, top_k, partials);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  ReduceRowKernel<<<static_cast<unsigned>(n_rows), 32, 0, stream>>>(logits, vocab, slices, top_k,
-                                                                    target, partials, out);
+  Launch(ReduceRowKernel, static_cast<unsigned>(n_rows), 32, 0, stream, logits, vocab, slices,
+         top_k, target, partials, out);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchGatherKvRows(const KvRows& kv, const int64_t* slots, int64_t n, float* keys,
                                uint8_t* values, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  GatherKvRowsKernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(kv, slots, keys, values);
+  Launch(GatherKvRowsKernel, static_cast<unsigned>(n), 128, 0, stream, kv, slots, keys, values);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchScatterKvRows(const KvRows& kv, const int64_t* slots, int64_t n,
                                 const float* keys, const uint8_t* values, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  ScatterKvRowsKernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(kv, slots, keys, values);
+  Launch(ScatterKvRowsKernel, static_cast<unsigned>(n), 128, 0, stream, kv, slots, keys, values);
   return cudaGetLastError();
 }
 

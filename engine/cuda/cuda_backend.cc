@@ -42,6 +42,7 @@
 #include "engine/cuda/graph_sections.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/kv_moves.h"
+#include "engine/cuda/launch.h"
 #include "engine/cuda/matmul.h"
 #include "engine/cuda/quant_kernels.h"
 #include "engine/cuda/step_plan.h"
@@ -67,6 +68,7 @@ class CudaBackend final : public Backend {
   CudaBackend(const CudaBackendOptions& options, const DeviceInfo& info, Stream stream)
       : device_(options.device),
         graph_max_batch_(options.graph_max_batch),
+        programmatic_launch_(options.programmatic_launch),
         name_(absl::StrCat("cuda:", options.device, " (", info.name, ")")),
         stream_(std::move(stream)),
         graphs_(stream_.stream()) {
@@ -469,7 +471,12 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  void SetDevice() const { CheckInStep(cudaSetDevice(device_), "cudaSetDevice"); }
+  // The device, and how launches order themselves (engine/cuda/launch.h),
+  // both the calling thread's.
+  void SetDevice() const {
+    CheckInStep(cudaSetDevice(device_), "cudaSetDevice");
+    SetProgrammaticLaunch(programmatic_launch_);
+  }
 
   // The step's bucket (engine/cuda/step_plan.h), unless its capture failed.
   int32_t GraphBucket(const StepMetadata& step) const {
@@ -528,6 +535,7 @@ class CudaBackend final : public Backend {
 
   const int device_;
   const int32_t graph_max_batch_;
+  const bool programmatic_launch_;
   const std::string name_;
   Stream stream_;
   // Every Allocate, until the end (a deque: matmul_scratch_ points into it).
@@ -564,6 +572,11 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOption
     return absl::InvalidArgumentError("--cuda-graph-max-batch must be >= 0");
   }
   ASSIGN_OR_RETURN(const cuda::DeviceInfo info, cuda::GetDeviceInfo(options.device));
+  if (options.programmatic_launch && info.major < 9) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cuda-pdl needs a GPU of compute capability 9.0 or newer; cuda:", options.device, " (",
+        info.name, ") is ", info.major, ".", info.minor));
+  }
   ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create(options.device));
   return std::make_unique<cuda::CudaBackend>(options, info, std::move(stream));
 }

@@ -4,6 +4,7 @@
 #include "engine/cuda/gemv16.h"
 #include "engine/cuda/gemv_rows.cuh"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/launch.cuh"
 
 namespace tandem::engine::cuda {
 namespace {
@@ -36,7 +37,8 @@ constexpr int kBlockWarps = 8;
 // the up matrix, read side by side and written as silu(gate) * up.
 template <int kTokens, bool kSwiGlu>
 __global__ void __launch_bounds__(32 * kBlockWarps)
-    Gemv16Kernel(GemvRows p, bool bf16, int64_t cols, int split, const float* __restrict__ x) {
+    Gemv16Kernel(GemvRows p, bool bf16, int64_t cols, int split, bool prefetch,
+                 const float* __restrict__ x) {
   constexpr int kMats = kSwiGlu ? 2 : 1;
   __shared__ float partial[kMats][kBlockWarps][kTokens];
   const int warp = threadIdx.x / 32;
@@ -45,6 +47,16 @@ __global__ void __launch_bounds__(32 * kBlockWarps)
   const bool live = row < p.total;
   const int which = kSwiGlu || !live ? 0 : p.Locate(row);
   const int part = warp % split;
+  // The row's weights, which no kernel writes, asked of L2 while the kernel
+  // before may still run (engine/cuda/launch.h).
+  if (live && prefetch) {
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) {
+      const auto* w = static_cast<const uint8_t*>(GemvRows::Pick(p.w, which + m));
+      PrefetchL2(w + row * cols * 2, cols * 2, 32 * part + lane, 32 * split);
+    }
+  }
+  GridPrologue();
   float acc[kMats][kTokens];
 #pragma unroll
   for (int m = 0; m < kMats; ++m) {
@@ -106,11 +118,12 @@ __global__ void __launch_bounds__(32 * kBlockWarps)
 }
 
 template <int kTokens, bool kSwiGlu>
-void Launch(const GemvRows& p, bool bf16, int64_t cols, const float* x, cudaStream_t stream) {
+void LaunchTokens(const GemvRows& p, bool bf16, int64_t cols, const float* x, cudaStream_t stream) {
   const int split = GemvRowSplit(p.total, kBlockWarps);
   const int64_t rows_per_block = kBlockWarps / split;
   const auto blocks = static_cast<unsigned>((p.total + rows_per_block - 1) / rows_per_block);
-  Gemv16Kernel<kTokens, kSwiGlu><<<blocks, 32 * kBlockWarps, 0, stream>>>(p, bf16, cols, split, x);
+  Launch(Gemv16Kernel<kTokens, kSwiGlu>, blocks, 32 * kBlockWarps, 0, stream, p, bf16, cols, split,
+         ProgrammaticLaunch(), x);
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -131,13 +144,13 @@ cudaError_t LaunchAll(GemvRows p, bool bf16, int64_t cols, const float* x, int64
     }
     const float* xt = x + done * cols;
     if (n == 8) {
-      Launch<8, kSwiGlu>(at, bf16, cols, xt, stream);
+      LaunchTokens<8, kSwiGlu>(at, bf16, cols, xt, stream);
     } else if (n == 4) {
-      Launch<4, kSwiGlu>(at, bf16, cols, xt, stream);
+      LaunchTokens<4, kSwiGlu>(at, bf16, cols, xt, stream);
     } else if (n == 2) {
-      Launch<2, kSwiGlu>(at, bf16, cols, xt, stream);
+      LaunchTokens<2, kSwiGlu>(at, bf16, cols, xt, stream);
     } else {
-      Launch<1, kSwiGlu>(at, bf16, cols, xt, stream);
+      LaunchTokens<1, kSwiGlu>(at, bf16, cols, xt, stream);
     }
     done += n;
   }

@@ -1,4 +1,5 @@
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/launch.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -41,6 +42,7 @@ __device__ float BlockSum(float v, float* scratch) {
 
 // One block per row.
 __global__ void RmsNormKernel(const float* x, const float* w, int64_t dim, float eps, float* y) {
+  GridPrologue();
   __shared__ float scratch[kThreads / 32];
   const float* row = x + blockIdx.x * dim;
   float* out = y + blockIdx.x * dim;
@@ -67,6 +69,7 @@ __device__ float4 Scaled(float4 v, float scale, float4 w) {
 
 __global__ void __launch_bounds__(kRmsMaxThreads)
     RmsNorm4Kernel(const float4* x, const float4* w, int64_t dim4, float eps, float4* y) {
+  GridPrologue();
   __shared__ float scratch[kRmsMaxThreads / 32];
   const float4* row = x + blockIdx.x * dim4;
   float4* out = y + blockIdx.x * dim4;
@@ -95,12 +98,14 @@ __global__ void __launch_bounds__(kRmsMaxThreads)
 }
 
 __global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, float* out) {
+  GridPrologue();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   out[i] = Silu(gate[i]) * up[i];
 }
 
 __global__ void AddKernel(float* x, const float* y, int64_t n) {
+  GridPrologue();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) x[i] += y[i];
 }
@@ -109,6 +114,7 @@ __global__ void AddKernel(float* x, const float* y, int64_t n) {
 __global__ void RopeKernel(float* x, const int32_t* positions, int32_t n_heads, int32_t head_dim,
                            int32_t n_rot, int32_t style, const float* cos_table,
                            const float* sin_table) {
+  GridPrologue();
   const int32_t half = n_rot / 2;
   float* v = x + (static_cast<int64_t>(blockIdx.x) * n_heads + blockIdx.y) * head_dim;
   const int64_t row = static_cast<int64_t>(positions[blockIdx.x]) * half;
@@ -127,6 +133,7 @@ __global__ void RopeKernel(float* x, const int32_t* positions, int32_t n_heads, 
 // grid (rows, n_tokens); each thread takes whole 32-element blocks.
 __global__ void MatMulQ8_0Kernel(const uint8_t* w, int64_t cols, const float* x, int64_t rows,
                                  float* y) {
+  GridPrologue();
   __shared__ float scratch[kThreads / 32];
   const int64_t r = blockIdx.x;
   const int64_t t = blockIdx.y;
@@ -151,11 +158,13 @@ __global__ void MatMulQ8_0Kernel(const uint8_t* w, int64_t cols, const float* x,
 }
 
 __global__ void ToF16Kernel(const float* x, int64_t n, __half* out) {
+  GridPrologue();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = __float2half_rn(x[i]);
 }
 
 __global__ void ToBf16Kernel(const float* x, int64_t n, __nv_bfloat16* out) {
+  GridPrologue();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = __float2bfloat16_rn(x[i]);
 }
@@ -177,27 +186,26 @@ cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t n_tokens,
   if (dim % 4 == 0 && aligned(x) && aligned(weight) && aligned(y)) {
     const int64_t dim4 = dim / 4;
     const int64_t threads = std::min<int64_t>(kRmsMaxThreads, (dim4 + 31) / 32 * 32);
-    RmsNorm4Kernel<<<static_cast<unsigned>(n_tokens), static_cast<unsigned>(threads), 0,
-                     stream>>>(reinterpret_cast<const float4*>(x),
-                               reinterpret_cast<const float4*>(weight), dim4, eps,
-                               reinterpret_cast<float4*>(y));
+    Launch(RmsNorm4Kernel, static_cast<unsigned>(n_tokens), static_cast<unsigned>(threads), 0,
+           stream, reinterpret_cast<const float4*>(x), reinterpret_cast<const float4*>(weight),
+           dim4, eps, reinterpret_cast<float4*>(y));
     return cudaGetLastError();
   }
-  RmsNormKernel<<<static_cast<unsigned>(n_tokens), kThreads, 0, stream>>>(x, weight, dim, eps,
-                                                                          y);
+  Launch(RmsNormKernel, static_cast<unsigned>(n_tokens), kThreads, 0, stream, x, weight, dim, eps,
+         y);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* out,
                          cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  SwiGluKernel<<<Blocks(n), kThreads, 0, stream>>>(gate, up, n, out);
+  Launch(SwiGluKernel, Blocks(n), kThreads, 0, stream, gate, up, n, out);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchAdd(float* x, const float* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  AddKernel<<<Blocks(n), kThreads, 0, stream>>>(x, y, n);
+  Launch(AddKernel, Blocks(n), kThreads, 0, stream, x, y, n);
   return cudaGetLastError();
 }
 
@@ -206,8 +214,8 @@ cudaError_t LaunchRope(float* x, const int32_t* positions, int64_t n_tokens, int
                        const float* sin_table, cudaStream_t stream) {
   if (n_tokens == 0 || n_heads == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads));
-  RopeKernel<<<grid, 64, 0, stream>>>(x, positions, n_heads, head_dim, n_rot,
-                                      static_cast<int32_t>(style), cos_table, sin_table);
+  Launch(RopeKernel, grid, 64, 0, stream, x, positions, n_heads, head_dim, n_rot,
+         static_cast<int32_t>(style), cos_table, sin_table);
   return cudaGetLastError();
 }
 
@@ -216,19 +224,19 @@ cudaError_t LaunchMatMulQ8_0(const void* w, int64_t rows, int64_t cols, const fl
   if (rows == 0 || n_tokens == 0) return cudaSuccess;
   if (cols % 32 != 0) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(n_tokens));
-  MatMulQ8_0Kernel<<<grid, 128, 0, stream>>>(static_cast<const uint8_t*>(w), cols, x, rows, y);
+  Launch(MatMulQ8_0Kernel, grid, 128, 0, stream, static_cast<const uint8_t*>(w), cols, x, rows, y);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchToF16(const float* x, int64_t n, void* out, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  ToF16Kernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, static_cast<__half*>(out));
+  Launch(ToF16Kernel, Blocks(n), kThreads, 0, stream, x, n, static_cast<__half*>(out));
   return cudaGetLastError();
 }
 
 cudaError_t LaunchToBf16(const float* x, int64_t n, void* out, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  ToBf16Kernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, static_cast<__nv_bfloat16*>(out));
+  Launch(ToBf16Kernel, Blocks(n), kThreads, 0, stream, x, n, static_cast<__nv_bfloat16*>(out));
   return cudaGetLastError();
 }
 

@@ -7,6 +7,7 @@
 
 #include "engine/cuda/gemv_rows.cuh"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/launch.cuh"
 #include "engine/cuda/quant_blocks.cuh"
 
 namespace tandem::engine::cuda {
@@ -42,7 +43,7 @@ constexpr int kThreads = 256;  // the dequantizer's and the gather's blocks
 // and the up matrix, decoded side by side and written as silu(gate) * up.
 template <typename F, int kTokens, bool kSwiGlu>
 __global__ void __launch_bounds__(kGemvThreads, GemvMinBlocksPerSm(kTokens, kSwiGlu))
-    QuantGemvKernel(GemvRows p, int64_t cols, int split, const float* __restrict__ x,
+    QuantGemvKernel(GemvRows p, int64_t cols, int split, bool prefetch, const float* __restrict__ x,
                     int n_tokens) {
   constexpr int kMats = kSwiGlu ? 2 : 1;
   __shared__ float partial[kMats][kGemvWarps][kTokens];
@@ -60,6 +61,15 @@ __global__ void __launch_bounds__(kGemvThreads, GemvMinBlocksPerSm(kTokens, kSwi
                (live ? row : 0) * n_blocks * F::kBytes;
   }
   const int n_units = live ? static_cast<int>(n_blocks * F::kUnits) : 0;
+  // The row's blocks, which no kernel writes, asked of L2 while the kernel
+  // before may still run (engine/cuda/launch.h).
+  if (live && prefetch) {
+#pragma unroll
+    for (int m = 0; m < kMats; ++m) {
+      PrefetchL2(w_row[m], n_blocks * F::kBytes, 32 * part + lane, 32 * split);
+    }
+  }
+  GridPrologue();
 
   float acc[kMats][kTokens];
 #pragma unroll
@@ -136,6 +146,7 @@ __global__ void __launch_bounds__(kGemvThreads, GemvMinBlocksPerSm(kTokens, kSwi
 template <typename F>
 __global__ void DequantizeToF16Kernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols,
                                       __half* __restrict__ out) {
+  GridPrologue();
   const int64_t blocks_per_row = cols / F::kElems;
   const int64_t units_per_row = blocks_per_row * F::kUnits;
   const int64_t total = rows * units_per_row;
@@ -165,6 +176,7 @@ __global__ void DequantizeToF16Kernel(const uint8_t* __restrict__ w, int64_t row
 template <typename F>
 __global__ void EmbedQuantKernel(const uint8_t* __restrict__ table, int64_t cols,
                                  const int32_t* __restrict__ tokens, float* __restrict__ out) {
+  GridPrologue();
   const int64_t blocks_per_row = cols / F::kElems;
   const uint8_t* src =
       table + static_cast<int64_t>(tokens[blockIdx.x]) * blocks_per_row * F::kBytes;
@@ -188,6 +200,7 @@ enum class PlainType { kF32, kF16, kBf16 };
 template <PlainType kType>
 __global__ void EmbedPlainKernel(const void* __restrict__ table, int64_t cols,
                                  const int32_t* __restrict__ tokens, float* __restrict__ out) {
+  GridPrologue();
   const int64_t row = tokens[blockIdx.x];
   float* dst = out + static_cast<int64_t>(blockIdx.x) * cols;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
@@ -235,16 +248,20 @@ void LaunchGemv(const GemvRows& p, int64_t cols, const float* x, int n_tokens,
   const int64_t per_block = kGemvWarps / split;
   const auto grid = static_cast<unsigned>((p.total + per_block - 1) / per_block);
   if (n_tokens <= 1) {
-    QuantGemvKernel<F, 1, kSwiGlu><<<grid, kGemvThreads, 0, stream>>>(p, cols, split, x, n_tokens);
+    Launch(QuantGemvKernel<F, 1, kSwiGlu>, grid, kGemvThreads, 0, stream, p, cols, split,
+           ProgrammaticLaunch(), x, n_tokens);
   } else if (n_tokens <= 2) {
-    QuantGemvKernel<F, 2, kSwiGlu><<<grid, kGemvThreads, 0, stream>>>(p, cols, split, x, n_tokens);
+    Launch(QuantGemvKernel<F, 2, kSwiGlu>, grid, kGemvThreads, 0, stream, p, cols, split,
+           ProgrammaticLaunch(), x, n_tokens);
   } else if (n_tokens <= 4) {
-    QuantGemvKernel<F, 4, kSwiGlu><<<grid, kGemvThreads, 0, stream>>>(p, cols, split, x, n_tokens);
+    Launch(QuantGemvKernel<F, 4, kSwiGlu>, grid, kGemvThreads, 0, stream, p, cols, split,
+           ProgrammaticLaunch(), x, n_tokens);
   } else if (n_tokens <= 8) {
-    QuantGemvKernel<F, 8, kSwiGlu><<<grid, kGemvThreads, 0, stream>>>(p, cols, split, x, n_tokens);
+    Launch(QuantGemvKernel<F, 8, kSwiGlu>, grid, kGemvThreads, 0, stream, p, cols, split,
+           ProgrammaticLaunch(), x, n_tokens);
   } else if constexpr (!kSwiGlu) {
-    QuantGemvKernel<F, 16, kSwiGlu>
-        <<<grid, kGemvThreads, 0, stream>>>(p, cols, split, x, n_tokens);
+    Launch(QuantGemvKernel<F, 16, kSwiGlu>, grid, kGemvThreads, 0, stream, p, cols, split,
+           ProgrammaticLaunch(), x, n_tokens);
   }
 }
 static_assert(kQuantGemvTokensPerLaunch == 16, "LaunchGemv's largest instantiation");
@@ -317,8 +334,8 @@ cudaError_t LaunchDequantizeToF16(GgmlType type, const void* w, int64_t rows, in
     if (!Aligned(w, F::kAlignment) || !Aligned(out_f16, 4)) return cudaErrorMisalignedAddress;
     const int64_t units = rows * (cols / F::kElems) * F::kUnits;
     if (units == 0) return cudaSuccess;
-    DequantizeToF16Kernel<F><<<GridFor(units), kThreads, 0, stream>>>(
-        static_cast<const uint8_t*>(w), rows, cols, static_cast<__half*>(out_f16));
+    Launch(DequantizeToF16Kernel<F>, GridFor(units), kThreads, 0, stream,
+           static_cast<const uint8_t*>(w), rows, cols, static_cast<__half*>(out_f16));
     return cudaGetLastError();
   });
 }
@@ -333,12 +350,14 @@ cudaError_t LaunchEmbedRows(GgmlType type, const void* table, int64_t cols, cons
       if (!Aligned(table, type == GgmlType::kF32 ? 4 : 2)) return cudaErrorMisalignedAddress;
       if (n_tokens == 0 || cols == 0) return cudaSuccess;
       if (type == GgmlType::kF32) {
-        EmbedPlainKernel<PlainType::kF32><<<grid, kThreads, 0, stream>>>(table, cols, tokens, out);
+        Launch(EmbedPlainKernel<PlainType::kF32>, grid, kThreads, 0, stream, table, cols, tokens,
+               out);
       } else if (type == GgmlType::kF16) {
-        EmbedPlainKernel<PlainType::kF16><<<grid, kThreads, 0, stream>>>(table, cols, tokens, out);
+        Launch(EmbedPlainKernel<PlainType::kF16>, grid, kThreads, 0, stream, table, cols, tokens,
+               out);
       } else {
-        EmbedPlainKernel<PlainType::kBf16><<<grid, kThreads, 0, stream>>>(table, cols, tokens,
-                                                                          out);
+        Launch(EmbedPlainKernel<PlainType::kBf16>, grid, kThreads, 0, stream, table, cols, tokens,
+               out);
       }
       return cudaGetLastError();
     default:
@@ -347,8 +366,8 @@ cudaError_t LaunchEmbedRows(GgmlType type, const void* table, int64_t cols, cons
         if (cols % F::kElems != 0) return cudaErrorInvalidValue;
         if (!Aligned(table, F::kAlignment)) return cudaErrorMisalignedAddress;
         if (n_tokens == 0 || cols == 0) return cudaSuccess;
-        EmbedQuantKernel<F><<<grid, kThreads, 0, stream>>>(static_cast<const uint8_t*>(table),
-                                                           cols, tokens, out);
+        Launch(EmbedQuantKernel<F>, grid, kThreads, 0, stream, static_cast<const uint8_t*>(table),
+               cols, tokens, out);
         return cudaGetLastError();
       });
   }

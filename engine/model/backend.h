@@ -267,6 +267,10 @@ struct CudaBackendOptions {
   // captured as CUDA graphs, one per batch-size bucket (powers of two, the
   // batch padded up to its bucket), and replayed; 0: every step eager.
   int32_t graph_max_batch = 256;
+  // Programmatic dependent launch (compute capability 9.0 and newer): each
+  // kernel of a step may start while the one before it ends, loading its
+  // weights into L2 before it waits (engine/cuda/launch.h).
+  bool programmatic_launch = false;
 };
 
 // A KV cache whose pool `backend` allocates; the backend must outlive it.

@@ -1,7 +1,8 @@
 // The engine's speculation flags: --speculative draft needs --draft-model,
 // --spec-min-gain is range-checked, and a --draft-model that does not load
 // is refused by that flag's name; a good pair makes an engine that
-// speculates with the draft. --itl-target-ms is range-checked by name.
+// speculates with the draft. --itl-target-ms is range-checked by name;
+// --cuda-pdl and --cuda-graph-max-batch reach the CUDA backend's options.
 #include "engine/engine_flags.h"
 
 #include <gtest/gtest.h>
@@ -89,6 +90,22 @@ TEST(EngineFlagsTest, TheItlTargetIsCheckedAndReachesTheEngine) {
   auto set = Parse({"--itl-target-ms=7.5"});
   ASSERT_TRUE(set.ok()) << set.status();
   EXPECT_DOUBLE_EQ(set->engine.itl_target_s, 0.0075);
+}
+
+// --cuda-pdl reaches the CUDA backend's options, off unless given; the CUDA
+// backend tests run it on a GPU (tests/engine/cuda/cuda_backend_test.cc).
+TEST(EngineFlagsTest, TheCudaLaunchFlagsReachTheBackendOptions) {
+  auto none = Parse({});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->cuda.programmatic_launch);
+  EXPECT_EQ(none->cuda.graph_max_batch, 256);
+  auto set = Parse({"--cuda-pdl", "--cuda-graph-max-batch=8"});
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_TRUE(set->cuda.programmatic_launch);
+  EXPECT_EQ(set->cuda.graph_max_batch, 8);
+  auto bad = Parse({"--cuda-pdl=maybe"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("cuda-pdl"), std::string::npos) << bad.status();
 }
 
 }  // namespace
