@@ -260,16 +260,14 @@ class CudaBackend final : public Backend {
 
   void MatMul(const DeviceMatrix& w, DevicePtr<const float> x, int64_t n_tokens,
               DevicePtr<float> y) override {
-    const DeviceWeight weight = Weight(w);
-    const float* in = x.backend_address();
-    float* out = y.backend_address();
-    const int64_t n = Rows(n_tokens);
-    graphs_.Op({2, Word(weight.data), static_cast<uint64_t>(weight.type),
-                static_cast<uint64_t>(weight.rows), static_cast<uint64_t>(weight.cols), Word(in),
-                Word(out), static_cast<uint64_t>(n)},
-               [=, this] {
-                 CheckInStep(cuda::MatMul(stream_, weight, in, n, out, *matmul_scratch_), "MatMul");
-               });
+    Product(w, x, n_tokens, y, /*add=*/false);
+  }
+
+  // The product added into y as it is stored: no launch of its own for the
+  // residual add, and `scratch` untouched.
+  void MatMulAdd(const DeviceMatrix& w, DevicePtr<const float> x, int64_t n_tokens,
+                 DevicePtr<float> y, DevicePtr<float> /*scratch*/) override {
+    Product(w, x, n_tokens, y, /*add=*/true);
   }
 
   // Q, K and V in one GEMV launch where they take one (cuda::MatMulGroup).
@@ -471,6 +469,22 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // MatMul, or with `add` MatMulAdd.
+  void Product(const DeviceMatrix& w, DevicePtr<const float> x, int64_t n_tokens,
+               DevicePtr<float> y, bool add) {
+    const DeviceWeight weight = Weight(w);
+    const float* in = x.backend_address();
+    float* out = y.backend_address();
+    const int64_t n = Rows(n_tokens);
+    graphs_.Op({add ? 13u : 2u, Word(weight.data), static_cast<uint64_t>(weight.type),
+                static_cast<uint64_t>(weight.rows), static_cast<uint64_t>(weight.cols), Word(in),
+                Word(out), static_cast<uint64_t>(n)},
+               [=, this] {
+                 CheckInStep(cuda::MatMul(stream_, weight, in, n, out, *matmul_scratch_, add),
+                             add ? "MatMulAdd" : "MatMul");
+               });
+  }
+
   // The device, and how launches order themselves (engine/cuda/launch.h),
   // both the calling thread's.
   void SetDevice() const {

@@ -29,8 +29,10 @@ cudaError_t LaunchGemv16(const void* w, bool bf16, int64_t rows, int64_t cols, c
                          int64_t n_tokens, float* y, cudaStream_t stream);
 
 // The `count` (1..kMaxGemvProducts) products of one x, each weight of
-// `cols` columns and the same 16-bit type, in one launch per 8 tokens.
-// cudaErrorInvalidValue for a count or shape LaunchGemv16 would refuse.
+// `cols` columns and the same 16-bit type, in one launch per 8 tokens, each
+// stored into its y or, with GemvProduct::add, added to it.
+// cudaErrorInvalidValue for a count or shape LaunchGemv16 would refuse, or
+// products that differ in `add`.
 cudaError_t LaunchGemv16Group(const GemvProduct* products, int count, bool bf16, int64_t cols,
                               const float* x, int64_t n_tokens, cudaStream_t stream);
 

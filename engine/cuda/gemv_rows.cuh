@@ -21,13 +21,16 @@ struct GemvRows {
   int64_t rows[kMaxGemvProducts] = {};
   int count = 0;
   int64_t total = 0;  // rows of the launch: the sum, or a pair's rows
+  bool add = false;   // y += the sums (GemvProduct::add)
 
   // The products' rows one after another; false for more than
-  // kMaxGemvProducts products.
+  // kMaxGemvProducts products, or products that differ in `add`.
   static bool Of(const GemvProduct* products, int count, GemvRows& out) {
     if (count < 1 || count > kMaxGemvProducts) return false;
     out = GemvRows{};
+    out.add = products[0].add;
     for (int i = 0; i < count; ++i) {
+      if (products[i].add != out.add) return false;
       out.w[i] = products[i].w;
       out.y[i] = products[i].y;
       out.rows[i] = products[i].rows;
@@ -66,7 +69,7 @@ struct GemvRows {
   }
   // Row `row` of product `which` for token t, from the partial sums of the
   // row's `split` warps (partial[m][warp + q][t], added in a fixed order):
-  // the product's y, or silu(gate) * up for a pair.
+  // the product's y (added to it with `add`), or silu(gate) * up for a pair.
   template <bool kSwiGlu, int kWarps, int kTokens>
   __device__ void Store(const float (&partial)[kSwiGlu ? 2 : 1][kWarps][kTokens], int warp,
                         int split, int which, int64_t row, int t) const {
@@ -81,7 +84,8 @@ struct GemvRows {
     if constexpr (kSwiGlu) {
       y[0][t * n + row] = Silu(sum[0]) * sum[1];
     } else {
-      Pick(y, which)[t * n + row] = sum[0];
+      float& out = Pick(y, which)[t * n + row];
+      out = add ? out + sum[0] : sum[0];
     }
   }
   // a[i] for one of the arrays above.

@@ -38,6 +38,7 @@ struct GemvProduct {
   const void* w = nullptr;
   int64_t rows = 0;
   float* y = nullptr;
+  bool add = false;  // y += x w^T rather than y = (the same for every product of a launch)
 };
 inline constexpr int kMaxGemvProducts = 3;
 

@@ -31,16 +31,17 @@ int64_t DequantizedWeightBytes(const DeviceWeight& w) { return w.rows * w.cols *
 // y = x w^T on the tensor cores for a 16-bit weight `w16` (f16, or bf16
 // when `bf16`) [rows][cols]: x converted to the weight's type into `x16`
 // (n_tokens * cols * 2 bytes), accumulation in f32. The one GEMM call site
-// for both stored 16-bit weights and dequantized quantized ones.
+// for both stored 16-bit weights and dequantized quantized ones. With
+// `add`, y += the product (beta 1).
 absl::Status Gemm16(const Stream& stream, const void* w16, bool bf16, int64_t rows, int64_t cols,
-                    const float* x, int64_t n_tokens, void* x16, float* y) {
+                    const float* x, int64_t n_tokens, void* x16, float* y, bool add) {
   const int64_t count = n_tokens * cols;
   absl::Status s = Check(bf16 ? LaunchToBf16(x, count, x16, stream.stream())
                               : LaunchToF16(x, count, x16, stream.stream()),
                          "activations to 16 bits");
   if (!s.ok()) return s;
   const float alpha = 1.0f;
-  const float beta = 0.0f;
+  const float beta = add ? 1.0f : 0.0f;
   // Row-major y[n_tokens][rows] is column-major y^T[rows][n_tokens]: with w
   // row-major [rows][cols] read as column-major [cols][rows] and
   // transposed, y^T = w * x^T.
@@ -93,16 +94,18 @@ int64_t MatMulScratchBytes(const DeviceWeight& w, int64_t n_tokens) {
   }
 }
 
-absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x,
-                    int64_t n_tokens, float* y, DeviceBuffer& scratch) {
+absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x, int64_t n_tokens,
+                    float* y, DeviceBuffer& scratch, bool add) {
   if (n_tokens == 0 || w.rows == 0) return absl::OkStatus();
   if (static_cast<int64_t>(scratch.bytes()) < MatMulScratchBytes(w, n_tokens)) {
     return absl::InvalidArgumentError("MatMul: scratch smaller than MatMulScratchBytes");
   }
+  // The one product as a GEMV launch takes it.
+  const GemvProduct product{.w = w.data, .rows = w.rows, .y = y, .add = add};
   switch (w.type) {
     case GgmlType::kF32: {
       const float alpha = 1.0f;
-      const float beta = 0.0f;
+      const float beta = add ? 1.0f : 0.0f;
       // Column-major view as in Gemm16: y^T = w * x^T.
       const int m = static_cast<int>(w.rows);
       const int n = static_cast<int>(n_tokens);
@@ -117,12 +120,12 @@ absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x,
     case GgmlType::kBF16:
       // Decode: the weight streamed once, the activations left in f32.
       if (Gemv16Takes(w.data, w.cols, x, n_tokens)) {
-        return Check(LaunchGemv16(w.data, w.type == GgmlType::kBF16, w.rows, w.cols, x, n_tokens,
-                                  y, stream.stream()),
+        return Check(LaunchGemv16Group(&product, 1, w.type == GgmlType::kBF16, w.cols, x, n_tokens,
+                                       stream.stream()),
                      "Gemv16");
       }
       return Gemm16(stream, w.data, w.type == GgmlType::kBF16, w.rows, w.cols, x, n_tokens,
-                    scratch.data(), y);
+                    scratch.data(), y, add);
     default:
       break;
   }
@@ -132,7 +135,7 @@ absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x,
   }
   if (n_tokens <= kQuantGemvMaxTokens) {
     return CheckLaunch(
-        LaunchMatMulQuant(w.type, w.data, w.rows, w.cols, x, n_tokens, y, stream.stream()),
+        LaunchMatMulQuantGroup(w.type, &product, 1, w.cols, x, n_tokens, stream.stream()),
         "LaunchMatMulQuant", w.type);
   }
   // Prefill: the weight dequantized to f16 (each call: no f16 copy is kept
@@ -143,7 +146,7 @@ absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x,
   RETURN_IF_ERROR(
       CheckLaunch(LaunchDequantizeToF16(w.type, w.data, w.rows, w.cols, w16, stream.stream()),
                   "LaunchDequantizeToF16", w.type));
-  return Gemm16(stream, w16, /*bf16=*/false, w.rows, w.cols, x, n_tokens, x16, y);
+  return Gemm16(stream, w16, /*bf16=*/false, w.rows, w.cols, x, n_tokens, x16, y, add);
 }
 
 absl::Status MatMulGroup(const Stream& stream, const DeviceWeight* w, float* const* y, int count,

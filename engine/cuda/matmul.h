@@ -35,10 +35,11 @@ inline constexpr int64_t kQuantGemvMaxTokens = 16;
 // Bytes of scratch MatMul needs for `n_tokens` rows of x against `w`.
 int64_t MatMulScratchBytes(const DeviceWeight& w, int64_t n_tokens);
 
-// Queues the product on `stream`; `scratch` holds MatMulScratchBytes.
+// Queues the product on `stream`; `scratch` holds MatMulScratchBytes. With
+// `add`, y += x w^T (the GEMV adds to y as it stores, cuBLAS with beta 1).
 // Unimplemented for weight types without a GPU kernel yet.
-absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x,
-                    int64_t n_tokens, float* y, DeviceBuffer& scratch);
+absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x, int64_t n_tokens,
+                    float* y, DeviceBuffer& scratch, bool add = false);
 
 // The products of one x (Q, K and V): y[i] = x w[i]^T for i < count. Each
 // run of consecutive weights that one GEMV launch takes together (the same

@@ -34,8 +34,9 @@ cudaError_t LaunchMatMulQuant(GgmlType type, const void* w, int64_t rows, int64_
 
 // The `count` (1..kMaxGemvProducts) products of one x, every weight in
 // `type` with `cols` columns, in one launch per kQuantGemvTokensPerLaunch
-// tokens; errors as LaunchMatMulQuant's, cudaErrorInvalidValue for a count
-// out of range.
+// tokens, each stored into its y or, with GemvProduct::add, added to it;
+// errors as LaunchMatMulQuant's, cudaErrorInvalidValue for a count out of
+// range or products that differ in `add`.
 cudaError_t LaunchMatMulQuantGroup(GgmlType type, const GemvProduct* products, int count,
                                    int64_t cols, const float* x, int64_t n_tokens,
                                    cudaStream_t stream);

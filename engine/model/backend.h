@@ -203,6 +203,15 @@ class Backend {
     MatMul(w_up, x, n_tokens, up);
     SwiGlu(gate, up, n_tokens * w_gate.rows, gate);
   }
+  // y[t, :] += x[t, :] w^T for t < n_tokens (a product added to the
+  // residual stream): MatMul into `scratch` ([n_tokens, w.rows]), then Add.
+  // A backend may fuse them; `scratch` is then left as it was. y does not
+  // alias x or scratch.
+  virtual void MatMulAdd(const DeviceMatrix& w, DevicePtr<const float> x, int64_t n_tokens,
+                         DevicePtr<float> y, DevicePtr<float> scratch) {
+    MatMul(w, x, n_tokens, scratch);
+    Add(y, scratch, n_tokens * w.rows);
+  }
   // x[t, :] += bias[:] for t < n_rows; x: [n_rows, dim].
   virtual void AddBias(DevicePtr<float> x, DevicePtr<const float> bias, int64_t n_rows,
                        int64_t dim) = 0;

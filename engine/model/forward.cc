@@ -217,8 +217,7 @@ void ForwardPass::Attention(int32_t layer) {
                            .n_head_kv = config_.n_head_kv,
                            .head_dim = config_.head_dim,
                            .kv = kv});
-  backend_.MatMul(w.wo, s_.att, T, s_.proj);
-  backend_.Add(s_.x, s_.proj, T * config_.n_embd);
+  backend_.MatMulAdd(w.wo, s_.att, T, s_.x, s_.proj);
 }
 
 void ForwardPass::StoreKvOnly(int32_t layer) {
@@ -239,8 +238,7 @@ void ForwardPass::FeedForward(int32_t layer) {
   const int64_t T = step_.n_tokens();
   backend_.RmsNorm(s_.x, w.ffn_norm, T, config_.n_embd, config_.rms_eps, s_.xb);
   backend_.MatMulSwiGlu(w.w_gate, w.w_up, s_.xb, T, s_.gate, s_.up);
-  backend_.MatMul(w.w_down, s_.gate, T, s_.proj);
-  backend_.Add(s_.x, s_.proj, T * config_.n_embd);
+  backend_.MatMulAdd(w.w_down, s_.gate, T, s_.x, s_.proj);
 }
 
 // logits = W_out · RmsNorm(x) for the rows that need them, then each row

@@ -1,5 +1,5 @@
 // The matrix products' kernels against the CPU reference on random inputs:
-// MatMul for every weight type, each GEMV at every row split, grouped and
+// MatMul for every weight type (storing and adding to y), each GEMV at every row split, grouped and
 // fused (SwiGLU) GEMVs, the f16 dequantizer and the embedding gather.
 // Skips without a usable CUDA device (cuda_test_util.h).
 #include <algorithm>
@@ -82,6 +82,20 @@ TEST_F(CudaKernelsTest, MatMulMatchesTheReferenceForEachWeightType) {
       for (int64_t i = 0; i < tokens * rows; ++i) {
         ASSERT_NEAR(got[i], want[i], tol * magnitude[i])
             << GgmlTypeName(c.type) << " tokens " << tokens << " at " << i;
+      }
+      // With `add` (MatMulAdd's fused residual add), the same product added
+      // to what y held: the GEMVs add the very sum they would have stored;
+      // cuBLAS with beta 1 may pick another algorithm, hence the tolerance.
+      const std::vector<float> residual = Random(tokens * rows, 3.0f);
+      DeviceBuffer dr = Up(residual);
+      const absl::Status added_status =
+          MatMul(*stream_, weight, dx.as<float>(), tokens, dr.as<float>(), *scratch, /*add=*/true);
+      ASSERT_TRUE(added_status.ok()) << added_status;
+      const std::vector<float> added = Down<float>(dr, want.size());
+      for (int64_t i = 0; i < tokens * rows; ++i) {
+        ASSERT_NEAR(added[i], residual[i] + got[i],
+                    tol * magnitude[i] + 1e-6f * std::abs(residual[i]))
+            << GgmlTypeName(c.type) << " tokens " << tokens << " added, at " << i;
       }
       if (!quantized) continue;
       // The GEMV launcher itself, for every count (it splits past 16).
