@@ -26,6 +26,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,7 @@
 
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/driver.h"
+#include "engine/cuda/launch.h"
 #include "engine/engine.h"
 #include "engine/model/backend.h"
 #include "engine/model/rope.h"
@@ -591,6 +593,19 @@ TEST(CudaBackendTest, GraphDecodeStepsMatchEagerOnes) {
     total += static_cast<int64_t>(want.size());
   }
   EXPECT_GT(compared, total / 2);
+}
+
+// The launch setting is the calling thread's, as the device is: a backend
+// sets it on its thread, and another thread's launches keep their own (off
+// unless set). No device needed.
+TEST(CudaLaunchTest, TheProgrammaticSettingIsTheCallingThreads) {
+  cuda::SetProgrammaticLaunch(true);
+  EXPECT_TRUE(cuda::ProgrammaticLaunch());
+  bool other = true;
+  std::thread([&] { other = cuda::ProgrammaticLaunch(); }).join();
+  EXPECT_FALSE(other);
+  cuda::SetProgrammaticLaunch(false);
+  EXPECT_FALSE(cuda::ProgrammaticLaunch());
 }
 
 // Programmatic launches (--cuda-pdl) run the same kernels in the same order
