@@ -259,12 +259,9 @@ class CudaBackend final : public Backend {
   }
 
   void MatMul(const DeviceMatrix& w, DevicePtr<const float> x, int64_t n_tokens,
-              DevicePtr<float> y) override {
-    Product(w, x, n_tokens, y, /*add=*/false);
-  }
+              DevicePtr<float> y) override { Product(w, x, n_tokens, y, /*add=*/false); }
 
-  // The product added into y as it is stored: no launch of its own for the
-  // residual add, and `scratch` untouched.
+  // The product added into y as it is stored: no Add launch, `scratch` unused.
   void MatMulAdd(const DeviceMatrix& w, DevicePtr<const float> x, int64_t n_tokens,
                  DevicePtr<float> y, DevicePtr<float> /*scratch*/) override {
     Product(w, x, n_tokens, y, /*add=*/true);
@@ -485,8 +482,7 @@ class CudaBackend final : public Backend {
                });
   }
 
-  // The device, and how launches order themselves (engine/cuda/launch.h),
-  // both the calling thread's.
+  // The calling thread's device and launch setting (engine/cuda/launch.h).
   void SetDevice() const {
     CheckInStep(cudaSetDevice(device_), "cudaSetDevice");
     SetProgrammaticLaunch(programmatic_launch_);
