@@ -265,13 +265,17 @@ absl::Status Run(const Config& c) {
       "\"decode_tokens_per_s\": %s, \"batched_decode_tokens_per_s\": %s, "
       "\"peak_rss_mib\": %s, \"device\": %s, \"decode_bytes_per_s\": %s, "
       "\"prefill_flops_per_s\": %s, \"decode_bandwidth_fraction\": %s, "
-      "\"prefill_peak_fraction\": %s, \"cuda_graph_max_batch\": %d, \"cuda_pdl\": %s}",
+      "\"prefill_peak_fraction\": %s, \"kv_type\": %s, \"cuda_graph_max_batch\": %d, "
+      "\"cuda_pdl\": %s, \"cuda_attention\": %s}",
       JsonQuote(c.model), JsonQuote(engine::GgmlTypeName(model->weight_type())),
       setup.backend.threads, c.prompt_tokens, c.gen_tokens, c.batch, JsonNumber(pp), JsonNumber(tg),
       JsonNumber(btg), JsonNumber(rss_mib), JsonQuote(engine::DeviceName(setup.device)),
       JsonNumber(decode_bytes_per_s), JsonNumber(prefill_flops_per_s), JsonNumber(memory_fraction),
-      JsonNumber(flops_fraction), setup.cuda.graph_max_batch,
-      setup.cuda.programmatic_launch ? "true" : "false");
+      JsonNumber(flops_fraction), JsonQuote(engine::GgmlTypeName(setup.engine.kv.dtype)),
+      setup.cuda.graph_max_batch, setup.cuda.programmatic_launch ? "true" : "false",
+      JsonQuote(setup.cuda.attention == engine::CudaAttention::kF32        ? "f32"
+                : setup.cuda.attention == engine::CudaAttention::kSplitF16 ? "split-f16"
+                                                                           : "f16"));
   std::cout << json << std::endl;
   if (!c.out.empty()) {
     std::ofstream f(c.out, std::ios::app);

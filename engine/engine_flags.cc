@@ -24,6 +24,12 @@ std::vector<common::FlagSpec> EngineFlagSpecs() {
                "and newer): each kernel of a step starts while the one before it ends and "
                "loads its weights into L2 before it waits for it",
        .is_bool = true},
+      {.name = "cuda-attention",
+       .default_value = "f32",
+       .help = "with --device cuda: prefill attention's tiles: f32 (CUDA cores), split-f16 "
+               "(tensor cores, each f32 operand split into two f16 halves: about f32's "
+               "accuracy) or f16 (tensor cores, operands rounded to f16: about 1e-3 "
+               "relative). Decode rows are f32 in every case"},
       {.name = "threads", .default_value = "2", .help = "compute threads"},
       {.name = "isa",
        .default_value = "",
@@ -104,6 +110,17 @@ absl::StatusOr<EngineSetup> EngineSetupFromArgs(const common::Args& args) {
   ASSIGN_OR_RETURN(s.backend.threads, args.IntInRange("threads", 1, 256));
   ASSIGN_OR_RETURN(s.cuda.graph_max_batch, args.IntInRange("cuda-graph-max-batch", 0, 4096));
   s.cuda.programmatic_launch = args.Bool("cuda-pdl");
+  const std::string& attention = args.String("cuda-attention");
+  if (attention == "f32") {
+    s.cuda.attention = engine::CudaAttention::kF32;
+  } else if (attention == "split-f16") {
+    s.cuda.attention = engine::CudaAttention::kSplitF16;
+  } else if (attention == "f16") {
+    s.cuda.attention = engine::CudaAttention::kF16;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cuda-attention: \"", attention, "\" is not f32, split-f16 or f16"));
+  }
   s.backend.isa = args.String("isa");
   if (!s.backend.isa.empty()) {
     const std::optional<cpu::Isa> isa = cpu::IsaFromName(s.backend.isa);

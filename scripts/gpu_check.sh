@@ -30,10 +30,11 @@
 # Environment: GPU_CHECK_DIR (default .gpu-check), GPU_CHECK_JOBS (default
 # nproc), GPU_CHECK_BENCH_THREADS (default nproc), GPU_CHECK_PROMPT (prefill
 # tokens, default 2048), GPU_CHECK_BATCH (batched decode, default 32),
-# GPU_CHECK_BENCH_MODELS (shape:type pairs, a third field "pdl" adding
-# --cuda-pdl; default "25m:f32 1b:f16 1b:f16:pdl 1b:q8_0 1b:q4_k_m"; each 1B
-# model takes the machine 30-60 s to write), GPU_CHECK_BENCH_ARGS (more
-# tandem-engine-bench flags). The machine's own C library, C++ runtime,
+# GPU_CHECK_BENCH_MODELS (shape:type[:option...], the options pdl for
+# --cuda-pdl, attn16 for --cuda-attention f16, kv16 for --kv-type f16;
+# default "25m:f32 1b:f16 1b:f16:pdl 1b:f16:attn16:kv16 1b:q8_0 1b:q4_k_m";
+# each 1B model takes the machine 30-60 s to write), GPU_CHECK_BENCH_ARGS
+# (more tandem-engine-bench flags). The machine's own C library, C++ runtime,
 # OpenMP and CUDA are used; the packages' release is Debian 12.
 set -uo pipefail
 
@@ -313,9 +314,10 @@ step_require() {
 }
 
 # The engine on the GPU: the 25.7M model in F32 and the 1B-class one in
-# F16 (a second time with --cuda-pdl), Q8_0 and Q4_K_M (each written by the
-# benchmark itself), prefill of GPU_CHECK_PROMPT tokens, decode at batch 1
-# and GPU_CHECK_BATCH, and the fractions of the device's measured limits;
+# F16 (again with --cuda-pdl, and with f16 attention tiles and KV), Q8_0 and
+# Q4_K_M (each written by the benchmark itself), prefill of
+# GPU_CHECK_PROMPT tokens, decode at batch 1 and GPU_CHECK_BATCH, and the
+# fractions of the device's measured limits;
 # one JSON line per run in bench.jsonl. Without a GPU (`local`): the 25.7M
 # model on the CPU, and the CUDA run's refusal.
 step_bench() {
@@ -328,18 +330,29 @@ step_bench() {
     log "tandem-engine-bench --device cuda: exit $? (1 expected: no GPU here)"
     return $rc
   fi
-  local -a runs=(${GPU_CHECK_BENCH_MODELS:-25m:f32 1b:f16 1b:f16:pdl 1b:q8_0 1b:q4_k_m})
-  local i model pdl
+  local -a runs=(${GPU_CHECK_BENCH_MODELS:-25m:f32 1b:f16 1b:f16:pdl 1b:f16:attn16:kv16 1b:q8_0 1b:q4_k_m})
+  local i model option
   for ((i = 0; i < ${#runs[@]}; ++i)); do
-    # SHAPE:TYPE, or SHAPE:TYPE:pdl for the same with --cuda-pdl.
-    IFS=: read -r shape type pdl <<< "${runs[i]}"
+    # SHAPE:TYPE, then options, each adding flags.
+    local -a fields=() flags=()
+    IFS=: read -r -a fields <<< "${runs[i]}"
+    shape="${fields[0]}"
+    type="${fields[1]}"
+    for option in "${fields[@]:2}"; do
+      case "$option" in
+        pdl) flags+=(--cuda-pdl) ;;
+        attn16) flags+=(--cuda-attention f16) ;;
+        kv16) flags+=(--kv-type f16) ;;
+        *) log "GPU_CHECK_BENCH_MODELS: unknown option $option in ${runs[i]}"; rc=1; continue 2 ;;
+      esac
+    done
     model="$DIR/synthetic-$shape-$type.gguf"
     local -a make=(--make-synthetic "$type" --synthetic-shape "$shape")
     [ -f "$model" ] && make=()  # written for the run before
     logrun "$bench" --model "$model" "${make[@]}" --device cuda \
       --prompt-tokens "$prompt" --gen-tokens 128 \
       --batch "$batch" --repeats "${GPU_CHECK_REPEATS:-2}" --kv-budget-mb 4096 --out "$DIR/bench.jsonl" \
-      ${pdl:+--cuda-pdl} ${GPU_CHECK_BENCH_ARGS:-} || rc=1
+      "${flags[@]}" ${GPU_CHECK_BENCH_ARGS:-} || rc=1
     # Kept while the next run uses the same model.
     [[ "${runs[i + 1]:-}" == "$shape:$type"* ]] || rm -f "$model"
   done

@@ -15,14 +15,15 @@
 // (RunKey and RunAround over the same tile), so no host help or pre-pass is needed and the launch
 // shape depends only on n_rows and n_head: graph-capturable and replayable.
 // Everything is f32 on CUDA cores (f16 keys/values are widened on load), so
-// results match the f32 CPU reference to ~1e-6; tensor cores were left out
-// because an f16 product would not hold the f32 KV path's 1e-4 tolerance.
+// results match the f32 CPU reference to ~1e-6. args.tiles may send the
+// tile rows to a tensor-core kernel instead (attention_f16.cu).
 #include <cuda_fp16.h>
 
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
 
+#include "engine/cuda/attention_f16.h"
 #include "engine/cuda/attention_plan.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/launch.cuh"
@@ -66,14 +67,6 @@ struct TileLayout {
 };
 
 __device__ float Dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
-
-// The run of rows sharing row `at`'s RunKey, among the tile's first `n` rows
-// (keys in shared memory).
-__device__ Run RunAt(const int32_t* keys, int n, int at) {
-  uint32_t same = 0;
-  for (int i = 0; i < n; ++i) same |= static_cast<uint32_t>(keys[i] == keys[at]) << i;
-  return RunAround(same, at);
-}
 
 // grid (ceil(n_rows / kTileRows), n_head), kTileThreads threads,
 // TileLayout<HD>::kBytes of dynamic shared memory; head_dim <= HD.
@@ -473,7 +466,9 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, cudaStream_t st
   // would find nothing to do.
   if (args.n_rows >= kMinTileRun) {
     cudaError_t e;
-    if (args.head_dim <= 64) {
+    if (args.tiles != TileMath::kF32 && TensorCoreTilesFit(args)) {
+      e = LaunchTensorCoreAttentionTiles(args, stream);
+    } else if (args.head_dim <= 64) {
       e = LaunchTiles<64>(args, stream);
     } else if (args.head_dim <= 128) {
       e = LaunchTiles<128>(args, stream);

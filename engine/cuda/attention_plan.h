@@ -52,6 +52,14 @@ TANDEM_HOST_DEVICE constexpr Run RunAround(uint32_t same, int at) {
   return run;
 }
 
+// The run of rows sharing row `at`'s RunKey among a tile's first `n` (<= 32)
+// rows, whose RunKeys are `keys` (the tile kernels' shared memory).
+TANDEM_HOST_DEVICE constexpr Run RunAt(const int32_t* keys, int n, int at) {
+  uint32_t same = 0;
+  for (int i = 0; i < n; ++i) same |= static_cast<uint32_t>(keys[i] == keys[at]) << i;
+  return RunAround(same, at);
+}
+
 // Splits per row for rows * heads = `blocks` row-kernel blocks: one when
 // they fill the GPU, else enough to reach kSplitTargetBlocks (capped). Fixed
 // by the launch's n_rows and n_head, so a captured graph stays valid for

@@ -1,10 +1,9 @@
-// The CUDA Backend. One stream carries everything: the step's metadata goes
-// over in BeginStep (from pinned memory, one copy per array, into buffers
-// whose addresses never change), each op is one launch on the stream, and
-// the host waits only where the interface says a call returns with its
-// result (ReduceLogits, Download, the block copies of engine/cuda/kv_moves.h). Weights are the GGUF
-// bytes as the file holds them, uploaded once; the matrix products dispatch
-// on their type (engine/cuda/matmul.h).
+// The CUDA Backend. One stream carries everything: the step's metadata goes over in
+// BeginStep (from pinned memory, one copy per array, into buffers whose addresses never
+// change), each op is one launch on the stream, and the host waits only where the
+// interface says a call returns with its result (ReduceLogits, Download, the block
+// copies of engine/cuda/kv_moves.h). Weights are the GGUF bytes as the file holds them,
+// uploaded once; the matrix products dispatch on their type (engine/cuda/matmul.h).
 //
 // CUDA graphs. A decode step (one row per sequence) of up to
 // graph_max_batch sequences is padded to its bucket (engine/cuda/step_plan.h):
@@ -63,19 +62,22 @@ constexpr int64_t kBlasWorkspaceBytes = int64_t{32} << 20;
 
 uint64_t Word(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
+TileMath Tiles(CudaAttention a) {
+  if (a == CudaAttention::kF32) return TileMath::kF32;
+  return a == CudaAttention::kSplitF16 ? TileMath::kSplitF16 : TileMath::kF16;
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const CudaBackendOptions& options, const DeviceInfo& info, Stream stream)
-      : device_(options.device),
-        graph_max_batch_(options.graph_max_batch),
-        programmatic_launch_(options.programmatic_launch),
+      : options_(options),
         name_(absl::StrCat("cuda:", options.device, " (", info.name, ")")),
         stream_(std::move(stream)),
         graphs_(stream_.stream()) {
     CheckInStep(cudaEventCreateWithFlags(&meta_copied_, cudaEventDisableTiming), "cudaEventCreate");
   }
   ~CudaBackend() override {
-    cudaSetDevice(device_);
+    cudaSetDevice(options_.device);
     graphs_.End();
     cudaStreamSynchronize(stream_.stream());
     cudaEventDestroy(meta_copied_);
@@ -89,7 +91,7 @@ class CudaBackend final : public Backend {
 
   absl::StatusOr<DevicePtr<uint8_t>> Allocate(int64_t bytes, std::string_view what) override {
     TANDEM_CHECK(bytes >= 0, "allocation size is not negative");
-    RETURN_IF_ERROR(Check(cudaSetDevice(device_), "cudaSetDevice"));
+    RETURN_IF_ERROR(Check(cudaSetDevice(options_.device), "cudaSetDevice"));
     graphs_.End();
     absl::StatusOr<DeviceBuffer> b =
         DeviceBuffer::Allocate(static_cast<size_t>(std::max<int64_t>(bytes, 1)));
@@ -396,7 +398,8 @@ class CudaBackend final : public Backend {
                                   .kv_len = Meta<int32_t>(layout_.kv_len),
                                   .table_offset = Meta<int32_t>(layout_.table_offset),
                                   .block_table = Meta<int32_t>(layout_.block_table),
-                                  .split_scratch = attention_scratch_};
+                                  .split_scratch = attention_scratch_,
+                                  .tiles = Tiles(options_.attention)};
     graphs_.Op(
         {9, Word(args.q), Word(args.out), static_cast<uint64_t>(args.n_rows),
          static_cast<uint64_t>(args.n_head), static_cast<uint64_t>(args.n_head_kv),
@@ -484,13 +487,13 @@ class CudaBackend final : public Backend {
 
   // The calling thread's device and launch setting (engine/cuda/launch.h).
   void SetDevice() const {
-    CheckInStep(cudaSetDevice(device_), "cudaSetDevice");
-    SetProgrammaticLaunch(programmatic_launch_);
+    CheckInStep(cudaSetDevice(options_.device), "cudaSetDevice");
+    SetProgrammaticLaunch(options_.programmatic_launch);
   }
 
   // The step's bucket (engine/cuda/step_plan.h), unless its capture failed.
   int32_t GraphBucket(const StepMetadata& step) const {
-    const int32_t bucket = cuda::GraphBucket(step, graph_max_batch_, limits_);
+    const int32_t bucket = cuda::GraphBucket(step, options_.graph_max_batch, limits_);
     return graphs_.Usable(bucket) ? bucket : 0;
   }
 
@@ -543,9 +546,7 @@ class CudaBackend final : public Backend {
                            static_cast<int64_t>(total), allocated_));
   }
 
-  const int device_;
-  const int32_t graph_max_batch_;
-  const bool programmatic_launch_;
+  const CudaBackendOptions options_;
   const std::string name_;
   Stream stream_;
   // Every Allocate, until the end (a deque: matmul_scratch_ points into it).

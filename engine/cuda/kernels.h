@@ -87,6 +87,11 @@ cudaError_t LaunchToBf16(const float* x, int64_t n, void* out, cudaStream_t stre
 // table_offset: runs of them are computed together, each key/value tile
 // read once per run (engine/cuda/attention.cu). Capturable in a CUDA graph:
 // the launch's shape depends only on n_rows and n_head.
+// The tile kernel's arithmetic: f32 on the CUDA cores; or on the tensor
+// cores (attention_f16.cu), each f32 operand split into two f16 halves
+// (about f32's accuracy), or rounded to f16 (about 1e-3 relative).
+enum class TileMath : uint8_t { kF32, kSplitF16, kF16 };
+
 struct PagedAttentionArgs {
   const float* q = nullptr;
   float* out = nullptr;
@@ -108,6 +113,9 @@ struct PagedAttentionArgs {
   // each row's slots are split over several blocks whose partial results a
   // second kernel merges; without it, one block per row and head.
   float* split_scratch = nullptr;
+  // How the tile rows (prefill) are computed; rows the row kernel takes
+  // are the same in every case.
+  TileMath tiles = TileMath::kF32;
 };
 inline constexpr int32_t kMaxAttentionHeadDim = 256;
 cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, cudaStream_t stream);

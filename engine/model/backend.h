@@ -270,6 +270,12 @@ struct CpuBackendOptions {
 
 std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options);
 
+// Prefill attention's tiles (engine/cuda/attention_f16.cu): f32 on the CUDA
+// cores; on the tensor cores with each f32 operand split into two f16 halves
+// (about f32's accuracy, two or three products for one); or on the tensor
+// cores with the operands rounded to f16 (about 1e-3 relative).
+enum class CudaAttention { kF32, kSplitF16, kF16 };
+
 struct CudaBackendOptions {
   int device = 0;  // the CUDA ordinal (the factory sets it from --device cuda:N)
   // Decode steps (one row per sequence) of up to this many sequences are
@@ -280,6 +286,9 @@ struct CudaBackendOptions {
   // kernel of a step may start while the one before it ends, loading its
   // weights into L2 before it waits (engine/cuda/launch.h).
   bool programmatic_launch = false;
+  // How prefill attention's tiles are computed (--cuda-attention); decode
+  // rows are f32 on the CUDA cores in every case.
+  CudaAttention attention = CudaAttention::kF32;
 };
 
 // A KV cache whose pool `backend` allocates; the backend must outlive it.

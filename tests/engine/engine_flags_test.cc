@@ -92,8 +92,9 @@ TEST(EngineFlagsTest, TheItlTargetIsCheckedAndReachesTheEngine) {
   EXPECT_DOUBLE_EQ(set->engine.itl_target_s, 0.0075);
 }
 
-// --cuda-pdl reaches the CUDA backend's options, off unless given; the CUDA
-// backend tests run it on a GPU (tests/engine/cuda/cuda_backend_test.cc).
+// --cuda-pdl and --cuda-attention reach the CUDA backend's options, off
+// unless given; the CUDA backend tests run them on a GPU
+// (tests/engine/cuda/cuda_backend_test.cc).
 TEST(EngineFlagsTest, TheCudaLaunchFlagsReachTheBackendOptions) {
   auto none = Parse({});
   ASSERT_TRUE(none.ok()) << none.status();
@@ -106,6 +107,21 @@ TEST(EngineFlagsTest, TheCudaLaunchFlagsReachTheBackendOptions) {
   auto bad = Parse({"--cuda-pdl=maybe"});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("cuda-pdl"), std::string::npos) << bad.status();
+
+  EXPECT_EQ(none->cuda.attention, CudaAttention::kF32);
+  auto f16 = Parse({"--cuda-attention=f16"});
+  ASSERT_TRUE(f16.ok()) << f16.status();
+  EXPECT_EQ(f16->cuda.attention, CudaAttention::kF16);
+  auto split = Parse({"--cuda-attention", "split-f16"});
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ(split->cuda.attention, CudaAttention::kSplitF16);
+  auto f32 = Parse({"--cuda-attention", "f32"});
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  EXPECT_EQ(f32->cuda.attention, CudaAttention::kF32);
+  auto bf16 = Parse({"--cuda-attention=bf16"});
+  ASSERT_FALSE(bf16.ok());
+  EXPECT_EQ(bf16.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bf16.status().message().find("--cuda-attention"), std::string::npos) << bf16.status();
 }
 
 }  // namespace

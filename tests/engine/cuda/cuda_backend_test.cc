@@ -61,9 +61,8 @@ bool CudaRequired() {
     }                                                                                \
   } while (0)
 
-std::unique_ptr<Backend> Cuda(int32_t graph_max_batch = 256) {
-  absl::StatusOr<std::unique_ptr<Backend>> b =
-      MakeCudaBackend({.device = 0, .graph_max_batch = graph_max_batch});
+std::unique_ptr<Backend> Cuda(const CudaBackendOptions& options = {}) {
+  absl::StatusOr<std::unique_ptr<Backend>> b = MakeCudaBackend(options);
   EXPECT_TRUE(b.ok()) << b.status();
   return b.ok() ? std::move(*b) : nullptr;
 }
@@ -466,10 +465,11 @@ std::vector<GenerationRequest> Requests(const Model& model, int n, int32_t max_t
 }
 
 void ExpectEnginesAgree(const Model& model, const EngineOptions& o, float tol,
-                        const std::vector<GenerationRequest>& requests) {
+                        const std::vector<GenerationRequest>& requests,
+                        const CudaBackendOptions& cuda = {}) {
   Generation runs[2];
   for (const bool on_cuda : {false, true}) {
-    std::unique_ptr<Backend> b = on_cuda ? Cuda() : Cpu();
+    std::unique_ptr<Backend> b = on_cuda ? Cuda(cuda) : Cpu();
     ASSERT_NE(b, nullptr);
     std::unique_ptr<Engine> e = MakeEngine(model, std::move(b), o);
     ASSERT_NE(e, nullptr);
@@ -561,6 +561,58 @@ TEST(CudaBackendTest, The25MModelDecodesAsOnTheCpu) {
   ExpectEnginesAgree(*model, {}, 1e-3f, requests);
 }
 
+// Prefill attention's tiles on the tensor cores (--cuda-attention), with f32
+// and f16 KV: stories260K (head_dim 8: one 16-dimension fragment, mostly
+// padding) and the 25.7M model (head_dim 64) with prompts of a whole
+// 512-token step, so most rows go through the tile kernel. split-f16 is held
+// to the f32 kernel's 1e-3; f16 rounds q, k, v and the probabilities, hence
+// the F16 weights' tolerance.
+void ExpectTensorCoreTilesAgree(CudaAttention attention, float tol) {
+  const CudaBackendOptions tiles{.attention = attention};
+  const absl::StatusOr<std::unique_ptr<Model>> stories = Model::Load(testing::StoriesPath());
+  ASSERT_TRUE(stories.ok()) << stories.status();
+  std::vector<GenerationRequest> requests;
+  for (const char* text : {"Once upon a time there was a little girl named Lily. She loved to",
+                           "The little dog ran to the park and saw a big red ball"}) {
+    GenerationRequest r;
+    r.prompt = (*stories)->tokenizer().Encode(text, {.add_special = true});
+    r.max_tokens = 48;
+    r.ignore_eos = true;
+    r.top_logprobs = 5;
+    r.prompt_logprobs = 3;
+    requests.push_back(std::move(r));
+  }
+  for (const GgmlType kv : {GgmlType::kF32, GgmlType::kF16}) {
+    SCOPED_TRACE(GgmlTypeName(kv));
+    EngineOptions o;
+    o.kv.dtype = kv;
+    ExpectEnginesAgree(**stories, o, tol, requests, tiles);
+  }
+  const std::unique_ptr<Model> model = LoadSynthetic(SyntheticModelOptions{});
+  ASSERT_NE(model, nullptr);
+  std::vector<GenerationRequest> long_prompts = Requests(*model, 3, 16);
+  for (GenerationRequest& r : long_prompts) {
+    while (r.prompt.size() < 512)
+      r.prompt.push_back(3 + static_cast<int32_t>(r.prompt.size() * 5 % 500));
+  }
+  for (const GgmlType kv : {GgmlType::kF32, GgmlType::kF16}) {
+    SCOPED_TRACE(GgmlTypeName(kv));
+    EngineOptions o;
+    o.kv.dtype = kv;
+    ExpectEnginesAgree(*model, o, tol, long_prompts, tiles);
+  }
+}
+
+TEST(CudaBackendTest, SplitF16AttentionTilesDecodeAsOnTheCpu) {
+  TANDEM_REQUIRE_DEVICE();
+  ExpectTensorCoreTilesAgree(CudaAttention::kSplitF16, 1e-3f);
+}
+
+TEST(CudaBackendTest, F16AttentionTilesDecodeAsOnTheCpu) {
+  TANDEM_REQUIRE_DEVICE();
+  ExpectTensorCoreTilesAgree(CudaAttention::kF16, 2e-2f);
+}
+
 // Decode steps replayed from CUDA graphs (batches shrinking through the
 // buckets as sequences finish, padded to them) give what eager steps give.
 TEST(CudaBackendTest, GraphDecodeStepsMatchEagerOnes) {
@@ -571,7 +623,7 @@ TEST(CudaBackendTest, GraphDecodeStepsMatchEagerOnes) {
   for (size_t i = 0; i < requests.size(); ++i) requests[i].max_tokens = 6 + 5 * int32_t(i);
   Generation runs[2];
   for (const bool graphs : {false, true}) {
-    std::unique_ptr<Backend> b = Cuda(graphs ? 256 : 0);
+    std::unique_ptr<Backend> b = Cuda({.graph_max_batch = graphs ? 256 : 0});
     ASSERT_NE(b, nullptr);
     const Backend* backend = b.get();
     std::unique_ptr<Engine> e = MakeEngine(*model, std::move(b));

@@ -267,6 +267,8 @@ struct AttentionCase {
   std::vector<std::pair<int32_t, int32_t>> seqs;
   int32_t pad_rows = 0;
   bool split = true;  // pass split_scratch
+  TileMath tiles = TileMath::kF32;
+  float tol = 1e-4f;
 };
 
 class PagedAttentionTest : public CudaKernelsTest {
@@ -352,8 +354,9 @@ class PagedAttentionTest : public CudaKernelsTest {
     a.table_offset = doff.as<int32_t>();
     a.block_table = dtable.as<int32_t>();
     a.split_scratch = c.split ? scratch->as<float>() : nullptr;
+    a.tiles = c.tiles;
     ASSERT_EQ(LaunchPagedAttention(a, stream_->stream()), cudaSuccess);
-    ExpectNear(Down<float>(dout, q.size()), want, 1e-4f);
+    ExpectNear(Down<float>(dout, q.size()), want, c.tol);
   }
 };
 
@@ -429,6 +432,65 @@ TEST_F(PagedAttentionTest, LongDecodeSplits) {
   }
 }
 
+// The tensor-core tile kernels on the shapes above, for f32 and f16 KV.
+// Split into f16 halves, they are held to the f32 kernel's 1e-4 (head_dim
+// 256 split with f32 KV is the f32 kernel's where the device's shared memory
+// is too small for it, TensorCoreTilesFit). Rounded to f16, to 5e-3
+// (relative above 1): these inputs give scores of about unit spread, where
+// f16's 2^-11 rounding of q, k, v and p moves an output by about 1e-3.
+TEST_F(PagedAttentionTest, TensorCoreTilesMatchTheReference) {
+  for (const auto& [tiles, tol] :
+       {std::pair{TileMath::kSplitF16, 1e-4f}, std::pair{TileMath::kF16, 5e-3f}}) {
+    for (const GgmlType dtype : {GgmlType::kF32, GgmlType::kF16}) {
+      SCOPED_TRACE(static_cast<int>(dtype));
+      SCOPED_TRACE(static_cast<int>(tiles));
+      Check({.dtype = dtype,
+             .n_head = 8,
+             .n_head_kv = 2,
+             .head_dim = 64,
+             .seqs = {{50, 200}},
+             .tiles = tiles,
+             .tol = tol});
+      // Runs starting and ending inside tiles, decode rows, a run of 3 (row
+      // kernel), pad rows; head_dim 80 pads to the 128 tile.
+      Check({.dtype = dtype,
+             .n_head = 8,
+             .n_head_kv = 8,
+             .head_dim = 80,
+             .block_size = 8,
+             .seqs = {{10, 1}, {7, 37}, {100, 1}, {0, 3}, {20, 70}, {5, 1}, {0, 9}},
+             .pad_rows = 6,
+             .tiles = tiles,
+             .tol = tol});
+      Check({.dtype = dtype,
+             .n_head = 32,
+             .n_head_kv = 8,
+             .head_dim = 128,
+             .seqs = {{0, 40}, {300, 1}, {33, 24}, {1000, 65}},
+             .pad_rows = 3,
+             .tiles = tiles,
+             .tol = tol});
+      Check({.dtype = dtype,
+             .n_head = 2,
+             .n_head_kv = 1,
+             .head_dim = 256,
+             .seqs = {{5, 40}, {200, 1}, {0, 2}, {70, 33}},
+             .tiles = tiles,
+             .tol = tol});
+      // head_dim 36: KV heads 72 bytes apart in f16, so the 16-byte loads
+      // give way to single ones, and the last chunk of a row is partial.
+      Check({.dtype = dtype,
+             .n_head = 4,
+             .n_head_kv = 2,
+             .head_dim = 36,
+             .block_size = 4,
+             .seqs = {{3, 5}, {13, 1}, {0, 129}},
+             .tiles = tiles,
+             .tol = tol});
+    }
+  }
+}
+
 // The row plan, on the host: runs, split counts and chunks.
 TEST(AttentionPlanTest, RunsSplitsAndChunks) {
   EXPECT_EQ(RunAround(0b0111'1000u, 4).begin, 3);
@@ -436,6 +498,12 @@ TEST(AttentionPlanTest, RunsSplitsAndChunks) {
   EXPECT_EQ(RunAround(0xffffffffu, 31).begin, 0);
   EXPECT_EQ(RunAround(0xffffffffu, 0).end, 32);
   EXPECT_EQ(RunAround(0x1u, 0).end, 1);
+  const int32_t keys[6] = {4, 4, -3, 9, 9, 9};
+  EXPECT_EQ(RunAt(keys, 6, 1).begin, 0);
+  EXPECT_EQ(RunAt(keys, 6, 1).end, 2);
+  EXPECT_EQ(RunAt(keys, 6, 2).end, 3);
+  EXPECT_EQ(RunAt(keys, 6, 3).end, 6);
+  EXPECT_EQ(RunAt(keys, 5, 3).end, 5);  // the tile's rows end the run
   EXPECT_EQ(RunKey(7, 3, 12), 7);
   EXPECT_EQ(RunKey(0, 0, 12), -13);  // a pad row: alone
   EXPECT_EQ(SplitCount(kSplitTargetBlocks), 1);

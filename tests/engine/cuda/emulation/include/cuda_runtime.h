@@ -1,0 +1,140 @@
+// The device side of the host emulation (cuda_runtime_api.h says what it is
+// for): the CUDA keywords, threadIdx and friends, __syncthreads and warp
+// shuffles, and RunGrid, which runs a kernel's blocks one after another,
+// each as blockDim.x std::threads sharing one shared memory buffer that is
+// filled with 0xff bytes (a NaN in f32 and f16) before every block, so that
+// reading what no thread wrote shows.
+//
+// Warp-collective calls (shuffles, mma.h's fragments) must be reached by all
+// 32 lanes of a warp, as on a GPU; a kernel that does not deadlocks here
+// (ctest's timeout), rather than passing.
+#ifndef TANDEM_TESTS_CUDA_EMULATION_CUDA_RUNTIME_H_
+#define TANDEM_TESTS_CUDA_EMULATION_CUDA_RUNTIME_H_
+
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "cuda_runtime_api.h"
+
+#define __global__
+#define __device__
+#define __host__
+#define __shared__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+
+inline thread_local uint3 threadIdx;
+inline thread_local uint3 blockIdx;
+inline thread_local dim3 blockDim;
+inline thread_local dim3 gridDim;
+
+namespace cuda_emulation {
+
+struct Warp {
+  static constexpr int kScratch = 256;
+  explicit Warp(int lanes) : sync(lanes) {}
+  std::barrier<> sync;
+  uint64_t slots[32] = {};       // a shuffle's values
+  float scratch[kScratch] = {};  // a product's tile (mma.h)
+};
+
+struct Block {
+  explicit Block(int threads) : sync(threads) {
+    for (int w = 0; w < (threads + 31) / 32; ++w) {
+      warps.push_back(std::make_unique<Warp>(std::min(32, threads - 32 * w)));
+    }
+  }
+  std::barrier<> sync;
+  std::vector<std::unique_ptr<Warp>> warps;
+};
+
+inline thread_local Block* current_block = nullptr;
+
+inline Warp& CurrentWarp() { return *current_block->warps[threadIdx.x / 32]; }
+
+// The kernels' extern __shared__ array, which the emulated translation unit
+// defines and registers here.
+struct SharedMemory {
+  uint8_t* base = nullptr;
+  size_t bytes = 0;
+};
+inline SharedMemory& TheSharedMemory() {
+  static SharedMemory memory;
+  return memory;
+}
+
+// Runs `body` (the kernel called with its arguments) over `grid` x `block`
+// as a launch would, after the launch's checks: the block's size, and the
+// dynamic shared memory against the default or what the kernel opted in to.
+inline cudaError_t RunGrid(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,
+                           const std::function<void()>& body) {
+  Device& device = TheDevice();
+  const auto opted = device.opted_in.find(kernel);
+  const size_t limit = opted != device.opted_in.end() ? opted->second : device.shared_default_bytes;
+  SharedMemory& shared = TheSharedMemory();
+  if (shared_bytes > limit || shared_bytes > shared.bytes) {
+    device.last_error = cudaErrorInvalidValue;
+    return cudaErrorInvalidValue;
+  }
+  if (block.y != 1 || block.z != 1 || block.x == 0 || block.x > 1024 || grid.z != 1) {
+    device.last_error = cudaErrorInvalidConfiguration;
+    return cudaErrorInvalidConfiguration;
+  }
+  for (unsigned by = 0; by < grid.y; ++by) {
+    for (unsigned bx = 0; bx < grid.x; ++bx) {
+      std::memset(shared.base, 0xff, shared.bytes);
+      Block b(static_cast<int>(block.x));
+      std::vector<std::thread> threads;
+      threads.reserve(block.x);
+      for (unsigned t = 0; t < block.x; ++t) {
+        threads.emplace_back([&, t] {
+          threadIdx = {t, 0, 0};
+          blockIdx = {bx, by, 0};
+          blockDim = block;
+          gridDim = grid;
+          current_block = &b;
+          body();
+        });
+      }
+      for (std::thread& t : threads) t.join();
+    }
+  }
+  return cudaSuccess;
+}
+
+}  // namespace cuda_emulation
+
+inline void __syncthreads() { cuda_emulation::current_block->sync.arrive_and_wait(); }
+
+// Lane i gets lane (i ^ lane_mask)'s value; every lane of the warp takes part.
+template <typename T>
+T __shfl_xor_sync(unsigned /*mask*/, T value, int lane_mask) {
+  static_assert(sizeof(T) <= sizeof(uint64_t));
+  cuda_emulation::Warp& w = cuda_emulation::CurrentWarp();
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  std::memcpy(&w.slots[lane], &value, sizeof(T));
+  w.sync.arrive_and_wait();
+  T out;
+  std::memcpy(&out, &w.slots[lane ^ lane_mask], sizeof(T));
+  w.sync.arrive_and_wait();
+  return out;
+}
+
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+template <typename T>
+T min(T a, T b) {
+  return b < a ? b : a;
+}
+template <typename T>
+T max(T a, T b) {
+  return a < b ? b : a;
+}
+
+#endif  // TANDEM_TESTS_CUDA_EMULATION_CUDA_RUNTIME_H_
