@@ -31,10 +31,10 @@
 # nproc), GPU_CHECK_BENCH_THREADS (default nproc), GPU_CHECK_PROMPT (prefill
 # tokens, default 2048), GPU_CHECK_BATCH (batched decode, default 32),
 # GPU_CHECK_BENCH_MODELS (shape:type[:option...], the options pdl for
-# --cuda-pdl, attn16 for --cuda-attention f16, kv16 for --kv-type f16;
-# default "25m:f32 1b:f16 1b:f16:pdl 1b:f16:attn16:kv16 1b:q8_0 1b:q4_k_m";
-# each 1B model takes the machine 30-60 s to write), GPU_CHECK_BENCH_ARGS
-# (more tandem-engine-bench flags). The machine's own C library, C++ runtime,
+# --cuda-pdl, split and attn16 for --cuda-attention split-f16 and f16, kv16
+# for --kv-type f16; default "25m:f32 1b:f16 1b:f16:pdl 1b:f16:split
+# 1b:f16:attn16:kv16 1b:q8_0 1b:q4_k_m"; each 1B model takes the machine
+# 30-60 s to write), GPU_CHECK_BENCH_ARGS (more tandem-engine-bench flags). The machine's own C library, C++ runtime,
 # OpenMP and CUDA are used; the packages' release is Debian 12.
 set -uo pipefail
 
@@ -314,12 +314,12 @@ step_require() {
 }
 
 # The engine on the GPU: the 25.7M model in F32 and the 1B-class one in
-# F16 (again with --cuda-pdl, and with f16 attention tiles and KV), Q8_0 and
-# Q4_K_M (each written by the benchmark itself), prefill of
-# GPU_CHECK_PROMPT tokens, decode at batch 1 and GPU_CHECK_BATCH, and the
-# fractions of the device's measured limits;
-# one JSON line per run in bench.jsonl. Without a GPU (`local`): the 25.7M
-# model on the CPU, and the CUDA run's refusal.
+# F16 (again with --cuda-pdl, with split-f16 attention tiles, and with f16
+# tiles and KV), Q8_0 and Q4_K_M (each written by the benchmark itself),
+# prefill of GPU_CHECK_PROMPT tokens, decode at batch 1 and GPU_CHECK_BATCH,
+# and the fractions of the device's measured limits; one JSON line per run
+# in bench.jsonl. Without a GPU (`local`): the 25.7M model on the CPU, and
+# the CUDA run's refusal.
 step_bench() {
   local bench="$BUILD/bin/tandem-engine-bench" rc=0 shape type
   local prompt="${GPU_CHECK_PROMPT:-2048}" batch="${GPU_CHECK_BATCH:-32}"
@@ -330,7 +330,7 @@ step_bench() {
     log "tandem-engine-bench --device cuda: exit $? (1 expected: no GPU here)"
     return $rc
   fi
-  local -a runs=(${GPU_CHECK_BENCH_MODELS:-25m:f32 1b:f16 1b:f16:pdl 1b:f16:attn16:kv16 1b:q8_0 1b:q4_k_m})
+  local -a runs=(${GPU_CHECK_BENCH_MODELS:-25m:f32 1b:f16 1b:f16:pdl 1b:f16:split 1b:f16:attn16:kv16 1b:q8_0 1b:q4_k_m})
   local i model option
   for ((i = 0; i < ${#runs[@]}; ++i)); do
     # SHAPE:TYPE, then options, each adding flags.
@@ -341,6 +341,7 @@ step_bench() {
     for option in "${fields[@]:2}"; do
       case "$option" in
         pdl) flags+=(--cuda-pdl) ;;
+        split) flags+=(--cuda-attention split-f16) ;;
         attn16) flags+=(--cuda-attention f16) ;;
         kv16) flags+=(--kv-type f16) ;;
         *) log "GPU_CHECK_BENCH_MODELS: unknown option $option in ${runs[i]}"; rc=1; continue 2 ;;
