@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionTcTileKernel(PagedAtte
   using L = TcLayout<HD, kSplit>;
   constexpr bool kSplitQ = kSplit != Split::kNone;
   constexpr bool kSplitKv = kSplit == Split::kAll;
-  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* smem = DynamicSharedMemory();
   __half* qs = reinterpret_cast<__half*>(smem + L::kQ);
   __half* ks = reinterpret_cast<__half*>(smem + L::kK);
   __half* vs = reinterpret_cast<__half*>(smem + L::kV);

@@ -30,6 +30,13 @@ __device__ __forceinline__ void GridPrologue() {
 #endif
 }
 
+// The block's dynamic shared memory (Launch's shared_bytes), 128-byte
+// aligned.
+__device__ __forceinline__ uint8_t* DynamicSharedMemory() {
+  extern __shared__ __align__(128) uint8_t dynamic_shared[];
+  return dynamic_shared;
+}
+
 // Asks L2 for the 128-byte lines of [p, p + bytes), the calling thread
 // taking lines first, first + step, ...: a hint, which changes no value.
 __device__ __forceinline__ void PrefetchL2(const void* p, int64_t bytes, int64_t first,

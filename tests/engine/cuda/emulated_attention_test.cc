@@ -21,7 +21,7 @@
 #include "engine/cuda/attention_plan.h"
 #include "engine/gguf/tensor_type.h"
 #include "engine/model/backend.h"
-#include "tests/engine/cuda/emulation/emulated_attention.h"
+#include "tests/engine/cuda/emulation/emulated_kernels.h"
 
 namespace tandem::engine::cuda {
 namespace {

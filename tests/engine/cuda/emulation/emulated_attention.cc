@@ -3,7 +3,7 @@
 // headers and engine/cuda/launch.cuh are the emulation's; the project's
 // namespace is renamed around the kernel's source so that its symbols do not
 // meet the real ones (a build with CUDA links both into the test).
-#include "tests/engine/cuda/emulation/emulated_attention.h"
+#include "tests/engine/cuda/emulation/emulated_kernels.h"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -11,14 +11,7 @@
 
 #include <cstdint>
 
-// The kernels' extern __shared__ array, defined where their source will
-// declare it, and as large as the largest opt-in emulated (an H100's).
 #define tandem tandem_emulated
-namespace tandem::engine::cuda {
-namespace {
-alignas(128) uint8_t smem[232448];
-}  // namespace
-}  // namespace tandem::engine::cuda
 #include "engine/cuda/attention_f16.cu"
 #undef tandem
 
@@ -28,7 +21,6 @@ TileRun RunTensorCoreTiles(const TileArgs& t, size_t shared_optin_bytes) {
   namespace emulated = tandem_emulated::engine::cuda;
   cuda_emulation::TheDevice().shared_optin_bytes = shared_optin_bytes;
   cuda_emulation::TheDevice().opted_in.clear();
-  cuda_emulation::TheSharedMemory() = {emulated::smem, sizeof(emulated::smem)};
   emulated::PagedAttentionArgs a;
   a.q = t.q;
   a.out = t.out;

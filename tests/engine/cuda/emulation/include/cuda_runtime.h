@@ -1,9 +1,12 @@
 // The device side of the host emulation (cuda_runtime_api.h says what it is
 // for): the CUDA keywords, threadIdx and friends, __syncthreads and warp
-// shuffles, and RunGrid, which runs a kernel's blocks one after another,
-// each as blockDim.x std::threads sharing one shared memory buffer that is
-// filled with 0xff bytes (a NaN in f32 and f16) before every block, so that
-// reading what no thread wrote shows.
+// shuffles, the few intrinsics the kernels use, and RunGrid, which runs a
+// kernel's blocks one after another on blockDim.x std::threads. A
+// block's dynamic shared memory (launch.cuh's DynamicSharedMemory) is one
+// buffer, filled with 0xff bytes (a NaN in f32 and f16) before every block
+// so that reading what no thread wrote shows; a __shared__ array declared
+// in a kernel is a static of that kernel, which the blocks, running one at a
+// time, take turns at.
 //
 // Warp-collective calls (shuffles, mma.h's fragments) must be reached by all
 // 32 lanes of a warp, as on a GPU; a kernel that does not deadlocks here
@@ -25,7 +28,7 @@
 #define __global__
 #define __device__
 #define __host__
-#define __shared__
+#define __shared__ static
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
@@ -59,11 +62,10 @@ inline thread_local Block* current_block = nullptr;
 
 inline Warp& CurrentWarp() { return *current_block->warps[threadIdx.x / 32]; }
 
-// The kernels' extern __shared__ array, which the emulated translation unit
-// defines and registers here.
+// The dynamic shared memory, as large as the largest opt-in emulated (an
+// H100's).
 struct SharedMemory {
-  uint8_t* base = nullptr;
-  size_t bytes = 0;
+  alignas(128) uint8_t base[232448];
 };
 inline SharedMemory& TheSharedMemory() {
   static SharedMemory memory;
@@ -79,7 +81,7 @@ inline cudaError_t RunGrid(const void* kernel, dim3 grid, dim3 block, size_t sha
   const auto opted = device.opted_in.find(kernel);
   const size_t limit = opted != device.opted_in.end() ? opted->second : device.shared_default_bytes;
   SharedMemory& shared = TheSharedMemory();
-  if (shared_bytes > limit || shared_bytes > shared.bytes) {
+  if (shared_bytes > limit || shared_bytes > sizeof(shared.base)) {
     device.last_error = cudaErrorInvalidValue;
     return cudaErrorInvalidValue;
   }
@@ -87,25 +89,33 @@ inline cudaError_t RunGrid(const void* kernel, dim3 grid, dim3 block, size_t sha
     device.last_error = cudaErrorInvalidConfiguration;
     return cudaErrorInvalidConfiguration;
   }
-  for (unsigned by = 0; by < grid.y; ++by) {
-    for (unsigned bx = 0; bx < grid.x; ++bx) {
-      std::memset(shared.base, 0xff, shared.bytes);
-      Block b(static_cast<int>(block.x));
-      std::vector<std::thread> threads;
-      threads.reserve(block.x);
-      for (unsigned t = 0; t < block.x; ++t) {
-        threads.emplace_back([&, t] {
-          threadIdx = {t, 0, 0};
-          blockIdx = {bx, by, 0};
-          blockDim = block;
-          gridDim = grid;
-          current_block = &b;
-          body();
-        });
+  // One thread per CUDA thread of a block, each taking every block in turn:
+  // all meet before a block starts (the last one done with its memory),
+  // thread 0 readies it, all meet again, then run it.
+  const unsigned blocks = grid.x * grid.y;
+  std::unique_ptr<Block> b;
+  std::barrier<> turn(static_cast<std::ptrdiff_t>(block.x));
+  std::vector<std::thread> threads;
+  threads.reserve(block.x);
+  for (unsigned t = 0; t < block.x; ++t) {
+    threads.emplace_back([&, t] {
+      threadIdx = {t, 0, 0};
+      blockDim = block;
+      gridDim = grid;
+      for (unsigned i = 0; i < blocks; ++i) {
+        turn.arrive_and_wait();
+        if (t == 0) {
+          std::memset(shared.base, 0xff, sizeof(shared.base));
+          b = std::make_unique<Block>(static_cast<int>(block.x));
+        }
+        turn.arrive_and_wait();
+        blockIdx = {i % grid.x, i / grid.x, 0};
+        current_block = b.get();
+        body();
       }
-      for (std::thread& t : threads) t.join();
-    }
+    });
   }
+  for (std::thread& t : threads) t.join();
   return cudaSuccess;
 }
 
@@ -127,7 +137,26 @@ T __shfl_xor_sync(unsigned /*mask*/, T value, int lane_mask) {
   return out;
 }
 
+inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) {
+  cuda_emulation::CurrentWarp().sync.arrive_and_wait();
+}
+
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float __uint_as_float(unsigned x) {
+  float f;
+  std::memcpy(&f, &x, sizeof(f));
+  return f;
+}
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+template <typename T>
+T __ldg(const T* p) {
+  return *p;
+}
+template <typename T>
+T __ldcs(const T* p) {
+  return *p;
+}
 template <typename T>
 T min(T a, T b) {
   return b < a ? b : a;

@@ -11,6 +11,21 @@
 #include <cstdint>
 #include <map>
 
+// The emulation's classes and functions take names of their own, so that a
+// program that also holds CUDA code (a build with CUDA links both into a
+// test) never holds two definitions of one class or inline function.
+#define dim3 EmulatedDim3
+#define uint3 EmulatedUint3
+#define uint4 EmulatedUint4
+#define float4 EmulatedFloat4
+#define make_uint4 EmulatedMakeUint4
+#define make_float4 EmulatedMakeFloat4
+#define cudaError_t EmulatedCudaError
+#define cudaGetLastError EmulatedCudaGetLastError
+#define cudaGetDevice EmulatedCudaGetDevice
+#define cudaDeviceGetAttribute EmulatedCudaDeviceGetAttribute
+#define cudaFuncSetAttribute EmulatedCudaFuncSetAttribute
+
 enum cudaError_t {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,

@@ -1,17 +1,22 @@
 // engine/cuda/launch.cuh for the host emulation (cuda_runtime_api.h): the
-// same two names, GridPrologue (nothing to wait for: blocks run one launch
-// at a time) and Launch (cuda_emulation::RunGrid). Found before the real
-// header because the emulated translation units put this directory first.
+// same names, GridPrologue and PrefetchL2 doing nothing (launches run one at
+// a time; a prefetch changes no value), Launch (cuda_emulation::RunGrid),
+// never programmatic. Found before the real header because the emulated
+// translation units put this directory first.
 #ifndef TANDEM_TESTS_CUDA_EMULATION_LAUNCH_CUH_
 #define TANDEM_TESTS_CUDA_EMULATION_LAUNCH_CUH_
 
 #include <cstddef>
+#include <cstdint>
 
 #include "cuda_runtime.h"
 
 namespace tandem::engine::cuda {
 
 inline void GridPrologue() {}
+inline void PrefetchL2(const void*, int64_t, int64_t, int64_t) {}
+inline bool ProgrammaticLaunch() { return false; }
+inline uint8_t* DynamicSharedMemory() { return cuda_emulation::TheSharedMemory().base; }
 
 template <typename... Params, typename... Args>
 cudaError_t Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,

@@ -1,0 +1,134 @@
+// engine/cuda/gemv16.cu's 16-bit GEMVs, their own source run on the CPU under
+// the CUDA emulation (emulation/), against products in double: a group of
+// products of different lengths (the launch's rows located in the right
+// one), each stored or added to its y (GemvProduct::add, the forward pass's
+// MatMulAdd), for launches of 8, 4, 2 and 1 tokens, and
+// the fused gate/up SwiGLU pair; F16 and BF16 weights. In every build: no
+// GPU or nvcc needed.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "engine/gguf/tensor_type.h"
+#include "tests/engine/cuda/emulation/emulated_kernels.h"
+
+namespace tandem::engine::cuda {
+namespace {
+
+struct Matrix {
+  std::vector<uint16_t> bits;  // rows x cols, f16 or bf16
+  std::vector<float> values;   // the same, widened
+};
+
+Matrix RandomMatrix(int64_t rows, int64_t cols, bool bf16, std::mt19937& rng) {
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  Matrix m;
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const float v = value(rng);
+    const uint16_t b = bf16 ? Fp32ToBf16(v) : Fp32ToFp16(v);
+    m.bits.push_back(b);
+    m.values.push_back(bf16 ? Bf16ToFp32(b) : Fp16ToFp32(b));
+  }
+  return m;
+}
+
+std::vector<float> RandomVector(int64_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = value(rng);
+  return v;
+}
+
+// Row r of m times token t of x, in double, and the sum of the terms'
+// magnitudes (the scale an f32 sum's rounding goes with).
+std::pair<double, double> Dot(const Matrix& m, int64_t cols, int64_t r, const float* x) {
+  double sum = 0.0, scale = 0.0;
+  for (int64_t c = 0; c < cols; ++c) {
+    const double term = double{m.values[r * cols + c]} * x[c];
+    sum += term;
+    scale += std::abs(term);
+  }
+  return {sum, scale};
+}
+
+float Silu(double g) { return static_cast<float>(g / (1.0 + std::exp(-g))); }
+
+TEST(EmulatedGemv16Test, AGroupStoresOrAddsEachProductsRows) {
+  std::mt19937 rng(5);
+  const int64_t cols = 136;            // 17 chunks of 8: a last round with lanes past the row
+  const int64_t rows[3] = {24, 8, 8};  // Q, K and V of a small model
+  for (const bool bf16 : {false, true}) {
+    for (const bool add : {false, true}) {
+      // 7 tokens run as launches of 4, 2 and 1.
+      for (const int64_t n_tokens : {1, 7, 8}) {
+        SCOPED_TRACE(testing::Message()
+                     << (bf16 ? "bf16" : "f16") << (add ? ", add" : "") << ", tokens " << n_tokens);
+        const std::vector<float> x = RandomVector(n_tokens * cols, rng);
+        std::vector<Matrix> w;
+        std::vector<std::vector<float>> y, before;
+        std::vector<emulation::Product> products;
+        for (const int64_t r : rows) {
+          w.push_back(RandomMatrix(r, cols, bf16, rng));
+          y.push_back(RandomVector(n_tokens * r, rng));
+        }
+        before = y;
+        for (size_t i = 0; i < w.size(); ++i) {
+          products.push_back(
+              {.w = w[i].bits.data(), .rows = rows[i], .y = y[i].data(), .add = add});
+        }
+        ASSERT_EQ(emulation::RunGemv16Group(products.data(), 3, bf16, cols, x.data(), n_tokens), 0);
+        for (size_t i = 0; i < w.size(); ++i) {
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            for (int64_t r = 0; r < rows[i]; ++r) {
+              const auto [sum, scale] = Dot(w[i], cols, r, x.data() + t * cols);
+              const double want = (add ? before[i][t * rows[i] + r] : 0.0) + sum;
+              ASSERT_NEAR(y[i][t * rows[i] + r], want, 1e-5 * (scale + 1.0))
+                  << "product " << i << ", token " << t << ", row " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(EmulatedGemv16Test, TheSwiGluPairWritesSiluOfGateTimesUp) {
+  std::mt19937 rng(9);
+  const int64_t rows = 24, cols = 64;
+  for (const bool bf16 : {false, true}) {
+    for (const int64_t n_tokens : {3, 8}) {
+      SCOPED_TRACE(testing::Message() << (bf16 ? "bf16" : "f16") << ", tokens " << n_tokens);
+      const Matrix gate = RandomMatrix(rows, cols, bf16, rng);
+      const Matrix up = RandomMatrix(rows, cols, bf16, rng);
+      const std::vector<float> x = RandomVector(n_tokens * cols, rng);
+      std::vector<float> out(n_tokens * rows, std::nanf(""));
+      ASSERT_EQ(emulation::RunGemv16SwiGlu(gate.bits.data(), up.bits.data(), bf16, rows, cols,
+                                           x.data(), n_tokens, out.data()),
+                0);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const auto [g, g_scale] = Dot(gate, cols, r, x.data() + t * cols);
+          const auto [u, u_scale] = Dot(up, cols, r, x.data() + t * cols);
+          const double want = double{Silu(g)} * u;
+          ASSERT_NEAR(out[t * rows + r], want, 1e-5 * (g_scale + 1.0) * (u_scale + 1.0))
+              << "token " << t << ", row " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST(EmulatedGemv16Test, ProductsThatDifferInAddAreRefused) {
+  const std::vector<uint16_t> w(8 * 8, 0);
+  const std::vector<float> x(8, 1.0f);
+  std::vector<float> y(8), z(8);
+  const emulation::Product products[2] = {{.w = w.data(), .rows = 8, .y = y.data()},
+                                          {.w = w.data(), .rows = 8, .y = z.data(), .add = true}};
+  EXPECT_NE(emulation::RunGemv16Group(products, 2, false, 8, x.data(), 1), 0);
+}
+
+}  // namespace
+}  // namespace tandem::engine::cuda
