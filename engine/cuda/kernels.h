@@ -74,6 +74,11 @@ cudaError_t LaunchMatMulQ8_0(const void* w, int64_t rows, int64_t cols, const fl
 cudaError_t LaunchToF16(const float* x, int64_t n, void* out, cudaStream_t stream);
 cudaError_t LaunchToBf16(const float* x, int64_t n, void* out, cudaStream_t stream);
 
+// The tile kernel's arithmetic: f32 on the CUDA cores; or on the tensor
+// cores (attention_f16.cu), each f32 operand split into two f16 halves
+// (about f32's accuracy), or rounded to f16 (about 1e-3 relative).
+enum class TileMath : uint8_t { kF32, kSplitF16, kF16 };
+
 // Paged attention over the block pool for a mixed prefill/decode batch.
 // Query row r (of n_rows, [n_rows][n_head * head_dim], RoPE applied)
 // attends to its sequence's KV slots [0, kv_len[r]) (causal: a row's own
@@ -87,11 +92,6 @@ cudaError_t LaunchToBf16(const float* x, int64_t n, void* out, cudaStream_t stre
 // table_offset: runs of them are computed together, each key/value tile
 // read once per run (engine/cuda/attention.cu). Capturable in a CUDA graph:
 // the launch's shape depends only on n_rows and n_head.
-// The tile kernel's arithmetic: f32 on the CUDA cores; or on the tensor
-// cores (attention_f16.cu), each f32 operand split into two f16 halves
-// (about f32's accuracy), or rounded to f16 (about 1e-3 relative).
-enum class TileMath : uint8_t { kF32, kSplitF16, kF16 };
-
 struct PagedAttentionArgs {
   const float* q = nullptr;
   float* out = nullptr;
