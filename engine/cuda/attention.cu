@@ -61,9 +61,15 @@ struct TileLayout {
   static constexpr int kQ = 0;
   static constexpr int kK = kQ + kTileRows * kQStride;
   static constexpr int kV = kK + kTileKeys * kKStride;
-  static constexpr int kP = kV + kTileKeys * kVStride;
-  static constexpr int kFloats = kP + kTileRows * kPStride;
+  // Past 128 dimensions the probabilities take the keys' place once every
+  // score is made (a barrier more a key tile), so that head_dim 256 fits
+  // the 99 KiB a block of compute capability 8.6 and 8.9 (with the 640
+  // bytes of static arrays: 97.6 KiB, against 101.8 KiB apart).
+  static constexpr bool kPInK = HD > 128;
+  static constexpr int kP = kPInK ? kK : kV + kTileKeys * kVStride;
+  static constexpr int kFloats = kPInK ? kV + kTileKeys * kVStride : kP + kTileRows * kPStride;
   static constexpr size_t kBytes = kFloats * sizeof(float);
+  static_assert(!kPInK || kTileRows * kPStride <= kTileKeys * kKStride, "P fits in K's place");
 };
 
 __device__ float Dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
@@ -74,8 +80,7 @@ template <int HD>
 __global__ void __launch_bounds__(kTileThreads) PagedAttentionTileKernel(PagedAttentionArgs a) {
   GridPrologue();
   using L = TileLayout<HD>;
-  extern __shared__ float4 smem4[];
-  float* smem = reinterpret_cast<float*>(smem4);
+  float* smem = reinterpret_cast<float*>(DynamicSharedMemory());
   float* qs = smem + L::kQ;  // [kTileRows][kQStride], pre-scaled by 1/sqrt(head_dim)
   float* ks = smem + L::kK;  // [kTileKeys][kKStride]
   float* vs = smem + L::kV;  // [kTileKeys][kVStride]
@@ -199,6 +204,7 @@ __global__ void __launch_bounds__(kTileThreads) PagedAttentionTileKernel(PagedAt
           for (int i = 0; i < kRowsPerThread; ++i) sc[i][j] += Dot4(qv[i], kv);
         }
       }
+      if constexpr (L::kPInK) __syncthreads();  // every score made: ps may overwrite ks
 
 #pragma unroll
       for (int i = 0; i < kRowsPerThread; ++i) {

@@ -392,14 +392,8 @@ bool TensorCoreTilesFit(const PagedAttentionArgs& args) {
   const size_t bytes = args.head_dim <= 64    ? BytesFor<64>(args)
                        : args.head_dim <= 128 ? BytesFor<128>(args)
                                               : BytesFor<256>(args);
-  int device = 0;
-  int most = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-          cudaSuccess) {
-    return false;
-  }
-  return bytes <= static_cast<size_t>(most);
+  return args.shared_bytes_per_block >= 0 &&
+         bytes <= static_cast<size_t>(args.shared_bytes_per_block);
 }
 
 cudaError_t LaunchTensorCoreAttentionTiles(const PagedAttentionArgs& args, cudaStream_t stream) {

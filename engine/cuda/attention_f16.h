@@ -11,10 +11,10 @@
 
 namespace tandem::engine::cuda {
 
-// Whether the tensor-core kernel for args (args.tiles not kF32) fits the
-// current device's shared memory a block (head_dim 256 split with f32 KV
-// takes about 220 KiB: an H100 has 227, an A100 163). When it does not, the
-// f32 kernel takes the tile rows.
+// Whether the tensor-core kernel for args (args.tiles not kF32) fits in
+// args.shared_bytes_per_block (head_dim 256 split with f32 KV takes about
+// 220 KiB: an H100 has 227, an A100 163). When it does not, the f32 kernel
+// takes the tile rows. Arithmetic only: safe while a graph is captured.
 bool TensorCoreTilesFit(const PagedAttentionArgs& args);
 
 // The tile rows of `args` (runs of kMinTileRun or more, attention_plan.h);

@@ -62,16 +62,15 @@ constexpr int64_t kBlasWorkspaceBytes = int64_t{32} << 20;
 
 uint64_t Word(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
-TileMath Tiles(CudaAttention a) {
-  if (a == CudaAttention::kF32) return TileMath::kF32;
-  return a == CudaAttention::kSplitF16 ? TileMath::kSplitF16 : TileMath::kF16;
-}
+// The attention tiles' arithmetic by CudaAttention (--cuda-attention).
+constexpr TileMath kTiles[] = {TileMath::kF32, TileMath::kSplitF16, TileMath::kF16};
 
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const CudaBackendOptions& options, const DeviceInfo& info, Stream stream)
       : options_(options),
         name_(absl::StrCat("cuda:", options.device, " (", info.name, ")")),
+        shared_bytes_per_block_(info.shared_bytes_per_block),
         stream_(std::move(stream)),
         graphs_(stream_.stream()) {
     CheckInStep(cudaEventCreateWithFlags(&meta_copied_, cudaEventDisableTiming), "cudaEventCreate");
@@ -128,8 +127,7 @@ class CudaBackend final : public Backend {
     CheckInStep(stream_.Synchronize(), "Synchronize");
   }
 
-  // The file's bytes, each distinct matrix once (a tied output is the
-  // embedding's own copy); vectors as the model holds them.
+  // The file's bytes, each distinct matrix once (a tied output is the embedding's).
   absl::StatusOr<DeviceWeights> PrepareWeights(const ModelWeights& w) override {
     std::map<const void*, DevicePtr<const uint8_t>> uploaded;
     const auto matrix = [&](const WeightMatrix& m) -> absl::StatusOr<DeviceMatrix> {
@@ -399,7 +397,8 @@ class CudaBackend final : public Backend {
                                   .table_offset = Meta<int32_t>(layout_.table_offset),
                                   .block_table = Meta<int32_t>(layout_.block_table),
                                   .split_scratch = attention_scratch_,
-                                  .tiles = Tiles(options_.attention)};
+                                  .tiles = kTiles[static_cast<int>(options_.attention)],
+                                  .shared_bytes_per_block = shared_bytes_per_block_};
     graphs_.Op(
         {9, Word(args.q), Word(args.out), static_cast<uint64_t>(args.n_rows),
          static_cast<uint64_t>(args.n_head), static_cast<uint64_t>(args.n_head_kv),
@@ -548,6 +547,7 @@ class CudaBackend final : public Backend {
 
   const CudaBackendOptions options_;
   const std::string name_;
+  const int64_t shared_bytes_per_block_;  // the device's, with opting in
   Stream stream_;
   // Every Allocate, until the end (a deque: matmul_scratch_ points into it).
   std::deque<DeviceBuffer> memory_;

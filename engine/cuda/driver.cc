@@ -49,7 +49,8 @@ absl::StatusOr<DeviceInfo> GetDeviceInfo(int device) {
   return DeviceInfo{.name = p.name,
                     .major = p.major,
                     .minor = p.minor,
-                    .memory_bytes = static_cast<int64_t>(p.totalGlobalMem)};
+                    .memory_bytes = static_cast<int64_t>(p.totalGlobalMem),
+                    .shared_bytes_per_block = static_cast<int64_t>(p.sharedMemPerBlockOptin)};
 }
 
 absl::Status Check(cudaError_t error, const char* what) {

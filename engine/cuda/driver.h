@@ -33,6 +33,7 @@ struct DeviceInfo {
   int32_t major = 0;         // compute capability major.minor
   int32_t minor = 0;
   int64_t memory_bytes = 0;  // global memory
+  int64_t shared_bytes_per_block = 0;  // with a kernel's opt-in (sharedMemPerBlockOptin)
 };
 
 // cudaGetDeviceProperties of ordinal `device` (< DeviceCount()).

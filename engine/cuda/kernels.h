@@ -114,8 +114,10 @@ struct PagedAttentionArgs {
   // second kernel merges; without it, one block per row and head.
   float* split_scratch = nullptr;
   // How the tile rows (prefill) are computed; rows the row kernel takes
-  // are the same in every case.
+  // are the same in every case. A tensor-core layout past
+  // shared_bytes_per_block (the device's, DeviceInfo) leaves them f32.
   TileMath tiles = TileMath::kF32;
+  int64_t shared_bytes_per_block = 0;
 };
 inline constexpr int32_t kMaxAttentionHeadDim = 256;
 cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, cudaStream_t stream);

@@ -274,7 +274,7 @@ std::unique_ptr<Backend> MakeCpuBackend(const CpuBackendOptions& options);
 // cores; on the tensor cores with each f32 operand split into two f16 halves
 // (about f32's accuracy, two or three products for one); or on the tensor
 // cores with the operands rounded to f16 (about 1e-3 relative).
-enum class CudaAttention { kF32, kSplitF16, kF16 };
+enum class CudaAttention { kF32, kSplitF16, kF16 };  // in engine/cuda's TileMath's order
 
 struct CudaBackendOptions {
   int device = 0;  // the CUDA ordinal (the factory sets it from --device cuda:N)

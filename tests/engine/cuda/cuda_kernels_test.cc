@@ -20,6 +20,7 @@
 #include "engine/model/backend.h"
 #include "engine/cpu/attention.h"
 #include "engine/cpu/reference_kernels.h"
+#include "engine/cuda/attention_f16.h"
 #include "engine/cuda/attention_plan.h"
 #include "engine/cuda/backend_kernels.h"
 #include "engine/cuda/device.h"
@@ -355,6 +356,15 @@ class PagedAttentionTest : public CudaKernelsTest {
     a.block_table = dtable.as<int32_t>();
     a.split_scratch = c.split ? scratch->as<float>() : nullptr;
     a.tiles = c.tiles;
+    const absl::StatusOr<DeviceInfo> info = GetDeviceInfo(0);
+    ASSERT_TRUE(info.ok()) << info.status();
+    a.shared_bytes_per_block = info->shared_bytes_per_block;
+    // Every tensor-core layout fits an H100's 227 KiB a block, and those of
+    // head_dim 64 fit any GPU the build targets (99 KiB and more): make sure
+    // the tensor-core kernel is what ran there.
+    if (c.tiles != TileMath::kF32 && (c.head_dim <= 64 || info->shared_bytes_per_block >= 232448)) {
+      ASSERT_TRUE(TensorCoreTilesFit(a)) << info->shared_bytes_per_block << " bytes a block";
+    }
     ASSERT_EQ(LaunchPagedAttention(a, stream_->stream()), cudaSuccess);
     ExpectNear(Down<float>(dout, q.size()), want, c.tol);
   }

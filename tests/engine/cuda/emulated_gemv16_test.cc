@@ -7,7 +7,9 @@
 // GPU or nvcc needed.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -119,6 +121,32 @@ TEST(EmulatedGemv16Test, TheSwiGluPairWritesSiluOfGateTimesUp) {
       }
     }
   }
+}
+
+// The emulation's __half converts as the project's Fp32ToFp16 (round to
+// nearest even) does, subnormals, ties and overflow included, and back.
+TEST(EmulatedGemv16Test, TheEmulatedHalfConvertsAsTheProjectsDoes) {
+  std::vector<float> values = {
+      0.0f,      -0.0f,         1.0f,    -1.5f,   65504.0f, 65519.0f,           65520.0f,
+      -70000.0f, 6.1035156e-5f, 6.0e-8f, 2.9e-8f, 1e-10f,   1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048,
+      INFINITY,  -INFINITY};
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<uint32_t> bits(0, 0xffffffffu);
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t b = bits(rng);
+    float f;
+    std::memcpy(&f, &b, sizeof(f));
+    if (!std::isnan(f)) values.push_back(f);
+  }
+  for (int i = -30; i <= 20; ++i) values.push_back(std::ldexp(1.37f, i));
+  for (const float f : values) {
+    const uint16_t want = Fp32ToFp16(f);
+    ASSERT_EQ(emulation::HalfBits(f), want) << f;
+    const float back = Fp16ToFp32(want);
+    ASSERT_EQ(std::memcmp(&back, std::array<float, 1>{emulation::HalfValue(want)}.data(), 4), 0)
+        << f;
+  }
+  EXPECT_TRUE(std::isnan(emulation::HalfValue(emulation::HalfBits(std::nanf("")))));
 }
 
 TEST(EmulatedGemv16Test, ProductsThatDifferInAddAreRefused) {

@@ -31,4 +31,8 @@ int RunGemv16SwiGlu(const void* gate, const void* up, bool bf16, int64_t rows, i
                                                            out, nullptr);
 }
 
+uint16_t HalfBits(float f) { return __float2half_rn(f).bits; }
+
+float HalfValue(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
+
 }  // namespace tandem::engine::cuda::emulation

@@ -1,9 +1,9 @@
 // Kernels of engine/cuda compiled for the host against the CUDA emulation
 // in include/ (cuda_runtime_api.h says what it is), one translation unit per
-// kernel file (emulated_attention.cc, emulated_gemv16.cc), behind plain
-// types: those units rename the project's namespace around the kernel's
-// source, so their argument types are not ours. All pointers are host
-// memory.
+// kernel file (emulated_attention.cc, emulated_attention_tiles.cc,
+// emulated_gemv16.cc), behind plain types: those units rename the project's
+// namespace around the kernel's source, so their argument types are not
+// ours. All pointers are host memory.
 #ifndef TANDEM_TESTS_ENGINE_CUDA_EMULATION_EMULATED_KERNELS_H_
 #define TANDEM_TESTS_ENGINE_CUDA_EMULATION_EMULATED_KERNELS_H_
 
@@ -12,9 +12,11 @@
 
 namespace tandem::engine::cuda::emulation {
 
-// PagedAttentionArgs (engine/cuda/kernels.h) without the split scratch,
-// which the tile kernels do not use; host memory.
-struct TileArgs {
+// TileMath (engine/cuda/kernels.h).
+enum class Tiles { kF32, kSplitF16, kF16 };
+
+// PagedAttentionArgs (engine/cuda/kernels.h).
+struct AttentionArgs {
   const float* q = nullptr;
   float* out = nullptr;
   int32_t n_rows = 0;
@@ -30,17 +32,25 @@ struct TileArgs {
   const int32_t* kv_len = nullptr;
   const int32_t* table_offset = nullptr;
   const int32_t* block_table = nullptr;
-  bool split = true;  // TileMath::kSplitF16, else kF16
+  float* split_scratch = nullptr;
+  Tiles tiles = Tiles::kF32;
+  // The emulated device's shared memory a block with opting in: an A100's
+  // by default.
+  int64_t shared_bytes_per_block = 166912;
 };
+
+// engine/cuda/attention.cu's LaunchPagedAttention, and the split scratch it
+// wants; the launch's cudaError_t.
+int RunPagedAttention(const AttentionArgs& args);
+int64_t PagedAttentionScratchBytes();
 
 struct TileRun {
   bool fit = false;  // TensorCoreTilesFit; nothing ran when false
   int error = 0;     // the launch's cudaError_t
 };
-
-// TensorCoreTilesFit and LaunchTensorCoreAttentionTiles on an emulated
-// device of `shared_optin_bytes` of shared memory a block.
-TileRun RunTensorCoreTiles(const TileArgs& args, size_t shared_optin_bytes);
+// engine/cuda/attention_f16.cu's TensorCoreTilesFit and
+// LaunchTensorCoreAttentionTiles (args.tiles not kF32).
+TileRun RunTensorCoreTiles(const AttentionArgs& args);
 
 // GemvProduct (engine/cuda/kernels.h).
 struct Product {
@@ -56,6 +66,11 @@ int RunGemv16Group(const Product* products, int count, bool bf16, int64_t cols, 
                    int64_t n_tokens);
 int RunGemv16SwiGlu(const void* gate, const void* up, bool bf16, int64_t rows, int64_t cols,
                     const float* x, int64_t n_tokens, float* out);
+
+// The emulation's f32 -> f16 -> f32 (include/cuda_fp16.h): its bits and
+// the value they widen back to.
+uint16_t HalfBits(float f);
+float HalfValue(uint16_t bits);
 
 }  // namespace tandem::engine::cuda::emulation
 

@@ -85,14 +85,14 @@ inline cudaError_t RunGrid(const void* kernel, dim3 grid, dim3 block, size_t sha
     device.last_error = cudaErrorInvalidValue;
     return cudaErrorInvalidValue;
   }
-  if (block.y != 1 || block.z != 1 || block.x == 0 || block.x > 1024 || grid.z != 1) {
+  if (block.y != 1 || block.z != 1 || block.x == 0 || block.x > 1024) {
     device.last_error = cudaErrorInvalidConfiguration;
     return cudaErrorInvalidConfiguration;
   }
   // One thread per CUDA thread of a block, each taking every block in turn:
   // all meet before a block starts (the last one done with its memory),
   // thread 0 readies it, all meet again, then run it.
-  const unsigned blocks = grid.x * grid.y;
+  const unsigned blocks = grid.x * grid.y * grid.z;
   std::unique_ptr<Block> b;
   std::barrier<> turn(static_cast<std::ptrdiff_t>(block.x));
   std::vector<std::thread> threads;
@@ -109,7 +109,7 @@ inline cudaError_t RunGrid(const void* kernel, dim3 grid, dim3 block, size_t sha
           b = std::make_unique<Block>(static_cast<int>(block.x));
         }
         turn.arrive_and_wait();
-        blockIdx = {i % grid.x, i / grid.x, 0};
+        blockIdx = {i % grid.x, i / grid.x % grid.y, i / (grid.x * grid.y)};
         current_block = b.get();
         body();
       }
@@ -135,6 +135,18 @@ T __shfl_xor_sync(unsigned /*mask*/, T value, int lane_mask) {
   std::memcpy(&out, &w.slots[lane ^ lane_mask], sizeof(T));
   w.sync.arrive_and_wait();
   return out;
+}
+
+// Bit i set where lane i's predicate is; every lane of the warp takes part.
+inline unsigned __ballot_sync(unsigned /*mask*/, int predicate) {
+  cuda_emulation::Warp& w = cuda_emulation::CurrentWarp();
+  const unsigned lane = threadIdx.x % 32;
+  w.slots[lane] = predicate != 0;
+  w.sync.arrive_and_wait();
+  unsigned bits = 0;
+  for (unsigned l = 0; l < 32; ++l) bits |= static_cast<unsigned>(w.slots[l] != 0) << l;
+  w.sync.arrive_and_wait();
+  return bits;
 }
 
 inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) {

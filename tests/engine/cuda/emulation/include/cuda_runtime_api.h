@@ -22,8 +22,6 @@
 #define make_float4 EmulatedMakeFloat4
 #define cudaError_t EmulatedCudaError
 #define cudaGetLastError EmulatedCudaGetLastError
-#define cudaGetDevice EmulatedCudaGetDevice
-#define cudaDeviceGetAttribute EmulatedCudaDeviceGetAttribute
 #define cudaFuncSetAttribute EmulatedCudaFuncSetAttribute
 
 enum cudaError_t {
@@ -53,7 +51,6 @@ inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
-enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 
 namespace cuda_emulation {
 
@@ -76,17 +73,6 @@ inline cudaError_t cudaGetLastError() {
   const cudaError_t e = cuda_emulation::TheDevice().last_error;
   cuda_emulation::TheDevice().last_error = cudaSuccess;
   return e;
-}
-
-inline cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
-  return cudaSuccess;
-}
-
-inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
-  if (attr != cudaDevAttrMaxSharedMemoryPerBlockOptin || device != 0) return cudaErrorInvalidValue;
-  *value = static_cast<int>(cuda_emulation::TheDevice().shared_optin_bytes);
-  return cudaSuccess;
 }
 
 template <typename Kernel>

@@ -65,12 +65,15 @@ void CheckArgs(const T* p, unsigned ldm) {
   Check(ldm * sizeof(T) % 16 == 0, "ldm not a multiple of 16 bytes");
 }
 
+inline float ToFloat(__half h) { return __half2float(h); }
+inline float ToFloat(float f) { return f; }
+
 template <typename F, typename T>
 void Load(F& f, const T* p, unsigned ldm, bool row_major) {
   CheckArgs(p, ldm);
   for (int r = 0; r < F::kRows; ++r) {
     for (int c = 0; c < F::kCols; ++c) {
-      f.x[r][c] = static_cast<float>(row_major ? p[r * ldm + c] : p[r + c * ldm]);
+      f.x[r][c] = ToFloat(row_major ? p[r * ldm + c] : p[r + c * ldm]);
     }
   }
 }
