@@ -28,6 +28,7 @@
 
 #include "engine/cuda/attention_f16.h"
 #include "engine/cuda/attention_plan.h"
+#include "engine/cuda/attention_tile.cuh"
 #include "engine/cuda/launch.cuh"
 
 namespace tandem::engine::cuda {
@@ -163,23 +164,7 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionTcTileKernel(PagedAtte
   const int tile_rows = min(kTileRows, a.n_rows - t0);
   const int32_t hd = a.head_dim;
   const int32_t g = h / (a.n_head / a.n_head_kv);
-  const int64_t elem = a.kv_f16 ? 2 : 4;
-  const int64_t key_row_bytes = int64_t{a.n_head_kv} * hd * elem;
-  if (tid < kTileRows) {
-    len_s[tid] = tid < tile_rows ? a.kv_len[t0 + tid] : 0;
-    offset_s[tid] = tid < tile_rows ? a.table_offset[t0 + tid] : 0;
-    key_s[tid] = RunKey(offset_s[tid], len_s[tid], t0 + tid);
-  }
-  __syncthreads();
-  // As in the f32 kernel: every thread walks the same runs (uniform exit and
-  // loops, so the __syncthreads below are safe).
-  bool any = false;
-  for (int at = 0; at < tile_rows;) {
-    const Run run = RunAt(key_s, tile_rows, at);
-    any |= run.end - run.begin >= kMinTileRun;
-    at = run.end;
-  }
-  if (!any) return;
+  if (!ReadTileRows(a, t0, tile_rows, len_s, offset_s, key_s)) return;  // uniform
 
   const float scale = rsqrtf(static_cast<float>(hd));
   for (int i = tid; i < kTileRows * HD; i += kThreads) {
@@ -215,18 +200,12 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionTcTileKernel(PagedAtte
     const bool in = row >= run.begin && row < run.end;
     const int32_t row_len = in ? len_s[row] : 0;
     mine |= in;
-    int32_t run_len = 0;
-    for (int r = run.begin; r < run.end; ++r) run_len = max(run_len, len_s[r]);
+    const int32_t run_len = RunLength(len_s, run);
     const int32_t* blocks = a.block_table + offset_s[run.begin];
 
     for (int32_t kb = 0; kb < run_len; kb += kKeys) {
       __syncthreads();  // the last tile's P V is done with ks, vs, ps, os (and qs, os are stored)
-      if (tid < kKeys) {
-        const int32_t s = kb + tid;
-        key_at[tid] = s < run_len ? static_cast<int64_t>(blocks[s / a.block_size]) * a.block_bytes +
-                                        (s % a.block_size) * key_row_bytes + g * hd * elem
-                                  : int64_t{-1};
-      }
+      if (tid < kKeys) key_at[tid] = KeyRowAt(a, blocks, kb + tid, run_len, g);
       __syncthreads();
       // Zeros past head_dim and past the run's last slot: a masked score or
       // a zero probability must not meet a NaN from stale memory.

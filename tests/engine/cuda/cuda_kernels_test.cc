@@ -33,6 +33,7 @@
 #include "engine/gguf/model_config.h"
 #include "engine/model/rope.h"
 #include "engine/gguf/tensor_type.h"
+#include "tests/engine/cuda/attention_batch.h"
 #include "tests/engine/cuda/cuda_test_util.h"
 
 namespace tandem::engine::cuda {
@@ -275,65 +276,18 @@ struct AttentionCase {
 class PagedAttentionTest : public CudaKernelsTest {
  protected:
   void Check(const AttentionCase& c) {
-    const int32_t kv_dim = c.n_head_kv * c.head_dim;
-    const int64_t elem = c.dtype == GgmlType::kF16 ? 2 : 4;
-    const int64_t half_block = int64_t{c.block_size} * kv_dim * elem;
-    int32_t n_blocks = 0, rows = c.pad_rows;
-    for (const auto& [kv_start, n] : c.seqs) {
-      n_blocks += (kv_start + n + c.block_size - 1) / c.block_size;
-      rows += n;
-    }
-    // Blocks in a shuffled order, so a table is not the identity.
-    std::vector<BlockId> ids(n_blocks);
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), rng_);
-    std::vector<uint8_t> pool(n_blocks * 2 * half_block);
-    const std::vector<float> kv = Random(pool.size() / elem, 1.5f);
-    for (size_t i = 0; i < kv.size(); ++i) {
-      if (c.dtype == GgmlType::kF16) {
-        reinterpret_cast<uint16_t*>(pool.data())[i] = Fp32ToFp16(kv[i]);
-      } else {
-        reinterpret_cast<float*>(pool.data())[i] = kv[i];
-      }
-    }
-    std::vector<AttentionSequence> seqs;
-    std::vector<int32_t> table, kv_len, offset;
-    int32_t row = 0;
-    for (const auto& [kv_start, n] : c.seqs) {
-      const int32_t at = static_cast<int32_t>(table.size());
-      const int32_t blocks = (kv_start + n + c.block_size - 1) / c.block_size;
-      table.insert(table.end(), ids.begin() + at, ids.begin() + at + blocks);
-      for (int32_t i = 0; i < n; ++i) {
-        kv_len.push_back(kv_start + i + 1);
-        offset.push_back(at);
-      }
-      seqs.push_back({.first_row = row, .n_rows = n, .kv_start = kv_start, .blocks = {}});
-      row += n;
-    }
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      seqs[i].blocks = std::span<const BlockId>(table).subspan(offset[seqs[i].first_row]);
-    }
-    kv_len.resize(rows, 0);
-    offset.resize(rows, 0);
-    const std::vector<float> q = Random(int64_t{rows} * c.n_head * c.head_dim, 2.0f);
-    std::vector<float> want(q.size(), 0.0f);  // pad rows stay 0
-    cpu::PagedAttentionReference({.q = q.data(),
-                                  .out = want.data(),
-                                  .n_head = c.n_head,
-                                  .n_head_kv = c.n_head_kv,
-                                  .head_dim = c.head_dim,
-                                  .kv = {.dtype = c.dtype,
-                                         .base = DevicePtr<uint8_t>(pool.data()),
-                                         .block_bytes = 2 * half_block,
-                                         .k_offset = 0,
-                                         .v_offset = half_block,
-                                         .block_size = c.block_size,
-                                         .kv_dim = kv_dim},
-                                  .seqs = seqs});
-    DeviceBuffer dq = Up(q), dpool = Up(pool), dtable = Up(table), dlen = Up(kv_len),
-                 doff = Up(offset);
+    const AttentionBatch b = MakeAttentionBatch({.dtype = c.dtype,
+                                                 .n_head = c.n_head,
+                                                 .n_head_kv = c.n_head_kv,
+                                                 .head_dim = c.head_dim,
+                                                 .block_size = c.block_size,
+                                                 .seqs = c.seqs,
+                                                 .pad_rows = c.pad_rows},
+                                                rng_);
+    DeviceBuffer dq = Up(b.q), dpool = Up(b.pool), dtable = Up(b.table), dlen = Up(b.kv_len),
+                 doff = Up(b.offset);
     // NaN where the kernel fails to write.
-    const std::vector<float> poison(q.size(), std::nanf(""));
+    const std::vector<float> poison(b.q.size(), std::nanf(""));
     DeviceBuffer dout = Up(poison);
     absl::StatusOr<DeviceBuffer> scratch =
         DeviceBuffer::Allocate(static_cast<size_t>(PagedAttentionScratchBytes()));
@@ -341,14 +295,14 @@ class PagedAttentionTest : public CudaKernelsTest {
     PagedAttentionArgs a;
     a.q = dq.as<float>();
     a.out = dout.as<float>();
-    a.n_rows = rows;
+    a.n_rows = b.rows;
     a.n_head = c.n_head;
     a.n_head_kv = c.n_head_kv;
     a.head_dim = c.head_dim;
     a.kv_base = dpool.as<uint8_t>();
-    a.block_bytes = 2 * half_block;
+    a.block_bytes = b.block_bytes;
     a.k_offset = 0;
-    a.v_offset = half_block;
+    a.v_offset = b.v_offset;
     a.block_size = c.block_size;
     a.kv_f16 = c.dtype == GgmlType::kF16;
     a.kv_len = dlen.as<int32_t>();
@@ -366,7 +320,7 @@ class PagedAttentionTest : public CudaKernelsTest {
       ASSERT_TRUE(TensorCoreTilesFit(a)) << info->shared_bytes_per_block << " bytes a block";
     }
     ASSERT_EQ(LaunchPagedAttention(a, stream_->stream()), cudaSuccess);
-    ExpectNear(Down<float>(dout, q.size()), want, c.tol);
+    ExpectNear(Down<float>(dout, b.q.size()), b.want, c.tol);
   }
 };
 
