@@ -9,8 +9,8 @@
 // time, take turns at.
 //
 // Warp-collective calls (shuffles, mma.h's fragments) must be reached by all
-// 32 lanes of a warp, as on a GPU; a kernel that does not deadlocks here
-// (ctest's timeout), rather than passing.
+// 32 lanes of a warp still running, as on a GPU; a kernel that does not
+// deadlocks here (ctest's timeout), rather than passing.
 #ifndef TANDEM_TESTS_CUDA_EMULATION_CUDA_RUNTIME_H_
 #define TANDEM_TESTS_CUDA_EMULATION_CUDA_RUNTIME_H_
 
@@ -112,6 +112,11 @@ inline cudaError_t RunGrid(const void* kernel, dim3 grid, dim3 block, size_t sha
         blockIdx = {i % grid.x, i / grid.x % grid.y, i / (grid.x * grid.y)};
         current_block = b.get();
         body();
+        // An exited thread no longer counts at its block's or warp's
+        // barriers, as on a GPU: a kernel whose threads leave early still
+        // runs its barriers with the rest.
+        CurrentWarp().sync.arrive_and_drop();
+        b->sync.arrive_and_drop();
       }
     });
   }
