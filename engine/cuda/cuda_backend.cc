@@ -45,6 +45,7 @@
 #include "engine/cuda/matmul.h"
 #include "engine/cuda/quant_kernels.h"
 #include "engine/cuda/step_plan.h"
+#include "engine/model/copy_weights.h"
 
 namespace tandem::engine {
 namespace cuda {
@@ -129,49 +130,11 @@ class CudaBackend final : public Backend {
 
   // The file's bytes, each distinct matrix once (a tied output is the embedding's).
   absl::StatusOr<DeviceWeights> PrepareWeights(const ModelWeights& w) override {
-    std::map<const void*, DevicePtr<const uint8_t>> uploaded;
-    const auto matrix = [&](const WeightMatrix& m) -> absl::StatusOr<DeviceMatrix> {
-      DeviceMatrix d{.type = m.type, .data = {}, .rows = m.rows, .cols = m.cols};
-      if (m.data == nullptr) return d;
-      if (auto it = uploaded.find(m.data); it != uploaded.end()) {
-        d.data = it->second;
-        return d;
-      }
-      const int64_t bytes = m.rows * GgmlRowBytes(m.type, m.cols);
-      ASSIGN_OR_RETURN(DevicePtr<uint8_t> p, Allocate(bytes, "weights"));
-      RETURN_IF_ERROR(CopyIn(p, m.data, bytes));
-      d.data = p;
-      uploaded.emplace(m.data, d.data);
-      matrices_.push_back(d);
-      return d;
-    };
-    const auto vector = [&](const std::vector<float>& v) -> absl::StatusOr<DevicePtr<const float>> {
-      if (v.empty()) return DevicePtr<const float>();
-      const int64_t bytes = static_cast<int64_t>(v.size() * sizeof(float));
-      ASSIGN_OR_RETURN(DevicePtr<uint8_t> p, Allocate(bytes, "weights"));
-      RETURN_IF_ERROR(CopyIn(p, v.data(), bytes));
-      return p.As<const float>();
-    };
-    DeviceWeights d;
-    ASSIGN_OR_RETURN(d.token_embd, matrix(w.token_embd));
-    ASSIGN_OR_RETURN(d.output_norm, vector(w.output_norm));
-    ASSIGN_OR_RETURN(d.output, matrix(w.output));
-    for (const LayerWeights& l : w.layers) {
-      DeviceLayerWeights dl;
-      ASSIGN_OR_RETURN(dl.attn_norm, vector(l.attn_norm));
-      ASSIGN_OR_RETURN(dl.wq, matrix(l.wq));
-      ASSIGN_OR_RETURN(dl.wk, matrix(l.wk));
-      ASSIGN_OR_RETURN(dl.wv, matrix(l.wv));
-      ASSIGN_OR_RETURN(dl.wo, matrix(l.wo));
-      ASSIGN_OR_RETURN(dl.bq, vector(l.bq));
-      ASSIGN_OR_RETURN(dl.bk, vector(l.bk));
-      ASSIGN_OR_RETURN(dl.bv, vector(l.bv));
-      ASSIGN_OR_RETURN(dl.ffn_norm, vector(l.ffn_norm));
-      ASSIGN_OR_RETURN(dl.w_gate, matrix(l.w_gate));
-      ASSIGN_OR_RETURN(dl.w_up, matrix(l.w_up));
-      ASSIGN_OR_RETURN(dl.w_down, matrix(l.w_down));
-      d.layers.push_back(std::move(dl));
-    }
+    ASSIGN_OR_RETURN(
+        DeviceWeights d,
+        CopyWeights(
+            w, [this](std::span<const uint8_t> bytes) { return CopyToDevice(bytes, "weights"); },
+            &matrices_));
     RETURN_IF_ERROR(stream_.Synchronize());
     return d;
   }
@@ -180,11 +143,12 @@ class CudaBackend final : public Backend {
     rope_ = &rope;
     n_rot_ = rope.n_rot();
     style_ = rope.type() == RopeType::kNeox ? RopeStyle::kNeox : RopeStyle::kNormal;
-    const int64_t bytes = static_cast<int64_t>(rope.cos_table().size() * sizeof(float));
-    ASSIGN_OR_RETURN(DevicePtr<uint8_t> c, Allocate(bytes, "rope tables"));
-    ASSIGN_OR_RETURN(DevicePtr<uint8_t> s, Allocate(bytes, "rope tables"));
-    RETURN_IF_ERROR(CopyIn(c, rope.cos_table().data(), bytes));
-    RETURN_IF_ERROR(CopyIn(s, rope.sin_table().data(), bytes));
+    const auto bytes = [](std::span<const float> t) {
+      return std::span(reinterpret_cast<const uint8_t*>(t.data()), t.size() * sizeof(float));
+    };
+    constexpr std::string_view kWhat = "rope tables";
+    ASSIGN_OR_RETURN(DevicePtr<const uint8_t> c, CopyToDevice(bytes(rope.cos_table()), kWhat));
+    ASSIGN_OR_RETURN(DevicePtr<const uint8_t> s, CopyToDevice(bytes(rope.sin_table()), kWhat));
     rope_cos_ = c.As<const float>().backend_address();
     rope_sin_ = s.As<const float>().backend_address();
     return stream_.Synchronize();
@@ -202,9 +166,8 @@ class CudaBackend final : public Backend {
     for (const DeviceMatrix& m : matrices_) {
       scratch = std::max(scratch, MatMulScratchBytes(Weight(m), limits.max_tokens));
     }
-    ASSIGN_OR_RETURN(DevicePtr<uint8_t> s, Allocate(scratch, "matmul scratch"));
+    RETURN_IF_ERROR(Allocate(scratch, "matmul scratch").status());
     matmul_scratch_ = &memory_.back();
-    (void)s;
     ASSIGN_OR_RETURN(DevicePtr<uint8_t> ws, Allocate(kBlasWorkspaceBytes, "cuBLAS workspace"));
     RETURN_IF_ERROR(Check(stream_.blas_api().set_workspace(stream_.blas(), ws.backend_address(),
                                                            kBlasWorkspaceBytes),
@@ -271,42 +234,26 @@ class CudaBackend final : public Backend {
   void MatMuls(std::span<const MatMulProduct> products, DevicePtr<const float> x,
                int64_t n_tokens) override {
     if (products.size() > kMaxGemvProducts) return Backend::MatMuls(products, x, n_tokens);
-    std::array<DeviceWeight, kMaxGemvProducts> w{};
-    std::array<float*, kMaxGemvProducts> y{};
-    for (size_t i = 0; i < products.size(); ++i) {
-      w[i] = Weight(*products[i].w);
-      y[i] = products[i].y.backend_address();
-    }
-    const auto count = static_cast<int>(products.size());
-    const float* in = x.backend_address();
-    const int64_t n = Rows(n_tokens);
-    // A weight's address names its type and shape.
-    graphs_.Op({11, Word(in), static_cast<uint64_t>(n), Word(w[0].data), Word(w[1].data),
-                Word(w[2].data), Word(y[0]), Word(y[1]), Word(y[2])},
-               [=, this] {
-                 CheckInStep(MatMulGroup(stream_, w.data(), y.data(), count, in, n,
-                                         *matmul_scratch_),
-                             "MatMuls");
-               });
+    Products(products, x.backend_address(), n_tokens, {});
+  }
+
+  // The norm folded into the GEMV where one 16-bit launch takes the products.
+  void NormMatMuls(const NormedInput& in, std::span<const MatMulProduct> products,
+                   int64_t n_tokens) override {
+    if (products.size() > kMaxGemvProducts) return Backend::NormMatMuls(in, products, n_tokens);
+    Products(products, in.x.backend_address(), n_tokens, NormOf(in));
   }
 
   // Gate, up and SwiGLU in one GEMV launch where it takes both.
   void MatMulSwiGlu(const DeviceMatrix& w_gate, const DeviceMatrix& w_up,
                     DevicePtr<const float> x, int64_t n_tokens, DevicePtr<float> gate,
                     DevicePtr<float> up) override {
-    const DeviceWeight g = Weight(w_gate);
-    const DeviceWeight u = Weight(w_up);
-    const float* in = x.backend_address();
-    float* g_out = gate.backend_address();
-    float* u_out = up.backend_address();
-    const int64_t n = Rows(n_tokens);
-    graphs_.Op({12, Word(g.data), Word(u.data), Word(in), Word(g_out), Word(u_out),
-                static_cast<uint64_t>(n)},
-               [=, this] {
-                 CheckInStep(cuda::MatMulSwiGlu(stream_, g, u, in, n, g_out, u_out,
-                                                *matmul_scratch_),
-                             "MatMulSwiGlu");
-               });
+    SwiGluProducts(w_gate, w_up, x.backend_address(), n_tokens, gate, up, {});
+  }
+
+  void NormMatMulSwiGlu(const NormedInput& in, const DeviceMatrix& w_gate, const DeviceMatrix& w_up,
+                        int64_t n_tokens, DevicePtr<float> gate, DevicePtr<float> up) override {
+    SwiGluProducts(w_gate, w_up, in.x.backend_address(), n_tokens, gate, up, NormOf(in));
   }
 
   void AddBias(DevicePtr<float> x, DevicePtr<const float> bias, int64_t n_rows,
@@ -484,6 +431,56 @@ class CudaBackend final : public Backend {
                });
   }
 
+  // MatMuls, or with a norm (its weight not null) NormMatMuls; kMaxGemvProducts
+  // products at most.
+  void Products(std::span<const MatMulProduct> products, const float* in, int64_t n_tokens,
+                const RmsNormed& norm) {
+    std::array<DeviceWeight, kMaxGemvProducts> w{};
+    std::array<float*, kMaxGemvProducts> y{};
+    for (size_t i = 0; i < products.size(); ++i) {
+      w[i] = Weight(*products[i].w);
+      y[i] = products[i].y.backend_address();
+    }
+    const auto count = static_cast<int>(products.size());
+    const int64_t n = Rows(n_tokens);
+    const bool normed = norm.weight != nullptr;
+    // A weight's address names its type and shape.
+    graphs_.Op({11, Word(in), static_cast<uint64_t>(n), Word(w[0].data), Word(w[1].data),
+                Word(w[2].data), Word(y[0]), Word(y[1]), Word(y[2]), Word(norm.weight),
+                std::bit_cast<uint32_t>(norm.eps), Word(norm.normed)},
+               [=, this] {
+                 CheckInStep(MatMulGroup(stream_, w.data(), y.data(), count, in, n,
+                                         *matmul_scratch_, normed ? &norm : nullptr),
+                             normed ? "NormMatMuls" : "MatMuls");
+               });
+  }
+
+  // MatMulSwiGlu, or with a norm NormMatMulSwiGlu.
+  void SwiGluProducts(const DeviceMatrix& w_gate, const DeviceMatrix& w_up, const float* in,
+                      int64_t n_tokens, DevicePtr<float> gate, DevicePtr<float> up,
+                      const RmsNormed& norm) {
+    const DeviceWeight g = Weight(w_gate);
+    const DeviceWeight u = Weight(w_up);
+    float* g_out = gate.backend_address();
+    float* u_out = up.backend_address();
+    const int64_t n = Rows(n_tokens);
+    const bool normed = norm.weight != nullptr;
+    graphs_.Op({12, Word(g.data), Word(u.data), Word(in), Word(g_out), Word(u_out),
+                static_cast<uint64_t>(n), Word(norm.weight), std::bit_cast<uint32_t>(norm.eps),
+                Word(norm.normed)},
+               [=, this] {
+                 CheckInStep(cuda::MatMulSwiGlu(stream_, g, u, in, n, g_out, u_out,
+                                                *matmul_scratch_, normed ? &norm : nullptr),
+                             normed ? "NormMatMulSwiGlu" : "MatMulSwiGlu");
+               });
+  }
+
+  static RmsNormed NormOf(const NormedInput& in) {
+    return {.weight = in.weight.backend_address(),
+            .eps = in.eps,
+            .normed = in.normed.backend_address()};
+  }
+
   // The calling thread's device and launch setting (engine/cuda/launch.h).
   void SetDevice() const {
     CheckInStep(cudaSetDevice(options_.device), "cudaSetDevice");
@@ -523,12 +520,15 @@ class CudaBackend final : public Backend {
        "BeginStep");
   }
 
-  // Start-up copies from pageable host memory (the mapped file).
-  absl::Status CopyIn(DevicePtr<uint8_t> dst, const void* src, int64_t bytes) {
-    if (bytes == 0) return absl::OkStatus();
-    return Check(cudaMemcpyAsync(dst.backend_address(), src, static_cast<size_t>(bytes),
-                                 cudaMemcpyHostToDevice, stream_.stream()),
-                 "weights upload");
+  // Start-up copies from pageable host memory (the mapped file), into memory of their own.
+  absl::StatusOr<DevicePtr<const uint8_t>> CopyToDevice(std::span<const uint8_t> bytes,
+                                                        std::string_view what) {
+    ASSIGN_OR_RETURN(DevicePtr<uint8_t> p, Allocate(static_cast<int64_t>(bytes.size()), what));
+    if (bytes.empty()) return p;
+    RETURN_IF_ERROR(Check(cudaMemcpyAsync(p.backend_address(), bytes.data(), bytes.size(),
+                                          cudaMemcpyHostToDevice, stream_.stream()),
+                          "weights upload"));
+    return p;
   }
 
   static DeviceWeight Weight(const DeviceMatrix& m) {

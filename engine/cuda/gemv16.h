@@ -16,6 +16,15 @@
 
 namespace tandem::engine::cuda {
 
+// An RMSNorm folded into a launch's products: they take x[t, :] /
+// sqrt(mean(x[t, :]^2) + eps) * weight[:] (LaunchRmsNorm's, kernels.h)
+// rather than x, with no launch or buffer for the normed rows. `weight`
+// [cols], 16-byte aligned.
+struct GemvNorm {
+  const float* weight = nullptr;
+  float eps = 0.0f;
+};
+
 // The most tokens LaunchGemv16 takes in one launch.
 inline constexpr int64_t kGemv16MaxTokens = 8;
 
@@ -30,18 +39,21 @@ cudaError_t LaunchGemv16(const void* w, bool bf16, int64_t rows, int64_t cols, c
 
 // The `count` (1..kMaxGemvProducts) products of one x, each weight of
 // `cols` columns and the same 16-bit type, in one launch per 8 tokens, each
-// stored into its y or, with GemvProduct::add, added to it.
-// cudaErrorInvalidValue for a count or shape LaunchGemv16 would refuse, or
-// products that differ in `add`.
+// stored into its y or, with GemvProduct::add, added to it; with `norm`,
+// of RmsNorm(x) (GemvNorm). cudaErrorInvalidValue for a count or shape
+// LaunchGemv16 would refuse, products that differ in `add`, or a norm
+// weight not 16-byte aligned.
 cudaError_t LaunchGemv16Group(const GemvProduct* products, int count, bool bf16, int64_t cols,
-                              const float* x, int64_t n_tokens, cudaStream_t stream);
+                              const float* x, int64_t n_tokens, cudaStream_t stream,
+                              const GemvNorm* norm = nullptr);
 
 // out [n_tokens][rows] = silu(x gate^T) * (x up^T) for gate and up [rows]
 // [cols] of one 16-bit type: the two rows read side by side and the SwiGLU
-// applied to their sums, bit for bit LaunchGemv16 twice and LaunchSwiGlu.
+// applied to their sums, bit for bit LaunchGemv16 twice and LaunchSwiGlu;
+// with `norm`, of RmsNorm(x) as LaunchGemv16Group.
 cudaError_t LaunchGemv16SwiGlu(const void* gate, const void* up, bool bf16, int64_t rows,
                                int64_t cols, const float* x, int64_t n_tokens, float* out,
-                               cudaStream_t stream);
+                               cudaStream_t stream, const GemvNorm* norm = nullptr);
 
 }  // namespace tandem::engine::cuda
 

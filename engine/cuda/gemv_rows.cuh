@@ -68,17 +68,19 @@ struct GemvRows {
     return i;
   }
   // Row `row` of product `which` for token t, from the partial sums of the
-  // row's `split` warps (partial[m][warp + q][t], added in a fixed order):
-  // the product's y (added to it with `add`), or silu(gate) * up for a pair.
+  // row's `split` warps (partial[m][warp + q][t], added in a fixed order)
+  // times `scale` (a folded norm's; 1 is exact): the product's y (added to
+  // it with `add`), or silu(gate) * up for a pair.
   template <bool kSwiGlu, int kWarps, int kTokens>
   __device__ void Store(const float (&partial)[kSwiGlu ? 2 : 1][kWarps][kTokens], int warp,
-                        int split, int which, int64_t row, int t) const {
+                        int split, int which, int64_t row, int t, float scale = 1.0f) const {
     constexpr int kMats = kSwiGlu ? 2 : 1;
     float sum[kMats];
 #pragma unroll
     for (int m = 0; m < kMats; ++m) {
       sum[m] = partial[m][warp][t];
       for (int q = 1; q < split; ++q) sum[m] += partial[m][warp + q][t];
+      sum[m] *= scale;
     }
     const int64_t n = Pick(rows, which);
     if constexpr (kSwiGlu) {

@@ -72,6 +72,23 @@ bool OneLaunch(const DeviceWeight& a, const DeviceWeight& b, const float* x, int
          GemvFor(b, x, n_tokens) != Gemv::kNone;
 }
 
+// The norm folded into a 16-bit GEMV launch, when `fold`; otherwise x
+// normed into norm->normed first (when there is a norm), and `x` becomes
+// that.
+absl::Status NormUnlessFolded(const Stream& stream, const RmsNormed* norm, bool fold, int64_t cols,
+                              int64_t n_tokens, const float*& x, GemvNorm& folded) {
+  if (norm == nullptr) return absl::OkStatus();
+  if (fold && reinterpret_cast<uintptr_t>(norm->weight) % 16 == 0) {
+    folded = {.weight = norm->weight, .eps = norm->eps};
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(Check(
+      LaunchRmsNorm(x, norm->weight, n_tokens, cols, norm->eps, norm->normed, stream.stream()),
+      "RmsNorm"));
+  x = norm->normed;
+  return absl::OkStatus();
+}
+
 // Check for a launch on weights of `type`, naming both; the name is built
 // only for an error, not on every launch of every step.
 absl::Status CheckLaunch(cudaError_t error, const char* launch, GgmlType type) {
@@ -150,7 +167,21 @@ absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x,
 }
 
 absl::Status MatMulGroup(const Stream& stream, const DeviceWeight* w, float* const* y, int count,
-                         const float* x, int64_t n_tokens, DeviceBuffer& scratch) {
+                         const float* x, int64_t n_tokens, DeviceBuffer& scratch,
+                         const RmsNormed* norm) {
+  if (count == 0 || n_tokens == 0) return absl::OkStatus();
+  // Folded where one 16-bit GEMV launch takes every product.
+  bool one_gemv16 = count <= kMaxGemvProducts && GemvFor(w[0], x, n_tokens) == Gemv::k16;
+  for (int i = 1; i < count; ++i) one_gemv16 = one_gemv16 && OneLaunch(w[0], w[i], x, n_tokens);
+  GemvNorm folded;
+  RETURN_IF_ERROR(NormUnlessFolded(stream, norm, one_gemv16, w[0].cols, n_tokens, x, folded));
+  if (folded.weight != nullptr) {
+    GemvProduct products[kMaxGemvProducts];
+    for (int k = 0; k < count; ++k) products[k] = {.w = w[k].data, .rows = w[k].rows, .y = y[k]};
+    return CheckLaunch(LaunchGemv16Group(products, count, w[0].type == GgmlType::kBF16, w[0].cols,
+                                         x, n_tokens, stream.stream(), &folded),
+                       "LaunchGemv16Group", w[0].type);
+  }
   for (int i = 0; i < count;) {
     int n = 1;
     while (i + n < count && n < kMaxGemvProducts && OneLaunch(w[i], w[i + n], x, n_tokens)) ++n;
@@ -180,13 +211,18 @@ absl::Status MatMulGroup(const Stream& stream, const DeviceWeight* w, float* con
 
 absl::Status MatMulSwiGlu(const Stream& stream, const DeviceWeight& gate, const DeviceWeight& up,
                           const float* x, int64_t n_tokens, float* gate_out, float* up_out,
-                          DeviceBuffer& scratch) {
+                          DeviceBuffer& scratch, const RmsNormed* norm) {
   if (n_tokens == 0 || gate.rows == 0) return absl::OkStatus();
-  if (gate.rows == up.rows && OneLaunch(gate, up, x, n_tokens)) {
-    if (GemvFor(gate, x, n_tokens) == Gemv::k16) {
+  const bool one_launch = gate.rows == up.rows && OneLaunch(gate, up, x, n_tokens);
+  const bool gemv16 = one_launch && GemvFor(gate, x, n_tokens) == Gemv::k16;
+  GemvNorm folded;
+  RETURN_IF_ERROR(NormUnlessFolded(stream, norm, gemv16, gate.cols, n_tokens, x, folded));
+  if (one_launch) {
+    if (gemv16) {
       return CheckLaunch(
           LaunchGemv16SwiGlu(gate.data, up.data, gate.type == GgmlType::kBF16, gate.rows, gate.cols,
-                             x, n_tokens, gate_out, stream.stream()),
+                             x, n_tokens, gate_out, stream.stream(),
+                             folded.weight != nullptr ? &folded : nullptr),
           "LaunchGemv16SwiGlu", gate.type);
     }
     return CheckLaunch(LaunchMatMulQuantSwiGlu(gate.type, gate.data, up.data, gate.rows, gate.cols,

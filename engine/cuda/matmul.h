@@ -41,19 +41,33 @@ int64_t MatMulScratchBytes(const DeviceWeight& w, int64_t n_tokens);
 absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x, int64_t n_tokens,
                     float* y, DeviceBuffer& scratch, bool add = false);
 
+// An RMSNorm of the products' x (Backend::NormMatMuls): its weight
+// ([cols]) and eps, and where the normed rows go when the products do not
+// fold it in (`normed`, [n_tokens][cols], may be x).
+struct RmsNormed {
+  const float* weight = nullptr;
+  float eps = 0.0f;
+  float* normed = nullptr;
+};
+
 // The products of one x (Q, K and V): y[i] = x w[i]^T for i < count. Each
 // run of consecutive weights that one GEMV launch takes together (the same
 // type and columns, at most kMaxGemvProducts, a GEMV-sized n_tokens) is one
-// launch; the rest go through MatMul. `scratch` as MatMul's for each.
+// launch; the rest go through MatMul. `scratch` as MatMul's for each. With
+// `norm`, the products of RmsNorm(x): folded into the launch where one
+// 16-bit GEMV launch takes them all (gemv16.h's GemvNorm), else normed into
+// norm->normed first.
 absl::Status MatMulGroup(const Stream& stream, const DeviceWeight* w, float* const* y, int count,
-                         const float* x, int64_t n_tokens, DeviceBuffer& scratch);
+                         const float* x, int64_t n_tokens, DeviceBuffer& scratch,
+                         const RmsNormed* norm = nullptr);
 
 // gate_out = silu(x gate^T) * (x up^T), [n_tokens][gate.rows]: one GEMV
 // launch reading the two side by side where it takes both, else MatMul
 // twice (the up product into `up_out`) and SwiGLU, with equal results.
+// With `norm`, of RmsNorm(x), as MatMulGroup.
 absl::Status MatMulSwiGlu(const Stream& stream, const DeviceWeight& gate, const DeviceWeight& up,
                           const float* x, int64_t n_tokens, float* gate_out, float* up_out,
-                          DeviceBuffer& scratch);
+                          DeviceBuffer& scratch, const RmsNormed* norm = nullptr);
 
 }  // namespace tandem::engine::cuda
 

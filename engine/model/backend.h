@@ -145,6 +145,17 @@ struct MatMulProduct {
   DevicePtr<float> y;
 };
 
+// The input of products that begin with an RMSNorm (Backend::NormMatMuls):
+// RmsNorm's arguments, and where the normed rows go when the backend does
+// not fold the norm into the products.
+struct NormedInput {
+  DevicePtr<const float> x;       // [n_tokens, dim]
+  DevicePtr<const float> weight;  // [dim]
+  int64_t dim = 0;
+  float eps = 0.0f;
+  DevicePtr<float> normed;  // [n_tokens, dim]; may alias x
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -211,6 +222,22 @@ class Backend {
                          DevicePtr<float> y, DevicePtr<float> scratch) {
     MatMul(w, x, n_tokens, scratch);
     Add(y, scratch, n_tokens * w.rows);
+  }
+  // MatMuls of RmsNorm(in) (the attention's Q, K and V): RmsNorm into
+  // in.normed, then MatMuls of it. A backend may fold the norm into the
+  // products (their sums scaled by each row's 1 / rms, the norm's weight
+  // taken with the matrix's); in.normed is then left as it was.
+  virtual void NormMatMuls(const NormedInput& in, std::span<const MatMulProduct> products,
+                           int64_t n_tokens) {
+    RmsNorm(in.x, in.weight, n_tokens, in.dim, in.eps, in.normed);
+    MatMuls(products, in.normed, n_tokens);
+  }
+  // MatMulSwiGlu of RmsNorm(in) (the feed-forward's input), as NormMatMuls.
+  virtual void NormMatMulSwiGlu(const NormedInput& in, const DeviceMatrix& w_gate,
+                                const DeviceMatrix& w_up, int64_t n_tokens, DevicePtr<float> gate,
+                                DevicePtr<float> up) {
+    RmsNorm(in.x, in.weight, n_tokens, in.dim, in.eps, in.normed);
+    MatMulSwiGlu(w_gate, w_up, in.normed, n_tokens, gate, up);
   }
   // x[t, :] += bias[:] for t < n_rows; x: [n_rows, dim].
   virtual void AddBias(DevicePtr<float> x, DevicePtr<const float> bias, int64_t n_rows,

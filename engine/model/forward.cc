@@ -196,13 +196,17 @@ absl::StatusOr<ForwardResult> ForwardPass::Run(std::span<const BatchChunk> chunk
   return result;
 }
 
+NormedInput ForwardPass::Normed(DevicePtr<const float> weight) const {
+  return {
+      .x = s_.x, .weight = weight, .dim = config_.n_embd, .eps = config_.rms_eps, .normed = s_.xb};
+}
+
 // x += Wo · attention(RoPE(Wq·xb + bq), RoPE(Wk·xb + bk), Wv·xb + bv), xb = RmsNorm(x).
 void ForwardPass::Attention(int32_t layer) {
   const DeviceLayerWeights& w = w_.layers[layer];
   const int64_t T = step_.n_tokens();
-  backend_.RmsNorm(s_.x, w.attn_norm, T, config_.n_embd, config_.rms_eps, s_.xb);
   const MatMulProduct qkv[] = {{&w.wq, s_.q}, {&w.wk, s_.k}, {&w.wv, s_.v}};
-  backend_.MatMuls(qkv, s_.xb, T);
+  backend_.NormMatMuls(Normed(w.attn_norm), qkv, T);
   if (!w.bq.is_null()) backend_.AddBias(s_.q, w.bq, T, config_.q_dim());
   if (!w.bk.is_null()) backend_.AddBias(s_.k, w.bk, T, config_.kv_dim());
   if (!w.bv.is_null()) backend_.AddBias(s_.v, w.bv, T, config_.kv_dim());
@@ -223,9 +227,8 @@ void ForwardPass::Attention(int32_t layer) {
 void ForwardPass::StoreKvOnly(int32_t layer) {
   const DeviceLayerWeights& w = w_.layers[layer];
   const int64_t T = step_.n_tokens();
-  backend_.RmsNorm(s_.x, w.attn_norm, T, config_.n_embd, config_.rms_eps, s_.xb);
   const MatMulProduct kv_products[] = {{&w.wk, s_.k}, {&w.wv, s_.v}};
-  backend_.MatMuls(kv_products, s_.xb, T);
+  backend_.NormMatMuls(Normed(w.attn_norm), kv_products, T);
   if (!w.bk.is_null()) backend_.AddBias(s_.k, w.bk, T, config_.kv_dim());
   if (!w.bv.is_null()) backend_.AddBias(s_.v, w.bv, T, config_.kv_dim());
   backend_.Rope(s_.k, config_.n_head_kv, config_.head_dim);
@@ -236,8 +239,7 @@ void ForwardPass::StoreKvOnly(int32_t layer) {
 void ForwardPass::FeedForward(int32_t layer) {
   const DeviceLayerWeights& w = w_.layers[layer];
   const int64_t T = step_.n_tokens();
-  backend_.RmsNorm(s_.x, w.ffn_norm, T, config_.n_embd, config_.rms_eps, s_.xb);
-  backend_.MatMulSwiGlu(w.w_gate, w.w_up, s_.xb, T, s_.gate, s_.up);
+  backend_.NormMatMulSwiGlu(Normed(w.ffn_norm), w.w_gate, w.w_up, T, s_.gate, s_.up);
   backend_.MatMulAdd(w.w_down, s_.gate, T, s_.x, s_.proj);
 }
 
@@ -246,8 +248,13 @@ void ForwardPass::FeedForward(int32_t layer) {
 void ForwardPass::Logits() {
   const int64_t R = step_.n_logit_rows();
   backend_.GatherRows(s_.x, config_.n_embd, s_.out_x);
-  backend_.RmsNorm(s_.out_x, w_.output_norm, R, config_.n_embd, config_.rms_eps, s_.out_x);
-  backend_.MatMul(w_.output, s_.out_x, R, s_.logits);
+  const MatMulProduct output[] = {{&w_.output, s_.logits}};
+  backend_.NormMatMuls({.x = s_.out_x,
+                        .weight = w_.output_norm,
+                        .dim = config_.n_embd,
+                        .eps = config_.rms_eps,
+                        .normed = s_.out_x},
+                       output, R);
   const bool any = std::any_of(step_.logit_top_k.begin(), step_.logit_top_k.end(),
                                [](int32_t k) { return k >= 0; });
   if (any) backend_.ReduceLogits(s_.logits, config_.n_vocab, summaries_);

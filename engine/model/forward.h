@@ -121,6 +121,9 @@ class ForwardPass {
   void StoreKvOnly(int32_t layer);
   void FeedForward(int32_t layer);
   void Logits();
+  // The residual stream x normed with `weight` into xb, as a sublayer's
+  // products take it (Backend::NormMatMuls).
+  NormedInput Normed(DevicePtr<const float> weight) const;
 
   const ModelConfig& config_;
   Backend& backend_;

@@ -5,9 +5,10 @@
 
 #include <cstring>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/status_macros.h"
+#include "engine/model/copy_weights.h"
 
 namespace tandem::engine::testing {
 namespace {
@@ -132,39 +133,9 @@ DevicePtr<uint8_t> FakeDeviceBackend::CopyIn(std::span<const uint8_t> bytes,
 absl::StatusOr<DeviceWeights> FakeDeviceBackend::PrepareWeights(const ModelWeights& w) {
   // A copy of every tensor, once even where two names share one (tied
   // embeddings).
-  absl::flat_hash_map<const void*, DevicePtr<const uint8_t>> copied;
-  const auto matrix = [&](const WeightMatrix& m) {
-    auto [it, fresh] = copied.try_emplace(m.data);
-    if (fresh) {
-      const auto* p = static_cast<const uint8_t*>(m.data);
-      it->second = CopyIn({p, static_cast<size_t>(GgmlRowBytes(m.type, m.cols) * m.rows)},
-                          "weights");
-    }
-    return DeviceMatrix{.type = m.type, .data = it->second, .rows = m.rows, .cols = m.cols};
-  };
-  const auto vector = [&](const std::vector<float>& v) {
-    if (v.empty()) return DevicePtr<const float>();
-    const auto* p = reinterpret_cast<const uint8_t*>(v.data());
-    return DevicePtr<const float>(CopyIn({p, v.size() * sizeof(float)}, "weights").As<float>());
-  };
-  DeviceWeights d{.token_embd = matrix(w.token_embd),
-                  .output_norm = vector(w.output_norm),
-                  .output = matrix(w.output),
-                  .layers = {}};
-  for (const LayerWeights& l : w.layers) {
-    d.layers.push_back({.attn_norm = vector(l.attn_norm),
-                        .wq = matrix(l.wq),
-                        .wk = matrix(l.wk),
-                        .wv = matrix(l.wv),
-                        .wo = matrix(l.wo),
-                        .bq = vector(l.bq),
-                        .bk = vector(l.bk),
-                        .bv = vector(l.bv),
-                        .ffn_norm = vector(l.ffn_norm),
-                        .w_gate = matrix(l.w_gate),
-                        .w_up = matrix(l.w_up),
-                        .w_down = matrix(l.w_down)});
-  }
+  ASSIGN_OR_RETURN(const DeviceWeights d, CopyWeights(w, [this](std::span<const uint8_t> bytes) {
+                     return absl::StatusOr<DevicePtr<const uint8_t>>(CopyIn(bytes, "weights"));
+                   }));
   // The wrapped CPU backend prepares the copies as it would the host's
   // tensors (it repacks matrices for its kernels), so both compute alike.
   ModelWeights copies = w;

@@ -1,10 +1,12 @@
 // The matrix products' kernels against the CPU reference on random inputs:
 // MatMul for every weight type (storing and adding to y), each GEMV at every row split, grouped and
-// fused (SwiGLU) GEMVs, the f16 dequantizer and the embedding gather.
+// fused (SwiGLU) GEMVs, with an RMSNorm folded in or not, the f16 dequantizer and the embedding
+// gather.
 // Skips without a usable CUDA device (cuda_test_util.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -346,6 +348,99 @@ TEST_F(CudaKernelsTest, GroupedAndSwiGluProductsMatchSeparateOnes) {
       for (size_t i = 0; i < got.size(); ++i) {
         ASSERT_NEAR(got[i], want[i], 1e-6f * std::max(1.0f, std::abs(want[i]))) << "at " << i;
       }
+    }
+  }
+}
+
+// MatMulGroup and MatMulSwiGlu with an RMSNorm of x (RmsNormed, the forward
+// pass's NormMatMuls): folded into the 16-bit GEMV (the normed buffer left
+// as it was), else normed first (F16 past the GEMV's 8 tokens, quantized
+// weights, a V of another type), against LaunchRmsNorm and then the same
+// products. Tokens of different sizes, so that one token scaled by
+// another's norm is caught.
+TEST_F(CudaKernelsTest, NormedProductsMatchRmsNormThenTheProducts) {
+  const int64_t cols = 512;
+  const int64_t rows[3] = {1000, 260, 260};
+  const float eps = 1e-5f;
+  const std::vector<float> norm_weight = Random(cols, 1.5f);
+  DeviceBuffer dnorm = Up(norm_weight);
+  for (const auto& [type, v_type, tokens] : std::vector<std::tuple<GgmlType, GgmlType, int64_t>>{
+           {GgmlType::kF16, GgmlType::kF16, 1},
+           {GgmlType::kF16, GgmlType::kF16, 2},
+           {GgmlType::kF16, GgmlType::kF16, 7},
+           {GgmlType::kBF16, GgmlType::kBF16, 4},
+           {GgmlType::kF16, GgmlType::kF16, 9},
+           {GgmlType::kQ8_0, GgmlType::kQ8_0, 1},
+           {GgmlType::kQ4_K, GgmlType::kQ6_K, 1}}) {
+    SCOPED_TRACE(testing::Message() << GgmlTypeName(type) << " tokens " << tokens);
+    const bool folded = !GgmlIsQuantized(type) && tokens <= kGemv16MaxTokens;
+    std::vector<float> x = Random(tokens * cols, 2.0f);
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t c = 0; c < cols; ++c) x[t * cols + c] *= static_cast<float>(1 + 10 * (t % 3));
+    }
+    DeviceBuffer dx = Up(x);
+    std::vector<DeviceBuffer> dw, got, want;
+    DeviceWeight weights[3];
+    float* y_got[3];
+    float* y_want[3];
+    int64_t scratch_bytes = 1;
+    for (int i = 0; i < 3; ++i) {
+      const GgmlType t = i == 2 ? v_type : type;
+      dw.push_back(Up(Encode(t, Random(rows[i] * cols))));
+      weights[i] = {.type = t, .data = dw[i].data(), .rows = rows[i], .cols = cols};
+      for (std::vector<DeviceBuffer>* ys : {&got, &want}) {
+        absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(tokens * rows[i] * 4);
+        ASSERT_TRUE(b.ok());
+        ys->push_back(*std::move(b));
+      }
+      y_got[i] = got[i].as<float>();
+      y_want[i] = want[i].as<float>();
+      scratch_bytes = std::max(scratch_bytes, MatMulScratchBytes(weights[i], tokens));
+    }
+    absl::StatusOr<DeviceBuffer> scratch = DeviceBuffer::Allocate(scratch_bytes);
+    ASSERT_TRUE(scratch.ok());
+    const std::vector<float> sentinel(tokens * cols, -7.0f);
+    DeviceBuffer normed = Up(sentinel);
+    DeviceBuffer reference_normed = Up(sentinel);
+    const RmsNormed norm{.weight = dnorm.as<float>(), .eps = eps, .normed = normed.as<float>()};
+    ASSERT_TRUE(
+        MatMulGroup(*stream_, weights, y_got, 3, dx.as<float>(), tokens, *scratch, &norm).ok());
+    ASSERT_EQ(LaunchRmsNorm(dx.as<float>(), dnorm.as<float>(), tokens, cols, eps,
+                            reference_normed.as<float>(), stream_->stream()),
+              cudaSuccess);
+    ASSERT_TRUE(
+        MatMulGroup(*stream_, weights, y_want, 3, reference_normed.as<float>(), tokens, *scratch)
+            .ok());
+    // Folded: the same sums scaled once rather than each term; otherwise
+    // the very same launches.
+    const float tol = folded ? 1e-5f : 0.0f;
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<float> a = Down<float>(got[i], tokens * rows[i]);
+      const std::vector<float> b = Down<float>(want[i], tokens * rows[i]);
+      for (size_t k = 0; k < a.size(); ++k) {
+        ASSERT_NEAR(a[k], b[k], tol * std::max(1.0f, std::abs(b[k])))
+            << "product " << i << " at " << k;
+      }
+    }
+    const std::vector<float> left = Down<float>(normed, tokens * cols);
+    if (folded) {
+      EXPECT_EQ(left, sentinel) << "the folded norm writes no normed rows";
+    } else {
+      EXPECT_EQ(left, Down<float>(reference_normed, tokens * cols));
+    }
+    // Gate and up: the first two products truncated to 260 rows each.
+    DeviceWeight gate = weights[0], up = weights[1];
+    gate.rows = up.rows = rows[1];
+    ASSERT_TRUE(MatMulSwiGlu(*stream_, gate, up, dx.as<float>(), tokens, y_got[0], y_got[1],
+                             *scratch, &norm)
+                    .ok());
+    ASSERT_TRUE(MatMulSwiGlu(*stream_, gate, up, reference_normed.as<float>(), tokens, y_want[0],
+                             y_want[1], *scratch)
+                    .ok());
+    const std::vector<float> a = Down<float>(got[0], tokens * rows[1]);
+    const std::vector<float> b = Down<float>(want[0], tokens * rows[1]);
+    for (size_t k = 0; k < a.size(); ++k) {
+      ASSERT_NEAR(a[k], b[k], 2 * tol * std::max(1.0f, std::abs(b[k]))) << "SwiGLU at " << k;
     }
   }
 }

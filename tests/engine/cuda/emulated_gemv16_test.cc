@@ -2,9 +2,9 @@
 // the CUDA emulation (emulation/), against products in double: a group of
 // products of different lengths (the launch's rows located in the right
 // one), each stored or added to its y (GemvProduct::add, the forward pass's
-// MatMulAdd), for launches of 8, 4, 2 and 1 tokens, and
-// the fused gate/up SwiGLU pair; F16 and BF16 weights. In every build: no
-// GPU or nvcc needed.
+// MatMulAdd), for launches of 8, 4, 2 and 1 tokens, the fused gate/up
+// SwiGLU pair, and both with an RMSNorm of x folded in (GemvNorm); F16 and
+// BF16 weights. In every build: no GPU or nvcc needed.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -121,6 +121,119 @@ TEST(EmulatedGemv16Test, TheSwiGluPairWritesSiluOfGateTimesUp) {
       }
     }
   }
+}
+
+// RmsNorm(x) with `weight`, in double, as LaunchRmsNorm defines it.
+std::vector<float> Normed(const std::vector<float>& x, int64_t cols,
+                          const std::vector<float>& weight, float eps) {
+  std::vector<float> out(x.size());
+  for (size_t t = 0; t < x.size() / cols; ++t) {
+    double squares = 0.0;
+    for (int64_t c = 0; c < cols; ++c) squares += double{x[t * cols + c]} * x[t * cols + c];
+    const double scale = 1.0 / std::sqrt(squares / cols + eps);
+    for (int64_t c = 0; c < cols; ++c) {
+      out[t * cols + c] = static_cast<float>(x[t * cols + c] * scale * weight[c]);
+    }
+  }
+  return out;
+}
+
+// Tokens of x whose sizes differ by orders of magnitude, so that a token
+// scaled by another's norm, or by none, is caught.
+std::vector<float> TokensOfManySizes(int64_t n_tokens, int64_t cols, std::mt19937& rng) {
+  std::vector<float> x = RandomVector(n_tokens * cols, rng);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t c = 0; c < cols; ++c) x[t * cols + c] *= std::pow(7.0f, static_cast<float>(t % 4));
+  }
+  return x;
+}
+
+// The norm folded into a group (GemvNorm): every row of every block scaled
+// by its token's norm, which the block's first row sums, whether the row's
+// warps split it (40 rows: 8 warps a row) or each warp has a row of its own
+// (8195 rows: a last block of 3 live rows); the norm's weight taken on x
+// (1 token) or on the widened weights (more tokens than matrices).
+TEST(EmulatedGemv16Test, AFoldedNormGivesTheProductsOfRmsNormOfX) {
+  std::mt19937 rng(13);
+  const int64_t cols = 136;
+  const float eps = 1e-5f;
+  const std::vector<float> weight = RandomVector(cols, rng);
+  for (const std::vector<int64_t>& rows : {std::vector<int64_t>{24, 8, 8}, {8195}}) {
+    // A launch of 8195 rows is 1025 blocks, about 10 s emulated: one.
+    const bool large = rows.size() == 1;
+    for (const bool bf16 : large ? std::vector<bool>{false} : std::vector<bool>{false, true}) {
+      for (const int64_t n_tokens :
+           large ? std::vector<int64_t>{2} : std::vector<int64_t>{1, 2, 7, 8}) {
+        SCOPED_TRACE(testing::Message() << rows.size() << " products, " << (bf16 ? "bf16" : "f16")
+                                        << ", tokens " << n_tokens);
+        const std::vector<float> x = TokensOfManySizes(n_tokens, cols, rng);
+        const std::vector<float> normed = Normed(x, cols, weight, eps);
+        std::vector<Matrix> w;
+        std::vector<std::vector<float>> y;
+        std::vector<emulation::Product> products;
+        for (const int64_t r : rows) {
+          w.push_back(RandomMatrix(r, cols, bf16, rng));
+          y.emplace_back(n_tokens * r, std::nanf(""));
+        }
+        for (size_t i = 0; i < w.size(); ++i) {
+          products.push_back({.w = w[i].bits.data(), .rows = rows[i], .y = y[i].data()});
+        }
+        ASSERT_EQ(emulation::RunGemv16Group(products.data(), static_cast<int>(products.size()),
+                                            bf16, cols, x.data(), n_tokens, weight.data(), eps),
+                  0);
+        for (size_t i = 0; i < w.size(); ++i) {
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            for (int64_t r = 0; r < rows[i]; ++r) {
+              const auto [want, scale] = Dot(w[i], cols, r, normed.data() + t * cols);
+              ASSERT_NEAR(y[i][t * rows[i] + r], want, 1e-5 * (scale + 1.0))
+                  << "product " << i << ", token " << t << ", row " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(EmulatedGemv16Test, AFoldedNormFeedsTheSwiGluPair) {
+  std::mt19937 rng(17);
+  const int64_t rows = 24, cols = 64;
+  const float eps = 1e-6f;
+  const std::vector<float> weight = RandomVector(cols, rng);
+  for (const bool bf16 : {false, true}) {
+    // 1 and 2 tokens take the norm's weight on x, 8 on the weights.
+    for (const int64_t n_tokens : {1, 2, 8}) {
+      SCOPED_TRACE(testing::Message() << (bf16 ? "bf16" : "f16") << ", tokens " << n_tokens);
+      const Matrix gate = RandomMatrix(rows, cols, bf16, rng);
+      const Matrix up = RandomMatrix(rows, cols, bf16, rng);
+      const std::vector<float> x = TokensOfManySizes(n_tokens, cols, rng);
+      const std::vector<float> normed = Normed(x, cols, weight, eps);
+      std::vector<float> out(n_tokens * rows, std::nanf(""));
+      ASSERT_EQ(emulation::RunGemv16SwiGlu(gate.bits.data(), up.bits.data(), bf16, rows, cols,
+                                           x.data(), n_tokens, out.data(), weight.data(), eps),
+                0);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const auto [g, g_scale] = Dot(gate, cols, r, normed.data() + t * cols);
+          const auto [u, u_scale] = Dot(up, cols, r, normed.data() + t * cols);
+          const double want = double{Silu(g)} * u;
+          ASSERT_NEAR(out[t * rows + r], want, 1e-5 * (g_scale + 1.0) * (u_scale + 1.0))
+              << "token " << t << ", row " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST(EmulatedGemv16Test, ANormWeightNotOn16BytesIsRefused) {
+  const std::vector<uint16_t> w(8 * 8, 0);
+  const std::vector<float> x(8, 1.0f), weight(9, 1.0f);
+  std::vector<float> y(8);
+  const emulation::Product product = {.w = w.data(), .rows = 8, .y = y.data()};
+  EXPECT_NE(emulation::RunGemv16Group(&product, 1, false, 8, x.data(), 1, weight.data() + 1, 0), 0);
+  EXPECT_NE(emulation::RunGemv16SwiGlu(w.data(), w.data(), false, 8, 8, x.data(), 1, y.data(),
+                                       weight.data() + 1, 0),
+            0);
 }
 
 // The emulation's __half converts as the project's Fp32ToFp16 (round to

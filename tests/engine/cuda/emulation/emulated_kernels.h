@@ -60,12 +60,14 @@ struct Product {
   bool add = false;
 };
 
-// engine/cuda/gemv16.cu's LaunchGemv16Group and LaunchGemv16SwiGlu; the
-// launch's cudaError_t.
+// engine/cuda/gemv16.cu's LaunchGemv16Group and LaunchGemv16SwiGlu, with
+// RmsNorm(x) folded in when `norm_weight` is given (GemvNorm); the launch's
+// cudaError_t.
 int RunGemv16Group(const Product* products, int count, bool bf16, int64_t cols, const float* x,
-                   int64_t n_tokens);
+                   int64_t n_tokens, const float* norm_weight = nullptr, float eps = 0.0f);
 int RunGemv16SwiGlu(const void* gate, const void* up, bool bf16, int64_t rows, int64_t cols,
-                    const float* x, int64_t n_tokens, float* out);
+                    const float* x, int64_t n_tokens, float* out,
+                    const float* norm_weight = nullptr, float eps = 0.0f);
 
 // The emulation's f32 -> f16 -> f32 (include/cuda_fp16.h): its bits and
 // the value they widen back to.
