@@ -1,5 +1,5 @@
 // Paged attention (LaunchPagedAttention in kernels.h) as two kernels that
-// split the rows between them, plus a combine step:
+// split the rows between them:
 //
 // - Tile kernel: a block takes kTileRows consecutive rows and one head. Rows
 //   of one sequence share table_offset and sit next to each other, so a run
@@ -8,8 +8,8 @@
 // - Row kernel: one block per (row, head, split) for every other row (decode
 //   tokens, short runs at tile edges). When rows * heads are too few to fill
 //   the GPU and the caller gave split_scratch, each row's slots are cut into
-//   `splits` chunks (flash-decoding) whose partial softmax states a combine
-//   kernel merges.
+//   `splits` chunks (flash-decoding) whose partial softmax states the last
+//   of them to finish merges.
 //
 // Both kernels decide which rows are whose from table_offset and kv_len alone
 // (RunKey and RunAround over the same tile), so no host help or pre-pass is needed and the launch
@@ -278,13 +278,46 @@ __device__ bool OwnedByTiles(const int32_t* table_offset, const int32_t* kv_len,
 constexpr int kRowWarps = 4;
 constexpr int kPerLane = kMaxAttentionHeadDim / 32;
 
+// Merges the `used` partials of one row and head (parts[z * (hd + 2)]: max,
+// sum, acc[hd]) into out: warp 0 finds the common max and each split's
+// weight, then every thread sums its dimensions. The partials are read
+// through L2 (__ldcg): other blocks wrote them, which this SM's L1 never saw.
+static_assert(kMaxSplits <= 32, "one lane per split");
+__device__ void MergeSplits(const float* parts, int32_t used, int32_t hd, float* out) {
+  __shared__ float weight[kMaxSplits];
+  __shared__ float total;
+  if (threadIdx.x < 32) {
+    const int32_t z = static_cast<int32_t>(threadIdx.x);
+    const float pm = z < used ? __ldcg(parts + z * (hd + 2)) : -FLT_MAX;
+    const float pl = z < used ? __ldcg(parts + z * (hd + 2) + 1) : 0.0f;
+    float big_m = pl > 0.0f ? pm : -FLT_MAX;
+    for (int o = 16; o > 0; o >>= 1) big_m = fmaxf(big_m, __shfl_xor_sync(0xffffffffu, big_m, o));
+    const float w = pl > 0.0f ? expf(pm - big_m) : 0.0f;
+    float big_l = pl * w;
+    for (int o = 16; o > 0; o >>= 1) big_l += __shfl_xor_sync(0xffffffffu, big_l, o);
+    if (z < kMaxSplits) weight[z] = w;
+    if (z == 0) total = big_l;
+  }
+  __syncthreads();
+  for (int32_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    float sum = 0.0f;
+    for (int32_t z = 0; z < used; ++z) sum += __ldcg(parts + z * (hd + 2) + 2 + d) * weight[z];
+    out[d] = total > 0.0f ? sum / total : 0.0f;
+  }
+}
+
 // grid (n_rows, n_head, splits), kRowWarps warps. Split z takes the row's
 // slots [z c, (z + 1) c), c = SplitChunk(kv_len, splits); warp w takes slots
 // w, w + 4, ... of it, its lanes splitting head_dim for the dot product (a
 // warp sum) and for the value accumulator, each warp keeping its own online
 // softmax state; the warps' states are merged at the end. With one split the
-// result goes to out, else (max, sum, acc[head_dim]) to the split's partial.
-__global__ void PagedAttentionRowKernel(PagedAttentionArgs a, int32_t splits) {
+// result goes to out, else (max, sum, acc[head_dim]) to the split's partial,
+// and the last of the row's splits to finish merges them all into out (the
+// threadfence reduction): each split makes its partial visible device-wide,
+// then counts itself in counts[row * n_head + h]; the one whose count makes
+// `used` knows every partial is written, merges, and sets the count back to
+// 0 for the next launch. No second launch.
+__global__ void PagedAttentionRowKernel(PagedAttentionArgs a, int32_t splits, unsigned* counts) {
   GridPrologue();
   __shared__ float q[kMaxAttentionHeadDim];
   __shared__ float warp_m[kRowWarps];
@@ -379,43 +412,17 @@ __global__ void PagedAttentionRowKernel(PagedAttentionArgs a, int32_t splits) {
     }
     part[2 + d] = sum;
   }
-}
-
-// grid (n_rows, n_head): merges a row's used partials into out (a row of
-// one used split was written by the row kernel). Warp 0 finds the common
-// max and each split's weight, then every thread sums its dimensions.
-static_assert(kMaxSplits <= 32, "one lane per split");
-__global__ void PagedAttentionCombineKernel(PagedAttentionArgs a, int32_t splits) {
-  GridPrologue();
-  __shared__ float weight[kMaxSplits];
-  __shared__ float total;
-  const int32_t row = blockIdx.x;
-  const int32_t h = blockIdx.y;
-  if (OwnedByTiles(a.table_offset, a.kv_len, a.n_rows, row)) return;
-  const int32_t used = UsedSplits(a.kv_len[row], splits);
-  if (used <= 1) return;
-  const int32_t hd = a.head_dim;
-  const int64_t head_row = static_cast<int64_t>(row) * a.n_head + h;
-  const float* parts = a.split_scratch + head_row * splits * (hd + 2);
-  if (threadIdx.x < 32) {
-    const int32_t z = static_cast<int32_t>(threadIdx.x);
-    const float pm = z < used ? parts[z * (hd + 2)] : -FLT_MAX;
-    const float pl = z < used ? parts[z * (hd + 2) + 1] : 0.0f;
-    float big_m = pl > 0.0f ? pm : -FLT_MAX;
-    for (int o = 16; o > 0; o >>= 1) big_m = fmaxf(big_m, __shfl_xor_sync(0xffffffffu, big_m, o));
-    const float w = pl > 0.0f ? expf(pm - big_m) : 0.0f;
-    float big_l = pl * w;
-    for (int o = 16; o > 0; o >>= 1) big_l += __shfl_xor_sync(0xffffffffu, big_l, o);
-    if (z < kMaxSplits) weight[z] = w;
-    if (z == 0) total = big_l;
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counts + head_row, 1u) == static_cast<unsigned>(used - 1);
+    if (last) counts[head_row] = 0;
   }
   __syncthreads();
-  float* out = a.out + head_row * hd;
-  for (int32_t d = threadIdx.x; d < hd; d += blockDim.x) {
-    float sum = 0.0f;
-    for (int32_t z = 0; z < used; ++z) sum += parts[z * (hd + 2) + 2 + d] * weight[z];
-    out[d] = total > 0.0f ? sum / total : 0.0f;
-  }
+  if (!last) return;  // uniform over the block
+  __threadfence();
+  MergeSplits(a.split_scratch + head_row * splits * (hd + 2), used, hd, a.out + head_row * hd);
 }
 
 template <int HD>
@@ -437,8 +444,12 @@ cudaError_t LaunchTiles(const PagedAttentionArgs& args, cudaStream_t stream) {
 
 }  // namespace
 
+// The split scratch: the partials, then a count of splits done for each
+// row and head that splits (fewer than kSplitTargetBlocks of them).
+constexpr int64_t kPartialFloats = MaxSplitPartials() * (int64_t{kMaxAttentionHeadDim} + 2);
+
 int64_t PagedAttentionScratchBytes() {
-  return MaxSplitPartials() * (int64_t{kMaxAttentionHeadDim} + 2) * int64_t{sizeof(float)};
+  return kPartialFloats * int64_t{sizeof(float)} + kSplitTargetBlocks * int64_t{sizeof(unsigned)};
 }
 
 cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, cudaStream_t stream) {
@@ -466,12 +477,10 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, cudaStream_t st
       args.split_scratch != nullptr ? SplitCount(int64_t{args.n_rows} * args.n_head) : 1;
   const dim3 grid(static_cast<unsigned>(args.n_rows), static_cast<unsigned>(args.n_head),
                   static_cast<unsigned>(splits));
-  Launch(PagedAttentionRowKernel, grid, 32 * kRowWarps, 0, stream, args, splits);
-  if (splits > 1) {
-    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-    const dim3 rows(static_cast<unsigned>(args.n_rows), static_cast<unsigned>(args.n_head));
-    Launch(PagedAttentionCombineKernel, rows, 128, 0, stream, args, splits);
-  }
+  auto* counts = args.split_scratch != nullptr
+                     ? reinterpret_cast<unsigned*>(args.split_scratch + kPartialFloats)
+                     : nullptr;
+  Launch(PagedAttentionRowKernel, grid, 32 * kRowWarps, 0, stream, args, splits, counts);
   return cudaGetLastError();
 }
 

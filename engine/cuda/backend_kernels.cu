@@ -6,6 +6,7 @@
 #include <cfloat>
 #include <cmath>
 
+#include "engine/cuda/kv_rows.cuh"
 #include "engine/cuda/launch.cuh"
 
 namespace tandem::engine::cuda {
@@ -19,31 +20,6 @@ __global__ void AddBiasKernel(float* x, const float* bias, int64_t n, int64_t di
   GridPrologue();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) x[i] += bias[i % dim];
-}
-
-__device__ uint8_t* KeyRow(const KvRows& kv, int64_t slot) {
-  const int64_t elem = kv.f16 ? 2 : 4;
-  return kv.base + slot / kv.block_size * kv.block_bytes + kv.k_offset +
-         slot % kv.block_size * kv.kv_dim * elem;
-}
-
-__device__ uint8_t* ValueRow(const KvRows& kv, int64_t slot) {
-  const int64_t elem = kv.f16 ? 2 : 4;
-  return kv.base + slot / kv.block_size * kv.block_bytes + kv.v_offset +
-         slot % kv.block_size * kv.kv_dim * elem;
-}
-
-__device__ void StoreElement(uint8_t* row, int32_t i, float v, bool f16) {
-  if (f16) {
-    reinterpret_cast<__half*>(row)[i] = __float2half_rn(v);
-  } else {
-    reinterpret_cast<float*>(row)[i] = v;
-  }
-}
-
-__device__ float LoadElement(const uint8_t* row, int32_t i, bool f16) {
-  return f16 ? __half2float(reinterpret_cast<const __half*>(row)[i])
-             : reinterpret_cast<const float*>(row)[i];
 }
 
 // One block per token.

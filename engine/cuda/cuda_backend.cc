@@ -25,10 +25,9 @@
 #include <bit>
 #include <cstddef>
 #include <cstring>
-#include <deque>
-#include <map>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -37,6 +36,7 @@
 #include "common/status_macros.h"
 #include "engine/cuda/backend_kernels.h"
 #include "engine/cuda/device.h"
+#include "engine/cuda/device_memory.h"
 #include "engine/cuda/driver.h"
 #include "engine/cuda/graph_sections.h"
 #include "engine/cuda/kernels.h"
@@ -44,6 +44,7 @@
 #include "engine/cuda/launch.h"
 #include "engine/cuda/matmul.h"
 #include "engine/cuda/quant_kernels.h"
+#include "engine/cuda/rope_store_kv.h"
 #include "engine/cuda/step_plan.h"
 #include "engine/model/copy_weights.h"
 
@@ -61,7 +62,22 @@ static_assert(offsetof(ReducedRow, top_logprobs) == offsetof(LogitsSummary, top_
 // cuBLAS's workspace, set once so that it never allocates inside a step.
 constexpr int64_t kBlasWorkspaceBytes = int64_t{32} << 20;
 
-uint64_t Word(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+// An op's words for GraphSections::Op: pointers by address, floats by their
+// bits, integers and enums as they are.
+template <typename T>
+uint64_t ToWord(T v) {
+  if constexpr (std::is_pointer_v<T>) {
+    return reinterpret_cast<uintptr_t>(v);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return std::bit_cast<uint32_t>(static_cast<float>(v));
+  } else {
+    return static_cast<uint64_t>(v);
+  }
+}
+template <typename... Args>
+std::array<uint64_t, sizeof...(Args)> Words(Args... args) {
+  return {ToWord(args)...};
+}
 
 // The attention tiles' arithmetic by CudaAttention (--cuda-attention).
 constexpr TileMath kTiles[] = {TileMath::kF32, TileMath::kSplitF16, TileMath::kF16};
@@ -73,6 +89,7 @@ class CudaBackend final : public Backend {
         name_(absl::StrCat("cuda:", options.device, " (", info.name, ")")),
         shared_bytes_per_block_(info.shared_bytes_per_block),
         stream_(std::move(stream)),
+        memory_(name_),
         graphs_(stream_.stream()) {
     CheckInStep(cudaEventCreateWithFlags(&meta_copied_, cudaEventDisableTiming), "cudaEventCreate");
   }
@@ -93,33 +110,16 @@ class CudaBackend final : public Backend {
     TANDEM_CHECK(bytes >= 0, "allocation size is not negative");
     RETURN_IF_ERROR(Check(cudaSetDevice(options_.device), "cudaSetDevice"));
     graphs_.End();
-    absl::StatusOr<DeviceBuffer> b =
-        DeviceBuffer::Allocate(static_cast<size_t>(std::max<int64_t>(bytes, 1)));
-    if (!b.ok()) return OutOfMemory(bytes, what);
-    allocated_[std::string(what.substr(0, what.find(' ')))] += bytes;
-    auto* p = b->as<uint8_t>();
-    memory_.push_back(*std::move(b));
-    return DevicePtr<uint8_t>(p);
+    ASSIGN_OR_RETURN(DeviceBuffer * b, memory_.Allocate(bytes, what));
+    return DevicePtr<uint8_t>(b->as<uint8_t>());
   }
 
   void Upload(DevicePtr<uint8_t> dst, std::span<const uint8_t> src) override {
-    if (src.empty()) return;
-    SetDevice();
-    graphs_.End();
-    CheckInStep(cudaMemcpyAsync(dst.backend_address(), src.data(), src.size(),
-                                cudaMemcpyHostToDevice, stream_.stream()),
-                "Upload");
-    CheckInStep(stream_.Synchronize(), "Upload");
+    CopyNow(dst.backend_address(), src.data(), src.size(), cudaMemcpyHostToDevice, "Upload");
   }
 
   void Download(DevicePtr<const uint8_t> src, std::span<uint8_t> dst) override {
-    if (dst.empty()) return;
-    SetDevice();
-    graphs_.End();
-    CheckInStep(cudaMemcpyAsync(dst.data(), src.backend_address(), dst.size(),
-                                cudaMemcpyDeviceToHost, stream_.stream()),
-                "Download");
-    CheckInStep(stream_.Synchronize(), "Download");
+    CopyNow(dst.data(), src.backend_address(), dst.size(), cudaMemcpyDeviceToHost, "Download");
   }
 
   void Synchronize() override {
@@ -141,16 +141,16 @@ class CudaBackend final : public Backend {
 
   absl::Status PrepareRope(const RopeTable& rope) override {
     rope_ = &rope;
-    n_rot_ = rope.n_rot();
-    style_ = rope.type() == RopeType::kNeox ? RopeStyle::kNeox : RopeStyle::kNormal;
+    rope_args_.n_rot = rope.n_rot();
+    rope_args_.style = rope.type() == RopeType::kNeox ? RopeStyle::kNeox : RopeStyle::kNormal;
     const auto bytes = [](std::span<const float> t) {
       return std::span(reinterpret_cast<const uint8_t*>(t.data()), t.size() * sizeof(float));
     };
     constexpr std::string_view kWhat = "rope tables";
     ASSIGN_OR_RETURN(DevicePtr<const uint8_t> c, CopyToDevice(bytes(rope.cos_table()), kWhat));
     ASSIGN_OR_RETURN(DevicePtr<const uint8_t> s, CopyToDevice(bytes(rope.sin_table()), kWhat));
-    rope_cos_ = c.As<const float>().backend_address();
-    rope_sin_ = s.As<const float>().backend_address();
+    rope_args_.cos_table = c.As<const float>().backend_address();
+    rope_args_.sin_table = s.As<const float>().backend_address();
     return stream_.Synchronize();
   }
 
@@ -161,13 +161,14 @@ class CudaBackend final : public Backend {
     layout_ = MetaLayout::For(limits);
     ASSIGN_OR_RETURN(DevicePtr<uint8_t> meta, Allocate(layout_.bytes, "step metadata"));
     meta_ = meta.backend_address();
+    rope_args_.positions = Meta<int32_t>(layout_.positions);
     RETURN_IF_ERROR(meta_host_.Reserve(layout_.bytes));
     int64_t scratch = 0;
     for (const DeviceMatrix& m : matrices_) {
       scratch = std::max(scratch, MatMulScratchBytes(Weight(m), limits.max_tokens));
     }
-    RETURN_IF_ERROR(Allocate(scratch, "matmul scratch").status());
-    matmul_scratch_ = &memory_.back();
+    RETURN_IF_ERROR(Check(cudaSetDevice(options_.device), "cudaSetDevice"));
+    ASSIGN_OR_RETURN(matmul_scratch_, memory_.Allocate(scratch, "matmul scratch"));
     ASSIGN_OR_RETURN(DevicePtr<uint8_t> ws, Allocate(kBlasWorkspaceBytes, "cuBLAS workspace"));
     RETURN_IF_ERROR(Check(stream_.blas_api().set_workspace(stream_.blas(), ws.backend_address(),
                                                            kBlasWorkspaceBytes),
@@ -182,6 +183,9 @@ class CudaBackend final : public Backend {
     ASSIGN_OR_RETURN(DevicePtr<uint8_t> a, Allocate(PagedAttentionScratchBytes(),
                                                     "attention scratch"));
     attention_scratch_ = a.As<float>().backend_address();
+    RETURN_IF_ERROR(Check(cudaMemsetAsync(attention_scratch_, 0, PagedAttentionScratchBytes(),
+                                          stream_.stream()),
+                          "attention scratch"));
     return absl::OkStatus();
   }
 
@@ -214,11 +218,9 @@ class CudaBackend final : public Backend {
     const int64_t cols = table.cols;
     const GgmlType type = table.type;
     float* out = x.backend_address();
-    graphs_.Op({1, Word(data), static_cast<uint64_t>(cols), static_cast<uint64_t>(type),
-                  Word(out), static_cast<uint64_t>(T)},
-       [=, this] {
-         CheckInStep(LaunchEmbedRows(type, data, cols, tokens, T, out, stream_.stream()), "Embed");
-       });
+    graphs_.Op(Words(1, data, cols, type, out, T), [=, this] {
+      CheckInStep(LaunchEmbedRows(type, data, cols, tokens, T, out, stream_.stream()), "Embed");
+    });
   }
 
   void MatMul(const DeviceMatrix& w, DevicePtr<const float> x, int64_t n_tokens,
@@ -261,37 +263,34 @@ class CudaBackend final : public Backend {
     float* out = x.backend_address();
     const float* b = bias.backend_address();
     const int64_t n = Rows(n_rows);
-    graphs_.Op(
-        {3, Word(out), Word(b), static_cast<uint64_t>(n), static_cast<uint64_t>(dim)},
-        [=, this] { CheckInStep(LaunchAddBias(out, b, n, dim, stream_.stream()), "AddBias"); });
+    graphs_.Op(Words(3, out, b, n, dim), [=, this] {
+      CheckInStep(LaunchAddBias(out, b, n, dim, stream_.stream()), "AddBias");
+    });
   }
 
   void Rope(DevicePtr<float> x, int32_t n_heads, int32_t head_dim) override {
-    TANDEM_CHECK(rope_ != nullptr, "PrepareRope before Rope");
-    float* out = x.backend_address();
-    const int64_t n = rows_;
-    graphs_.Op({4, Word(out), static_cast<uint64_t>(n), static_cast<uint64_t>(n_heads),
-                static_cast<uint64_t>(head_dim)},
-               [=, this] {
-                 CheckInStep(LaunchRope(out, Meta<int32_t>(layout_.positions), n, n_heads, head_dim,
-                                        n_rot_, style_, rope_cos_, rope_sin_, stream_.stream()),
-                             "Rope");
-               });
+    RopeAndStore({.q = x,
+                  .k = {},
+                  .v = {},
+                  .n_head = n_heads,
+                  .n_head_kv = 0,
+                  .head_dim = head_dim,
+                  .kv = {}},
+                 KvRows{});
   }
+
+  // RoPE of q and k and the store of k and v in one launch (cuda/rope_store_kv.h).
+  void RopeStoreKv(const RopeStoreKvOp& op) override { RopeAndStore(op, RowsOf(op.kv)); }
 
   void StoreKv(const PagedKvView& kv, DevicePtr<const float> k, DevicePtr<const float> v) override {
     const KvRows rows = RowsOf(kv);
     const float* kp = k.backend_address();
     const float* vp = v.backend_address();
     const int64_t n = rows_;
-    graphs_.Op({5, Word(rows.base), static_cast<uint64_t>(rows.k_offset),
-                static_cast<uint64_t>(rows.v_offset), static_cast<uint64_t>(rows.f16), Word(kp),
-                Word(vp), static_cast<uint64_t>(n)},
-               [=, this] {
-                 CheckInStep(
-                     LaunchStoreKv(rows, kp, vp, Meta<int64_t>(layout_.slots), n, stream_.stream()),
-                     "StoreKv");
-               });
+    graphs_.Op(Words(5, rows.base, rows.k_offset, rows.v_offset, rows.f16, kp, vp, n), [=, this] {
+      CheckInStep(LaunchStoreKv(rows, kp, vp, Meta<int64_t>(layout_.slots), n, stream_.stream()),
+                  "StoreKv");
+    });
   }
 
   void RmsNorm(DevicePtr<const float> x, DevicePtr<const float> weight, int64_t n_tokens,
@@ -300,11 +299,9 @@ class CudaBackend final : public Backend {
     const float* w = weight.backend_address();
     float* out = y.backend_address();
     const int64_t n = Rows(n_tokens);
-    graphs_.Op({6, Word(in), Word(w), Word(out), static_cast<uint64_t>(n),
-                static_cast<uint64_t>(dim), std::bit_cast<uint32_t>(eps)},
-               [=, this] {
-                 CheckInStep(LaunchRmsNorm(in, w, n, dim, eps, out, stream_.stream()), "RmsNorm");
-               });
+    graphs_.Op(Words(6, in, w, out, n, dim, eps), [=, this] {
+      CheckInStep(LaunchRmsNorm(in, w, n, dim, eps, out, stream_.stream()), "RmsNorm");
+    });
   }
 
   void SwiGlu(DevicePtr<const float> gate, DevicePtr<const float> up, int64_t n,
@@ -313,7 +310,7 @@ class CudaBackend final : public Backend {
     const float* u = up.backend_address();
     float* o = out.backend_address();
     const int64_t count = Elements(n);
-    graphs_.Op({7, Word(g), Word(u), Word(o), static_cast<uint64_t>(count)}, [=, this] {
+    graphs_.Op(Words(7, g, u, o, count), [=, this] {
       CheckInStep(LaunchSwiGlu(g, u, count, o, stream_.stream()), "SwiGlu");
     });
   }
@@ -322,7 +319,7 @@ class CudaBackend final : public Backend {
     float* a = x.backend_address();
     const float* b = y.backend_address();
     const int64_t count = Elements(n);
-    graphs_.Op({8, Word(a), Word(b), static_cast<uint64_t>(count)},
+    graphs_.Op(Words(8, a, b, count),
                [=, this] { CheckInStep(LaunchAdd(a, b, count, stream_.stream()), "Add"); });
   }
 
@@ -347,11 +344,8 @@ class CudaBackend final : public Backend {
                                   .tiles = kTiles[static_cast<int>(options_.attention)],
                                   .shared_bytes_per_block = shared_bytes_per_block_};
     graphs_.Op(
-        {9, Word(args.q), Word(args.out), static_cast<uint64_t>(args.n_rows),
-         static_cast<uint64_t>(args.n_head), static_cast<uint64_t>(args.n_head_kv),
-         static_cast<uint64_t>(args.head_dim), Word(args.kv_base),
-         static_cast<uint64_t>(args.k_offset), static_cast<uint64_t>(args.v_offset),
-         static_cast<uint64_t>(args.kv_f16)},
+        Words(9, args.q, args.out, args.n_rows, args.n_head, args.n_head_kv, args.head_dim,
+              args.kv_base, args.k_offset, args.v_offset, args.kv_f16),
         [=, this] { CheckInStep(LaunchPagedAttention(args, stream_.stream()), "PagedAttention"); });
   }
 
@@ -361,7 +355,7 @@ class CudaBackend final : public Backend {
     // Decode steps have a logits row per row: padded alike.
     const int64_t n = real_rows_ == rows_ ? step().n_logit_rows() : rows_;
     graphs_.Op(
-        {10, Word(in), Word(o), static_cast<uint64_t>(dim), static_cast<uint64_t>(n)}, [=, this] {
+        Words(10, in, o, dim, n), [=, this] {
           CheckInStep(
               LaunchGatherRows(in, dim, Meta<int32_t>(layout_.logit_rows), n, o, stream_.stream()),
               "GatherRows");
@@ -411,7 +405,7 @@ class CudaBackend final : public Backend {
     TANDEM_CHECK(rope_ != nullptr, "PrepareRope before MoveKvSlots");
     SetDevice();
     graphs_.End();
-    kv_moves_.Move(layers, head_dim, src, dst, delta, *rope_, style_);
+    kv_moves_.Move(layers, head_dim, src, dst, delta, *rope_, rope_args_.style);
   }
 
  private:
@@ -422,12 +416,27 @@ class CudaBackend final : public Backend {
     const float* in = x.backend_address();
     float* out = y.backend_address();
     const int64_t n = Rows(n_tokens);
-    graphs_.Op({add ? 13u : 2u, Word(weight.data), static_cast<uint64_t>(weight.type),
-                static_cast<uint64_t>(weight.rows), static_cast<uint64_t>(weight.cols), Word(in),
-                Word(out), static_cast<uint64_t>(n)},
+    graphs_.Op(Words(add ? 13u : 2u, weight.data, weight.type, weight.rows, weight.cols, in, out,
+                     n),
                [=, this] {
                  CheckInStep(cuda::MatMul(stream_, weight, in, n, out, *matmul_scratch_, add),
                              add ? "MatMulAdd" : "MatMul");
+               });
+  }
+
+  // Rope (rows.kv_dim 0: no keys, nothing stored) or RopeStoreKv.
+  void RopeAndStore(const RopeStoreKvOp& op, const KvRows& rows) {
+    TANDEM_CHECK(rope_ != nullptr, "PrepareRope before Rope");
+    float* q = op.q.backend_address();
+    float* k = op.k.backend_address();
+    const float* v = op.v.backend_address();
+    const int32_t heads = op.n_head, kv_heads = op.n_head_kv, head_dim = op.head_dim;
+    const int64_t n = rows_;
+    graphs_.Op(Words(4, q, k, v, n, heads, kv_heads, head_dim, rows.base, rows.k_offset, rows.f16),
+               [=, this] {
+                 CheckInStep(LaunchRopeStoreKv(q, heads, k, v, kv_heads, head_dim, rope_args_, rows,
+                                               Meta<int64_t>(layout_.slots), n, stream_.stream()),
+                             "RopeStoreKv");
                });
   }
 
@@ -445,9 +454,8 @@ class CudaBackend final : public Backend {
     const int64_t n = Rows(n_tokens);
     const bool normed = norm.weight != nullptr;
     // A weight's address names its type and shape.
-    graphs_.Op({11, Word(in), static_cast<uint64_t>(n), Word(w[0].data), Word(w[1].data),
-                Word(w[2].data), Word(y[0]), Word(y[1]), Word(y[2]), Word(norm.weight),
-                std::bit_cast<uint32_t>(norm.eps), Word(norm.normed)},
+    graphs_.Op(Words(11, in, n, w[0].data, w[1].data, w[2].data, y[0], y[1], y[2], norm.weight,
+                     norm.eps, norm.normed),
                [=, this] {
                  CheckInStep(MatMulGroup(stream_, w.data(), y.data(), count, in, n,
                                          *matmul_scratch_, normed ? &norm : nullptr),
@@ -465,9 +473,7 @@ class CudaBackend final : public Backend {
     float* u_out = up.backend_address();
     const int64_t n = Rows(n_tokens);
     const bool normed = norm.weight != nullptr;
-    graphs_.Op({12, Word(g.data), Word(u.data), Word(in), Word(g_out), Word(u_out),
-                static_cast<uint64_t>(n), Word(norm.weight), std::bit_cast<uint32_t>(norm.eps),
-                Word(norm.normed)},
+    graphs_.Op(Words(12, g.data, u.data, in, g_out, u_out, n, norm.weight, norm.eps, norm.normed),
                [=, this] {
                  CheckInStep(cuda::MatMulSwiGlu(stream_, g, u, in, n, g_out, u_out,
                                                 *matmul_scratch_, normed ? &norm : nullptr),
@@ -512,6 +518,15 @@ class CudaBackend final : public Backend {
     return reinterpret_cast<T*>(static_cast<uint8_t*>(meta_) + offset);
   }
 
+  // A copy the host waits for, outside any graph.
+  void CopyNow(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* what) {
+    if (bytes == 0) return;
+    SetDevice();
+    graphs_.End();
+    CheckInStep(cudaMemcpyAsync(dst, src, bytes, kind, stream_.stream()), what);
+    CheckInStep(stream_.Synchronize(), what);
+  }
+
   // Queues the pinned mirror's [offset, offset + bytes) to the device.
   void Copy(int64_t offset, int64_t bytes) {
     if (bytes == 0) return;
@@ -523,41 +538,23 @@ class CudaBackend final : public Backend {
   // Start-up copies from pageable host memory (the mapped file), into memory of their own.
   absl::StatusOr<DevicePtr<const uint8_t>> CopyToDevice(std::span<const uint8_t> bytes,
                                                         std::string_view what) {
-    ASSIGN_OR_RETURN(DevicePtr<uint8_t> p, Allocate(static_cast<int64_t>(bytes.size()), what));
-    if (bytes.empty()) return p;
-    RETURN_IF_ERROR(Check(cudaMemcpyAsync(p.backend_address(), bytes.data(), bytes.size(),
-                                          cudaMemcpyHostToDevice, stream_.stream()),
-                          "weights upload"));
-    return p;
+    RETURN_IF_ERROR(Check(cudaSetDevice(options_.device), "cudaSetDevice"));
+    ASSIGN_OR_RETURN(DeviceBuffer * b, memory_.CopyIn(bytes, what, stream_));
+    return DevicePtr<const uint8_t>(b->as<const uint8_t>());
   }
 
   static DeviceWeight Weight(const DeviceMatrix& m) {
     return {.type = m.type, .data = m.data.backend_address(), .rows = m.rows, .cols = m.cols};
   }
 
-  // What did not fit, what is already held, and the flags that size each.
-  absl::Status OutOfMemory(int64_t bytes, std::string_view what) const {
-    size_t free = 0, total = 0;
-    cudaMemGetInfo(&free, &total);
-    cudaGetLastError();
-    return absl::ResourceExhaustedError(
-        OutOfMemoryMessage(what, bytes, name_, static_cast<int64_t>(free),
-                           static_cast<int64_t>(total), allocated_));
-  }
-
   const CudaBackendOptions options_;
   const std::string name_;
   const int64_t shared_bytes_per_block_;  // the device's, with opting in
   Stream stream_;
-  // Every Allocate, until the end (a deque: matmul_scratch_ points into it).
-  std::deque<DeviceBuffer> memory_;
-  std::map<std::string, int64_t> allocated_;  // bytes by use, for OutOfMemory
+  DeviceMemory memory_;                       // every Allocate, until the end
   std::vector<DeviceMatrix> matrices_;        // the distinct weight matrices
   const RopeTable* rope_ = nullptr;
-  const float* rope_cos_ = nullptr;
-  const float* rope_sin_ = nullptr;
-  int32_t n_rot_ = 0;
-  RopeStyle style_ = RopeStyle::kNormal;
+  RopeArgs rope_args_;  // its tables on the device, and the step's positions
   StepLimits limits_;
   MetaLayout layout_;
   void* meta_ = nullptr;       // the step's metadata on the device

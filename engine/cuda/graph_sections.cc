@@ -10,7 +10,7 @@ GraphSections::~GraphSections() {
 }
 
 // FNV-1a over the words' bytes.
-uint64_t GraphSections::Signature(std::initializer_list<uint64_t> words) {
+uint64_t GraphSections::Signature(std::span<const uint64_t> words) {
   uint64_t h = 1469598103934665603ull;
   for (uint64_t w : words) {
     for (int i = 0; i < 8; ++i) {

@@ -14,7 +14,7 @@
 
 #include <cstdint>
 #include <functional>
-#include <initializer_list>
+#include <span>
 #include <map>
 #include <utility>
 #include <vector>
@@ -42,7 +42,7 @@ class GraphSections {
   // against the graph (replaying). `words` name the op and its arguments;
   // they are hashed only inside a section.
   template <typename Launch>
-  void Op(std::initializer_list<uint64_t> words, Launch&& launch) {
+  void Op(std::span<const uint64_t> words, Launch&& launch) {
     if (mode_ == Mode::kEager) {
       launch();
       return;
@@ -63,7 +63,7 @@ class GraphSections {
     cudaGraphExec_t exec = nullptr;
     std::vector<uint64_t> signature;
   };
-  static uint64_t Signature(std::initializer_list<uint64_t> words);
+  static uint64_t Signature(std::span<const uint64_t> words);
 
   const cudaStream_t stream_;
   Mode mode_ = Mode::kEager;

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "engine/cuda/gemv_rows.cuh"
+#include "engine/cuda/rope.cuh"
 
 namespace tandem::engine::cuda {
 namespace {
@@ -115,19 +116,8 @@ __global__ void RopeKernel(float* x, const int32_t* positions, int32_t n_heads, 
                            int32_t n_rot, int32_t style, const float* cos_table,
                            const float* sin_table) {
   GridPrologue();
-  const int32_t half = n_rot / 2;
   float* v = x + (static_cast<int64_t>(blockIdx.x) * n_heads + blockIdx.y) * head_dim;
-  const int64_t row = static_cast<int64_t>(positions[blockIdx.x]) * half;
-  for (int32_t i = threadIdx.x; i < half; i += blockDim.x) {
-    const int32_t a = style == 0 ? 2 * i : i;
-    const int32_t b = style == 0 ? 2 * i + 1 : i + half;
-    const float c = cos_table[row + i];
-    const float s = sin_table[row + i];
-    const float x0 = v[a];
-    const float x1 = v[b];
-    v[a] = x0 * c - x1 * s;
-    v[b] = x0 * s + x1 * c;
-  }
+  RotateHead(v, positions[blockIdx.x], n_rot, style, cos_table, sin_table, threadIdx.x, blockDim.x);
 }
 
 // grid (rows, n_tokens); each thread takes whole 32-element blocks.

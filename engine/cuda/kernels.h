@@ -108,10 +108,12 @@ struct PagedAttentionArgs {
   const int32_t* kv_len = nullptr;        // [n_rows]
   const int32_t* table_offset = nullptr;  // [n_rows]
   const int32_t* block_table = nullptr;   // every sequence's block ids
-  // PagedAttentionScratchBytes() of device memory, or null. With it, when
-  // n_rows * n_head blocks are too few to fill the GPU (small-batch decode),
-  // each row's slots are split over several blocks whose partial results a
-  // second kernel merges; without it, one block per row and head.
+  // PagedAttentionScratchBytes() of device memory, zeroed before its first
+  // launch (each launch leaves it so), or null. With it, when n_rows *
+  // n_head blocks are too few to fill the GPU (small-batch decode), each
+  // row's slots are split over several blocks, the last of which merges
+  // their partial results; without it, one block per row and head. Launches
+  // sharing one scratch must be ordered (one stream).
   float* split_scratch = nullptr;
   // How the tile rows (prefill) are computed; rows the row kernel takes
   // are the same in every case. A tensor-core layout past

@@ -139,6 +139,18 @@ struct AttentionOp {
   PagedKvView kv;  // the layer's view of the pool
 };
 
+// RoPE, then the KV store (Backend::RopeStoreKv): the attention's steps
+// between its products and PagedAttention.
+struct RopeStoreKvOp {
+  DevicePtr<float> q;  // [T, n_head * head_dim]; null: the keys alone
+  DevicePtr<float> k;  // [T, n_head_kv * head_dim]
+  DevicePtr<const float> v;
+  int32_t n_head = 0;
+  int32_t n_head_kv = 0;
+  int32_t head_dim = 0;
+  PagedKvView kv;  // the layer's view of the pool
+};
+
 // One of MatMuls's products: y = x w^T.
 struct MatMulProduct {
   const DeviceMatrix* w = nullptr;
@@ -248,6 +260,13 @@ class Backend {
   // layer view `kv`, converted to its dtype.
   virtual void StoreKv(const PagedKvView& kv, DevicePtr<const float> k,
                        DevicePtr<const float> v) = 0;
+  // Rope of op.q (unless null) and op.k, then StoreKv(op.kv, op.k, op.v). A
+  // backend may run them as one.
+  virtual void RopeStoreKv(const RopeStoreKvOp& op) {
+    if (!op.q.is_null()) Rope(op.q, op.n_head, op.head_dim);
+    Rope(op.k, op.n_head_kv, op.head_dim);
+    StoreKv(op.kv, op.k, op.v);
+  }
   // y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight[:]
   // x, y: [n_tokens, dim]; y may alias x.
   virtual void RmsNorm(DevicePtr<const float> x, DevicePtr<const float> weight,

@@ -211,10 +211,14 @@ void ForwardPass::Attention(int32_t layer) {
   if (!w.bk.is_null()) backend_.AddBias(s_.k, w.bk, T, config_.kv_dim());
   if (!w.bv.is_null()) backend_.AddBias(s_.v, w.bv, T, config_.kv_dim());
   // Rotate, then store each token's key and value in its KV slot.
-  backend_.Rope(s_.q, config_.n_head, config_.head_dim);
-  backend_.Rope(s_.k, config_.n_head_kv, config_.head_dim);
   const PagedKvView kv = kv_.LayerView(kv_first_layer_ + layer);
-  backend_.StoreKv(kv, s_.k, s_.v);
+  backend_.RopeStoreKv({.q = s_.q,
+                        .k = s_.k,
+                        .v = s_.v,
+                        .n_head = config_.n_head,
+                        .n_head_kv = config_.n_head_kv,
+                        .head_dim = config_.head_dim,
+                        .kv = kv});
   backend_.PagedAttention({.q = s_.q,
                            .out = s_.att,
                            .n_head = config_.n_head,
@@ -231,8 +235,13 @@ void ForwardPass::StoreKvOnly(int32_t layer) {
   backend_.NormMatMuls(Normed(w.attn_norm), kv_products, T);
   if (!w.bk.is_null()) backend_.AddBias(s_.k, w.bk, T, config_.kv_dim());
   if (!w.bv.is_null()) backend_.AddBias(s_.v, w.bv, T, config_.kv_dim());
-  backend_.Rope(s_.k, config_.n_head_kv, config_.head_dim);
-  backend_.StoreKv(kv_.LayerView(kv_first_layer_ + layer), s_.k, s_.v);
+  backend_.RopeStoreKv({.q = {},  // the keys alone
+                        .k = s_.k,
+                        .v = s_.v,
+                        .n_head = 0,
+                        .n_head_kv = config_.n_head_kv,
+                        .head_dim = config_.head_dim,
+                        .kv = kv_.LayerView(kv_first_layer_ + layer)});
 }
 
 // x += W_down · (silu(W_gate · xb) * (W_up · xb)), xb = RmsNorm(x).

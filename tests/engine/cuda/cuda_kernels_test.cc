@@ -28,6 +28,7 @@
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/matmul.h"
 #include "engine/cuda/quant_kernels.h"
+#include "engine/cuda/rope_store_kv.h"
 #include "engine/cuda/weight_types.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/gguf/model_config.h"
@@ -111,6 +112,73 @@ TEST_F(CudaKernelsTest, RopeMatchesTheTablesBothStyles) {
                          dcos.as<float>(), dsin.as<float>(), stream_->stream()),
               cudaSuccess);
     ExpectNear(Down<float>(dx, x.size()), want, 1e-6f);
+  }
+}
+
+// The fused RoPE and KV store (engine/cuda/rope_store_kv.h) equals the three
+// launches it replaces, bit for bit: q and k rotated (both styles, a partial
+// rotation), k and v in their slots of an f32 and an f16 pool, a pad row
+// storing nothing; and without q.
+TEST_F(CudaKernelsTest, RopeStoreKvEqualsRopeTwiceAndStoreKv) {
+  const int32_t head_dim = 64, heads = 4, kv_heads = 2, kv_dim = kv_heads * head_dim;
+  const int32_t block_size = 4, blocks = 3;
+  const std::vector<int32_t> positions = {0, 5, 63, 17, 9};
+  const std::vector<int64_t> slots = {0, 5, -1, 11, 6};
+  const auto tokens = static_cast<int64_t>(positions.size());
+  for (const RopeType type : {RopeType::kNormal, RopeType::kNeox}) {
+    for (const bool f16 : {false, true}) {
+      for (const bool with_q : {true, false}) {
+        SCOPED_TRACE(testing::Message() << static_cast<int>(type) << f16 << with_q);
+        ModelConfig c;
+        c.n_rot = 48;
+        c.head_dim = head_dim;
+        c.rope_type = type;
+        const RopeTable rope(c, {}, 64);
+        DeviceBuffer dcos = Up(rope.cos_table().data(), rope.cos_table().size_bytes());
+        DeviceBuffer dsin = Up(rope.sin_table().data(), rope.sin_table().size_bytes());
+        DeviceBuffer dpos = Up(positions), dslots = Up(slots);
+        const std::vector<float> q = Random(tokens * heads * head_dim, 2.0f);
+        const std::vector<float> k = Random(tokens * kv_dim, 2.0f);
+        const std::vector<float> v = Random(tokens * kv_dim, 2.0f);
+        const int64_t elem = f16 ? 2 : 4;
+        const std::vector<uint8_t> pool(size_t{blocks} * 2 * block_size * kv_dim * elem, 0xab);
+        DeviceBuffer fq = Up(q), fk = Up(k), fv = Up(v), fpool = Up(pool);
+        DeviceBuffer sq = Up(q), sk = Up(k), sv = Up(v), spool = Up(pool);
+        const auto rows = [&](DeviceBuffer& b) {
+          return KvRows{.base = b.as<uint8_t>(),
+                        .block_bytes = 2 * block_size * kv_dim * elem,
+                        .k_offset = 0,
+                        .v_offset = block_size * kv_dim * elem,
+                        .block_size = block_size,
+                        .kv_dim = kv_dim,
+                        .f16 = f16};
+        };
+        const RopeStyle style = type == RopeType::kNeox ? RopeStyle::kNeox : RopeStyle::kNormal;
+        const RopeArgs args{.positions = dpos.as<int32_t>(),
+                            .n_rot = c.n_rot,
+                            .style = style,
+                            .cos_table = dcos.as<float>(),
+                            .sin_table = dsin.as<float>()};
+        ASSERT_EQ(LaunchRopeStoreKv(with_q ? fq.as<float>() : nullptr, heads, fk.as<float>(),
+                                    fv.as<float>(), kv_heads, head_dim, args, rows(fpool),
+                                    dslots.as<int64_t>(), tokens, stream_->stream()),
+                  cudaSuccess);
+        if (with_q) {
+          ASSERT_EQ(LaunchRope(sq.as<float>(), dpos.as<int32_t>(), tokens, heads, head_dim, c.n_rot,
+                               style, dcos.as<float>(), dsin.as<float>(), stream_->stream()),
+                    cudaSuccess);
+        }
+        ASSERT_EQ(LaunchRope(sk.as<float>(), dpos.as<int32_t>(), tokens, kv_heads, head_dim,
+                             c.n_rot, style, dcos.as<float>(), dsin.as<float>(), stream_->stream()),
+                  cudaSuccess);
+        ASSERT_EQ(LaunchStoreKv(rows(spool), sk.as<float>(), sv.as<float>(), dslots.as<int64_t>(),
+                                tokens, stream_->stream()),
+                  cudaSuccess);
+        EXPECT_EQ(Down<float>(fq, q.size()), Down<float>(sq, q.size()));
+        EXPECT_EQ(Down<float>(fk, k.size()), Down<float>(sk, k.size()));
+        EXPECT_EQ(Down<uint8_t>(fpool, pool.size()), Down<uint8_t>(spool, pool.size()));
+      }
+    }
   }
 }
 
@@ -292,6 +360,8 @@ class PagedAttentionTest : public CudaKernelsTest {
     absl::StatusOr<DeviceBuffer> scratch =
         DeviceBuffer::Allocate(static_cast<size_t>(PagedAttentionScratchBytes()));
     ASSERT_TRUE(scratch.ok());
+    ASSERT_EQ(cudaMemsetAsync(scratch->data(), 0, scratch->bytes(), stream_->stream()),
+              cudaSuccess);
     PagedAttentionArgs a;
     a.q = dq.as<float>();
     a.out = dout.as<float>();

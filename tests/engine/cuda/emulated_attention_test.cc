@@ -117,6 +117,11 @@ class EmulatedAttentionTest : public ::testing::Test {
       ASSERT_NEAR(got[i], b.want[i], tol * std::max(1.0f, std::abs(b.want[i])))
           << "row " << i / b.width << ", element " << i % b.width;
     }
+    // The splits' counts, at the scratch's end, are left at 0 for the next
+    // launch, as they were found.
+    const auto* counts = reinterpret_cast<const uint32_t*>(scratch.data() + scratch.size()) -
+                         kSplitTargetBlocks;
+    for (int64_t i = 0; i < kSplitTargetBlocks; ++i) ASSERT_EQ(counts[i], 0u) << "count " << i;
   }
 
   std::mt19937 rng_{11};

@@ -1,9 +1,9 @@
 // Kernels of engine/cuda compiled for the host against the CUDA emulation
 // in include/ (cuda_runtime_api.h says what it is), one translation unit per
 // kernel file (emulated_attention.cc, emulated_attention_tiles.cc,
-// emulated_gemv16.cc), behind plain types: those units rename the project's
-// namespace around the kernel's source, so their argument types are not
-// ours. All pointers are host memory.
+// emulated_gemv16.cc, emulated_rope_store_kv.cc), behind plain types: those
+// units rename the project's namespace around the kernel's source, so their
+// argument types are not ours. All pointers are host memory.
 #ifndef TANDEM_TESTS_ENGINE_CUDA_EMULATION_EMULATED_KERNELS_H_
 #define TANDEM_TESTS_ENGINE_CUDA_EMULATION_EMULATED_KERNELS_H_
 
@@ -68,6 +68,24 @@ int RunGemv16Group(const Product* products, int count, bool bf16, int64_t cols, 
 int RunGemv16SwiGlu(const void* gate, const void* up, bool bf16, int64_t rows, int64_t cols,
                     const float* x, int64_t n_tokens, float* out,
                     const float* norm_weight = nullptr, float eps = 0.0f);
+
+// KvRows (engine/cuda/backend_kernels.h).
+struct KvPool {
+  uint8_t* base = nullptr;
+  int64_t block_bytes = 0;
+  int64_t k_offset = 0;
+  int64_t v_offset = 0;
+  int32_t block_size = 0;
+  int32_t kv_dim = 0;
+  bool f16 = false;
+};
+
+// engine/cuda/rope_store_kv.cu's LaunchRopeStoreKv (`neox`: RopeStyle::kNeox);
+// the launch's cudaError_t.
+int RunRopeStoreKv(float* q, int32_t n_head, float* k, const float* v, int32_t n_head_kv,
+                   int32_t head_dim, const int32_t* positions, int32_t n_rot, bool neox,
+                   const float* cos_table, const float* sin_table, const KvPool& kv,
+                   const int64_t* slots, int64_t n_tokens);
 
 // The emulation's f32 -> f16 -> f32 (include/cuda_fp16.h): its bits and
 // the value they widen back to.

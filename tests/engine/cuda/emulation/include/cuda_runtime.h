@@ -15,6 +15,7 @@
 #define TANDEM_TESTS_CUDA_EMULATION_CUDA_RUNTIME_H_
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstring>
@@ -173,6 +174,16 @@ T __ldg(const T* p) {
 template <typename T>
 T __ldcs(const T* p) {
   return *p;
+}
+template <typename T>
+T __ldcg(const T* p) {
+  return *p;
+}
+// Blocks run one after another, so a fence orders nothing more; the add is
+// atomic all the same.
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  return std::atomic_ref<unsigned>(*p).fetch_add(v);
 }
 template <typename T>
 T min(T a, T b) {
