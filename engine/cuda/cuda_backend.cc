@@ -432,7 +432,8 @@ class CudaBackend final : public Backend {
     const float* v = op.v.backend_address();
     const int32_t heads = op.n_head, kv_heads = op.n_head_kv, head_dim = op.head_dim;
     const int64_t n = rows_;
-    graphs_.Op(Words(4, q, k, v, n, heads, kv_heads, head_dim, rows.base, rows.k_offset, rows.f16),
+    graphs_.Op(Words(4, q, k, v, n, heads, kv_heads, head_dim, rows.base, rows.k_offset,
+                     rows.v_offset, rows.f16),
                [=, this] {
                  CheckInStep(LaunchRopeStoreKv(q, heads, k, v, kv_heads, head_dim, rope_args_, rows,
                                                Meta<int64_t>(layout_.slots), n, stream_.stream()),
