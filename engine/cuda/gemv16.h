@@ -16,15 +16,6 @@
 
 namespace tandem::engine::cuda {
 
-// An RMSNorm folded into a launch's products: they take x[t, :] /
-// sqrt(mean(x[t, :]^2) + eps) * weight[:] (LaunchRmsNorm's, kernels.h)
-// rather than x, with no launch or buffer for the normed rows. `weight`
-// [cols], 16-byte aligned.
-struct GemvNorm {
-  const float* weight = nullptr;
-  float eps = 0.0f;
-};
-
 // The most tokens LaunchGemv16 takes in one launch.
 inline constexpr int64_t kGemv16MaxTokens = 8;
 

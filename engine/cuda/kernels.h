@@ -42,6 +42,16 @@ struct GemvProduct {
 };
 inline constexpr int kMaxGemvProducts = 3;
 
+// An RMSNorm folded into a GEMV launch's products (LaunchGemv16Group,
+// LaunchMatMulQuantGroup and their SwiGLU pairs): they take x[t, :] /
+// sqrt(mean(x[t, :]^2) + eps) * weight[:] (LaunchRmsNorm's) rather than x,
+// with no launch or buffer for the normed rows; each launch sums its own
+// tokens' squares as it reads x. `weight` [cols], 16-byte aligned.
+struct GemvNorm {
+  const float* weight = nullptr;
+  float eps = 0.0f;
+};
+
 // y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight[:]; y may alias x.
 cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
                           float eps, float* y, cudaStream_t stream);

@@ -72,7 +72,22 @@ bool OneLaunch(const DeviceWeight& a, const DeviceWeight& b, const float* x, int
          GemvFor(b, x, n_tokens) != Gemv::kNone;
 }
 
-// The norm folded into a 16-bit GEMV launch, when `fold`; otherwise x
+// Whether the GEMV that takes `w` folds a norm in at n_tokens: the 16-bit
+// one at every count it takes; the quantized one up to one launch's
+// kQuantGemvNormTokensPerLaunch, past which a norm launch costs less than
+// reading the weights once more per launch.
+bool FoldsNorm(const DeviceWeight& w, const float* x, int64_t n_tokens) {
+  switch (GemvFor(w, x, n_tokens)) {
+    case Gemv::k16:
+      return true;
+    case Gemv::kQuant:
+      return n_tokens <= kQuantGemvNormTokensPerLaunch;
+    default:
+      return false;
+  }
+}
+
+// The norm folded into the GEMV launches, when `fold`; otherwise x
 // normed into norm->normed first (when there is a norm), and `x` becomes
 // that.
 absl::Status NormUnlessFolded(const Stream& stream, const RmsNormed* norm, bool fold, int64_t cols,
@@ -94,6 +109,20 @@ absl::Status NormUnlessFolded(const Stream& stream, const RmsNormed* norm, bool 
 absl::Status CheckLaunch(cudaError_t error, const char* launch, GgmlType type) {
   if (error == cudaSuccess) return absl::OkStatus();
   return Check(error, absl::StrCat(launch, " (", std::string(GgmlTypeName(type)), ")").c_str());
+}
+
+// The GEMV launch of `count` products whose weights OneLaunch takes
+// together, like w's, with `norm` folded in when not null.
+absl::Status LaunchGemv(const Stream& stream, const DeviceWeight& w, const GemvProduct* products,
+                        int count, const float* x, int64_t n_tokens, const GemvNorm* norm) {
+  if (GemvFor(w, x, n_tokens) == Gemv::k16) {
+    return CheckLaunch(LaunchGemv16Group(products, count, w.type == GgmlType::kBF16, w.cols, x,
+                                         n_tokens, stream.stream(), norm),
+                       "LaunchGemv16Group", w.type);
+  }
+  return CheckLaunch(
+      LaunchMatMulQuantGroup(w.type, products, count, w.cols, x, n_tokens, stream.stream(), norm),
+      "LaunchMatMulQuantGroup", w.type);
 }
 
 }  // namespace
@@ -170,40 +199,26 @@ absl::Status MatMulGroup(const Stream& stream, const DeviceWeight* w, float* con
                          const float* x, int64_t n_tokens, DeviceBuffer& scratch,
                          const RmsNormed* norm) {
   if (count == 0 || n_tokens == 0) return absl::OkStatus();
-  // Folded where one 16-bit GEMV launch takes every product.
-  bool one_gemv16 = count <= kMaxGemvProducts && GemvFor(w[0], x, n_tokens) == Gemv::k16;
-  for (int i = 1; i < count; ++i) one_gemv16 = one_gemv16 && OneLaunch(w[0], w[i], x, n_tokens);
+  // Folded where every product goes to a GEMV that folds it: each launch
+  // (Q4_K_M's Q and K, then its Q6_K V) sums x's squares for itself.
+  bool fold = true;
+  for (int i = 0; i < count; ++i) fold = fold && FoldsNorm(w[i], x, n_tokens);
   GemvNorm folded;
-  RETURN_IF_ERROR(NormUnlessFolded(stream, norm, one_gemv16, w[0].cols, n_tokens, x, folded));
-  if (folded.weight != nullptr) {
-    GemvProduct products[kMaxGemvProducts];
-    for (int k = 0; k < count; ++k) products[k] = {.w = w[k].data, .rows = w[k].rows, .y = y[k]};
-    return CheckLaunch(LaunchGemv16Group(products, count, w[0].type == GgmlType::kBF16, w[0].cols,
-                                         x, n_tokens, stream.stream(), &folded),
-                       "LaunchGemv16Group", w[0].type);
-  }
+  RETURN_IF_ERROR(NormUnlessFolded(stream, norm, fold, w[0].cols, n_tokens, x, folded));
+  const GemvNorm* launch_norm = folded.weight != nullptr ? &folded : nullptr;
   for (int i = 0; i < count;) {
+    if (GemvFor(w[i], x, n_tokens) == Gemv::kNone) {
+      RETURN_IF_ERROR(MatMul(stream, w[i], x, n_tokens, y[i], scratch));
+      ++i;
+      continue;
+    }
     int n = 1;
     while (i + n < count && n < kMaxGemvProducts && OneLaunch(w[i], w[i + n], x, n_tokens)) ++n;
-    if (n == 1) {
-      RETURN_IF_ERROR(MatMul(stream, w[i], x, n_tokens, y[i], scratch));
-    } else {
-      GemvProduct products[kMaxGemvProducts];
-      for (int k = 0; k < n; ++k) {
-        products[k] = {.w = w[i + k].data, .rows = w[i + k].rows, .y = y[i + k]};
-      }
-      const GgmlType type = w[i].type;
-      const cudaStream_t s = stream.stream();
-      if (GemvFor(w[i], x, n_tokens) == Gemv::k16) {
-        RETURN_IF_ERROR(CheckLaunch(
-            LaunchGemv16Group(products, n, type == GgmlType::kBF16, w[i].cols, x, n_tokens, s),
-            "LaunchGemv16Group", type));
-      } else {
-        RETURN_IF_ERROR(
-            CheckLaunch(LaunchMatMulQuantGroup(type, products, n, w[i].cols, x, n_tokens, s),
-                        "LaunchMatMulQuantGroup", type));
-      }
+    GemvProduct products[kMaxGemvProducts];
+    for (int k = 0; k < n; ++k) {
+      products[k] = {.w = w[i + k].data, .rows = w[i + k].rows, .y = y[i + k]};
     }
+    RETURN_IF_ERROR(LaunchGemv(stream, w[i], products, n, x, n_tokens, launch_norm));
     i += n;
   }
   return absl::OkStatus();
@@ -214,19 +229,19 @@ absl::Status MatMulSwiGlu(const Stream& stream, const DeviceWeight& gate, const 
                           DeviceBuffer& scratch, const RmsNormed* norm) {
   if (n_tokens == 0 || gate.rows == 0) return absl::OkStatus();
   const bool one_launch = gate.rows == up.rows && OneLaunch(gate, up, x, n_tokens);
-  const bool gemv16 = one_launch && GemvFor(gate, x, n_tokens) == Gemv::k16;
   GemvNorm folded;
-  RETURN_IF_ERROR(NormUnlessFolded(stream, norm, gemv16, gate.cols, n_tokens, x, folded));
+  RETURN_IF_ERROR(NormUnlessFolded(stream, norm, one_launch && FoldsNorm(gate, x, n_tokens),
+                                   gate.cols, n_tokens, x, folded));
+  const GemvNorm* launch_norm = folded.weight != nullptr ? &folded : nullptr;
   if (one_launch) {
-    if (gemv16) {
+    if (GemvFor(gate, x, n_tokens) == Gemv::k16) {
       return CheckLaunch(
           LaunchGemv16SwiGlu(gate.data, up.data, gate.type == GgmlType::kBF16, gate.rows, gate.cols,
-                             x, n_tokens, gate_out, stream.stream(),
-                             folded.weight != nullptr ? &folded : nullptr),
+                             x, n_tokens, gate_out, stream.stream(), launch_norm),
           "LaunchGemv16SwiGlu", gate.type);
     }
     return CheckLaunch(LaunchMatMulQuantSwiGlu(gate.type, gate.data, up.data, gate.rows, gate.cols,
-                                               x, n_tokens, gate_out, stream.stream()),
+                                               x, n_tokens, gate_out, stream.stream(), launch_norm),
                        "LaunchMatMulQuantSwiGlu", gate.type);
   }
   RETURN_IF_ERROR(MatMul(stream, gate, x, n_tokens, gate_out, scratch));

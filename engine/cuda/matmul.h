@@ -54,9 +54,11 @@ struct RmsNormed {
 // run of consecutive weights that one GEMV launch takes together (the same
 // type and columns, at most kMaxGemvProducts, a GEMV-sized n_tokens) is one
 // launch; the rest go through MatMul. `scratch` as MatMul's for each. With
-// `norm`, the products of RmsNorm(x): folded into the launch where one
-// 16-bit GEMV launch takes them all (gemv16.h's GemvNorm), else normed into
-// norm->normed first.
+// `norm`, the products of RmsNorm(x): folded into the GEMV launches
+// (kernels.h's GemvNorm, each launch summing x's squares itself) where
+// GEMVs take every product, the quantized one up to
+// kQuantGemvNormTokensPerLaunch tokens; else normed into norm->normed
+// first.
 absl::Status MatMulGroup(const Stream& stream, const DeviceWeight* w, float* const* y, int count,
                          const float* x, int64_t n_tokens, DeviceBuffer& scratch,
                          const RmsNormed* norm = nullptr);

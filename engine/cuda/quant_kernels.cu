@@ -31,6 +31,8 @@ constexpr int GemvMinBlocksPerSm(int tokens, bool pair) { return tokens == 1 && 
 // Tokens one fused SwiGLU launch takes: at 16 its K-quant sums spill.
 constexpr int64_t kSwiGluTokensPerLaunch = 8;
 
+__device__ float SumSquares(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
+
 constexpr int kThreads = 256;  // the dequantizer's and the gather's blocks
 
 // Rows of y[t, r] for t < n_tokens <= kTokens, kGemvWarps / split of them
@@ -41,12 +43,19 @@ constexpr int kThreads = 256;  // the dequantizer's and the gather's blocks
 // The row's warps' sums meet in shared memory, added in a fixed order. A
 // row is one product's (p.Locate), or with kSwiGlu the same row of the gate
 // and the up matrix, decoded side by side and written as silu(gate) * up.
-template <typename F, int kTokens, bool kSwiGlu>
+//
+// With kNorm the products take RmsNorm(x) with `norm_w` (GemvNorm), folded
+// in as in gemv16.cu: x is taken times the norm's weight as it is read,
+// the warps of the block's first row (always live) also sum each token's
+// squares of x (a row's warps read every column once), and every row
+// scales its sums by that token's 1 / rms.
+template <typename F, int kTokens, bool kSwiGlu, bool kNorm>
 __global__ void __launch_bounds__(kGemvThreads, GemvMinBlocksPerSm(kTokens, kSwiGlu))
     QuantGemvKernel(GemvRows p, int64_t cols, int split, bool prefetch, const float* __restrict__ x,
-                    int n_tokens) {
+                    int n_tokens, const float* __restrict__ norm_w, float eps) {
   constexpr int kMats = kSwiGlu ? 2 : 1;
   __shared__ float partial[kMats][kGemvWarps][kTokens];
+  __shared__ float squares[kNorm ? kGemvWarps : 1][kTokens];
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   int64_t row = static_cast<int64_t>(blockIdx.x) * (kGemvWarps / split) + warp / split;
@@ -72,11 +81,14 @@ __global__ void __launch_bounds__(kGemvThreads, GemvMinBlocksPerSm(kTokens, kSwi
   GridPrologue();
 
   float acc[kMats][kTokens];
+  float sq[kTokens];
 #pragma unroll
-  for (int m = 0; m < kMats; ++m) {
+  for (int t = 0; t < kTokens; ++t) {
+    sq[t] = 0.0f;
 #pragma unroll
-    for (int t = 0; t < kTokens; ++t) acc[m][t] = 0.0f;
+    for (int m = 0; m < kMats; ++m) acc[m][t] = 0.0f;
   }
+  const bool squaring = kNorm && warp < split;
 
   for (int u = 32 * part + lane; u < n_units; u += 32 * split) {
     const int b = u / F::kUnits;
@@ -94,6 +106,8 @@ __global__ void __launch_bounds__(kGemvThreads, GemvMinBlocksPerSm(kTokens, kSwi
         for (int r = 0; r < F::kRuns; ++r) {
           // Both matrices' runs sit at the same offsets: one format.
           const float4* xr = reinterpret_cast<const float4*>(xt + unit[0].offset[r]);
+          const float4* gr = reinterpret_cast<const float4*>(
+              norm_w + static_cast<int64_t>(b) * F::kElems + unit[0].offset[r]);
           // sum_i (scale q_i - min) x_i = scale sum_i q_i x_i - min sum_i x_i:
           // the scale and min once per run, in f32 throughout.
           float dot[kMats];
@@ -102,7 +116,12 @@ __global__ void __launch_bounds__(kGemvThreads, GemvMinBlocksPerSm(kTokens, kSwi
           float sum = 0.0f;
 #pragma unroll
           for (int i = 0; i < F::kLen / 4; ++i) {
-            const float4 v = __ldg(xr + i);
+            float4 v = __ldg(xr + i);
+            if constexpr (kNorm) {
+              if (squaring) sq[t] += SumSquares(v);
+              const float4 g = __ldg(gr + i);
+              v = make_float4(v.x * g.x, v.y * g.y, v.z * g.z, v.w * g.w);
+            }
 #pragma unroll
             for (int m = 0; m < kMats; ++m) {
               dot[m] = fmaf(unit[m].q[r][4 * i], v.x, dot[m]);
@@ -136,9 +155,24 @@ __global__ void __launch_bounds__(kGemvThreads, GemvMinBlocksPerSm(kTokens, kSwi
       if (lane == t) partial[m][warp][t] = acc[m][t];
     }
   }
+  if constexpr (kNorm) {
+#pragma unroll
+    for (int t = 0; t < kTokens; ++t) {
+      float v = sq[t];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0 && squaring) squares[warp][t] = v;
+    }
+  }
   __syncthreads();
   if (live && part == 0 && lane < n_tokens) {
-    p.Store<kSwiGlu>(partial, warp, split, which, row, lane);
+    float scale = 1.0f;
+    if constexpr (kNorm) {
+      float sum = squares[0][lane];
+      for (int q = 1; q < split; ++q) sum += squares[q][lane];
+      scale = rsqrtf(sum / static_cast<float>(cols) + eps);
+    }
+    p.Store<kSwiGlu>(partial, warp, split, which, row, lane, scale);
   }
 }
 
@@ -238,33 +272,37 @@ cudaError_t WithFormat(GgmlType type, Fn&& fn) {
   }
 }
 
-// One GEMV launch for n_tokens <= kQuantGemvTokensPerLaunch, with the
-// accumulators of the smallest power of two that holds them: registers
-// for 16 tokens' sums would be wasted on a single decode token.
-template <typename F, bool kSwiGlu>
-void LaunchGemv(const GemvRows& p, int64_t cols, const float* x, int n_tokens,
+// One GEMV launch for n_tokens <= kQuantGemvTokensPerLaunch (8 for a pair,
+// 4 with a norm), with the accumulators of the smallest
+// power of two that holds them: registers for 16 tokens' sums would be
+// wasted on a single decode token.
+template <typename F, bool kSwiGlu, bool kNorm>
+void LaunchGemv(const GemvRows& p, int64_t cols, const float* x, int n_tokens, const GemvNorm& norm,
                 cudaStream_t stream) {
   const int split = GemvRowSplit(p.total, kGemvWarps);
   const int64_t per_block = kGemvWarps / split;
   const auto grid = static_cast<unsigned>((p.total + per_block - 1) / per_block);
+  const auto launch = [&](auto kernel) {
+    Launch(kernel, grid, kGemvThreads, 0, stream, p, cols, split, ProgrammaticLaunch(), x, n_tokens,
+           norm.weight, norm.eps);
+  };
   if (n_tokens <= 1) {
-    Launch(QuantGemvKernel<F, 1, kSwiGlu>, grid, kGemvThreads, 0, stream, p, cols, split,
-           ProgrammaticLaunch(), x, n_tokens);
+    launch(QuantGemvKernel<F, 1, kSwiGlu, kNorm>);
   } else if (n_tokens <= 2) {
-    Launch(QuantGemvKernel<F, 2, kSwiGlu>, grid, kGemvThreads, 0, stream, p, cols, split,
-           ProgrammaticLaunch(), x, n_tokens);
+    launch(QuantGemvKernel<F, 2, kSwiGlu, kNorm>);
   } else if (n_tokens <= 4) {
-    Launch(QuantGemvKernel<F, 4, kSwiGlu>, grid, kGemvThreads, 0, stream, p, cols, split,
-           ProgrammaticLaunch(), x, n_tokens);
-  } else if (n_tokens <= 8) {
-    Launch(QuantGemvKernel<F, 8, kSwiGlu>, grid, kGemvThreads, 0, stream, p, cols, split,
-           ProgrammaticLaunch(), x, n_tokens);
-  } else if constexpr (!kSwiGlu) {
-    Launch(QuantGemvKernel<F, 16, kSwiGlu>, grid, kGemvThreads, 0, stream, p, cols, split,
-           ProgrammaticLaunch(), x, n_tokens);
+    launch(QuantGemvKernel<F, 4, kSwiGlu, kNorm>);
+  } else if constexpr (!kNorm) {
+    if (n_tokens <= 8) {
+      launch(QuantGemvKernel<F, 8, kSwiGlu, kNorm>);
+    } else if constexpr (!kSwiGlu) {
+      launch(QuantGemvKernel<F, 16, kSwiGlu, kNorm>);
+    }
   }
 }
-static_assert(kQuantGemvTokensPerLaunch == 16, "LaunchGemv's largest instantiation");
+static_assert(kQuantGemvTokensPerLaunch == 16 && kSwiGluTokensPerLaunch == 8 &&
+                  kQuantGemvNormTokensPerLaunch == 4,
+              "LaunchGemv's largest instantiations");
 
 unsigned GridFor(int64_t work_items) {
   // Grid-stride beyond a million blocks: plenty to fill any GPU.
@@ -277,27 +315,35 @@ unsigned GridFor(int64_t work_items) {
 namespace {
 
 // Every launch of a product set in kQuantGemvTokensPerLaunch tokens at a
-// time; cudaErrorInvalidValue for a type without a kernel or a `cols` not
-// of whole blocks, cudaErrorMisalignedAddress as LaunchMatMulQuant says.
+// time (kSwiGluTokensPerLaunch for a pair, kQuantGemvNormTokensPerLaunch
+// with a norm); errors as
+// quant_kernels.h says.
 template <bool kSwiGlu>
 cudaError_t LaunchQuantRows(GgmlType type, const GemvRows& p, int64_t cols, const float* x,
-                            int64_t n_tokens, cudaStream_t stream) {
+                            int64_t n_tokens, const GemvNorm* norm, cudaStream_t stream) {
   return WithFormat(type, [&](auto format) -> cudaError_t {
     using F = decltype(format);
     if (cols % F::kElems != 0) return cudaErrorInvalidValue;
     if (!Aligned(x, 16)) return cudaErrorMisalignedAddress;
+    if (norm != nullptr && !Aligned(norm->weight, 16)) return cudaErrorMisalignedAddress;
     for (int i = 0; i < p.count; ++i) {
       if (!Aligned(p.w[i], F::kAlignment)) return cudaErrorMisalignedAddress;
     }
     if (p.total == 0 || n_tokens == 0) return cudaSuccess;
-    const int64_t per_launch = kSwiGlu ? kSwiGluTokensPerLaunch : kQuantGemvTokensPerLaunch;
+    const int64_t per_launch = norm != nullptr ? kQuantGemvNormTokensPerLaunch
+                               : kSwiGlu       ? kSwiGluTokensPerLaunch
+                                               : kQuantGemvTokensPerLaunch;
     for (int64_t t0 = 0; t0 < n_tokens; t0 += per_launch) {
       const int n = static_cast<int>(std::min(per_launch, n_tokens - t0));
       GemvRows at = p;
       for (int i = 0; i < p.count; ++i) {
         if (at.y[i] != nullptr) at.y[i] += t0 * p.rows[i];
       }
-      LaunchGemv<F, kSwiGlu>(at, cols, x + t0 * cols, n, stream);
+      if (norm != nullptr) {
+        LaunchGemv<F, kSwiGlu, true>(at, cols, x + t0 * cols, n, *norm, stream);
+      } else {
+        LaunchGemv<F, kSwiGlu, false>(at, cols, x + t0 * cols, n, GemvNorm{}, stream);
+      }
     }
     return cudaGetLastError();
   });
@@ -313,16 +359,16 @@ cudaError_t LaunchMatMulQuant(GgmlType type, const void* w, int64_t rows, int64_
 
 cudaError_t LaunchMatMulQuantGroup(GgmlType type, const GemvProduct* products, int count,
                                    int64_t cols, const float* x, int64_t n_tokens,
-                                   cudaStream_t stream) {
+                                   cudaStream_t stream, const GemvNorm* norm) {
   GemvRows p;
   if (!GemvRows::Of(products, count, p)) return cudaErrorInvalidValue;
-  return LaunchQuantRows<false>(type, p, cols, x, n_tokens, stream);
+  return LaunchQuantRows<false>(type, p, cols, x, n_tokens, norm, stream);
 }
 
 cudaError_t LaunchMatMulQuantSwiGlu(GgmlType type, const void* gate, const void* up, int64_t rows,
                                     int64_t cols, const float* x, int64_t n_tokens, float* out,
-                                    cudaStream_t stream) {
-  return LaunchQuantRows<true>(type, GemvRows::Pair(gate, up, rows, out), cols, x, n_tokens,
+                                    cudaStream_t stream, const GemvNorm* norm) {
+  return LaunchQuantRows<true>(type, GemvRows::Pair(gate, up, rows, out), cols, x, n_tokens, norm,
                                stream);
 }
 

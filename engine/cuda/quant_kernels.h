@@ -23,6 +23,10 @@ namespace tandem::engine::cuda {
 // Tokens one GEMV launch multiplies per read of the weight; LaunchMatMulQuant
 // takes any count, in launches of at most this many.
 inline constexpr int64_t kQuantGemvTokensPerLaunch = 16;
+// The same with an RMSNorm folded in (GemvNorm): the norm's weight and the
+// tokens' squares take registers that more tokens' sums would spill
+// (ptxas -v, sm_90).
+inline constexpr int64_t kQuantGemvNormTokensPerLaunch = 4;
 
 // y[t, r] = sum_c x[t, c] * w[r, c] for w [rows][cols] in `type`'s blocks
 // (Q8_0, Q4_0, Q4_K, Q5_K or Q6_K), dequantized on the fly in f32. `w` is
@@ -34,19 +38,22 @@ cudaError_t LaunchMatMulQuant(GgmlType type, const void* w, int64_t rows, int64_
 
 // The `count` (1..kMaxGemvProducts) products of one x, every weight in
 // `type` with `cols` columns, in one launch per kQuantGemvTokensPerLaunch
-// tokens, each stored into its y or, with GemvProduct::add, added to it;
-// errors as LaunchMatMulQuant's, cudaErrorInvalidValue for a count out of
-// range or products that differ in `add`.
+// tokens (kQuantGemvNormTokensPerLaunch with a norm), each stored into its
+// y or, with GemvProduct::add, added to it; with `norm`, of RmsNorm(x)
+// (GemvNorm). Errors as LaunchMatMulQuant's, cudaErrorInvalidValue for a
+// count out of range or products that differ in `add`,
+// cudaErrorMisalignedAddress for a norm weight not 16-byte aligned.
 cudaError_t LaunchMatMulQuantGroup(GgmlType type, const GemvProduct* products, int count,
                                    int64_t cols, const float* x, int64_t n_tokens,
-                                   cudaStream_t stream);
+                                   cudaStream_t stream, const GemvNorm* norm = nullptr);
 
 // out [n_tokens][rows] = silu(x gate^T) * (x up^T) for gate and up [rows]
 // [cols] in `type`, decoded side by side: bit for bit LaunchMatMulQuant
-// twice and LaunchSwiGlu.
+// twice and LaunchSwiGlu; with `norm`, of RmsNorm(x) as
+// LaunchMatMulQuantGroup.
 cudaError_t LaunchMatMulQuantSwiGlu(GgmlType type, const void* gate, const void* up, int64_t rows,
                                     int64_t cols, const float* x, int64_t n_tokens, float* out,
-                                    cudaStream_t stream);
+                                    cudaStream_t stream, const GemvNorm* norm = nullptr);
 
 // out_f16 [rows][cols] = w dequantized and rounded to f16 (nearest even),
 // for any of LaunchMatMulQuant's types; `w` aligned as there, `out_f16`

@@ -353,10 +353,11 @@ TEST_F(CudaKernelsTest, GroupedAndSwiGluProductsMatchSeparateOnes) {
 }
 
 // MatMulGroup and MatMulSwiGlu with an RMSNorm of x (RmsNormed, the forward
-// pass's NormMatMuls): folded into the 16-bit GEMV (the normed buffer left
-// as it was), else normed first (F16 past the GEMV's 8 tokens, quantized
-// weights, a V of another type), against LaunchRmsNorm and then the same
-// products. Tokens of different sizes, so that one token scaled by
+// pass's NormMatMuls): folded into the GEMV launches (the normed buffer left
+// as it was; a Q4_K Q and K with a Q6_K V: two launches, each folding it),
+// else normed first (F16 past the 16-bit GEMV's 8 tokens, quantized weights
+// past kQuantGemvNormTokensPerLaunch), against LaunchRmsNorm and then the
+// same products. Tokens of different sizes, so that one token scaled by
 // another's norm is caught.
 TEST_F(CudaKernelsTest, NormedProductsMatchRmsNormThenTheProducts) {
   const int64_t cols = 512;
@@ -371,22 +372,29 @@ TEST_F(CudaKernelsTest, NormedProductsMatchRmsNormThenTheProducts) {
            {GgmlType::kBF16, GgmlType::kBF16, 4},
            {GgmlType::kF16, GgmlType::kF16, 9},
            {GgmlType::kQ8_0, GgmlType::kQ8_0, 1},
-           {GgmlType::kQ4_K, GgmlType::kQ6_K, 1}}) {
+           {GgmlType::kQ4_0, GgmlType::kQ4_0, 3},
+           {GgmlType::kQ5_K, GgmlType::kQ5_K, 4},
+           {GgmlType::kQ4_K, GgmlType::kQ6_K, 1},
+           {GgmlType::kQ4_K, GgmlType::kQ6_K, 2},
+           {GgmlType::kQ8_0, GgmlType::kQ8_0, 5}}) {
     SCOPED_TRACE(testing::Message() << GgmlTypeName(type) << " tokens " << tokens);
-    const bool folded = !GgmlIsQuantized(type) && tokens <= kGemv16MaxTokens;
+    const bool folded =
+        tokens <= (GgmlIsQuantized(type) ? kQuantGemvNormTokensPerLaunch : kGemv16MaxTokens);
     std::vector<float> x = Random(tokens * cols, 2.0f);
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t c = 0; c < cols; ++c) x[t * cols + c] *= static_cast<float>(1 + 10 * (t % 3));
     }
     DeviceBuffer dx = Up(x);
     std::vector<DeviceBuffer> dw, got, want;
+    std::vector<std::vector<uint8_t>> host_w;
     DeviceWeight weights[3];
     float* y_got[3];
     float* y_want[3];
     int64_t scratch_bytes = 1;
     for (int i = 0; i < 3; ++i) {
       const GgmlType t = i == 2 ? v_type : type;
-      dw.push_back(Up(Encode(t, Random(rows[i] * cols))));
+      host_w.push_back(Encode(t, Random(rows[i] * cols)));
+      dw.push_back(Up(host_w[i]));
       weights[i] = {.type = t, .data = dw[i].data(), .rows = rows[i], .cols = cols};
       for (std::vector<DeviceBuffer>* ys : {&got, &want}) {
         absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(tokens * rows[i] * 4);
@@ -411,14 +419,19 @@ TEST_F(CudaKernelsTest, NormedProductsMatchRmsNormThenTheProducts) {
     ASSERT_TRUE(
         MatMulGroup(*stream_, weights, y_want, 3, reference_normed.as<float>(), tokens, *scratch)
             .ok());
-    // Folded: the same sums scaled once rather than each term; otherwise
-    // the very same launches.
-    const float tol = folded ? 1e-5f : 0.0f;
+    // Folded: the same sums scaled once rather than each term, within f32's
+    // rounding of the sum of the terms' magnitudes; otherwise the very same
+    // launches.
+    const double tol = folded ? 1e-5 : 0.0;
+    const std::vector<float> host_normed = Down<float>(reference_normed, tokens * cols);
+    std::vector<Products> sizes;
     for (int i = 0; i < 3; ++i) {
+      sizes.push_back(
+          ReferenceProducts(weights[i].type, host_w[i], rows[i], cols, host_normed, tokens));
       const std::vector<float> a = Down<float>(got[i], tokens * rows[i]);
       const std::vector<float> b = Down<float>(want[i], tokens * rows[i]);
       for (size_t k = 0; k < a.size(); ++k) {
-        ASSERT_NEAR(a[k], b[k], tol * std::max(1.0f, std::abs(b[k])))
+        ASSERT_NEAR(a[k], b[k], tol * (sizes[i].magnitude[k] + 1.0))
             << "product " << i << " at " << k;
       }
     }
@@ -440,7 +453,12 @@ TEST_F(CudaKernelsTest, NormedProductsMatchRmsNormThenTheProducts) {
     const std::vector<float> a = Down<float>(got[0], tokens * rows[1]);
     const std::vector<float> b = Down<float>(want[0], tokens * rows[1]);
     for (size_t k = 0; k < a.size(); ++k) {
-      ASSERT_NEAR(a[k], b[k], 2 * tol * std::max(1.0f, std::abs(b[k]))) << "SwiGLU at " << k;
+      // Row r of token t is row r of the gate's (product 0's 1000) and the
+      // up's (product 1's 260) sums.
+      const size_t t = k / rows[1], r = k % rows[1];
+      const double g = sizes[0].magnitude[t * rows[0] + r] + 1.0;
+      const double u = sizes[1].magnitude[t * rows[1] + r] + 1.0;
+      ASSERT_NEAR(a[k], b[k], tol * g * u) << "SwiGLU at " << k;
     }
   }
 }

@@ -1,9 +1,10 @@
 // Kernels of engine/cuda compiled for the host against the CUDA emulation
 // in include/ (cuda_runtime_api.h says what it is), one translation unit per
 // kernel file (emulated_attention.cc, emulated_attention_tiles.cc,
-// emulated_gemv16.cc, emulated_rope_store_kv.cc), behind plain types: those
-// units rename the project's namespace around the kernel's source, so their
-// argument types are not ours. All pointers are host memory.
+// emulated_gemv16.cc, emulated_quant.cc, emulated_rope_store_kv.cc), behind
+// plain types: those units rename the project's namespace around the
+// kernel's source, so their argument types are not ours. All pointers are
+// host memory.
 #ifndef TANDEM_TESTS_ENGINE_CUDA_EMULATION_EMULATED_KERNELS_H_
 #define TANDEM_TESTS_ENGINE_CUDA_EMULATION_EMULATED_KERNELS_H_
 
@@ -68,6 +69,20 @@ int RunGemv16Group(const Product* products, int count, bool bf16, int64_t cols, 
 int RunGemv16SwiGlu(const void* gate, const void* up, bool bf16, int64_t rows, int64_t cols,
                     const float* x, int64_t n_tokens, float* out,
                     const float* norm_weight = nullptr, float eps = 0.0f);
+
+// engine/cuda/quant_kernels.cu's launchers for the block-quantized types,
+// `type` a GgmlType's value; the launch's cudaError_t. The GEMVs take x's
+// RmsNorm folded in when `norm_weight` is given (GemvNorm), in launches of
+// QuantGemvNormTokensPerLaunch() tokens.
+int RunMatMulQuantGroup(int type, const Product* products, int count, int64_t cols, const float* x,
+                        int64_t n_tokens, const float* norm_weight = nullptr, float eps = 0.0f);
+int RunMatMulQuantSwiGlu(int type, const void* gate, const void* up, int64_t rows, int64_t cols,
+                         const float* x, int64_t n_tokens, float* out,
+                         const float* norm_weight = nullptr, float eps = 0.0f);
+int64_t QuantGemvNormTokensPerLaunch();
+int RunDequantizeToF16(int type, const void* w, int64_t rows, int64_t cols, void* out_f16);
+int RunEmbedRows(int type, const void* table, int64_t cols, const int32_t* tokens, int64_t n_tokens,
+                 float* out);
 
 // KvRows (engine/cuda/backend_kernels.h).
 struct KvPool {

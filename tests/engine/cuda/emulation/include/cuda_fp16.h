@@ -9,10 +9,23 @@
 #include <cstdint>
 #include <cstring>
 
+// The raw bits, as CUDA's __half_raw, from which a __half is made.
+struct __half_raw {
+  unsigned short x = 0;
+};
+
 struct __half {
   uint16_t bits = 0;
+  __half() = default;
+  constexpr __half(uint16_t b) : bits(b) {}          // NOLINT: brace-initialized from bits below
+  constexpr __half(__half_raw raw) : bits(raw.x) {}  // NOLINT: CUDA's conversion
 };
 static_assert(sizeof(__half) == 2 && alignof(__half) == 2, "the device's layout");
+
+// Two halves, 4-byte aligned, as CUDA's.
+struct alignas(4) __half2 {
+  __half x, y;
+};
 
 inline __half __float2half_rn(float f) {
   uint32_t x;
@@ -48,5 +61,9 @@ inline float __half2float(__half h) {
 }
 
 inline __half __ushort_as_half(unsigned short x) { return {static_cast<uint16_t>(x)}; }
+
+inline __half2 __floats2half2_rn(float a, float b) {
+  return {__float2half_rn(a), __float2half_rn(b)};
+}
 
 #endif  // TANDEM_TESTS_CUDA_EMULATION_CUDA_FP16_H_

@@ -29,6 +29,7 @@ enum cudaError_t {
   cudaErrorInvalidValue = 1,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorLaunchOutOfResources = 701,
+  cudaErrorMisalignedAddress = 716,
 };
 
 struct CUstream_st;
