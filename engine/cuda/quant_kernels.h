@@ -57,7 +57,7 @@ cudaError_t LaunchMatMulQuantSwiGlu(GgmlType type, const void* gate, const void*
 
 // out_f16 [rows][cols] = w dequantized and rounded to f16 (nearest even),
 // for any of LaunchMatMulQuant's types; `w` aligned as there, `out_f16`
-// 4-byte aligned.
+// 16-byte aligned.
 cudaError_t LaunchDequantizeToF16(GgmlType type, const void* w, int64_t rows, int64_t cols,
                                   void* out_f16, cudaStream_t stream);
 

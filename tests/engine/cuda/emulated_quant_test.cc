@@ -287,8 +287,8 @@ TEST(EmulatedQuantTest, EmbeddedRowsAreTheReferenceRows) {
 }
 
 // What the launchers refuse, before any launch: a type without a kernel,
-// columns not of whole blocks, misaligned x, weights or norm weight, and a
-// product count out of range.
+// columns not of whole blocks, misaligned x, weights, norm weight or f16
+// output, and a product count out of range.
 TEST(EmulatedQuantTest, ItRefusesWhatItHasNoKernelFor) {
   std::mt19937 rng(29);
   const int64_t cols = 256;
@@ -311,10 +311,13 @@ TEST(EmulatedQuantTest, ItRefusesWhatItHasNoKernelFor) {
   const emulation::Product four[4] = {p, p, p, p};
   EXPECT_EQ(emulation::RunMatMulQuantGroup(q4, four, 0, cols, x.data(), 1), kInvalidValue);
   EXPECT_EQ(emulation::RunMatMulQuantGroup(q4, four, 4, cols, x.data(), 1), kInvalidValue);
-  std::vector<uint16_t> f16(2 * cols);
+  std::vector<uint16_t> f16(2 * cols + 8);
   EXPECT_EQ(emulation::RunDequantizeToF16(static_cast<int>(GgmlType::kQ5_0), q5_0.data(), 2, cols,
                                           f16.data()),
             kInvalidValue);
+  EXPECT_EQ(emulation::RunDequantizeToF16(q4, q4k.data(), 2, cols, f16.data() + 2),
+            kMisalignedAddress);  // 16-byte stores
+  EXPECT_EQ(emulation::RunDequantizeToF16(q4, q4k.data(), 2, cols, f16.data()), kSuccess);
 }
 
 }  // namespace
