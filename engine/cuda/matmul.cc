@@ -6,6 +6,7 @@
 #include "common/status_macros.h"
 #include "engine/cuda/gemv16.h"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/quant_gemm.h"
 #include "engine/cuda/quant_kernels.h"
 
 namespace tandem::engine::cuda {
@@ -24,8 +25,8 @@ bool IsBlockQuantized(GgmlType type) {
   }
 }
 
-// A quantized weight above kQuantGemvMaxTokens is first dequantized whole
-// into the scratch's front, the f16 activations after it.
+// A quantized weight above kQuantTileGemmMaxTokens is first dequantized
+// whole into the scratch's front, the f16 activations after it.
 int64_t DequantizedWeightBytes(const DeviceWeight& w) { return w.rows * w.cols * 2; }
 
 // y = x w^T on the tensor cores for a 16-bit weight `w16` (f16, or bf16
@@ -133,7 +134,7 @@ int64_t MatMulScratchBytes(const DeviceWeight& w, int64_t n_tokens) {
     case GgmlType::kBF16:
       return n_tokens * w.cols * 2;  // x in the weight's 16-bit type
     default:
-      if (IsBlockQuantized(w.type) && n_tokens > kQuantGemvMaxTokens) {
+      if (IsBlockQuantized(w.type) && n_tokens > kQuantTileGemmMaxTokens) {
         return DequantizedWeightBytes(w) + n_tokens * w.cols * 2;
       }
       return 0;
@@ -183,6 +184,11 @@ absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x,
     return CheckLaunch(
         LaunchMatMulQuantGroup(w.type, &product, 1, w.cols, x, n_tokens, stream.stream()),
         "LaunchMatMulQuant", w.type);
+  }
+  if (n_tokens <= kQuantTileGemmMaxTokens) {
+    return CheckLaunch(
+        LaunchQuantTileGemm(w.type, w.data, w.rows, w.cols, x, n_tokens, y, add, stream.stream()),
+        "LaunchQuantTileGemm", w.type);
   }
   // Prefill: the weight dequantized to f16 (each call: no f16 copy is kept
   // resident, which would undo the quantization's memory saving), then the

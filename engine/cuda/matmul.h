@@ -4,8 +4,10 @@
 // tokens (engine/cuda/gemv16.h), else cublasGemmEx on the tensor cores (the
 // activations converted to the weight's type, accumulation in f32); the
 // block-quantized types (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) through the
-// dequantize-on-the-fly GEMV for decode-sized batches and, above
-// kQuantGemvMaxTokens, dequantized to f16 in scratch and multiplied as F16.
+// dequantize-on-the-fly GEMV for decode-sized batches, the tile GEMM that
+// dequantizes into shared memory for the tensor cores up to
+// kQuantTileGemmMaxTokens (engine/cuda/quant_gemm.h), and above that
+// dequantized to f16 in scratch and multiplied as F16.
 #ifndef TANDEM_ENGINE_CUDA_MATMUL_H_
 #define TANDEM_ENGINE_CUDA_MATMUL_H_
 
@@ -28,8 +30,7 @@ struct DeviceWeight {
 
 // Up to this many tokens a quantized weight goes through the GEMV, which
 // reads it once per launch but does its f32 math on the CUDA cores, so its
-// cost grows with the tokens; past it the f16 tensor-core GEMM, which pays a
-// dequantization of the whole weight, is the cheaper.
+// cost grows with the tokens; past it the tensor cores take the products.
 inline constexpr int64_t kQuantGemvMaxTokens = 16;
 
 // Bytes of scratch MatMul needs for `n_tokens` rows of x against `w`.

@@ -1,6 +1,8 @@
 // Decoders of GGUF's block-quantized weight formats for the GPU kernels in
-// quant_kernels.cu (the GEMV, the f16 dequantizer and the embedding gather
-// all decode through these, so the three agree on the layout).
+// quant_kernels.cu and quant_gemm.cu (the GEMV, the f16 dequantizer, the
+// embedding gather and the tile GEMM all decode through these, so they
+// agree on the layout), and WithFormat, which their launchers dispatch
+// through.
 //
 // A block is cut into `kUnits` units, the piece one thread decodes at a
 // time: `kRuns` runs of `kLen` contiguous elements, each run with one scale
@@ -95,6 +97,15 @@ TANDEM_HD float SubRn(float a, float b) {
 #else
   return a - b;
 #endif
+}
+
+// Two floats as f16 (nearest even) in one word, the first in the low half
+// as in memory.
+TANDEM_HD uint32_t PackHalves(float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);
+  uint32_t word;
+  memcpy(&word, &h, sizeof(word));
+  return word;
 }
 
 template <int kRunCount, int kRunLen>
@@ -339,6 +350,31 @@ struct Q6_K {
     }
   }
 };
+
+// Host side: whether `p` is `alignment`-byte aligned.
+inline bool Aligned(const void* p, int alignment) {
+  return reinterpret_cast<uintptr_t>(p) % alignment == 0;
+}
+
+// Calls fn(F{}) with the decoder of `type` (host side); cudaErrorInvalidValue
+// for a type without one.
+template <typename Fn>
+cudaError_t WithFormat(GgmlType type, Fn&& fn) {
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return fn(Q8_0{});
+    case GgmlType::kQ4_0:
+      return fn(Q4_0{});
+    case GgmlType::kQ4_K:
+      return fn(Q4_K{});
+    case GgmlType::kQ5_K:
+      return fn(Q5_K{});
+    case GgmlType::kQ6_K:
+      return fn(Q6_K{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
 
 }  // namespace tandem::engine::cuda::quant
 

@@ -4,7 +4,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "engine/cuda/gemv_rows.cuh"
 #include "engine/cuda/kernels.h"
@@ -177,15 +176,6 @@ __global__ void __launch_bounds__(kGemvThreads, GemvMinBlocksPerSm(kTokens, kSwi
   }
 }
 
-// Two floats as f16 (nearest even) in one word, the first in the low half
-// as in memory.
-__device__ uint32_t PackHalves(float a, float b) {
-  const __half2 h = __floats2half2_rn(a, b);
-  uint32_t word;
-  memcpy(&word, &h, sizeof(word));
-  return word;
-}
-
 // One thread per unit of the whole matrix, grid-stride. Each run's f16
 // goes out in 16-byte stores (runs are 8 or 16 elements at offsets of 8):
 // stored a pair at a time, a warp's stores wrote 4 bytes of each 32-byte
@@ -215,10 +205,10 @@ __global__ void DequantizeToF16Kernel(const uint8_t* __restrict__ w, int64_t row
 #pragma unroll
       for (int e = 0; e < F::kLen; e += 8) {
         uint4 v;
-        v.x = PackHalves(quant::Weight(unit, r, e), quant::Weight(unit, r, e + 1));
-        v.y = PackHalves(quant::Weight(unit, r, e + 2), quant::Weight(unit, r, e + 3));
-        v.z = PackHalves(quant::Weight(unit, r, e + 4), quant::Weight(unit, r, e + 5));
-        v.w = PackHalves(quant::Weight(unit, r, e + 6), quant::Weight(unit, r, e + 7));
+        v.x = quant::PackHalves(quant::Weight(unit, r, e), quant::Weight(unit, r, e + 1));
+        v.y = quant::PackHalves(quant::Weight(unit, r, e + 2), quant::Weight(unit, r, e + 3));
+        v.z = quant::PackHalves(quant::Weight(unit, r, e + 4), quant::Weight(unit, r, e + 5));
+        v.w = quant::PackHalves(quant::Weight(unit, r, e + 6), quant::Weight(unit, r, e + 7));
         *reinterpret_cast<uint4*>(dst + unit.offset[r] + e) = v;
       }
     }
@@ -267,34 +257,10 @@ __global__ void EmbedPlainKernel(const void* __restrict__ table, int64_t cols,
   }
 }
 
-bool Aligned(const void* p, int alignment) {
-  return reinterpret_cast<uintptr_t>(p) % alignment == 0;
-}
-
-// Calls fn(F{}) with the decoder of `type`; cudaErrorInvalidValue for a
-// type without one.
-template <typename Fn>
-cudaError_t WithFormat(GgmlType type, Fn&& fn) {
-  switch (type) {
-    case GgmlType::kQ8_0:
-      return fn(quant::Q8_0{});
-    case GgmlType::kQ4_0:
-      return fn(quant::Q4_0{});
-    case GgmlType::kQ4_K:
-      return fn(quant::Q4_K{});
-    case GgmlType::kQ5_K:
-      return fn(quant::Q5_K{});
-    case GgmlType::kQ6_K:
-      return fn(quant::Q6_K{});
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
-
 // One GEMV launch for n_tokens <= kQuantGemvTokensPerLaunch (8 for a pair,
-// 4 with a norm), with the accumulators of the smallest
-// power of two that holds them: registers for 16 tokens' sums would be
-// wasted on a single decode token.
+// 4 with a norm), with the accumulators of the smallest power of two that
+// holds them: registers for 16 tokens' sums would be wasted on a single
+// decode token.
 template <typename F, bool kSwiGlu, bool kNorm>
 void LaunchGemv(const GemvRows& p, int64_t cols, const float* x, int n_tokens, const GemvNorm& norm,
                 cudaStream_t stream) {
@@ -340,13 +306,13 @@ namespace {
 template <bool kSwiGlu>
 cudaError_t LaunchQuantRows(GgmlType type, const GemvRows& p, int64_t cols, const float* x,
                             int64_t n_tokens, const GemvNorm* norm, cudaStream_t stream) {
-  return WithFormat(type, [&](auto format) -> cudaError_t {
+  return quant::WithFormat(type, [&](auto format) -> cudaError_t {
     using F = decltype(format);
     if (cols % F::kElems != 0) return cudaErrorInvalidValue;
-    if (!Aligned(x, 16)) return cudaErrorMisalignedAddress;
-    if (norm != nullptr && !Aligned(norm->weight, 16)) return cudaErrorMisalignedAddress;
+    if (!quant::Aligned(x, 16)) return cudaErrorMisalignedAddress;
+    if (norm != nullptr && !quant::Aligned(norm->weight, 16)) return cudaErrorMisalignedAddress;
     for (int i = 0; i < p.count; ++i) {
-      if (!Aligned(p.w[i], F::kAlignment)) return cudaErrorMisalignedAddress;
+      if (!quant::Aligned(p.w[i], F::kAlignment)) return cudaErrorMisalignedAddress;
     }
     if (p.total == 0 || n_tokens == 0) return cudaSuccess;
     const int64_t per_launch = norm != nullptr ? kQuantGemvNormTokensPerLaunch
@@ -393,10 +359,12 @@ cudaError_t LaunchMatMulQuantSwiGlu(GgmlType type, const void* gate, const void*
 
 cudaError_t LaunchDequantizeToF16(GgmlType type, const void* w, int64_t rows, int64_t cols,
                                   void* out_f16, cudaStream_t stream) {
-  return WithFormat(type, [&](auto format) -> cudaError_t {
+  return quant::WithFormat(type, [&](auto format) -> cudaError_t {
     using F = decltype(format);
     if (cols % F::kElems != 0) return cudaErrorInvalidValue;
-    if (!Aligned(w, F::kAlignment) || !Aligned(out_f16, 16)) return cudaErrorMisalignedAddress;
+    if (!quant::Aligned(w, F::kAlignment) || !quant::Aligned(out_f16, 16)) {
+      return cudaErrorMisalignedAddress;
+    }
     const int64_t units = rows * (cols / F::kElems) * F::kUnits;
     if (units == 0) return cudaSuccess;
     Launch(DequantizeToF16Kernel<F>, GridFor(units), kThreads, 0, stream,
@@ -412,7 +380,7 @@ cudaError_t LaunchEmbedRows(GgmlType type, const void* table, int64_t cols, cons
     case GgmlType::kF32:
     case GgmlType::kF16:
     case GgmlType::kBF16:
-      if (!Aligned(table, type == GgmlType::kF32 ? 4 : 2)) return cudaErrorMisalignedAddress;
+      if (!quant::Aligned(table, type == GgmlType::kF32 ? 4 : 2)) return cudaErrorMisalignedAddress;
       if (n_tokens == 0 || cols == 0) return cudaSuccess;
       if (type == GgmlType::kF32) {
         Launch(EmbedPlainKernel<PlainType::kF32>, grid, kThreads, 0, stream, table, cols, tokens,
@@ -426,10 +394,10 @@ cudaError_t LaunchEmbedRows(GgmlType type, const void* table, int64_t cols, cons
       }
       return cudaGetLastError();
     default:
-      return WithFormat(type, [&](auto format) -> cudaError_t {
+      return quant::WithFormat(type, [&](auto format) -> cudaError_t {
         using F = decltype(format);
         if (cols % F::kElems != 0) return cudaErrorInvalidValue;
-        if (!Aligned(table, F::kAlignment)) return cudaErrorMisalignedAddress;
+        if (!quant::Aligned(table, F::kAlignment)) return cudaErrorMisalignedAddress;
         if (n_tokens == 0 || cols == 0) return cudaSuccess;
         Launch(EmbedQuantKernel<F>, grid, kThreads, 0, stream, static_cast<const uint8_t*>(table),
                cols, tokens, out);

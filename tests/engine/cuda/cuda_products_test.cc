@@ -17,6 +17,7 @@
 #include "engine/cuda/gemv16.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/matmul.h"
+#include "engine/cuda/quant_gemm.h"
 #include "engine/cuda/quant_kernels.h"
 #include "engine/cuda/weight_types.h"
 #include "engine/gguf/tensor_type.h"
@@ -32,24 +33,35 @@ TEST_F(CudaKernelsTest, MatMulMatchesTheReferenceForEachWeightType) {
   };
   // F32: cuBLAS in f32. F16 / BF16 round the activations to the weight's
   // type (2^-11 / 2^-8 relative each, plus the weight's own rounding for
-  // the quantized types dequantized to f16). The quantized GEMV keeps
-  // everything in f32, so only summation order separates it from the
-  // reference (a host emulation of its order stays near 1e-8).
+  // the quantized types dequantized to f16, by the tile GEMM or before
+  // cuBLAS). The quantized GEMV keeps everything in f32, so only summation
+  // order separates it from the reference (a host emulation of its order
+  // stays near 1e-8).
   const float kGemvTol = 1e-5f;
   const float kF16GemmTol = 2e-3f;
   const std::vector<Case> cases = {
       {GgmlType::kF32, 1e-5f},  {GgmlType::kF16, kF16GemmTol}, {GgmlType::kBF16, 1e-2f},
       {GgmlType::kQ8_0, 0.0f}, {GgmlType::kQ4_0, 0.0f},       {GgmlType::kQ4_K, 0.0f},
       {GgmlType::kQ5_K, 0.0f}, {GgmlType::kQ6_K, 0.0f}};
-  // Token counts on both sides of kQuantGemvMaxTokens; 37 also takes the
-  // GEMV's launcher past one 16-token launch when called directly.
-  static_assert(kQuantGemvMaxTokens == 16);
+  // Token counts on both sides of kQuantGemvMaxTokens (the GEMV, then the
+  // tile GEMM) and of kQuantTileGemmMaxTokens (then the weight dequantized
+  // whole and cuBLAS); 37 also takes the GEMV's launcher past one 16-token
+  // launch when called directly.
+  static_assert(kQuantGemvMaxTokens == 16 && kQuantTileGemmMaxTokens == 64);
   for (const Case& c : cases) {
     // One and several 256-element super-blocks per row (a warp's lanes
     // mostly idle, then busy), and rows not multiples of the GEMV's 4 warps.
-    for (const auto& [tokens, cols] : std::vector<std::pair<int64_t, int64_t>>{
-             {1, 512}, {3, 512}, {16, 512}, {17, 512}, {37, 512}, {1, 256}, {4, 256},
-             {9, 768}, {20, 256}}) {
+    for (const auto& [tokens, cols] : std::vector<std::pair<int64_t, int64_t>>{{1, 512},
+                                                                               {3, 512},
+                                                                               {16, 512},
+                                                                               {17, 512},
+                                                                               {37, 512},
+                                                                               {1, 256},
+                                                                               {4, 256},
+                                                                               {9, 768},
+                                                                               {20, 256},
+                                                                               {64, 768},
+                                                                               {65, 256}}) {
       const bool quantized = GgmlIsQuantized(c.type);
       const float tol =
           !quantized ? c.tol : (tokens <= kQuantGemvMaxTokens ? kGemvTol : kF16GemmTol);

@@ -5,8 +5,9 @@
 // stored or added, rows of more units than a block has lanes, every launch
 // size and a count of tokens that takes two launches), the fused SwiGLU pair
 // bit for bit the products then SwiGLU, both with an RMSNorm of x folded in
-// (GemvNorm), the dequantizer's f16 and the embedding gather bit for bit the
-// reference, and the launches' refusals. In every build: no GPU or nvcc
+// (GemvNorm), the tile GEMM within f16's rounding, the dequantizer's f16
+// and the embedding gather bit for bit the reference, and the launches'
+// refusals. In every build: no GPU or nvcc
 // needed.
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "engine/gguf/tensor_type.h"
@@ -286,6 +288,40 @@ TEST(EmulatedQuantTest, EmbeddedRowsAreTheReferenceRows) {
   }
 }
 
+// The tile GEMM (quant_gemm.cu) against the products in double, within the
+// f16 GEMM's rounding (x and each weight rounded to f16: 2^-11 relative
+// each, summed in f32): rows not a multiple of the 64-row tile, tokens that
+// fill one 32-token tile, part of one, and two; columns of one and several
+// chunks (Q8_0 and Q4_0: a last chunk of 32 columns); each stored or added.
+TEST(EmulatedQuantTest, TheTileGemmGivesTheProductsInF16sRounding) {
+  std::mt19937 rng(33);
+  ASSERT_EQ(emulation::QuantTileGemmMaxTokens(), 64);
+  for (const GgmlType type : kTypes) {
+    const bool k_quant = type != GgmlType::kQ8_0 && type != GgmlType::kQ4_0;
+    for (const auto& [rows, cols, n_tokens, add] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t, bool>>{
+             {70, 256, 17, false}, {20, k_quant ? 512 : 416, 32, true}, {9, 256, 40, false}}) {
+      SCOPED_TRACE(testing::Message() << GgmlTypeName(type) << ", " << rows << " x " << cols
+                                      << ", tokens " << n_tokens << (add ? ", add" : ""));
+      Quantized w(type, rows, cols, rng);
+      const std::vector<float> x = RandomVector(n_tokens * cols, rng);
+      std::vector<float> y = RandomVector(n_tokens * rows, rng);
+      const std::vector<std::vector<float>> before = {y};
+      ASSERT_EQ(emulation::RunQuantTileGemm(static_cast<int>(type), w.data(), rows, cols, x.data(),
+                                            n_tokens, y.data(), add),
+                kSuccess);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const auto [sum, scale] = Dot(w, cols, r, x.data() + t * cols);
+          const double want = (add ? before[0][t * rows + r] : 0.0) + sum;
+          ASSERT_NEAR(y[t * rows + r], want, 2e-3 * (scale + 1.0))
+              << "token " << t << ", row " << r;
+        }
+      }
+    }
+  }
+}
+
 // What the launchers refuse, before any launch: a type without a kernel,
 // columns not of whole blocks, misaligned x, weights, norm weight or f16
 // output, and a product count out of range.
@@ -311,6 +347,15 @@ TEST(EmulatedQuantTest, ItRefusesWhatItHasNoKernelFor) {
   const emulation::Product four[4] = {p, p, p, p};
   EXPECT_EQ(emulation::RunMatMulQuantGroup(q4, four, 0, cols, x.data(), 1), kInvalidValue);
   EXPECT_EQ(emulation::RunMatMulQuantGroup(q4, four, 4, cols, x.data(), 1), kInvalidValue);
+  EXPECT_EQ(emulation::RunQuantTileGemm(static_cast<int>(GgmlType::kQ5_0), q5_0.data(), 2, cols,
+                                        x.data(), 1, y.data(), false),
+            kInvalidValue);
+  EXPECT_EQ(emulation::RunQuantTileGemm(q4, q4k.data(), 2, cols - 32, x.data(), 1, y.data(), false),
+            kInvalidValue);
+  EXPECT_EQ(emulation::RunQuantTileGemm(q4, q4k.data(), 2, cols, x.data() + 1, 1, y.data(), false),
+            kMisalignedAddress);
+  EXPECT_EQ(emulation::RunQuantTileGemm(q4, q4k.data() + 2, 2, cols, x.data(), 1, y.data(), false),
+            kMisalignedAddress);
   std::vector<uint16_t> f16(2 * cols + 8);
   EXPECT_EQ(emulation::RunDequantizeToF16(static_cast<int>(GgmlType::kQ5_0), q5_0.data(), 2, cols,
                                           f16.data()),

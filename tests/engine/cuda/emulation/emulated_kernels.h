@@ -1,10 +1,10 @@
 // Kernels of engine/cuda compiled for the host against the CUDA emulation
 // in include/ (cuda_runtime_api.h says what it is), one translation unit per
 // kernel file (emulated_attention.cc, emulated_attention_tiles.cc,
-// emulated_gemv16.cc, emulated_quant.cc, emulated_rope_store_kv.cc), behind
-// plain types: those units rename the project's namespace around the
-// kernel's source, so their argument types are not ours. All pointers are
-// host memory.
+// emulated_gemv16.cc, emulated_quant.cc, emulated_quant_gemm.cc,
+// emulated_rope_store_kv.cc), behind plain types: those units rename the
+// project's namespace around the kernel's source, so their argument types
+// are not ours. All pointers are host memory.
 #ifndef TANDEM_TESTS_ENGINE_CUDA_EMULATION_EMULATED_KERNELS_H_
 #define TANDEM_TESTS_ENGINE_CUDA_EMULATION_EMULATED_KERNELS_H_
 
@@ -81,6 +81,11 @@ int RunMatMulQuantSwiGlu(int type, const void* gate, const void* up, int64_t row
                          const float* norm_weight = nullptr, float eps = 0.0f);
 int64_t QuantGemvNormTokensPerLaunch();
 int RunDequantizeToF16(int type, const void* w, int64_t rows, int64_t cols, void* out_f16);
+// engine/cuda/quant_gemm.cu's LaunchQuantTileGemm, and the most tokens
+// MatMul gives it.
+int RunQuantTileGemm(int type, const void* w, int64_t rows, int64_t cols, const float* x,
+                     int64_t n_tokens, float* y, bool add);
+int64_t QuantTileGemmMaxTokens();
 int RunEmbedRows(int type, const void* table, int64_t cols, const int32_t* tokens, int64_t n_tokens,
                  float* out);
 

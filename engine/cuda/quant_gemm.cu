@@ -1,0 +1,152 @@
+#include "engine/cuda/quant_gemm.h"
+
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include <cstdint>
+
+#include "engine/cuda/launch.cuh"
+#include "engine/cuda/quant_blocks.cuh"
+
+namespace tandem::engine::cuda {
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kFrag = 16;                  // WMMA's 16 x 16 x 16
+constexpr int kTileRows = kWarps * kFrag;  // a warp's 16 rows each
+constexpr int kTileTokens = 2 * kFrag;     // two accumulators a warp
+constexpr int kChunk = 128;                // columns a step: half a K-quant super-block
+constexpr int kStride = kChunk + 8;        // halves a shared row: 16-byte rows, banks staggered
+constexpr int kOutStride = kTileRows + 4;  // floats a token of the result
+
+// 34 KiB: within the 48 KiB every GPU gives a block without opting in.
+// Every WMMA pointer below is 32-byte aligned: rows of 272 bytes, 16-row
+// and 16-column steps.
+struct __align__(32) TileShared {
+  __half w[kTileRows][kStride];
+  __half x[kTileTokens][kStride];
+  float y[kTileTokens][kOutStride];  // the result, a token a row
+};
+
+// Block b of the grid takes row tile b / token_tiles and token tile
+// b % token_tiles: a row tile's token tiles run side by side, so their
+// reads of the weight after the first come from L2.
+template <typename F>
+__global__ void __launch_bounds__(kThreads)
+    QuantTileGemmKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols,
+                        const float* __restrict__ x, int64_t n_tokens, float* __restrict__ y,
+                        bool add, int token_tiles) {
+  __shared__ TileShared s;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x / token_tiles) * kTileRows;
+  const int64_t tok0 = static_cast<int64_t>(blockIdx.x % token_tiles) * kTileTokens;
+  const int warp = threadIdx.x / 32;
+  const int64_t blocks_per_row = cols / F::kElems;
+  const int live_rows = static_cast<int>(rows - row0 < kTileRows ? rows - row0 : kTileRows);
+  const int live_tokens =
+      static_cast<int>(n_tokens - tok0 < kTileTokens ? n_tokens - tok0 : kTileTokens);
+  // Rows and tokens past the ends are zeros throughout (their sums are
+  // never stored); the steps below write only the live ones.
+  for (int i = threadIdx.x; i < (kTileRows - live_rows) * kStride; i += kThreads) {
+    s.w[live_rows + i / kStride][i % kStride] = __float2half_rn(0.0f);
+  }
+  for (int i = threadIdx.x; i < (kTileTokens - live_tokens) * kStride; i += kThreads) {
+    s.x[live_tokens + i / kStride][i % kStride] = __float2half_rn(0.0f);
+  }
+  GridPrologue();
+
+  wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float> acc[2];
+  wmma::fill_fragment(acc[0], 0.0f);
+  wmma::fill_fragment(acc[1], 0.0f);
+  for (int64_t c0 = 0; c0 < cols; c0 += kChunk) {
+    // A multiple of 32 columns: every format's units fall wholly inside
+    // or outside a chunk (a K-quant unit within its half super-block).
+    const int n = static_cast<int>(cols - c0 < kChunk ? cols - c0 : kChunk);
+    const int64_t first_unit =
+        c0 / F::kElems * F::kUnits + (c0 % F::kElems) * F::kUnits / F::kElems;
+    const int units = n * F::kUnits / F::kElems;
+    for (int i = threadIdx.x; i < live_rows * units; i += kThreads) {
+      const int r = i / units;
+      const int64_t u = first_unit + i % units;
+      const int64_t b = u / F::kUnits;
+      typename F::UnitT unit;
+      F::Decode(w + ((row0 + r) * blocks_per_row + b) * F::kBytes, static_cast<int>(u % F::kUnits),
+                unit);
+      const int first_col = static_cast<int>(b * F::kElems - c0);
+#pragma unroll
+      for (int k = 0; k < F::kRuns; ++k) {
+#pragma unroll
+        for (int e = 0; e < F::kLen; e += 8) {
+          uint4 v;
+          v.x = quant::PackHalves(quant::Weight(unit, k, e), quant::Weight(unit, k, e + 1));
+          v.y = quant::PackHalves(quant::Weight(unit, k, e + 2), quant::Weight(unit, k, e + 3));
+          v.z = quant::PackHalves(quant::Weight(unit, k, e + 4), quant::Weight(unit, k, e + 5));
+          v.w = quant::PackHalves(quant::Weight(unit, k, e + 6), quant::Weight(unit, k, e + 7));
+          *reinterpret_cast<uint4*>(&s.w[r][first_col + unit.offset[k] + e]) = v;
+        }
+      }
+    }
+    const int n4 = n / 4;
+    for (int i = threadIdx.x; i < live_tokens * n4; i += kThreads) {
+      const int t = i / n4;
+      const int c = 4 * (i % n4);
+      const float4 v = __ldg(reinterpret_cast<const float4*>(x + (tok0 + t) * cols + c0 + c));
+      uint32_t* dst = reinterpret_cast<uint32_t*>(&s.x[t][c]);
+      dst[0] = quant::PackHalves(v.x, v.y);
+      dst[1] = quant::PackHalves(v.z, v.w);
+    }
+    __syncthreads();
+    for (int k = 0; k < n; k += kFrag) {
+      wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, __half, wmma::row_major> a;
+      wmma::load_matrix_sync(a, &s.w[kFrag * warp][k], kStride);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        // x's tokens as B's columns: B (k, t) is s.x[t][k].
+        wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __half, wmma::col_major> b;
+        wmma::load_matrix_sync(b, &s.x[kFrag * j][k], kStride);
+        wmma::mma_sync(acc[j], a, b, acc[j]);
+      }
+    }
+    __syncthreads();  // the chunk's tiles read before the next is written
+  }
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    // Column-major: sum (row i, token t) at s.y[t][i].
+    wmma::store_matrix_sync(&s.y[kFrag * j][kFrag * warp], acc[j], kOutStride, wmma::mem_col_major);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < live_tokens * kTileRows; i += kThreads) {
+    const int t = i / kTileRows;
+    const int r = i % kTileRows;
+    if (r < live_rows) {
+      float& out = y[(tok0 + t) * rows + row0 + r];
+      out = add ? out + s.y[t][r] : s.y[t][r];
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchQuantTileGemm(GgmlType type, const void* w, int64_t rows, int64_t cols,
+                                const float* x, int64_t n_tokens, float* y, bool add,
+                                cudaStream_t stream) {
+  return quant::WithFormat(type, [&](auto format) -> cudaError_t {
+    using F = decltype(format);
+    static_assert(kChunk % F::kElems == 0 || F::kElems % kChunk == 0, "whole units a chunk");
+    if (cols % F::kElems != 0) return cudaErrorInvalidValue;
+    if (!quant::Aligned(w, F::kAlignment) || !quant::Aligned(x, 16)) {
+      return cudaErrorMisalignedAddress;
+    }
+    if (rows == 0 || n_tokens == 0) return cudaSuccess;
+    const int64_t token_tiles = (n_tokens + kTileTokens - 1) / kTileTokens;
+    const int64_t row_tiles = (rows + kTileRows - 1) / kTileRows;
+    Launch(QuantTileGemmKernel<F>, static_cast<unsigned>(row_tiles * token_tiles), kThreads, 0,
+           stream, static_cast<const uint8_t*>(w), rows, cols, x, n_tokens, y, add,
+           static_cast<int>(token_tiles));
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace tandem::engine::cuda
