@@ -38,7 +38,7 @@ template <typename F>
 __global__ void __launch_bounds__(kThreads)
     QuantTileGemmKernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols,
                         const float* __restrict__ x, int64_t n_tokens, float* __restrict__ y,
-                        bool add, int token_tiles) {
+                        bool add, int token_tiles, bool prefetch) {
   __shared__ TileShared s;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x / token_tiles) * kTileRows;
   const int64_t tok0 = static_cast<int64_t>(blockIdx.x % token_tiles) * kTileTokens;
@@ -47,6 +47,13 @@ __global__ void __launch_bounds__(kThreads)
   const int live_rows = static_cast<int>(rows - row0 < kTileRows ? rows - row0 : kTileRows);
   const int live_tokens =
       static_cast<int>(n_tokens - tok0 < kTileTokens ? n_tokens - tok0 : kTileTokens);
+  // The tile's rows of the weight, which no kernel writes, asked of L2 by
+  // its first token tile while the kernel before may still run
+  // (engine/cuda/launch.h).
+  if (prefetch && blockIdx.x % token_tiles == 0) {
+    const int64_t row_bytes = blocks_per_row * F::kBytes;
+    PrefetchL2(w + row0 * row_bytes, live_rows * row_bytes, threadIdx.x, kThreads);
+  }
   // Rows and tokens past the ends are zeros throughout (their sums are
   // never stored); the steps below write only the live ones.
   for (int i = threadIdx.x; i < (kTileRows - live_rows) * kStride; i += kThreads) {
@@ -144,7 +151,7 @@ cudaError_t LaunchQuantTileGemm(GgmlType type, const void* w, int64_t rows, int6
     const int64_t row_tiles = (rows + kTileRows - 1) / kTileRows;
     Launch(QuantTileGemmKernel<F>, static_cast<unsigned>(row_tiles * token_tiles), kThreads, 0,
            stream, static_cast<const uint8_t*>(w), rows, cols, x, n_tokens, y, add,
-           static_cast<int>(token_tiles));
+           static_cast<int>(token_tiles), ProgrammaticLaunch());
     return cudaGetLastError();
   });
 }
