@@ -318,16 +318,21 @@ step_require() {
 # tiles and KV), Q8_0 and Q4_K_M (each written by the benchmark itself),
 # prefill of GPU_CHECK_PROMPT tokens, decode at batch 1 and GPU_CHECK_BATCH,
 # and the fractions of the device's measured limits; one JSON line per run
-# in bench.jsonl. Without a GPU (`local`): the 25.7M model on the CPU, and
-# the CUDA run's refusal.
+# in bench.jsonl. Then tandem-cuda-products-bench: every product path of
+# the 1B model's 2048 x 2048 and 5632 x 2048 matrices at 1-128 tokens, per
+# weight type (products.jsonl; where MatMul's thresholds should sit). Without
+# a GPU (`local`): the 25.7M model on the CPU, and both CUDA runs' refusals.
 step_bench() {
   local bench="$BUILD/bin/tandem-engine-bench" rc=0 shape type
+  local products="$BUILD/bin/tandem-cuda-products-bench"
   local prompt="${GPU_CHECK_PROMPT:-2048}" batch="${GPU_CHECK_BATCH:-32}"
   if ! nvidia-smi -L > /dev/null 2>&1; then
     logrun "$bench" --model "$DIR/synthetic-f32.gguf" --make-synthetic f32 \
       --threads "$BENCH_THREADS" --device cpu ${GPU_CHECK_BENCH_ARGS:-} || rc=1
     logrun "$bench" --model "$DIR/synthetic-f32.gguf" --device cuda
     log "tandem-engine-bench --device cuda: exit $? (1 expected: no GPU here)"
+    logrun "$products"
+    log "tandem-cuda-products-bench: exit $? (1 expected: no GPU here)"
     return $rc
   fi
   local -a runs=(${GPU_CHECK_BENCH_MODELS:-25m:f32 1b:f16 1b:f16:pdl 1b:f16:split 1b:f16:attn16:kv16 1b:q8_0 1b:q4_k_m})
@@ -357,6 +362,7 @@ step_bench() {
     # Kept while the next run uses the same model.
     [[ "${runs[i + 1]:-}" == "$shape:$type"* ]] || rm -f "$model"
   done
+  logrun "$products" --out "$DIR/products.jsonl" || rc=1
   return $rc
 }
 
@@ -384,7 +390,7 @@ finish() {
   if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
     cp "$REPORT" "$OUT/gpu-check-report.txt"
     cp "$DIR"/*.log "$OUT/" 2>/dev/null
-    cp "$DIR/bench.jsonl" "$OUT/" 2>/dev/null
+    cp "$DIR/bench.jsonl" "$DIR/products.jsonl" "$OUT/" 2>/dev/null
   fi
   echo "gpu_check: report $REPORT"
 }

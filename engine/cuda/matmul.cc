@@ -132,13 +132,45 @@ int64_t MatMulScratchBytes(const DeviceWeight& w, int64_t n_tokens) {
   switch (w.type) {
     case GgmlType::kF16:
     case GgmlType::kBF16:
-      return n_tokens * w.cols * 2;  // x in the weight's 16-bit type
+      return TensorCoreScratchBytes(w, n_tokens);
     default:
       if (IsBlockQuantized(w.type) && n_tokens > kQuantTileGemmMaxTokens) {
-        return DequantizedWeightBytes(w) + n_tokens * w.cols * 2;
+        return TensorCoreScratchBytes(w, n_tokens);
       }
       return 0;
   }
+}
+
+int64_t TensorCoreScratchBytes(const DeviceWeight& w, int64_t n_tokens) {
+  // x in the weight's 16-bit type (f16 for the quantized types), after the
+  // dequantized weight.
+  return (IsBlockQuantized(w.type) ? DequantizedWeightBytes(w) : 0) + n_tokens * w.cols * 2;
+}
+
+absl::Status MatMulOnTensorCores(const Stream& stream, const DeviceWeight& w, const float* x,
+                                 int64_t n_tokens, float* y, DeviceBuffer& scratch, bool add) {
+  if (n_tokens == 0 || w.rows == 0) return absl::OkStatus();
+  if (static_cast<int64_t>(scratch.bytes()) < TensorCoreScratchBytes(w, n_tokens)) {
+    return absl::InvalidArgumentError(
+        "MatMulOnTensorCores: scratch smaller than TensorCoreScratchBytes");
+  }
+  if (w.type == GgmlType::kF16 || w.type == GgmlType::kBF16) {
+    return Gemm16(stream, w.data, w.type == GgmlType::kBF16, w.rows, w.cols, x, n_tokens,
+                  scratch.data(), y, add);
+  }
+  if (!IsBlockQuantized(w.type)) {
+    return absl::InvalidArgumentError(absl::StrCat("MatMulOnTensorCores: weight type ",
+                                                   std::string(GgmlTypeName(w.type)),
+                                                   " is neither 16-bit nor block-quantized"));
+  }
+  // The weight dequantized to f16 (each call: no f16 copy is kept
+  // resident, which would undo the quantization's memory saving).
+  void* w16 = scratch.data();
+  void* x16 = static_cast<uint8_t*>(scratch.data()) + DequantizedWeightBytes(w);
+  RETURN_IF_ERROR(
+      CheckLaunch(LaunchDequantizeToF16(w.type, w.data, w.rows, w.cols, w16, stream.stream()),
+                  "LaunchDequantizeToF16", w.type));
+  return Gemm16(stream, w16, /*bf16=*/false, w.rows, w.cols, x, n_tokens, x16, y, add);
 }
 
 absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x, int64_t n_tokens,
@@ -171,8 +203,7 @@ absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x,
                                        stream.stream()),
                      "Gemv16");
       }
-      return Gemm16(stream, w.data, w.type == GgmlType::kBF16, w.rows, w.cols, x, n_tokens,
-                    scratch.data(), y, add);
+      return MatMulOnTensorCores(stream, w, x, n_tokens, y, scratch, add);
     default:
       break;
   }
@@ -190,15 +221,8 @@ absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x,
         LaunchQuantTileGemm(w.type, w.data, w.rows, w.cols, x, n_tokens, y, add, stream.stream()),
         "LaunchQuantTileGemm", w.type);
   }
-  // Prefill: the weight dequantized to f16 (each call: no f16 copy is kept
-  // resident, which would undo the quantization's memory saving), then the
-  // tensor cores.
-  void* w16 = scratch.data();
-  void* x16 = static_cast<uint8_t*>(scratch.data()) + DequantizedWeightBytes(w);
-  RETURN_IF_ERROR(
-      CheckLaunch(LaunchDequantizeToF16(w.type, w.data, w.rows, w.cols, w16, stream.stream()),
-                  "LaunchDequantizeToF16", w.type));
-  return Gemm16(stream, w16, /*bf16=*/false, w.rows, w.cols, x, n_tokens, x16, y, add);
+  // Prefill: the weight dequantized whole, then cuBLAS.
+  return MatMulOnTensorCores(stream, w, x, n_tokens, y, scratch, add);
 }
 
 absl::Status MatMulGroup(const Stream& stream, const DeviceWeight* w, float* const* y, int count,

@@ -36,6 +36,16 @@ inline constexpr int64_t kQuantGemvMaxTokens = 16;
 // Bytes of scratch MatMul needs for `n_tokens` rows of x against `w`.
 int64_t MatMulScratchBytes(const DeviceWeight& w, int64_t n_tokens);
 
+// MatMul's tensor-core path at any n_tokens, for a 16-bit or block-quantized
+// `w`: x rounded to the weight's 16-bit type (f16 for the quantized ones,
+// whose weight is first dequantized whole to f16 in scratch) and cuBLAS,
+// with `add` y += the product. MatMul takes it past the GEMVs' sizes (and
+// the tile GEMM's); the products bench times it at every size.
+int64_t TensorCoreScratchBytes(const DeviceWeight& w, int64_t n_tokens);
+absl::Status MatMulOnTensorCores(const Stream& stream, const DeviceWeight& w, const float* x,
+                                 int64_t n_tokens, float* y, DeviceBuffer& scratch,
+                                 bool add = false);
+
 // Queues the product on `stream`; `scratch` holds MatMulScratchBytes. With
 // `add`, y += x w^T (the GEMV adds to y as it stores, cuBLAS with beta 1).
 // Unimplemented for weight types without a GPU kernel yet.
