@@ -22,12 +22,13 @@ inline constexpr int64_t kQuantTileGemmMaxTokens = 64;
 
 // y [n_tokens][rows] = x [n_tokens][cols] w^T, or with `add` y += it, for w
 // [rows][cols] in `type`'s blocks (Q8_0, Q4_0, Q4_K, Q5_K or Q6_K). A block
-// of the grid takes 64 rows and 32 tokens: it dequantizes its rows 128
-// columns at a time into shared memory as f16 (rounded as
-// LaunchDequantizeToF16 rounds them), with its tokens' x rounded to f16
-// beside them, and multiplies the two on the tensor cores with f32
-// accumulation: the f16 GEMM's rounding, as dequantizing then cuBLAS gives,
-// with the weight read once per 32 tokens. Any n_tokens is taken.
+// of the grid takes 64 rows and 32 tokens: its two groups of four warps
+// take turns at its rows' 128-column chunks, each dequantizing one into
+// shared memory as f16 (rounded as LaunchDequantizeToF16 rounds them), with
+// the tokens' x rounded to f16 beside it, and multiplying the two on the
+// tensor cores with f32 accumulation (68 KiB of shared memory a block):
+// the f16 GEMM's rounding, as dequantizing then cuBLAS gives, with the
+// weight read once per 32 tokens. Any n_tokens is taken.
 // cudaErrorInvalidValue for another type or a `cols` not of whole blocks;
 // cudaErrorMisalignedAddress for `w` aligned as LaunchMatMulQuant's must
 // be, or `x` not 16-byte aligned.

@@ -291,8 +291,10 @@ TEST(EmulatedQuantTest, EmbeddedRowsAreTheReferenceRows) {
 // The tile GEMM (quant_gemm.cu) against the products in double, within the
 // f16 GEMM's rounding (x and each weight rounded to f16: 2^-11 relative
 // each, summed in f32): rows not a multiple of the 64-row tile, tokens that
-// fill one 32-token tile, part of one, and two; columns of one and several
-// chunks (Q8_0 and Q4_0: a last chunk of 32 columns); each stored or added.
+// fill one 32-token tile, part of one, and two; columns of 2-6 chunks of 128,
+// which the block's two warp groups take in turn (Q8_0 and Q4_0: 3 chunks,
+// the second group idle in the last round, and a last chunk of 32 or 96
+// columns); each stored or added.
 TEST(EmulatedQuantTest, TheTileGemmGivesTheProductsInF16sRounding) {
   std::mt19937 rng(33);
   ASSERT_EQ(emulation::QuantTileGemmMaxTokens(), 64);
@@ -300,7 +302,9 @@ TEST(EmulatedQuantTest, TheTileGemmGivesTheProductsInF16sRounding) {
     const bool k_quant = type != GgmlType::kQ8_0 && type != GgmlType::kQ4_0;
     for (const auto& [rows, cols, n_tokens, add] :
          std::vector<std::tuple<int64_t, int64_t, int64_t, bool>>{
-             {70, 256, 17, false}, {20, k_quant ? 512 : 416, 32, true}, {9, 256, 40, false}}) {
+             {70, 256, 17, false},
+             {20, k_quant ? 512 : 352, 32, true},
+             {9, k_quant ? 768 : 160, 40, false}}) {
       SCOPED_TRACE(testing::Message() << GgmlTypeName(type) << ", " << rows << " x " << cols
                                       << ", tokens " << n_tokens << (add ? ", add" : ""));
       Quantized w(type, rows, cols, rng);
