@@ -106,8 +106,12 @@ __global__ void __launch_bounds__(kGemvThreads, GemvMinBlocksPerSm(kTokens, kSwi
         for (int r = 0; r < F::kRuns; ++r) {
           // Both matrices' runs sit at the same offsets: one format.
           const float4* xr = reinterpret_cast<const float4*>(xt + unit[0].offset[r]);
-          const float4* gr = reinterpret_cast<const float4*>(
-              norm_w + static_cast<int64_t>(b) * F::kElems + unit[0].offset[r]);
+          // The norm's weight at the run (no pointer made from a null one).
+          const float4* gr = nullptr;
+          if constexpr (kNorm) {
+            gr = reinterpret_cast<const float4*>(norm_w + static_cast<int64_t>(b) * F::kElems +
+                                                 unit[0].offset[r]);
+          }
           // sum_i (scale q_i - min) x_i = scale sum_i q_i x_i - min sum_i x_i:
           // the scale and min once per run, in f32 throughout.
           float dot[kMats];
