@@ -12,8 +12,6 @@ namespace {
 // 16-byte loads in flight per lane and matrix before the first is used.
 constexpr int kUnroll = 4;
 
-__device__ float SumSquares(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
-
 // Eight 16-bit values (one 16-byte load) widened to f32.
 __device__ void Widen(const uint4& raw, bool bf16, float (&out)[8]) {
   const auto* h = reinterpret_cast<const unsigned short*>(&raw);
@@ -145,22 +143,11 @@ __global__ void __launch_bounds__(32 * kBlockWarps)
       if (lane == 0) partial[m][warp][t] = v;
     }
   }
-  if constexpr (kNorm) {
-#pragma unroll
-    for (int t = 0; t < kTokens; ++t) {
-      float v = sq[t];
-      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (lane == 0 && squaring) squares[warp][t] = v;
-    }
-  }
+  if constexpr (kNorm) StoreSquares(sq, squaring, warp, lane, squares);
   __syncthreads();
   if (live && part == 0 && lane < kTokens) {
     float scale = 1.0f;
-    if constexpr (kNorm) {
-      float sum = squares[0][lane];
-      for (int q = 1; q < split; ++q) sum += squares[q][lane];
-      scale = rsqrtf(sum / static_cast<float>(cols) + eps);
-    }
+    if constexpr (kNorm) scale = NormScale(squares, split, lane, cols, eps);
     p.Store<kSwiGlu>(partial, warp, split, which, row, lane, scale);
   }
 }

@@ -15,6 +15,34 @@ namespace tandem::engine::cuda {
 // the separate launches would.
 __device__ inline float Silu(float g) { return g / (1.0f + expf(-g)); }
 
+// A norm folded into a GEMV launch (GemvNorm): the warps of a block's first
+// row, which between them read every column of x once, sum each token's
+// squares as they read (SumSquares); StoreSquares keeps each such warp's
+// sums in the block's `squares`, and NormScale gives token t's 1 / rms, as
+// RmsNorm4Kernel computes it, from the row's `split` warps' sums added in a
+// fixed order.
+__device__ inline float SumSquares(float4 v) {
+  return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+}
+template <int kWarps, int kTokens>
+__device__ void StoreSquares(const float (&sq)[kTokens], bool squaring, int warp, int lane,
+                             float (&squares)[kWarps][kTokens]) {
+#pragma unroll
+  for (int t = 0; t < kTokens; ++t) {
+    float v = sq[t];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0 && squaring) squares[warp][t] = v;
+  }
+}
+template <int kWarps, int kTokens>
+__device__ float NormScale(const float (&squares)[kWarps][kTokens], int split, int t, int64_t cols,
+                           float eps) {
+  float sum = squares[0][t];
+  for (int q = 1; q < split; ++q) sum += squares[q][t];
+  return rsqrtf(sum / static_cast<float>(cols) + eps);
+}
+
 struct GemvRows {
   const void* w[kMaxGemvProducts] = {};
   float* y[kMaxGemvProducts] = {};

@@ -124,6 +124,18 @@ TANDEM_HD float Weight(const U& u, int r, int i) {
   return SubRn(MulRn(u.scale[r], u.q[r][i]), u.min[r]);
 }
 
+// Elements e..e + 7 of run r as f16 in one 16-byte word, each rounded as
+// Weight rounds it.
+template <typename U>
+TANDEM_HD uint4 EightHalves(const U& u, int r, int e) {
+  uint4 v;
+  v.x = PackHalves(Weight(u, r, e), Weight(u, r, e + 1));
+  v.y = PackHalves(Weight(u, r, e + 2), Weight(u, r, e + 3));
+  v.z = PackHalves(Weight(u, r, e + 4), Weight(u, r, e + 5));
+  v.w = PackHalves(Weight(u, r, e + 6), Weight(u, r, e + 7));
+  return v;
+}
+
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K
 // super-block, from its 12 packed bytes held as three little-endian words.
 struct ScaleMin {

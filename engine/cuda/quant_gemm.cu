@@ -107,12 +107,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int k = 0; k < F::kRuns; ++k) {
 #pragma unroll
           for (int e = 0; e < F::kLen; e += 8) {
-            uint4 v;
-            v.x = quant::PackHalves(quant::Weight(unit, k, e), quant::Weight(unit, k, e + 1));
-            v.y = quant::PackHalves(quant::Weight(unit, k, e + 2), quant::Weight(unit, k, e + 3));
-            v.z = quant::PackHalves(quant::Weight(unit, k, e + 4), quant::Weight(unit, k, e + 5));
-            v.w = quant::PackHalves(quant::Weight(unit, k, e + 6), quant::Weight(unit, k, e + 7));
-            *reinterpret_cast<uint4*>(&s.w[r][first_col + unit.offset[k] + e]) = v;
+            *reinterpret_cast<uint4*>(&s.w[r][first_col + unit.offset[k] + e]) =
+                quant::EightHalves(unit, k, e);
           }
         }
       }

@@ -31,8 +31,6 @@ constexpr int GemvMinBlocksPerSm(int tokens, bool pair) { return tokens == 1 && 
 // Tokens one fused SwiGLU launch takes: at 16 its K-quant sums spill.
 constexpr int64_t kSwiGluTokensPerLaunch = 8;
 
-__device__ float SumSquares(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
-
 constexpr int kThreads = 256;  // the dequantizer's and the gather's blocks
 
 // Rows of y[t, r] for t < n_tokens <= kTokens, kGemvWarps / split of them
@@ -159,23 +157,11 @@ __global__ void __launch_bounds__(kGemvThreads, GemvMinBlocksPerSm(kTokens, kSwi
       if (lane == t) partial[m][warp][t] = acc[m][t];
     }
   }
-  if constexpr (kNorm) {
-#pragma unroll
-    for (int t = 0; t < kTokens; ++t) {
-      float v = sq[t];
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (lane == 0 && squaring) squares[warp][t] = v;
-    }
-  }
+  if constexpr (kNorm) StoreSquares(sq, squaring, warp, lane, squares);
   __syncthreads();
   if (live && part == 0 && lane < n_tokens) {
     float scale = 1.0f;
-    if constexpr (kNorm) {
-      float sum = squares[0][lane];
-      for (int q = 1; q < split; ++q) sum += squares[q][lane];
-      scale = rsqrtf(sum / static_cast<float>(cols) + eps);
-    }
+    if constexpr (kNorm) scale = NormScale(squares, split, lane, cols, eps);
     p.Store<kSwiGlu>(partial, warp, split, which, row, lane, scale);
   }
 }
@@ -208,12 +194,7 @@ __global__ void DequantizeToF16Kernel(const uint8_t* __restrict__ w, int64_t row
     for (int r = 0; r < F::kRuns; ++r) {
 #pragma unroll
       for (int e = 0; e < F::kLen; e += 8) {
-        uint4 v;
-        v.x = quant::PackHalves(quant::Weight(unit, r, e), quant::Weight(unit, r, e + 1));
-        v.y = quant::PackHalves(quant::Weight(unit, r, e + 2), quant::Weight(unit, r, e + 3));
-        v.z = quant::PackHalves(quant::Weight(unit, r, e + 4), quant::Weight(unit, r, e + 5));
-        v.w = quant::PackHalves(quant::Weight(unit, r, e + 6), quant::Weight(unit, r, e + 7));
-        *reinterpret_cast<uint4*>(dst + unit.offset[r] + e) = v;
+        *reinterpret_cast<uint4*>(dst + unit.offset[r] + e) = quant::EightHalves(unit, r, e);
       }
     }
   }

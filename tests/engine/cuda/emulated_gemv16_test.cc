@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/gguf/tensor_type.h"
+#include "tests/engine/cuda/emulated_test_util.h"
 #include "tests/engine/cuda/emulation/emulated_kernels.h"
 
 namespace tandem::engine::cuda {
@@ -35,13 +36,6 @@ Matrix RandomMatrix(int64_t rows, int64_t cols, bool bf16, std::mt19937& rng) {
     m.values.push_back(bf16 ? Bf16ToFp32(b) : Fp16ToFp32(b));
   }
   return m;
-}
-
-std::vector<float> RandomVector(int64_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = value(rng);
-  return v;
 }
 
 // Row r of m times token t of x, in double, and the sum of the terms'
@@ -121,31 +115,6 @@ TEST(EmulatedGemv16Test, TheSwiGluPairWritesSiluOfGateTimesUp) {
       }
     }
   }
-}
-
-// RmsNorm(x) with `weight`, in double, as LaunchRmsNorm defines it.
-std::vector<float> Normed(const std::vector<float>& x, int64_t cols,
-                          const std::vector<float>& weight, float eps) {
-  std::vector<float> out(x.size());
-  for (size_t t = 0; t < x.size() / cols; ++t) {
-    double squares = 0.0;
-    for (int64_t c = 0; c < cols; ++c) squares += double{x[t * cols + c]} * x[t * cols + c];
-    const double scale = 1.0 / std::sqrt(squares / cols + eps);
-    for (int64_t c = 0; c < cols; ++c) {
-      out[t * cols + c] = static_cast<float>(x[t * cols + c] * scale * weight[c]);
-    }
-  }
-  return out;
-}
-
-// Tokens of x whose sizes differ by orders of magnitude, so that a token
-// scaled by another's norm, or by none, is caught.
-std::vector<float> TokensOfManySizes(int64_t n_tokens, int64_t cols, std::mt19937& rng) {
-  std::vector<float> x = RandomVector(n_tokens * cols, rng);
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int64_t c = 0; c < cols; ++c) x[t * cols + c] *= std::pow(7.0f, static_cast<float>(t % 4));
-  }
-  return x;
 }
 
 // The norm folded into a group (GemvNorm): every row of every block scaled

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/gguf/tensor_type.h"
+#include "tests/engine/cuda/emulated_test_util.h"
 #include "tests/engine/cuda/emulation/emulated_kernels.h"
 
 namespace tandem::engine::cuda {
@@ -52,13 +53,6 @@ class Quantized {
   std::vector<float> values_;
 };
 
-std::vector<float> RandomVector(int64_t n, std::mt19937& rng, float size = 2.0f) {
-  std::uniform_real_distribution<float> value(-size, size);
-  std::vector<float> v(n);
-  for (float& x : v) x = value(rng);
-  return v;
-}
-
 // Row r of w times x, in double, and the sum of the terms' magnitudes (the
 // scale an f32 sum's rounding goes with).
 std::pair<double, double> Dot(const Quantized& w, int64_t cols, int64_t r, const float* x) {
@@ -72,31 +66,6 @@ std::pair<double, double> Dot(const Quantized& w, int64_t cols, int64_t r, const
 }
 
 float Silu(float g) { return g / (1.0f + std::exp(-g)); }
-
-// RmsNorm(x) with `weight`, in double, as LaunchRmsNorm defines it.
-std::vector<float> Normed(const std::vector<float>& x, int64_t cols,
-                          const std::vector<float>& weight, float eps) {
-  std::vector<float> out(x.size());
-  for (size_t t = 0; t < x.size() / cols; ++t) {
-    double squares = 0.0;
-    for (int64_t c = 0; c < cols; ++c) squares += double{x[t * cols + c]} * x[t * cols + c];
-    const double scale = 1.0 / std::sqrt(squares / cols + eps);
-    for (int64_t c = 0; c < cols; ++c) {
-      out[t * cols + c] = static_cast<float>(x[t * cols + c] * scale * weight[c]);
-    }
-  }
-  return out;
-}
-
-// Tokens of x whose sizes differ by orders of magnitude, so that a token
-// scaled by another's norm, or by none, is caught.
-std::vector<float> TokensOfManySizes(int64_t n_tokens, int64_t cols, std::mt19937& rng) {
-  std::vector<float> x = RandomVector(n_tokens * cols, rng);
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int64_t c = 0; c < cols; ++c) x[t * cols + c] *= std::pow(7.0f, static_cast<float>(t % 4));
-  }
-  return x;
-}
 
 // Each product's rows of y against w's rows times x (`before` added to them
 // when given), in double.
