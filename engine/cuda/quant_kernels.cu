@@ -169,9 +169,9 @@ __global__ void __launch_bounds__(kGemvThreads, GemvMinBlocksPerSm(kTokens, kSwi
 // One thread per unit of the whole matrix, grid-stride. Each run's f16
 // goes out in 16-byte stores (runs are 8 or 16 elements at offsets of 8):
 // stored a pair at a time, a warp's stores wrote 4 bytes of each 32-byte
-// sector they touched, and the dequantization of the 1B model before each
-// GEMM took 3.8 ms of a step (Q4_K_M against F16, prefill and batch 32
-// alike, 2026-11-26), about 0.7 TB/s.
+// sector they touched, and the dequantization of the 1B model before its
+// GEMMs took about 3.8 ms a step (inferred from Q4_K_M against F16, prefill
+// and batch 32 alike, 2026-11-26; not profiled), about 0.7 TB/s.
 template <typename F>
 __global__ void DequantizeToF16Kernel(const uint8_t* __restrict__ w, int64_t rows, int64_t cols,
                                       __half* __restrict__ out) {
