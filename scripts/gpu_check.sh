@@ -130,7 +130,7 @@ cmd_download() {
 
 step_facts() {
   : > "$REPORT"
-  rm -f "$DIR/bench.jsonl"
+  rm -f "$DIR/bench.jsonl" "$DIR/products.jsonl"
   log "== tandem gpu_check report, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -n)"
   log "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   local os
