@@ -159,10 +159,14 @@ absl::StatusOr<double> Time(const cuda::Stream& stream, int64_t copies, int repe
 
 absl::Status Run(const Config& c) {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count <= c.device) {
+  const cudaError_t found = cudaGetDeviceCount(&count);
+  if (found != cudaSuccess || count <= c.device) {
     cudaGetLastError();
-    return absl::FailedPreconditionError(
-        absl::StrCat("no CUDA device ", c.device, " here (", count, " found)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no CUDA device ", c.device, " here (",
+        found != cudaSuccess ? absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorString(found))
+                             : absl::StrCat(count, " found"),
+        ")"));
   }
   RETURN_IF_ERROR(CudaOk(cudaSetDevice(c.device), "cudaSetDevice"));
   cudaDeviceProp prop{};
