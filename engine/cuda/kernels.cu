@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "engine/cuda/gemv_rows.cuh"
 #include "engine/cuda/rope.cuh"
@@ -41,24 +42,52 @@ __device__ float BlockSum(float v, float* scratch) {
   return BlockReduce(v, 0.0f, SumOp(), scratch);
 }
 
-// One block per row.
-__global__ void RmsNormKernel(const float* x, const float* w, int64_t dim, float eps, float* y) {
+// Where a norm's rows go: f32 as they are, or rounded to a 16-bit type
+// for the tensor cores (as ToF16Kernel and ToBf16Kernel round).
+__device__ __forceinline__ void Put(float* out, int64_t i, float v) { out[i] = v; }
+__device__ __forceinline__ void Put(__half* out, int64_t i, float v) {
+  out[i] = __float2half_rn(v);
+}
+__device__ __forceinline__ void Put(__nv_bfloat16* out, int64_t i, float v) {
+  out[i] = __float2bfloat16_rn(v);
+}
+
+// Four consecutive values in one store.
+template <typename T>
+struct alignas(4 * sizeof(T)) Four {
+  T v[4];
+};
+__device__ __forceinline__ void Put4(float4* out, int64_t i, float4 v) { out[i] = v; }
+template <typename T>
+__device__ __forceinline__ void Put4(Four<T>* out, int64_t i, float4 v) {
+  Four<T> four;
+  Put(four.v, 0, v.x);
+  Put(four.v, 1, v.y);
+  Put(four.v, 2, v.z);
+  Put(four.v, 3, v.w);
+  out[i] = four;
+}
+
+// One block per row; Out is float, __half or __nv_bfloat16.
+template <typename Out>
+__global__ void RmsNormKernel(const float* x, const float* w, int64_t dim, float eps, Out* y) {
   GridPrologue();
   __shared__ float scratch[kThreads / 32];
   const float* row = x + blockIdx.x * dim;
-  float* out = y + blockIdx.x * dim;
+  Out* out = y + blockIdx.x * dim;
   float sum = 0.0f;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) sum += row[i] * row[i];
   sum = BlockSum(sum, scratch);
   const float scale = rsqrtf(sum / static_cast<float>(dim) + eps);
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out[i] = row[i] * scale * w[i];
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) Put(out, i, row[i] * scale * w[i]);
 }
 
 // RmsNormKernel for rows of whole, 16-byte aligned float4s (dim4 of them):
 // a block of up to 1024 threads per row, every load of the row issued
 // before the first sum, the first kRmsKeep float4s of each thread kept in
 // registers for the scaling. At one row (decode) the old kernel's 256
-// threads waited on eight dependent loads each.
+// threads waited on eight dependent loads each. Out4 is float4, or Four of
+// a 16-bit type.
 constexpr int kRmsMaxThreads = 1024;
 constexpr int kRmsKeep = 4;
 
@@ -68,12 +97,13 @@ __device__ float4 Scaled(float4 v, float scale, float4 w) {
   return make_float4(v.x * scale * w.x, v.y * scale * w.y, v.z * scale * w.z, v.w * scale * w.w);
 }
 
+template <typename Out4>
 __global__ void __launch_bounds__(kRmsMaxThreads)
-    RmsNorm4Kernel(const float4* x, const float4* w, int64_t dim4, float eps, float4* y) {
+    RmsNorm4Kernel(const float4* x, const float4* w, int64_t dim4, float eps, Out4* y) {
   GridPrologue();
   __shared__ float scratch[kRmsMaxThreads / 32];
   const float4* row = x + blockIdx.x * dim4;
-  float4* out = y + blockIdx.x * dim4;
+  Out4* out = y + blockIdx.x * dim4;
   float4 keep[kRmsKeep];
   float sum = 0.0f;
 #pragma unroll
@@ -91,10 +121,10 @@ __global__ void __launch_bounds__(kRmsMaxThreads)
 #pragma unroll
   for (int j = 0; j < kRmsKeep; ++j) {
     const int64_t i = threadIdx.x + int64_t{j} * blockDim.x;
-    if (i < dim4) out[i] = Scaled(keep[j], scale, w[i]);
+    if (i < dim4) Put4(out, i, Scaled(keep[j], scale, w[i]));
   }
   for (int64_t i = threadIdx.x + int64_t{kRmsKeep} * blockDim.x; i < dim4; i += blockDim.x) {
-    out[i] = Scaled(row[i], scale, w[i]);
+    Put4(out, i, Scaled(row[i], scale, w[i]));
   }
 }
 
@@ -169,21 +199,42 @@ cudaError_t CheckKernelImage(int device) {
   return cudaFuncGetAttributes(&attributes, AddKernel);
 }
 
-cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
-                          float eps, float* y, cudaStream_t stream) {
+namespace {
+
+// LaunchRmsNorm into rows of Out (float, __half or __nv_bfloat16).
+template <typename Out>
+cudaError_t LaunchRmsNormTo(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
+                            float eps, Out* y, cudaStream_t stream) {
   if (n_tokens == 0) return cudaSuccess;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (dim % 4 == 0 && aligned(x) && aligned(weight) && aligned(y)) {
+  using Out4 = std::conditional_t<std::is_same_v<Out, float>, float4, Four<Out>>;
+  const auto aligned = [](const void* p, size_t to) {
+    return reinterpret_cast<uintptr_t>(p) % to == 0;
+  };
+  if (dim % 4 == 0 && aligned(x, 16) && aligned(weight, 16) && aligned(y, alignof(Out4))) {
     const int64_t dim4 = dim / 4;
     const int64_t threads = std::min<int64_t>(kRmsMaxThreads, (dim4 + 31) / 32 * 32);
-    Launch(RmsNorm4Kernel, static_cast<unsigned>(n_tokens), static_cast<unsigned>(threads), 0,
+    Launch(RmsNorm4Kernel<Out4>, static_cast<unsigned>(n_tokens), static_cast<unsigned>(threads), 0,
            stream, reinterpret_cast<const float4*>(x), reinterpret_cast<const float4*>(weight),
-           dim4, eps, reinterpret_cast<float4*>(y));
+           dim4, eps, reinterpret_cast<Out4*>(y));
     return cudaGetLastError();
   }
-  Launch(RmsNormKernel, static_cast<unsigned>(n_tokens), kThreads, 0, stream, x, weight, dim, eps,
-         y);
+  Launch(RmsNormKernel<Out>, static_cast<unsigned>(n_tokens), kThreads, 0, stream, x, weight, dim,
+         eps, y);
   return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
+                          float eps, float* y, cudaStream_t stream) {
+  return LaunchRmsNormTo(x, weight, n_tokens, dim, eps, y, stream);
+}
+
+cudaError_t LaunchRmsNorm16(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
+                            float eps, bool bf16, void* y, cudaStream_t stream) {
+  return bf16 ? LaunchRmsNormTo(x, weight, n_tokens, dim, eps, static_cast<__nv_bfloat16*>(y),
+                                stream)
+              : LaunchRmsNormTo(x, weight, n_tokens, dim, eps, static_cast<__half*>(y), stream);
 }
 
 cudaError_t LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* out,

@@ -55,6 +55,12 @@ struct GemvNorm {
 // y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight[:]; y may alias x.
 cudaError_t LaunchRmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
                           float eps, float* y, cudaStream_t stream);
+// LaunchRmsNorm's rows rounded to f16 (or bf16 when `bf16`) as they are
+// stored, for the tensor-core GEMMs: bit for bit LaunchRmsNorm then
+// LaunchToF16 (LaunchToBf16), in one launch, with no f32 rows written.
+// `y` [n_tokens][dim] of 16-bit values; must not alias x.
+cudaError_t LaunchRmsNorm16(const float* x, const float* weight, int64_t n_tokens, int64_t dim,
+                            float eps, bool bf16, void* y, cudaStream_t stream);
 
 // out[i] = silu(gate[i]) * up[i]; out may alias gate.
 cudaError_t LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* out,

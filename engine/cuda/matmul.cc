@@ -25,22 +25,19 @@ bool IsBlockQuantized(GgmlType type) {
   }
 }
 
-// A quantized weight above kQuantTileGemmMaxTokens is first dequantized
-// whole into the scratch's front, the f16 activations after it.
+// On the tensor cores the scratch holds x in 16 bits at its front (what
+// every product of a group multiplies) and, for a quantized weight above
+// kQuantTileGemmMaxTokens, the weight dequantized whole to f16 after it.
 int64_t DequantizedWeightBytes(const DeviceWeight& w) { return w.rows * w.cols * 2; }
+int64_t SixteenBitActivationBytes(int64_t cols, int64_t n_tokens) { return n_tokens * cols * 2; }
 
-// y = x w^T on the tensor cores for a 16-bit weight `w16` (f16, or bf16
-// when `bf16`) [rows][cols]: x converted to the weight's type into `x16`
-// (n_tokens * cols * 2 bytes), accumulation in f32. The one GEMM call site
-// for both stored 16-bit weights and dequantized quantized ones. With
-// `add`, y += the product (beta 1).
+// y = x16 w^T on the tensor cores for a 16-bit weight `w16` (f16, or bf16
+// when `bf16`) [rows][cols] and x16 [n_tokens][cols] of the same type,
+// accumulation in f32. The one GEMM call site for both stored 16-bit
+// weights and dequantized quantized ones. With `add`, y += the product
+// (beta 1).
 absl::Status Gemm16(const Stream& stream, const void* w16, bool bf16, int64_t rows, int64_t cols,
-                    const float* x, int64_t n_tokens, void* x16, float* y, bool add) {
-  const int64_t count = n_tokens * cols;
-  absl::Status s = Check(bf16 ? LaunchToBf16(x, count, x16, stream.stream())
-                              : LaunchToF16(x, count, x16, stream.stream()),
-                         "activations to 16 bits");
-  if (!s.ok()) return s;
+                    const void* x16, int64_t n_tokens, float* y, bool add) {
   const float alpha = 1.0f;
   const float beta = add ? 1.0f : 0.0f;
   // Row-major y[n_tokens][rows] is column-major y^T[rows][n_tokens]: with w
@@ -54,6 +51,27 @@ absl::Status Gemm16(const Stream& stream, const void* w16, bool bf16, int64_t ro
                                          w16, type, k, x16, type, k, &beta, y, CUDA_R_32F, m,
                                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                bf16 ? "cublasGemmEx (bf16)" : "cublasGemmEx (f16)");
+}
+
+// The 16-bit type the tensor cores take `w` in: bf16 for a bf16 weight, f16
+// for an f16 one and for a block-quantized one (dequantized to f16).
+bool MultipliesInBf16(const DeviceWeight& w) { return w.type == GgmlType::kBF16; }
+
+// x [n_tokens][cols] into the scratch's front in w's 16-bit type, through
+// the norm first when there is one (one launch either way; the normed f32
+// rows are not written).
+absl::Status ActivationsTo16(const Stream& stream, const DeviceWeight& w, const float* x,
+                             int64_t n_tokens, const RmsNormed* norm, DeviceBuffer& scratch) {
+  const bool bf16 = MultipliesInBf16(w);
+  if (norm != nullptr) {
+    return Check(LaunchRmsNorm16(x, norm->weight, n_tokens, w.cols, norm->eps, bf16, scratch.data(),
+                                 stream.stream()),
+                 "RmsNorm to 16 bits");
+  }
+  const int64_t count = n_tokens * w.cols;
+  return Check(bf16 ? LaunchToBf16(x, count, scratch.data(), stream.stream())
+                    : LaunchToF16(x, count, scratch.data(), stream.stream()),
+               "activations to 16 bits");
 }
 
 // Which GEMV takes `w` at n_tokens of x, if any.
@@ -126,6 +144,61 @@ absl::Status LaunchGemv(const Stream& stream, const DeviceWeight& w, const GemvP
       "LaunchMatMulQuantGroup", w.type);
 }
 
+// Whether MatMul takes `w` at n_tokens to the tensor cores whatever x's
+// alignment: a 16-bit weight past the 16-bit GEMV's tokens, a
+// block-quantized one past the tile GEMM's.
+bool OnTensorCores(const DeviceWeight& w, int64_t n_tokens) {
+  if (w.type == GgmlType::kF16 || w.type == GgmlType::kBF16) return n_tokens > kGemv16MaxTokens;
+  return IsBlockQuantized(w.type) && n_tokens > kQuantTileGemmMaxTokens;
+}
+
+// Whether the `count` products of one x all go to the tensor cores and
+// multiply one 16-bit x: then x goes to 16 bits once (normed on the way),
+// not once a product.
+bool ShareSixteenBitX(const DeviceWeight* w, int count, int64_t n_tokens) {
+  for (int i = 0; i < count; ++i) {
+    if (!OnTensorCores(w[i], n_tokens) || w[i].cols != w[0].cols ||
+        MultipliesInBf16(w[i]) != MultipliesInBf16(w[0])) {
+      return false;
+    }
+  }
+  return count > 0;
+}
+
+// y = x16 w^T, x16 at the scratch's front (ActivationsTo16), for a weight
+// OnTensorCores takes: the 16-bit weight as it is, a quantized one
+// dequantized to f16 after x16 first (each call: no f16 copy is kept
+// resident, which would undo the quantization's memory saving).
+absl::Status ProductFrom16(const Stream& stream, const DeviceWeight& w, int64_t n_tokens, float* y,
+                           DeviceBuffer& scratch, bool add) {
+  const void* x16 = scratch.data();
+  if (!IsBlockQuantized(w.type)) {
+    return Gemm16(stream, w.data, MultipliesInBf16(w), w.rows, w.cols, x16, n_tokens, y, add);
+  }
+  void* w16 = static_cast<uint8_t*>(scratch.data()) + SixteenBitActivationBytes(w.cols, n_tokens);
+  RETURN_IF_ERROR(
+      CheckLaunch(LaunchDequantizeToF16(w.type, w.data, w.rows, w.cols, w16, stream.stream()),
+                  "LaunchDequantizeToF16", w.type));
+  return Gemm16(stream, w16, /*bf16=*/false, w.rows, w.cols, x16, n_tokens, y, add);
+}
+
+// Every product of a group ShareSixteenBitX takes, of x (normed when
+// `norm` is given).
+absl::Status ProductsOnTensorCores(const Stream& stream, const DeviceWeight* w, float* const* y,
+                                   int count, const float* x, int64_t n_tokens,
+                                   DeviceBuffer& scratch, const RmsNormed* norm) {
+  for (int i = 0; i < count; ++i) {
+    if (static_cast<int64_t>(scratch.bytes()) < TensorCoreScratchBytes(w[i], n_tokens)) {
+      return absl::InvalidArgumentError("MatMul: scratch smaller than MatMulScratchBytes");
+    }
+  }
+  RETURN_IF_ERROR(ActivationsTo16(stream, w[0], x, n_tokens, norm, scratch));
+  for (int i = 0; i < count; ++i) {
+    RETURN_IF_ERROR(ProductFrom16(stream, w[i], n_tokens, y[i], scratch, /*add=*/false));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int64_t MatMulScratchBytes(const DeviceWeight& w, int64_t n_tokens) {
@@ -142,9 +215,8 @@ int64_t MatMulScratchBytes(const DeviceWeight& w, int64_t n_tokens) {
 }
 
 int64_t TensorCoreScratchBytes(const DeviceWeight& w, int64_t n_tokens) {
-  // x in the weight's 16-bit type (f16 for the quantized types), after the
-  // dequantized weight.
-  return (IsBlockQuantized(w.type) ? DequantizedWeightBytes(w) : 0) + n_tokens * w.cols * 2;
+  return SixteenBitActivationBytes(w.cols, n_tokens) +
+         (IsBlockQuantized(w.type) ? DequantizedWeightBytes(w) : 0);
 }
 
 absl::Status MatMulOnTensorCores(const Stream& stream, const DeviceWeight& w, const float* x,
@@ -154,23 +226,13 @@ absl::Status MatMulOnTensorCores(const Stream& stream, const DeviceWeight& w, co
     return absl::InvalidArgumentError(
         "MatMulOnTensorCores: scratch smaller than TensorCoreScratchBytes");
   }
-  if (w.type == GgmlType::kF16 || w.type == GgmlType::kBF16) {
-    return Gemm16(stream, w.data, w.type == GgmlType::kBF16, w.rows, w.cols, x, n_tokens,
-                  scratch.data(), y, add);
-  }
-  if (!IsBlockQuantized(w.type)) {
+  if (w.type != GgmlType::kF16 && w.type != GgmlType::kBF16 && !IsBlockQuantized(w.type)) {
     return absl::InvalidArgumentError(absl::StrCat("MatMulOnTensorCores: weight type ",
                                                    std::string(GgmlTypeName(w.type)),
                                                    " is neither 16-bit nor block-quantized"));
   }
-  // The weight dequantized to f16 (each call: no f16 copy is kept
-  // resident, which would undo the quantization's memory saving).
-  void* w16 = scratch.data();
-  void* x16 = static_cast<uint8_t*>(scratch.data()) + DequantizedWeightBytes(w);
-  RETURN_IF_ERROR(
-      CheckLaunch(LaunchDequantizeToF16(w.type, w.data, w.rows, w.cols, w16, stream.stream()),
-                  "LaunchDequantizeToF16", w.type));
-  return Gemm16(stream, w16, /*bf16=*/false, w.rows, w.cols, x, n_tokens, x16, y, add);
+  RETURN_IF_ERROR(ActivationsTo16(stream, w, x, n_tokens, /*norm=*/nullptr, scratch));
+  return ProductFrom16(stream, w, n_tokens, y, scratch, add);
 }
 
 absl::Status MatMul(const Stream& stream, const DeviceWeight& w, const float* x, int64_t n_tokens,
@@ -229,6 +291,11 @@ absl::Status MatMulGroup(const Stream& stream, const DeviceWeight* w, float* con
                          const float* x, int64_t n_tokens, DeviceBuffer& scratch,
                          const RmsNormed* norm) {
   if (count == 0 || n_tokens == 0) return absl::OkStatus();
+  // On the tensor cores, x goes to 16 bits once for all (normed on the
+  // way).
+  if (ShareSixteenBitX(w, count, n_tokens)) {
+    return ProductsOnTensorCores(stream, w, y, count, x, n_tokens, scratch, norm);
+  }
   // Folded where every product goes to a GEMV that folds it: each launch
   // (Q4_K_M's Q and K, then its Q6_K V) sums x's squares for itself.
   bool fold = true;
@@ -258,6 +325,13 @@ absl::Status MatMulSwiGlu(const Stream& stream, const DeviceWeight& gate, const 
                           const float* x, int64_t n_tokens, float* gate_out, float* up_out,
                           DeviceBuffer& scratch, const RmsNormed* norm) {
   if (n_tokens == 0 || gate.rows == 0) return absl::OkStatus();
+  const DeviceWeight both[] = {gate, up};
+  if (ShareSixteenBitX(both, 2, n_tokens)) {
+    float* const outs[] = {gate_out, up_out};
+    RETURN_IF_ERROR(ProductsOnTensorCores(stream, both, outs, 2, x, n_tokens, scratch, norm));
+    return Check(LaunchSwiGlu(gate_out, up_out, n_tokens * gate.rows, gate_out, stream.stream()),
+                 "SwiGlu");
+  }
   const bool one_launch = gate.rows == up.rows && OneLaunch(gate, up, x, n_tokens);
   GemvNorm folded;
   RETURN_IF_ERROR(NormUnlessFolded(stream, norm, one_launch && FoldsNorm(gate, x, n_tokens),

@@ -37,8 +37,9 @@ inline constexpr int64_t kQuantGemvMaxTokens = 16;
 int64_t MatMulScratchBytes(const DeviceWeight& w, int64_t n_tokens);
 
 // MatMul's tensor-core path at any n_tokens, for a 16-bit or block-quantized
-// `w`: x rounded to the weight's 16-bit type (f16 for the quantized ones,
-// whose weight is first dequantized whole to f16 in scratch) and cuBLAS,
+// `w`: x rounded to the weight's 16-bit type at the scratch's front (f16
+// for the quantized ones, whose weight is then dequantized whole to f16
+// after it) and cuBLAS,
 // with `add` y += the product. MatMul takes it past the GEMVs' sizes (and
 // the tile GEMM's); the products bench times it at every size.
 int64_t TensorCoreScratchBytes(const DeviceWeight& w, int64_t n_tokens);
@@ -64,20 +65,24 @@ struct RmsNormed {
 // The products of one x (Q, K and V): y[i] = x w[i]^T for i < count. Each
 // run of consecutive weights that one GEMV launch takes together (the same
 // type and columns, at most kMaxGemvProducts, a GEMV-sized n_tokens) is one
-// launch; the rest go through MatMul. `scratch` as MatMul's for each. With
-// `norm`, the products of RmsNorm(x): folded into the GEMV launches
-// (kernels.h's GemvNorm, each launch summing x's squares itself) where
-// GEMVs take every product, the quantized one up to
-// kQuantGemvNormTokensPerLaunch tokens; else normed into norm->normed
-// first.
+// launch; the rest go through MatMul. Where every product goes to the
+// tensor cores in one 16-bit type, x is rounded to it once for all of them
+// rather than once a product. `scratch` as MatMul's for each. With `norm`,
+// the products of RmsNorm(x): folded into the GEMV launches (kernels.h's
+// GemvNorm, each launch summing x's squares itself) where GEMVs take every
+// product, the quantized one up to kQuantGemvNormTokensPerLaunch tokens;
+// on the tensor cores normed as x is rounded to 16 bits, in the same launch
+// (LaunchRmsNorm16); else normed into norm->normed first. Only that last
+// case writes norm->normed.
 absl::Status MatMulGroup(const Stream& stream, const DeviceWeight* w, float* const* y, int count,
                          const float* x, int64_t n_tokens, DeviceBuffer& scratch,
                          const RmsNormed* norm = nullptr);
 
 // gate_out = silu(x gate^T) * (x up^T), [n_tokens][gate.rows]: one GEMV
-// launch reading the two side by side where it takes both, else MatMul
-// twice (the up product into `up_out`) and SwiGLU, with equal results.
-// With `norm`, of RmsNorm(x), as MatMulGroup.
+// launch reading the two side by side where it takes both, else the two
+// products (the up product into `up_out`; on the tensor cores as a
+// MatMulGroup of two) and SwiGLU, with equal results. With `norm`, of
+// RmsNorm(x), as MatMulGroup.
 absl::Status MatMulSwiGlu(const Stream& stream, const DeviceWeight& gate, const DeviceWeight& up,
                           const float* x, int64_t n_tokens, float* gate_out, float* up_out,
                           DeviceBuffer& scratch, const RmsNormed* norm = nullptr);

@@ -57,6 +57,47 @@ TEST_F(CudaKernelsTest, RmsNormMatchesTheReference) {
   }
 }
 
+// The tensor cores' input normed and rounded in one launch: bit for bit
+// LaunchRmsNorm then LaunchToF16 (LaunchToBf16), and the CPU's rounding;
+// the same dims, and one 16-bit value past an aligned start (the scalar
+// kernel).
+TEST_F(CudaKernelsTest, RmsNorm16EqualsRmsNormThenTheConversion) {
+  for (const bool bf16 : {false, true}) {
+    for (const int64_t dim : {int64_t{333}, int64_t{2048}, int64_t{100}, int64_t{20000}}) {
+      for (const int64_t offset : {0, 1}) {
+        SCOPED_TRACE(testing::Message()
+                     << (bf16 ? "bf16" : "f16") << " dim " << dim << " offset " << offset);
+        const int64_t tokens = 5;
+        const std::vector<float> x = Random(tokens * dim, 3.0f), w = Random(dim);
+        DeviceBuffer dx = Up(x), dw = Up(w);
+        absl::StatusOr<DeviceBuffer> normed = DeviceBuffer::Allocate(x.size() * 4);
+        absl::StatusOr<DeviceBuffer> converted = DeviceBuffer::Allocate(x.size() * 2);
+        absl::StatusOr<DeviceBuffer> fused = DeviceBuffer::Allocate((x.size() + 1) * 2);
+        ASSERT_TRUE(normed.ok() && converted.ok() && fused.ok());
+        ASSERT_EQ(LaunchRmsNorm(dx.as<float>(), dw.as<float>(), tokens, dim, 1e-5f,
+                                normed->as<float>(), stream_->stream()),
+                  cudaSuccess);
+        const int64_t n = tokens * dim;
+        ASSERT_EQ(bf16 ? LaunchToBf16(normed->as<float>(), n, converted->data(), stream_->stream())
+                       : LaunchToF16(normed->as<float>(), n, converted->data(), stream_->stream()),
+                  cudaSuccess);
+        uint16_t* out = fused->as<uint16_t>() + offset;
+        ASSERT_EQ(LaunchRmsNorm16(dx.as<float>(), dw.as<float>(), tokens, dim, 1e-5f, bf16, out,
+                                  stream_->stream()),
+                  cudaSuccess);
+        const std::vector<float> host_normed = Down<float>(*normed, x.size());
+        const std::vector<uint16_t> want = Down<uint16_t>(*converted, x.size());
+        const std::vector<uint16_t> got = Down<uint16_t>(*fused, x.size() + 1);
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_EQ(got[i + offset], want[i]) << "at " << i;
+          ASSERT_EQ(want[i], bf16 ? Fp32ToBf16(host_normed[i]) : Fp32ToFp16(host_normed[i]))
+              << "at " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(CudaKernelsTest, SwiGluAndAddMatchTheReference) {
   const int64_t n = 10007;
   const std::vector<float> gate = Random(n, 6.0f), up = Random(n, 2.0f);

@@ -312,8 +312,8 @@ TEST_F(CudaKernelsTest, GroupedAndSwiGluProductsMatchSeparateOnes) {
            {GgmlType::kQ5_K, GgmlType::kQ5_K},
            {GgmlType::kQ6_K, GgmlType::kQ6_K}}) {
     const bool quantized = GgmlIsQuantized(type);
-    for (const int64_t tokens : quantized ? std::vector<int64_t>{1, 5, 16}
-                                          : std::vector<int64_t>{1, 3, 8}) {
+    for (const int64_t tokens :
+         quantized ? std::vector<int64_t>{1, 5, 16, 65} : std::vector<int64_t>{1, 3, 8, 9, 32}) {
       SCOPED_TRACE(testing::Message() << GgmlTypeName(type) << " tokens " << tokens);
       const std::vector<float> x = Random(tokens * cols, 2.0f);
       DeviceBuffer dx = Up(x);
@@ -339,9 +339,22 @@ TEST_F(CudaKernelsTest, GroupedAndSwiGluProductsMatchSeparateOnes) {
       ASSERT_TRUE(scratch.ok());
       absl::Status s = MatMulGroup(*stream_, weights, y, 3, dx.as<float>(), tokens, *scratch);
       ASSERT_TRUE(s.ok()) << s;
+      const bool gemv = tokens <= (quantized ? kQuantGemvMaxTokens : kGemv16MaxTokens);
       for (int i = 0; i < 3; ++i) {
-        const Products want = ReferenceProducts(weights[i].type, w[i], rows[i], cols, x, tokens);
-        ExpectNearProducts(Down<float>(dy[i], want.sum.size()), want, 1e-5);
+        if (gemv) {
+          const Products want = ReferenceProducts(weights[i].type, w[i], rows[i], cols, x, tokens);
+          ExpectNearProducts(Down<float>(dy[i], want.sum.size()), want, 1e-5);
+          continue;
+        }
+        // On the tensor cores, x rounded to 16 bits once for the group:
+        // each product as MatMul gives it alone.
+        absl::StatusOr<DeviceBuffer> alone = DeviceBuffer::Allocate(tokens * rows[i] * 4);
+        ASSERT_TRUE(alone.ok());
+        ASSERT_TRUE(
+            MatMul(*stream_, weights[i], dx.as<float>(), tokens, alone->as<float>(), *scratch)
+                .ok());
+        EXPECT_EQ(Down<float>(dy[i], tokens * rows[i]), Down<float>(*alone, tokens * rows[i]))
+            << "product " << i;
       }
       // Gate and up: the first two products (1000 and 260 rows) truncated
       // to 260 rows each, against two MatMuls and SwiGlu.
@@ -366,11 +379,13 @@ TEST_F(CudaKernelsTest, GroupedAndSwiGluProductsMatchSeparateOnes) {
 
 // MatMulGroup and MatMulSwiGlu with an RMSNorm of x (RmsNormed, the forward
 // pass's NormMatMuls): folded into the GEMV launches (the normed buffer left
-// as it was; a Q4_K Q and K with a Q6_K V: two launches, each folding it),
-// else normed first (F16 past the 16-bit GEMV's 8 tokens, quantized weights
-// past kQuantGemvNormTokensPerLaunch), against LaunchRmsNorm and then the
-// same products. Tokens of different sizes, so that one token scaled by
-// another's norm is caught.
+// as it was; a Q4_K Q and K with a Q6_K V: two launches, each folding it);
+// on the tensor cores (16-bit weights past the 16-bit GEMV's 8 tokens,
+// quantized ones past the tile GEMM's 64) normed as x is rounded to 16 bits
+// (the normed buffer left as it was too); else normed first (quantized
+// weights past kQuantGemvNormTokensPerLaunch, to the tile GEMM's 64),
+// against LaunchRmsNorm and then the same products. Tokens of different
+// sizes, so that one token scaled by another's norm is caught.
 TEST_F(CudaKernelsTest, NormedProductsMatchRmsNormThenTheProducts) {
   const int64_t cols = 512;
   const int64_t rows[3] = {1000, 260, 260};
@@ -388,10 +403,16 @@ TEST_F(CudaKernelsTest, NormedProductsMatchRmsNormThenTheProducts) {
            {GgmlType::kQ5_K, GgmlType::kQ5_K, 4},
            {GgmlType::kQ4_K, GgmlType::kQ6_K, 1},
            {GgmlType::kQ4_K, GgmlType::kQ6_K, 2},
-           {GgmlType::kQ8_0, GgmlType::kQ8_0, 5}}) {
+           {GgmlType::kQ8_0, GgmlType::kQ8_0, 5},
+           {GgmlType::kF16, GgmlType::kF16, 32},
+           {GgmlType::kBF16, GgmlType::kBF16, 12},
+           {GgmlType::kQ8_0, GgmlType::kQ8_0, 20},
+           {GgmlType::kQ4_K, GgmlType::kQ6_K, 65},
+           {GgmlType::kQ8_0, GgmlType::kQ8_0, 70}}) {
     SCOPED_TRACE(testing::Message() << GgmlTypeName(type) << " tokens " << tokens);
-    const bool folded =
-        tokens <= (GgmlIsQuantized(type) ? kQuantGemvNormTokensPerLaunch : kGemv16MaxTokens);
+    const bool quantized = GgmlIsQuantized(type);
+    const bool folded = tokens <= (quantized ? kQuantGemvNormTokensPerLaunch : kGemv16MaxTokens);
+    const bool on_tensor_cores = tokens > (quantized ? kQuantTileGemmMaxTokens : kGemv16MaxTokens);
     std::vector<float> x = Random(tokens * cols, 2.0f);
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t c = 0; c < cols; ++c) x[t * cols + c] *= static_cast<float>(1 + 10 * (t % 3));
@@ -433,7 +454,8 @@ TEST_F(CudaKernelsTest, NormedProductsMatchRmsNormThenTheProducts) {
             .ok());
     // Folded: the same sums scaled once rather than each term, within f32's
     // rounding of the sum of the terms' magnitudes; otherwise the very same
-    // launches.
+    // products of the very same rows (on the tensor cores, the normed rows
+    // rounded to 16 bits bit for bit as LaunchToF16 rounds them).
     const double tol = folded ? 1e-5 : 0.0;
     const std::vector<float> host_normed = Down<float>(reference_normed, tokens * cols);
     std::vector<Products> sizes;
@@ -448,7 +470,7 @@ TEST_F(CudaKernelsTest, NormedProductsMatchRmsNormThenTheProducts) {
       }
     }
     const std::vector<float> left = Down<float>(normed, tokens * cols);
-    if (folded) {
+    if (folded || on_tensor_cores) {
       EXPECT_EQ(left, sentinel) << "the folded norm writes no normed rows";
     } else {
       EXPECT_EQ(left, Down<float>(reference_normed, tokens * cols));

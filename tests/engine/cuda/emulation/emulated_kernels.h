@@ -1,8 +1,8 @@
 // Kernels of engine/cuda compiled for the host against the CUDA emulation
 // in include/ (cuda_runtime_api.h says what it is), one translation unit per
 // kernel file (emulated_attention.cc, emulated_attention_tiles.cc,
-// emulated_gemv16.cc, emulated_quant.cc, emulated_quant_gemm.cc,
-// emulated_rope_store_kv.cc), behind plain types: those units rename the
+// emulated_gemv16.cc, emulated_norms.cc, emulated_quant.cc,
+// emulated_quant_gemm.cc, emulated_rope_store_kv.cc), behind plain types: those units rename the
 // project's namespace around the kernel's source, so their argument types
 // are not ours. All pointers are host memory.
 #ifndef TANDEM_TESTS_ENGINE_CUDA_EMULATION_EMULATED_KERNELS_H_
@@ -106,6 +106,15 @@ int RunRopeStoreKv(float* q, int32_t n_head, float* k, const float* v, int32_t n
                    int32_t head_dim, const int32_t* positions, int32_t n_rot, bool neox,
                    const float* cos_table, const float* sin_table, const KvPool& kv,
                    const int64_t* slots, int64_t n_tokens);
+
+// engine/cuda/kernels.cu's LaunchRmsNorm, LaunchRmsNorm16 (16-bit rows:
+// bf16 when `bf16`, else f16) and LaunchToF16 / LaunchToBf16; the launch's
+// cudaError_t.
+int RunRmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim, float eps,
+               float* y);
+int RunRmsNorm16(const float* x, const float* weight, int64_t n_tokens, int64_t dim, float eps,
+                 bool bf16, void* y);
+int RunTo16(const float* x, int64_t n, bool bf16, void* out);
 
 // The emulation's f32 -> f16 -> f32 (include/cuda_fp16.h): its bits and
 // the value they widen back to.

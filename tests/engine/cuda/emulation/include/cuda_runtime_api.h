@@ -23,11 +23,15 @@
 #define cudaError_t EmulatedCudaError
 #define cudaGetLastError EmulatedCudaGetLastError
 #define cudaFuncSetAttribute EmulatedCudaFuncSetAttribute
+#define cudaFuncAttributes EmulatedCudaFuncAttributes
+#define cudaFuncGetAttributes EmulatedCudaFuncGetAttributes
+#define cudaSetDevice EmulatedCudaSetDevice
 
 enum cudaError_t {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevice = 101,
   cudaErrorLaunchOutOfResources = 701,
   cudaErrorMisalignedAddress = 716,
 };
@@ -84,6 +88,19 @@ cudaError_t cudaFuncSetAttribute(Kernel* kernel, cudaFuncAttribute attr, int val
     return cudaErrorInvalidValue;
   }
   d.opted_in[reinterpret_cast<const void*>(kernel)] = static_cast<size_t>(value);
+  return cudaSuccess;
+}
+
+// One device, 0; any kernel's image is there.
+struct cudaFuncAttributes {
+  int maxThreadsPerBlock = 1024;
+};
+inline cudaError_t cudaSetDevice(int device) {
+  return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+}
+template <typename Kernel>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, Kernel* /*kernel*/) {
+  *attributes = {};
   return cudaSuccess;
 }
 
