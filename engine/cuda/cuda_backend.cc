@@ -22,12 +22,10 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cstddef>
 #include <cstring>
 #include <span>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -61,23 +59,6 @@ static_assert(offsetof(ReducedRow, top_logprobs) == offsetof(LogitsSummary, top_
 
 // cuBLAS's workspace, set once so that it never allocates inside a step.
 constexpr int64_t kBlasWorkspaceBytes = int64_t{32} << 20;
-
-// An op's words for GraphSections::Op: pointers by address, floats by their
-// bits, integers and enums as they are.
-template <typename T>
-uint64_t ToWord(T v) {
-  if constexpr (std::is_pointer_v<T>) {
-    return reinterpret_cast<uintptr_t>(v);
-  } else if constexpr (std::is_floating_point_v<T>) {
-    return std::bit_cast<uint32_t>(static_cast<float>(v));
-  } else {
-    return static_cast<uint64_t>(v);
-  }
-}
-template <typename... Args>
-std::array<uint64_t, sizeof...(Args)> Words(Args... args) {
-  return {ToWord(args)...};
-}
 
 // The attention tiles' arithmetic by CudaAttention (--cuda-attention).
 constexpr TileMath kTiles[] = {TileMath::kF32, TileMath::kSplitF16, TileMath::kF16};
@@ -256,6 +237,25 @@ class CudaBackend final : public Backend {
   void NormMatMulSwiGlu(const NormedInput& in, const DeviceMatrix& w_gate, const DeviceMatrix& w_up,
                         int64_t n_tokens, DevicePtr<float> gate, DevicePtr<float> up) override {
     SwiGluProducts(w_gate, w_up, in.x.backend_address(), n_tokens, gate, up, NormOf(in));
+  }
+
+  // Past GEMV sizes, the SwiGLU stored in 16 bits as down's x (cuda::FeedForward).
+  void FeedForward(const FeedForwardOp& op, int64_t n_tokens) override {
+    const DeviceWeight g = Weight(*op.w_gate), u = Weight(*op.w_up), d = Weight(*op.w_down);
+    const float* in = op.in.x.backend_address();
+    float* g_out = op.gate.backend_address();
+    float* u_out = op.up.backend_address();
+    float* out = op.out.backend_address();
+    const RmsNormed norm = NormOf(op.in);
+    const int64_t n = Rows(n_tokens);
+    graphs_.Op(Words(14, g.data, u.data, d.data, in, g_out, u_out, out, n, norm.weight, norm.eps,
+                     norm.normed),
+               [=, this] {
+                 CheckInStep(
+                     cuda::FeedForward(stream_, g, u, d, in, n, g_out, u_out, out, *matmul_scratch_,
+                                       norm.weight != nullptr ? &norm : nullptr),
+                     "FeedForward");
+               });
   }
 
   void AddBias(DevicePtr<float> x, DevicePtr<const float> bias, int64_t n_rows,

@@ -12,10 +12,13 @@
 #ifndef TANDEM_ENGINE_CUDA_GRAPH_SECTIONS_H_
 #define TANDEM_ENGINE_CUDA_GRAPH_SECTIONS_H_
 
+#include <array>
+#include <bit>
 #include <cstdint>
 #include <functional>
 #include <span>
 #include <map>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -25,6 +28,24 @@
 #include "engine/cuda/cuda_backend.h"
 
 namespace tandem::engine::cuda {
+
+// An op's word for GraphSections::Op: a pointer by its address, a float by
+// its bits, an integer or enum as it is.
+template <typename T>
+uint64_t ToWord(T v) {
+  if constexpr (std::is_pointer_v<T>) {
+    return reinterpret_cast<uintptr_t>(v);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return std::bit_cast<uint32_t>(static_cast<float>(v));
+  } else {
+    return static_cast<uint64_t>(v);
+  }
+}
+// An op's words: a tag of its own first, then its arguments.
+template <typename... Args>
+std::array<uint64_t, sizeof...(Args)> Words(Args... args) {
+  return {ToWord(args)...};
+}
 
 class GraphSections {
  public:

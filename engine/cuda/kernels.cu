@@ -128,11 +128,13 @@ __global__ void __launch_bounds__(kRmsMaxThreads)
   }
 }
 
-__global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, float* out) {
+// Out: float, or a 16-bit type the value is rounded to (Put).
+template <typename Out>
+__global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, Out* out) {
   GridPrologue();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  out[i] = Silu(gate[i]) * up[i];
+  Put(out, i, Silu(gate[i]) * up[i]);
 }
 
 __global__ void AddKernel(float* x, const float* y, int64_t n) {
@@ -240,7 +242,20 @@ cudaError_t LaunchRmsNorm16(const float* x, const float* weight, int64_t n_token
 cudaError_t LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* out,
                          cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  Launch(SwiGluKernel, Blocks(n), kThreads, 0, stream, gate, up, n, out);
+  Launch(SwiGluKernel<float>, Blocks(n), kThreads, 0, stream, gate, up, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSwiGlu16(const float* gate, const float* up, int64_t n, bool bf16, void* out,
+                           cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  if (bf16) {
+    Launch(SwiGluKernel<__nv_bfloat16>, Blocks(n), kThreads, 0, stream, gate, up, n,
+           static_cast<__nv_bfloat16*>(out));
+  } else {
+    Launch(SwiGluKernel<__half>, Blocks(n), kThreads, 0, stream, gate, up, n,
+           static_cast<__half*>(out));
+  }
   return cudaGetLastError();
 }
 

@@ -65,6 +65,11 @@ cudaError_t LaunchRmsNorm16(const float* x, const float* weight, int64_t n_token
 // out[i] = silu(gate[i]) * up[i]; out may alias gate.
 cudaError_t LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* out,
                          cudaStream_t stream);
+// LaunchSwiGlu's values rounded to f16 (or bf16 when `bf16`) as they are
+// stored: bit for bit LaunchSwiGlu then LaunchToF16 (LaunchToBf16), in one
+// launch. `out` [n] of 16-bit values.
+cudaError_t LaunchSwiGlu16(const float* gate, const float* up, int64_t n, bool bf16, void* out,
+                           cudaStream_t stream);
 
 // x[i] += y[i].
 cudaError_t LaunchAdd(float* x, const float* y, int64_t n, cudaStream_t stream);

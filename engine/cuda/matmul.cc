@@ -354,4 +354,28 @@ absl::Status MatMulSwiGlu(const Stream& stream, const DeviceWeight& gate, const 
                "SwiGlu");
 }
 
+absl::Status FeedForward(const Stream& stream, const DeviceWeight& gate, const DeviceWeight& up,
+                         const DeviceWeight& down, const float* x, int64_t n_tokens,
+                         float* gate_out, float* up_out, float* y, DeviceBuffer& scratch,
+                         const RmsNormed* norm) {
+  if (n_tokens == 0) return absl::OkStatus();
+  const DeviceWeight both[] = {gate, up};
+  if (ShareSixteenBitX(both, 2, n_tokens) && gate.rows == up.rows &&
+      OnTensorCores(down, n_tokens) && down.cols == gate.rows) {
+    if (static_cast<int64_t>(scratch.bytes()) < TensorCoreScratchBytes(down, n_tokens)) {
+      return absl::InvalidArgumentError("FeedForward: scratch smaller than MatMulScratchBytes");
+    }
+    float* const outs[] = {gate_out, up_out};
+    RETURN_IF_ERROR(ProductsOnTensorCores(stream, both, outs, 2, x, n_tokens, scratch, norm));
+    // Down's x, in its 16-bit type at the scratch's front, once gate and up
+    // are done with theirs.
+    RETURN_IF_ERROR(Check(LaunchSwiGlu16(gate_out, up_out, n_tokens * gate.rows,
+                                         MultipliesInBf16(down), scratch.data(), stream.stream()),
+                          "SwiGlu to 16 bits"));
+    return ProductFrom16(stream, down, n_tokens, y, scratch, /*add=*/true);
+  }
+  RETURN_IF_ERROR(MatMulSwiGlu(stream, gate, up, x, n_tokens, gate_out, up_out, scratch, norm));
+  return MatMul(stream, down, gate_out, n_tokens, y, scratch, /*add=*/true);
+}
+
 }  // namespace tandem::engine::cuda

@@ -87,6 +87,19 @@ absl::Status MatMulSwiGlu(const Stream& stream, const DeviceWeight& gate, const 
                           const float* x, int64_t n_tokens, float* gate_out, float* up_out,
                           DeviceBuffer& scratch, const RmsNormed* norm = nullptr);
 
+// The feed-forward block (Backend::FeedForward): y += SwiGLU(x) down^T,
+// SwiGLU(x) = silu(x gate^T) * (x up^T), with `norm` of RmsNorm(x). Where
+// gate, up and down all go to the tensor cores, the SwiGLU is rounded to
+// down's 16-bit type as it is stored (LaunchSwiGlu16), which is what down
+// multiplies: no f32 SwiGLU rows are written, and gate_out holds the gate
+// product. Otherwise MatMulSwiGlu into gate_out (up_out as its), then MatMul
+// adding into y. Either way bit for bit the same y. `scratch` as MatMul's
+// for each weight; y may be x.
+absl::Status FeedForward(const Stream& stream, const DeviceWeight& gate, const DeviceWeight& up,
+                         const DeviceWeight& down, const float* x, int64_t n_tokens,
+                         float* gate_out, float* up_out, float* y, DeviceBuffer& scratch,
+                         const RmsNormed* norm = nullptr);
+
 }  // namespace tandem::engine::cuda
 
 #endif  // TANDEM_ENGINE_CUDA_MATMUL_H_

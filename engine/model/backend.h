@@ -168,6 +168,19 @@ struct NormedInput {
   DevicePtr<float> normed;  // [n_tokens, dim]; may alias x
 };
 
+// The feed-forward block (Backend::FeedForward): out[t, :] += w_down ·
+// (silu(w_gate · n) * (w_up · n)), n = RmsNorm(in)[t, :], t < n_tokens.
+struct FeedForwardOp {
+  NormedInput in;  // in.x [n_tokens, dim]
+  const DeviceMatrix* w_gate = nullptr;
+  const DeviceMatrix* w_up = nullptr;
+  const DeviceMatrix* w_down = nullptr;
+  DevicePtr<float> gate;     // [n_tokens, w_gate.rows]
+  DevicePtr<float> up;       // [n_tokens, w_up.rows]
+  DevicePtr<float> out;      // [n_tokens, dim], the residual stream; may be in.x
+  DevicePtr<float> scratch;  // [n_tokens, dim], as MatMulAdd's
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -250,6 +263,13 @@ class Backend {
                                 DevicePtr<float> up) {
     RmsNorm(in.x, in.weight, n_tokens, in.dim, in.eps, in.normed);
     MatMulSwiGlu(w_gate, w_up, in.normed, n_tokens, gate, up);
+  }
+  // NormMatMulSwiGlu into op.gate (and op.up), then MatMulAdd of op.gate
+  // into op.out. A backend may fuse them; op.gate, op.up and op.in.normed
+  // then hold whatever the fused ops left there.
+  virtual void FeedForward(const FeedForwardOp& op, int64_t n_tokens) {
+    NormMatMulSwiGlu(op.in, *op.w_gate, *op.w_up, n_tokens, op.gate, op.up);
+    MatMulAdd(*op.w_down, op.gate, n_tokens, op.out, op.scratch);
   }
   // x[t, :] += bias[:] for t < n_rows; x: [n_rows, dim].
   virtual void AddBias(DevicePtr<float> x, DevicePtr<const float> bias, int64_t n_rows,

@@ -248,8 +248,15 @@ void ForwardPass::StoreKvOnly(int32_t layer) {
 void ForwardPass::FeedForward(int32_t layer) {
   const DeviceLayerWeights& w = w_.layers[layer];
   const int64_t T = step_.n_tokens();
-  backend_.NormMatMulSwiGlu(Normed(w.ffn_norm), w.w_gate, w.w_up, T, s_.gate, s_.up);
-  backend_.MatMulAdd(w.w_down, s_.gate, T, s_.x, s_.proj);
+  backend_.FeedForward({.in = Normed(w.ffn_norm),
+                        .w_gate = &w.w_gate,
+                        .w_up = &w.w_up,
+                        .w_down = &w.w_down,
+                        .gate = s_.gate,
+                        .up = s_.up,
+                        .out = s_.x,
+                        .scratch = s_.proj},
+                       T);
 }
 
 // logits = W_out · RmsNorm(x) for the rows that need them, then each row

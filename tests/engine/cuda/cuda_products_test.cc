@@ -1,7 +1,7 @@
 // The matrix products' kernels against the CPU reference on random inputs:
 // MatMul for every weight type (storing and adding to y), each GEMV at every row split, grouped and
-// fused (SwiGLU) GEMVs, with an RMSNorm folded in or not, the f16 dequantizer and the embedding
-// gather.
+// fused (SwiGLU) GEMVs, with an RMSNorm folded in or not, the feed-forward block, the f16
+// dequantizer and the embedding gather.
 // Skips without a usable CUDA device (cuda_test_util.h).
 #include <algorithm>
 #include <cmath>
@@ -493,6 +493,66 @@ TEST_F(CudaKernelsTest, NormedProductsMatchRmsNormThenTheProducts) {
       const double g = sizes[0].magnitude[t * rows[0] + r] + 1.0;
       const double u = sizes[1].magnitude[t * rows[1] + r] + 1.0;
       ASSERT_NEAR(a[k], b[k], tol * g * u) << "SwiGLU at " << k;
+    }
+  }
+}
+
+// The feed-forward block (FeedForward) against MatMulSwiGlu then MatMul
+// adding into the residual, with the norm and without: bit for bit, at GEMV
+// sizes (where it is those calls) and where gate, up and down all go to the
+// tensor cores (where the SwiGLU is stored in down's 16-bit type, as
+// LaunchToF16 rounds it for down's product).
+TEST_F(CudaKernelsTest, FeedForwardEqualsSwiGluThenTheDownProduct) {
+  const int64_t dim = 512, n_ff = 768;
+  const std::vector<float> norm_weight = Random(dim, 1.5f);
+  DeviceBuffer dnorm = Up(norm_weight);
+  for (const auto& [type, tokens] :
+       std::vector<std::pair<GgmlType, int64_t>>{{GgmlType::kF16, 3},
+                                                 {GgmlType::kF16, 9},
+                                                 {GgmlType::kF16, 32},
+                                                 {GgmlType::kBF16, 12},
+                                                 {GgmlType::kQ8_0, 5},
+                                                 {GgmlType::kQ8_0, 20},
+                                                 {GgmlType::kQ4_K, 65},
+                                                 {GgmlType::kQ6_K, 70}}) {
+    for (const bool normed : {false, true}) {
+      SCOPED_TRACE(testing::Message()
+                   << GgmlTypeName(type) << " tokens " << tokens << (normed ? " normed" : ""));
+      std::vector<DeviceBuffer> dw;
+      DeviceWeight w[3];  // gate, up, down
+      int64_t scratch_bytes = 1;
+      for (int i = 0; i < 3; ++i) {
+        const int64_t rows = i < 2 ? n_ff : dim, cols = i < 2 ? dim : n_ff;
+        dw.push_back(Up(Encode(type, Random(rows * cols))));
+        w[i] = {.type = type, .data = dw[i].data(), .rows = rows, .cols = cols};
+        scratch_bytes = std::max(scratch_bytes, MatMulScratchBytes(w[i], tokens));
+      }
+      absl::StatusOr<DeviceBuffer> scratch = DeviceBuffer::Allocate(scratch_bytes);
+      ASSERT_TRUE(scratch.ok());
+      DeviceBuffer dx = Up(Random(tokens * dim, 2.0f));
+      const std::vector<float> residual = Random(tokens * dim, 3.0f);
+      DeviceBuffer got = Up(residual), want = Up(residual);
+      std::vector<DeviceBuffer> ff;  // gate and up, each call's
+      for (int i = 0; i < 4; ++i) {
+        absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(tokens * n_ff * 4);
+        ASSERT_TRUE(b.ok());
+        ff.push_back(*std::move(b));
+      }
+      DeviceBuffer normed_rows = Up(std::vector<float>(tokens * dim, 0.0f));
+      const RmsNormed norm{
+          .weight = dnorm.as<float>(), .eps = 1e-5f, .normed = normed_rows.as<float>()};
+      const RmsNormed* n = normed ? &norm : nullptr;
+      absl::Status s =
+          FeedForward(*stream_, w[0], w[1], w[2], dx.as<float>(), tokens, ff[0].as<float>(),
+                      ff[1].as<float>(), got.as<float>(), *scratch, n);
+      ASSERT_TRUE(s.ok()) << s;
+      s = MatMulSwiGlu(*stream_, w[0], w[1], dx.as<float>(), tokens, ff[2].as<float>(),
+                       ff[3].as<float>(), *scratch, n);
+      ASSERT_TRUE(s.ok()) << s;
+      s = MatMul(*stream_, w[2], ff[2].as<float>(), tokens, want.as<float>(), *scratch,
+                 /*add=*/true);
+      ASSERT_TRUE(s.ok()) << s;
+      EXPECT_EQ(Down<float>(got, tokens * dim), Down<float>(want, tokens * dim));
     }
   }
 }

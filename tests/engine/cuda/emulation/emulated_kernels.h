@@ -1,7 +1,7 @@
 // Kernels of engine/cuda compiled for the host against the CUDA emulation
 // in include/ (cuda_runtime_api.h says what it is), one translation unit per
 // kernel file (emulated_attention.cc, emulated_attention_tiles.cc,
-// emulated_gemv16.cc, emulated_norms.cc, emulated_quant.cc,
+// emulated_gemv16.cc, emulated_elementwise.cc, emulated_quant.cc,
 // emulated_quant_gemm.cc, emulated_rope_store_kv.cc), behind plain types: those units rename the
 // project's namespace around the kernel's source, so their argument types
 // are not ours. All pointers are host memory.
@@ -108,12 +108,14 @@ int RunRopeStoreKv(float* q, int32_t n_head, float* k, const float* v, int32_t n
                    const int64_t* slots, int64_t n_tokens);
 
 // engine/cuda/kernels.cu's LaunchRmsNorm, LaunchRmsNorm16 (16-bit rows:
-// bf16 when `bf16`, else f16) and LaunchToF16 / LaunchToBf16; the launch's
-// cudaError_t.
+// bf16 when `bf16`, else f16), LaunchSwiGlu, LaunchSwiGlu16 and LaunchToF16
+// / LaunchToBf16; the launch's cudaError_t.
 int RunRmsNorm(const float* x, const float* weight, int64_t n_tokens, int64_t dim, float eps,
                float* y);
 int RunRmsNorm16(const float* x, const float* weight, int64_t n_tokens, int64_t dim, float eps,
                  bool bf16, void* y);
+int RunSwiGlu(const float* gate, const float* up, int64_t n, float* out);
+int RunSwiGlu16(const float* gate, const float* up, int64_t n, bool bf16, void* out);
 int RunTo16(const float* x, int64_t n, bool bf16, void* out);
 
 // The emulation's f32 -> f16 -> f32 (include/cuda_fp16.h): its bits and

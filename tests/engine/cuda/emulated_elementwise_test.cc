@@ -1,8 +1,9 @@
-// engine/cuda/kernels.cu's RMSNorms and conversions to 16 bits, their own
-// source run on the CPU under the CUDA emulation (emulation/): the f32 rows
-// against RmsNorm in double, and the 16-bit rows the tensor-core products
-// take (LaunchRmsNorm16, x normed and rounded in one launch) bit for bit
-// the f32 rows rounded, as LaunchRmsNorm then LaunchToF16 / LaunchToBf16
+// engine/cuda/kernels.cu's RMSNorms, SwiGLU and conversions to 16 bits,
+// their own source run on the CPU under the CUDA emulation (emulation/):
+// the f32 rows against RmsNorm in double, and the 16-bit rows the
+// tensor-core products take (LaunchRmsNorm16, x normed and rounded in one
+// launch; LaunchSwiGlu16, the down product's x) bit for bit the f32 rows
+// rounded, as LaunchRmsNorm (LaunchSwiGlu) then LaunchToF16 / LaunchToBf16
 // give them and as the CPU rounds. Rows of whole float4s (one thread per
 // float4, and rows longer than the 1024 threads' kept registers) and rows
 // of any length (the scalar kernel, also taken for an output not aligned
@@ -33,7 +34,7 @@ const int64_t kDims[] = {256, 130, 4 * (4 * 1024 + 40)};
 
 uint16_t Rounded(float v, bool bf16) { return bf16 ? Fp32ToBf16(v) : Fp32ToFp16(v); }
 
-TEST(EmulatedNormTest, RmsNormMatchesTheReference) {
+TEST(EmulatedElementwiseTest, RmsNormMatchesTheReference) {
   std::mt19937 rng(11);
   for (const int64_t dim : kDims) {
     const int64_t tokens = dim > 4096 ? 2 : 5;
@@ -54,7 +55,7 @@ TEST(EmulatedNormTest, RmsNormMatchesTheReference) {
   }
 }
 
-TEST(EmulatedNormTest, SixteenBitRowsAreTheF32RowsRounded) {
+TEST(EmulatedElementwiseTest, SixteenBitRowsAreTheF32RowsRounded) {
   std::mt19937 rng(12);
   for (const bool bf16 : {false, true}) {
     for (const int64_t dim : kDims) {
@@ -88,9 +89,33 @@ TEST(EmulatedNormTest, SixteenBitRowsAreTheF32RowsRounded) {
   }
 }
 
+// silu(gate) * up against the CPU's formula, and rounded to 16 bits in the
+// same launch bit for bit as converted after it; over several blocks and a
+// partial last one.
+TEST(EmulatedElementwiseTest, SwiGlu16IsTheSwiGluRounded) {
+  std::mt19937 rng(14);
+  const int64_t n = 3 * 256 + 77;
+  const std::vector<float> gate = RandomVector(n, rng, 8.0f), up = RandomVector(n, rng, 3.0f);
+  std::vector<float> out(n, -7.0f);
+  ASSERT_EQ(emu::RunSwiGlu(gate.data(), up.data(), n, out.data()), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = gate[i] / (1.0 + std::exp(-double{gate[i]})) * up[i];
+    ASSERT_NEAR(out[i], want, 1e-6 * std::abs(want) + 1e-7) << "at " << i;
+  }
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "f16");
+    std::vector<uint16_t> converted(n), fused(n + 1, 0xdead);
+    ASSERT_EQ(emu::RunTo16(out.data(), n, bf16, converted.data()), 0);
+    ASSERT_EQ(emu::RunSwiGlu16(gate.data(), up.data(), n, bf16, fused.data()), 0);
+    EXPECT_EQ(fused.back(), 0xdead) << "written past the values";
+    fused.pop_back();
+    EXPECT_EQ(fused, converted);
+  }
+}
+
 // Values where rounding to 16 bits is decided by the last bits: halfway
 // cases either way, the largest finite values and past them, subnormals.
-TEST(EmulatedNormTest, ConversionsRoundToNearestEven) {
+TEST(EmulatedElementwiseTest, ConversionsRoundToNearestEven) {
   std::vector<float> x;
   for (const uint32_t bits :
        {0x3f808000u, 0x3f818000u, 0x3f80c000u, 0x3f807fffu, 0x7f7fffffu, 0x477fefffu, 0x477ff000u,
