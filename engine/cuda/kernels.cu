@@ -42,8 +42,8 @@ __device__ float BlockSum(float v, float* scratch) {
   return BlockReduce(v, 0.0f, SumOp(), scratch);
 }
 
-// Where a norm's rows go: f32 as they are, or rounded to a 16-bit type
-// for the tensor cores (as ToF16Kernel and ToBf16Kernel round).
+// Where a kernel's values go: f32 as they are, or rounded to nearest even
+// in a 16-bit type for the tensor cores.
 __device__ __forceinline__ void Put(float* out, int64_t i, float v) { out[i] = v; }
 __device__ __forceinline__ void Put(__half* out, int64_t i, float v) {
   out[i] = __float2half_rn(v);
@@ -179,16 +179,12 @@ __global__ void MatMulQ8_0Kernel(const uint8_t* w, int64_t cols, const float* x,
   if (threadIdx.x == 0) y[t * rows + r] = sum;
 }
 
-__global__ void ToF16Kernel(const float* x, int64_t n, __half* out) {
+// x rounded to a 16-bit type (Put).
+template <typename Out>
+__global__ void To16Kernel(const float* x, int64_t n, Out* out) {
   GridPrologue();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) out[i] = __float2half_rn(x[i]);
-}
-
-__global__ void ToBf16Kernel(const float* x, int64_t n, __nv_bfloat16* out) {
-  GridPrologue();
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) out[i] = __float2bfloat16_rn(x[i]);
+  if (i < n) Put(out, i, x[i]);
 }
 
 }  // namespace
@@ -286,13 +282,14 @@ cudaError_t LaunchMatMulQ8_0(const void* w, int64_t rows, int64_t cols, const fl
 
 cudaError_t LaunchToF16(const float* x, int64_t n, void* out, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  Launch(ToF16Kernel, Blocks(n), kThreads, 0, stream, x, n, static_cast<__half*>(out));
+  Launch(To16Kernel<__half>, Blocks(n), kThreads, 0, stream, x, n, static_cast<__half*>(out));
   return cudaGetLastError();
 }
 
 cudaError_t LaunchToBf16(const float* x, int64_t n, void* out, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  Launch(ToBf16Kernel, Blocks(n), kThreads, 0, stream, x, n, static_cast<__nv_bfloat16*>(out));
+  Launch(To16Kernel<__nv_bfloat16>, Blocks(n), kThreads, 0, stream, x, n,
+         static_cast<__nv_bfloat16*>(out));
   return cudaGetLastError();
 }
 
