@@ -165,6 +165,13 @@ bool ShareSixteenBitX(const DeviceWeight* w, int count, int64_t n_tokens) {
   return count > 0;
 }
 
+// Whether gate and up (rows alike, for the SwiGLU of their sums) share
+// one 16-bit x on the tensor cores.
+bool GateAndUpOnTensorCores(const DeviceWeight& gate, const DeviceWeight& up, int64_t n_tokens) {
+  const DeviceWeight both[] = {gate, up};
+  return gate.rows == up.rows && ShareSixteenBitX(both, 2, n_tokens);
+}
+
 // y = x16 w^T, x16 at the scratch's front (ActivationsTo16), for a weight
 // OnTensorCores takes: the 16-bit weight as it is, a quantized one
 // dequantized to f16 after x16 first (each call: no f16 copy is kept
@@ -325,8 +332,8 @@ absl::Status MatMulSwiGlu(const Stream& stream, const DeviceWeight& gate, const 
                           const float* x, int64_t n_tokens, float* gate_out, float* up_out,
                           DeviceBuffer& scratch, const RmsNormed* norm) {
   if (n_tokens == 0 || gate.rows == 0) return absl::OkStatus();
-  const DeviceWeight both[] = {gate, up};
-  if (ShareSixteenBitX(both, 2, n_tokens)) {
+  if (GateAndUpOnTensorCores(gate, up, n_tokens)) {
+    const DeviceWeight both[] = {gate, up};
     float* const outs[] = {gate_out, up_out};
     RETURN_IF_ERROR(ProductsOnTensorCores(stream, both, outs, 2, x, n_tokens, scratch, norm));
     return Check(LaunchSwiGlu(gate_out, up_out, n_tokens * gate.rows, gate_out, stream.stream()),
@@ -359,12 +366,12 @@ absl::Status FeedForward(const Stream& stream, const DeviceWeight& gate, const D
                          float* gate_out, float* up_out, float* y, DeviceBuffer& scratch,
                          const RmsNormed* norm) {
   if (n_tokens == 0) return absl::OkStatus();
-  const DeviceWeight both[] = {gate, up};
-  if (ShareSixteenBitX(both, 2, n_tokens) && gate.rows == up.rows &&
-      OnTensorCores(down, n_tokens) && down.cols == gate.rows) {
+  if (GateAndUpOnTensorCores(gate, up, n_tokens) && OnTensorCores(down, n_tokens) &&
+      down.cols == gate.rows) {
     if (static_cast<int64_t>(scratch.bytes()) < TensorCoreScratchBytes(down, n_tokens)) {
       return absl::InvalidArgumentError("FeedForward: scratch smaller than MatMulScratchBytes");
     }
+    const DeviceWeight both[] = {gate, up};
     float* const outs[] = {gate_out, up_out};
     RETURN_IF_ERROR(ProductsOnTensorCores(stream, both, outs, 2, x, n_tokens, scratch, norm));
     // Down's x, in its 16-bit type at the scratch's front, once gate and up
