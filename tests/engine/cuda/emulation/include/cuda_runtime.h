@@ -1,30 +1,42 @@
 // The device side of the host emulation (cuda_runtime_api.h says what it is
 // for): the CUDA keywords, threadIdx and friends, __syncthreads and warp
 // shuffles, the few intrinsics the kernels use, and RunGrid, which runs a
-// kernel's blocks one after another on blockDim.x std::threads. A
-// block's dynamic shared memory (launch.cuh's DynamicSharedMemory) is one
-// buffer, filled with 0xff bytes (a NaN in f32 and f16) before every block
-// so that reading what no thread wrote shows; a __shared__ array declared
-// in a kernel is a static of that kernel, which the blocks, running one at a
-// time, take turns at.
+// kernel's blocks one after another, each CUDA thread of a block a fiber
+// (ucontext) on the launching thread: a barrier switches to the block's
+// next fiber, so a block of 1024 threads costs no OS thread and no kernel
+// wake-up per barrier. A block's dynamic shared memory (launch.cuh's
+// DynamicSharedMemory) is one buffer, filled with 0xff bytes (a NaN in f32
+// and f16) before every block so that reading what no thread wrote shows;
+// a __shared__ array declared in a kernel is a static of that kernel, which
+// the blocks, running one at a time, take turns at.
 //
 // Warp-collective calls (shuffles, mma.h's fragments) must be reached by all
-// 32 lanes of a warp still running, as on a GPU; a kernel that does not
-// deadlocks here (ctest's timeout), rather than passing.
+// 32 lanes of a warp still running, and __syncthreads by every thread of the
+// block still running, as on a GPU; a kernel that does not deadlocks, which
+// the scheduler reports (naming the kernel's grid) and aborts on, rather
+// than passing.
 #ifndef TANDEM_TESTS_CUDA_EMULATION_CUDA_RUNTIME_H_
 #define TANDEM_TESTS_CUDA_EMULATION_CUDA_RUNTIME_H_
 
+#include <ucontext.h>
+
 #include <algorithm>
 #include <atomic>
-#include <barrier>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <thread>
+#include <mutex>
 #include <vector>
 
 #include "cuda_runtime_api.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define TANDEM_EMULATION_ASAN 1
+#endif
 
 #define __global__
 #define __device__
@@ -41,10 +53,104 @@ inline thread_local dim3 gridDim;
 
 namespace cuda_emulation {
 
+// The fibers of the block running on this thread, and the switches between
+// them and the scheduler (RunGrid's loop).
+struct Fibers {
+  static constexpr size_t kStackBytes = size_t{256} << 10;
+  struct Fiber {
+    ucontext_t context;
+    char* stack = nullptr;
+    bool done = true;
+  };
+  ucontext_t scheduler;
+  std::vector<Fiber> fibers;
+  int current = -1;
+  // Counts arrivals, releases and exits: a round of the scheduler that
+  // moves it by none is a deadlock.
+  uint64_t progress = 0;
+  const std::function<void()>* body = nullptr;
+#ifdef TANDEM_EMULATION_ASAN
+  const void* scheduler_stack = nullptr;
+  size_t scheduler_stack_bytes = 0;
+#endif
+
+  // (Each context call in a function of its own: getcontext returns twice.)
+  // From the running fiber back to the scheduler; returns when resumed.
+  __attribute__((noinline)) void Yield() {
+#ifdef TANDEM_EMULATION_ASAN
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, scheduler_stack, scheduler_stack_bytes);
+#endif
+    swapcontext(&fibers[current].context, &scheduler);
+#ifdef TANDEM_EMULATION_ASAN
+    __sanitizer_finish_switch_fiber(fake, &scheduler_stack, &scheduler_stack_bytes);
+#endif
+  }
+  void Start(Fiber& fiber);
+  // From the scheduler to fiber i, until it yields or ends.
+  __attribute__((noinline)) void Resume(int i) {
+    current = i;
+    threadIdx = {static_cast<unsigned>(i), 0, 0};
+#ifdef TANDEM_EMULATION_ASAN
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, fibers[i].stack, kStackBytes);
+#endif
+    swapcontext(&scheduler, &fibers[i].context);
+#ifdef TANDEM_EMULATION_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+  }
+};
+
+inline thread_local Fibers* current_fibers = nullptr;
+
+inline void FiberMain();
+
+// Fiber's context set to run FiberMain from the start of its stack.
+__attribute__((noinline)) inline void Fibers::Start(Fiber& fiber) {
+  getcontext(&fiber.context);
+  fiber.context.uc_stack.ss_sp = fiber.stack;
+  fiber.context.uc_stack.ss_size = kStackBytes;
+  fiber.context.uc_link = &scheduler;
+  makecontext(&fiber.context, FiberMain, 0);
+  fiber.done = false;
+}
+
+// A barrier of fibers: arrive_and_wait returns once `expected` have arrived;
+// arrive_and_drop is an exit (the barrier then waits for one fewer).
+class Barrier {
+ public:
+  explicit Barrier(int expected) : expected_(expected) {}
+  void arrive_and_wait() {
+    Fibers& f = *current_fibers;
+    ++f.progress;
+    const uint64_t generation = generation_;
+    if (++arrived_ == expected_) {
+      Release();
+      return;
+    }
+    while (generation_ == generation) f.Yield();
+    ++f.progress;
+  }
+  void arrive_and_drop() {
+    --expected_;
+    if (expected_ > 0 && arrived_ == expected_) Release();
+  }
+
+ private:
+  void Release() {
+    arrived_ = 0;
+    ++generation_;
+  }
+  int expected_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+};
+
 struct Warp {
   static constexpr int kScratch = 256;
   explicit Warp(int lanes) : sync(lanes) {}
-  std::barrier<> sync;
+  Barrier sync;
   uint64_t slots[32] = {};       // a shuffle's values
   float scratch[kScratch] = {};  // a product's tile (mma.h)
 };
@@ -55,7 +161,7 @@ struct Block {
       warps.push_back(std::make_unique<Warp>(std::min(32, threads - 32 * w)));
     }
   }
-  std::barrier<> sync;
+  Barrier sync;
   std::vector<std::unique_ptr<Warp>> warps;
 };
 
@@ -73,16 +179,32 @@ inline SharedMemory& TheSharedMemory() {
   return memory;
 }
 
-// Runs `body` (the kernel called with its arguments) over `grid` x `block`
-// as a launch would, after the launch's checks: the block's size, and the
-// dynamic shared memory against the default or what the kernel opted in to.
-inline cudaError_t RunGrid(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,
-                           const std::function<void()>& body) {
+// A fiber's whole life: the kernel, then its exit from its warp's and
+// block's barriers (an exited thread no longer counts at them, as on a
+// GPU: a kernel whose threads leave early still runs its barriers with the
+// rest). Returns to the scheduler through uc_link.
+inline void FiberMain() {
+  Fibers& f = *current_fibers;
+#ifdef TANDEM_EMULATION_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &f.scheduler_stack, &f.scheduler_stack_bytes);
+#endif
+  (*f.body)();
+  CurrentWarp().sync.arrive_and_drop();
+  current_block->sync.arrive_and_drop();
+  f.fibers[f.current].done = true;
+  ++f.progress;
+#ifdef TANDEM_EMULATION_ASAN
+  __sanitizer_start_switch_fiber(nullptr, f.scheduler_stack, f.scheduler_stack_bytes);
+#endif
+}
+
+// The launch's checks: the block's size, and the dynamic shared memory
+// against the default or what the kernel opted in to.
+inline cudaError_t CheckLaunch(const void* kernel, dim3 block, size_t shared_bytes) {
   Device& device = TheDevice();
   const auto opted = device.opted_in.find(kernel);
   const size_t limit = opted != device.opted_in.end() ? opted->second : device.shared_default_bytes;
-  SharedMemory& shared = TheSharedMemory();
-  if (shared_bytes > limit || shared_bytes > sizeof(shared.base)) {
+  if (shared_bytes > limit || shared_bytes > sizeof(SharedMemory::base)) {
     device.last_error = cudaErrorInvalidValue;
     return cudaErrorInvalidValue;
   }
@@ -90,38 +212,61 @@ inline cudaError_t RunGrid(const void* kernel, dim3 grid, dim3 block, size_t sha
     device.last_error = cudaErrorInvalidConfiguration;
     return cudaErrorInvalidConfiguration;
   }
-  // One thread per CUDA thread of a block, each taking every block in turn:
-  // all meet before a block starts (the last one done with its memory),
-  // thread 0 readies it, all meet again, then run it.
+  return cudaSuccess;
+}
+
+// Runs `body` (the kernel called with its arguments) over `grid` x `block`,
+// its blocks one after another, each block's threads as fibers. One grid
+// at a time in the process (the shared memory is one).
+inline void RunBlocks(dim3 grid, dim3 block, const std::function<void()>& body) {
+  static std::mutex one_grid;
+  static std::vector<std::unique_ptr<char[]>> stacks;  // kept for the next grid
+  std::lock_guard<std::mutex> lock(one_grid);
+  while (stacks.size() < block.x) stacks.emplace_back(new char[Fibers::kStackBytes]);
+  Fibers f;
+  f.body = &body;
+  f.fibers.resize(block.x);
+  for (unsigned t = 0; t < block.x; ++t) f.fibers[t].stack = stacks[t].get();
+  Fibers* const outer = current_fibers;
+  current_fibers = &f;
+  blockDim = block;
+  gridDim = grid;
+  SharedMemory& shared = TheSharedMemory();
   const unsigned blocks = grid.x * grid.y * grid.z;
-  std::unique_ptr<Block> b;
-  std::barrier<> turn(static_cast<std::ptrdiff_t>(block.x));
-  std::vector<std::thread> threads;
-  threads.reserve(block.x);
-  for (unsigned t = 0; t < block.x; ++t) {
-    threads.emplace_back([&, t] {
-      threadIdx = {t, 0, 0};
-      blockDim = block;
-      gridDim = grid;
-      for (unsigned i = 0; i < blocks; ++i) {
-        turn.arrive_and_wait();
-        if (t == 0) {
-          std::memset(shared.base, 0xff, sizeof(shared.base));
-          b = std::make_unique<Block>(static_cast<int>(block.x));
-        }
-        turn.arrive_and_wait();
-        blockIdx = {i % grid.x, i / grid.x % grid.y, i / (grid.x * grid.y)};
-        current_block = b.get();
-        body();
-        // An exited thread no longer counts at its block's or warp's
-        // barriers, as on a GPU: a kernel whose threads leave early still
-        // runs its barriers with the rest.
-        CurrentWarp().sync.arrive_and_drop();
-        b->sync.arrive_and_drop();
+  for (unsigned i = 0; i < blocks; ++i) {
+    std::memset(shared.base, 0xff, sizeof(shared.base));
+    Block b(static_cast<int>(block.x));
+    current_block = &b;
+    blockIdx = {i % grid.x, i / grid.x % grid.y, i / (grid.x * grid.y)};
+    for (Fibers::Fiber& fiber : f.fibers) f.Start(fiber);
+    for (bool live = true; live;) {
+      live = false;
+      const uint64_t before = f.progress;
+      for (int t = 0; t < static_cast<int>(block.x); ++t) {
+        if (f.fibers[t].done) continue;
+        f.Resume(t);
+        live |= !f.fibers[t].done;
       }
-    });
+      if (live && f.progress == before) {
+        std::fprintf(stderr,
+                     "CUDA emulation: deadlock in block (%u, %u, %u) of a grid of (%u, %u, %u) x "
+                     "%u threads: a barrier or warp-collective call some live threads never "
+                     "reach\n",
+                     blockIdx.x, blockIdx.y, blockIdx.z, grid.x, grid.y, grid.z, block.x);
+        std::abort();
+      }
+    }
+    current_block = nullptr;
   }
-  for (std::thread& t : threads) t.join();
+  current_fibers = outer;
+  threadIdx = {};
+}
+
+// The checks, then the grid at once.
+inline cudaError_t RunGrid(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,
+                           const std::function<void()>& body) {
+  if (const cudaError_t e = CheckLaunch(kernel, block, shared_bytes); e != cudaSuccess) return e;
+  RunBlocks(grid, block, body);
   return cudaSuccess;
 }
 
