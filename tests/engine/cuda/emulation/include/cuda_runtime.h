@@ -18,7 +18,9 @@
 #ifndef TANDEM_TESTS_CUDA_EMULATION_CUDA_RUNTIME_H_
 #define TANDEM_TESTS_CUDA_EMULATION_CUDA_RUNTIME_H_
 
+#if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -26,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -53,40 +56,72 @@ inline thread_local dim3 gridDim;
 
 namespace cuda_emulation {
 
+// A fiber's saved registers. On x86-64, the stack pointer of a stack whose
+// top holds the callee-saved registers, the FPU control words and the
+// address to go on at (SwitchContext, emulated_runtime.cc: a few
+// instructions, no system call); elsewhere a ucontext, whose switches also
+// save and restore the signal mask (a system call each).
+#if defined(__x86_64__)
+struct FiberContext {
+  void* sp = nullptr;
+};
+extern "C" void TandemEmulationSwitchContext(void** save_sp, void* load_sp);
+// `context` to start at TandemEmulationFiberEntry on [stack, stack + bytes).
+void PrepareContext(FiberContext& context, char* stack, size_t bytes);
+inline void SwitchContext(FiberContext& save, FiberContext& load) {
+  TandemEmulationSwitchContext(&save.sp, load.sp);
+}
+#else
+struct FiberContext {
+  ucontext_t context;
+};
+void PrepareContext(FiberContext& context, char* stack, size_t bytes);
+inline void SwitchContext(FiberContext& save, FiberContext& load) {
+  swapcontext(&save.context, &load.context);
+}
+#endif
+
 // The fibers of the block running on this thread, and the switches between
-// them and the scheduler (RunGrid's loop).
+// them and the scheduler (RunBlocks's loop).
 struct Fibers {
   static constexpr size_t kStackBytes = size_t{256} << 10;
   struct Fiber {
-    ucontext_t context;
+    FiberContext context;
     char* stack = nullptr;
     bool done = true;
   };
-  ucontext_t scheduler;
+  FiberContext scheduler;
   std::vector<Fiber> fibers;
   int current = -1;
-  // Counts arrivals, releases and exits: a round of the scheduler that
-  // moves it by none is a deadlock.
-  uint64_t progress = 0;
+  // Fibers ready to run, in the order they became so: all at a block's
+  // start, then those a barrier releases. A fiber waiting at a barrier is
+  // in no list but the barrier's, so the block's fibers never all wait
+  // once this is empty unless they deadlocked.
+  std::deque<int> runnable;
   const std::function<void()>* body = nullptr;
 #ifdef TANDEM_EMULATION_ASAN
   const void* scheduler_stack = nullptr;
   size_t scheduler_stack_bytes = 0;
 #endif
 
-  // (Each context call in a function of its own: getcontext returns twice.)
   // From the running fiber back to the scheduler; returns when resumed.
   __attribute__((noinline)) void Yield() {
 #ifdef TANDEM_EMULATION_ASAN
     void* fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, scheduler_stack, scheduler_stack_bytes);
 #endif
-    swapcontext(&fibers[current].context, &scheduler);
+    SwitchContext(fibers[current].context, scheduler);
 #ifdef TANDEM_EMULATION_ASAN
     __sanitizer_finish_switch_fiber(fake, &scheduler_stack, &scheduler_stack_bytes);
 #endif
   }
-  void Start(Fiber& fiber);
+  // Fiber i set to run FiberMain from the start of its stack.
+  void Start(int i) {
+    // Stacks' tops staggered by a few lines each: at one stride, every
+    // fiber's hot frames would fall in the same cache sets.
+    PrepareContext(fibers[i].context, fibers[i].stack, kStackBytes - 320 * (i % 64));
+    fibers[i].done = false;
+  }
   // From the scheduler to fiber i, until it yields or ends.
   __attribute__((noinline)) void Resume(int i) {
     current = i;
@@ -95,7 +130,7 @@ struct Fibers {
     void* fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, fibers[i].stack, kStackBytes);
 #endif
-    swapcontext(&scheduler, &fibers[i].context);
+    SwitchContext(scheduler, fibers[i].context);
 #ifdef TANDEM_EMULATION_ASAN
     __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
@@ -104,18 +139,6 @@ struct Fibers {
 
 inline thread_local Fibers* current_fibers = nullptr;
 
-inline void FiberMain();
-
-// Fiber's context set to run FiberMain from the start of its stack.
-__attribute__((noinline)) inline void Fibers::Start(Fiber& fiber) {
-  getcontext(&fiber.context);
-  fiber.context.uc_stack.ss_sp = fiber.stack;
-  fiber.context.uc_stack.ss_size = kStackBytes;
-  fiber.context.uc_link = &scheduler;
-  makecontext(&fiber.context, FiberMain, 0);
-  fiber.done = false;
-}
-
 // A barrier of fibers: arrive_and_wait returns once `expected` have arrived;
 // arrive_and_drop is an exit (the barrier then waits for one fewer).
 class Barrier {
@@ -123,14 +146,12 @@ class Barrier {
   explicit Barrier(int expected) : expected_(expected) {}
   void arrive_and_wait() {
     Fibers& f = *current_fibers;
-    ++f.progress;
-    const uint64_t generation = generation_;
     if (++arrived_ == expected_) {
       Release();
       return;
     }
-    while (generation_ == generation) f.Yield();
-    ++f.progress;
+    waiting_.push_back(f.current);
+    f.Yield();  // resumed once released
   }
   void arrive_and_drop() {
     --expected_;
@@ -139,12 +160,14 @@ class Barrier {
 
  private:
   void Release() {
+    Fibers& f = *current_fibers;
+    f.runnable.insert(f.runnable.end(), waiting_.begin(), waiting_.end());
+    waiting_.clear();
     arrived_ = 0;
-    ++generation_;
   }
   int expected_;
   int arrived_ = 0;
-  uint64_t generation_ = 0;
+  std::vector<int> waiting_;
 };
 
 struct Warp {
@@ -182,7 +205,7 @@ inline SharedMemory& TheSharedMemory() {
 // A fiber's whole life: the kernel, then its exit from its warp's and
 // block's barriers (an exited thread no longer counts at them, as on a
 // GPU: a kernel whose threads leave early still runs its barriers with the
-// rest). Returns to the scheduler through uc_link.
+// rest), then back to the scheduler for good.
 inline void FiberMain() {
   Fibers& f = *current_fibers;
 #ifdef TANDEM_EMULATION_ASAN
@@ -192,10 +215,11 @@ inline void FiberMain() {
   CurrentWarp().sync.arrive_and_drop();
   current_block->sync.arrive_and_drop();
   f.fibers[f.current].done = true;
-  ++f.progress;
 #ifdef TANDEM_EMULATION_ASAN
   __sanitizer_start_switch_fiber(nullptr, f.scheduler_stack, f.scheduler_stack_bytes);
 #endif
+  FiberContext finished;
+  SwitchContext(finished, f.scheduler);
 }
 
 // The launch's checks: the block's size, and the dynamic shared memory
@@ -216,9 +240,11 @@ inline cudaError_t CheckLaunch(const void* kernel, dim3 block, size_t shared_byt
 }
 
 // Runs `body` (the kernel called with its arguments) over `grid` x `block`,
-// its blocks one after another, each block's threads as fibers. One grid
+// its blocks one after another, each block's threads as fibers, the first
+// `shared_bytes` of the dynamic shared memory filled with 0xff first. One grid
 // at a time in the process (the shared memory is one).
-inline void RunBlocks(dim3 grid, dim3 block, const std::function<void()>& body) {
+inline void RunBlocks(dim3 grid, dim3 block, size_t shared_bytes,
+                      const std::function<void()>& body) {
   static std::mutex one_grid;
   static std::vector<std::unique_ptr<char[]>> stacks;  // kept for the next grid
   std::lock_guard<std::mutex> lock(one_grid);
@@ -234,27 +260,25 @@ inline void RunBlocks(dim3 grid, dim3 block, const std::function<void()>& body) 
   SharedMemory& shared = TheSharedMemory();
   const unsigned blocks = grid.x * grid.y * grid.z;
   for (unsigned i = 0; i < blocks; ++i) {
-    std::memset(shared.base, 0xff, sizeof(shared.base));
+    std::memset(shared.base, 0xff, shared_bytes);
     Block b(static_cast<int>(block.x));
     current_block = &b;
     blockIdx = {i % grid.x, i / grid.x % grid.y, i / (grid.x * grid.y)};
-    for (Fibers::Fiber& fiber : f.fibers) f.Start(fiber);
-    for (bool live = true; live;) {
-      live = false;
-      const uint64_t before = f.progress;
-      for (int t = 0; t < static_cast<int>(block.x); ++t) {
-        if (f.fibers[t].done) continue;
-        f.Resume(t);
-        live |= !f.fibers[t].done;
-      }
-      if (live && f.progress == before) {
-        std::fprintf(stderr,
-                     "CUDA emulation: deadlock in block (%u, %u, %u) of a grid of (%u, %u, %u) x "
-                     "%u threads: a barrier or warp-collective call some live threads never "
-                     "reach\n",
-                     blockIdx.x, blockIdx.y, blockIdx.z, grid.x, grid.y, grid.z, block.x);
-        std::abort();
-      }
+    for (int t = 0; t < static_cast<int>(block.x); ++t) f.Start(t);
+    for (int t = 0; t < static_cast<int>(block.x); ++t) f.runnable.push_back(t);
+    while (!f.runnable.empty()) {
+      const int t = f.runnable.front();
+      f.runnable.pop_front();
+      f.Resume(t);
+    }
+    for (const Fibers::Fiber& fiber : f.fibers) {
+      if (fiber.done) continue;
+      std::fprintf(stderr,
+                   "CUDA emulation: deadlock in block (%u, %u, %u) of a grid of (%u, %u, %u) x "
+                   "%u threads: a barrier or warp-collective call some live threads never "
+                   "reach\n",
+                   blockIdx.x, blockIdx.y, blockIdx.z, grid.x, grid.y, grid.z, block.x);
+      std::abort();
     }
     current_block = nullptr;
   }
@@ -266,7 +290,7 @@ inline void RunBlocks(dim3 grid, dim3 block, const std::function<void()>& body) 
 inline cudaError_t RunGrid(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes,
                            const std::function<void()>& body) {
   if (const cudaError_t e = CheckLaunch(kernel, block, shared_bytes); e != cudaSuccess) return e;
-  RunBlocks(grid, block, body);
+  RunBlocks(grid, block, shared_bytes, body);
   return cudaSuccess;
 }
 

@@ -1,14 +1,31 @@
-// A host emulation of the few CUDA runtime types and calls that the kernels
-// compiled by tests/engine/cuda/emulation use: enough to run a kernel's own
-// source on the CPU, one thread per CUDA thread (cuda_runtime.h). Not CUDA:
-// it exists so that a kernel's indexing, synchronization, masking and shared
-// memory layout are tested in every build, where no GPU is. The include
-// directory holding it comes first only for the emulated translation units.
+// A host emulation of the CUDA runtime types and calls that the CUDA backend
+// (engine/cuda) uses: enough to run a kernel's own source on the CPU, each
+// CUDA thread a fiber (cuda_runtime.h), and the backend's host code around
+// them (tests/engine/cuda/emulation/emulated_runtime.cc: device memory,
+// streams, events, graphs). Not CUDA: it exists so that a kernel's indexing,
+// synchronization, masking and shared memory layout, and the host code's
+// buffers, copies, stream order and graph capture, are tested in every
+// build, where no GPU is. The include directory holding it comes first only
+// for the emulated translation units.
+//
+// What it checks that a careless emulation would let pass:
+//  - Work queued on a stream runs only when the host waits for it
+//    (cudaStreamSynchronize, cudaEventSynchronize, a synchronous copy, a
+//    free), as late as a GPU may run it: a result read before the wait, or
+//    a host buffer changed after a copy from it was queued, shows. Work on
+//    the null stream runs at once (the kernel tests launch there).
+//  - Copies name their direction: a device pointer must lie inside one
+//    allocation for the whole copy, a host pointer outside every one.
+//  - Device memory is a fixed size (cudaMemGetInfo), so budgets are real.
+//  - Inside a stream capture (thread-local mode), calls a capture forbids
+//    (allocating, freeing, synchronizing, a synchronous copy) fail it, and
+//    the graph replays the captured kernels with the arguments they had.
 #ifndef TANDEM_TESTS_CUDA_EMULATION_CUDA_RUNTIME_API_H_
 #define TANDEM_TESTS_CUDA_EMULATION_CUDA_RUNTIME_API_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 
 // The emulation's classes and functions take names of their own, so that a
@@ -26,18 +43,127 @@
 #define cudaFuncAttributes EmulatedCudaFuncAttributes
 #define cudaFuncGetAttributes EmulatedCudaFuncGetAttributes
 #define cudaSetDevice EmulatedCudaSetDevice
+#define cudaDeviceProp EmulatedCudaDeviceProp
+#define cudaGetDeviceCount EmulatedCudaGetDeviceCount
+#define cudaGetDeviceProperties EmulatedCudaGetDeviceProperties
+#define cudaDriverGetVersion EmulatedCudaDriverGetVersion
+#define cudaRuntimeGetVersion EmulatedCudaRuntimeGetVersion
+#define cudaGetErrorName EmulatedCudaGetErrorName
+#define cudaGetErrorString EmulatedCudaGetErrorString
+#define cudaMalloc EmulatedCudaMalloc
+#define cudaFree EmulatedCudaFree
+#define cudaMallocHost EmulatedCudaMallocHost
+#define cudaFreeHost EmulatedCudaFreeHost
+#define cudaMemGetInfo EmulatedCudaMemGetInfo
+#define cudaMemcpy EmulatedCudaMemcpy
+#define cudaMemcpyAsync EmulatedCudaMemcpyAsync
+#define cudaMemset EmulatedCudaMemset
+#define cudaMemsetAsync EmulatedCudaMemsetAsync
+#define cudaDeviceSynchronize EmulatedCudaDeviceSynchronize
+#define cudaStreamCreate EmulatedCudaStreamCreate
+#define cudaStreamCreateWithFlags EmulatedCudaStreamCreateWithFlags
+#define cudaStreamDestroy EmulatedCudaStreamDestroy
+#define cudaStreamSynchronize EmulatedCudaStreamSynchronize
+#define cudaStreamBeginCapture EmulatedCudaStreamBeginCapture
+#define cudaStreamEndCapture EmulatedCudaStreamEndCapture
+#define cudaGraphInstantiate EmulatedCudaGraphInstantiate
+#define cudaGraphLaunch EmulatedCudaGraphLaunch
+#define cudaGraphDestroy EmulatedCudaGraphDestroy
+#define cudaGraphExecDestroy EmulatedCudaGraphExecDestroy
+#define cudaEventCreate EmulatedCudaEventCreate
+#define cudaEventCreateWithFlags EmulatedCudaEventCreateWithFlags
+#define cudaEventRecord EmulatedCudaEventRecord
+#define cudaEventSynchronize EmulatedCudaEventSynchronize
+#define cudaEventElapsedTime EmulatedCudaEventElapsedTime
+#define cudaEventDestroy EmulatedCudaEventDestroy
 
 enum cudaError_t {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
+  cudaErrorNoKernelImageForDevice = 209,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
   cudaErrorLaunchOutOfResources = 701,
   cudaErrorMisalignedAddress = 716,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
 };
 
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
+struct CUgraph_st;
+using cudaGraph_t = CUgraph_st*;
+struct CUgraphExec_st;
+using cudaGraphExec_t = CUgraphExec_st*;
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+};
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+constexpr unsigned cudaStreamNonBlocking = 0x01;
+constexpr unsigned cudaEventDisableTiming = 0x02;
+
+// The fields the backend reads; an emulated device is an H100-like 9.0.
+struct cudaDeviceProp {
+  char name[256];
+  int major;
+  int minor;
+  size_t totalGlobalMem;
+  size_t sharedMemPerBlockOptin;
+  int multiProcessorCount;
+};
+
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+cudaError_t cudaDriverGetVersion(int* version);
+cudaError_t cudaRuntimeGetVersion(int* version);
+const char* cudaGetErrorName(cudaError_t error);
+const char* cudaGetErrorString(cudaError_t error);
+cudaError_t cudaMalloc(void** p, size_t bytes);
+template <typename T>
+cudaError_t cudaMalloc(T** p, size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(p), bytes);
+}
+cudaError_t cudaFree(void* p);
+cudaError_t cudaMallocHost(void** p, size_t bytes);
+cudaError_t cudaFreeHost(void* p);
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream = nullptr);
+cudaError_t cudaMemset(void* p, int value, size_t bytes);
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream = nullptr);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                 unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
 
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
@@ -71,6 +197,12 @@ inline Device& TheDevice() {
   static Device device;
   return device;
 }
+
+// Queues `work` on `stream` (runs it at once on the null stream; records it
+// while the stream is captured).
+cudaError_t Enqueue(cudaStream_t stream, std::function<void()> work);
+// Sets the error cudaGetLastError returns next; returns it.
+cudaError_t Fail(cudaError_t error);
 
 }  // namespace cuda_emulation
 
