@@ -86,8 +86,8 @@ __global__ void RmsNormKernel(const float* x, const float* w, int64_t dim, float
 // a block of up to 1024 threads per row, every load of the row issued
 // before the first sum, the first kRmsKeep float4s of each thread kept in
 // registers for the scaling. At one row (decode) the old kernel's 256
-// threads waited on eight dependent loads each. Out4 is float4, or Four of
-// a 16-bit type.
+// threads waited on eight dependent loads each. Out is float or a 16-bit
+// type; its rows need not be aligned for four values a store (PutFour).
 constexpr int kRmsMaxThreads = 1024;
 constexpr int kRmsKeep = 4;
 
@@ -97,13 +97,28 @@ __device__ float4 Scaled(float4 v, float scale, float4 w) {
   return make_float4(v.x * scale * w.x, v.y * scale * w.y, v.z * scale * w.z, v.w * scale * w.w);
 }
 
-template <typename Out4>
+// Values [4i, 4i + 4) of `row`: one store where the row is aligned for it
+// (kOneStore), else one a value.
+template <typename Out, bool kOneStore>
+__device__ __forceinline__ void PutFour(Out* row, int64_t i, float4 v) {
+  if constexpr (kOneStore) {
+    using Out4 = std::conditional_t<std::is_same_v<Out, float>, float4, Four<Out>>;
+    Put4(reinterpret_cast<Out4*>(row), i, v);
+  } else {
+    Put(row, 4 * i, v.x);
+    Put(row, 4 * i + 1, v.y);
+    Put(row, 4 * i + 2, v.z);
+    Put(row, 4 * i + 3, v.w);
+  }
+}
+
+template <typename Out, bool kOneStore>
 __global__ void __launch_bounds__(kRmsMaxThreads)
-    RmsNorm4Kernel(const float4* x, const float4* w, int64_t dim4, float eps, Out4* y) {
+    RmsNorm4Kernel(const float4* x, const float4* w, int64_t dim4, float eps, Out* y) {
   GridPrologue();
   __shared__ float scratch[kRmsMaxThreads / 32];
   const float4* row = x + blockIdx.x * dim4;
-  Out4* out = y + blockIdx.x * dim4;
+  Out* out = y + blockIdx.x * 4 * dim4;
   float4 keep[kRmsKeep];
   float sum = 0.0f;
 #pragma unroll
@@ -121,10 +136,10 @@ __global__ void __launch_bounds__(kRmsMaxThreads)
 #pragma unroll
   for (int j = 0; j < kRmsKeep; ++j) {
     const int64_t i = threadIdx.x + int64_t{j} * blockDim.x;
-    if (i < dim4) Put4(out, i, Scaled(keep[j], scale, w[i]));
+    if (i < dim4) PutFour<Out, kOneStore>(out, i, Scaled(keep[j], scale, w[i]));
   }
   for (int64_t i = threadIdx.x + int64_t{kRmsKeep} * blockDim.x; i < dim4; i += blockDim.x) {
-    Put4(out, i, Scaled(row[i], scale, w[i]));
+    PutFour<Out, kOneStore>(out, i, Scaled(row[i], scale, w[i]));
   }
 }
 
@@ -208,12 +223,15 @@ cudaError_t LaunchRmsNormTo(const float* x, const float* weight, int64_t n_token
   const auto aligned = [](const void* p, size_t to) {
     return reinterpret_cast<uintptr_t>(p) % to == 0;
   };
-  if (dim % 4 == 0 && aligned(x, 16) && aligned(weight, 16) && aligned(y, alignof(Out4))) {
+  // The output's alignment picks only its stores, never the kernel: its sum
+  // order is the scale's, and every output type must get the same scale.
+  if (dim % 4 == 0 && aligned(x, 16) && aligned(weight, 16)) {
     const int64_t dim4 = dim / 4;
     const int64_t threads = std::min<int64_t>(kRmsMaxThreads, (dim4 + 31) / 32 * 32);
-    Launch(RmsNorm4Kernel<Out4>, static_cast<unsigned>(n_tokens), static_cast<unsigned>(threads), 0,
-           stream, reinterpret_cast<const float4*>(x), reinterpret_cast<const float4*>(weight),
-           dim4, eps, reinterpret_cast<Out4*>(y));
+    Launch(aligned(y, alignof(Out4)) ? RmsNorm4Kernel<Out, true> : RmsNorm4Kernel<Out, false>,
+           static_cast<unsigned>(n_tokens), static_cast<unsigned>(threads), 0, stream,
+           reinterpret_cast<const float4*>(x), reinterpret_cast<const float4*>(weight), dim4, eps,
+           y);
     return cudaGetLastError();
   }
   Launch(RmsNormKernel<Out>, static_cast<unsigned>(n_tokens), kThreads, 0, stream, x, weight, dim,

@@ -59,8 +59,8 @@ TEST_F(CudaKernelsTest, RmsNormMatchesTheReference) {
 
 // The tensor cores' input normed and rounded in one launch: bit for bit
 // LaunchRmsNorm then LaunchToF16 (LaunchToBf16), and the CPU's rounding;
-// the same dims, and one 16-bit value past an aligned start (the scalar
-// kernel).
+// the same dims, and one 16-bit value past an aligned start (a store a
+// value; the same kernel, so the same sums and scale).
 TEST_F(CudaKernelsTest, RmsNorm16EqualsRmsNormThenTheConversion) {
   for (const bool bf16 : {false, true}) {
     for (const int64_t dim : {int64_t{333}, int64_t{2048}, int64_t{100}, int64_t{20000}}) {

@@ -5,9 +5,10 @@
 // launch; LaunchSwiGlu16, the down product's x) bit for bit the f32 rows
 // rounded, as LaunchRmsNorm (LaunchSwiGlu) then LaunchToF16 / LaunchToBf16
 // give them and as the CPU rounds. Rows of whole float4s (one thread per
-// float4, and rows longer than the 1024 threads' kept registers) and rows
-// of any length (the scalar kernel, also taken for an output not aligned
-// for four 16-bit values at once). In every build: no GPU or nvcc needed.
+// float4, and rows longer than the 1024 threads' kept registers, their
+// output aligned for four values a store or not: the same sums, so the
+// same scale) and rows of any length (the scalar kernel). In every build:
+// no GPU or nvcc needed.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -69,7 +70,7 @@ TEST(EmulatedElementwiseTest, SixteenBitRowsAreTheF32RowsRounded) {
       std::vector<uint16_t> converted(x.size(), 0xdead);
       ASSERT_EQ(emu::RunTo16(normed.data(), std::ssize(normed), bf16, converted.data()), 0);
       // In the norm's launch, aligned for four values a store; and one
-      // value past that (the scalar kernel).
+      // value past that (a store a value, the same sums).
       std::vector<uint16_t> fused(x.size() + 1, 0xdead);
       ASSERT_EQ(emu::RunRmsNorm16(x.data(), weight.data(), tokens, dim, kEps, bf16, fused.data()),
                 0);
@@ -83,7 +84,7 @@ TEST(EmulatedElementwiseTest, SixteenBitRowsAreTheF32RowsRounded) {
         const uint16_t want = Rounded(normed[i], bf16);
         ASSERT_EQ(converted[i], want) << "converted, at " << i;
         ASSERT_EQ(fused[i], want) << "normed and rounded in one launch, at " << i;
-        ASSERT_EQ(shifted[i + 1], want) << "the scalar kernel, at " << i;
+        ASSERT_EQ(shifted[i + 1], want) << "one value past aligned, at " << i;
       }
     }
   }
