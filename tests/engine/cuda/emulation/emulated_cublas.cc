@@ -10,6 +10,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <tuple>
 
 #include "engine/cuda/cublas_api.h"
 
@@ -42,9 +44,12 @@ cublasStatus_t SetWorkspace(cublasHandle_t handle, void* /*workspace*/, size_t /
 
 double Element(const void* p, cudaDataType type, int64_t i) {
   switch (type) {
-    case CUDA_R_32F: return static_cast<const float*>(p)[i];
-    case CUDA_R_16F: return __half2float(static_cast<const __half*>(p)[i]);
-    case CUDA_R_16BF: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case CUDA_R_32F:
+      return static_cast<const float*>(p)[i];
+    case CUDA_R_16F:
+      return __half2float(static_cast<const __half*>(p)[i]);
+    case CUDA_R_16BF:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
   }
   return 0;
 }
@@ -65,6 +70,23 @@ cublasStatus_t GemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOpe
   }
   if (!Known(a_type) || !Known(b_type) || c_type != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  // Every operand inside device memory, as far as the GEMM reads or writes.
+  const auto bytes = [](cudaDataType t) { return t == CUDA_R_32F ? 4 : 2; };
+  const auto extent = [](int64_t rows, int64_t cols, int64_t ld) {
+    return rows == 0 || cols == 0 ? 0 : (cols - 1) * ld + rows;
+  };
+  const int64_t a_extent = transa == CUBLAS_OP_N ? extent(m, k, lda) : extent(k, m, lda);
+  const int64_t b_extent = transb == CUBLAS_OP_N ? extent(k, n, ldb) : extent(n, k, ldb);
+  for (const auto& [p, n_bytes, what] :
+       {std::tuple<const void*, int64_t, const char*>{a, a_extent * bytes(a_type), "A"},
+        {b, b_extent * bytes(b_type), "B"},
+        {c, extent(m, n, ldc) * 4, "C"}}) {
+    if (n_bytes > 0 && !cuda_emulation::InDeviceMemory(p, static_cast<size_t>(n_bytes))) {
+      std::fprintf(stderr, "emulated cublasGemmEx: %s (%lld bytes at %p) is not device memory\n",
+                   what, static_cast<long long>(n_bytes), p);
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
   }
   const float al = *static_cast<const float*>(alpha);
   const float be = *static_cast<const float*>(beta);
@@ -88,10 +110,14 @@ cublasStatus_t GemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOpe
 
 const char* StatusName(cublasStatus_t status) {
   switch (status) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
   }
   return "CUBLAS_STATUS_UNKNOWN";
 }

@@ -11,9 +11,11 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <set>
+#include <cstdint>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -114,7 +116,7 @@ struct Host {
   std::recursive_mutex mu;
   std::map<uintptr_t, size_t> device;  // allocation -> bytes
   size_t device_bytes = 0;
-  std::set<void*> pinned;
+  std::map<uintptr_t, size_t> pinned;  // cudaMallocHost's, likewise
   std::set<cudaStream_t> streams;
 };
 
@@ -154,15 +156,16 @@ bool ForbiddenInCapture() {
   return forbidden;
 }
 
-// Whether [p, p + bytes) lies inside one device allocation.
-bool InDevice(const void* p, size_t bytes) {
-  Host& h = TheHost();
+// Whether [p, p + bytes) lies inside one allocation of `in`.
+bool Inside(const std::map<uintptr_t, size_t>& in, const void* p, size_t bytes) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  auto it = h.device.upper_bound(a);
-  if (it == h.device.begin()) return false;
+  auto it = in.upper_bound(a);
+  if (it == in.begin()) return false;
   --it;
   return a >= it->first && a + bytes <= it->first + it->second;
 }
+bool InDevice(const void* p, size_t bytes) { return Inside(TheHost().device, p, bytes); }
+bool Pinned(const void* p, size_t bytes) { return Inside(TheHost().pinned, p, bytes); }
 
 // Whether [p, p + bytes) touches no device allocation.
 bool OffDevice(const void* p, size_t bytes) {
@@ -177,6 +180,11 @@ bool OffDevice(const void* p, size_t bytes) {
 bool Known(cudaStream_t s) { return s == nullptr || TheHost().streams.contains(s); }
 
 }  // namespace
+
+bool InDeviceMemory(const void* p, size_t bytes) {
+  std::lock_guard<std::recursive_mutex> lock(TheHost().mu);
+  return InDevice(p, bytes);
+}
 
 cudaError_t Fail(cudaError_t error) {
   TheDevice().last_error = error;
@@ -234,19 +242,32 @@ cudaError_t cudaRuntimeGetVersion(int* version) {
 
 const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case cudaErrorNoKernelImageForDevice: return "cudaErrorNoKernelImageForDevice";
-    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
-    case cudaErrorNotReady: return "cudaErrorNotReady";
-    case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
-    case cudaErrorMisalignedAddress: return "cudaErrorMisalignedAddress";
-    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
-    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
+    case cudaErrorNoDevice:
+      return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    case cudaErrorNoKernelImageForDevice:
+      return "cudaErrorNoKernelImageForDevice";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
+    case cudaErrorLaunchOutOfResources:
+      return "cudaErrorLaunchOutOfResources";
+    case cudaErrorMisalignedAddress:
+      return "cudaErrorMisalignedAddress";
+    case cudaErrorStreamCaptureUnsupported:
+      return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated:
+      return "cudaErrorStreamCaptureInvalidated";
   }
   return "cudaErrorUnknown";
 }
@@ -266,7 +287,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   if (bytes == 0) return cudaSuccess;
   // Exactly `bytes`: under AddressSanitizer, a kernel or copy past the end
   // of an allocation is reported.
-  *p = ::operator new(bytes, std::align_val_t{cuda_emulation::kAlignment});
+  *p = ::operator new (bytes, std::align_val_t{cuda_emulation::kAlignment});
   h.device[reinterpret_cast<uintptr_t>(*p)] = bytes;
   h.device_bytes += bytes;
   return cudaSuccess;
@@ -282,17 +303,17 @@ cudaError_t cudaFree(void* p) {
   if (it == h.device.end()) return Fail(cudaErrorInvalidValue);
   h.device_bytes -= it->second;
   h.device.erase(it);
-  ::operator delete(p, std::align_val_t{cuda_emulation::kAlignment});
+  ::operator delete (p, std::align_val_t{cuda_emulation::kAlignment});
   return cudaSuccess;
 }
 
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
   *p = nullptr;
   if (cuda_emulation::ForbiddenInCapture()) return Fail(cudaErrorStreamCaptureUnsupported);
-  *p = ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t{cuda_emulation::kAlignment});
+  *p = ::operator new (bytes == 0 ? 1 : bytes, std::align_val_t{cuda_emulation::kAlignment});
   cuda_emulation::Host& h = TheHost();
   std::lock_guard<std::recursive_mutex> lock(h.mu);
-  h.pinned.insert(*p);
+  h.pinned[reinterpret_cast<uintptr_t>(*p)] = bytes;
   return cudaSuccess;
 }
 
@@ -302,8 +323,8 @@ cudaError_t cudaFreeHost(void* p) {
   cuda_emulation::DrainAll();
   cuda_emulation::Host& h = TheHost();
   std::lock_guard<std::recursive_mutex> lock(h.mu);
-  if (h.pinned.erase(p) == 0) return Fail(cudaErrorInvalidValue);
-  ::operator delete(p, std::align_val_t{cuda_emulation::kAlignment});
+  if (h.pinned.erase(reinterpret_cast<uintptr_t>(p)) == 0) return Fail(cudaErrorInvalidValue);
+  ::operator delete (p, std::align_val_t{cuda_emulation::kAlignment});
   return cudaSuccess;
 }
 
@@ -323,21 +344,41 @@ bool CopyIsValid(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) 
   std::lock_guard<std::recursive_mutex> lock(TheHost().mu);
   const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
   const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-  const bool dst_ok = dst_device ? cuda_emulation::InDevice(dst, bytes)
-                                 : cuda_emulation::OffDevice(dst, bytes);
-  const bool src_ok = src_device ? cuda_emulation::InDevice(src, bytes)
-                                 : cuda_emulation::OffDevice(src, bytes);
+  const bool dst_ok =
+      dst_device ? cuda_emulation::InDevice(dst, bytes) : cuda_emulation::OffDevice(dst, bytes);
+  const bool src_ok =
+      src_device ? cuda_emulation::InDevice(src, bytes) : cuda_emulation::OffDevice(src, bytes);
   return dst_ok && src_ok;
 }
 
 }  // namespace
 
+// As CUDA does, only a copy to or from pinned memory waits in the queue:
+// one from pageable memory takes its bytes before it returns, one into
+// pageable memory returns once done, and neither can be captured.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream) {
   if (!CopyIsValid(dst, src, bytes, kind)) return Fail(cudaErrorInvalidValue);
-  return cuda_emulation::Enqueue(stream, [=] {
-    if (bytes > 0) std::memmove(dst, src, bytes);
-  });
+  if (bytes == 0) return cudaSuccess;
+  bool pageable_source = false, pageable_target = false;
+  {
+    std::lock_guard<std::recursive_mutex> lock(TheHost().mu);
+    pageable_source = kind == cudaMemcpyHostToDevice && !cuda_emulation::Pinned(src, bytes);
+    pageable_target = kind == cudaMemcpyDeviceToHost && !cuda_emulation::Pinned(dst, bytes);
+    if (!cuda_emulation::Known(stream)) return Fail(cudaErrorInvalidResourceHandle);
+    if ((pageable_source || pageable_target) && stream != nullptr && stream->capturing) {
+      stream->invalidated = true;
+      return Fail(cudaErrorStreamCaptureUnsupported);
+    }
+  }
+  if (pageable_source) {
+    auto taken = std::make_shared<std::vector<uint8_t>>(static_cast<const uint8_t*>(src),
+                                                        static_cast<const uint8_t*>(src) + bytes);
+    return cuda_emulation::Enqueue(stream, [=] { std::memcpy(dst, taken->data(), bytes); });
+  }
+  const cudaError_t e = cuda_emulation::Enqueue(stream, [=] { std::memmove(dst, src, bytes); });
+  if (e == cudaSuccess && pageable_target) return cudaStreamSynchronize(stream);
+  return e;
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {

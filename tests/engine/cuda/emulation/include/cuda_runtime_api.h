@@ -12,8 +12,10 @@
 //  - Work queued on a stream runs only when the host waits for it
 //    (cudaStreamSynchronize, cudaEventSynchronize, a synchronous copy, a
 //    free), as late as a GPU may run it: a result read before the wait, or
-//    a host buffer changed after a copy from it was queued, shows. Work on
-//    the null stream runs at once (the kernel tests launch there).
+//    a pinned buffer changed after a copy from it was queued, shows. As on
+//    a GPU, a copy from pageable memory takes its bytes at the call and one
+//    into pageable memory is done when the call returns. Work on the null
+//    stream runs at once (the kernel tests launch there).
 //  - Copies name their direction: a device pointer must lie inside one
 //    allocation for the whole copy, a host pointer outside every one.
 //  - Device memory is a fixed size (cudaMemGetInfo), so budgets are real.
@@ -201,6 +203,8 @@ inline Device& TheDevice() {
 // Queues `work` on `stream` (runs it at once on the null stream; records it
 // while the stream is captured).
 cudaError_t Enqueue(cudaStream_t stream, std::function<void()> work);
+// Whether [p, p + bytes) lies inside one device allocation.
+bool InDeviceMemory(const void* p, size_t bytes);
 // Sets the error cudaGetLastError returns next; returns it.
 cudaError_t Fail(cudaError_t error);
 

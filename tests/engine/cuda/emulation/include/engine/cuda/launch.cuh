@@ -30,13 +30,11 @@ cudaError_t Launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shar
       e != cudaSuccess) {
     return e;
   }
-  return cuda_emulation::Enqueue(
-      stream,
-      [kernel, grid, block, shared_bytes, values = std::tuple<std::decay_t<Args>...>(args...)] {
-        cuda_emulation::RunBlocks(grid, block, shared_bytes, [&] {
-          std::apply([&](const auto&... a) { kernel(a...); }, values);
-        });
-      });
+  return cuda_emulation::Enqueue(stream, [kernel, grid, block, shared_bytes,
+                                          values = std::tuple<std::decay_t<Args>...>(args...)] {
+    cuda_emulation::RunBlocks(grid, block, shared_bytes,
+                              [&] { std::apply([&](const auto&... a) { kernel(a...); }, values); });
+  });
 }
 
 }  // namespace tandem::engine::cuda
