@@ -5,6 +5,7 @@
 // (include/cuda_runtime.h).
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,7 +16,6 @@
 #include <mutex>
 #include <new>
 #include <set>
-#include <cstdint>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -55,9 +55,10 @@ extern "C" void TandemEmulationFiberEntry() {
 // Saves the callee-saved registers on the current stack and its pointer at
 // *save_sp (rdi), then takes load_sp (rsi) and restores what was saved
 // there. (MXCSR and the x87 control word are callee-saved too, but nothing
-// here changes them: every fiber runs with the thread's.) A new fiber's stack holds the same
-// frame, with TandemEmulationFiberStart as the address to return to, which
-// calls the entry with the stack aligned as a call expects.
+// here changes them: every fiber runs with the thread's.) A new fiber's
+// stack holds the same frame, with TandemEmulationFiberStart as the address
+// to return to, which calls the entry with the stack aligned as a call
+// expects.
 asm(R"(
   .pushsection .text
   .globl TandemEmulationSwitchContext

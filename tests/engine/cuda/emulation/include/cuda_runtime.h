@@ -2,9 +2,9 @@
 // for): the CUDA keywords, threadIdx and friends, __syncthreads and warp
 // shuffles, the few intrinsics the kernels use, and RunGrid, which runs a
 // kernel's blocks one after another, each CUDA thread of a block a fiber
-// (ucontext) on the launching thread: a barrier switches to the block's
-// next fiber, so a block of 1024 threads costs no OS thread and no kernel
-// wake-up per barrier. A block's dynamic shared memory (launch.cuh's
+// on the launching thread: a barrier switches to the next fiber ready to
+// run, so a block of 1024 threads costs no OS thread and no system call
+// per barrier. A block's dynamic shared memory (launch.cuh's
 // DynamicSharedMemory) is one buffer, filled with 0xff bytes (a NaN in f32
 // and f16) before every block so that reading what no thread wrote shows;
 // a __shared__ array declared in a kernel is a static of that kernel, which
@@ -57,10 +57,10 @@ inline thread_local dim3 gridDim;
 namespace cuda_emulation {
 
 // A fiber's saved registers. On x86-64, the stack pointer of a stack whose
-// top holds the callee-saved registers, the FPU control words and the
-// address to go on at (SwitchContext, emulated_runtime.cc: a few
-// instructions, no system call); elsewhere a ucontext, whose switches also
-// save and restore the signal mask (a system call each).
+// top holds the callee-saved registers and the address to go on at
+// (SwitchContext, emulated_runtime.cc: a few instructions, no system call);
+// elsewhere a ucontext, whose switches also save and restore the signal
+// mask (a system call each).
 #if defined(__x86_64__)
 struct FiberContext {
   void* sp = nullptr;
