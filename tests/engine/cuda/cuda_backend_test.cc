@@ -582,8 +582,10 @@ TEST(CudaBackendTest, The25MModelDecodesAsOnTheCpu) {
 // to 3e-3: on the 25.7M model with f16 KV its logprobs part from the CPU's
 // by up to 1.5e-3 (under the host emulation of CUDA, whose products are
 // exact f32; the f32 kernel stays within 1e-3 there, and the split kernel
-// alone within 1e-4 of it on random inputs: its small per-layer error
-// grows through the model's 8 layers and 512-token prompts). f16 rounds
+// alone within 1e-4 of it on random inputs: q's two f16 halves hold 22 of
+// f32's 24 bits, so a score's error is about 4x the f32 kernel's, which
+// grows through the model's 8 layers and 512-token prompts;
+// docs/development.md). f16 rounds
 // q, k, v and the probabilities, hence the F16 weights' tolerance.
 void ExpectTensorCoreTilesAgree(CudaAttention attention, float tol) {
   const CudaBackendOptions tiles{.attention = attention};
