@@ -104,15 +104,32 @@ struct Fibers {
   size_t scheduler_stack_bytes = 0;
 #endif
 
-  // From the running fiber back to the scheduler; returns when resumed.
+  // From the running fiber straight to the next one ready to run, or back
+  // to the scheduler when none is; returns when resumed (by whichever
+  // switched to it, which set `current`). Fiber to fiber, a barrier's
+  // waiters cost one switch each rather than two.
   __attribute__((noinline)) void Yield() {
+    FiberContext& mine = fibers[current].context;
 #ifdef TANDEM_EMULATION_ASAN
     void* fake = nullptr;
-    __sanitizer_start_switch_fiber(&fake, scheduler_stack, scheduler_stack_bytes);
 #endif
-    SwitchContext(fibers[current].context, scheduler);
+    if (runnable.empty()) {
 #ifdef TANDEM_EMULATION_ASAN
-    __sanitizer_finish_switch_fiber(fake, &scheduler_stack, &scheduler_stack_bytes);
+      __sanitizer_start_switch_fiber(&fake, scheduler_stack, scheduler_stack_bytes);
+#endif
+      SwitchContext(mine, scheduler);
+    } else {
+      const int next = runnable.front();
+      runnable.pop_front();
+      current = next;
+      threadIdx = {static_cast<unsigned>(next), 0, 0};
+#ifdef TANDEM_EMULATION_ASAN
+      __sanitizer_start_switch_fiber(&fake, fibers[next].stack, kStackBytes);
+#endif
+      SwitchContext(mine, fibers[next].context);
+    }
+#ifdef TANDEM_EMULATION_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
   }
   // Fiber i set to run FiberMain from the start of its stack.
@@ -209,7 +226,13 @@ inline SharedMemory& TheSharedMemory() {
 inline void FiberMain() {
   Fibers& f = *current_fibers;
 #ifdef TANDEM_EMULATION_ASAN
-  __sanitizer_finish_switch_fiber(nullptr, &f.scheduler_stack, &f.scheduler_stack_bytes);
+  // The launch's first fiber starts from the scheduler, whose stack it
+  // notes; the rest may start from another fiber (Yield).
+  if (f.scheduler_stack == nullptr) {
+    __sanitizer_finish_switch_fiber(nullptr, &f.scheduler_stack, &f.scheduler_stack_bytes);
+  } else {
+    __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+  }
 #endif
   (*f.body)();
   CurrentWarp().sync.arrive_and_drop();
