@@ -110,24 +110,17 @@ struct Fibers {
   // waiters cost one switch each rather than two.
   __attribute__((noinline)) void Yield() {
     FiberContext& mine = fibers[current].context;
-#ifdef TANDEM_EMULATION_ASAN
-    void* fake = nullptr;
-#endif
-    if (runnable.empty()) {
-#ifdef TANDEM_EMULATION_ASAN
-      __sanitizer_start_switch_fiber(&fake, scheduler_stack, scheduler_stack_bytes);
-#endif
-      SwitchContext(mine, scheduler);
-    } else {
+    if (!runnable.empty()) {
       const int next = runnable.front();
       runnable.pop_front();
-      current = next;
-      threadIdx = {static_cast<unsigned>(next), 0, 0};
-#ifdef TANDEM_EMULATION_ASAN
-      __sanitizer_start_switch_fiber(&fake, fibers[next].stack, kStackBytes);
-#endif
-      SwitchContext(mine, fibers[next].context);
+      SwitchTo(mine, next);
+      return;
     }
+#ifdef TANDEM_EMULATION_ASAN
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, scheduler_stack, scheduler_stack_bytes);
+#endif
+    SwitchContext(mine, scheduler);
 #ifdef TANDEM_EMULATION_ASAN
     __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
@@ -139,15 +132,18 @@ struct Fibers {
     PrepareContext(fibers[i].context, fibers[i].stack, kStackBytes - 320 * (i % 64));
     fibers[i].done = false;
   }
-  // From the scheduler to fiber i, until it yields or ends.
-  __attribute__((noinline)) void Resume(int i) {
+  // From the scheduler to fiber i, until a fiber switches back to it.
+  void Resume(int i) { SwitchTo(scheduler, i); }
+  // From `from` (the scheduler's context or the running fiber's) to fiber
+  // i; returns when something switches back to `from`.
+  __attribute__((noinline)) void SwitchTo(FiberContext& from, int i) {
     current = i;
     threadIdx = {static_cast<unsigned>(i), 0, 0};
 #ifdef TANDEM_EMULATION_ASAN
     void* fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, fibers[i].stack, kStackBytes);
 #endif
-    SwitchContext(scheduler, fibers[i].context);
+    SwitchContext(from, fibers[i].context);
 #ifdef TANDEM_EMULATION_ASAN
     __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
