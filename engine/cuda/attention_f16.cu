@@ -8,10 +8,15 @@
 //
 // TileMath::kF16 rounds q, k, v and p to f16: about 1e-3 relative against
 // the f32 kernel (what FlashAttention's f16 path costs). kSplitF16 writes
-// each f32 operand x as hi + lo, hi = f16(x), lo = f16(x - hi), and sums
-// hi hi' + hi lo' + lo hi' (lo lo' is below f32's rounding): about f32's
-// accuracy for two or three products a tile. f16 keys and values are exact
-// as hi alone, so with f16 KV only q and p are split (two products).
+// each f32 operand x as hi + lo 2^-11, hi = f16(x), lo = f16((x - hi) 2^11),
+// and sums hi hi' + (hi lo' + lo hi') 2^-11 (lo lo' is below f32's
+// rounding): f32's accuracy for two or three products a tile. The low
+// halves' products go to an accumulator of their own, scaled back when the
+// product is done: unscaled, x - hi is below f16's normal range (2^-14)
+// wherever |x| < 2^-3, where f16 keeps fewer of its bits (every probability
+// under 1/8, queries and values of small magnitude), and the small terms
+// would be summed into the large ones in each step. f16 keys and values are
+// exact as hi alone, so with f16 KV only q and p are split (two products).
 //
 // Everything else stays f32: the scores, the row maxima and sums (of the p
 // as the product sees them, so that O / l weighs each value by what it was
@@ -80,15 +85,33 @@ struct TcLayout {
   static constexpr size_t kBytes = kRows + 3 * kTileRows * sizeof(int32_t);
 };
 
+using FragA = wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, __half, wmma::row_major>;
+using FragBCol = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __half, wmma::col_major>;
+using FragBRow = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __half, wmma::row_major>;
+using FragC = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
+
 // f32 to f16 without overflow: a value past f16's range is clamped rather
 // than made infinite (0 x inf would turn a masked zero into a NaN).
 __device__ __half ToHalf(float x) { return __float2half_rn(fminf(fmaxf(x, -65504.0f), 65504.0f)); }
 
-// x as hi (+ lo when `split`).
+// The low half's scale: x - hi is at most half of hi's last place, 2^-11
+// of |x|; scaled by 2^11 it is about x's own magnitude.
+constexpr float kLoScale = 2048.0f;
+constexpr float kLoUnscale = 1.0f / kLoScale;
+
+// x as hi (+ lo, scaled by kLoScale, when `split`). Within f16's range, lo
+// cannot overflow: |x - hi| <= 16 there.
 __device__ void Store(float x, bool split, __half* hi, __half* lo) {
   const __half h = ToHalf(x);
   *hi = h;
-  if (split) *lo = ToHalf(x - __half2float(h));
+  if (split) *lo = ToHalf((x - __half2float(h)) * kLoScale);
+}
+
+// c += lo kLoUnscale, element by element (the two fragments' elements are
+// laid out alike).
+__device__ void AddLow(FragC& c, const FragC& lo) {
+#pragma unroll
+  for (int e = 0; e < c.num_elements; ++e) c.x[e] += lo.x[e] * kLoUnscale;
 }
 
 // Dimensions [d, d + 8) of the key or value row at p (f16 or f32 elements,
@@ -131,11 +154,6 @@ __device__ void ZeroChunk(bool split, __half* hi, __half* lo) {
   *reinterpret_cast<uint4*>(hi) = make_uint4(0, 0, 0, 0);
   if (split) *reinterpret_cast<uint4*>(lo) = make_uint4(0, 0, 0, 0);
 }
-
-using FragA = wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, __half, wmma::row_major>;
-using FragBCol = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __half, wmma::col_major>;
-using FragBRow = wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, __half, wmma::row_major>;
-using FragC = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
 
 // grid (ceil(n_rows / kTileRows), n_head), kThreads threads,
 // TcLayout<HD, kSplit>::kBytes of dynamic shared memory; head_dim <= HD.
@@ -230,9 +248,12 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionTcTileKernel(PagedAtte
       {  // S = Q K^T; K stored [key][dim] is K^T column-major.
         FragA q_hi, q_lo;
         FragBCol kt;
-        FragC sf[2];
-        wmma::fill_fragment(sf[0], 0.0f);
-        wmma::fill_fragment(sf[1], 0.0f);
+        FragC sf[2], sl[2];  // sl: the low halves' products, scaled by kLoScale
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          wmma::fill_fragment(sf[j], 0.0f);
+          if constexpr (kSplitQ) wmma::fill_fragment(sl[j], 0.0f);
+        }
 #pragma unroll
         for (int d = 0; d < HD; d += kFrag) {
           wmma::load_matrix_sync(q_hi, qs + r0 * L::kQStride + d, L::kQStride);
@@ -244,15 +265,16 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionTcTileKernel(PagedAtte
             const __half* k_at = ks + (s0 + kFrag * j) * L::kKStride + d;
             wmma::load_matrix_sync(kt, k_at, L::kKStride);
             wmma::mma_sync(sf[j], q_hi, kt, sf[j]);
-            if constexpr (kSplitQ) wmma::mma_sync(sf[j], q_lo, kt, sf[j]);
+            if constexpr (kSplitQ) wmma::mma_sync(sl[j], q_lo, kt, sl[j]);
             if constexpr (kSplitKv) {
               wmma::load_matrix_sync(kt, k_at + L::kKvLo, L::kKStride);
-              wmma::mma_sync(sf[j], q_hi, kt, sf[j]);
+              wmma::mma_sync(sl[j], q_hi, kt, sl[j]);
             }
           }
         }
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
+          if constexpr (kSplitQ) AddLow(sf[j], sl[j]);
           wmma::store_matrix_sync(ss + r0 * L::kSStride + s0 + kFrag * j, sf[j], L::kSStride,
                                   wmma::mem_row_major);
         }
@@ -296,10 +318,12 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionTcTileKernel(PagedAtte
 
       {  // O += P V; V stored [key][dim] is row-major.
         FragC of[kOFrags];
+        FragC ol[kSplitQ ? kOFrags : 1];  // the low halves' products, scaled by kLoScale
 #pragma unroll
         for (int c = 0; c < kOFrags; ++c) {
           wmma::load_matrix_sync(of[c], os + r0 * L::kOStride + o0 + kFrag * c, L::kOStride,
                                  wmma::mem_row_major);
+          if constexpr (kSplitQ) wmma::fill_fragment(ol[c], 0.0f);
         }
         FragA p_hi, p_lo;
         FragBRow vb;
@@ -314,15 +338,16 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionTcTileKernel(PagedAtte
             const __half* v_at = vs + k * L::kVStride + o0 + kFrag * c;
             wmma::load_matrix_sync(vb, v_at, L::kVStride);
             wmma::mma_sync(of[c], p_hi, vb, of[c]);
-            if constexpr (kSplitQ) wmma::mma_sync(of[c], p_lo, vb, of[c]);
+            if constexpr (kSplitQ) wmma::mma_sync(ol[c], p_lo, vb, ol[c]);
             if constexpr (kSplitKv) {
               wmma::load_matrix_sync(vb, v_at + L::kKvLo, L::kVStride);
-              wmma::mma_sync(of[c], p_hi, vb, of[c]);
+              wmma::mma_sync(ol[c], p_hi, vb, ol[c]);
             }
           }
         }
 #pragma unroll
         for (int c = 0; c < kOFrags; ++c) {
+          if constexpr (kSplitQ) AddLow(of[c], ol[c]);
           wmma::store_matrix_sync(os + r0 * L::kOStride + o0 + kFrag * c, of[c], L::kOStride,
                                   wmma::mem_row_major);
         }

@@ -29,6 +29,8 @@ struct AttentionShape {
   int32_t block_size = 16;
   std::vector<std::pair<int32_t, int32_t>> seqs;  // (kv_start, rows), in order
   int32_t pad_rows = 0;                           // kv_len 0, as graph buckets pad
+  float q_scale = 1.0f;                           // queries' range a multiple of [-2, 2]
+  float kv_scale = 1.0f;                          // keys' and values', of [-1.5, 1.5]
 };
 
 struct AttentionBatch {
@@ -42,7 +44,7 @@ struct AttentionBatch {
   int64_t width = 0;  // floats a row: n_head * head_dim
 };
 
-// Keys and values uniform in [-1.5, 1.5], queries in [-2, 2].
+// Keys and values uniform in [-1.5, 1.5] kv_scale, queries in [-2, 2] q_scale.
 inline AttentionBatch MakeAttentionBatch(const AttentionShape& c, std::mt19937& rng) {
   AttentionBatch b;
   const int32_t kv_dim = c.n_head_kv * c.head_dim;
@@ -60,7 +62,7 @@ inline AttentionBatch MakeAttentionBatch(const AttentionShape& c, std::mt19937& 
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
   b.pool.assign(n_blocks * b.block_bytes, 0);
-  std::uniform_real_distribution<float> kv_value(-1.5f, 1.5f);
+  std::uniform_real_distribution<float> kv_value(-1.5f * c.kv_scale, 1.5f * c.kv_scale);
   for (size_t i = 0; i < b.pool.size() / elem; ++i) {
     const float v = kv_value(rng);
     if (c.dtype == GgmlType::kF16) {
@@ -88,7 +90,7 @@ inline AttentionBatch MakeAttentionBatch(const AttentionShape& c, std::mt19937& 
   b.kv_len.resize(b.rows, 0);
   b.offset.resize(b.rows, 0);
   b.width = int64_t{c.n_head} * c.head_dim;
-  std::uniform_real_distribution<float> q_value(-2.0f, 2.0f);
+  std::uniform_real_distribution<float> q_value(-2.0f * c.q_scale, 2.0f * c.q_scale);
   b.q.resize(b.rows * b.width);
   for (float& v : b.q) v = q_value(rng);
   b.want.assign(b.q.size(), 0.0f);

@@ -578,15 +578,18 @@ TEST(CudaBackendTest, The25MModelDecodesAsOnTheCpu) {
 // Prefill attention's tiles on the tensor cores (--cuda-attention), with f32
 // and f16 KV: stories260K (head_dim 8: one 16-dimension fragment, mostly
 // padding) and the 25.7M model (head_dim 64) with prompts of a whole
-// 512-token step, so most rows go through the tile kernel. split-f16 is held
-// to 3e-3: on the 25.7M model with f16 KV its logprobs part from the CPU's
-// by up to 1.5e-3 (under the host emulation of CUDA, whose products are
-// exact f32; the f32 kernel stays within 1e-3 there, and the split kernel
-// alone within 1e-4 of it on random inputs: q's two f16 halves hold 22 of
-// f32's 24 bits, so a score's error is about 4x the f32 kernel's, which
-// grows through the model's 8 layers and 512-token prompts;
-// docs/development.md). f16 rounds
-// q, k, v and the probabilities, hence the F16 weights' tolerance.
+// 512-token step, so most rows go through the tile kernel. `tol` holds with
+// f32 KV; with f16 KV every tile math is held to at least kF16KvTol: rounding
+// k and v to f16 turns the backends' f32 differences (their GEMMs sum in
+// other orders) into a whole f16 step (2^-11) wherever a value lies near the
+// middle between two halves, and that grows over the decoded tokens. Measured
+// under the host emulation on stories260K: the f32 and split-f16 tile kernels
+// part from the CPU by the same 1.5e-3 with f16 KV and 5e-6 with f32 KV, and
+// the CPU's AVX2 kernels part from its AVX-512 ones by 4.3e-4 and 2.6e-6
+// (docs/development.md). f16 tiles round q, k, v and the probabilities,
+// hence their own tolerance.
+constexpr float kF16KvTol = 3e-3f;
+
 void ExpectTensorCoreTilesAgree(CudaAttention attention, float tol) {
   const CudaBackendOptions tiles{.attention = attention};
   const absl::StatusOr<std::unique_ptr<Model>> stories = Model::Load(testing::StoriesPath());
@@ -606,7 +609,8 @@ void ExpectTensorCoreTilesAgree(CudaAttention attention, float tol) {
     SCOPED_TRACE(GgmlTypeName(kv));
     EngineOptions o;
     o.kv.dtype = kv;
-    ExpectEnginesAgree(**stories, o, tol, requests, tiles);
+    ExpectEnginesAgree(**stories, o, kv == GgmlType::kF16 ? std::max(tol, kF16KvTol) : tol,
+                       requests, tiles);
   }
   const std::unique_ptr<Model> model = LoadSynthetic(SyntheticModelOptions{});
   ASSERT_NE(model, nullptr);
@@ -619,13 +623,14 @@ void ExpectTensorCoreTilesAgree(CudaAttention attention, float tol) {
     SCOPED_TRACE(GgmlTypeName(kv));
     EngineOptions o;
     o.kv.dtype = kv;
-    ExpectEnginesAgree(*model, o, tol, long_prompts, tiles);
+    ExpectEnginesAgree(*model, o, kv == GgmlType::kF16 ? std::max(tol, kF16KvTol) : tol,
+                       long_prompts, tiles);
   }
 }
 
 TEST(CudaBackendTest, SplitF16AttentionTilesDecodeAsOnTheCpu) {
   TANDEM_REQUIRE_DEVICE();
-  ExpectTensorCoreTilesAgree(CudaAttention::kSplitF16, 3e-3f);
+  ExpectTensorCoreTilesAgree(CudaAttention::kSplitF16, 1e-3f);
 }
 
 TEST(CudaBackendTest, F16AttentionTilesDecodeAsOnTheCpu) {

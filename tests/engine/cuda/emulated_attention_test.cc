@@ -208,5 +208,47 @@ TEST_F(EmulatedAttentionTest, HeadDim256RunsInNinetyNineKiB) {
   CheckLaunch(c, emulation::Tiles::kSplitF16, kL4SharedBytes, 1e-4f);
 }
 
+// Split f16 as accurate as the f32 kernel wherever the values lie: small
+// queries, keys and values (whose low halves, unscaled, fall below f16's
+// normal range), large ones (scores far apart, so that exp magnifies a
+// score's error), with f32 and f16 KV. Each kernel's largest error against
+// the reference, relative to the values' scale; split f16's at most 3x the
+// f32 kernel's (unscaled low halves parted by 8-25x on small values).
+TEST_F(EmulatedAttentionTest, SplitF16IsAsAccurateAsF32AtEveryScale) {
+  for (const GgmlType dtype : {GgmlType::kF32, GgmlType::kF16}) {
+    for (const auto& [q_scale, kv_scale] :
+         {std::pair{0.01f, 0.01f}, std::pair{1.0f, 0.01f}, std::pair{0.01f, 10.0f},
+          std::pair{10.0f, 10.0f}, std::pair{30.0f, 1.0f}}) {
+      SCOPED_TRACE(std::to_string(static_cast<int>(dtype)) + " q x" + std::to_string(q_scale) +
+                   " kv x" + std::to_string(kv_scale));
+      const AttentionShape c{.dtype = dtype,
+                             .n_head = 2,
+                             .n_head_kv = 1,
+                             .head_dim = 64,
+                             .seqs = {{0, 200}},
+                             .q_scale = q_scale,
+                             .kv_scale = kv_scale};
+      const AttentionBatch b = MakeAttentionBatch(c, rng_);
+      double error[2] = {0.0, 0.0};
+      for (const emulation::Tiles tiles : {emulation::Tiles::kF32, emulation::Tiles::kSplitF16}) {
+        std::vector<float> got(b.q.size(), std::nanf(""));
+        std::vector<float> scratch(emulation::PagedAttentionScratchBytes() / sizeof(float));
+        emulation::AttentionArgs a = Args(c, b);
+        a.out = got.data();
+        a.split_scratch = scratch.data();
+        a.tiles = tiles;
+        a.shared_bytes_per_block = kA100SharedBytes;
+        ASSERT_EQ(emulation::RunPagedAttention(a), 0);
+        double& e = error[tiles == emulation::Tiles::kSplitF16];
+        for (size_t i = 0; i < got.size(); ++i) {
+          e = std::max(e, std::abs(static_cast<double>(got[i]) - b.want[i]) /
+                              std::max(kv_scale, std::abs(b.want[i])));
+        }
+      }
+      EXPECT_LE(error[1], 3 * error[0]) << "split f16 " << error[1] << ", f32 " << error[0];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tandem::engine::cuda

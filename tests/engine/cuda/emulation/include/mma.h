@@ -47,7 +47,11 @@ template <typename Use, int M, int N, int K, typename T, typename Layout = void>
 struct fragment {
   static constexpr int kRows = Shape<Use, M, N, K>::kRows;
   static constexpr int kCols = Shape<Use, M, N, K>::kCols;
-  float x[kRows][kCols];  // __half values are exact in float
+  // As the device's: x[num_elements], which a kernel may only change
+  // element by element alike (here every lane's x is the whole tile, row by
+  // row; on the device a lane's share, in an unspecified order).
+  static constexpr int num_elements = kRows * kCols;
+  float x[num_elements];  // __half values are exact in float
 };
 
 namespace detail {
@@ -73,7 +77,7 @@ void Load(F& f, const T* p, unsigned ldm, bool row_major) {
   CheckArgs(p, ldm);
   for (int r = 0; r < F::kRows; ++r) {
     for (int c = 0; c < F::kCols; ++c) {
-      f.x[r][c] = ToFloat(row_major ? p[r * ldm + c] : p[r + c * ldm]);
+      f.x[r * F::kCols + c] = ToFloat(row_major ? p[r * ldm + c] : p[r + c * ldm]);
     }
   }
 }
@@ -82,9 +86,7 @@ void Load(F& f, const T* p, unsigned ldm, bool row_major) {
 
 template <typename Use, int M, int N, int K, typename T, typename Layout>
 void fill_fragment(fragment<Use, M, N, K, T, Layout>& f, float value) {
-  for (auto& row : f.x) {
-    for (float& v : row) v = value;
-  }
+  for (float& v : f.x) v = value;
 }
 
 template <typename Use, int M, int N, int K>
@@ -111,12 +113,12 @@ void mma_sync(fragment<accumulator, M, N, K, float>& d,
   for (int e = static_cast<int>(threadIdx.x % 32); e < M * N; e += 32) {
     const int i = e / N;
     const int j = e % N;
-    float sum = c.x[i][j];
-    for (int k = 0; k < K; ++k) sum += a.x[i][k] * b.x[k][j];
+    float sum = c.x[i * N + j];
+    for (int k = 0; k < K; ++k) sum += a.x[i * K + k] * b.x[k * N + j];
     w.scratch[e] = sum;
   }
   w.sync.arrive_and_wait();
-  for (int e = 0; e < M * N; ++e) d.x[e / N][e % N] = w.scratch[e];
+  for (int e = 0; e < M * N; ++e) d.x[e] = w.scratch[e];
   w.sync.arrive_and_wait();
 }
 
@@ -129,7 +131,7 @@ void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f,
   if (threadIdx.x % 32 == 0) {
     for (int r = 0; r < M; ++r) {
       for (int c = 0; c < N; ++c) {
-        (layout == mem_row_major ? p[r * ldm + c] : p[r + c * ldm]) = f.x[r][c];
+        (layout == mem_row_major ? p[r * ldm + c] : p[r + c * ldm]) = f.x[r * N + c];
       }
     }
   }
