@@ -592,6 +592,9 @@ constexpr float kF16KvTol = 3e-3f;
 
 void ExpectTensorCoreTilesAgree(CudaAttention attention, float tol) {
   const CudaBackendOptions tiles{.attention = attention};
+  const auto kv_tol = [tol](GgmlType kv) {
+    return kv == GgmlType::kF16 ? std::max(tol, kF16KvTol) : tol;
+  };
   const absl::StatusOr<std::unique_ptr<Model>> stories = Model::Load(testing::StoriesPath());
   ASSERT_TRUE(stories.ok()) << stories.status();
   std::vector<GenerationRequest> requests;
@@ -609,8 +612,7 @@ void ExpectTensorCoreTilesAgree(CudaAttention attention, float tol) {
     SCOPED_TRACE(GgmlTypeName(kv));
     EngineOptions o;
     o.kv.dtype = kv;
-    ExpectEnginesAgree(**stories, o, kv == GgmlType::kF16 ? std::max(tol, kF16KvTol) : tol,
-                       requests, tiles);
+    ExpectEnginesAgree(**stories, o, kv_tol(kv), requests, tiles);
   }
   const std::unique_ptr<Model> model = LoadSynthetic(SyntheticModelOptions{});
   ASSERT_NE(model, nullptr);
@@ -623,8 +625,7 @@ void ExpectTensorCoreTilesAgree(CudaAttention attention, float tol) {
     SCOPED_TRACE(GgmlTypeName(kv));
     EngineOptions o;
     o.kv.dtype = kv;
-    ExpectEnginesAgree(*model, o, kv == GgmlType::kF16 ? std::max(tol, kF16KvTol) : tol,
-                       long_prompts, tiles);
+    ExpectEnginesAgree(*model, o, kv_tol(kv), long_prompts, tiles);
   }
 }
 

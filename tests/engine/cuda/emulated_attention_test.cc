@@ -101,18 +101,28 @@ class EmulatedAttentionTest : public ::testing::Test {
     }
   }
 
-  // LaunchPagedAttention on `c` with `tiles`, split scratch given: every row.
-  void CheckLaunch(const AttentionShape& c, emulation::Tiles tiles, int64_t shared_bytes,
-                   float tol) {
-    const AttentionBatch b = MakeAttentionBatch(c, rng_);
+  // LaunchPagedAttention on `b` with `tiles` and `scratch` as its split
+  // scratch: every row (NaN where it wrote nothing).
+  std::vector<float> Launch(const AttentionShape& c, const AttentionBatch& b,
+                            emulation::Tiles tiles, int64_t shared_bytes,
+                            std::vector<float>& scratch) {
     std::vector<float> got(b.q.size(), std::nanf(""));
-    std::vector<float> scratch(emulation::PagedAttentionScratchBytes() / sizeof(float));
+    scratch.assign(emulation::PagedAttentionScratchBytes() / sizeof(float), 0.0f);
     emulation::AttentionArgs a = Args(c, b);
     a.out = got.data();
     a.split_scratch = scratch.data();
     a.tiles = tiles;
     a.shared_bytes_per_block = shared_bytes;
-    ASSERT_EQ(emulation::RunPagedAttention(a), 0);
+    EXPECT_EQ(emulation::RunPagedAttention(a), 0);
+    return got;
+  }
+
+  // Launch on `c`: every row.
+  void CheckLaunch(const AttentionShape& c, emulation::Tiles tiles, int64_t shared_bytes,
+                   float tol) {
+    const AttentionBatch b = MakeAttentionBatch(c, rng_);
+    std::vector<float> scratch;
+    const std::vector<float> got = Launch(c, b, tiles, shared_bytes, scratch);
     for (size_t i = 0; i < got.size(); ++i) {
       ASSERT_NEAR(got[i], b.want[i], tol * std::max(1.0f, std::abs(b.want[i])))
           << "row " << i / b.width << ", element " << i % b.width;
@@ -231,14 +241,8 @@ TEST_F(EmulatedAttentionTest, SplitF16IsAsAccurateAsF32AtEveryScale) {
       const AttentionBatch b = MakeAttentionBatch(c, rng_);
       double error[2] = {0.0, 0.0};
       for (const emulation::Tiles tiles : {emulation::Tiles::kF32, emulation::Tiles::kSplitF16}) {
-        std::vector<float> got(b.q.size(), std::nanf(""));
-        std::vector<float> scratch(emulation::PagedAttentionScratchBytes() / sizeof(float));
-        emulation::AttentionArgs a = Args(c, b);
-        a.out = got.data();
-        a.split_scratch = scratch.data();
-        a.tiles = tiles;
-        a.shared_bytes_per_block = kA100SharedBytes;
-        ASSERT_EQ(emulation::RunPagedAttention(a), 0);
+        std::vector<float> scratch;
+        const std::vector<float> got = Launch(c, b, tiles, kA100SharedBytes, scratch);
         double& e = error[tiles == emulation::Tiles::kSplitF16];
         for (size_t i = 0; i < got.size(); ++i) {
           e = std::max(e, std::abs(static_cast<double>(got[i]) - b.want[i]) /
