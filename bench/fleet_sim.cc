@@ -296,6 +296,7 @@ FleetResult RunFleet(const FleetConfig& config) {
   Clock::duration resetting{};  // snapshots' share: the worker's old entries swept
   Clock::duration measured_deltas{};  // the deltas' while the measured requests run
   bool in_measure = false;
+  gateway::HolderTable::Growths growths_before;  // when the measured requests begin
   auto apply = [&](int worker, const tandem::v1::BlockEventBatch& batch) {
     const Clock::time_point t0 = Clock::now();
     const gateway::BlockIndex::Applied applied = index.Apply(worker, batch);
@@ -403,6 +404,7 @@ FleetResult RunFleet(const FleetConfig& config) {
     if (q == config.warmup_requests) {
       measure_wall_start = Clock::now();
       measure_cpu_start = ThreadCpu();
+      growths_before = index.table_growths();
       oracle_log.emplace(config.workers, config.prompt_blocks, config.block_size);
       for (int32_t i = 0; i < config.workers; ++i) oracle_log->Begin(i, workers[i].Snapshot());
       if (!measuring.HasBeenNotified()) measuring.Notify();
@@ -493,6 +495,13 @@ FleetResult RunFleet(const FleetConfig& config) {
   std::sort(hash_latencies.begin(), hash_latencies.end());
   r.hash_p50_us = Percentile(hash_latencies, 0.50);
   r.events_per_second = r.apply_seconds > 0 ? r.events / r.apply_seconds : 0;
+  const gateway::HolderTable::Growths growths = index.table_growths();
+  r.growths = growths.count;
+  r.growth_keys_moved = growths.keys_moved;
+  r.growth_seconds = static_cast<double>(growths.nanos) * 1e-9;
+  r.measured_growths = growths.count - growths_before.count;
+  r.measured_growth_keys_moved = growths.keys_moved - growths_before.keys_moved;
+  r.measured_growth_seconds = static_cast<double>(growths.nanos - growths_before.nanos) * 1e-9;
   r.entries = index.entries();
   r.hashes = index.hashes();
   r.dropped_entries = index.dropped_entries();
@@ -548,7 +557,9 @@ std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
       "\"measured_delta_events_per_second\":%.0f,\"predicting_route_cpu_p50_us\":%.1f,"
       "\"predicting_route_cpu_p99_us\":%.1f,\"side_route_cpu_p50_us\":%.1f,"
       "\"side_route_cpu_p99_us\":%.1f,\"retired_per_sweep\":%d,\"main_thread_on_cpu\":%.4f,"
-      "\"steady_clock_read_ns\":%.1f,\"thread_clock_read_ns\":%.1f}",
+      "\"steady_clock_read_ns\":%.1f,\"thread_clock_read_ns\":%.1f,\"growths\":%d,"
+      "\"growth_keys_moved\":%d,\"growth_seconds\":%.3f,\"measured_growths\":%d,"
+      "\"measured_growth_keys_moved\":%d,\"measured_growth_seconds\":%.3f}",
       c.workers, c.blocks_per_worker, c.prompt_blocks, c.requests, c.in_flight, c.event_lag,
       c.router_threads, r.events, r.events_per_second, r.entries, r.bytes_per_entry, r.routes,
       r.route_p50_us, r.route_p99_us, r.route_p999_us, r.hit_rate_vs_oracle, r.restarts,
@@ -558,7 +569,8 @@ std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
       r.measured_stored, r.measured_removed, r.measured_delta_events_per_second,
       r.predicting_route_cpu_p50_us, r.predicting_route_cpu_p99_us, r.side_route_cpu_p50_us,
       r.side_route_cpu_p99_us, c.retired_per_sweep, r.main_thread_on_cpu, r.steady_clock_read_ns,
-      r.thread_clock_read_ns);
+      r.thread_clock_read_ns, r.growths, r.growth_keys_moved, r.growth_seconds, r.measured_growths,
+      r.measured_growth_keys_moved, r.measured_growth_seconds);
 }
 
 }  // namespace tandem::bench

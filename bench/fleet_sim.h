@@ -68,6 +68,15 @@ struct FleetResult {
   double measured_delta_seconds = 0;
   double measured_delta_events_per_second = 0;
   double events_per_second = 0;  // per second of apply_seconds
+  // The index's tables' growths (gateway::HolderTable::Growths), their
+  // time within apply_seconds: all of them, and those within the measured
+  // requests (by a delta or a snapshot batch).
+  int64_t growths = 0;
+  int64_t growth_keys_moved = 0;
+  double growth_seconds = 0;
+  int64_t measured_growths = 0;
+  int64_t measured_growth_keys_moved = 0;
+  double measured_growth_seconds = 0;
   // The applying (main) thread's CPU time over its wall time while the
   // measured requests ran: below 1, the core was taken away from it now
   // and then, and apply_seconds counts some of that too.

@@ -136,6 +136,8 @@ int main(int argc, char** argv) {
       "the deltas alone %.0f per second\n"
       "  while routing (the measured requests): %d delta events (%d stored, %d removed), "
       "%.0f per second\n"
+      "  table growths: %d (%d keys moved, %.3f s of the apply time); while routing %d "
+      "(%d keys moved, %.3f s)\n"
       "  index: %d entries over %d blocks (workers' caches: %d), %.1f bytes per entry "
       "(tables alone: %.1f), %d evicted, %d predictions held\n"
       "  routing: %d routes, p50 %.1f us, p99 %.1f us, p999 %.1f us (hashing the prompt: "
@@ -147,11 +149,12 @@ int main(int argc, char** argv) {
       c.workers, c.blocks_per_worker, c.requests, c.prompt_blocks, c.router_threads, r.events,
       r.events_per_second, 100 * r.main_thread_on_cpu, r.snapshot_seconds, r.snapshots,
       r.delta_events_per_second, r.measured_stored + r.measured_removed, r.measured_stored,
-      r.measured_removed, r.measured_delta_events_per_second, r.entries, r.hashes, r.oracle_entries,
-      r.bytes_per_entry, r.table_bytes_per_entry, r.dropped_entries, r.predictions, r.routes,
-      r.route_p50_us, r.route_p99_us, r.route_p999_us, r.hash_p50_us, r.route_cpu_p50_us,
-      r.route_cpu_p99_us, r.predicting_route_cpu_p50_us, r.predicting_route_cpu_p99_us,
-      r.side_route_cpu_p50_us, r.side_route_cpu_p99_us,
+      r.measured_removed, r.measured_delta_events_per_second, r.growths, r.growth_keys_moved,
+      r.growth_seconds, r.measured_growths, r.measured_growth_keys_moved, r.measured_growth_seconds,
+      r.entries, r.hashes, r.oracle_entries, r.bytes_per_entry, r.table_bytes_per_entry,
+      r.dropped_entries, r.predictions, r.routes, r.route_p50_us, r.route_p99_us, r.route_p999_us,
+      r.hash_p50_us, r.route_cpu_p50_us, r.route_cpu_p99_us, r.predicting_route_cpu_p50_us,
+      r.predicting_route_cpu_p99_us, r.side_route_cpu_p50_us, r.side_route_cpu_p99_us,
       static_cast<double>(r.peak_rss_bytes) / (1 << 30), r.steady_clock_read_ns,
       r.thread_clock_read_ns, r.hit_rate_vs_oracle, r.hit_blocks, r.oracle_hit_blocks, r.restarts);
   if (args->IsSet("out")) {

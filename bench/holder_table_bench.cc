@@ -63,6 +63,13 @@ int main(int argc, char** argv) {
     table.Add(held.back(), 1, 0);
   }
   const double fill_ns = NsPerOp(fill_start, *keys);
+  // The growths within the filling: a fresh slot array each, every key moved.
+  const HolderTable::Growths growths = table.growths();
+  const double moved_ns = growths.keys_moved > 0 ? static_cast<double>(growths.nanos) /
+                                                       static_cast<double>(growths.keys_moved)
+                                                 : 0;
+  const double growth_share =
+      fill_ns > 0 ? static_cast<double>(growths.nanos) / (fill_ns * *keys) : 0;
   const double full = static_cast<double>(table.size()) / static_cast<double>(table.capacity());
 
   // The steady stream: the keys to store drawn first, so that the timed
@@ -99,18 +106,20 @@ int main(int argc, char** argv) {
 
   std::cout << absl::StrFormat(
       "holder table: %d keys in %d slots (%.3f full, %.1f MiB)\n"
-      "  filling: %.1f ns a key\n"
+      "  filling: %.1f ns a key; its %d growths %.1f ms (%.0f%% of it), %.1f ns a key moved\n"
       "  steady stream (a store and a removal an op, %d ahead): %.1f ns a change\n"
       "  reads of held keys: %.1f ns a read (%d of %d found)\n",
-      table.size(), table.capacity(), full, table_mib, fill_ns, *ahead, change_ns, read_ns, found,
-      *ops);
+      table.size(), table.capacity(), full, table_mib, fill_ns, growths.count,
+      static_cast<double>(growths.nanos) * 1e-6, 100 * growth_share, moved_ns, *ahead, change_ns,
+      read_ns, found, *ops);
   if (args->IsSet("out")) {
     std::ofstream out(args->String("out"), std::ios::app);
     out << absl::StrFormat(
         "{\"bench\":\"holder_table\",\"keys\":%d,\"capacity\":%d,\"full\":%.4f,"
         "\"table_mib\":%.1f,\"ops\":%d,\"ahead\":%d,\"fill_ns\":%.1f,\"change_ns\":%.1f,"
-        "\"read_ns\":%.1f}\n",
-        table.size(), table.capacity(), full, table_mib, *ops, *ahead, fill_ns, change_ns, read_ns);
+        "\"read_ns\":%.1f,\"growths\":%d,\"growth_ms\":%.1f,\"moved_key_ns\":%.1f}\n",
+        table.size(), table.capacity(), full, table_mib, *ops, *ahead, fill_ns, change_ns, read_ns,
+        growths.count, static_cast<double>(growths.nanos) * 1e-6, moved_ns);
   }
   return found == *ops ? 0 : 1;
 }

@@ -536,4 +536,16 @@ int64_t BlockIndex::table_bytes() const {
   return bytes;
 }
 
+HolderTable::Growths BlockIndex::table_growths() const {
+  HolderTable::Growths sum;
+  for (int s = 0; s < options_.shards; ++s) {
+    SeqLockWriter lock(&shards_[s].lock);
+    const HolderTable::Growths& g = shards_[s].table.growths();
+    sum.count += g.count;
+    sum.keys_moved += g.keys_moved;
+    sum.nanos += g.nanos;
+  }
+  return sum;
+}
+
 }  // namespace tandem::gateway

@@ -180,6 +180,8 @@ class BlockIndex {
   int64_t predicted_entries() const;  // predictions held, expired ones included
   // Heap bytes of the shards' tables (the allocator's own overhead aside).
   int64_t table_bytes() const;
+  // The shards' tables' growths so far, summed (diagnostics, benchmarks).
+  HolderTable::Growths table_growths() const;
 
  private:
   // A shard: its blocks' holders, written under `lock` and read by routes

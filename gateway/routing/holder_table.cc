@@ -1,6 +1,7 @@
 #include "gateway/routing/holder_table.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -94,6 +95,8 @@ void HolderTable::InsertAt(Slot slot, Probe probe) {
 }
 
 void HolderTable::Grow() {
+  const auto start = std::chrono::steady_clock::now();
+  growths_.keys_moved += static_cast<int64_t>(size_);
   const size_t old_capacity = capacity_;
   Slot* const old_slots = slots_;
   // By half again rather than double: a table just grown is then half
@@ -150,6 +153,10 @@ void HolderTable::Grow() {
   // Published filled: a lock-free reader reads either array whole.
   Publish();
   Free(old_slots, old_capacity * sizeof(Slot), free_old_slots);
+  ++growths_.count;
+  growths_.nanos +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
 }
 
 void HolderTable::Erase(size_t p) {

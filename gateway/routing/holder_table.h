@@ -302,6 +302,15 @@ class HolderTable {
   size_t MemoryBytes() const;
   // Bytes of the spills now in use, headers included (within the arena's).
   size_t spill_bytes() const { return spill_bytes_; }
+  // What this table's growths have cost so far: each moves every key into a
+  // fresh slot array, whose pages the kernel zeroes as they are first
+  // written (docs/benchmarks.md: on a VM that is most of a growth's time).
+  struct Growths {
+    int64_t count = 0;
+    int64_t keys_moved = 0;
+    int64_t nanos = 0;  // the steady clock's, allocation and page faults included
+  };
+  const Growths& growths() const { return growths_; }
 
  private:
   static constexpr int kInline = 3;
@@ -455,6 +464,7 @@ class HolderTable {
   size_t size_ = 0;
   size_t hand_ = 0;
   size_t spill_bytes_ = 0;  // allocated for spills, headers included
+  Growths growths_;
   SpillArena arena_;        // the spills' memory
 };
 

@@ -42,6 +42,14 @@ TEST(FleetSimTest, TheIndexMirrorsTheFleetAndRoutingFindsTheOraclesOverlap) {
   EXPECT_EQ(r.oracle_disagreements, 0);
   EXPECT_GT(r.events, 0);
   EXPECT_GT(r.events_per_second, 0);
+  // The tables grew as the caches filled, within the apply time; the
+  // measured requests' growths are among them.
+  EXPECT_GT(r.growths, 0);
+  EXPECT_GE(r.growth_keys_moved, r.growths);
+  EXPECT_GT(r.growth_seconds, 0);
+  EXPECT_LE(r.growth_seconds, r.apply_seconds);
+  EXPECT_LE(r.measured_growths, r.growths);
+  EXPECT_LE(r.measured_growth_keys_moved, r.growth_keys_moved);
   EXPECT_GT(r.bytes_per_entry, 0);
   EXPECT_GE(r.routes, Small().requests);
   EXPECT_GT(r.route_p99_us, 0);

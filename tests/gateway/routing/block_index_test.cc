@@ -105,6 +105,21 @@ TEST(BlockIndexTest, EntriesStayWithinTheBound) {
   EXPECT_EQ(index.entries() + index.dropped_entries(), 7);
 }
 
+TEST(BlockIndexTest, TableGrowthsAreEveryShardsSummed) {
+  BlockIndex index({.shards = 4});
+  EXPECT_EQ(index.table_growths().count, 0);
+  std::vector<uint64_t> blocks(2000);
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = i + 1;
+  index.Apply(0, Batch(1, 1, true, blocks));
+  // Each shard's table starts at 16 slots, so each of the four grew, and
+  // each moved the keys stored before it: under 3 times the keys in all.
+  const HolderTable::Growths g = index.table_growths();
+  EXPECT_GE(g.count, 4);
+  EXPECT_GT(g.keys_moved, g.count);
+  EXPECT_LT(g.keys_moved, 3 * static_cast<int64_t>(blocks.size()));
+  EXPECT_GT(g.nanos, 0);
+}
+
 TEST(BlockIndexTest, PredictionsCountUntilTheirDeadlineOrTheWorkersOwnReport) {
   BlockIndex index({.retired_per_sweep = 1});
   index.Apply(0, Batch(1, 1, true, {1}));
