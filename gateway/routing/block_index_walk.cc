@@ -82,7 +82,7 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   const bool prefetch_spills = prefetch_spills_.load(std::memory_order_relaxed);
   const int64_t now_ns = absl::ToUnixNanos(now);
   // The chain's keys mixed once, and their shards found once, for the
-  // stages ahead and the walk (four uses a block: 4-6% of a walk's cycles
+  // stages ahead and the walk (four uses a block: 3-6% of a walk's cycles
   // at 1000 workers, docs/benchmarks.md).
   thread_local std::vector<HolderTable::Mixed> mixed;
   thread_local std::vector<const Shard*> shard_of;
