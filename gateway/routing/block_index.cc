@@ -96,9 +96,8 @@ void BlockIndex::SortByShard(KeyedScratch& s) const {
   for (const Keyed& k : s.items) s.sorted[s.starts[k.shard]++] = k;
 }
 
-void BlockIndex::Prefetch(HolderTable::Mixed key) const {
+void BlockIndex::Prefetch(const Shard& shard, HolderTable::Mixed key) const {
   // Unlocked by design: HolderTable::Prefetch reads only atomics.
-  const Shard& shard = ShardOf(key);
   shard.table.Prefetch(key);
   shard.lock.Prefetch();
 }

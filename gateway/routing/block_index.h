@@ -282,7 +282,9 @@ class BlockIndex {
   Shard& ShardOf(HolderTable::Mixed key) const;
   // Starts loading `key`'s slot and its shard's version, without the
   // shard's lock.
-  void Prefetch(HolderTable::Mixed key) const ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  void Prefetch(HolderTable::Mixed key) const { Prefetch(ShardOf(key), key); }
+  // Prefetch for a caller that found `key`'s shard already.
+  void Prefetch(const Shard& shard, HolderTable::Mixed key) const ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // Prefetch for the writer about to change `key`'s slot (see
   // HolderTable::PrefetchForWrite).
   void PrefetchForWrite(HolderTable::Mixed key) const ABSL_NO_THREAD_SAFETY_ANALYSIS;

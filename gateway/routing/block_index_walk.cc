@@ -96,10 +96,7 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
     if (j < chain.size()) shard_of[j]->TableForReaders().PrefetchHeader();
   };
   auto prefetch_slot = [&](size_t j) {
-    if (j >= chain.size()) return;
-    // Unlocked by design: HolderTable::Prefetch reads only atomics.
-    shard_of[j]->TableForReaders().Prefetch(mixed[j]);
-    shard_of[j]->lock.Prefetch();
+    if (j < chain.size()) Prefetch(*shard_of[j], mixed[j]);
   };
   auto prefetch_holders = [&](size_t j) {
     if (!prefetch_spills || j >= chain.size()) return;
