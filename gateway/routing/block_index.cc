@@ -96,12 +96,6 @@ void BlockIndex::SortByShard(KeyedScratch& s) const {
   for (const Keyed& k : s.items) s.sorted[s.starts[k.shard]++] = k;
 }
 
-void BlockIndex::Prefetch(const Shard& shard, HolderTable::Mixed key) const {
-  // Unlocked by design: HolderTable::Prefetch reads only atomics.
-  shard.table.Prefetch(key);
-  shard.lock.Prefetch();
-}
-
 void BlockIndex::PrefetchForWrite(HolderTable::Mixed key) const {
   const Shard& shard = ShardOf(key);
   shard.table.PrefetchForWrite(key);
@@ -116,8 +110,9 @@ BlockIndex::WorkerState& BlockIndex::StateOf(int worker) {
   absl::MutexLock lock(&workers_mu_);
   std::unique_ptr<SlotPage>& page = slot_pages_[worker >> kSlotPageBits];
   if (page == nullptr) page = std::make_unique<SlotPage>();
-  std::unique_ptr<WorkerState>& w = (*page)[worker & (kSlotsPerPage - 1)];
-  if (w == nullptr) w = std::make_unique<WorkerState>();
+  const int at = worker & (kSlotsPerPage - 1);
+  std::unique_ptr<WorkerState>& w = page->states[at];
+  if (w == nullptr) w = std::make_unique<WorkerState>(page->ids[at]);
   return *w;
 }
 
@@ -128,7 +123,7 @@ const BlockIndex::SlotPage* BlockIndex::PageLocked(int worker) const {
 
 BlockIndex::WorkerState* BlockIndex::FindLocked(int worker) const {
   const SlotPage* page = PageLocked(worker);
-  return page == nullptr ? nullptr : (*page)[worker & (kSlotsPerPage - 1)].get();
+  return page == nullptr ? nullptr : page->states[worker & (kSlotsPerPage - 1)].get();
 }
 
 uint16_t BlockIndex::IdOf(WorkerState& w) {

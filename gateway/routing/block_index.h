@@ -251,10 +251,14 @@ class BlockIndex {
   // no reader can hold any more.
   class WriteLock;
   struct WorkerState {
+    explicit WorkerState(std::atomic<uint16_t>& id) : id(id) {}
     absl::Mutex mu;  // one Apply, Predict or Drop of the worker at a time
-    // Its compact number in the holder sets; 0 while it has none. Written
-    // under mu and workers_mu_ together, so either suffices to read it.
-    std::atomic<uint16_t> id{0};
+    // Its compact number in the holder sets; 0 while it has none. Kept in
+    // its slot's page (SlotPage::ids), where a route reads a thousand
+    // workers' numbers from 2 KiB in a row rather than through a pointer
+    // each. Written under mu and workers_mu_ together, so either suffices
+    // to read it.
+    std::atomic<uint16_t>& id;
     uint64_t epoch ABSL_GUARDED_BY(mu) = 0;
     uint64_t sequence ABSL_GUARDED_BY(mu) = 0;
     bool synced ABSL_GUARDED_BY(mu) = false;  // a snapshot has been applied
@@ -284,7 +288,11 @@ class BlockIndex {
   // shard's lock.
   void Prefetch(HolderTable::Mixed key) const { Prefetch(ShardOf(key), key); }
   // Prefetch for a caller that found `key`'s shard already.
-  void Prefetch(const Shard& shard, HolderTable::Mixed key) const ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  void Prefetch(const Shard& shard, HolderTable::Mixed key) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    // Unlocked by design: HolderTable::Prefetch reads only atomics.
+    shard.table.Prefetch(key);
+    shard.lock.Prefetch();
+  }
   // Prefetch for the writer about to change `key`'s slot (see
   // HolderTable::PrefetchForWrite).
   void PrefetchForWrite(HolderTable::Mixed key) const ABSL_NO_THREAD_SAFETY_ANALYSIS;
@@ -382,7 +390,10 @@ class BlockIndex {
   // hash lookup or two rather than one each.
   static constexpr int kSlotPageBits = 10;
   static constexpr int kSlotsPerPage = 1 << kSlotPageBits;
-  using SlotPage = std::array<std::unique_ptr<WorkerState>, kSlotsPerPage>;
+  struct SlotPage {
+    std::array<std::unique_ptr<WorkerState>, kSlotsPerPage> states;
+    std::array<std::atomic<uint16_t>, kSlotsPerPage> ids{};  // WorkerState::id
+  };
   // The page holding `worker`'s slot, or null.
   const SlotPage* PageLocked(int worker) const ABSL_SHARED_LOCKS_REQUIRED(workers_mu_);
   absl::flat_hash_map<int, std::unique_ptr<SlotPage>> slot_pages_ ABSL_GUARDED_BY(workers_mu_);

@@ -25,10 +25,12 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   Overlaps r;
   r.tiered.resize(n);
   r.reported.assign(n, 0);
-  std::vector<uint16_t> ids(n, 0);
+  thread_local std::vector<uint16_t> ids;
+  ids.assign(n, 0);
   {
     absl::ReaderMutexLock lock(&workers_mu_);
-    // One page lookup per run of slots on the same page.
+    // One page lookup per run of slots on the same page; the numbers are
+    // the page's, in slot order.
     const SlotPage* page = nullptr;
     int page_key = 0;
     for (size_t k = 0; k < n; ++k) {
@@ -37,9 +39,8 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
         page = PageLocked(workers[k]);
         page_key = key;
       }
-      if (page == nullptr) continue;
-      if (const WorkerState* w = (*page)[workers[k] & (kSlotsPerPage - 1)].get(); w != nullptr) {
-        ids[k] = w->id.load(std::memory_order_relaxed);
+      if (page != nullptr) {
+        ids[k] = page->ids[workers[k] & (kSlotsPerPage - 1)].load(std::memory_order_relaxed);
       }
     }
   }
@@ -56,20 +57,30 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   uint64_t next_running[kWords];
   uint64_t next_reporting[kWords];
   size_t words = 0;
-  for (uint16_t id : ids) {
-    if (id == 0) continue;
-    running[id / 64] |= uint64_t{1} << (id % 64);
-    words = std::max<size_t>(words, id / 64 + 1);
+  {
+    // Numbered in the order they first reported, the workers' ids mostly
+    // run in order: a word's bits gather in a register.
+    uint64_t bits = 0;
+    size_t at = 0;
+    for (uint16_t id : ids) {
+      if (id == 0) continue;
+      if (id / 64 != at) {
+        running[at] |= bits;
+        bits = 0;
+        at = id / 64;
+      }
+      bits |= uint64_t{1} << (id % 64);
+      words = std::max<size_t>(words, at + 1);
+    }
+    running[at] |= bits;
   }
-  // Per id: where its runs ended, and its blocks credited to a slower tier.
+  // Per id: where its run ended (written as it ends; one still running at
+  // the end ran the whole chain), and its blocks credited to a slower
+  // tier (0 between walks: a walk zeroes what it credited).
   thread_local std::vector<int32_t> run_end(HolderTable::kMaxId + 1);
   thread_local std::vector<int32_t> reported_end(HolderTable::kMaxId + 1);
   thread_local std::vector<std::array<int32_t, kNumTiers>> slower(HolderTable::kMaxId + 1);
-  for (uint16_t id : ids) {
-    if (id == 0) continue;
-    run_end[id] = reported_end[id] = static_cast<int32_t>(chain.size());
-    slower[id] = {};
-  }
+  bool credited = false;
   auto set = [](uint64_t* bits, uint16_t id) { bits[id / 64] |= uint64_t{1} << (id % 64); };
   auto has = [](const uint64_t* bits, uint16_t id) { return (bits[id / 64] >> (id % 64)) & 1; };
   // A block's holders are three cache misses away, one after the other:
@@ -164,6 +175,7 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
           });
     });
     for (const auto& [id, tier] : credits) ++slower[id][tier];
+    credited |= !credits.empty();
     // The digests are on the line the read just read the version from.
     if (with_predictions && shard.MayBePredicted(key)) {
       SeqLockWriter lock(&shard.lock);
@@ -201,17 +213,23 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
     while (hi > lo && running[hi - 1] == 0) --hi;
     if (lo == hi) break;
   }
+  const auto whole = static_cast<int32_t>(chain.size());
   for (size_t k = 0; k < n; ++k) {
     const uint16_t id = ids[k];
     if (id == 0) continue;
     TieredOverlap& o = r.tiered[k];
-    o.blocks = run_end[id];
+    o.blocks = has(running, id) ? whole : run_end[id];
     o.by_tier[0] = o.blocks;
-    for (int t = 1; t < kNumTiers; ++t) {
-      o.by_tier[static_cast<size_t>(t)] = slower[id][static_cast<size_t>(t)];
-      o.by_tier[0] -= slower[id][static_cast<size_t>(t)];
+    if (credited) {
+      for (int t = 1; t < kNumTiers; ++t) {
+        o.by_tier[static_cast<size_t>(t)] = slower[id][static_cast<size_t>(t)];
+        o.by_tier[0] -= slower[id][static_cast<size_t>(t)];
+      }
     }
-    r.reported[k] = split ? reported_end[id] : o.blocks;
+    r.reported[k] = !split ? o.blocks : has(reporting, id) ? whole : reported_end[id];
+  }
+  if (credited) {  // after the answers: a worker may be asked for twice
+    for (uint16_t id : ids) slower[id] = {};
   }
   return r;
 }
