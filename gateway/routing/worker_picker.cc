@@ -8,13 +8,14 @@ WorkerPicker::WorkerPicker(std::vector<std::string> addresses) { SetAddresses(ad
 
 void WorkerPicker::SetAddresses(const std::vector<std::string>& addresses) {
   absl::MutexLock lock(&mu_);
-  for (Worker& w : workers_) {
-    w.active = std::find(addresses.begin(), addresses.end(), w.address) != addresses.end();
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    workers_[i].active =
+        std::find(addresses.begin(), addresses.end(), addresses_[i]) != addresses.end();
   }
   for (const std::string& a : addresses) {
-    auto known = [&a](const Worker& w) { return w.address == a; };
-    if (std::find_if(workers_.begin(), workers_.end(), known) == workers_.end()) {
-      workers_.push_back({.address = a, .active = true, .load = {}});
+    if (std::find(addresses_.begin(), addresses_.end(), a) == addresses_.end()) {
+      addresses_.push_back(a);
+      workers_.push_back({.load = {}, .active = true});
     }
   }
 }
@@ -43,7 +44,7 @@ bool WorkerPicker::active(int index) const {
 
 const std::string& WorkerPicker::address(int index) const {
   absl::MutexLock lock(&mu_);
-  return workers_[index].address;
+  return addresses_[index];
 }
 
 WorkerPicker::Pick& WorkerPicker::Pick::operator=(Pick&& other) noexcept {
