@@ -54,8 +54,8 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   constexpr size_t kWords = (HolderTable::kMaxId + 1) / 64;
   uint64_t running[kWords] = {};
   uint64_t reporting[kWords];  // written when the walk splits them
-  uint64_t next_running[kWords];
-  uint64_t next_reporting[kWords];
+  uint64_t next_running[kWords];    // 0 between blocks (see the walk)
+  uint64_t next_reporting[kWords];  // likewise, once split
   size_t words = 0;
   {
     // Numbered in the order they first reported, the workers' ids mostly
@@ -74,6 +74,7 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
     }
     running[at] |= bits;
   }
+  std::fill(next_running, next_running + words, 0);
   // Per id: where its run ended (written as it ends; one still running at
   // the end ran the whole chain), and its blocks credited to a slower
   // tier (0 between walks: a walk zeroes what it credited).
@@ -133,9 +134,15 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
     const Shard& shard = *shard_of[j];
     // Without the shard's lock: from scratch on every read, since Read
     // reads again what a writer changed meanwhile.
+    // next_running (and next_reporting) are 0 over lo..hi-1 between blocks:
+    // only a read again clears what the last one set.
+    bool again = false;
     shard.lock.Read([&] {
-      std::fill(next_running + lo, next_running + hi, 0);
-      if (split) std::fill(next_reporting + lo, next_reporting + hi, 0);
+      if (again) {
+        std::fill(next_running + lo, next_running + hi, 0);
+        if (split) std::fill(next_reporting + lo, next_reporting + hi, 0);
+      }
+      again = true;
       credits.clear();
       shard.TableForReaders().VisitConcurrent(
           key,
@@ -146,8 +153,10 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
               if (id / 64 >= hi || !has(running, id)) continue;
               set(next_running, id);
               if (split && has(reporting, id)) set(next_reporting, id);
-              const int tier = FastestTier(HolderTable::TiersOf(h));
-              if (tier > 0) credits.emplace_back(id, static_cast<uint8_t>(tier));
+              const uint8_t tiers = HolderTable::TiersOf(h);
+              if ((tiers & 1) == 0) {  // not in the pool (rare): credited by its tier
+                credits.emplace_back(id, static_cast<uint8_t>(FastestTier(tiers)));
+              }
             }
           },
           [&](HolderTable::Bitmap b) {
@@ -200,6 +209,7 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
         run_end[64 * i + std::countr_zero(gone)] = static_cast<int32_t>(j);
       }
       running[i] = next_running[i];
+      next_running[i] = 0;
     }
     if (split) {
       for (size_t i = lo; i < hi; ++i) {
@@ -207,6 +217,7 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
           reported_end[64 * i + std::countr_zero(gone)] = static_cast<int32_t>(j);
         }
         reporting[i] = next_reporting[i];
+        next_reporting[i] = 0;
       }
     }
     while (lo < hi && running[lo] == 0) ++lo;

@@ -300,7 +300,7 @@ bool HolderTable::SpillAdd(uint64_t& w, uint16_t id, int tier) {
     }
     const Bitmap b = BitmapOf(*s);
     const bool fresh = BitmapTiers(b, id) == 0;
-    const int k = std::popcount(static_cast<uint8_t>(planes & ((1u << tier) - 1)));
+    const int k = PlaneCount(static_cast<uint8_t>(planes & ((1u << tier) - 1)));
     s->bits()[(id / 64) * n + static_cast<size_t>(k)] |= uint64_t{1} << (id % 64);
     if (fresh) ++s->count;
     return fresh;

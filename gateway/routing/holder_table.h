@@ -97,7 +97,13 @@ class HolderTable {
     size_t words;
     uint8_t planes;
   };
-  static int PlaneCount(uint8_t planes) { return std::popcount(planes); }
+  // std::popcount of kMaxTiers bits, from a nibble table: a build for
+  // any x86-64 makes std::popcount a library call, one for each holder
+  // an event adds to a bitmap.
+  static int PlaneCount(uint8_t planes) {
+    static_assert(kMaxTiers == 3, "a nibble for each of the 8 sets of planes");
+    return static_cast<int>((0x32212110u >> (4 * (planes & 7u))) & 0xfu);
+  }
   // Counts a use of `key` and calls on_list(std::span<const Holder>) or,
   // for a block with many holders, on_bitmap(Bitmap); false when no worker
   // holds it (neither is called).
@@ -204,7 +210,7 @@ class HolderTable {
   }
   static uint64_t TierWord(Bitmap b, size_t i, int t) {
     if (((b.planes >> t) & 1) == 0) return 0;
-    const int k = std::popcount(static_cast<uint8_t>(b.planes & ((1u << t) - 1)));
+    const int k = PlaneCount(static_cast<uint8_t>(b.planes & ((1u << t) - 1)));
     return Load(b.bits[i * PlaneCount(b.planes) + k]);
   }
   static uint8_t BitmapTiers(Bitmap b, uint16_t id) {
