@@ -43,6 +43,7 @@ BlockIndex::BlockIndex(const BlockIndexOptions& options)
       shard_shift_(ShardShift(options.shards)),
       shards_(new Shard[static_cast<size_t>(options.shards)]),
       entries_of_id_(new std::atomic<int64_t>[HolderTable::kMaxId + 1]()),
+      numbering_(NewNumbering()),
       prefetch_spills_(options.prefetch_spills_from <= 0) {
   for (int i = 0; i < options.shards; ++i) {
     Shard& shard = shards_[i];
@@ -54,6 +55,11 @@ BlockIndex::BlockIndex(const BlockIndexOptions& options)
 }
 
 BlockIndex::~BlockIndex() = default;
+
+uint64_t BlockIndex::NewNumbering() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 size_t BlockIndex::ShardIndex(HolderTable::Mixed key) const {
   // A shift by 64 (one shard) is undefined, hence the branch.
@@ -141,6 +147,7 @@ uint16_t BlockIndex::IdOf(WorkerState& w) {
       if (id != 0 || swept) {
         // 0: more workers at once than the holder sets number; unrecorded.
         w.id.store(id, std::memory_order_relaxed);
+        numbering_.store(NewNumbering(), std::memory_order_release);
         return id;
       }
     }
@@ -245,6 +252,7 @@ void BlockIndex::RetireNumberOf(WorkerState& w) {
     // Routes stop asking for it first.
     absl::MutexLock lock(&workers_mu_);
     w.id.store(0, std::memory_order_relaxed);
+    numbering_.store(NewNumbering(), std::memory_order_release);
   }
   w.predicted = false;
   std::vector<uint16_t> due;

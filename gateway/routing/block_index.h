@@ -398,6 +398,12 @@ class BlockIndex {
   const SlotPage* PageLocked(int worker) const ABSL_SHARED_LOCKS_REQUIRED(workers_mu_);
   absl::flat_hash_map<int, std::unique_ptr<SlotPage>> slot_pages_ ABSL_GUARDED_BY(workers_mu_);
   std::vector<uint16_t> free_ids_ ABSL_GUARDED_BY(workers_mu_);
+  // Which numbering of the workers is current: a value no index has had
+  // before, taken anew (under workers_mu_) whenever a worker is numbered
+  // or its number retired, so that a routing thread may keep the numbers
+  // of the slots it asks for while it stays (see OverlapAll).
+  std::atomic<uint64_t> numbering_;
+  static uint64_t NewNumbering();
   uint16_t next_id_ ABSL_GUARDED_BY(workers_mu_) = 1;
   std::optional<BlockHashParams> params_ ABSL_GUARDED_BY(workers_mu_);
 

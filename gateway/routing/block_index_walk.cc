@@ -25,10 +25,24 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   Overlaps r;
   r.tiered.resize(n);
   r.reported.assign(n, 0);
-  thread_local std::vector<uint16_t> ids;
-  ids.assign(n, 0);
-  {
+  // The slots' numbers, kept by the thread until the index numbers or
+  // retires a worker or the thread asks for other slots: a router asks for
+  // the same thousand slots route after route, and reading their numbers
+  // and gathering them as bits cost as much as a fifth of a walk.
+  struct Numbers {
+    uint64_t numbering = 0;  // the index's numbering_ they are of; 0: none
+    std::vector<int> workers;
+    std::vector<uint16_t> ids;      // by worker asked; 0: none
+    std::vector<uint64_t> running;  // ids as bits, up to the last word with one
+  };
+  thread_local Numbers numbers;
+  if (numbers.numbering != numbering_.load(std::memory_order_acquire) ||
+      !std::ranges::equal(workers, numbers.workers)) {
     absl::ReaderMutexLock lock(&workers_mu_);
+    numbers.numbering = numbering_.load(std::memory_order_relaxed);
+    numbers.workers.assign(workers.begin(), workers.end());
+    numbers.ids.assign(n, 0);
+    numbers.running.clear();
     // One page lookup per run of slots on the same page; the numbers are
     // the page's, in slot order.
     const SlotPage* page = nullptr;
@@ -39,11 +53,16 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
         page = PageLocked(workers[k]);
         page_key = key;
       }
-      if (page != nullptr) {
-        ids[k] = page->ids[workers[k] & (kSlotsPerPage - 1)].load(std::memory_order_relaxed);
-      }
+      if (page == nullptr) continue;
+      const uint16_t id =
+          page->ids[workers[k] & (kSlotsPerPage - 1)].load(std::memory_order_relaxed);
+      numbers.ids[k] = id;
+      if (id == 0) continue;
+      if (numbers.running.size() <= id / 64) numbers.running.resize(id / 64 + 1, 0);
+      numbers.running[id / 64] |= uint64_t{1} << (id % 64);
     }
   }
+  const std::vector<uint16_t>& ids = numbers.ids;
   // The walk keeps, as bitmaps over compact ids, the workers whose run is
   // still going: `running` holds or is predicted to hold blocks 0..j-1,
   // `reporting` reported them. Block j ends the run of each one that is not
@@ -52,28 +71,12 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   // same until a prediction counts (`split`), and only `running` is kept
   // till then: most walks meet no prediction.
   constexpr size_t kWords = (HolderTable::kMaxId + 1) / 64;
-  uint64_t running[kWords] = {};
-  uint64_t reporting[kWords];  // written when the walk splits them
+  uint64_t running[kWords];
+  uint64_t reporting[kWords];       // written when the walk splits them
   uint64_t next_running[kWords];    // 0 between blocks (see the walk)
   uint64_t next_reporting[kWords];  // likewise, once split
-  size_t words = 0;
-  {
-    // Numbered in the order they first reported, the workers' ids mostly
-    // run in order: a word's bits gather in a register.
-    uint64_t bits = 0;
-    size_t at = 0;
-    for (uint16_t id : ids) {
-      if (id == 0) continue;
-      if (id / 64 != at) {
-        running[at] |= bits;
-        bits = 0;
-        at = id / 64;
-      }
-      bits |= uint64_t{1} << (id % 64);
-      words = std::max<size_t>(words, at + 1);
-    }
-    running[at] |= bits;
-  }
+  const size_t words = numbers.running.size();
+  std::copy(numbers.running.begin(), numbers.running.end(), running);
   std::fill(next_running, next_running + words, 0);
   // Per id: where its run ended (written as it ends; one still running at
   // the end ran the whole chain), and its blocks credited to a slower

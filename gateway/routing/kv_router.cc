@@ -47,20 +47,26 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
     thread_local std::vector<int> slots;
     thread_local std::vector<int32_t> overlap;
     thread_local std::vector<double> base;
-    slots.resize(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) slots[static_cast<size_t>(i)] = first_slot_ + i;
+    if (std::ssize(slots) != n || (n > 0 && slots[0] != first_slot_)) {  // else as they are
+      slots.resize(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) slots[static_cast<size_t>(i)] = first_slot_ + i;
+    }
     // One walk answers both questions: what each worker holds or is
     // predicted to (the cost) and what it has reported (whom to pull from).
     const Overlaps overlaps = index_.OverlapAll(slots, chain);
     const std::vector<TieredOverlap>& tiered = overlaps.tiered;
     overlap.resize(tiered.size());
     base.resize(tiered.size());
+    int32_t best_overlap = 0;
     for (size_t i = 0; i < tiered.size(); ++i) {
-      overlap[i] = tiered[i].blocks;
-      double credit = 0;
-      for (int t = 0; t < kNumTiers; ++t) {
-        credit += options_.tier_weights[static_cast<size_t>(t)] *
-                  tiered[i].by_tier[static_cast<size_t>(t)];
+      const TieredOverlap& o = tiered[i];
+      overlap[i] = o.blocks;
+      best_overlap = std::max(best_overlap, o.blocks);
+      // The slower tiers' terms only where they count (most workers hold
+      // their blocks in the pool): the same sum, a thousand times a route.
+      double credit = options_.tier_weights[0] * o.by_tier[0];
+      for (size_t t = 1; t < kNumTiers; ++t) {
+        if (o.by_tier[t] != 0) credit += options_.tier_weights[t] * o.by_tier[t];
       }
       base[i] = options_.overlap_weight * (d.prompt_blocks - credit);
     }
@@ -106,8 +112,6 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
       index_.Predict(first_slot_ + i, std::span(full).subspan(std::min(held, full.size())),
                      absl::Now() + options_.prediction_ttl);
     }
-    const int32_t best_overlap =
-        overlap.empty() ? 0 : *std::max_element(overlap.begin(), overlap.end());
     if (!exclude.empty()) {
       d.reason = "retry";
     } else if (d.overlap_blocks > 0) {

@@ -92,6 +92,33 @@ TEST(BlockIndexTest, OverlapIsPerWorkerAndADroppedWorkerLosesEverything) {
   EXPECT_EQ(index.entries_of(0), 0);
 }
 
+TEST(BlockIndexTest, AWalkAsksForTheWorkersNumbersAsTheyAreNow) {
+  // A routing thread keeps the numbers of the slots it asked for last;
+  // a worker renumbered since must be asked for by its new number. The
+  // retired numbers wait for a sweep, their entries with them.
+  BlockIndex index({.retired_per_sweep = 16});
+  ASSERT_EQ(index.Apply(0, Batch(1, 1, true, {1, 2})), BlockIndex::Applied::kApplied);
+  ASSERT_EQ(index.Apply(1, Batch(1, 1, true, {1})), BlockIndex::Applied::kApplied);
+  const std::vector<int> both = {0, 1};
+  EXPECT_EQ(index.Overlap(both, Chain({1, 2})), (std::vector<int32_t>{2, 1}));
+  // Worker 1 restarts: a new number, with its new cache.
+  ASSERT_EQ(index.Apply(1, Batch(2, 1, true, {1, 2})), BlockIndex::Applied::kApplied);
+  EXPECT_EQ(index.Overlap(both, Chain({1, 2})), (std::vector<int32_t>{2, 2}));
+  // Worker 0 leaves, and worker 2 comes.
+  index.Drop(0);
+  EXPECT_EQ(index.Overlap(both, Chain({1, 2})), (std::vector<int32_t>{0, 2}));
+  ASSERT_EQ(index.Apply(2, Batch(1, 1, true, {1})), BlockIndex::Applied::kApplied);
+  EXPECT_EQ(index.Overlap(std::vector<int>{0, 1, 2}, Chain({1, 2})),
+            (std::vector<int32_t>{0, 2, 1}));
+  // Another index on the same thread numbers its workers its own way.
+  BlockIndex other;
+  ASSERT_EQ(other.Apply(1, Batch(1, 1, true, {3})), BlockIndex::Applied::kApplied);
+  EXPECT_EQ(other.Overlap(both, Chain({3})), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(other.Overlap(both, Chain({1, 2})), (std::vector<int32_t>{0, 0}));
+  EXPECT_EQ(index.Overlap(both, Chain({3})), (std::vector<int32_t>{0, 0}));
+  EXPECT_EQ(index.Overlap(both, Chain({1, 2})), (std::vector<int32_t>{0, 2}));
+}
+
 TEST(BlockIndexTest, EntriesStayWithinTheBound) {
   BlockIndex index({.max_entries = 3});
   index.Apply(0, Batch(1, 1, true, {1, 2}));
