@@ -26,7 +26,9 @@
 // walk reads a block's holders again when the version moved while it read
 // them. What a writer frees while a route may be reading it waits in the
 // shard's limbo until no route that began before can still be walking
-// (gateway/routing/reclaimer.h).
+// (gateway/routing/reclaimer.h). A routing thread keeps the compact numbers
+// of the slots it asked for last until the index numbers or retires a
+// worker, so a route over a thousand workers reads no worker state.
 //
 // Memory is bounded by `max_entries` (block, worker) pairs: past it the
 // shard being written evicts, with all its holders, the first block its
@@ -48,7 +50,9 @@
 // their shard once it holds twice the predictions its last sweep kept, and
 // of every shard when the index is full. Predictions are bounded by
 // `max_predictions` (and `max_entries`), expired ones not yet swept
-// included. A renewal keeps the later of the two deadlines.
+// included. A renewal keeps the later of the two deadlines. A walk reads a
+// block's predictions under its shard's lock, and does without them when a
+// writer keeps the lock longer than a moment (a sweep of retired workers).
 //
 // Thread-safe. Lock order: a worker's own lock, then the sweep's lock,
 // then a shard's lock or the workers' table lock; never two shards' at

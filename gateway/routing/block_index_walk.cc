@@ -94,6 +94,9 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   // the slot) kHoldersAhead, once the index is past
   // options_.prefetch_spills_from entries.
   constexpr size_t kShardsAhead = 16, kSlotsAhead = 8, kHoldersAhead = 4;
+  // Pauses a walk waits for a shard's writers' lock to read its
+  // predictions (see below).
+  constexpr int kPredictionTries = 64;
   const bool prefetch_spills = prefetch_spills_.load(std::memory_order_relaxed);
   const int64_t now_ns = absl::ToUnixNanos(now);
   // The chain's keys mixed once, and their shards found once, for the
@@ -188,9 +191,12 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
     });
     for (const auto& [id, tier] : credits) ++slower[id][tier];
     credited |= !credits.empty();
-    // The digests are on the line the read just read the version from.
-    if (with_predictions && shard.MayBePredicted(key)) {
-      SeqLockWriter lock(&shard.lock);
+    // The digests are on the line the read just read the version from. A
+    // writer's hold is a few events' changes, but a sweep of retired
+    // workers holds the shard's lock for a pass over it (milliseconds at
+    // tens of millions of entries): then the block counts as predicted
+    // nowhere rather than hold up the route.
+    if (with_predictions && shard.MayBePredicted(key) && shard.lock.TryLock(kPredictionTries)) {
       shard.predicted.ForEachOf(key.v, [&](uint16_t id, int64_t until_ns) {
         // Being computed into the worker's pool.
         if (until_ns <= now_ns || id / 64 >= hi || !has(running, id) || has(next_running, id)) {
@@ -206,6 +212,7 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
         }
         set(next_running, id);
       });
+      shard.lock.Unlock();
     }
     for (size_t i = lo; i < hi; ++i) {
       for (uint64_t gone = running[i] & ~next_running[i]; gone != 0; gone &= gone - 1) {
@@ -227,20 +234,30 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
     while (hi > lo && running[hi - 1] == 0) --hi;
     if (lo == hi) break;
   }
+  // The answers: a thousand workers' a route, so the common case (no
+  // slower tier credited, no prediction counted) in a loop of its own.
   const auto whole = static_cast<int32_t>(chain.size());
+  TieredOverlap* const tiered = r.tiered.data();
+  int32_t* const reported = r.reported.data();
+  const int32_t* const ends = run_end.data();
   for (size_t k = 0; k < n; ++k) {
     const uint16_t id = ids[k];
     if (id == 0) continue;
-    TieredOverlap& o = r.tiered[k];
-    o.blocks = has(running, id) ? whole : run_end[id];
-    o.by_tier[0] = o.blocks;
+    const int32_t blocks = has(running, id) ? whole : ends[id];
+    tiered[k].blocks = blocks;
+    tiered[k].by_tier[0] = blocks;
+    reported[k] = blocks;
+  }
+  for (size_t k = 0; (credited || split) && k < n; ++k) {
+    const uint16_t id = ids[k];
+    if (id == 0) continue;
     if (credited) {
-      for (int t = 1; t < kNumTiers; ++t) {
-        o.by_tier[static_cast<size_t>(t)] = slower[id][static_cast<size_t>(t)];
-        o.by_tier[0] -= slower[id][static_cast<size_t>(t)];
+      for (size_t t = 1; t < kNumTiers; ++t) {
+        tiered[k].by_tier[t] = slower[id][t];
+        tiered[k].by_tier[0] -= slower[id][t];
       }
     }
-    r.reported[k] = !split ? o.blocks : has(reporting, id) ? whole : reported_end[id];
+    if (split) reported[k] = has(reporting, id) ? whole : reported_end[id];
   }
   if (credited) {  // after the answers: a worker may be asked for twice
     for (uint16_t id : ids) slower[id] = {};

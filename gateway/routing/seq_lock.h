@@ -32,6 +32,19 @@ class ABSL_LOCKABLE SeqLock {
       while (writer_.load(std::memory_order_relaxed)) Backoff(tries++);
     }
   }
+  // Lock, unless another writer holds it past `tries` pauses (64 at most:
+  // it never yields): for a reader that would rather go without than wait
+  // for a long hold, such as a sweep of a whole shard.
+  bool TryLock(int tries) ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) {
+    for (int t = 0;; ++t) {
+      if (!writer_.load(std::memory_order_relaxed) &&
+          !writer_.exchange(true, std::memory_order_acquire)) {
+        return true;
+      }
+      if (t >= tries || t >= kPauses) return false;
+      Backoff(t);
+    }
+  }
   void Unlock() ABSL_UNLOCK_FUNCTION() { writer_.store(false, std::memory_order_release); }
 
   // Around a change readers must not see half done; under the lock.
@@ -65,8 +78,9 @@ class ABSL_LOCKABLE SeqLock {
  private:
   // Pauses for the first tries, then gives the core away (the writer may
   // be waiting for it).
+  static constexpr int kPauses = 64;
   static void Backoff(int tries) {
-    if (tries < 64) {
+    if (tries < kPauses) {
 #if defined(__x86_64__) || defined(__i386__)
       _mm_pause();
 #endif
