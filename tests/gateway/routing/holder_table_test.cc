@@ -324,6 +324,22 @@ TEST(HolderTableTest, APoolOnlyBlocksBitmapsAreABitPerWorker) {
   EXPECT_EQ(h[1001], 0b100u);
 }
 
+TEST(SeqLockTest, TryLockGivesUpWhileAnotherWriterHoldsIt) {
+  SeqLock lock;
+  ASSERT_TRUE(lock.TryLock(0));
+  // Held (by this thread: the lock is not reentrant), so every try fails,
+  // after its pauses and without yielding.
+  EXPECT_FALSE(lock.TryLock(0));
+  EXPECT_FALSE(lock.TryLock(64));
+  EXPECT_FALSE(lock.TryLock(1000));
+  lock.Unlock();
+  EXPECT_TRUE(lock.TryLock(64));
+  lock.Unlock();
+  { SeqLockWriter hold(&lock); }
+  EXPECT_TRUE(lock.TryLock(0));
+  lock.Unlock();
+}
+
 // A reader without the lock, through the table's view under a SeqLock, as
 // the block index reads it, while a writer churns the keys around a fixed
 // set (probes shifting, sets spilling, bitmaps gaining planes, the table
