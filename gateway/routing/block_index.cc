@@ -102,10 +102,15 @@ void BlockIndex::SortByShard(KeyedScratch& s) const {
   for (const Keyed& k : s.items) s.sorted[s.starts[k.shard]++] = k;
 }
 
-void BlockIndex::PrefetchForWrite(HolderTable::Mixed key) const {
-  const Shard& shard = ShardOf(key);
-  shard.table.PrefetchForWrite(key);
+// Once an event on the apply path, as are AddLocked and RemoveLocked:
+// inline (this file alone calls them).
+inline void BlockIndex::PrefetchForWrite(const Keyed& e) const {
+  const Shard& shard = shards_[e.shard];
+  shard.table.PrefetchForWrite(e.mixed);
   shard.lock.Prefetch();
+  __builtin_prefetch(&shard, 1);  // the limbo, on the shard's first line
+  // The array's address never changes once the shard is made.
+  __builtin_prefetch(&shard.predicted_by_digest[Shard::Digest(e.mixed)], 1);
 }
 
 BlockIndex::WorkerState& BlockIndex::StateOf(int worker) {
@@ -169,13 +174,14 @@ bool BlockIndex::EvictLocked(Shard& shard, Tally& tally) {
   return true;
 }
 
-void BlockIndex::EndPrediction(Shard& shard, HolderTable::Mixed key, uint16_t id, Tally& tally) {
+inline void BlockIndex::EndPrediction(Shard& shard, HolderTable::Mixed key, uint16_t id,
+                                      Tally& tally) {
   if (!shard.predicted.Erase(key.v, id)) return;
   shard.CountPredictions(key, -1);
   --tally.predictions;
 }
 
-void BlockIndex::AddLocked(Shard& shard, uint16_t id, const Keyed& e, Tally& tally) {
+inline void BlockIndex::AddLocked(Shard& shard, uint16_t id, const Keyed& e, Tally& tally) {
   shard.table.Reserve(1);  // a growth is no change readers must wait out
   SeqLockChange change(shard.lock);
   const size_t keys = shard.table.size();
@@ -185,7 +191,9 @@ void BlockIndex::AddLocked(Shard& shard, uint16_t id, const Keyed& e, Tally& tal
     ++tally.of_id;
     tally.hashes += static_cast<int64_t>(shard.table.size() - keys);
   }
-  if (fresh && !EvictLocked(shard, tally)) {
+  // Over the bound (rare: the bound is what the pod holds) calls out.
+  if (fresh && entries_.load(std::memory_order_relaxed) + tally.entries > options_.max_entries &&
+      !EvictLocked(shard, tally)) {
     // Full of blocks still in use: the new entry is the one not kept
     // (unless the hand took it already).
     const size_t before = shard.table.size();
@@ -200,7 +208,7 @@ void BlockIndex::AddLocked(Shard& shard, uint16_t id, const Keyed& e, Tally& tal
   if (shard.MayBePredicted(e.mixed)) EndPrediction(shard, e.mixed, id, tally);
 }
 
-void BlockIndex::RemoveLocked(Shard& shard, uint16_t id, const Keyed& e, Tally& tally) {
+inline void BlockIndex::RemoveLocked(Shard& shard, uint16_t id, const Keyed& e, Tally& tally) {
   SeqLockChange change(shard.lock);
   const size_t keys = shard.table.size();
   if (!shard.table.Remove(e.mixed, id, e.tier)) return;
@@ -225,15 +233,18 @@ void BlockIndex::ApplyEvents(uint16_t id, const tandem::v1::BlockEventBatch& bat
   // Shard by shard, a run under one hold of the shard's lock; slots are
   // loaded a few events ahead (see OverlapAll).
   SortByShard(scratch);
-  const std::vector<Keyed>& sorted = scratch.sorted;
+  // The thread's vector read once: the compiler cannot tell that the
+  // writes below leave it alone.
+  const std::span<const Keyed> sorted(scratch.sorted);
+  const size_t n = sorted.size();
   constexpr size_t kAhead = 4;
-  for (size_t i = 0; i < std::min(kAhead, sorted.size()); ++i) PrefetchForWrite(sorted[i].mixed);
-  for (size_t i = 0; i < sorted.size();) {
+  for (size_t i = 0; i < std::min(kAhead, n); ++i) PrefetchForWrite(sorted[i]);
+  for (size_t i = 0; i < n;) {
     Shard& shard = shards_[sorted[i].shard];
     const uint32_t run = sorted[i].shard;
     WriteLock lock(shard);
-    for (; i < sorted.size() && sorted[i].shard == run; ++i) {
-      if (i + kAhead < sorted.size()) PrefetchForWrite(sorted[i + kAhead].mixed);
+    for (; i < n && sorted[i].shard == run; ++i) {
+      if (i + kAhead < n) PrefetchForWrite(sorted[i + kAhead]);
       const Keyed& e = sorted[i];
       if (e.add) {
         AddLocked(shard, id, e, tally);
@@ -241,7 +252,7 @@ void BlockIndex::ApplyEvents(uint16_t id, const tandem::v1::BlockEventBatch& bat
         RemoveLocked(shard, id, e, tally);
       }
     }
-    tally.retired |= shard.limbo.pending() > 0;
+    tally.retired |= shard.limbo.has_pending();
   }
   scratch.Release();
 }
@@ -499,8 +510,9 @@ bool BlockIndex::Holds(int worker, const engine::BlockHash& h) const {
 }
 
 std::optional<BlockHashParams> BlockIndex::params() const {
+  // Set once, before the flag (see params_): no lock, so that routes do
+  // not write the line every Apply locks.
   if (!has_params_.load(std::memory_order_acquire)) return std::nullopt;
-  absl::ReaderMutexLock lock(&workers_mu_);
   return params_;
 }
 

@@ -297,9 +297,6 @@ class BlockIndex {
     shard.table.Prefetch(key);
     shard.lock.Prefetch();
   }
-  // Prefetch for the writer about to change `key`'s slot (see
-  // HolderTable::PrefetchForWrite).
-  void PrefetchForWrite(HolderTable::Mixed key) const ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // The worker's state, made on first use (never freed: slots are few).
   WorkerState& StateOf(int worker) ABSL_LOCKS_EXCLUDED(workers_mu_);
   // The worker's state, or null when it has none yet.
@@ -326,6 +323,14 @@ class BlockIndex {
     std::vector<uint32_t> starts;
   };
   Keyed KeyedOf(uint64_t key, int tier, bool add) const;
+  // Prefetch for the writer about to change `e`'s slot (see
+  // HolderTable::PrefetchForWrite), with the lines of its shard an event
+  // writes: the lock and its digests, the limbo, the prediction count of
+  // `e`'s digest. Between two batches a route and the rest of the
+  // gateway's work leave them out of the core's caches, and there are
+  // more of them than slots (an event of a 30-event batch is mostly alone
+  // in its shard).
+  void PrefetchForWrite(const Keyed& e) const ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // Orders `s.items` by shard into `s.sorted`, keeping their order within
   // each (a key's events stay in order).
   void SortByShard(KeyedScratch& s) const;
@@ -371,9 +376,17 @@ class BlockIndex {
   Reclaimer reclaimer_;    // for every shard's limbo; outlives them
   SpillPages spill_pages_;  // every shard's spills; outlives them
   std::unique_ptr<Shard[]> shards_;
-  std::atomic<int64_t> entries_{0};
+  // The counts every Apply adds to, on a line of their own: beside shards_
+  // (which a walk reads for every block), each batch's add took the line
+  // from the routing cores and the next route's read took it back.
+  alignas(64) std::atomic<int64_t> entries_{0};
   std::atomic<int64_t> hashes_{0};
   std::atomic<int64_t> dropped_{0};
+  // Predictions held, for Predict's bound and predicted_entries(). Each
+  // Apply or Predict adds what it changed once, at its end, since a line
+  // both cores write back and forth costs a miss a write. Walks do not read
+  // it: the shards' digests tell them which blocks may be predicted.
+  std::atomic<int64_t> predicted_count_{0};
   // Entries per compact id.
   std::unique_ptr<std::atomic<int64_t>[]> entries_of_id_;
 
@@ -402,20 +415,20 @@ class BlockIndex {
   const SlotPage* PageLocked(int worker) const ABSL_SHARED_LOCKS_REQUIRED(workers_mu_);
   absl::flat_hash_map<int, std::unique_ptr<SlotPage>> slot_pages_ ABSL_GUARDED_BY(workers_mu_);
   std::vector<uint16_t> free_ids_ ABSL_GUARDED_BY(workers_mu_);
+  uint16_t next_id_ ABSL_GUARDED_BY(workers_mu_) = 1;
+
+  // What every route reads and batches seldom write, apart from the lock
+  // every Apply takes (workers_mu_, above) and the counts it adds to.
   // Which numbering of the workers is current: a value no index has had
   // before, taken anew (under workers_mu_) whenever a worker is numbered
   // or its number retired, so that a routing thread may keep the numbers
   // of the slots it asks for while it stays (see OverlapAll).
-  std::atomic<uint64_t> numbering_;
+  alignas(64) std::atomic<uint64_t> numbering_;
   static uint64_t NewNumbering();
-  uint16_t next_id_ ABSL_GUARDED_BY(workers_mu_) = 1;
-  std::optional<BlockHashParams> params_ ABSL_GUARDED_BY(workers_mu_);
-
-  // Predictions held, for Predict's bound and predicted_entries(). Each
-  // Apply or Predict adds what it changed once, at its end, since a line
-  // both cores write back and forth costs a miss a write. Walks do not read
-  // it: the shards' digests tell them which blocks may be predicted.
-  std::atomic<int64_t> predicted_count_{0};
+  // The first batch's hash parameters: written once, under workers_mu_,
+  // before has_params_ is set, and never again, so that params() reads
+  // them without a lock (every route asks for them).
+  std::optional<BlockHashParams> params_;
   // No prediction expires before this (Unix nanoseconds; a prediction made
   // while a full sweep runs may be missed, and wait for its shard's own).
   std::atomic<int64_t> earliest_until_ns_{INT64_MAX};

@@ -44,27 +44,9 @@ void HolderTable::Free(void* p, size_t bytes, FreeFunction free) {
   }
 }
 
-size_t HolderTable::Distance(size_t p) const {
-  const size_t home = Home(slots_[p].key);
-  return p >= home ? p - home : p + capacity_ - home;
-}
-
 size_t HolderTable::Find(uint64_t key) const {
   Probe probe;
   return FindFrom(Mix(key), probe);
-}
-
-size_t HolderTable::FindFrom(uint64_t mixed, Probe& probe) const {
-  size_t p = Home(mixed);
-  for (size_t d = 0;; ++d) {
-    // Robin Hood: past a poorer key, `mixed` would be here by now.
-    if (!Occupied(p) || (slots_[p].key != mixed && Distance(p) < d)) {
-      probe = Probe{.at = p};
-      return kNone;
-    }
-    if (slots_[p].key == mixed) return p;
-    if (++p == capacity_) p = 0;
-  }
 }
 
 void HolderTable::InsertNoGrow(Slot slot) {

@@ -282,10 +282,10 @@ class HolderTable {
     if (slots != nullptr) __builtin_prefetch(slots + HomeIn(key.v, capacity));
   }
   // Prefetch for a writer about to change `key`'s slot (no lock needed
-  // either): the slot's line and the next, to be written. A new key goes
-  // past the keys from its home on, and the ones after it move along; an
-  // erased key's followers move back. At 3/4 full those runs often reach
-  // past the slot's line.
+  // either): the slot's line and the next, to be written, and the table's
+  // own state. A new key goes past the keys from its home on, and the
+  // ones after it move along; an erased key's followers move back. At 3/4
+  // full those runs often reach past the slot's line.
   void PrefetchForWrite(Mixed key) const {
     const Slot* slots = slots_view_.load(std::memory_order_relaxed);
     const size_t capacity = capacity_view_.load(std::memory_order_relaxed);
@@ -293,6 +293,7 @@ class HolderTable {
     const size_t home = HomeIn(key.v, capacity);
     __builtin_prefetch(slots + home, 1);
     if (home + kSlotsPerLine < capacity) __builtin_prefetch(slots + home + kSlotsPerLine, 1);
+    __builtin_prefetch(&capacity_, 1);  // the writers' state
   }
   // Starts loading what Prefetch reads (no lock needed).
   void PrefetchHeader() const { __builtin_prefetch(&slots_view_); }
@@ -395,15 +396,31 @@ class HolderTable {
     return static_cast<size_t>(m >> 64);
   }
   size_t Home(uint64_t mixed) const { return HomeIn(mixed, capacity_); }
-  size_t Distance(size_t p) const;  // of the key in slot p from its home
+  // Of the key in slot p from its home.
+  size_t Distance(size_t p) const {
+    const size_t home = Home(slots_[p].key);
+    return p >= home ? p - home : p + capacity_ - home;
+  }
   size_t Find(uint64_t key) const;  // the slot holding `key` (unmixed), or kNone
   // Where a lookup of a key absent stopped: the slot it would take (empty,
   // or holding the first key richer than it).
   struct Probe {
     size_t at = 0;
   };
-  // Find for a mixed key; when absent, sets `probe`.
-  size_t FindFrom(uint64_t mixed, Probe& probe) const;
+  // Find for a mixed key; when absent, sets `probe`. Here, not in the .cc,
+  // so that Add and Remove, once per event, inline it.
+  size_t FindFrom(uint64_t mixed, Probe& probe) const {
+    size_t p = Home(mixed);
+    for (size_t d = 0;; ++d) {
+      // Robin Hood: past a poorer key, `mixed` would be here by now.
+      if (!Occupied(p) || (slots_[p].key != mixed && Distance(p) < d)) {
+        probe = Probe{.at = p};
+        return kNone;
+      }
+      if (slots_[p].key == mixed) return p;
+      if (++p == capacity_) p = 0;
+    }
+  }
   // Find for lock-free readers: the slot that held `key` when read, or
   // null. Probes at most the whole array, and never past its end.
   const Slot* FindConcurrent(Mixed key) const;

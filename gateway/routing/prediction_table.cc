@@ -14,21 +14,6 @@ void PredictionTable::Insert(uint64_t key, uint16_t id, int64_t until_ns) {
   ++size_;
 }
 
-void PredictionTable::EraseAt(size_t p) {
-  // Linear probing's deletion: each later record of the run moves back
-  // into the hole unless that would put it before its home.
-  size_t hole = p;
-  for (size_t q = (p + 1) & mask_; records_[q].id != 0; q = (q + 1) & mask_) {
-    const size_t home = Home(records_[q].key);
-    if (((q - home) & mask_) >= ((q - hole) & mask_)) {
-      records_[hole] = records_[q];
-      hole = q;
-    }
-  }
-  records_[hole] = Record{};
-  --size_;
-}
-
 int64_t PredictionTable::EraseIf(absl::FunctionRef<bool(uint16_t id, int64_t until_ns)> gone,
                                  absl::FunctionRef<void(uint64_t key)> erased) {
   if (size_ == 0) return 0;

@@ -89,7 +89,21 @@ class PredictionTable {
     while (records_[p].id != 0) p = (p + 1) & mask_;
     records_[p] = r;
   }
-  void EraseAt(size_t p);
+  // Here, not in the .cc: once an event on the index's apply path.
+  void EraseAt(size_t p) {
+    // Linear probing's deletion: each later record of the run moves back
+    // into the hole unless that would put it before its home.
+    size_t hole = p;
+    for (size_t q = (p + 1) & mask_; records_[q].id != 0; q = (q + 1) & mask_) {
+      const size_t home = Home(records_[q].key);
+      if (((q - home) & mask_) >= ((q - hole) & mask_)) {
+        records_[hole] = records_[q];
+        hole = q;
+      }
+    }
+    records_[hole] = Record{};
+    --size_;
+  }
   // Moves the records to an array of `capacity` (a power of two).
   void Resize(size_t capacity);
 

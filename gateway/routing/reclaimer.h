@@ -69,6 +69,8 @@ class Reclaimer {
       if (!items_.empty()) CollectSome();
     }
     size_t pending() const { return items_.size(); }
+    // pending() > 0, without a deque's count (once a shard run).
+    bool has_pending() const { return !items_.empty(); }
     size_t pending_bytes() const { return bytes_; }
 
    private:

@@ -54,6 +54,20 @@ TEST(ReclaimerTest, RetiredMemoryWaitsForTheReadersThatBeganBefore) {
   EXPECT_EQ(limbo.pending_bytes(), limbo.pending() * 64);
 }
 
+TEST(ReclaimerTest, HasPendingSaysWhetherAnythingWaits) {
+  Reclaimer reclaimer;
+  Reclaimer::Limbo limbo;
+  limbo.Attach(&reclaimer);
+  EXPECT_FALSE(limbo.has_pending());
+  limbo.Retire(Allocation(), 64);
+  EXPECT_TRUE(limbo.has_pending());
+  // With no reader in, an advance lets it go at the next Collect.
+  reclaimer.Advance();
+  limbo.Collect();
+  EXPECT_FALSE(limbo.has_pending());
+  EXPECT_EQ(limbo.pending(), 0u);
+}
+
 TEST(ReclaimerTest, AReaderThatBeganAfterTheEpochMovedDoesNotHoldBackWhatWasRetiredBefore) {
   Reclaimer reclaimer;
   Reclaimer::Limbo limbo;
