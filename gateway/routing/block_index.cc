@@ -108,9 +108,9 @@ inline void BlockIndex::PrefetchForWrite(const Keyed& e) const {
   const Shard& shard = shards_[e.shard];
   shard.table.PrefetchForWrite(e.mixed);
   shard.lock.Prefetch();
-  __builtin_prefetch(&shard, 1);  // the limbo, on the shard's first line
+  __builtin_prefetch(&shard);  // the limbo, on the shard's first line
   // The array's address never changes once the shard is made.
-  __builtin_prefetch(&shard.predicted_by_digest[Shard::Digest(e.mixed)], 1);
+  __builtin_prefetch(&shard.predicted_by_digest[Shard::Digest(e.mixed)]);
 }
 
 BlockIndex::WorkerState& BlockIndex::StateOf(int worker) {

@@ -285,15 +285,19 @@ class HolderTable {
   // either): the slot's line and the next, to be written, and the table's
   // own state. A new key goes past the keys from its home on, and the
   // ones after it move along; an erased key's followers move back. At 3/4
-  // full those runs often reach past the slot's line.
+  // full those runs often reach past the slot's line. Loaded as for a
+  // read (prefetcht0), which is what a plain x86-64 build makes of a
+  // write hint anyway: asking for ownership at once (PREFETCHW) took the
+  // lines routes read on the other core, and was slower for events and
+  // routes alike (docs/benchmarks.md).
   void PrefetchForWrite(Mixed key) const {
     const Slot* slots = slots_view_.load(std::memory_order_relaxed);
     const size_t capacity = capacity_view_.load(std::memory_order_relaxed);
     if (slots == nullptr) return;
     const size_t home = HomeIn(key.v, capacity);
-    __builtin_prefetch(slots + home, 1);
-    if (home + kSlotsPerLine < capacity) __builtin_prefetch(slots + home + kSlotsPerLine, 1);
-    __builtin_prefetch(&capacity_, 1);  // the writers' state
+    __builtin_prefetch(slots + home);
+    if (home + kSlotsPerLine < capacity) __builtin_prefetch(slots + home + kSlotsPerLine);
+    __builtin_prefetch(&capacity_);  // the writers' state
   }
   // Starts loading what Prefetch reads (no lock needed).
   void PrefetchHeader() const { __builtin_prefetch(&slots_view_); }
