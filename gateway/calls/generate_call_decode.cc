@@ -32,6 +32,15 @@ bool Migratable(const grpc::Status& s) {
   }
 }
 
+// A decode stream whose worker could not fetch the hand-off's blocks failed
+// with the hand-off, whatever code the holder gave (a lease another fetch
+// had taken over, blocks of another model): never with the request, unless
+// its deadline passed or it was cancelled.
+bool MigratableFetchFailure(const grpc::Status& s) {
+  return s.error_code() != grpc::StatusCode::CANCELLED &&
+         s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
 // The index of the decode worker at `address`, or -1 (none named, or gone).
 int HolderIndex(const WorkerPicker& picker, const std::string& address) {
   if (address.empty()) return -1;
@@ -399,7 +408,8 @@ void GenerateCall::OnDecodeDone(const grpc::Status& result, const DecodeEnd& end
       next = OnDecodeUnreached(failed, status);
     } else if (status.ok()) {
       next = End(absl::InternalError("decode: the stream ended without a finish reason"));
-    } else if (Migratable(status) && !cancelled_ && migrations_ < env_.max_migrations) {
+    } else if ((Migratable(status) || (end.kv_fetch_failed && MigratableFetchFailure(status))) &&
+               !cancelled_ && migrations_ < env_.max_migrations) {
       // Resume elsewhere from everything produced so far: prefilled again
       // (the prompt's blocks are likely cached), decoded on another worker.
       ++migrations_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <random>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -27,6 +28,15 @@ namespace {
 
 constexpr char kFetchKvMethod[] = "/tandem.v1.Prefill/FetchKv";
 constexpr int32_t kMaxStreams = 16;  // LeaseTable::kMaxStripes on the holder
+
+// An id for a new fetch, unique among the fetches of one lease: a random
+// per-process prefix (fetchers in other processes may fetch the same lease
+// after this one) and a count.
+uint64_t NextFetchId() {
+  static const uint64_t kEpoch = uint64_t{std::random_device{}()} << 32;
+  static std::atomic<uint32_t> next{1};
+  return kEpoch | next.fetch_add(1, std::memory_order_relaxed);
+}
 
 }  // namespace
 
@@ -55,6 +65,7 @@ class KvFetcher::Transfer final : public KvFetcher::Fetch,
 
   const FetchRequest& request() const { return request_; }
   int32_t stripes() const { return stripes_; }
+  uint64_t fetch_id() const { return fetch_id_; }
   KvFetcher& fetcher() const { return *fetcher_; }
 
   // A block arrived on `stripe`'s stream, in `slices`; `expected` is the
@@ -82,6 +93,7 @@ class KvFetcher::Transfer final : public KvFetcher::Fetch,
   const FetchRequest request_;
   const Done done_;
   const int32_t stripes_;
+  const uint64_t fetch_id_ = NextFetchId();
   const absl::Time start_ = absl::Now();
   std::shared_ptr<Transfer> self_;
   std::vector<std::unique_ptr<StripeCall>> calls_;  // set in Begin, then read-only
@@ -123,6 +135,7 @@ class KvFetcher::StripeCall final
     req.set_stripe(stripe_);
     req.set_stripes(transfer_->stripes());
     req.set_first_block(r.first_block);
+    req.set_fetch_id(transfer_->fetch_id());
     bool own_buffer = false;
     const grpc::Status s = grpc::SerializationTraits<tandem::v1::FetchKvRequest>::Serialize(
         req, &request_bytes_, &own_buffer);

@@ -43,9 +43,10 @@ class KvLeaseServer::FetchReactor final : public grpc::ServerWriteReactor<grpc::
         lease_id_(request.lease_id()),
         stripe_(request.stripe()),
         stripes_(std::max(request.stripes(), 1)),
+        fetch_id_(request.fetch_id()),
         next_(request.first_block() + stripe_) {
     absl::StatusOr<std::shared_ptr<const LeasedKv>> kv =
-        server_->leases_.Acquire(lease_id_, stripe_, stripes_, request.first_block());
+        server_->leases_.Acquire(lease_id_, stripe_, stripes_, request.first_block(), fetch_id_);
     if (!kv.ok()) {
       Finish(rpc::ToGrpcStatus(kv.status()));
       return;
@@ -56,9 +57,11 @@ class KvLeaseServer::FetchReactor final : public grpc::ServerWriteReactor<grpc::
 
   void OnWriteDone(bool ok) override {
     if (!ok) {
-      // The peer is gone (or cancelled): nobody else fetches this lease.
+      // The peer is gone (or cancelled): the lease ends with its fetch,
+      // unless another fetch has taken the lease over.
       if (!cancelled_.load()) server_->transfer_failures_.Increment();
-      End();
+      server_->leases_.AbandonFetch(lease_id_, fetch_id_);
+      server_->UpdateGauges();
       Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "KV fetch broke off"));
       return;
     }
@@ -79,7 +82,7 @@ class KvLeaseServer::FetchReactor final : public grpc::ServerWriteReactor<grpc::
       server_->bytes_sent_.Increment(static_cast<double>(sent_bytes_));
       server_->transfer_seconds_.Observe(absl::ToDoubleSeconds(absl::Now() - start_));
       // A completed fetch ends the lease once every stripe has.
-      server_->leases_.CompleteStripe(lease_id_, stripe_);
+      server_->leases_.CompleteStripe(lease_id_, stripe_, fetch_id_);
       server_->UpdateGauges();
       Finish(grpc::Status::OK);
       return;
@@ -117,15 +120,11 @@ class KvLeaseServer::FetchReactor final : public grpc::ServerWriteReactor<grpc::
     StartWrite(&msg_);
   }
 
-  void End() {
-    server_->leases_.Release(lease_id_);
-    server_->UpdateGauges();
-  }
-
   KvLeaseServer* const server_;
   const std::string lease_id_;
   const int32_t stripe_;
   const int32_t stripes_;
+  const uint64_t fetch_id_;
   const absl::Time start_ = absl::Now();
   std::shared_ptr<const LeasedKv> kv_;
   int32_t next_;  // the block being written

@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -33,9 +34,9 @@ absl::StatusOr<std::string> LeaseTable::Create(std::shared_ptr<const LeasedKv> k
 }
 
 absl::StatusOr<std::shared_ptr<const LeasedKv>> LeaseTable::Acquire(const std::string& lease_id,
-                                                                    int32_t stripe,
-                                                                    int32_t stripes,
-                                                                    int32_t first_block) {
+                                                                    int32_t stripe, int32_t stripes,
+                                                                    int32_t first_block,
+                                                                    uint64_t fetch_id) {
   if (stripes < 1 || stripes > kMaxStripes) {
     return absl::InvalidArgumentError(
         absl::StrCat("stripes: got ", stripes, ", expected 1..", kMaxStripes));
@@ -56,7 +57,22 @@ absl::StatusOr<std::shared_ptr<const LeasedKv>> LeaseTable::Acquire(const std::s
                                                    ", expected 0..", lease.kv->blocks - 1,
                                                    " (at least one block is fetched)"));
   }
+  if (lease.stripes != 0 && fetch_id != lease.fetch_id) {
+    if (absl::c_linear_search(lease.superseded, fetch_id)) {
+      return absl::AbortedError(absl::StrCat("fetch_id: ", fetch_id, " of lease \"", lease_id,
+                                             "\" was superseded by another fetch"));
+    }
+    // Another fetch of the same lease: its fetcher took over from one that
+    // was lost (or gave up), whose streams count for nothing from now on.
+    if (lease.superseded.size() == kSupersededKept) {
+      lease.superseded.erase(lease.superseded.begin());
+    }
+    lease.superseded.push_back(lease.fetch_id);
+    lease.stripes = 0;
+    lease.completed = 0;
+  }
   if (lease.stripes == 0) {
+    lease.fetch_id = fetch_id;
     lease.stripes = stripes;
     lease.first_block = first_block;
   }
@@ -73,14 +89,22 @@ absl::StatusOr<std::shared_ptr<const LeasedKv>> LeaseTable::Acquire(const std::s
   return lease.kv;
 }
 
-bool LeaseTable::CompleteStripe(const std::string& lease_id, int32_t stripe) {
+bool LeaseTable::CompleteStripe(const std::string& lease_id, int32_t stripe, uint64_t fetch_id) {
   absl::MutexLock lock(&mu_);
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) return false;
   Lease& lease = it->second;
-  if (stripe < 0 || stripe >= lease.stripes) return false;
+  if (fetch_id != lease.fetch_id || stripe < 0 || stripe >= lease.stripes) return false;
   lease.completed |= uint32_t{1} << stripe;
   if (lease.completed != (uint32_t{1} << lease.stripes) - 1) return false;
+  DropLocked(it);
+  return true;
+}
+
+bool LeaseTable::AbandonFetch(const std::string& lease_id, uint64_t fetch_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end() || it->second.fetch_id != fetch_id) return false;
   DropLocked(it);
   return true;
 }

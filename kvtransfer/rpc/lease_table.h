@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -52,18 +53,28 @@ class LeaseTable {
   absl::StatusOr<std::string> Create(std::shared_ptr<const LeasedKv> kv);
   // The lease's blocks for one stripe of a fetch split over `stripes`
   // streams (1: one stream) that skips the `first_block` leading blocks the
-  // fetching side holds (delta transfer), renewing its TTL. NotFound naming
-  // the lease when it is unknown, released or expired; InvalidArgument
-  // naming the field when stripe is outside [0, stripes), stripes outside
-  // [1, kMaxStripes], first_block outside [0, the lease's blocks), or
-  // stripes or first_block differ from what the lease's first stream said.
+  // fetching side holds (delta transfer), renewing its TTL. `fetch_id`
+  // names the fetch (0: unnamed). A fetch under another id than the lease's
+  // current one supersedes it (the gateway handed the lease to another
+  // decode worker after the first was lost mid-fetch): the layout and the
+  // completed stripes start over. NotFound naming the lease when it is
+  // unknown, released or expired; Aborted when `fetch_id` names a fetch
+  // already superseded; InvalidArgument naming the field when stripe is
+  // outside [0, stripes), stripes outside [1, kMaxStripes], first_block
+  // outside [0, the lease's blocks), or stripes or first_block differ from
+  // what the same fetch's first stream said.
   absl::StatusOr<std::shared_ptr<const LeasedKv>> Acquire(const std::string& lease_id,
-                                                          int32_t stripe = 0,
-                                                          int32_t stripes = 1,
-                                                          int32_t first_block = 0);
-  // Marks one stripe's stream complete; once every stripe is, the lease
-  // ends (dropped, as by Release) and this returns true.
-  bool CompleteStripe(const std::string& lease_id, int32_t stripe);
+                                                          int32_t stripe = 0, int32_t stripes = 1,
+                                                          int32_t first_block = 0,
+                                                          uint64_t fetch_id = 0);
+  // Marks one stripe of fetch `fetch_id` complete; once every stripe of the
+  // lease's current fetch is, the lease ends (dropped, as by Release) and
+  // this returns true. A superseded fetch's stripes count for nothing.
+  bool CompleteStripe(const std::string& lease_id, int32_t stripe, uint64_t fetch_id = 0);
+  // A stream of fetch `fetch_id` broke off (its peer is gone): drops the
+  // lease unless another fetch has superseded that one. False if nothing
+  // was dropped.
+  bool AbandonFetch(const std::string& lease_id, uint64_t fetch_id);
   // Renews the TTL (while a transfer is alive). False if the lease is gone.
   bool Renew(const std::string& lease_id);
   // Drops the lease; false if it was already gone.
@@ -81,10 +92,16 @@ class LeaseTable {
   struct Lease {
     std::shared_ptr<const LeasedKv> kv;
     absl::Time expires;
-    int32_t stripes = 0;       // set by the first Acquire
-    int32_t first_block = 0;   // set by the first Acquire
-    uint32_t completed = 0;    // bit i: stripe i's stream completed
+    // The current fetch: its id and layout, set by its first Acquire.
+    uint64_t fetch_id = 0;
+    int32_t stripes = 0;  // 0: not fetched yet
+    int32_t first_block = 0;
+    uint32_t completed = 0;  // bit i: stripe i's stream completed
+    // The ids of fetches this lease's current one superseded, the latest
+    // kSupersededKept of them.
+    std::vector<uint64_t> superseded = {};
   };
+  static constexpr size_t kSupersededKept = 8;
   void DropLocked(absl::flat_hash_map<std::string, Lease>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

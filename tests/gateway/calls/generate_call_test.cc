@@ -568,6 +568,35 @@ TEST_F(GenerateCallTest, AFailedKvFetchWithOnePrefillWorkerResumesThere) {
   EXPECT_EQ(prefills_[0]->prefills(), 2);
 }
 
+// A fetch the holder refused with a code that would be final for a request
+// (a lease another fetch holds in another layout, blocks of another model)
+// is still a fault between workers: the stream resumes. The same failure
+// past the request's deadline is final.
+TEST_F(GenerateCallTest, AKvFetchRefusedByTheHolderResumesWhateverItsCode) {
+  StartGateway(2);
+  decode_.SetEach({{.tokens = {},
+                    .end = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                        "fetching KV from a: stripes: got 1, lease \"l\" is "
+                                        "fetched in 2"),
+                    .kv_fetch_failed = true},
+                   {.tokens = {},
+                    .end = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                        "fetching KV from b: blocks of another model"),
+                    .kv_fetch_failed = true},
+                   {.tokens = {Byte('e')}, .finish = tandem::v1::FINISH_REASON_LENGTH}});
+  const Result r = Generate(Request(16));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "aaae");  // each resumption's prefill gives a token
+  EXPECT_EQ(r.usage.migrations(), 2);
+
+  decode_.Set({.tokens = {},
+               .end = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "fetching KV from a"),
+               .kv_fetch_failed = true});
+  const Result late = Generate(Request(16));
+  EXPECT_EQ(late.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(late.usage.migrations(), 0);
+}
+
 // A decode worker full at the hand-off refuses it without touching the
 // lease: the stream, whose first token is out, waits for room and goes on
 // with the same lease; no migration, no second prefill, no error.

@@ -1,7 +1,8 @@
 // KvFetcher against a real KvLeaseServer in process: a fetch striped over
 // any number of streams yields the held bytes and ends the lease; a stream
 // that breaks fails the whole fetch with its own status and tells the
-// holder; an ordinary (protobuf) client reads the raw stream as
+// holder; a fetch by another worker takes over a lease whose fetcher was
+// lost; an ordinary (protobuf) client reads the raw stream as
 // KvBlockMessages; bad stripes are refused naming the field.
 #include "kvtransfer/rpc/kv_fetcher.h"
 
@@ -254,6 +255,50 @@ TEST_F(KvFetcherTest, AFetchThatReceivesNothingFailsAfterTheStallTimeout) {
   EXPECT_TRUE(released[0].ok());
   EXPECT_FALSE(released[1].ok());
   EXPECT_EQ(released[1].lease_id(), held->lease_id);
+}
+
+// A decode worker lost mid-fetch leaves its streams open until the holder
+// notices; the gateway meanwhile hands the lease to another worker, which
+// holds other blocks and so fetches in another layout. Its fetch takes the
+// lease over and yields the blocks; the lost fetch's stream breaking off
+// afterwards leaves nothing behind.
+TEST_F(KvFetcherTest, AnotherWorkersFetchTakesOverALeaseWhoseFetcherWasLost) {
+  const int32_t n_tokens = 27;  // 7 blocks, the last partial
+  const auto kv = Snapshot(n_tokens);
+  absl::StatusOr<KvLeaseServer::Held> held = leases_.Hold(kv, Ids(n_tokens), 0);
+  ASSERT_TRUE(held.ok());
+  auto stub = tandem::v1::Prefill::NewStub(channels_.Get(server_.address));
+  grpc::ClientContext lost_ctx;
+  tandem::v1::FetchKvRequest lost;
+  lost.set_lease_id(held->lease_id);
+  lost.set_stripe(0);
+  lost.set_stripes(2);
+  lost.set_fetch_id(1);
+  auto lost_reader = stub->FetchKv(&lost_ctx, lost);
+  tandem::v1::KvBlockMessage m;
+  ASSERT_TRUE(lost_reader->Read(&m));  // the lost fetch holds the lease
+  EXPECT_EQ(m.index(), 0);
+
+  KvFetcher fetcher(channels_, releases_, expect_, registry_, 3);
+  FetchResult r = Fetch(fetcher, *held, Ids(n_tokens), /*first_block=*/2);
+  ASSERT_TRUE(r.kv.ok()) << r.kv.status();
+  const engine::KvSnapshot& got = **r.kv;
+  EXPECT_EQ(got.first_block, 2);
+  ASSERT_EQ(got.blocks.size(), 5u);
+  for (size_t b = 0; b < got.blocks.size(); ++b) {
+    std::vector<uint8_t> want(kBlockBytes), have(kBlockBytes);
+    kv->blocks[2 + b].CopyTo(want.data());
+    got.blocks[b].CopyTo(have.data());
+    EXPECT_EQ(have, want) << "block " << 2 + b;
+  }
+  EXPECT_EQ(leases_.stats().leases, 0);
+  // The lost stream may have sent its stripe by now or may still be
+  // writing; either way it ends without reviving the lease.
+  lost_ctx.TryCancel();
+  while (lost_reader->Read(&m)) {
+  }
+  lost_reader->Finish();
+  EXPECT_EQ(leases_.stats().leases, 0);
 }
 
 TEST_F(KvFetcherTest, TheRawStreamReadsAsKvBlockMessagesAndRefusesBadStripes) {

@@ -129,5 +129,43 @@ TEST(LeaseTableTest, ADeltaFetchNamesAFirstBlockThatLeavesOneAndKeepsIt) {
   EXPECT_TRUE(t.CompleteStripe(id, 1));
 }
 
+// The gateway hands a lease to another decode worker when the first was
+// lost mid-fetch; that worker holds other blocks, so its fetch names
+// another layout under its own id. It takes the lease over: the lost
+// fetch's streams neither end the lease nor start again, and the layout
+// rule still holds within the new fetch.
+TEST(LeaseTableTest, AFetchUnderANewIdTakesTheLeaseOverFromALostOne) {
+  LeaseTable t({.ttl = absl::Seconds(30), .max_leases = 8});
+  const std::string id = *t.Create(Kv(6));
+  constexpr uint64_t kLost = 7, kNext = 9, kThird = 11;
+  ASSERT_TRUE(t.Acquire(id, 0, 2, 0, kLost).ok());
+  ASSERT_TRUE(t.Acquire(id, 1, 2, 0, kLost).ok());
+  EXPECT_FALSE(t.CompleteStripe(id, 0, kLost));
+  // The next worker holds the first 4 blocks and fetches the rest on one
+  // stream.
+  ASSERT_TRUE(t.Acquire(id, 0, 1, 4, kNext).ok());
+  auto bad = t.Acquire(id, 0, 2, 4, kNext);  // the same fetch must agree
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("fetched in 1"));
+  // The lost fetch's streams: a late one is refused, one that broke off or
+  // completes leaves the lease to the new fetch.
+  bad = t.Acquire(id, 1, 2, 0, kLost);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("superseded"));
+  EXPECT_FALSE(t.AbandonFetch(id, kLost));
+  EXPECT_FALSE(t.CompleteStripe(id, 1, kLost));
+  EXPECT_EQ(t.stats().leases, 1);
+  EXPECT_TRUE(t.CompleteStripe(id, 0, kNext));
+  EXPECT_EQ(t.stats().leases, 0);
+
+  // The current fetch's stream breaking off ends the lease, as before.
+  const std::string other = *t.Create(Kv(2));
+  ASSERT_TRUE(t.Acquire(other, 0, 1, 0, kNext).ok());
+  ASSERT_TRUE(t.Acquire(other, 0, 1, 1, kThird).ok());
+  EXPECT_FALSE(t.AbandonFetch(other, kNext));
+  EXPECT_TRUE(t.AbandonFetch(other, kThird));
+  EXPECT_EQ(t.Acquire(other).status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace tandem::kvtransfer
