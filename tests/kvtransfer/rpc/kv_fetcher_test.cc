@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "kvtransfer/rpc/lease_server.h"
 #include "kvtransfer/rpc/release_client.h"
@@ -128,6 +129,28 @@ class KvFetcherTest : public ::testing::Test {
     }
     return s;
   }
+  // Expects `got` to hold `kv`'s blocks from `first` on, byte for byte.
+  static void ExpectBlocksFrom(const engine::KvSnapshot& got, const engine::KvSnapshot& kv,
+                               int32_t first, const std::string& what) {
+    ASSERT_EQ(got.first_block, first) << what;
+    ASSERT_EQ(got.blocks.size(), kv.blocks.size() - first) << what;
+    for (size_t b = 0; b < got.blocks.size(); ++b) {
+      std::vector<uint8_t> want(kBlockBytes), have(kBlockBytes);
+      kv.blocks[first + b].CopyTo(want.data());
+      got.blocks[b].CopyTo(have.data());
+      EXPECT_EQ(have, want) << what << " block " << first + b;
+    }
+  }
+  // A FetchKv request as an ordinary client writes it.
+  static tandem::v1::FetchKvRequest RawRequest(const std::string& lease_id, int32_t stripe = 0,
+                                               int32_t stripes = 0, uint64_t fetch_id = 0) {
+    tandem::v1::FetchKvRequest req;
+    req.set_lease_id(lease_id);
+    req.set_stripe(stripe);
+    req.set_stripes(stripes);
+    req.set_fetch_id(fetch_id);
+    return req;
+  }
   static std::vector<int32_t> Ids(int32_t n) {
     std::vector<int32_t> ids(n);
     for (int32_t i = 0; i < n; ++i) ids[i] = 10 + i;
@@ -172,14 +195,7 @@ TEST_F(KvFetcherTest, StripedFetchYieldsTheHeldBytesAndEndsTheLease) {
     ASSERT_TRUE(held.ok());
     FetchResult r = Fetch(fetcher, *held, Ids(n_tokens));
     ASSERT_TRUE(r.kv.ok()) << "streams " << streams << ": " << r.kv.status();
-    const engine::KvSnapshot& got = **r.kv;
-    ASSERT_EQ(got.blocks.size(), kv->blocks.size());
-    for (size_t b = 0; b < got.blocks.size(); ++b) {
-      std::vector<uint8_t> want(kBlockBytes), have(kBlockBytes);
-      kv->blocks[b].CopyTo(want.data());
-      got.blocks[b].CopyTo(have.data());
-      EXPECT_EQ(have, want) << "streams " << streams << " block " << b;
-    }
+    ExpectBlocksFrom(**r.kv, *kv, 0, absl::StrCat("streams ", streams));
     // Every stripe completed, so the holder dropped the lease itself.
     EXPECT_EQ(leases_.stats().leases, 0) << "streams " << streams;
   }
@@ -197,15 +213,7 @@ TEST_F(KvFetcherTest, ADeltaFetchMovesOnlyTheBlocksAfterTheHeldOnes) {
     EXPECT_EQ(held->full_block_hashes.size(), 6u);
     FetchResult r = Fetch(fetcher, *held, Ids(n_tokens), /*first_block=*/4);
     ASSERT_TRUE(r.kv.ok()) << "streams " << streams << ": " << r.kv.status();
-    const engine::KvSnapshot& got = **r.kv;
-    EXPECT_EQ(got.first_block, 4);
-    ASSERT_EQ(got.blocks.size(), 3u);
-    for (size_t b = 0; b < got.blocks.size(); ++b) {
-      std::vector<uint8_t> want(kBlockBytes), have(kBlockBytes);
-      kv->blocks[4 + b].CopyTo(want.data());
-      got.blocks[b].CopyTo(have.data());
-      EXPECT_EQ(have, want) << "streams " << streams << " block " << 4 + b;
-    }
+    ExpectBlocksFrom(**r.kv, *kv, 4, absl::StrCat("streams ", streams));
     EXPECT_EQ(leases_.stats().leases, 0) << "streams " << streams;
   }
   // 4 fetches, each skipping 4 blocks and receiving 3.
@@ -269,12 +277,7 @@ TEST_F(KvFetcherTest, AnotherWorkersFetchTakesOverALeaseWhoseFetcherWasLost) {
   ASSERT_TRUE(held.ok());
   auto stub = tandem::v1::Prefill::NewStub(channels_.Get(server_.address));
   grpc::ClientContext lost_ctx;
-  tandem::v1::FetchKvRequest lost;
-  lost.set_lease_id(held->lease_id);
-  lost.set_stripe(0);
-  lost.set_stripes(2);
-  lost.set_fetch_id(1);
-  auto lost_reader = stub->FetchKv(&lost_ctx, lost);
+  auto lost_reader = stub->FetchKv(&lost_ctx, RawRequest(held->lease_id, 0, 2, /*fetch_id=*/1));
   tandem::v1::KvBlockMessage m;
   ASSERT_TRUE(lost_reader->Read(&m));  // the lost fetch holds the lease
   EXPECT_EQ(m.index(), 0);
@@ -282,15 +285,7 @@ TEST_F(KvFetcherTest, AnotherWorkersFetchTakesOverALeaseWhoseFetcherWasLost) {
   KvFetcher fetcher(channels_, releases_, expect_, registry_, 3);
   FetchResult r = Fetch(fetcher, *held, Ids(n_tokens), /*first_block=*/2);
   ASSERT_TRUE(r.kv.ok()) << r.kv.status();
-  const engine::KvSnapshot& got = **r.kv;
-  EXPECT_EQ(got.first_block, 2);
-  ASSERT_EQ(got.blocks.size(), 5u);
-  for (size_t b = 0; b < got.blocks.size(); ++b) {
-    std::vector<uint8_t> want(kBlockBytes), have(kBlockBytes);
-    kv->blocks[2 + b].CopyTo(want.data());
-    got.blocks[b].CopyTo(have.data());
-    EXPECT_EQ(have, want) << "block " << 2 + b;
-  }
+  ExpectBlocksFrom(**r.kv, *kv, 2, "after the lost fetch");
   EXPECT_EQ(leases_.stats().leases, 0);
   // The lost stream may have sent its stripe by now or may still be
   // writing; either way it ends without reviving the lease.
@@ -308,11 +303,7 @@ TEST_F(KvFetcherTest, TheRawStreamReadsAsKvBlockMessagesAndRefusesBadStripes) {
   auto stub = tandem::v1::Prefill::NewStub(channels_.Get(server_.address));
   {
     grpc::ClientContext ctx;
-    tandem::v1::FetchKvRequest req;
-    req.set_lease_id(held->lease_id);
-    req.set_stripe(3);
-    req.set_stripes(2);
-    auto reader = stub->FetchKv(&ctx, req);
+    auto reader = stub->FetchKv(&ctx, RawRequest(held->lease_id, 3, 2));
     tandem::v1::KvBlockMessage m;
     EXPECT_FALSE(reader->Read(&m));
     const grpc::Status s = reader->Finish();
@@ -321,9 +312,7 @@ TEST_F(KvFetcherTest, TheRawStreamReadsAsKvBlockMessagesAndRefusesBadStripes) {
   }
   // No stripes named (an older client): every block on one stream.
   grpc::ClientContext ctx;
-  tandem::v1::FetchKvRequest req;
-  req.set_lease_id(held->lease_id);
-  auto reader = stub->FetchKv(&ctx, req);
+  auto reader = stub->FetchKv(&ctx, RawRequest(held->lease_id));
   tandem::v1::KvBlockMessage m;
   std::vector<int32_t> indices;
   while (reader->Read(&m)) {
