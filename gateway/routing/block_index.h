@@ -224,15 +224,16 @@ class BlockIndex {
     // How many records make Predict sweep the expired ones out first
     // (SweepExpiredLocked).
     int64_t sweep_at ABSL_GUARDED_BY(lock) = kMinSweep;
-    const std::atomic<uint64_t>& DigestWord(HolderTable::Mixed key) const {
-      return predicted_digests[Digest(key) / 64];
-    }
-    bool MayBePredicted(HolderTable::Mixed key) const {
-      return (DigestWord(key).load(std::memory_order_relaxed) >> (Digest(key) % 64)) & 1;
+    bool MayBePredicted(HolderTable::Mixed key) const { return MayBePredictedAt(Digest(key)); }
+    bool MayBePredictedAt(size_t digest) const {
+      return (predicted_digests[digest / 64].load(std::memory_order_relaxed) >> (digest % 64)) & 1;
     }
     // Counts `n` predictions of `key` made (n > 0) or ended (n < 0).
     void CountPredictions(HolderTable::Mixed key, int64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock) {
-      const size_t digest = Digest(key);
+      CountPredictionsAt(Digest(key), n);
+    }
+    // The same for the key of `digest` (Digest(key)).
+    void CountPredictionsAt(size_t digest, int64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(lock) {
       uint32_t& c = predicted_by_digest[digest];
       const bool had = c != 0;
       c = static_cast<uint32_t>(c + n);
@@ -309,6 +310,7 @@ class BlockIndex {
     uint64_t key;
     HolderTable::Mixed mixed;
     uint32_t shard;
+    uint16_t digest;  // Shard::Digest(mixed)
     int8_t tier;
     bool add;  // stored, else removed
   };
@@ -323,6 +325,10 @@ class BlockIndex {
     std::vector<uint32_t> starts;
   };
   Keyed KeyedOf(uint64_t key, int tier, bool add) const;
+  // Appends the keyed events of `hashes` to `s.items`, counting them by
+  // shard in `s.starts` (see SortByShard).
+  template <typename Hashes>
+  void KeyEvents(const Hashes& hashes, int tier, bool add, KeyedScratch& s) const;
   // Prefetch for the writer about to change `e`'s slot (see
   // HolderTable::PrefetchForWrite), with the lines of its shard an event
   // writes: the lock and its digests, the limbo, the prediction count of
@@ -332,8 +338,9 @@ class BlockIndex {
   // in its shard).
   void PrefetchForWrite(const Keyed& e) const ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // Orders `s.items` by shard into `s.sorted`, keeping their order within
-  // each (a key's events stay in order).
-  void SortByShard(KeyedScratch& s) const;
+  // each (a key's events stay in order). With `counted`, s.starts[k + 1]
+  // already holds how many items are in shard k (KeyEvents).
+  void SortByShard(KeyedScratch& s, bool counted = false) const;
   void AddLocked(Shard& shard, uint16_t id, const Keyed& e, Tally& tally)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
   void RemoveLocked(Shard& shard, uint16_t id, const Keyed& e, Tally& tally)
@@ -368,7 +375,7 @@ class BlockIndex {
                                  absl::FunctionRef<bool(uint16_t id, int64_t until_ns)> gone)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
   // Ends `id`'s prediction of `key`, if it has one, counting it in `tally`.
-  void EndPrediction(Shard& shard, HolderTable::Mixed key, uint16_t id, Tally& tally)
+  void EndPrediction(Shard& shard, const Keyed& e, uint16_t id, Tally& tally)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
 
   const BlockIndexOptions options_;

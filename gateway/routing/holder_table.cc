@@ -337,11 +337,8 @@ uint8_t HolderTable::SpillClear(uint64_t& w, uint16_t id, int tier) {
   return 0;
 }
 
-bool HolderTable::Add(Mixed key, uint16_t id, int tier) {
+bool HolderTable::AddReserved(Mixed key, uint16_t id, int tier) {
   const Holder bit = static_cast<Holder>(1u << (kIdBits + tier));
-  // Grown first if a new key would make it grow, so that a new key goes
-  // where the lookup stopped, without a second probe.
-  Reserve(1);
   const uint64_t mixed = key.v;
   Probe probe;
   const size_t p = FindFrom(mixed, probe);

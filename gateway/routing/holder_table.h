@@ -82,7 +82,15 @@ class HolderTable {
   // Records worker `id` holding `key` in `tier`; true when the (key, id)
   // entry is new. Counts a use of the key.
   bool Add(uint64_t key, uint16_t id, int tier) { return Add(MixKey(key), id, tier); }
-  bool Add(Mixed key, uint16_t id, int tier);
+  bool Add(Mixed key, uint16_t id, int tier) {
+    // Grown first if a new key would make it grow, so that a new key goes
+    // where the lookup stopped, without a second probe.
+    Reserve(1);
+    return AddReserved(key, id, tier);
+  }
+  // Add, once Reserve(1) has made room for a new key (a writer that grows
+  // the table before a change readers must not see half done).
+  bool AddReserved(Mixed key, uint16_t id, int tier);
   // Clears `tier` of (key, id); true when the entry went (no tier left).
   bool Remove(uint64_t key, uint16_t id, int tier) { return Remove(MixKey(key), id, tier); }
   bool Remove(Mixed key, uint16_t id, int tier);
