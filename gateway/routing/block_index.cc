@@ -71,9 +71,10 @@ BlockIndex::Shard& BlockIndex::ShardOf(HolderTable::Mixed key) const {
   return shards_[ShardIndex(key)];
 }
 
-BlockIndex::KeyedScratch& BlockIndex::KeyedScratch::OfThisThread() {
+BlockIndex::KeyedScratch& BlockIndex::KeyedScratch::OfThisThread(int shards) {
   thread_local KeyedScratch scratch;
   scratch.items.clear();
+  scratch.starts.assign(static_cast<size_t>(shards) + 1, 0);
   return scratch;
 }
 
@@ -95,21 +96,9 @@ BlockIndex::Keyed BlockIndex::KeyedOf(uint64_t key, int tier, bool add) const {
                .add = add};
 }
 
-template <typename Hashes>
-void BlockIndex::KeyEvents(const Hashes& hashes, int tier, bool add, KeyedScratch& s) const {
-  s.items.reserve(s.items.size() + static_cast<size_t>(hashes.size()));
-  for (const auto& h : hashes) {
-    s.items.push_back(KeyedOf(h.low(), tier, add));
-    ++s.starts[s.items.back().shard + 1];
-  }
-}
-
-void BlockIndex::SortByShard(KeyedScratch& s, bool counted) const {
-  // A counting sort: stable, so a key's events keep their order.
-  if (!counted) {
-    s.starts.assign(static_cast<size_t>(options_.shards) + 1, 0);
-    for (const Keyed& k : s.items) ++s.starts[k.shard + 1];
-  }
+void BlockIndex::SortByShard(KeyedScratch& s) {
+  // A counting sort (the counts taken as the items were pushed): stable,
+  // so a key's events keep their order.
   for (size_t i = 1; i < s.starts.size(); ++i) s.starts[i] += s.starts[i - 1];
   s.sorted.resize(s.items.size());
   for (const Keyed& k : s.items) s.sorted[s.starts[k.shard]++] = k;
@@ -233,20 +222,21 @@ inline void BlockIndex::RemoveLocked(Shard& shard, uint16_t id, const Keyed& e, 
 }
 
 void BlockIndex::ApplyEvents(uint16_t id, const tandem::v1::BlockEventBatch& batch, Tally& tally) {
-  KeyedScratch& scratch = KeyedScratch::OfThisThread();
-  // Keyed and counted by shard in one pass.
-  scratch.starts.assign(static_cast<size_t>(options_.shards) + 1, 0);
-  KeyEvents(batch.stored(), 0, true, scratch);
-  KeyEvents(batch.removed(), 0, false, scratch);
+  KeyedScratch& scratch = KeyedScratch::OfThisThread(options_.shards);
+  auto push = [&](const auto& hashes, int tier, bool add) {
+    for (const auto& h : hashes) scratch.Push(KeyedOf(h.low(), tier, add));
+  };
+  push(batch.stored(), 0, true);
+  push(batch.removed(), 0, false);
   for (const tandem::v1::TierBlockEvents& t : batch.tiers()) {
     const int tier = static_cast<int>(t.tier());
     if (tier <= 0 || tier >= kNumTiers) continue;  // a tier this gateway predates
-    KeyEvents(t.stored(), tier, true, scratch);
-    KeyEvents(t.removed(), tier, false, scratch);
+    push(t.stored(), tier, true);
+    push(t.removed(), tier, false);
   }
   // Shard by shard, a run under one hold of the shard's lock; slots are
   // loaded a few events ahead (see OverlapAll).
-  SortByShard(scratch, /*counted=*/true);
+  SortByShard(scratch);
   // The thread's vector read once: the compiler cannot tell that the
   // writes below leave it alone.
   const std::span<const Keyed> sorted(scratch.sorted);
@@ -393,9 +383,9 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
   // (a walk counts a run from the first block).
   const size_t kept = static_cast<size_t>(std::clamp<int64_t>(room(), 0, std::ssize(chain)));
   int64_t dropped = static_cast<int64_t>(chain.size() - kept);
-  KeyedScratch& scratch = KeyedScratch::OfThisThread();
+  KeyedScratch& scratch = KeyedScratch::OfThisThread(options_.shards);
   for (const engine::BlockHash& h : chain.first(kept)) {
-    scratch.items.push_back(KeyedOf(KeyOf(h), /*tier=*/0, /*add=*/true));
+    scratch.Push(KeyedOf(KeyOf(h), /*tier=*/0, /*add=*/true));
   }
   // Shard by shard, as Apply: one hold of a shard's lock (and at most one
   // sweep of its expired predictions) for all its blocks, rather than one

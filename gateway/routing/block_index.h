@@ -316,8 +316,14 @@ class BlockIndex {
   };
   // The calling thread's: `items` as drawn, then `sorted` by shard.
   struct KeyedScratch {
-    // Empty `items`, ready to fill.
-    static KeyedScratch& OfThisThread();
+    // Empty `items`, ready to fill, and no item counted in any of
+    // `shards` shards.
+    static KeyedScratch& OfThisThread(int shards);
+    // Appends `k`, counting it in its shard (starts[k.shard + 1]).
+    void Push(const Keyed& k) {
+      items.push_back(k);
+      ++starts[k.shard + 1];
+    }
     // Frees what a large batch grew, once done with it.
     void Release();
     std::vector<Keyed> items;
@@ -325,10 +331,6 @@ class BlockIndex {
     std::vector<uint32_t> starts;
   };
   Keyed KeyedOf(uint64_t key, int tier, bool add) const;
-  // Appends the keyed events of `hashes` to `s.items`, counting them by
-  // shard in `s.starts` (see SortByShard).
-  template <typename Hashes>
-  void KeyEvents(const Hashes& hashes, int tier, bool add, KeyedScratch& s) const;
   // Prefetch for the writer about to change `e`'s slot (see
   // HolderTable::PrefetchForWrite), with the lines of its shard an event
   // writes: the lock and its digests, the limbo, the prediction count of
@@ -337,10 +339,10 @@ class BlockIndex {
   // more of them than slots (an event of a 30-event batch is mostly alone
   // in its shard).
   void PrefetchForWrite(const Keyed& e) const ABSL_NO_THREAD_SAFETY_ANALYSIS;
-  // Orders `s.items` by shard into `s.sorted`, keeping their order within
-  // each (a key's events stay in order). With `counted`, s.starts[k + 1]
-  // already holds how many items are in shard k (KeyEvents).
-  void SortByShard(KeyedScratch& s, bool counted = false) const;
+  // Orders `s.items` (pushed by KeyedScratch::Push) by shard into
+  // `s.sorted`, keeping their order within each (a key's events stay in
+  // order).
+  static void SortByShard(KeyedScratch& s);
   void AddLocked(Shard& shard, uint16_t id, const Keyed& e, Tally& tally)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
   void RemoveLocked(Shard& shard, uint16_t id, const Keyed& e, Tally& tally)
