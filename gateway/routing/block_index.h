@@ -376,7 +376,8 @@ class BlockIndex {
   int64_t ErasePredictionsLocked(Shard& shard,
                                  absl::FunctionRef<bool(uint16_t id, int64_t until_ns)> gone)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
-  // Ends `id`'s prediction of `key`, if it has one, counting it in `tally`.
+  // Ends `id`'s prediction of the keyed event `e`'s block, if it has one, counting it in
+  // `tally`.
   void EndPrediction(Shard& shard, const Keyed& e, uint16_t id, Tally& tally)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.lock);
 
