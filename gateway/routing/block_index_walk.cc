@@ -116,9 +116,23 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   auto prefetch_slot = [&](size_t j) {
     if (j < chain.size()) Prefetch(*shard_of[j], mixed[j]);
   };
+  // Where each block's load ahead found it, kept for the block's read: one
+  // probe a block rather than two, while its shard has not changed since
+  // (a version that is odd: nothing kept).
+  struct Probed {
+    HolderTable::Found found;
+    uint64_t version = 1;
+  };
+  constexpr size_t kProbed = 8;  // a power of two past kHoldersAhead
+  static_assert(kProbed > kHoldersAhead);
+  std::array<Probed, kProbed> probed;
   auto prefetch_holders = [&](size_t j) {
     if (!prefetch_spills || j >= chain.size()) return;
-    shard_of[j]->TableForReaders().PrefetchHolders(mixed[j]);
+    const Shard& shard = *shard_of[j];
+    Probed& p = probed[j % kProbed];
+    p.version = shard.lock.BeginRead();
+    p.found = shard.TableForReaders().FindHoldersConcurrent(mixed[j]);
+    if (!shard.lock.Unchanged(p.version)) p.version = 1;
   };
   // Holders in a slower tier than the pool, met while reading a block:
   // credited once the read is known whole.
@@ -150,44 +164,50 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
       }
       again = true;
       credits.clear();
-      shard.TableForReaders().VisitConcurrent(
-          key,
-          [&](std::span<const HolderTable::Holder> list) {
-            for (const HolderTable::Holder& held : list) {
-              const HolderTable::Holder h = HolderTable::Load(held);
-              const uint16_t id = HolderTable::IdOf(h);
-              if (id / 64 >= hi || !has(running, id)) continue;
-              set(next_running, id);
-              if (split && has(reporting, id)) set(next_reporting, id);
-              const uint8_t tiers = HolderTable::TiersOf(h);
-              if ((tiers & 1) == 0) {  // not in the pool (rare): credited by its tier
-                credits.emplace_back(id, static_cast<uint8_t>(FastestTier(tiers)));
-              }
-            }
-          },
-          [&](HolderTable::Bitmap b) {
-            const size_t common = std::min(hi, b.words);
-            if (b.planes == 1) {  // the pool's plane alone, as most: nothing to credit
-              for (size_t i = lo; i < common; ++i) {
-                const uint64_t any = HolderTable::Load(b.bits[i]);
-                next_running[i] = running[i] & any;
-                if (split) next_reporting[i] = reporting[i] & any;
-              }
-              return;
-            }
-            for (size_t i = lo; i < common; ++i) {
-              const uint64_t any = HolderTable::AnyTier(b, i);
-              next_running[i] = running[i] & any;
-              if (split) next_reporting[i] = reporting[i] & any;
-              // Those not in the pool (rare) are credited by their tier.
-              for (uint64_t off = next_running[i] & ~HolderTable::TierWord(b, i, 0); off != 0;
-                   off &= off - 1) {
-                const uint16_t id = static_cast<uint16_t>(64 * i + std::countr_zero(off));
-                credits.emplace_back(
-                    id, static_cast<uint8_t>(FastestTier(HolderTable::BitmapTiers(b, id))));
-              }
-            }
-          });
+      auto on_list = [&](std::span<const HolderTable::Holder> list) {
+        for (const HolderTable::Holder& held : list) {
+          const HolderTable::Holder h = HolderTable::Load(held);
+          const uint16_t id = HolderTable::IdOf(h);
+          if (id / 64 >= hi || !has(running, id)) continue;
+          set(next_running, id);
+          if (split && has(reporting, id)) set(next_reporting, id);
+          const uint8_t tiers = HolderTable::TiersOf(h);
+          if ((tiers & 1) == 0) {  // not in the pool (rare): credited by its tier
+            credits.emplace_back(id, static_cast<uint8_t>(FastestTier(tiers)));
+          }
+        }
+      };
+      auto on_bitmap = [&](HolderTable::Bitmap b) {
+        const size_t common = std::min(hi, b.words);
+        if (b.planes == 1) {  // the pool's plane alone, as most: nothing to credit
+          for (size_t i = lo; i < common; ++i) {
+            const uint64_t any = HolderTable::Load(b.bits[i]);
+            next_running[i] = running[i] & any;
+            if (split) next_reporting[i] = reporting[i] & any;
+          }
+          return;
+        }
+        for (size_t i = lo; i < common; ++i) {
+          const uint64_t any = HolderTable::AnyTier(b, i);
+          next_running[i] = running[i] & any;
+          if (split) next_reporting[i] = reporting[i] & any;
+          // Those not in the pool (rare) are credited by their tier.
+          for (uint64_t off = next_running[i] & ~HolderTable::TierWord(b, i, 0); off != 0;
+               off &= off - 1) {
+            const uint16_t id = static_cast<uint16_t>(64 * i + std::countr_zero(off));
+            credits.emplace_back(
+                id, static_cast<uint8_t>(FastestTier(HolderTable::BitmapTiers(b, id))));
+          }
+        }
+      };
+      // Within this read, the version being the load ahead's means the
+      // shard is as it found it (versions only grow).
+      const Probed& ahead = probed[j % kProbed];
+      if (shard.lock.Unchanged(ahead.version)) {
+        shard.TableForReaders().VisitConcurrentAt(ahead.found, on_list, on_bitmap);
+      } else {
+        shard.TableForReaders().VisitConcurrent(key, on_list, on_bitmap);
+      }
     });
     for (const auto& [id, tier] : credits) ++slower[id][tier];
     credited |= !credits.empty();

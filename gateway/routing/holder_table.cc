@@ -509,15 +509,16 @@ const HolderTable::Slot* HolderTable::FindConcurrent(Mixed key) const {
   return nullptr;
 }
 
-void HolderTable::PrefetchHolders(Mixed key) const {
+HolderTable::Found HolderTable::FindHoldersConcurrent(Mixed key) const {
   const Slot* slot = FindConcurrent(key);
-  if (slot == nullptr) return;
+  if (slot == nullptr) return Found();
   const uint64_t w = Load(slot->holders);
-  if (!Spilled(w)) return;
+  if (!Spilled(w)) return Found(slot);
   // Every line of it (the word says how many), without reading it.
   const char* at = reinterpret_cast<const char*>(SpillOf(w));
   const uint64_t lines = (w >> kLinesShift) & kMaxLines;
   for (uint64_t i = 0; i < lines; ++i) __builtin_prefetch(at + 64 * i);
+  return Found(slot);
 }
 
 size_t HolderTable::MemoryBytes() const { return capacity_ * sizeof(Slot) + arena_.footprint(); }

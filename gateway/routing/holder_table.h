@@ -44,7 +44,24 @@
 namespace tandem::gateway {
 
 class HolderTable {
+  struct Slot;  // a key and its holders (below)
+
  public:
+  // Where a lock-free reader found a key (FindHoldersConcurrent), for a
+  // VisitConcurrentAt while the table is unchanged (the shard's version has
+  // not moved). A growth moves no version: a slot kept across one is in the
+  // outgrown array, which holds the same keys and holders and stays
+  // allocated while the reader's Reclaimer::ReadSection lasts (a use
+  // counted there is lost, as one a writer overwrites is).
+  class Found {
+   public:
+    Found() = default;
+
+   private:
+    friend class HolderTable;
+    explicit Found(const Slot* slot) : slot_(slot) {}
+    const Slot* slot_ = nullptr;  // null: absent
+  };
   // A holder: a worker's compact id (1..kMaxId) and its tier bits (bit t:
   // tier t) above it.
   using Holder = uint16_t;
@@ -179,33 +196,13 @@ class HolderTable {
   // slot still holds what it read.
   template <typename OnList, typename OnBitmap>
   bool VisitConcurrent(Mixed key, OnList&& on_list, OnBitmap&& on_bitmap) const {
-    const Slot* slot = FindConcurrent(key);
-    if (slot == nullptr) return false;
-    std::atomic_ref<uint64_t> shared(const_cast<Slot*>(slot)->holders);
-    uint64_t w = shared.load(std::memory_order_relaxed);
-    if (w == 0) return false;
-    if ((w & kUses) != kUses) {
-      shared.compare_exchange_strong(w, w + kOneUse, std::memory_order_relaxed);
-    }
-    if (Spilled(w)) {
-      const Spill* s = SpillOf(w);
-      // A spill's capacity never changes; its counts may be mid-write.
-      if (Load(s->words) != 0) {
-        on_bitmap(BitmapConcurrent(*s));
-      } else {
-        const size_t capacity = Load(s->capacity);
-        const size_t count = std::min<size_t>(Load(s->count), capacity / sizeof(Holder));
-        on_list(std::span<const Holder>(s->list(), count));
-      }
-      return true;
-    }
-    Holder inline_holders[kInline];
-    size_t n = 0;
-    for (int i = 0; i < kInline; ++i) {
-      if (InlineAt(w, i) != 0) inline_holders[n++] = InlineAt(w, i);
-    }
-    on_list(std::span<const Holder>(inline_holders, n));
-    return true;
+    return VisitSlotConcurrent(FindConcurrent(key), on_list, on_bitmap);
+  }
+  // VisitConcurrent's work where FindHoldersConcurrent found the key, the
+  // table unchanged since.
+  template <typename OnList, typename OnBitmap>
+  bool VisitConcurrentAt(Found found, OnList&& on_list, OnBitmap&& on_bitmap) const {
+    return VisitSlotConcurrent(found.slot_, on_list, on_bitmap);
   }
   // Word `i` of the holders in any tier, and in tier `t`. Bitmaps are
   // read through relaxed atomics, since lock-free readers read them while a
@@ -313,7 +310,11 @@ class HolderTable {
   // load of a Visit), without reading them; best once Prefetch(key) has
   // brought the slot in. For the readers of VisitConcurrent (or under the
   // lock).
-  void PrefetchHolders(Mixed key) const;
+  void PrefetchHolders(Mixed key) const { FindHoldersConcurrent(key); }
+  // PrefetchHolders, returning where it found `key` (or that it did not),
+  // for a VisitConcurrentAt while the table has not changed: a walk's one
+  // probe of the key.
+  Found FindHoldersConcurrent(Mixed key) const;
 
   size_t size() const { return size_; }  // keys
   size_t capacity() const { return capacity_; }
@@ -436,6 +437,36 @@ class HolderTable {
   // Find for lock-free readers: the slot that held `key` when read, or
   // null. Probes at most the whole array, and never past its end.
   const Slot* FindConcurrent(Mixed key) const;
+  // VisitConcurrent's work on `slot` (null: the key is absent).
+  template <typename OnList, typename OnBitmap>
+  bool VisitSlotConcurrent(const Slot* slot, OnList&& on_list, OnBitmap&& on_bitmap) const {
+    if (slot == nullptr) return false;
+    std::atomic_ref<uint64_t> shared(const_cast<Slot*>(slot)->holders);
+    uint64_t w = shared.load(std::memory_order_relaxed);
+    if (w == 0) return false;
+    if ((w & kUses) != kUses) {
+      shared.compare_exchange_strong(w, w + kOneUse, std::memory_order_relaxed);
+    }
+    if (Spilled(w)) {
+      const Spill* s = SpillOf(w);
+      // A spill's capacity never changes; its counts may be mid-write.
+      if (Load(s->words) != 0) {
+        on_bitmap(BitmapConcurrent(*s));
+      } else {
+        const size_t capacity = Load(s->capacity);
+        const size_t count = std::min<size_t>(Load(s->count), capacity / sizeof(Holder));
+        on_list(std::span<const Holder>(s->list(), count));
+      }
+      return true;
+    }
+    Holder inline_holders[kInline];
+    size_t n = 0;
+    for (int i = 0; i < kInline; ++i) {
+      if (InlineAt(w, i) != 0) inline_holders[n++] = InlineAt(w, i);
+    }
+    on_list(std::span<const Holder>(inline_holders, n));
+    return true;
+  }
   // Whether slot p holds a key (readers may be counting a use in it).
   bool Occupied(size_t p) const {
     return std::atomic_ref<uint64_t>(slots_[p].holders).load(std::memory_order_relaxed) != 0;

@@ -75,6 +75,17 @@ class ABSL_LOCKABLE SeqLock {
   // Starts loading the lock's cache line (a reader's, a few reads ahead).
   void Prefetch() const { __builtin_prefetch(&version_); }
 
+  // For a reader that keeps what it found for a later Read: the version
+  // before its reads (odd: a change under way, nothing worth keeping), and
+  // whether it is still the version after them. Within a later Read, the
+  // version being `v` again means nothing changed since (versions only
+  // grow), so what was read at `v` still holds.
+  uint64_t BeginRead() const { return version_.load(std::memory_order_acquire); }
+  bool Unchanged(uint64_t v) const {
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return (v & 1) == 0 && version_.load(std::memory_order_relaxed) == v;
+  }
+
  private:
   // Pauses for the first tries, then gives the core away (the writer may
   // be waiting for it).

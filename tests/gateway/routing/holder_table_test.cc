@@ -9,6 +9,7 @@
 #include <atomic>
 #include <map>
 #include <random>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -405,6 +406,152 @@ TEST(HolderTableTest, AReaderWithoutTheLockSeesWhatAWriterLeftWhole) {
   reader.join();
   EXPECT_EQ(wrong.load(), 0) << "of " << reads.load() << " reads";
   EXPECT_GT(reads.load(), 0);
+}
+
+// What a lock-free reader collects of `key`'s holders, from its slot as a
+// load ahead found it (`found`) or from a probe of its own.
+Holders ReadConcurrent(const HolderTable& table, uint64_t key, const HolderTable::Found* found,
+                       bool* present) {
+  Holders got;
+  auto on_list = [&](std::span<const HolderTable::Holder> list) {
+    for (const HolderTable::Holder& held : list) {
+      const HolderTable::Holder h = HolderTable::Load(held);
+      got[HolderTable::IdOf(h)] |= HolderTable::TiersOf(h);
+    }
+  };
+  auto on_bitmap = [&](HolderTable::Bitmap b) {
+    for (size_t id = 0; id < 64 * b.words; ++id) {
+      const uint8_t tiers = HolderTable::BitmapTiers(b, static_cast<uint16_t>(id));
+      if (tiers != 0) got[static_cast<uint16_t>(id)] = tiers;
+    }
+  };
+  *present = found != nullptr ? table.VisitConcurrentAt(*found, on_list, on_bitmap)
+                              : table.VisitConcurrent(HolderTable::MixKey(key), on_list, on_bitmap);
+  return got;
+}
+
+// A walk probes each block once, as it loads the block's holders ahead,
+// and reads the slot it found if the shard's version has not moved since:
+// what it reads then is what a probe of its own would find, for inline
+// holders, lists, bitmaps and absent keys alike. A change in between moves
+// the version, so the walk probes again.
+TEST(HolderTableTest, ALoadAheadsProbeStandsWhileTheVersionHasNotMoved) {
+  SeqLock lock;
+  HolderTable table(4);
+  std::map<uint64_t, Holders> ref;
+  for (uint64_t key = 0; key < 64; ++key) {
+    // 1 to 200 holders: inline, a spilled list, bitmaps.
+    for (uint16_t id = 1; id <= 1 + (key * key) % 200; ++id) {
+      const int tier = static_cast<int>((key + id) % 3);
+      table.Add(key, id, tier);
+      ref[key][id] |= static_cast<uint8_t>(1u << tier);
+    }
+  }
+  for (uint64_t key = 0; key < 96; ++key) {  // 64..95 are absent
+    const uint64_t v = lock.BeginRead();
+    const HolderTable::Found found = table.FindHoldersConcurrent(HolderTable::MixKey(key));
+    ASSERT_TRUE(lock.Unchanged(v)) << key;
+    bool kept_present = false, own_present = false;
+    const Holders kept = ReadConcurrent(table, key, &found, &kept_present);
+    const Holders own = ReadConcurrent(table, key, nullptr, &own_present);
+    EXPECT_EQ(kept_present, key < 64) << key;
+    EXPECT_EQ(own_present, key < 64) << key;
+    EXPECT_EQ(kept, own) << key;
+    if (key < 64) {
+      EXPECT_EQ(kept, ref[key]) << key;
+    }
+  }
+  const uint64_t v = lock.BeginRead();
+  {
+    SeqLockWriter hold(&lock);
+    SeqLockChange change(lock);
+    table.Add(1000, 7, 0);
+  }
+  EXPECT_FALSE(lock.Unchanged(v));
+  {
+    SeqLockWriter hold(&lock);
+    lock.BeginChange();  // under way: a probe then keeps nothing
+    EXPECT_FALSE(lock.Unchanged(lock.BeginRead()));
+    lock.EndChange();
+  }
+}
+
+// The walk's way under a writer: each key probed ahead (its version noted),
+// then read inside a Read from the slot kept when the version is the one
+// noted, else probed again. Every fixed key is found whole, with its fixed
+// holder in the pool, whatever the interleaving; once the writer is done,
+// every read is from a kept slot.
+TEST(HolderTableTest, AReadFromALoadAheadsSlotSeesWhatAWriterLeftWhole) {
+  Reclaimer reclaimer;
+  Reclaimer::Limbo limbo;
+  limbo.Attach(&reclaimer);
+  SeqLock lock;
+  HolderTable table(4);
+  table.set_limbo(&limbo);
+  constexpr uint64_t kFixed = 32;
+  for (uint64_t key = 0; key < kFixed; ++key) table.Add(key, 1, 0);
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> wrong{0};
+  auto read_all = [&](int64_t* kept_reads) {
+    const Reclaimer::ReadSection reading(reclaimer);
+    // Every key probed ahead first, so that the writer works in between.
+    struct Probed {
+      HolderTable::Found found;
+      uint64_t version = 1;
+    };
+    std::vector<Probed> probed(kFixed);
+    for (uint64_t key = 0; key < kFixed; ++key) {
+      Probed& p = probed[key];
+      p.version = lock.BeginRead();
+      p.found = table.FindHoldersConcurrent(HolderTable::MixKey(key));
+      if (!lock.Unchanged(p.version)) p.version = 1;
+    }
+    for (uint64_t key = 0; key < kFixed; ++key) {
+      bool present = false;
+      Holders got;
+      lock.Read([&] {
+        const bool kept = lock.Unchanged(probed[key].version);
+        got = ReadConcurrent(table, key, kept ? &probed[key].found : nullptr, &present);
+        if (kept && kept_reads != nullptr) ++*kept_reads;
+      });
+      const auto it = got.find(1);
+      if (!present || it == got.end() || it->second != 1) wrong.fetch_add(1);
+    }
+  };
+  std::atomic<int64_t> passes{0};
+  std::thread reader([&] {
+    while (!done.load(std::memory_order_acquire)) {
+      read_all(nullptr);
+      passes.fetch_add(1, std::memory_order_release);
+    }
+  });
+  std::mt19937_64 rng(31);
+  for (int64_t round = 0; round < 2000; ++round) {
+    for (int i = 0; i < 50; ++i) {
+      const uint64_t key = rng() % 4 == 0 ? rng() % kFixed : kFixed + rng() % 48;
+      const auto id = static_cast<uint16_t>(2 + rng() % 200);
+      const int tier = static_cast<int>(rng() % 3);
+      SeqLockWriter hold(&lock);
+      if (rng() % 2 == 0) {
+        table.Reserve(1);  // a growth: no version change
+        SeqLockChange change(lock);
+        table.Add(key, id, tier);
+      } else {
+        SeqLockChange change(lock);
+        table.Remove(key, id, tier);
+      }
+      limbo.Collect();
+    }
+    // The reader's passes and the writer's rounds interleave: a round waits
+    // for a pass begun after the one before it.
+    while (passes.load(std::memory_order_acquire) <= round + 1) std::this_thread::yield();
+  }
+  done.store(true, std::memory_order_release);
+  reader.join();
+  int64_t kept_reads = 0;
+  read_all(&kept_reads);
+  EXPECT_EQ(kept_reads, static_cast<int64_t>(kFixed));
+  EXPECT_EQ(wrong.load(), 0) << "of " << passes.load() << " passes";
 }
 
 }  // namespace
