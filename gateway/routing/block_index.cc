@@ -395,10 +395,23 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
   // Each block's slot, then its spilled holders (for Holds), loaded ahead
   // as in OverlapAll: the holders of blocks in shards not yet locked are
   // reached as a walk reaches them, inside a read section.
-  constexpr size_t kSlotsAhead = 8, kHoldersAhead = 4;
+  // Where the holders' load found each block, kept for the block's Holds
+  // while its shard's version has not moved (as in OverlapAll).
+  constexpr size_t kSlotsAhead = 8, kHoldersAhead = 4, kProbed = 8;
+  static_assert(kProbed > kHoldersAhead);
+  struct Probed {
+    HolderTable::Found found;
+    uint64_t version = 1;  // odd: nothing kept
+  };
+  std::array<Probed, kProbed> probed;
   const Reclaimer::ReadSection reading(reclaimer_);
   auto prefetch_holders = [&](size_t j) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    if (j < sorted.size()) ShardOf(sorted[j].mixed).table.PrefetchHolders(sorted[j].mixed);
+    if (j >= sorted.size()) return;
+    const Shard& shard = shards_[sorted[j].shard];
+    Probed& p = probed[j % kProbed];
+    p.version = shard.lock.BeginRead();
+    p.found = shard.table.FindHoldersConcurrent(sorted[j].mixed);
+    if (!shard.lock.Unchanged(p.version)) p.version = 1;
   };
   for (size_t i = 0; i < std::min(kSlotsAhead, sorted.size()); ++i) Prefetch(sorted[i].mixed);
   for (size_t i = 0; i < kHoldersAhead; ++i) prefetch_holders(i);
@@ -411,7 +424,11 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
       if (i + kSlotsAhead < sorted.size()) Prefetch(sorted[i + kSlotsAhead].mixed);
       prefetch_holders(i + kHoldersAhead);
       const HolderTable::Mixed key = sorted[i].mixed;
-      if (shard.table.Holds(sorted[i].key, id)) continue;
+      const Probed& ahead = probed[i % kProbed];
+      if (shard.lock.Unchanged(ahead.version) ? shard.table.Holds(ahead.found, id)
+                                              : shard.table.Holds(sorted[i].key, id)) {
+        continue;
+      }
       if (int64_t* had = shard.predicted.Find(key.v, id); had != nullptr) {
         *had = std::max(*had, until_ns);
         continue;

@@ -433,11 +433,11 @@ bool HolderTable::Remove(Mixed key, uint16_t id, int tier) {
 
 bool HolderTable::Holds(uint64_t key, uint16_t id) const {
   const size_t p = Find(key);
-  return p != kNone && HoldsAt(p, id);
+  return p != kNone && HoldsAt(slots_[p], id);
 }
 
-bool HolderTable::HoldsAt(size_t p, uint16_t id) const {
-  const uint64_t w = slots_[p].holders;
+bool HolderTable::HoldsAt(const Slot& slot, uint16_t id) const {
+  const uint64_t w = slot.holders;
   if (Spilled(w)) {
     const Spill& s = *SpillOf(w);
     if (s.IsBitmap()) {
@@ -477,7 +477,7 @@ int64_t HolderTable::RemoveWorkers(std::span<const uint16_t> ids, int64_t expect
     }
     bool changed = false;
     for (uint16_t id : ids) {
-      if (!HoldsAt(p, id)) continue;
+      if (!HoldsAt(slots_[p], id)) continue;
       if (!changed && changes != nullptr) changes->BeginChange();
       changed = true;
       TakeHolder(p, id);

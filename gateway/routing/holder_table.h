@@ -232,6 +232,11 @@ class HolderTable {
   }
   // Whether worker `id` holds `key` in any tier (marks nothing).
   bool Holds(uint64_t key, uint16_t id) const;
+  // Holds where FindHoldersConcurrent found the key, the table unchanged
+  // since (see Found).
+  bool Holds(Found found, uint16_t id) const {
+    return found.slot_ != nullptr && HoldsAt(*found.slot_, id);
+  }
   // Takes the workers `ids` off every key in one pass, calling
   // on_removed(id) for each entry removed; returns how many were. Stops once
   // `expected` are (their entries in this table, if known). With `changes`
@@ -480,8 +485,8 @@ class HolderTable {
   void InsertAt(Slot slot, Probe probe);
   void Erase(size_t p);
   void Grow();
-  // Holds's work on slot p (which holds a key).
-  bool HoldsAt(size_t p, uint16_t id) const;
+  // Holds's work on a slot that holds a key.
+  bool HoldsAt(const Slot& slot, uint16_t id) const;
   // Removes `id` from the holder word in slot p (by reference); returns its
   // tier bits, 0 when it was not there. Spills shrink back inline.
   uint8_t TakeHolder(size_t p, uint16_t id);
