@@ -201,13 +201,13 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
         }
       };
       // Within this read, the version being the load ahead's means the
-      // shard is as it found it (versions only grow).
+      // shard is as it found it (versions only grow). One call of the
+      // visit, which the compiler inlines with the two above.
       const Probed& ahead = probed[j % kProbed];
-      if (shard.lock.Unchanged(ahead.version)) {
-        shard.TableForReaders().VisitConcurrentAt(ahead.found, on_list, on_bitmap);
-      } else {
-        shard.TableForReaders().VisitConcurrent(key, on_list, on_bitmap);
-      }
+      const HolderTable& table = shard.TableForReaders();
+      table.VisitConcurrentAt(
+          shard.lock.Unchanged(ahead.version) ? ahead.found : table.FindForReaders(key), on_list,
+          on_bitmap);
     });
     for (const auto& [id, tier] : credits) ++slower[id][tier];
     credited |= !credits.empty();

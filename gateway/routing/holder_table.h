@@ -320,6 +320,9 @@ class HolderTable {
   // for a VisitConcurrentAt while the table has not changed: a walk's one
   // probe of the key.
   Found FindHoldersConcurrent(Mixed key) const;
+  // Where `key` is now, for a lock-free reader (FindHoldersConcurrent
+  // without the holders' load).
+  Found FindForReaders(Mixed key) const { return Found(FindConcurrent(key)); }
 
   size_t size() const { return size_; }  // keys
   size_t capacity() const { return capacity_; }
