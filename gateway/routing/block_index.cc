@@ -394,9 +394,9 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
   const std::vector<Keyed>& sorted = scratch.sorted;
   // Each block's slot, then its spilled holders (for Holds), loaded ahead
   // as in OverlapAll: the holders of blocks in shards not yet locked are
-  // reached as a walk reaches them, inside a read section.
-  // Where the holders' load found each block, kept for the block's Holds
-  // while its shard's version has not moved (as in OverlapAll).
+  // reached as a walk reaches them, inside a read section. Where that load
+  // found a block is kept for its Holds while its shard's version has not
+  // moved (as in OverlapAll).
   constexpr size_t kSlotsAhead = 8, kHoldersAhead = 4, kProbed = 8;
   static_assert(kProbed > kHoldersAhead);
   struct Probed {

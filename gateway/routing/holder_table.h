@@ -5,7 +5,7 @@
 // word points to, a list of 2 bytes per holder or, for a block many hold,
 // bitmaps over the workers), so a (block, worker) entry costs no map node
 // of its own, and a reader reaches any holder set in two loads (the slot,
-// then its spill), which PrefetchHolders starts ahead of a walk. Spills come
+// then its spill), which FindHoldersConcurrent starts ahead of a walk. Spills come
 // from the table's own arena (gateway/routing/spill_arena.h), on huge pages
 // once there are a few MiB of them. Robin Hood
 // probing with backward-shift deletion keeps misses short; the table grows
@@ -18,7 +18,7 @@
 // passes and evicts the first it finds at 0, so a block routed to often
 // outlives one stored once. Thread-compatible, but for readers: the block
 // index holds the shard's lock for every call except its lock-free readers'
-// (VisitConcurrent, Prefetch, PrefetchHolders), which run inside a
+// (VisitConcurrent, Prefetch, FindHoldersConcurrent), which run inside a
 // Reclaimer::ReadSection beside the writer and check the shard's version
 // after; with a Limbo set, the table retires what it frees (spills,
 // an outgrown slot array) there, so that what such a reader reached stays
@@ -314,11 +314,9 @@ class HolderTable {
   // Starts loading `key`'s spilled holders, when it has them (the second
   // load of a Visit), without reading them; best once Prefetch(key) has
   // brought the slot in. For the readers of VisitConcurrent (or under the
-  // lock).
-  void PrefetchHolders(Mixed key) const { FindHoldersConcurrent(key); }
-  // PrefetchHolders, returning where it found `key` (or that it did not),
-  // for a VisitConcurrentAt while the table has not changed: a walk's one
-  // probe of the key.
+  // lock). Returns where it found `key` (or that it did not), for a
+  // VisitConcurrentAt while the table has not changed: a walk's one probe
+  // of the key.
   Found FindHoldersConcurrent(Mixed key) const;
   // Where `key` is now, for a lock-free reader (FindHoldersConcurrent
   // without the holders' load).
@@ -350,7 +348,7 @@ class HolderTable {
   static constexpr uint64_t kOneUse = uint64_t{1} << 61;
   static constexpr uint64_t kUses = uint64_t{3} << 61;
   // A spill's address, and (above it) how many cache lines it spans, up
-  // to 15, for PrefetchHolders.
+  // to 15, for FindHoldersConcurrent.
   static constexpr int kLinesShift = 57;
   static constexpr uint64_t kPointerBits = (uint64_t{1} << kLinesShift) - 1;
   static constexpr uint64_t kMaxLines = 15;
