@@ -341,6 +341,25 @@ TEST(SeqLockTest, TryLockGivesUpWhileAnotherWriterHoldsIt) {
   lock.Unlock();
 }
 
+// One change a writer makes, holding `lock`, around the keys 0..fixed-1
+// that readers look for: other keys come and go among them, and they gain
+// and lose other holders (ids 2..201), in every tier. An add grows the
+// table first where it must: a growth readers need not wait for (no
+// version change).
+void ChurnAround(HolderTable& table, SeqLock& lock, uint64_t fixed, std::mt19937_64& rng) {
+  const uint64_t key = rng() % 4 == 0 ? rng() % fixed : fixed + rng() % 48;
+  const auto id = static_cast<uint16_t>(2 + rng() % 200);
+  const int tier = static_cast<int>(rng() % 3);
+  if (rng() % 2 == 0) {
+    table.Reserve(1);
+    SeqLockChange change(lock);
+    table.Add(key, id, tier);
+  } else {
+    SeqLockChange change(lock);
+    table.Remove(key, id, tier);
+  }
+}
+
 // A reader without the lock, through the table's view under a SeqLock, as
 // the block index reads it, while a writer churns the keys around a fixed
 // set (probes shifting, sets spilling, bitmaps gaining planes, the table
@@ -383,20 +402,8 @@ TEST(HolderTableTest, AReaderWithoutTheLockSeesWhatAWriterLeftWhole) {
   });
   std::mt19937_64 rng(29);
   for (int i = 0; i < 300000; ++i) {
-    // Other keys come and go among the fixed ones; the fixed ones gain and
-    // lose other holders, in every tier.
-    const uint64_t key = rng() % 4 == 0 ? rng() % kFixed : kFixed + rng() % 48;
-    const auto id = static_cast<uint16_t>(2 + rng() % 200);
-    const int tier = static_cast<int>(rng() % 3);
     SeqLockWriter hold(&lock);
-    if (rng() % 2 == 0) {
-      table.Reserve(1);  // a growth readers need not wait for
-      SeqLockChange change(lock);
-      table.Add(key, id, tier);
-    } else {
-      SeqLockChange change(lock);
-      table.Remove(key, id, tier);
-    }
+    ChurnAround(table, lock, kFixed, rng);
     if (i % 1000 == 999) {  // a sweep: readers read between its removals
       table.RemoveWorker(static_cast<uint16_t>(2 + rng() % 200), INT64_MAX, &lock);
     }
@@ -528,18 +535,8 @@ TEST(HolderTableTest, AReadFromALoadAheadsSlotSeesWhatAWriterLeftWhole) {
   std::mt19937_64 rng(31);
   for (int64_t round = 0; round < 2000; ++round) {
     for (int i = 0; i < 50; ++i) {
-      const uint64_t key = rng() % 4 == 0 ? rng() % kFixed : kFixed + rng() % 48;
-      const auto id = static_cast<uint16_t>(2 + rng() % 200);
-      const int tier = static_cast<int>(rng() % 3);
       SeqLockWriter hold(&lock);
-      if (rng() % 2 == 0) {
-        table.Reserve(1);  // a growth: no version change
-        SeqLockChange change(lock);
-        table.Add(key, id, tier);
-      } else {
-        SeqLockChange change(lock);
-        table.Remove(key, id, tier);
-      }
+      ChurnAround(table, lock, kFixed, rng);
       limbo.Collect();
     }
     // The reader's passes and the writer's rounds interleave: a round waits
