@@ -397,21 +397,12 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
   // reached as a walk reaches them, inside a read section. Where that load
   // found a block is kept for its Holds while its shard's version has not
   // moved (as in OverlapAll).
-  constexpr size_t kSlotsAhead = 8, kHoldersAhead = 4, kProbed = 8;
+  constexpr size_t kSlotsAhead = 8, kHoldersAhead = 4;
   static_assert(kProbed > kHoldersAhead);
-  struct Probed {
-    HolderTable::Found found;
-    uint64_t version = 1;  // odd: nothing kept
-  };
   std::array<Probed, kProbed> probed;
   const Reclaimer::ReadSection reading(reclaimer_);
-  auto prefetch_holders = [&](size_t j) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    if (j >= sorted.size()) return;
-    const Shard& shard = shards_[sorted[j].shard];
-    Probed& p = probed[j % kProbed];
-    p.version = shard.lock.BeginRead();
-    p.found = shard.table.FindHoldersConcurrent(sorted[j].mixed);
-    if (!shard.lock.Unchanged(p.version)) p.version = 1;
+  auto prefetch_holders = [&](size_t j) {
+    if (j < sorted.size()) probed[j % kProbed].Load(shards_[sorted[j].shard], sorted[j].mixed);
   };
   for (size_t i = 0; i < std::min(kSlotsAhead, sorted.size()); ++i) Prefetch(sorted[i].mixed);
   for (size_t i = 0; i < kHoldersAhead; ++i) prefetch_holders(i);
@@ -425,8 +416,8 @@ void BlockIndex::Predict(int worker, std::span<const engine::BlockHash> chain, a
       prefetch_holders(i + kHoldersAhead);
       const HolderTable::Mixed key = sorted[i].mixed;
       const Probed& ahead = probed[i % kProbed];
-      if (shard.lock.Unchanged(ahead.version) ? shard.table.Holds(ahead.found, id)
-                                              : shard.table.Holds(sorted[i].key, id)) {
+      if (ahead.Stands(shard) ? shard.table.Holds(ahead.found, id)
+                              : shard.table.Holds(sorted[i].key, id)) {
         continue;
       }
       if (int64_t* had = shard.predicted.Find(key.v, id); had != nullptr) {

@@ -298,6 +298,24 @@ class BlockIndex {
     shard.table.Prefetch(key);
     shard.lock.Prefetch();
   }
+  // Where the load ahead of a block's holders found it, with its shard's
+  // version then, kept in a ring of kProbed for the block's read: one probe
+  // a block rather than two, while the version has not moved (see
+  // HolderTable::Found).
+  struct Probed {
+    HolderTable::Found found;
+    uint64_t version = 1;  // odd: nothing kept
+    // The load ahead of `key`'s holders (lock-free), keeping where it found it.
+    void Load(const Shard& shard, HolderTable::Mixed key) {
+      version = shard.lock.BeginRead();
+      found = shard.TableForReaders().FindHoldersConcurrent(key);
+      if (!shard.lock.Unchanged(version)) version = 1;
+    }
+    // Whether `found` still stands: inside a read of the shard, or under its
+    // lock.
+    bool Stands(const Shard& shard) const { return shard.lock.Unchanged(version); }
+  };
+  static constexpr size_t kProbed = 8;  // a power of two past the holders' loads ahead
   // The worker's state, made on first use (never freed: slots are few).
   WorkerState& StateOf(int worker) ABSL_LOCKS_EXCLUDED(workers_mu_);
   // The worker's state, or null when it has none yet.

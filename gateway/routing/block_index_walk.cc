@@ -116,23 +116,10 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   auto prefetch_slot = [&](size_t j) {
     if (j < chain.size()) Prefetch(*shard_of[j], mixed[j]);
   };
-  // Where each block's load ahead found it, kept for the block's read: one
-  // probe a block rather than two, while its shard has not changed since
-  // (a version that is odd: nothing kept).
-  struct Probed {
-    HolderTable::Found found;
-    uint64_t version = 1;
-  };
-  constexpr size_t kProbed = 8;  // a power of two past kHoldersAhead
   static_assert(kProbed > kHoldersAhead);
   std::array<Probed, kProbed> probed;
   auto prefetch_holders = [&](size_t j) {
-    if (!prefetch_spills || j >= chain.size()) return;
-    const Shard& shard = *shard_of[j];
-    Probed& p = probed[j % kProbed];
-    p.version = shard.lock.BeginRead();
-    p.found = shard.TableForReaders().FindHoldersConcurrent(mixed[j]);
-    if (!shard.lock.Unchanged(p.version)) p.version = 1;
+    if (prefetch_spills && j < chain.size()) probed[j % kProbed].Load(*shard_of[j], mixed[j]);
   };
   // Holders in a slower tier than the pool, met while reading a block:
   // credited once the read is known whole.
@@ -200,14 +187,12 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
           }
         }
       };
-      // Within this read, the version being the load ahead's means the
-      // shard is as it found it (versions only grow). One call of the
-      // visit, which the compiler inlines with the two above.
+      // One call of the visit, which the compiler inlines with the two
+      // above.
       const Probed& ahead = probed[j % kProbed];
       const HolderTable& table = shard.TableForReaders();
-      table.VisitConcurrentAt(
-          shard.lock.Unchanged(ahead.version) ? ahead.found : table.FindForReaders(key), on_list,
-          on_bitmap);
+      table.VisitConcurrentAt(ahead.Stands(shard) ? ahead.found : table.FindForReaders(key),
+                              on_list, on_bitmap);
     });
     for (const auto& [id, tier] : credits) ++slower[id][tier];
     credited |= !credits.empty();
