@@ -17,20 +17,25 @@ KvRouter::KvRouter(BlockIndex& index, int first_slot, const RouterOptions& optio
       options_(options),
       role_(role),
       role_name_(role == RouteRole::kPrefill ? "prefill" : "decode"),
-      decisions_(rpc::CounterFamily(registry, "tandem_router_decisions_total",
-                                    "Routing decisions, by worker role and reason")),
       pulls_(rpc::CounterMetric(registry, "tandem_router_prefix_pulls_total",
                                 "Prefills sent with another worker to pull their prefix from",
-                                {{"role", role_name_}})) {}
+                                {{"role", role_name_}})) {
+  prometheus::Family<prometheus::Counter>& decisions = rpc::CounterFamily(
+      registry, "tandem_router_decisions_total", "Routing decisions, by worker role and reason");
+  for (size_t r = 0; r < kReasons.size(); ++r) {
+    decisions_[r] = &decisions.Add({{"role", role_name_}, {"reason", kReasons[r]}});
+  }
+}
 
 RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> prompt,
                               const std::vector<int>& exclude, uint64_t cache_salt) {
   RouteDecision d;
+  Reason reason;
   const int64_t tokens = static_cast<int64_t>(prompt.size());
   const std::optional<BlockHashParams> params = index_.params();
   if (!params.has_value()) {
     d.pick = picker.Acquire(exclude, tokens);
-    d.reason = exclude.empty() ? "no_index" : "retry";
+    reason = exclude.empty() ? kNoIndex : kRetry;
   } else {
     const int32_t bs = params->block_size;
     d.prompt_blocks = static_cast<int32_t>((tokens + bs - 1) / bs);
@@ -113,11 +118,11 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
                      absl::Now() + options_.prediction_ttl);
     }
     if (!exclude.empty()) {
-      d.reason = "retry";
+      reason = kRetry;
     } else if (d.overlap_blocks > 0) {
-      d.reason = "kv_overlap";
+      reason = kKvOverlap;
     } else {
-      d.reason = best_overlap > 0 ? "load" : "no_overlap";
+      reason = best_overlap > 0 ? kLoad : kNoOverlap;
     }
     if (common::LogEnabled(common::LogLevel::kDebug)) {
       // Each worker's cost as the pick saw it (the chosen one's load
@@ -129,8 +134,8 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
             cost(i, {.in_flight = 0, .in_flight_tokens = picker.in_flight_tokens(i) - added});
       }
       common::LogLine("router") << role_name_ << " " << (d.pick.valid() ? d.pick.address() : "none")
-                                << " reason=" << d.reason << " prompt_blocks="
-                                << d.prompt_blocks << " overlap=["
+                                << " reason=" << kReasons[reason]
+                                << " prompt_blocks=" << d.prompt_blocks << " overlap=["
                                 << absl::StrJoin(overlap, ",") << "] cost=["
                                 << absl::StrJoin(costs, ",") << "]"
                                 << (d.pull_from.empty()
@@ -139,7 +144,8 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
                                                        d.pull_from));
     }
   }
-  decisions_.Add({{"role", role_name_}, {"reason", d.reason}}).Increment();
+  d.reason = kReasons[reason];
+  decisions_[reason]->Increment();
   return d;
 }
 

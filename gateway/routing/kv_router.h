@@ -83,7 +83,14 @@ class KvRouter {
   const RouterOptions options_;
   const RouteRole role_;
   const std::string role_name_;
-  prometheus::Family<prometheus::Counter>& decisions_;
+  // tandem_router_decisions_total's series for this role, one a reason
+  // (by Reason), made once: a series looked up by its labels a route built
+  // a map of them and took the family's lock, which every routing thread
+  // shares.
+  enum Reason : size_t { kKvOverlap, kLoad, kNoOverlap, kNoIndex, kRetry };
+  static constexpr std::array<const char*, 5> kReasons = {"kv_overlap", "load", "no_overlap",
+                                                          "no_index", "retry"};
+  std::array<prometheus::Counter*, kReasons.size()> decisions_{};
   prometheus::Counter& pulls_;
 };
 

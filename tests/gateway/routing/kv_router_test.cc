@@ -92,6 +92,11 @@ TEST(KvRouterTest, RoutesToTheHolderUnlessItIsLoaded) {
               HasSubstr("tandem_router_decisions_total{reason=\"kv_overlap\",role=\"prefill\"} 9"));
   EXPECT_THAT(text,
               HasSubstr("tandem_router_decisions_total{reason=\"no_overlap\",role=\"prefill\"} 1"));
+  // Every reason's series is there from the start, so a rate over it
+  // begins at 0 rather than at its first decision.
+  EXPECT_THAT(text,
+              HasSubstr("tandem_router_decisions_total{reason=\"retry\",role=\"prefill\"} 0"));
+  EXPECT_THAT(text, HasSubstr("tandem_router_decisions_total{reason=\"load\",role=\"prefill\"} 0"));
 }
 
 TEST(KvRouterTest, APoolHitOutweighsAHostHitWhichOutweighsADiskHit) {
