@@ -80,6 +80,32 @@ double ReadCostNs(F clock) {
   return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kReads;
 }
 
+// FleetResult's Noise, over `seconds` of this thread spinning on the clock.
+Noise ScanNoise(double seconds) {
+  Noise r;
+  if (seconds <= 0) return r;
+  constexpr Clock::duration kGap = std::chrono::microseconds(1);
+  std::vector<double> gaps_us;
+  Clock::duration lost{};
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point end =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  Clock::time_point last = start;
+  for (Clock::time_point now = start; now < end; last = now) {
+    now = Clock::now();
+    if (now - last > kGap) {
+      lost += now - last;
+      gaps_us.push_back(std::chrono::duration<double, std::micro>(now - last).count());
+    }
+  }
+  const double spun = std::chrono::duration<double>(last - start).count();
+  std::sort(gaps_us.begin(), gaps_us.end());
+  r.per_second = static_cast<double>(gaps_us.size()) / spun;
+  r.median_us = gaps_us.empty() ? 0 : gaps_us[gaps_us.size() / 2];
+  r.lost_fraction = std::chrono::duration<double>(lost).count() / spun;
+  return r;
+}
+
 uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -271,6 +297,7 @@ FleetResult RunFleet(const FleetConfig& config) {
   FleetResult r;
   r.steady_clock_read_ns = ReadCostNs([] { return Clock::now().time_since_epoch(); });
   r.thread_clock_read_ns = ReadCostNs(ThreadCpu);
+  r.noise_before = ScanNoise(config.noise_scan_seconds);
   const Prompts prompts(config);
   std::vector<std::string> addresses;
   for (int32_t i = 0; i < config.workers; ++i) addresses.push_back(absl::StrFormat("w%d", i));
@@ -459,6 +486,7 @@ FleetResult RunFleet(const FleetConfig& config) {
   done.store(true);
   if (!measuring.HasBeenNotified()) measuring.Notify();
   for (std::thread& t : routers) t.join();
+  r.noise_after = ScanNoise(config.noise_scan_seconds);
   if (oracle_log.has_value()) {
     const FleetOracle::Score score = oracle_log->Replay();
     r.hit_blocks = score.hit_blocks;
@@ -559,7 +587,10 @@ std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
       "\"side_route_cpu_p99_us\":%.1f,\"retired_per_sweep\":%d,\"main_thread_on_cpu\":%.4f,"
       "\"steady_clock_read_ns\":%.1f,\"thread_clock_read_ns\":%.1f,\"growths\":%d,"
       "\"growth_keys_moved\":%d,\"growth_seconds\":%.3f,\"measured_growths\":%d,"
-      "\"measured_growth_keys_moved\":%d,\"measured_growth_seconds\":%.3f}",
+      "\"measured_growth_keys_moved\":%d,\"measured_growth_seconds\":%.3f,"
+      "\"noise_before_per_second\":%.0f,\"noise_before_median_us\":%.2f,"
+      "\"noise_before_lost_fraction\":%.4f,\"noise_after_per_second\":%.0f,"
+      "\"noise_after_median_us\":%.2f,\"noise_after_lost_fraction\":%.4f}",
       c.workers, c.blocks_per_worker, c.prompt_blocks, c.requests, c.in_flight, c.event_lag,
       c.router_threads, r.events, r.events_per_second, r.entries, r.bytes_per_entry, r.routes,
       r.route_p50_us, r.route_p99_us, r.route_p999_us, r.hit_rate_vs_oracle, r.restarts,
@@ -570,7 +601,9 @@ std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
       r.predicting_route_cpu_p50_us, r.predicting_route_cpu_p99_us, r.side_route_cpu_p50_us,
       r.side_route_cpu_p99_us, c.retired_per_sweep, r.main_thread_on_cpu, r.steady_clock_read_ns,
       r.thread_clock_read_ns, r.growths, r.growth_keys_moved, r.growth_seconds, r.measured_growths,
-      r.measured_growth_keys_moved, r.measured_growth_seconds);
+      r.measured_growth_keys_moved, r.measured_growth_seconds, r.noise_before.per_second,
+      r.noise_before.median_us, r.noise_before.lost_fraction, r.noise_after.per_second,
+      r.noise_after.median_us, r.noise_after.lost_fraction);
 }
 
 }  // namespace tandem::bench

@@ -24,6 +24,7 @@ FleetConfig Small() {
   c.event_lag = 0;
   c.seed = 7;
   c.check_oracle = true;
+  c.noise_scan_seconds = 0;  // measured in a test of its own
   return c;
 }
 
@@ -111,6 +112,27 @@ TEST(FleetSimTest, TheSameSeedSimulatesTheSameFleet) {
   EXPECT_EQ(a.restarts, b.restarts);
   EXPECT_EQ(a.measured_stored, b.measured_stored);
   EXPECT_EQ(a.measured_removed, b.measured_removed);
+}
+
+TEST(FleetSimTest, TheMachinesInterruptionsAreGapsOfOverAMicrosecond) {
+  FleetConfig c = Small();
+  c.requests = 100;
+  const FleetResult unmeasured = RunFleet(c);
+  EXPECT_EQ(unmeasured.noise_before.per_second, 0);
+  EXPECT_EQ(unmeasured.noise_after.lost_fraction, 0);
+  c.noise_scan_seconds = 0.05;
+  const FleetResult r = RunFleet(c);
+  for (const Noise& n : {r.noise_before, r.noise_after}) {
+    EXPECT_GE(n.per_second, 0);
+    EXPECT_LT(n.lost_fraction, 1);
+    // Each gap counted is over 1 us, so they take at least 1 us a second each.
+    EXPECT_GE(n.lost_fraction, n.per_second * 1e-6);
+    if (n.per_second > 0) {
+      EXPECT_GT(n.median_us, 1);
+    } else {
+      EXPECT_EQ(n.median_us, 0);
+    }
+  }
 }
 
 }  // namespace
