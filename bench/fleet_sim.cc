@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -80,10 +81,10 @@ double ReadCostNs(F clock) {
   return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kReads;
 }
 
-// FleetResult's Noise, over `seconds` of this thread spinning on the clock.
-Noise ScanNoise(double seconds) {
-  Noise r;
-  if (seconds <= 0) return r;
+// The machine's interruptions of this thread, spinning on the clock for
+// `seconds` (Machine).
+void ScanInterruptions(double seconds, Machine& m) {
+  if (seconds <= 0) return;
   constexpr Clock::duration kGap = std::chrono::microseconds(1);
   std::vector<double> gaps_us;
   Clock::duration lost{};
@@ -100,10 +101,41 @@ Noise ScanNoise(double seconds) {
   }
   const double spun = std::chrono::duration<double>(last - start).count();
   std::sort(gaps_us.begin(), gaps_us.end());
-  r.per_second = static_cast<double>(gaps_us.size()) / spun;
-  r.median_us = gaps_us.empty() ? 0 : gaps_us[gaps_us.size() / 2];
-  r.lost_fraction = std::chrono::duration<double>(lost).count() / spun;
-  return r;
+  m.interruptions_per_second = static_cast<double>(gaps_us.size()) / spun;
+  m.interruption_median_us = gaps_us.empty() ? 0 : gaps_us[gaps_us.size() / 2];
+  m.interrupted_fraction = std::chrono::duration<double>(lost).count() / spun;
+}
+
+// A dependent read's time over `bytes` (Machine): each 64-byte line holds
+// the index of the next one read, in the full-period order of a linear
+// congruential generator over the power-of-two line count, so no
+// prefetcher can guess the next and each read waits for the one before.
+void ProbeMemory(int64_t bytes, Machine& m) {
+  const size_t lines = std::bit_floor(static_cast<size_t>(bytes) / 64);
+  if (lines < 2) return;
+  gateway::FreeFunction free_lines = nullptr;
+  auto* words = static_cast<uint64_t*>(gateway::AllocateZeroed(lines * 64, &free_lines));
+  // Full period modulo a power of two: an odd increment, a multiplier 1
+  // modulo 4 (Knuth's MMIX constants).
+  for (size_t i = 0; i < lines; ++i) {
+    words[8 * i] = (i * 6364136223846793005ull + 1442695040888963407ull) & (lines - 1);
+  }
+  const int64_t reads = static_cast<int64_t>(std::min<size_t>(lines, 2'000'000));
+  uint64_t at = 0;
+  const Clock::time_point t0 = Clock::now();
+  for (int64_t k = 0; k < reads; ++k) at = words[8 * at];
+  m.dependent_read_ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() /
+                        static_cast<double>(reads);
+  // The chase's end is used, so that the reads are kept.
+  if (at >= lines) std::abort();
+  free_lines(words, lines * 64);
+}
+
+Machine MeasureMachine(const FleetConfig& c) {
+  Machine m;
+  ScanInterruptions(c.noise_scan_seconds, m);
+  if (c.memory_probe_bytes > 0) ProbeMemory(c.memory_probe_bytes, m);
+  return m;
 }
 
 uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
@@ -297,7 +329,7 @@ FleetResult RunFleet(const FleetConfig& config) {
   FleetResult r;
   r.steady_clock_read_ns = ReadCostNs([] { return Clock::now().time_since_epoch(); });
   r.thread_clock_read_ns = ReadCostNs(ThreadCpu);
-  r.noise_before = ScanNoise(config.noise_scan_seconds);
+  r.machine_before = MeasureMachine(config);
   const Prompts prompts(config);
   std::vector<std::string> addresses;
   for (int32_t i = 0; i < config.workers; ++i) addresses.push_back(absl::StrFormat("w%d", i));
@@ -486,7 +518,7 @@ FleetResult RunFleet(const FleetConfig& config) {
   done.store(true);
   if (!measuring.HasBeenNotified()) measuring.Notify();
   for (std::thread& t : routers) t.join();
-  r.noise_after = ScanNoise(config.noise_scan_seconds);
+  r.machine_after = MeasureMachine(config);
   if (oracle_log.has_value()) {
     const FleetOracle::Score score = oracle_log->Replay();
     r.hit_blocks = score.hit_blocks;
@@ -588,9 +620,10 @@ std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
       "\"steady_clock_read_ns\":%.1f,\"thread_clock_read_ns\":%.1f,\"growths\":%d,"
       "\"growth_keys_moved\":%d,\"growth_seconds\":%.3f,\"measured_growths\":%d,"
       "\"measured_growth_keys_moved\":%d,\"measured_growth_seconds\":%.3f,"
-      "\"noise_before_per_second\":%.0f,\"noise_before_median_us\":%.2f,"
-      "\"noise_before_lost_fraction\":%.4f,\"noise_after_per_second\":%.0f,"
-      "\"noise_after_median_us\":%.2f,\"noise_after_lost_fraction\":%.4f}",
+      "\"interruptions_before_per_second\":%.0f,\"interruption_before_median_us\":%.2f,"
+      "\"interrupted_before_fraction\":%.4f,\"dependent_read_before_ns\":%.1f,"
+      "\"interruptions_after_per_second\":%.0f,\"interruption_after_median_us\":%.2f,"
+      "\"interrupted_after_fraction\":%.4f,\"dependent_read_after_ns\":%.1f}",
       c.workers, c.blocks_per_worker, c.prompt_blocks, c.requests, c.in_flight, c.event_lag,
       c.router_threads, r.events, r.events_per_second, r.entries, r.bytes_per_entry, r.routes,
       r.route_p50_us, r.route_p99_us, r.route_p999_us, r.hit_rate_vs_oracle, r.restarts,
@@ -601,9 +634,11 @@ std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
       r.predicting_route_cpu_p50_us, r.predicting_route_cpu_p99_us, r.side_route_cpu_p50_us,
       r.side_route_cpu_p99_us, c.retired_per_sweep, r.main_thread_on_cpu, r.steady_clock_read_ns,
       r.thread_clock_read_ns, r.growths, r.growth_keys_moved, r.growth_seconds, r.measured_growths,
-      r.measured_growth_keys_moved, r.measured_growth_seconds, r.noise_before.per_second,
-      r.noise_before.median_us, r.noise_before.lost_fraction, r.noise_after.per_second,
-      r.noise_after.median_us, r.noise_after.lost_fraction);
+      r.measured_growth_keys_moved, r.measured_growth_seconds,
+      r.machine_before.interruptions_per_second, r.machine_before.interruption_median_us,
+      r.machine_before.interrupted_fraction, r.machine_before.dependent_read_ns,
+      r.machine_after.interruptions_per_second, r.machine_after.interruption_median_us,
+      r.machine_after.interrupted_fraction, r.machine_after.dependent_read_ns);
 }
 
 }  // namespace tandem::bench

@@ -62,6 +62,10 @@ int main(int argc, char** argv) {
        .default_value = "500",
        .help = "how long the machine's own interruptions of a busy thread are measured, "
                "before the run and after its measured requests, 0..60000 (0: not)"},
+      {.name = "memory-probe-mib",
+       .default_value = "768",
+       .help = "the buffer the machine's memory latency is measured over, before the run and "
+               "after its measured requests, 0..65536 MiB (0: not)"},
       {.name = "out", .help = "file to append the JSON line to"},
   };
   int exit_code = 0;
@@ -84,11 +88,12 @@ int main(int argc, char** argv) {
   auto retired_per_sweep = args->IntInRange("retired-per-sweep", 1, 1024);
   auto seed = args->IntInRange("seed", 0, 1 << 30);
   auto noise_scan_ms = args->IntInRange("noise-scan-ms", 0, 60000);
+  auto memory_probe_mib = args->IntInRange("memory-probe-mib", 0, 65536);
   for (const absl::Status& s :
        {workers.status(), budget.status(), prompt.status(), system.status(), systems.status(),
         conversations.status(), requests.status(), warmup.status(), in_flight.status(),
         routers.status(), max_entries.status(), shards.status(), retired_per_sweep.status(),
-        seed.status(), noise_scan_ms.status()}) {
+        seed.status(), noise_scan_ms.status(), memory_probe_mib.status()}) {
     if (!s.ok()) {
       std::cerr << "tandem-fleet-sim: " << s.message() << "\n";
       return 2;
@@ -123,6 +128,7 @@ int main(int argc, char** argv) {
   c.retired_per_sweep = static_cast<int32_t>(*retired_per_sweep);
   c.seed = static_cast<uint64_t>(*seed);
   c.noise_scan_seconds = static_cast<double>(*noise_scan_ms) / 1000;
+  c.memory_probe_bytes = int64_t{*memory_probe_mib} << 20;
   c.zipf_s = *zipf;
   absl::StatusOr<double> restart = args->Double("restart-probability");
   if (!restart.ok() || *restart < 0 || *restart > 1) {
@@ -151,8 +157,9 @@ int main(int argc, char** argv) {
       "  CPU time per route by router: the fleet's own, predicting, p50 %.1f us, p99 %.1f us; "
       "the extra threads', p50 %.1f us, p99 %.1f us\n"
       "  peak RSS: %.2f GiB; a clock read: steady %.0f ns, thread CPU %.0f ns\n"
-      "  the machine's own interruptions of a busy thread (gaps over 1 us): before the run "
-      "%.0f a second, median %.1f us, %.2f%% of its time; after %.0f, %.1f us, %.2f%%\n"
+      "  the machine (nothing else running): a busy thread interrupted for over 1 us %.0f "
+      "times a second (median %.1f us, %.2f%% of its time), a dependent read over the probe "
+      "%.0f ns, before the run; %.0f, %.1f us, %.2f%%, %.0f ns after\n"
       "  hit rate vs oracle: %.4f (%d of %d blocks), %d restarts\n",
       c.workers, c.blocks_per_worker, c.requests, c.prompt_blocks, c.router_threads, r.events,
       r.events_per_second, 100 * r.main_thread_on_cpu, r.snapshot_seconds, r.snapshots,
@@ -164,9 +171,11 @@ int main(int argc, char** argv) {
       r.hash_p50_us, r.route_cpu_p50_us, r.route_cpu_p99_us, r.predicting_route_cpu_p50_us,
       r.predicting_route_cpu_p99_us, r.side_route_cpu_p50_us, r.side_route_cpu_p99_us,
       static_cast<double>(r.peak_rss_bytes) / (1 << 30), r.steady_clock_read_ns,
-      r.thread_clock_read_ns, r.noise_before.per_second, r.noise_before.median_us,
-      100 * r.noise_before.lost_fraction, r.noise_after.per_second, r.noise_after.median_us,
-      100 * r.noise_after.lost_fraction, r.hit_rate_vs_oracle, r.hit_blocks, r.oracle_hit_blocks,
+      r.thread_clock_read_ns, r.machine_before.interruptions_per_second,
+      r.machine_before.interruption_median_us, 100 * r.machine_before.interrupted_fraction,
+      r.machine_before.dependent_read_ns, r.machine_after.interruptions_per_second,
+      r.machine_after.interruption_median_us, 100 * r.machine_after.interrupted_fraction,
+      r.machine_after.dependent_read_ns, r.hit_rate_vs_oracle, r.hit_blocks, r.oracle_hit_blocks,
       r.restarts);
   if (args->IsSet("out")) {
     std::ofstream out(args->String("out"), std::ios::app);

@@ -24,7 +24,8 @@ FleetConfig Small() {
   c.event_lag = 0;
   c.seed = 7;
   c.check_oracle = true;
-  c.noise_scan_seconds = 0;  // measured in a test of its own
+  c.noise_scan_seconds = 0;  // the machine is measured in a test of its own
+  c.memory_probe_bytes = 0;
   return c;
 }
 
@@ -114,24 +115,28 @@ TEST(FleetSimTest, TheSameSeedSimulatesTheSameFleet) {
   EXPECT_EQ(a.measured_removed, b.measured_removed);
 }
 
-TEST(FleetSimTest, TheMachinesInterruptionsAreGapsOfOverAMicrosecond) {
+TEST(FleetSimTest, TheMachinesStateIsMeasuredBeforeAndAfter) {
   FleetConfig c = Small();
   c.requests = 100;
   const FleetResult unmeasured = RunFleet(c);
-  EXPECT_EQ(unmeasured.noise_before.per_second, 0);
-  EXPECT_EQ(unmeasured.noise_after.lost_fraction, 0);
+  EXPECT_EQ(unmeasured.machine_before.interruptions_per_second, 0);
+  EXPECT_EQ(unmeasured.machine_after.dependent_read_ns, 0);
   c.noise_scan_seconds = 0.05;
+  c.memory_probe_bytes = int64_t{4} << 20;
   const FleetResult r = RunFleet(c);
-  for (const Noise& n : {r.noise_before, r.noise_after}) {
-    EXPECT_GE(n.per_second, 0);
-    EXPECT_LT(n.lost_fraction, 1);
+  for (const Machine& m : {r.machine_before, r.machine_after}) {
+    EXPECT_GE(m.interruptions_per_second, 0);
+    EXPECT_LT(m.interrupted_fraction, 1);
     // Each gap counted is over 1 us, so they take at least 1 us a second each.
-    EXPECT_GE(n.lost_fraction, n.per_second * 1e-6);
-    if (n.per_second > 0) {
-      EXPECT_GT(n.median_us, 1);
+    EXPECT_GE(m.interrupted_fraction, m.interruptions_per_second * 1e-6);
+    if (m.interruptions_per_second > 0) {
+      EXPECT_GT(m.interruption_median_us, 1);
     } else {
-      EXPECT_EQ(n.median_us, 0);
+      EXPECT_EQ(m.interruption_median_us, 0);
     }
+    // A read from memory: more than a cycle, less than a millisecond.
+    EXPECT_GT(m.dependent_read_ns, 0.1);
+    EXPECT_LT(m.dependent_read_ns, 1e6);
   }
 }
 
