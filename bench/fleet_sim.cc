@@ -5,7 +5,6 @@
 #include <time.h>
 
 #include <algorithm>
-#include <bit>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -23,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "bench/fleet_oracle.h"
+#include "bench/machine_state.h"
 #include "engine/kv/block_hash.h"
 #include "gateway/routing/block_index.h"
 #include "gateway/routing/huge_pages.h"
@@ -79,63 +79,6 @@ double ReadCostNs(F clock) {
   const Clock::time_point t0 = Clock::now();
   for (int i = 0; i < kReads; ++i) clock();
   return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kReads;
-}
-
-// The machine's interruptions of this thread, spinning on the clock for
-// `seconds` (Machine).
-void ScanInterruptions(double seconds, Machine& m) {
-  if (seconds <= 0) return;
-  constexpr Clock::duration kGap = std::chrono::microseconds(1);
-  std::vector<double> gaps_us;
-  Clock::duration lost{};
-  const Clock::time_point start = Clock::now();
-  const Clock::time_point end =
-      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  Clock::time_point last = start;
-  for (Clock::time_point now = start; now < end; last = now) {
-    now = Clock::now();
-    if (now - last > kGap) {
-      lost += now - last;
-      gaps_us.push_back(std::chrono::duration<double, std::micro>(now - last).count());
-    }
-  }
-  const double spun = std::chrono::duration<double>(last - start).count();
-  std::sort(gaps_us.begin(), gaps_us.end());
-  m.interruptions_per_second = static_cast<double>(gaps_us.size()) / spun;
-  m.interruption_median_us = gaps_us.empty() ? 0 : gaps_us[gaps_us.size() / 2];
-  m.interrupted_fraction = std::chrono::duration<double>(lost).count() / spun;
-}
-
-// A dependent read's time over `bytes` (Machine): each 64-byte line holds
-// the index of the next one read, in the full-period order of a linear
-// congruential generator over the power-of-two line count, so no
-// prefetcher can guess the next and each read waits for the one before.
-void ProbeMemory(int64_t bytes, Machine& m) {
-  const size_t lines = std::bit_floor(static_cast<size_t>(bytes) / 64);
-  if (lines < 2) return;
-  gateway::FreeFunction free_lines = nullptr;
-  auto* words = static_cast<uint64_t*>(gateway::AllocateZeroed(lines * 64, &free_lines));
-  // Full period modulo a power of two: an odd increment, a multiplier 1
-  // modulo 4 (Knuth's MMIX constants).
-  for (size_t i = 0; i < lines; ++i) {
-    words[8 * i] = (i * 6364136223846793005ull + 1442695040888963407ull) & (lines - 1);
-  }
-  const int64_t reads = static_cast<int64_t>(std::min<size_t>(lines, 2'000'000));
-  uint64_t at = 0;
-  const Clock::time_point t0 = Clock::now();
-  for (int64_t k = 0; k < reads; ++k) at = words[8 * at];
-  m.dependent_read_ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() /
-                        static_cast<double>(reads);
-  // The chase's end is used, so that the reads are kept.
-  if (at >= lines) std::abort();
-  free_lines(words, lines * 64);
-}
-
-Machine MeasureMachine(const FleetConfig& c) {
-  Machine m;
-  ScanInterruptions(c.noise_scan_seconds, m);
-  if (c.memory_probe_bytes > 0) ProbeMemory(c.memory_probe_bytes, m);
-  return m;
 }
 
 uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
@@ -329,7 +272,7 @@ FleetResult RunFleet(const FleetConfig& config) {
   FleetResult r;
   r.steady_clock_read_ns = ReadCostNs([] { return Clock::now().time_since_epoch(); });
   r.thread_clock_read_ns = ReadCostNs(ThreadCpu);
-  r.machine_before = MeasureMachine(config);
+  r.machine_before = MeasureMachine(config.noise_scan_seconds, config.memory_probe_bytes);
   const Prompts prompts(config);
   std::vector<std::string> addresses;
   for (int32_t i = 0; i < config.workers; ++i) addresses.push_back(absl::StrFormat("w%d", i));
@@ -518,7 +461,7 @@ FleetResult RunFleet(const FleetConfig& config) {
   done.store(true);
   if (!measuring.HasBeenNotified()) measuring.Notify();
   for (std::thread& t : routers) t.join();
-  r.machine_after = MeasureMachine(config);
+  r.machine_after = MeasureMachine(config.noise_scan_seconds, config.memory_probe_bytes);
   if (oracle_log.has_value()) {
     const FleetOracle::Score score = oracle_log->Replay();
     r.hit_blocks = score.hit_blocks;

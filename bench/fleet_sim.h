@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <string>
 
+#include "bench/machine_state.h"
+
 namespace tandem::bench {
 
 struct FleetConfig {
@@ -48,28 +50,12 @@ struct FleetConfig {
   // and the oracle's view of the caches (bench/exact_holders.h) disagree:
   // a check of the simulator for its tests (slow at fleet size).
   bool check_oracle = false;
-  // The machine's state (FleetResult::Machine), measured before the run
+  // The machine's state (bench/machine_state.h), measured before the run
   // and after its measured requests: its interruptions of a busy thread
   // over this long (0: not measured), and its memory's latency over a
   // buffer of this many bytes (0: not measured).
   double noise_scan_seconds = 0.5;
   int64_t memory_probe_bytes = int64_t{768} << 20;
-};
-
-// The machine's state, measured with nothing else of the simulator running.
-// Interruptions: gaps of over 1 us between back-to-back reads of the steady
-// clock, which reads in about 20 ns. On a VM most are the host's, which the
-// guest does not count as stolen: they count as the thread's CPU time, so
-// they land inside a route's CPU time and an Apply's time alike. Memory: a
-// read that waits for the one before, at random over a buffer allocated as
-// the index's tables are (about their size at the goal's 43.5M entries),
-// as each probe's loads follow one another. Both move with the VM's other
-// tenants, and the index's figures with them (docs/benchmarks.md).
-struct Machine {
-  double interruptions_per_second = 0;
-  double interruption_median_us = 0;
-  double interrupted_fraction = 0;  // of the thread's time
-  double dependent_read_ns = 0;
 };
 
 struct FleetResult {
