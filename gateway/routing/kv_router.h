@@ -78,6 +78,11 @@ class KvRouter {
                       const std::vector<int>& exclude, uint64_t cache_salt = 0);
 
  private:
+  // A decision's reason, and its label value.
+  enum Reason : size_t { kKvOverlap, kLoad, kNoOverlap, kNoIndex, kRetry };
+  static constexpr std::array<const char*, 5> kReasons = {"kv_overlap", "load", "no_overlap",
+                                                          "no_index", "retry"};
+
   BlockIndex& index_;
   const int first_slot_;
   const RouterOptions options_;
@@ -87,9 +92,6 @@ class KvRouter {
   // (by Reason), made once: a series looked up by its labels a route built
   // a map of them and took the family's lock, which every routing thread
   // shares.
-  enum Reason : size_t { kKvOverlap, kLoad, kNoOverlap, kNoIndex, kRetry };
-  static constexpr std::array<const char*, 5> kReasons = {"kv_overlap", "load", "no_overlap",
-                                                          "no_index", "retry"};
   std::array<prometheus::Counter*, kReasons.size()> decisions_{};
   prometheus::Counter& pulls_;
 };
