@@ -130,21 +130,10 @@ struct TieredOverlap {
   std::array<int32_t, kNumTiers> by_tier = {};  // tier order; sums to blocks
 };
 
-// One walk's answer. The workers asked that hold or are predicted to hold
-// the chain's first block are listed, by their place in the list asked; every
-// other worker asked has no block and reported none. A route then reads a
-// prompt's few holders rather than an answer for each of a thousand workers.
+// One walk's answer for every worker asked, in their order.
 struct Overlaps {
-  struct Held {
-    int32_t at = 0;        // the worker's place in the list asked
-    TieredOverlap tiered;  // held or predicted
-    int32_t reported = 0;  // held as the worker reported (no predictions)
-  };
-  size_t asked = 0;
-  std::vector<Held> held;  // each place at most once, in no particular order
-  // An answer for each worker asked, in their order (tests, diagnostics).
-  std::vector<TieredOverlap> Tiered() const;
-  std::vector<int32_t> Reported() const;
+  std::vector<TieredOverlap> tiered;  // held or predicted
+  std::vector<int32_t> reported;      // held as the worker reported (no predictions)
 };
 
 // How the workers hash blocks (they report it with their events).

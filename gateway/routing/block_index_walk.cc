@@ -23,7 +23,8 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
                                 bool with_predictions) const {
   const size_t n = workers.size();
   Overlaps r;
-  r.asked = n;
+  r.tiered.resize(n);
+  r.reported.assign(n, 0);
   // The slots' numbers, kept by the thread until the index numbers or
   // retires a worker or the thread asks for other slots: a router asks for
   // the same thousand slots route after route, and reading their numbers
@@ -33,10 +34,6 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
     std::vector<int> workers;
     std::vector<uint16_t> ids;      // by worker asked; 0: none
     std::vector<uint64_t> running;  // ids as bits, up to the last word with one
-    // By id: its place among the workers asked (-1: none), for an answer
-    // by holder; unless one is asked for twice (`repeated`).
-    std::vector<int32_t> at_of_id = std::vector<int32_t>(HolderTable::kMaxId + 1, -1);
-    bool repeated = false;
   };
   thread_local Numbers numbers;
   if (numbers.numbering != numbering_.load(std::memory_order_acquire) ||
@@ -44,8 +41,6 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
     absl::ReaderMutexLock lock(&workers_mu_);
     numbers.numbering = numbering_.load(std::memory_order_relaxed);
     numbers.workers.assign(workers.begin(), workers.end());
-    for (const uint16_t id : numbers.ids) numbers.at_of_id[id] = -1;
-    numbers.repeated = false;
     numbers.ids.assign(n, 0);
     numbers.running.clear();
     // One page lookup per run of slots on the same page; the numbers are
@@ -63,8 +58,6 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
           page->ids[workers[k] & (kSlotsPerPage - 1)].load(std::memory_order_relaxed);
       numbers.ids[k] = id;
       if (id == 0) continue;
-      numbers.repeated |= numbers.at_of_id[id] >= 0;
-      numbers.at_of_id[id] = static_cast<int32_t>(k);
       if (numbers.running.size() <= id / 64) numbers.running.resize(id / 64 + 1, 0);
       numbers.running[id / 64] |= uint64_t{1} << (id % 64);
     }
@@ -82,10 +75,8 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   uint64_t reporting[kWords];       // written when the walk splits them
   uint64_t next_running[kWords];    // 0 between blocks (see the walk)
   uint64_t next_reporting[kWords];  // likewise, once split
-  uint64_t first[kWords];           // running past block 0: those answered
   const size_t words = numbers.running.size();
   std::copy(numbers.running.begin(), numbers.running.end(), running);
-  std::fill(first, first + words, 0);
   std::fill(next_running, next_running + words, 0);
   // Per id: where its run ended (written as it ends; one still running at
   // the end ran the whole chain), and its blocks credited to a slower
@@ -160,9 +151,7 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
       }
       again = true;
       credits.clear();
-      // Inlined by demand: GCC 12 made it a call a block once the answers
-      // below took the form of a list (4% more instructions a walk).
-      auto on_list = [&](std::span<const HolderTable::Holder> list) __attribute__((always_inline)) {
+      auto on_list = [&](std::span<const HolderTable::Holder> list) {
         for (const HolderTable::Holder& held : list) {
           const HolderTable::Holder h = HolderTable::Load(held);
           const uint16_t id = HolderTable::IdOf(h);
@@ -246,61 +235,39 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
         next_reporting[i] = 0;
       }
     }
-    if (j == 0) std::copy(running, running + words, first);
     while (lo < hi && running[lo] == 0) ++lo;
     while (hi > lo && running[hi - 1] == 0) --hi;
     if (lo == hi) break;
   }
-  // The answers, for the workers past block 0 alone: a route's holders,
-  // not a thousand workers' zeros.
+  // The answers: a thousand workers' a route, so the common case (no
+  // slower tier credited, no prediction counted) in a loop of its own.
   const auto whole = static_cast<int32_t>(chain.size());
-  thread_local std::vector<std::pair<int32_t, uint16_t>> places;  // (place, id)
-  places.clear();
-  if (!numbers.repeated) {
-    for (size_t i = 0; i < words; ++i) {
-      for (uint64_t bits = first[i]; bits != 0; bits &= bits - 1) {
-        const auto id = static_cast<uint16_t>(64 * i + std::countr_zero(bits));
-        places.emplace_back(numbers.at_of_id[id], id);
-      }
-    }
-  } else {  // a worker asked for twice: answered in each place
-    for (size_t k = 0; k < n; ++k) {
-      if (ids[k] != 0 && has(first, ids[k])) places.emplace_back(static_cast<int32_t>(k), ids[k]);
-    }
+  TieredOverlap* const tiered = r.tiered.data();
+  int32_t* const reported = r.reported.data();
+  const int32_t* const ends = run_end.data();
+  for (size_t k = 0; k < n; ++k) {
+    const uint16_t id = ids[k];
+    if (id == 0) continue;
+    const int32_t blocks = has(running, id) ? whole : ends[id];
+    tiered[k].blocks = blocks;
+    tiered[k].by_tier[0] = blocks;
+    reported[k] = blocks;
   }
-  r.held.resize(places.size());
-  for (size_t m = 0; m < places.size(); ++m) {
-    const auto [at, id] = places[m];
-    Overlaps::Held& h = r.held[m];
-    h.at = at;
-    const int32_t blocks = has(running, id) ? whole : run_end[id];
-    h.tiered.blocks = blocks;
-    h.tiered.by_tier[0] = blocks;
-    h.reported = blocks;
+  for (size_t k = 0; (credited || split) && k < n; ++k) {
+    const uint16_t id = ids[k];
+    if (id == 0) continue;
     if (credited) {
       for (size_t t = 1; t < kNumTiers; ++t) {
-        h.tiered.by_tier[t] = slower[id][t];
-        h.tiered.by_tier[0] -= slower[id][t];
+        tiered[k].by_tier[t] = slower[id][t];
+        tiered[k].by_tier[0] -= slower[id][t];
       }
     }
-    if (split) h.reported = has(reporting, id) ? whole : reported_end[id];
+    if (split) reported[k] = has(reporting, id) ? whole : reported_end[id];
   }
   if (credited) {  // after the answers: a worker may be asked for twice
-    for (const auto& [at, id] : places) slower[id] = {};
+    for (uint16_t id : ids) slower[id] = {};
   }
   return r;
-}
-
-std::vector<TieredOverlap> Overlaps::Tiered() const {
-  std::vector<TieredOverlap> tiered(asked);
-  for (const Held& h : held) tiered[static_cast<size_t>(h.at)] = h.tiered;
-  return tiered;
-}
-
-std::vector<int32_t> Overlaps::Reported() const {
-  std::vector<int32_t> reported(asked, 0);
-  for (const Held& h : held) reported[static_cast<size_t>(h.at)] = h.reported;
-  return reported;
 }
 
 std::vector<int32_t> BlockIndex::Overlap(std::span<const int> workers,
@@ -316,7 +283,7 @@ std::vector<TieredOverlap> BlockIndex::OverlapByTier(std::span<const int> worker
                                                      std::span<const engine::BlockHash> chain,
                                                      absl::Time now,
                                                      bool with_predictions) const {
-  return OverlapAll(workers, chain, now, with_predictions).Tiered();
+  return OverlapAll(workers, chain, now, with_predictions).tiered;
 }
 
 }  // namespace tandem::gateway

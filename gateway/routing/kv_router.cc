@@ -50,7 +50,7 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
     // Scratch kept by the routing thread: a route over a thousand workers
     // allocates nothing.
     thread_local std::vector<int> slots;
-    thread_local std::vector<int> listed;
+    thread_local std::vector<int32_t> overlap;
     thread_local std::vector<double> base;
     if (std::ssize(slots) != n || (n > 0 && slots[0] != first_slot_)) {  // else as they are
       slots.resize(static_cast<size_t>(n));
@@ -58,79 +58,63 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
     }
     // One walk answers both questions: what each worker holds or is
     // predicted to (the cost) and what it has reported (whom to pull from).
-    // It lists the prompt's holders alone; every other worker holds none of
-    // it, and costs by its load (the picker finds the least loaded).
     const Overlaps overlaps = index_.OverlapAll(slots, chain);
-    listed.clear();
-    base.clear();
+    const std::vector<TieredOverlap>& tiered = overlaps.tiered;
+    overlap.resize(tiered.size());
+    base.resize(tiered.size());
     int32_t best_overlap = 0;
-    for (const Overlaps::Held& h : overlaps.held) {
-      const TieredOverlap& o = h.tiered;
+    for (size_t i = 0; i < tiered.size(); ++i) {
+      const TieredOverlap& o = tiered[i];
+      overlap[i] = o.blocks;
       best_overlap = std::max(best_overlap, o.blocks);
       // The slower tiers' terms only where they count (most workers hold
-      // their blocks in the pool).
+      // their blocks in the pool): the same sum, a thousand times a route.
       double credit = options_.tier_weights[0] * o.by_tier[0];
       for (size_t t = 1; t < kNumTiers; ++t) {
         if (o.by_tier[t] != 0) credit += options_.tier_weights[t] * o.by_tier[t];
       }
-      listed.push_back(h.at);
-      base.push_back(options_.overlap_weight * (d.prompt_blocks - credit));
+      base[i] = options_.overlap_weight * (d.prompt_blocks - credit);
     }
-    auto held_by = [&](int i) -> const Overlaps::Held* {
-      for (const Overlaps::Held& h : overlaps.held) {
-        if (h.at == i) return &h;
-      }
-      return nullptr;  // none of the prompt (or a worker added since: a DNS change)
-    };
-    auto overlap_of = [&](int i) {
-      const Overlaps::Held* h = held_by(i);
-      return h == nullptr ? 0 : h->tiered.blocks;
-    };
+    // A worker added since (a DNS change) is known to hold nothing.
+    auto overlap_of = [&](int i) { return i < n ? overlap[static_cast<size_t>(i)] : 0; };
     const WorkerPicker::Charge charge = [&](int i) -> int64_t {
       if (role_ == RouteRole::kDecode) return tokens;
       return std::max<int64_t>(1, tokens - int64_t{overlap_of(i)} * bs);  // tokens to compute
     };
-    // Every unlisted worker's base: nothing of the prompt held.
-    const double rest = options_.overlap_weight * d.prompt_blocks;
-    const WorkerPicker::SparseLinearCost cost{.listed = listed,
-                                              .base = base,
-                                              .rest = rest,
-                                              .per_token = options_.load_weight,
-                                              .token_divisor = static_cast<double>(bs)};
+    const WorkerPicker::LinearCost cost{.base = base,
+                                        .beyond = options_.overlap_weight * d.prompt_blocks,
+                                        .per_token = options_.load_weight,
+                                        .token_divisor = static_cast<double>(bs)};
     d.pick = picker.Acquire(exclude, charge, cost);
     if (d.pick.valid()) d.overlap_blocks = overlap_of(d.pick.index());
     if (d.pick.valid() && role_ == RouteRole::kPrefill && options_.pull_min_blocks > 0) {
       // A holder that has reported the blocks (not a prediction: those are
       // still being computed) and has enough more of them than the chosen
-      // worker: pulling them beats computing them. The most reported, ties
-      // to the lowest index; only a listed worker reported any.
-      const Overlaps::Held* best = nullptr;
-      for (const Overlaps::Held& h : overlaps.held) {
-        if (h.at == d.pick.index() || h.reported == 0) continue;
-        if (best != nullptr &&
-            (h.reported < best->reported || (h.reported == best->reported && h.at > best->at))) {
+      // worker: pulling them beats computing them.
+      const std::vector<int32_t>& held = overlaps.reported;
+      int best = -1;
+      for (int i = 0; i < n; ++i) {
+        // Whether it would be the better holder first: that is a compare,
+        // active() takes the picker's lock (a thousand workers, a thousand
+        // locks a route otherwise).
+        if (i == d.pick.index() || (best >= 0 && held[i] <= held[best])) continue;
+        if (!picker.active(i) || std::find(exclude.begin(), exclude.end(), i) != exclude.end()) {
           continue;
         }
-        // active() takes the picker's lock: asked only of a better holder.
-        if (!picker.active(h.at) ||
-            std::find(exclude.begin(), exclude.end(), h.at) != exclude.end()) {
-          continue;
-        }
-        best = &h;
+        best = i;
       }
-      if (best != nullptr && best->reported - d.overlap_blocks >= options_.pull_min_blocks) {
-        d.pull_from = picker.address(best->at);
-        d.pull_blocks = best->reported;
+      if (best >= 0 && held[best] - d.overlap_blocks >= options_.pull_min_blocks) {
+        d.pull_from = picker.address(best);
+        d.pull_blocks = held[best];
         pulls_.Increment();
       }
     }
     if (d.pick.valid() && options_.prediction_ttl > absl::ZeroDuration()) {
       // The leading blocks it reported holding need no prediction (Predict
       // would skip them, a shard lock each).
-      const Overlaps::Held* h = held_by(d.pick.index());
-      const size_t held = h == nullptr ? 0 : static_cast<size_t>(h->reported);
-      index_.Predict(first_slot_ + d.pick.index(),
-                     std::span(full).subspan(std::min(held, full.size())),
+      const int i = d.pick.index();
+      const size_t held = i < n ? static_cast<size_t>(overlaps.reported[i]) : 0;
+      index_.Predict(first_slot_ + i, std::span(full).subspan(std::min(held, full.size())),
                      absl::Now() + options_.prediction_ttl);
     }
     if (!exclude.empty()) {
@@ -143,15 +127,11 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
     if (common::LogEnabled(common::LogLevel::kDebug)) {
       // Each worker's cost as the pick saw it (the chosen one's load
       // without the charge the pick added).
-      std::vector<int32_t> overlap(static_cast<size_t>(n));
       std::vector<double> costs(static_cast<size_t>(n));
       for (int i = 0; i < n; ++i) {
         const int64_t added = d.pick.valid() && i == d.pick.index() ? charge(i) : 0;
-        const Overlaps::Held* h = held_by(i);
-        overlap[static_cast<size_t>(i)] = h == nullptr ? 0 : h->tiered.blocks;
-        const double b = h == nullptr ? rest : base[static_cast<size_t>(h - overlaps.held.data())];
         costs[static_cast<size_t>(i)] =
-            b + options_.load_weight * static_cast<double>(picker.in_flight_tokens(i) - added) / bs;
+            cost(i, {.in_flight = 0, .in_flight_tokens = picker.in_flight_tokens(i) - added});
       }
       common::LogLine("router") << role_name_ << " " << (d.pick.valid() ? d.pick.address() : "none")
                                 << " reason=" << kReasons[reason]

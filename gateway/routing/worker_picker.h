@@ -14,11 +14,9 @@
 #include <functional>
 #include <span>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/btree_set.h"
 #include "absl/synchronization/mutex.h"
 
 namespace tandem::gateway {
@@ -74,23 +72,6 @@ class WorkerPicker {
     }
   };
   Pick Acquire(const std::vector<int>& exclude, const Charge& charge, const LinearCost& cost);
-  // The same cost with few workers' bases given: `base[k]` for worker
-  // `listed[k]` (each listed once), `rest` for every other. Picks as the
-  // LinearCost with those bases would, but without a pass over every
-  // worker: the listed ones are costed, and of the rest the picker reads
-  // only the least loaded, from its workers kept in order of load (ties:
-  // fewer in flight, then lowest index). The router's: a prompt's holders
-  // are listed, and the rest of a thousand workers differ by load alone.
-  // A per_token or token_divisor that is not positive and finite picks by
-  // a pass over all, as LinearCost does.
-  struct SparseLinearCost {
-    std::span<const int> listed;
-    std::span<const double> base;  // by listed's order
-    double rest = 0;
-    double per_token = 0;
-    double token_divisor = 1;
-  };
-  Pick Acquire(const std::vector<int>& exclude, const Charge& charge, const SparseLinearCost& cost);
   // Replaces the set of addresses picked from.
   void SetAddresses(const std::vector<std::string>& addresses);
   // Whether worker `index` is reachable (its block event stream was not
@@ -110,9 +91,6 @@ class WorkerPicker {
 
  private:
   void Release(int index, int64_t tokens);
-  // Adds `in_flight` requests and `tokens` to worker `index`'s load, keeping
-  // by_load_ in order.
-  void AddLoad(int index, int in_flight, int64_t tokens) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Acquire's work for any cost callable.
   template <typename CostFn>
   Pick AcquireBy(const std::vector<int>& exclude, const Charge& charge, const CostFn& cost);
@@ -126,14 +104,6 @@ class WorkerPicker {
   };
   mutable absl::Mutex mu_;
   std::vector<Worker> workers_ ABSL_GUARDED_BY(mu_);
-  // Every worker, vanished and unreachable ones too, by (in_flight_tokens,
-  // in_flight, index): the order in which SparseLinearCost's unlisted
-  // workers rank.
-  using LoadKey = std::tuple<int64_t, int, int>;
-  static LoadKey KeyOf(int index, const Load& load) {
-    return {load.in_flight_tokens, load.in_flight, index};
-  }
-  absl::btree_set<LoadKey> by_load_ ABSL_GUARDED_BY(mu_);
   // By index too; a deque, so that references to them stay valid as
   // workers are added.
   std::deque<std::string> addresses_ ABSL_GUARDED_BY(mu_);

@@ -2,13 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <random>
-#include <string>
-#include <vector>
-
-#include "absl/strings/str_cat.h"
-
 namespace tandem::gateway {
 namespace {
 
@@ -99,90 +92,6 @@ TEST(WorkerPickerTest, ALinearCostRanksAsTheSameCostFunction) {
   EXPECT_EQ(linear_order[1], 3);  // beyond: 5 against 4 + 2 x 32 / 16
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(linear_picker.in_flight_tokens(i), function_picker.in_flight_tokens(i));
-  }
-}
-
-// The router's sparse cost (its prompt's holders listed, every other worker
-// at `rest`) picks as the same bases given for every worker, over a seeded
-// run of picks and releases with workers excluded, unreachable and gone:
-// ties by cost (equal bases, and loads that round to the same cost beside
-// a huge `rest`), then in flight, then index; and a load weight of 0.
-TEST(WorkerPickerTest, ASparseLinearCostPicksAsTheSameCostForEveryWorker) {
-  constexpr int kWorkers = 24;
-  std::vector<std::string> addresses;
-  for (int i = 0; i < kWorkers; ++i) addresses.push_back(absl::StrCat("w", i, ":1"));
-  WorkerPicker sparse_picker(addresses);
-  WorkerPicker dense_picker(addresses);
-  std::mt19937_64 rng(20261206);
-  std::vector<WorkerPicker::Pick> sparse_held, dense_held;
-  std::vector<std::string> present = addresses;
-  int picked = 0;
-  for (int step = 0; step < 6000; ++step) {
-    const int what = static_cast<int>(rng() % 20);
-    if (what == 0) {  // reachability changes
-      const int i = static_cast<int>(rng() % kWorkers);
-      const bool reachable = rng() % 3 != 0;
-      sparse_picker.SetReachable(i, reachable);
-      dense_picker.SetReachable(i, reachable);
-      continue;
-    }
-    if (what == 1) {  // an address goes, or all come back
-      if (rng() % 2 == 0 && present.size() > 1) {
-        present.erase(present.begin() + static_cast<std::ptrdiff_t>(rng() % present.size()));
-      } else {
-        present = addresses;
-      }
-      sparse_picker.SetAddresses(present);
-      dense_picker.SetAddresses(present);
-      continue;
-    }
-    if (what < 8 && !sparse_held.empty()) {  // a release
-      const size_t k = rng() % sparse_held.size();
-      sparse_held.erase(sparse_held.begin() + static_cast<std::ptrdiff_t>(k));
-      dense_held.erase(dense_held.begin() + static_cast<std::ptrdiff_t>(k));
-      continue;
-    }
-    // A pick: a few workers listed with bases drawn from few values.
-    std::vector<int> listed;
-    std::vector<double> base;
-    for (int i = 0; i < kWorkers; ++i) {
-      if (rng() % 4 != 0) continue;
-      listed.push_back(i);
-      base.push_back(static_cast<double>(4 * (rng() % 4)));
-    }
-    std::shuffle(listed.begin(), listed.end(), rng);  // any order
-    const double rest = rng() % 8 == 0 ? 1e17 : static_cast<double>(4 * (rng() % 4));
-    const double per_token = rng() % 10 == 0 ? 0.0 : 0.5 * static_cast<double>(1 + rng() % 3);
-    const double divisor = rng() % 2 == 0 ? 16.0 : 3.0;
-    std::vector<int> exclude;
-    if (rng() % 4 == 0) exclude.push_back(static_cast<int>(rng() % kWorkers));
-    std::vector<double> dense_base(kWorkers - 2 * (rng() % 2), rest);  // some past it
-    for (size_t k = 0; k < listed.size(); ++k) {
-      if (static_cast<size_t>(listed[k]) < dense_base.size()) {
-        dense_base[static_cast<size_t>(listed[k])] = base[k];
-      } else {
-        base[k] = rest;  // a worker past the dense base costs `beyond`
-      }
-    }
-    const WorkerPicker::Charge charge = [](int i) -> int64_t { return 1 + 5 * (i % 4); };
-    sparse_held.push_back(
-        sparse_picker.Acquire(exclude, charge,
-                              WorkerPicker::SparseLinearCost{.listed = listed,
-                                                             .base = base,
-                                                             .rest = rest,
-                                                             .per_token = per_token,
-                                                             .token_divisor = divisor}));
-    dense_held.push_back(dense_picker.Acquire(
-        exclude, charge,
-        WorkerPicker::LinearCost{
-            .base = dense_base, .beyond = rest, .per_token = per_token, .token_divisor = divisor}));
-    ASSERT_EQ(sparse_held.back().index(), dense_held.back().index()) << "step " << step;
-    picked += sparse_held.back().valid() ? 1 : 0;
-  }
-  EXPECT_GT(picked, 2000);
-  for (int i = 0; i < kWorkers; ++i) {
-    EXPECT_EQ(sparse_picker.in_flight_tokens(i), dense_picker.in_flight_tokens(i));
-    EXPECT_EQ(sparse_picker.in_flight(i), dense_picker.in_flight(i));
   }
 }
 
