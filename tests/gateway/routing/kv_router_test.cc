@@ -10,8 +10,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "rpc/metrics.h"
 
 namespace tandem::gateway {
@@ -207,6 +211,73 @@ TEST(KvRouterTest, TheChosenWorkerPullsAPrefixAnotherHasReported) {
   const RouteDecision p = predicted.Route(idle, Prompt(160), {});
   EXPECT_EQ(p.pick.address(), "a:1");
   EXPECT_TRUE(p.pull_from.empty());
+}
+
+// A route picks the worker its cost ranks first, recomputed here from each
+// worker's overlap (by tier, from the index) and load: the least cost, ties
+// to fewer in flight, then the lower index. Seeded prompts held by few
+// workers or by most, in every tier, with requests in flight and a worker
+// excluded now and then.
+TEST(KvRouterTest, ARoutePicksAsAPassOverEveryWorker) {
+  constexpr int kWorkers = 40;
+  prometheus::Registry registry;
+  BlockIndex index;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < kWorkers; ++i) addresses.push_back(absl::StrCat("w", i, ":1"));
+  WorkerPicker picker(addresses);
+  const RouterOptions options{.overlap_weight = 1.0,
+                              .load_weight = 0.25,
+                              .prediction_ttl = absl::ZeroDuration(),
+                              .pull_min_blocks = 0};
+  KvRouter router(index, 0, options, registry, RouteRole::kPrefill);
+  std::mt19937_64 rng(61206);
+  const tandem::v1::KvTier tiers[] = {tandem::v1::KV_TIER_DEVICE, tandem::v1::KV_TIER_HOST,
+                                      tandem::v1::KV_TIER_DISK};
+  // Four prompts of 12 blocks; worker i holds a leading part of some.
+  std::vector<std::vector<int32_t>> prompts;
+  for (int p = 0; p < 4; ++p) prompts.push_back(Prompt(12 * kBlock, 1 + 1000 * p));
+  for (int i = 0; i < kWorkers; ++i) {
+    // Prompt 0: most workers; prompt 1: a few; prompts 2 and 3: some.
+    const int p = i % 10 < 7 ? 0 : (i % 10 == 7 ? 1 : 2 + (i % 2));
+    const int blocks = 1 + static_cast<int>(rng() % 12);
+    Hold(index, i, std::vector<int32_t>(prompts[p].begin(), prompts[p].begin() + blocks * kBlock),
+         tiers[rng() % 3]);
+  }
+  std::vector<RouteDecision> in_flight;
+  for (int step = 0; step < 400; ++step) {
+    const std::vector<int32_t>& prompt = prompts[rng() % prompts.size()];
+    std::vector<int> exclude;
+    if (rng() % 5 == 0) exclude.push_back(static_cast<int>(rng() % kWorkers));
+    // The expected pick, from each worker's overlap and load.
+    std::vector<int> slots;
+    for (int i = 0; i < kWorkers; ++i) slots.push_back(i);
+    const std::vector<engine::BlockHash> chain =
+        engine::PrefixBlockHashes(prompt, kBlock, kFingerprint);
+    const std::vector<TieredOverlap> overlap =
+        index.OverlapByTier(slots, std::span(chain).first(chain.size() - 1));
+    const double prompt_blocks = static_cast<double>(prompt.size() / kBlock);
+    int want = -1;
+    double want_cost = 0;
+    for (int i = 0; i < kWorkers; ++i) {
+      if (std::find(exclude.begin(), exclude.end(), i) != exclude.end()) continue;
+      double credit = 0;
+      for (size_t t = 0; t < kNumTiers; ++t) {
+        credit += options.tier_weights[t] * overlap[static_cast<size_t>(i)].by_tier[t];
+      }
+      const double cost =
+          options.overlap_weight * (prompt_blocks - credit) +
+          options.load_weight * static_cast<double>(picker.in_flight_tokens(i)) / kBlock;
+      if (want < 0 || cost < want_cost ||
+          (cost == want_cost && picker.in_flight(i) < picker.in_flight(want))) {
+        want = i;
+        want_cost = cost;
+      }
+    }
+    in_flight.push_back(router.Route(picker, prompt, exclude));
+    ASSERT_TRUE(in_flight.back().pick.valid());
+    ASSERT_EQ(in_flight.back().pick.index(), want) << "step " << step;
+    if (rng() % 3 == 0) in_flight.erase(in_flight.begin() + rng() % in_flight.size());
+  }
 }
 
 }  // namespace
