@@ -566,7 +566,8 @@ std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
       "\"interruptions_before_per_second\":%.0f,\"interruption_before_median_us\":%.2f,"
       "\"interrupted_before_fraction\":%.4f,\"dependent_read_before_ns\":%.1f,"
       "\"interruptions_after_per_second\":%.0f,\"interruption_after_median_us\":%.2f,"
-      "\"interrupted_after_fraction\":%.4f,\"dependent_read_after_ns\":%.1f}",
+      "\"interrupted_after_fraction\":%.4f,\"dependent_read_after_ns\":%.1f,"
+      "\"core_ghz_before\":%.3f,\"core_ghz_after\":%.3f}",
       c.workers, c.blocks_per_worker, c.prompt_blocks, c.requests, c.in_flight, c.event_lag,
       c.router_threads, r.events, r.events_per_second, r.entries, r.bytes_per_entry, r.routes,
       r.route_p50_us, r.route_p99_us, r.route_p999_us, r.hit_rate_vs_oracle, r.restarts,
@@ -581,7 +582,8 @@ std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
       r.machine_before.interruptions_per_second, r.machine_before.interruption_median_us,
       r.machine_before.interrupted_fraction, r.machine_before.dependent_read_ns,
       r.machine_after.interruptions_per_second, r.machine_after.interruption_median_us,
-      r.machine_after.interrupted_fraction, r.machine_after.dependent_read_ns);
+      r.machine_after.interrupted_fraction, r.machine_after.dependent_read_ns,
+      r.machine_before.core_ghz, r.machine_after.core_ghz);
 }
 
 }  // namespace tandem::bench

@@ -159,7 +159,8 @@ int main(int argc, char** argv) {
       "  peak RSS: %.2f GiB; a clock read: steady %.0f ns, thread CPU %.0f ns\n"
       "  the machine (nothing else running): a busy thread interrupted for over 1 us %.0f "
       "times a second (median %.1f us, %.2f%% of its time), a dependent read over the probe "
-      "%.0f ns, before the run; %.0f, %.1f us, %.2f%%, %.0f ns after\n"
+      "%.0f ns, the core's clock %.2f GHz, before the run; %.0f, %.1f us, %.2f%%, %.0f ns, "
+      "%.2f GHz after\n"
       "  hit rate vs oracle: %.4f (%d of %d blocks), %d restarts\n",
       c.workers, c.blocks_per_worker, c.requests, c.prompt_blocks, c.router_threads, r.events,
       r.events_per_second, 100 * r.main_thread_on_cpu, r.snapshot_seconds, r.snapshots,
@@ -173,9 +174,10 @@ int main(int argc, char** argv) {
       static_cast<double>(r.peak_rss_bytes) / (1 << 30), r.steady_clock_read_ns,
       r.thread_clock_read_ns, r.machine_before.interruptions_per_second,
       r.machine_before.interruption_median_us, 100 * r.machine_before.interrupted_fraction,
-      r.machine_before.dependent_read_ns, r.machine_after.interruptions_per_second,
-      r.machine_after.interruption_median_us, 100 * r.machine_after.interrupted_fraction,
-      r.machine_after.dependent_read_ns, r.hit_rate_vs_oracle, r.hit_blocks, r.oracle_hit_blocks,
+      r.machine_before.dependent_read_ns, r.machine_before.core_ghz,
+      r.machine_after.interruptions_per_second, r.machine_after.interruption_median_us,
+      100 * r.machine_after.interrupted_fraction, r.machine_after.dependent_read_ns,
+      r.machine_after.core_ghz, r.hit_rate_vs_oracle, r.hit_blocks, r.oracle_hit_blocks,
       r.restarts);
   if (args->IsSet("out")) {
     std::ofstream out(args->String("out"), std::ios::app);

@@ -121,6 +121,7 @@ TEST(FleetSimTest, TheMachinesStateIsMeasuredBeforeAndAfter) {
   const FleetResult unmeasured = RunFleet(c);
   EXPECT_EQ(unmeasured.machine_before.interruptions_per_second, 0);
   EXPECT_EQ(unmeasured.machine_after.dependent_read_ns, 0);
+  EXPECT_EQ(unmeasured.machine_before.core_ghz, 0);
   c.noise_scan_seconds = 0.05;
   c.memory_probe_bytes = int64_t{4} << 20;
   const FleetResult r = RunFleet(c);
@@ -137,6 +138,12 @@ TEST(FleetSimTest, TheMachinesStateIsMeasuredBeforeAndAfter) {
     // A read from memory: more than a cycle, less than a millisecond.
     EXPECT_GT(m.dependent_read_ns, 0.1);
     EXPECT_LT(m.dependent_read_ns, 1e6);
+#if defined(__x86_64__)
+    // A core's clock, within what any core runs at (an emulator's or a
+    // throttled VM's included).
+    EXPECT_GT(m.core_ghz, 0.05);
+    EXPECT_LT(m.core_ghz, 10);
+#endif
   }
 }
 
