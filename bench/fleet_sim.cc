@@ -171,7 +171,11 @@ class SimWorker {
     return b;
   }
   // Computes `chain` here: every block becomes the most recent, new ones
-  // are stored, and the least recent go past the budget.
+  // are stored, and the least recent go past the budget. A computation
+  // that changed nothing (the worker held the whole chain) is no batch,
+  // and takes no number: the worker's publisher sends a batch only for
+  // changes (worker/block_event_publisher.cc). The returned batch is then
+  // empty, and the caller sends nothing.
   tandem::v1::BlockEventBatch Compute(const std::vector<engine::BlockHash>& chain) {
     tandem::v1::BlockEventBatch b = Header();
     b.set_sequence(++sequence_);
@@ -202,6 +206,7 @@ class SimWorker {
       *b.add_removed() = ToProto(nodes_[n].hash);
       free_.push_back(n);
     }
+    if (b.stored().empty() && b.removed().empty()) --sequence_;
     return b;
   }
   // The leading blocks of `chain` this worker holds.
@@ -308,10 +313,14 @@ FleetResult RunFleet(const FleetConfig& config) {
       resetting += took;
       ++r.snapshots;
       r.snapshot_events += batch.stored_size();
-    } else if (in_measure) {
-      measured_deltas += took;
-      r.measured_stored += batch.stored_size();
-      r.measured_removed += batch.removed_size();
+    } else {
+      ++r.delta_batches;
+      if (in_measure) {
+        ++r.measured_delta_batches;
+        measured_deltas += took;
+        r.measured_stored += batch.stored_size();
+        r.measured_removed += batch.removed_size();
+      }
     }
     r.events += batch.stored_size() + batch.removed_size();
     return applied;
@@ -374,11 +383,17 @@ FleetResult RunFleet(const FleetConfig& config) {
   // at once, as the subscriber does (the parse is the stream's, untimed), so
   // the index reads a batch as fresh as a subscriber's, not one made
   // `--event-lag` requests ago.
-  std::deque<std::pair<int, std::string>> lagging;
+  // A request whose worker sent nothing (it held the whole prompt) keeps
+  // its place with no bytes, so that the lag stays counted in requests.
+  std::deque<std::pair<int, std::optional<std::string>>> lagging;
   tandem::v1::BlockEventBatch arrived;
   auto deliver = [&] {
     const int w = lagging.front().first;
-    if (!arrived.ParseFromString(lagging.front().second)) {
+    if (!lagging.front().second.has_value()) {
+      lagging.pop_front();
+      return;
+    }
+    if (!arrived.ParseFromString(*lagging.front().second)) {
       std::fprintf(stderr, "tandem-fleet-sim: a batch does not parse\n");
       std::abort();
     }
@@ -449,7 +464,9 @@ FleetResult RunFleet(const FleetConfig& config) {
     }
     const tandem::v1::BlockEventBatch computed = workers[chosen].Compute(chain);
     if (oracle_log.has_value()) oracle_log->LogChange(chosen, computed);
-    lagging.emplace_back(chosen, computed.SerializeAsString());
+    lagging.emplace_back(chosen, computed.stored().empty() && computed.removed().empty()
+                                     ? std::nullopt
+                                     : std::optional(computed.SerializeAsString()));
     while (static_cast<int32_t>(lagging.size()) > config.event_lag) deliver();
   }
   while (!lagging.empty()) deliver();
@@ -567,7 +584,8 @@ std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
       "\"interrupted_before_fraction\":%.4f,\"dependent_read_before_ns\":%.1f,"
       "\"interruptions_after_per_second\":%.0f,\"interruption_after_median_us\":%.2f,"
       "\"interrupted_after_fraction\":%.4f,\"dependent_read_after_ns\":%.1f,"
-      "\"core_ghz_before\":%.3f,\"core_ghz_after\":%.3f}",
+      "\"core_ghz_before\":%.3f,\"core_ghz_after\":%.3f,\"delta_batches\":%d,"
+      "\"measured_delta_batches\":%d}",
       c.workers, c.blocks_per_worker, c.prompt_blocks, c.requests, c.in_flight, c.event_lag,
       c.router_threads, r.events, r.events_per_second, r.entries, r.bytes_per_entry, r.routes,
       r.route_p50_us, r.route_p99_us, r.route_p999_us, r.hit_rate_vs_oracle, r.restarts,
@@ -583,7 +601,8 @@ std::string FleetJson(const FleetConfig& c, const FleetResult& r) {
       r.machine_before.interrupted_fraction, r.machine_before.dependent_read_ns,
       r.machine_after.interruptions_per_second, r.machine_after.interruption_median_us,
       r.machine_after.interrupted_fraction, r.machine_after.dependent_read_ns,
-      r.machine_before.core_ghz, r.machine_after.core_ghz);
+      r.machine_before.core_ghz, r.machine_after.core_ghz, r.delta_batches,
+      r.measured_delta_batches);
 }
 
 }  // namespace tandem::bench

@@ -64,6 +64,11 @@ struct FleetResult {
   int64_t snapshots = 0;          // snapshot batches among them (starts, restarts, resyncs)
   double snapshot_seconds = 0;    // their share: each sweeps the worker's old entries
   int64_t snapshot_events = 0;    // the blocks those snapshots carried
+  // Delta batches applied: one for each request that changed its worker's
+  // cache (one that held the whole prompt sends none), and those of the
+  // measured requests.
+  int64_t delta_batches = 0;
+  int64_t measured_delta_batches = 0;
   // Events of the delta batches per second of their own apply time: the
   // steady stream, without the sweeps of workers' restarts.
   double delta_events_per_second = 0;

@@ -88,6 +88,26 @@ TEST(FleetSimTest, TheStreamWhileRoutingIsTheMeasuredRequestsDeltasAlone) {
   EXPECT_EQ(r.entries, r.oracle_entries);
 }
 
+TEST(FleetSimTest, AWorkerThatHeldTheWholePromptSendsNoBatch) {
+  // Few prompts, drawn again and again: most requests find their whole
+  // prompt on the worker they go to. As the worker's publisher, such a
+  // worker sends nothing and numbers nothing, so no later batch comes
+  // after a gap (which would take a snapshot to resync).
+  FleetConfig c = Small();
+  c.conversations = 64;
+  c.system_prompts = 2;
+  c.restart_probability = 0;
+  c.warmup_requests = 200;
+  const FleetResult r = RunFleet(c);
+  EXPECT_EQ(r.snapshots, c.workers);  // the workers' first, and no resync
+  EXPECT_GT(r.delta_batches, 0);
+  EXPECT_LT(r.delta_batches, (c.warmup_requests + c.requests) / 2);
+  EXPECT_GT(r.measured_delta_batches, 0);
+  EXPECT_LT(r.measured_delta_batches, r.delta_batches);
+  EXPECT_EQ(r.entries, r.oracle_entries);
+  EXPECT_DOUBLE_EQ(r.hit_rate_vs_oracle, 1.0);
+}
+
 TEST(FleetSimTest, TheOraclesViewOfTheCachesIsEveryWorkersOwn) {
   // Built from the workers' caches once the warm-up has filled them, then
   // kept by their stores, evictions and restarts.
