@@ -80,6 +80,10 @@ struct FleetResult {
   int64_t measured_removed = 0;
   double measured_delta_seconds = 0;
   double measured_delta_events_per_second = 0;
+  // A measured delta event's core cycles, at the mean of the core's clock
+  // before the run and after the measured requests (Machine::core_ghz; 0
+  // when the clock is not measured).
+  double measured_cycles_per_event = 0;
   double events_per_second = 0;  // per second of apply_seconds
   // The index's tables' growths (gateway::HolderTable::Growths), their
   // time within apply_seconds: all of them, and those within the measured

@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
       "  events applied: %.3f s in snapshots (%d: each sweeps a worker's old entries); "
       "the deltas alone %.0f per second\n"
       "  while routing (the measured requests): %d delta events (%d stored, %d removed) in %d "
-      "batches, %.0f per second\n"
+      "batches, %.0f per second (%.0f cycles an event at the core's clock)\n"
       "  table growths: %d (%d keys moved, %.3f s of the apply time); while routing %d "
       "(%d keys moved, %.3f s)\n"
       "  index: %d entries over %d blocks (workers' caches: %d), %.1f bytes per entry "
@@ -165,14 +165,15 @@ int main(int argc, char** argv) {
       c.workers, c.blocks_per_worker, c.requests, c.prompt_blocks, c.router_threads, r.events,
       r.events_per_second, 100 * r.main_thread_on_cpu, r.snapshot_seconds, r.snapshots,
       r.delta_events_per_second, r.measured_stored + r.measured_removed, r.measured_stored,
-      r.measured_removed, r.measured_delta_batches, r.measured_delta_events_per_second, r.growths,
-      r.growth_keys_moved, r.growth_seconds, r.measured_growths, r.measured_growth_keys_moved,
-      r.measured_growth_seconds, r.entries, r.hashes, r.oracle_entries, r.bytes_per_entry,
-      r.table_bytes_per_entry, r.dropped_entries, r.predictions, r.routes, r.route_p50_us,
-      r.route_p99_us, r.route_p999_us, r.hash_p50_us, r.route_cpu_p50_us, r.route_cpu_p99_us,
-      r.predicting_route_cpu_p50_us, r.predicting_route_cpu_p99_us, r.side_route_cpu_p50_us,
-      r.side_route_cpu_p99_us, static_cast<double>(r.peak_rss_bytes) / (1 << 30),
-      r.steady_clock_read_ns, r.thread_clock_read_ns, r.machine_before.interruptions_per_second,
+      r.measured_removed, r.measured_delta_batches, r.measured_delta_events_per_second,
+      r.measured_cycles_per_event, r.growths, r.growth_keys_moved, r.growth_seconds,
+      r.measured_growths, r.measured_growth_keys_moved, r.measured_growth_seconds, r.entries,
+      r.hashes, r.oracle_entries, r.bytes_per_entry, r.table_bytes_per_entry, r.dropped_entries,
+      r.predictions, r.routes, r.route_p50_us, r.route_p99_us, r.route_p999_us, r.hash_p50_us,
+      r.route_cpu_p50_us, r.route_cpu_p99_us, r.predicting_route_cpu_p50_us,
+      r.predicting_route_cpu_p99_us, r.side_route_cpu_p50_us, r.side_route_cpu_p99_us,
+      static_cast<double>(r.peak_rss_bytes) / (1 << 30), r.steady_clock_read_ns,
+      r.thread_clock_read_ns, r.machine_before.interruptions_per_second,
       r.machine_before.interruption_median_us, 100 * r.machine_before.interrupted_fraction,
       r.machine_before.dependent_read_ns, r.machine_before.core_ghz,
       r.machine_after.interruptions_per_second, r.machine_after.interruption_median_us,

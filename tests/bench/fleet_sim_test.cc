@@ -142,6 +142,7 @@ TEST(FleetSimTest, TheMachinesStateIsMeasuredBeforeAndAfter) {
   EXPECT_EQ(unmeasured.machine_before.interruptions_per_second, 0);
   EXPECT_EQ(unmeasured.machine_after.dependent_read_ns, 0);
   EXPECT_EQ(unmeasured.machine_before.core_ghz, 0);
+  EXPECT_EQ(unmeasured.measured_cycles_per_event, 0);
   c.noise_scan_seconds = 0.05;
   c.memory_probe_bytes = int64_t{4} << 20;
   const FleetResult r = RunFleet(c);
@@ -165,6 +166,12 @@ TEST(FleetSimTest, TheMachinesStateIsMeasuredBeforeAndAfter) {
     EXPECT_LT(m.core_ghz, 10);
 #endif
   }
+#if defined(__x86_64__)
+  // The measured events' rate at the two clocks' mean.
+  ASSERT_GT(r.measured_delta_events_per_second, 0);
+  EXPECT_NEAR(r.measured_cycles_per_event * r.measured_delta_events_per_second,
+              (r.machine_before.core_ghz + r.machine_after.core_ghz) / 2 * 1e9, 1e3);
+#endif
 }
 
 }  // namespace
