@@ -17,12 +17,12 @@
 #include <thread>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "bench/fleet_oracle.h"
 #include "bench/machine_state.h"
+#include "bench/sim_worker.h"
 #include "engine/kv/block_hash.h"
 #include "gateway/routing/block_index.h"
 #include "gateway/routing/huge_pages.h"
@@ -141,130 +141,6 @@ class Prompts {
   std::vector<int32_t> system_of_;
 };
 
-tandem::v1::BlockHashProto ToProto(const engine::BlockHash& h) {
-  tandem::v1::BlockHashProto p;
-  p.set_low(h.low);
-  p.set_high(h.high);
-  return p;
-}
-
-// One worker's pool: an LRU of block hashes within its budget, and its
-// event stream's numbering. The LRU is a list threaded through an array of
-// the budget's size and a map of the hashes' low halves to its slots (about
-// 50 bytes a block), so that a fleet of 100M blocks fits beside the index.
-class SimWorker {
- public:
-  SimWorker(int64_t budget, int32_t block_size, uint64_t epoch)
-      : budget_(budget), block_size_(block_size), epoch_(epoch) {}
-
-  // The empty snapshot a (re)started worker's stream begins with.
-  tandem::v1::BlockEventBatch Start(uint64_t epoch) {
-    epoch_ = epoch;
-    sequence_ = 0;
-    nodes_.clear();
-    nodes_.shrink_to_fit();
-    free_.clear();
-    where_ = {};
-    head_ = tail_ = kNil;
-    tandem::v1::BlockEventBatch b = Header();
-    b.set_snapshot(true);
-    return b;
-  }
-  // Computes `chain` here: every block becomes the most recent, new ones
-  // are stored, and the least recent go past the budget. A computation
-  // that changed nothing (the worker held the whole chain) is no batch,
-  // and takes no number: the worker's publisher sends a batch only for
-  // changes (worker/block_event_publisher.cc). The returned batch is then
-  // empty, and the caller sends nothing.
-  tandem::v1::BlockEventBatch Compute(const std::vector<engine::BlockHash>& chain) {
-    tandem::v1::BlockEventBatch b = Header();
-    b.set_sequence(++sequence_);
-    for (const engine::BlockHash& h : chain) {
-      if (auto it = where_.find(h.low); it != where_.end()) {
-        Unlink(it->second);
-        PushFront(it->second);
-        continue;
-      }
-      uint32_t n;
-      if (!free_.empty()) {
-        n = free_.back();
-        free_.pop_back();
-      } else {
-        nodes_.push_back({});
-        n = static_cast<uint32_t>(nodes_.size() - 1);
-      }
-      nodes_[n].hash = h;
-      PushFront(n);
-      where_[h.low] = n;
-      *b.add_stored() = ToProto(h);
-    }
-    // Only after the whole chain: a block of it is never the least recent.
-    while (static_cast<int64_t>(where_.size()) > budget_) {
-      const uint32_t n = tail_;
-      Unlink(n);
-      where_.erase(nodes_[n].hash.low);
-      *b.add_removed() = ToProto(nodes_[n].hash);
-      free_.push_back(n);
-    }
-    if (b.stored().empty() && b.removed().empty()) --sequence_;
-    return b;
-  }
-  // The leading blocks of `chain` this worker holds.
-  int32_t Holds(const std::vector<engine::BlockHash>& chain) const {
-    int32_t n = 0;
-    while (n < static_cast<int32_t>(chain.size()) && where_.contains(chain[n].low)) ++n;
-    return n;
-  }
-  int64_t size() const { return static_cast<int64_t>(where_.size()); }
-  // Every block held, as a snapshot.
-  tandem::v1::BlockEventBatch Snapshot() const {
-    tandem::v1::BlockEventBatch b = Header();
-    b.set_snapshot(true);
-    b.set_sequence(sequence_);
-    for (uint32_t n = head_; n != kNil; n = nodes_[n].next) *b.add_stored() = ToProto(nodes_[n].hash);
-    return b;
-  }
-
- private:
-  static constexpr uint32_t kNil = ~uint32_t{0};
-  struct Node {
-    engine::BlockHash hash;
-    uint32_t prev = kNil;
-    uint32_t next = kNil;
-  };
-  void Unlink(uint32_t n) {
-    Node& x = nodes_[n];
-    (x.prev == kNil ? head_ : nodes_[x.prev].next) = x.next;
-    (x.next == kNil ? tail_ : nodes_[x.next].prev) = x.prev;
-  }
-  void PushFront(uint32_t n) {
-    nodes_[n].prev = kNil;
-    nodes_[n].next = head_;
-    (head_ == kNil ? tail_ : nodes_[head_].prev) = n;
-    head_ = n;
-  }
-  tandem::v1::BlockEventBatch Header() const {
-    tandem::v1::BlockEventBatch b;
-    b.set_epoch(epoch_);
-    b.set_model_fingerprint(kFingerprint);
-    b.set_block_size(block_size_);
-    b.set_kv_capacity_blocks(budget_);
-    return b;
-  }
-
-  const int64_t budget_;
-  const int32_t block_size_;
-  uint64_t epoch_;
-  uint64_t sequence_ = 0;
-  std::vector<Node> nodes_;  // the LRU, most recent at head_
-  std::vector<uint32_t> free_;  // slots of nodes_ in no list
-  uint32_t head_ = kNil;
-  uint32_t tail_ = kNil;
-  // Keyed by the low half, as the index is (a collision of two of one
-  // worker's blocks there would show as a miss in the oracle).
-  absl::flat_hash_map<uint64_t, uint32_t> where_;
-};
-
 double Percentile(std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0;
   const size_t i = std::min(sorted.size() - 1, static_cast<size_t>(p * sorted.size()));
@@ -326,7 +202,7 @@ FleetResult RunFleet(const FleetConfig& config) {
     return applied;
   };
   for (int32_t i = 0; i < config.workers; ++i) {
-    workers.emplace_back(config.blocks_per_worker, config.block_size, rng());
+    workers.emplace_back(config.blocks_per_worker, config.block_size, kFingerprint, rng());
     apply(i, workers.back().Start(rng()));
   }
 
