@@ -9,9 +9,13 @@
 // from the table's own arena (gateway/routing/spill_arena.h), on huge pages
 // once there are a few MiB of them. Robin Hood
 // probing with backward-shift deletion keeps misses short; the table grows
-// by half again once 3/4 full, so it is between 1/2 and 3/4 full once it
-// has grown (at 7/8, the inserts' longer shifts made applying events 8-18%
-// slower; docs/benchmarks.md).
+// by a quarter once 70% full, so it is between 56% and 70% full once it
+// has grown. What a change costs rises steeply with how full the table is
+// (a new key moves the rest of its run along to the run's first empty
+// slot, about (1 + 1/(1-load)^2)/2 slots on): at 74% full a change took
+// twice what it did at 52%. Growing by half again at 3/4 full (50-75%)
+// left both an event's cost and an entry's bytes to where in that range a
+// table happened to be (docs/benchmarks.md).
 //
 // Eviction is CLOCK with a count (between LRU and LFU): a lookup or a store
 // counts a use of the key (up to 3), the hand takes one off each key it
@@ -294,7 +298,7 @@ class HolderTable {
   // Prefetch for a writer about to change `key`'s slot (no lock needed
   // either): the slot's line and the next, to be written, and the table's
   // own state. A new key goes past the keys from its home on, and the
-  // ones after it move along; an erased key's followers move back. At 3/4
+  // ones after it move along; an erased key's followers move back. At 60-70%
   // full those runs often reach past the slot's line. Loaded as for a
   // read (prefetcht0), which is what a plain x86-64 build makes of a
   // write hint anyway: asking for ownership at once (PREFETCHW) took the
@@ -340,9 +344,9 @@ class HolderTable {
 
  private:
   static constexpr int kInline = 3;
-  // The most a table is full before it grows: 3/4.
-  static constexpr size_t kLoadNumerator = 3;
-  static constexpr size_t kLoadDenominator = 4;
+  // The most a table is full before it grows: 7/10.
+  static constexpr size_t kLoadNumerator = 7;
+  static constexpr size_t kLoadDenominator = 10;
   static constexpr uint64_t kSpillBit = uint64_t{1} << 63;
   // The clock's count of uses since the hand last passed, saturating at 3.
   static constexpr uint64_t kOneUse = uint64_t{1} << 61;

@@ -139,11 +139,12 @@ TEST(BlockIndexTest, TableGrowthsAreEveryShardsSummed) {
   for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = i + 1;
   index.Apply(0, Batch(1, 1, true, blocks));
   // Each shard's table starts at 16 slots, so each of the four grew, and
-  // each moved the keys stored before it: under 3 times the keys in all.
+  // each growth moved the keys stored before it, 4/5 of what the next one
+  // moves (a table grows by a quarter): under 5 times the keys in all.
   const HolderTable::Growths g = index.table_growths();
   EXPECT_GE(g.count, 4);
   EXPECT_GT(g.keys_moved, g.count);
-  EXPECT_LT(g.keys_moved, 3 * static_cast<int64_t>(blocks.size()));
+  EXPECT_LT(g.keys_moved, 5 * static_cast<int64_t>(blocks.size()));
   EXPECT_GT(g.nanos, 0);
 }
 
