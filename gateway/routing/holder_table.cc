@@ -163,19 +163,54 @@ HolderTable::Spill* HolderTable::NewSpill(size_t bytes) {
   TANDEM_CHECK((reinterpret_cast<uintptr_t>(p) & ~kPointerBits) == 0,
                "a spill's address fits the holder word's 57 bits");
   spill_bytes_ += sizeof(Spill) + bytes;
-  return new (p)
-      Spill{.count = 0, .capacity = static_cast<uint32_t>(bytes), .words = 0, .planes = 0};
+  return new (p) Spill{.count = 0,
+                       .capacity = static_cast<uint32_t>(bytes),
+                       .words = 0,
+                       .planes = 0,
+                       .lead = 0,
+                       .slack = 0};
+}
+
+HolderTable::Spill* HolderTable::NewBitmap(size_t words, uint8_t planes) {
+  const size_t bytes = words * static_cast<size_t>(PlaneCount(planes)) * sizeof(uint64_t);
+  const size_t lined = (bytes + 63) / 64 * 64;
+  if (planes != 1 || lined / 64 > kMaxLines) {
+    Spill* s = NewSpill(bytes);
+    s->words = static_cast<uint32_t>(words);
+    s->planes = planes;
+    return s;
+  }
+  // The arena aligns to 16 bytes: the header goes 0, 16, 32 or 48 bytes in,
+  // wherever it ends on a line.
+  static_assert(SpillArena::kAlign == 16 && sizeof(Spill) == 16);
+  constexpr size_t kSlack = 64 - SpillArena::kAlign;
+  const size_t allocated = kSlack + sizeof(Spill) + lined;
+  char* p = static_cast<char*>(arena_.Allocate(allocated));
+  const auto lead =
+      static_cast<uint8_t>((64 - sizeof(Spill) - reinterpret_cast<uintptr_t>(p) % 64) % 64);
+  TANDEM_CHECK((reinterpret_cast<uintptr_t>(p + lead) & ~kPointerBits) == 0,
+               "a spill's address fits the holder word's 57 bits");
+  spill_bytes_ += allocated;
+  Spill* s = new (p + lead) Spill{.count = 0,
+                                  .capacity = static_cast<uint32_t>(lined),
+                                  .words = static_cast<uint32_t>(words),
+                                  .planes = planes,
+                                  .lead = lead,
+                                  .slack = static_cast<uint8_t>(kSlack)};
+  std::fill(s->bits(), s->bits() + lined / sizeof(uint64_t), 0);
+  return s;
 }
 
 void HolderTable::FreeSpill(uint64_t w) {
   if (!Spilled(w)) return;
   Spill* s = SpillOf(w);
-  const size_t bytes = sizeof(Spill) + s->capacity;
+  const size_t bytes = s->slack + sizeof(Spill) + s->capacity;
+  char* start = reinterpret_cast<char*>(s) - s->lead;
   spill_bytes_ -= bytes;
   if (limbo_ != nullptr) {
-    limbo_->Retire(s, bytes, &SpillArena::FreeInto, &arena_);
+    limbo_->Retire(start, bytes, &SpillArena::FreeInto, &arena_);
   } else {
-    arena_.Free(s, bytes);
+    arena_.Free(start, bytes);
   }
 }
 
@@ -195,10 +230,8 @@ HolderTable::Spill* HolderTable::Rebuild(uint64_t& w, size_t words, uint8_t plan
   const Spill& old = *SpillOf(w);
   const Bitmap from = BitmapOf(old);
   const int n = PlaneCount(planes);
-  Spill* s = NewSpill(words * static_cast<size_t>(n) * sizeof(uint64_t));
+  Spill* s = NewBitmap(words, planes);
   s->count = old.count;
-  s->words = static_cast<uint32_t>(words);
-  s->planes = planes;
   std::fill(s->bits(), s->bits() + words * static_cast<size_t>(n), 0);
   for (int t = 0, k = 0; t < kMaxTiers; ++t) {
     if (((planes >> t) & 1) == 0) continue;
@@ -239,10 +272,8 @@ void HolderTable::Reshape(uint64_t& w) {
   // and such blocks are few.
   if (!s.IsBitmap() && list_bytes * 4 > bitmap_bytes) {
     const int n = PlaneCount(planes);
-    Spill* b = NewSpill(bitmap_bytes);
+    Spill* b = NewBitmap(max_id / 64 + 1, planes);
     b->count = s.count;
-    b->words = static_cast<uint32_t>(max_id / 64 + 1);
-    b->planes = planes;
     std::fill(b->bits(), b->bits() + b->words * static_cast<size_t>(n), 0);
     for (uint32_t i = 0; i < s.count; ++i) {
       const Holder h = s.list()[i];
@@ -518,8 +549,9 @@ HolderTable::Found HolderTable::FindHoldersConcurrent(Mixed key) const {
   const uint64_t w = Load(slot->holders);
   if (!Spilled(w)) return Found(slot);
   // Every line of it (the word says how many), without reading it.
-  const char* at = reinterpret_cast<const char*>(SpillOf(w));
-  const uint64_t lines = (w >> kLinesShift) & kMaxLines;
+  const char* at = (w & kLinedBit) != 0 ? reinterpret_cast<const char*>(SpillOf(w)->bits())
+                                        : reinterpret_cast<const char*>(SpillOf(w));
+  const uint64_t lines = LinesOf(w);
   for (uint64_t i = 0; i < lines; ++i) __builtin_prefetch(at + 64 * i);
   return Found(slot);
 }

@@ -306,11 +306,13 @@ TEST(HolderTableTest, APoolOnlyBlocksBitmapsAreABitPerWorker) {
     return seen;
   };
   EXPECT_EQ(planes(), 1u);  // the pool's alone
-  const size_t pool_only = table.spill_bytes();
+  // Its header, 16 words, and the 48 bytes that let the words start on a
+  // cache line (HolderTable::NewBitmap).
+  EXPECT_EQ(table.spill_bytes(), 48 + 16 + 16 * sizeof(uint64_t));
   // One holder in the host tier adds that tier's plane, a bit per worker.
   EXPECT_FALSE(table.Add(42, 500, 1));
   EXPECT_EQ(planes(), 0b011u);
-  EXPECT_EQ(table.spill_bytes(), pool_only + 16 * sizeof(uint64_t));
+  EXPECT_EQ(table.spill_bytes(), 16 + 2 * 16 * sizeof(uint64_t));
   Holders h = Read(table, 42);
   ASSERT_EQ(h.size(), 1000u);
   EXPECT_EQ(h[500], 0b011u);
@@ -435,6 +437,46 @@ Holders ReadConcurrent(const HolderTable& table, uint64_t key, const HolderTable
   *present = found != nullptr ? table.VisitConcurrentAt(*found, on_list, on_bitmap)
                               : table.VisitConcurrent(HolderTable::MixKey(key), on_list, on_bitmap);
   return got;
+}
+
+// A bitmap of the pool's plane alone (most popular blocks') is read
+// without its header: its words start on a cache line and a lock-free
+// reader takes their number from the holder word, whole lines of them,
+// zero past the last. What it reads is what the locked read finds, from
+// one line of words to past the most the word can say (15 lines), as
+// holders come and go and the words grow where they are.
+TEST(HolderTableTest, APoolOnlyBitmapIsReadLockFreeFromItsLinesAlone) {
+  HolderTable table;
+  std::mt19937_64 rng(31);
+  for (const uint16_t top : {200, 520, 1000, 1100, 7000, 8000}) {
+    const uint64_t key = top;
+    for (uint16_t id = 1; id <= 40; ++id) table.Add(key, id, 0);
+    for (int round = 0; round < 4; ++round) {
+      // Upwards to `top` (the words grow), then some leave.
+      for (int i = 0; i < 400; ++i) table.Add(key, static_cast<uint16_t>(1 + rng() % top), 0);
+      table.Add(key, top, 0);
+      for (int i = 0; i < 100; ++i) table.Remove(key, static_cast<uint16_t>(1 + rng() % top), 0);
+      bool present = false;
+      const Holders lock_free = ReadConcurrent(table, key, nullptr, &present);
+      ASSERT_TRUE(present) << top;
+      EXPECT_EQ(lock_free, Read(table, key)) << top << " round " << round;
+      const HolderTable::Found found = table.FindHoldersConcurrent(HolderTable::MixKey(key));
+      EXPECT_EQ(ReadConcurrent(table, key, &found, &present), lock_free) << top;
+      table.VisitConcurrent(
+          HolderTable::MixKey(key), [&](std::span<const HolderTable::Holder>) {},
+          [&](HolderTable::Bitmap b) {
+            EXPECT_EQ(b.planes, 1u);
+            if (top <= 64 * 8 * 15) {  // lined
+              EXPECT_EQ(reinterpret_cast<uintptr_t>(b.bits) % 64, 0u) << top;
+              EXPECT_EQ(b.words % 8, 0u) << top;
+            }
+          });
+    }
+  }
+  // A holder in a slower tier makes it an ordinary bitmap, read as before.
+  table.Add(1000, 3, 1);
+  bool present = false;
+  EXPECT_EQ(ReadConcurrent(table, 1000, nullptr, &present), Read(table, 1000));
 }
 
 // A walk probes each block once, as it loads the block's holders ahead,
