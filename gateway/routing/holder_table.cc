@@ -174,7 +174,17 @@ HolderTable::Spill* HolderTable::NewSpill(size_t bytes) {
 HolderTable::Spill* HolderTable::NewBitmap(size_t words, uint8_t planes) {
   const size_t bytes = words * static_cast<size_t>(PlaneCount(planes)) * sizeof(uint64_t);
   const size_t lined = (bytes + 63) / 64 * 64;
-  if (planes != 1 || lined / 64 > kMaxLines) {
+  static_assert(SpillArena::kAlign == 16 && sizeof(Spill) == 16);
+  constexpr size_t kSlack = 64 - SpillArena::kAlign;
+  // Lined only where that saves a line however the ordinary one falls, and
+  // costs an entry no more than the index's worst case (a slot to each
+  // holder at 56% full, 16 / 0.56 bytes) with as few holders as a bitmap
+  // keeps (Reshape: past kInline, and half its words' bits in list bytes).
+  const size_t fewest = std::max<size_t>(kInline + 1, (words + 1) / 2);
+  const bool saves = lined < sizeof(Spill) + bytes;
+  const bool within = (kSlack + sizeof(Spill) + lined + sizeof(Slot)) * kLoadNumerator * 4 <=
+                      sizeof(Slot) * kLoadDenominator * 5 * fewest;
+  if (planes != 1 || lined / 64 > kMaxLines || !saves || !within) {
     Spill* s = NewSpill(bytes);
     s->words = static_cast<uint32_t>(words);
     s->planes = planes;
@@ -182,8 +192,6 @@ HolderTable::Spill* HolderTable::NewBitmap(size_t words, uint8_t planes) {
   }
   // The arena aligns to 16 bytes: the header goes 0, 16, 32 or 48 bytes in,
   // wherever it ends on a line.
-  static_assert(SpillArena::kAlign == 16 && sizeof(Spill) == 16);
-  constexpr size_t kSlack = 64 - SpillArena::kAlign;
   const size_t allocated = kSlack + sizeof(Spill) + lined;
   char* p = static_cast<char*>(arena_.Allocate(allocated));
   const auto lead =

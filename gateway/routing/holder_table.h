@@ -536,12 +536,13 @@ class HolderTable {
   // A spill with room for `bytes` after its header, empty.
   Spill* NewSpill(size_t bytes);
   // A bitmap spill of `words` words and `planes`, empty. Of the pool's
-  // plane alone (most popular blocks'), it is lined: its bits start on a
-  // cache line, with room for whole lines of them (up to kMaxLines), all
-  // zero, and its header ends the line before, so that lock-free readers,
-  // who learn its shape from the holder word, load only the bits' lines
-  // (two for a thousand workers rather than three). That takes 48 bytes
-  // more, within which the header finds its place.
+  // plane alone (most popular blocks'), it is lined where that saves a
+  // line and the bytes allow: its bits start on a cache line, with room
+  // for whole lines of them (up to kMaxLines), all zero, and its header
+  // ends the line before, so that lock-free readers, who learn its shape
+  // from the holder word, load only the bits' lines (two for a thousand
+  // workers rather than three). That takes 48 bytes more, within which
+  // the header finds its place.
   Spill* NewBitmap(size_t words, uint8_t planes);
   // Points `w` at `s` (its clock count kept).
   static void PointTo(uint64_t& w, Spill* s) {

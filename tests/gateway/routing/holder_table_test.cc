@@ -440,15 +440,21 @@ Holders ReadConcurrent(const HolderTable& table, uint64_t key, const HolderTable
 }
 
 // A bitmap of the pool's plane alone (most popular blocks') is read
-// without its header: its words start on a cache line and a lock-free
-// reader takes their number from the holder word, whole lines of them,
-// zero past the last. What it reads is what the locked read finds, from
-// one line of words to past the most the word can say (15 lines), as
-// holders come and go and the words grow where they are.
+// without its header where that saves a line (its words fill their last
+// line, or nearly): its words start on a cache line and a lock-free reader
+// takes their number from the holder word, whole lines of them, zero past
+// the last. What it reads is what the locked read finds, lined or not,
+// from one word to past the most the word can say (15 lines), as holders
+// come and go and the words grow where they are.
 TEST(HolderTableTest, APoolOnlyBitmapIsReadLockFreeFromItsLinesAlone) {
   HolderTable table;
   std::mt19937_64 rng(31);
-  for (const uint16_t top : {200, 520, 1000, 1100, 7000, 8000}) {
+  // Lined: 15-16 words (1000 workers) and 23-24; not: 4, 9, 18 (no line
+  // saved), 110 (likewise) and 126 (past 15 lines).
+  const std::map<uint16_t, bool> lined = {{200, false},  {520, false},  {959, true},
+                                          {1000, true},  {1100, false}, {1500, true},
+                                          {7000, false}, {8000, false}};
+  for (const auto& [top, expect_lined] : lined) {
     const uint64_t key = top;
     for (uint16_t id = 1; id <= 40; ++id) table.Add(key, id, 0);
     for (int round = 0; round < 4; ++round) {
@@ -466,9 +472,10 @@ TEST(HolderTableTest, APoolOnlyBitmapIsReadLockFreeFromItsLinesAlone) {
           HolderTable::MixKey(key), [&](std::span<const HolderTable::Holder>) {},
           [&](HolderTable::Bitmap b) {
             EXPECT_EQ(b.planes, 1u);
-            if (top <= 64 * 8 * 15) {  // lined
+            // A lined one's words are read by the line.
+            EXPECT_EQ(b.words, expect_lined ? (top / 64 + 8) / 8 * 8 : top / 64 + 1u) << top;
+            if (expect_lined) {
               EXPECT_EQ(reinterpret_cast<uintptr_t>(b.bits) % 64, 0u) << top;
-              EXPECT_EQ(b.words % 8, 0u) << top;
             }
           });
     }
@@ -477,6 +484,11 @@ TEST(HolderTableTest, APoolOnlyBitmapIsReadLockFreeFromItsLinesAlone) {
   table.Add(1000, 3, 1);
   bool present = false;
   EXPECT_EQ(ReadConcurrent(table, 1000, nullptr, &present), Read(table, 1000));
+  // A small fleet's bitmap (one word) is not lined: it takes a line either
+  // way, and 128 bytes for a few holders would be over an entry's worst.
+  HolderTable small;
+  for (uint16_t id = 1; id <= 8; ++id) small.Add(7, id, 0);
+  EXPECT_EQ(small.spill_bytes(), 16 + sizeof(uint64_t));
 }
 
 // A walk probes each block once, as it loads the block's holders ahead,
