@@ -454,7 +454,10 @@ TEST(HolderTableTest, APoolOnlyBitmapIsReadLockFreeFromItsLinesAlone) {
   const std::map<uint16_t, bool> lined = {{200, false},  {520, false},  {959, true},
                                           {1000, true},  {1100, false}, {1500, true},
                                           {7000, false}, {8000, false}};
-  for (const auto& [top, expect_lined] : lined) {
+  for (const auto& entry : lined) {
+    // Copies: clang's C++20 does not let a lambda capture a structured binding.
+    const uint16_t top = entry.first;
+    const bool expect_lined = entry.second;
     const uint64_t key = top;
     for (uint16_t id = 1; id <= 40; ++id) table.Add(key, id, 0);
     for (int round = 0; round < 4; ++round) {
