@@ -188,6 +188,7 @@ HolderTable::Spill* HolderTable::NewBitmap(size_t words, uint8_t planes) {
     Spill* s = NewSpill(bytes);
     s->words = static_cast<uint32_t>(words);
     s->planes = planes;
+    std::fill(s->bits(), s->bits() + bytes / sizeof(uint64_t), 0);
     return s;
   }
   // The arena aligns to 16 bytes: the header goes 0, 16, 32 or 48 bytes in,
@@ -240,7 +241,6 @@ HolderTable::Spill* HolderTable::Rebuild(uint64_t& w, size_t words, uint8_t plan
   const int n = PlaneCount(planes);
   Spill* s = NewBitmap(words, planes);
   s->count = old.count;
-  std::fill(s->bits(), s->bits() + words * static_cast<size_t>(n), 0);
   for (int t = 0, k = 0; t < kMaxTiers; ++t) {
     if (((planes >> t) & 1) == 0) continue;
     for (size_t i = 0; i < std::min(words, from.words); ++i) {
@@ -282,7 +282,6 @@ void HolderTable::Reshape(uint64_t& w) {
     const int n = PlaneCount(planes);
     Spill* b = NewBitmap(max_id / 64 + 1, planes);
     b->count = s.count;
-    std::fill(b->bits(), b->bits() + b->words * static_cast<size_t>(n), 0);
     for (uint32_t i = 0; i < s.count; ++i) {
       const Holder h = s.list()[i];
       for (int t = 0, k = 0; t < kMaxTiers; ++t) {

@@ -551,11 +551,10 @@ class HolderTable {
     w = (w & kUses) | kSpillBit | (std::min(lines, kMaxLines) << kLinesShift) |
         reinterpret_cast<uintptr_t>(s) | (lined ? kLinedBit : 0);
   }
-  // Whether readers may read `s` from its holder word alone.
-  static bool Lined(const Spill& s) {
-    return s.slack != 0 && s.words != 0 && s.planes == 1 && s.capacity % 64 == 0 &&
-           s.capacity / 64 <= kMaxLines;
-  }
+  // Whether readers may read `s` from its holder word alone: NewBitmap
+  // leaves slack in lined bitmaps only (whose planes and capacity never
+  // change in place).
+  static bool Lined(const Spill& s) { return s.slack != 0; }
   // Moves w's spill to one of `bytes` (at least its used bytes).
   Spill* Reallocate(uint64_t& w, size_t bytes);
   void FreeSpill(uint64_t w);
