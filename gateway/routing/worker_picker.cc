@@ -91,19 +91,27 @@ WorkerPicker::Pick WorkerPicker::AcquireBy(const std::vector<int>& exclude, cons
   absl::MutexLock lock(&mu_);
   int best = -1;
   double best_cost = 0;
-  // Reachable candidates first; the others only when none is left.
+  int best_in_flight = 0;
+  const int size = static_cast<int>(workers_.size());
+  // Reachable candidates first; the others only when none is left. The
+  // tests are combined without short circuits, so a thousand workers cost
+  // one branch each, taken only where the best so far changes: costs tie
+  // often (workers holding the same prefix), and branching on the tie
+  // mispredicted it half the time (4.6 against 2.1 us a pick over a
+  // thousand workers, docs/benchmarks.md).
   for (const bool want_reachable : {true, false}) {
-    for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+    for (int i = 0; i < size; ++i) {
       const Worker& w = workers_[i];
-      if (!w.active || w.reachable != want_reachable) continue;
-      if (!exclude.empty() && std::find(exclude.begin(), exclude.end(), i) != exclude.end()) {
-        continue;
-      }
+      const bool eligible =
+          w.active && w.reachable == want_reachable &&
+          (exclude.empty() || std::find(exclude.begin(), exclude.end(), i) == exclude.end());
       const double c = cost(i, w.load);
-      if (best < 0 || c < best_cost ||
-          (c == best_cost && w.load.in_flight < workers_[best].load.in_flight)) {
+      const bool better = eligible & ((best < 0) | (c < best_cost) |
+                                      ((c == best_cost) & (w.load.in_flight < best_in_flight)));
+      if (better) {
         best = i;
         best_cost = c;
+        best_in_flight = w.load.in_flight;
       }
     }
     if (best >= 0) break;

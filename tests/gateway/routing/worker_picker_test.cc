@@ -2,6 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
 namespace tandem::gateway {
 namespace {
 
@@ -92,6 +98,55 @@ TEST(WorkerPickerTest, ALinearCostRanksAsTheSameCostFunction) {
   EXPECT_EQ(linear_order[1], 3);  // beyond: 5 against 4 + 2 x 32 / 16
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(linear_picker.in_flight_tokens(i), function_picker.in_flight_tokens(i));
+  }
+}
+
+// Over many workers whose costs tie, as a fleet's sharing prefixes do, a
+// pick is the lowest cost, then the fewest in flight, then the lowest
+// index, among the reachable workers not excluded (the unreachable only
+// when none is left).
+TEST(WorkerPickerTest, PicksTheLowestCostThenFewestInFlightThenLowestIndex) {
+  constexpr int kWorkers = 200;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < kWorkers; ++i) addresses.push_back("w:" + std::to_string(i));
+  WorkerPicker picker(addresses);
+  std::mt19937 rng(7);
+  std::vector<WorkerPicker::Pick> held;
+  for (int round = 0; round < 300; ++round) {
+    std::vector<double> base(kWorkers);
+    for (double& b : base) b = static_cast<double>(rng() % 3);
+    // An eighth unreachable; every 50th round all of them.
+    for (int i = 0; i < kWorkers; ++i) picker.SetReachable(i, rng() % 8 != 0 && round % 50 != 49);
+    std::vector<int> exclude;
+    if (round % 3 == 0) exclude = {static_cast<int>(rng() % kWorkers)};
+    // Every other round the load counts too: a block of cost a 16 tokens.
+    const double per_token = round % 2;
+    const WorkerPicker::LinearCost cost{.base = base, .per_token = per_token, .token_divisor = 16};
+    auto cost_of = [&](int i) {
+      return base[static_cast<size_t>(i)] +
+             per_token * static_cast<double>(picker.in_flight_tokens(i)) / 16;
+    };
+    auto eligible = [&](int i, bool reachable) {
+      return picker.reachable(i) == reachable &&
+             std::find(exclude.begin(), exclude.end(), i) == exclude.end();
+    };
+    int want = -1;
+    for (const bool reachable : {true, false}) {
+      for (int i = 0; i < kWorkers; ++i) {
+        if (!eligible(i, reachable)) continue;
+        if (want < 0 || cost_of(i) < cost_of(want) ||
+            (cost_of(i) == cost_of(want) && picker.in_flight(i) < picker.in_flight(want))) {
+          want = i;
+        }
+      }
+      if (want >= 0) break;
+    }
+    WorkerPicker::Pick pick = picker.Acquire(
+        exclude, [](int) { return int64_t{8}; }, cost);
+    ASSERT_EQ(pick.index(), want) << "round " << round;
+    // Most picks stay in flight a while, so loads differ and break ties.
+    held.push_back(std::move(pick));
+    if (rng() % 4 == 0) held.erase(held.begin() + static_cast<long>(rng() % held.size()));
   }
 }
 
