@@ -96,9 +96,9 @@ WorkerPicker::Pick WorkerPicker::AcquireBy(const std::vector<int>& exclude, cons
   // Reachable candidates first; the others only when none is left. The
   // tests are combined without short circuits, so a thousand workers cost
   // one branch each, taken only where the best so far changes: costs tie
-  // often (workers holding the same prefix), and branching on the tie
-  // mispredicted it half the time (4.6 against 2.1 us a pick over a
-  // thousand workers, docs/benchmarks.md).
+  // often (workers holding the same prefix), and a branch on the tie was
+  // mispredicted as often as it went either way (tandem-picker-bench: 2.9
+  // against 2.1 us a pick over a thousand workers, docs/benchmarks.md).
   for (const bool want_reachable : {true, false}) {
     for (int i = 0; i < size; ++i) {
       const Worker& w = workers_[i];
