@@ -53,7 +53,9 @@ class WorkerPicker {
 
   // An invalid Pick when every worker is excluded. `tokens` are counted
   // against the chosen worker while the Pick lives; `cost` (default: the
-  // requests in flight) ranks the candidates.
+  // requests in flight) ranks the candidates. A cost is called for every
+  // worker, candidate or not (a pick over a thousand branches on none of
+  // them first), so it must be free of side effects.
   Pick Acquire(const std::vector<int>& exclude = {}, int64_t tokens = 0,
                const Cost& cost = nullptr);
   // The same with a charge that depends on the worker chosen.
