@@ -55,13 +55,13 @@ int main(int argc, char** argv) {
 
   // The router's weights (KvRouterOptions' defaults: 1 an uncached block,
   // 1 a block of load) and block size.
-  constexpr double kBlockSize = 16;
+  constexpr int64_t kBlockSize = 16;
+  const int64_t prompt_tokens = kBlockSize * *blocks;
   const int32_t system_blocks = std::max(1, *blocks / 4);
   std::vector<std::vector<double>> bases(64, std::vector<double>(static_cast<size_t>(*workers)));
   for (std::vector<double>& base : bases) {
     const auto longer = static_cast<int32_t>(
-        system_blocks +
-        static_cast<int32_t>(rng() % static_cast<uint64_t>(*blocks - system_blocks + 1)));
+        system_blocks + rng() % static_cast<uint64_t>(*blocks - system_blocks + 1));
     for (double& b : base) {
       const uint64_t draw = rng() % 8;
       const int32_t overlap = draw == 0 ? longer : draw <= 2 ? system_blocks : 0;
@@ -70,17 +70,18 @@ int main(int argc, char** argv) {
   }
   std::vector<WorkerPicker::Pick> held;
   for (int32_t i = 0; i < *held_picks; ++i) {
-    held.push_back(picker.Acquire({}, static_cast<int64_t>(rng() % (16 * *blocks))));
+    held.push_back(
+        picker.Acquire({}, static_cast<int64_t>(rng() % static_cast<uint64_t>(prompt_tokens))));
   }
   const std::vector<int> exclude;
-  const WorkerPicker::Charge charge = [&](int) { return int64_t{16} * *blocks; };
+  const WorkerPicker::Charge charge = [&](int) { return prompt_tokens; };
   int64_t valid = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int32_t p = 0; p < *picks; ++p) {
     const WorkerPicker::LinearCost cost{.base = bases[static_cast<size_t>(p) % bases.size()],
                                         .beyond = static_cast<double>(*blocks),
                                         .per_token = 1,
-                                        .token_divisor = kBlockSize};
+                                        .token_divisor = static_cast<double>(kBlockSize)};
     valid += picker.Acquire(exclude, charge, cost).valid();
   }
   const double pick_ns =
