@@ -243,13 +243,15 @@ std::string HostPort(const std::string& host, int port) {
 }
 
 // Lines to `err` from the main thread and from the children's stdout reader
-// threads; one lock keeps lines whole. Thread-safe.
+// threads; one lock keeps lines whole among them, and each goes out in one
+// write, newline included, so that a child writing to the stderr it shares
+// cannot land inside one. Thread-safe.
 class LineSink {
  public:
   explicit LineSink(std::ostream& err) : err_(err) {}
   void Line(const std::string& text) {
     absl::MutexLock lock(&mu_);
-    err_ << text << "\n";
+    err_ << absl::StrCat(text, "\n");
     err_.flush();
   }
 

@@ -159,10 +159,12 @@ int ServeUntilSignal(const std::string& name, const std::string& listen,
                       .metrics_address = metrics.address(),
                       .http_address = http_address,
                       .health_address = health_port != nullptr ? health_port->address() : ""});
-  std::cerr << name << ": serving on " << started->address << " (metrics "
-            << (metrics.address().empty() ? "off" : metrics.address()) << ")\n";
+  // Each line in one write: `tandem up` shares this stderr, and prints its
+  // own lines to it as this READY line reaches it.
+  std::cerr << absl::StrCat(name, ": serving on ", started->address, " (metrics ",
+                            metrics.address().empty() ? "off" : metrics.address(), ")\n");
   const int sig = WaitForShutdownSignal();
-  std::cerr << name << ": signal " << sig << ", shutting down\n";
+  std::cerr << absl::StrCat(name, ": signal ", sig, ", shutting down\n");
   if (hooks.on_signal) hooks.on_signal();
   // Not ready from now on (probes stop routing here), still alive while
   // the calls in flight drain.

@@ -119,7 +119,7 @@ TEST(WorkerPickerTest, PicksTheLowestCostThenFewestInFlightThenLowestIndex) {
     for (int i = 0; i < kWorkers; ++i) picker.SetReachable(i, rng() % 8 != 0 && round % 50 != 49);
     std::vector<int> exclude;
     if (round % 3 == 0) exclude = {static_cast<int>(rng() % kWorkers)};
-    // Every other round the load counts too: a block of cost a 16 tokens.
+    // Every other round the load counts too: one a block of 16 tokens in flight.
     const double per_token = round % 2;
     const WorkerPicker::LinearCost cost{.base = base, .per_token = per_token, .token_divisor = 16};
     auto cost_of = [&](int i) {
