@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "common/check.h"
 #include "common/host_port.h"
@@ -21,6 +22,13 @@
 
 namespace tandem::rpc {
 namespace {
+
+// "<name>: <text>" on stderr in one write: `tandem up` and its other
+// children share this stderr, and a line written in pieces could be cut
+// by theirs (as the READY line reaches `tandem up`, it prints its own).
+void SayLine(absl::string_view name, absl::string_view text) {
+  std::cerr << absl::StrCat(name, ": ", text, "\n");
+}
 
 // Both switches are process-wide and read by every later ServerBuilder, so
 // they are flipped once; later calls are no-ops.
@@ -129,7 +137,7 @@ int ServeUntilSignal(const std::string& name, const std::string& listen,
                        .credentials = hooks.credentials},
                       services);
   if (!started.ok()) {
-    std::cerr << name << ": " << started.status().message() << "\n";
+    SayLine(name, started.status().message());
     return 1;
   }
   std::unique_ptr<HealthPort> health_port;
@@ -137,7 +145,7 @@ int ServeUntilSignal(const std::string& name, const std::string& listen,
   if (!hooks.health_listen.empty()) {
     absl::StatusOr<std::unique_ptr<HealthPort>> port = HealthPort::Start(hooks.health_listen);
     if (!port.ok()) {
-      std::cerr << name << ": " << port.status().message() << "\n";
+      SayLine(name, port.status().message());
       ShutdownServer(*started->server, absl::ZeroDuration());
       return 1;
     }
@@ -149,7 +157,7 @@ int ServeUntilSignal(const std::string& name, const std::string& listen,
   if (hooks.on_started) {
     absl::StatusOr<std::string> extra = hooks.on_started(*started->server, health);
     if (!extra.ok()) {
-      std::cerr << name << ": " << extra.status().message() << "\n";
+      SayLine(name, extra.status().message());
       ShutdownServer(*started->server, absl::ZeroDuration());
       return 1;
     }
@@ -159,12 +167,10 @@ int ServeUntilSignal(const std::string& name, const std::string& listen,
                       .metrics_address = metrics.address(),
                       .http_address = http_address,
                       .health_address = health_port != nullptr ? health_port->address() : ""});
-  // Each line in one write: `tandem up` shares this stderr, and prints its
-  // own lines to it as this READY line reaches it.
-  std::cerr << absl::StrCat(name, ": serving on ", started->address, " (metrics ",
-                            metrics.address().empty() ? "off" : metrics.address(), ")\n");
+  SayLine(name, absl::StrCat("serving on ", started->address, " (metrics ",
+                             metrics.address().empty() ? "off" : metrics.address(), ")"));
   const int sig = WaitForShutdownSignal();
-  std::cerr << absl::StrCat(name, ": signal ", sig, ", shutting down\n");
+  SayLine(name, absl::StrCat("signal ", sig, ", shutting down"));
   if (hooks.on_signal) hooks.on_signal();
   // Not ready from now on (probes stop routing here), still alive while
   // the calls in flight drain.
