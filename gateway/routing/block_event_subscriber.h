@@ -32,7 +32,8 @@ struct SubscriberOptions {
   absl::Duration retry_min = absl::Milliseconds(100);
   absl::Duration retry_max = absl::Seconds(5);
   // Called (on a gRPC thread, no lock held) whenever a worker's stream
-  // becomes synced or stops being, or a worker is first found down.
+  // becomes synced or stops being, or a worker is first found down. It runs
+  // after the change is visible (AwaitSynced may return before it).
   std::function<void()> on_sync_change;
 };
 

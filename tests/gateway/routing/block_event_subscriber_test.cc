@@ -10,11 +10,11 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "rpc/bootstrap.h"
 #include "worker/block_event_publisher.h"
@@ -392,28 +392,45 @@ TEST(BlockEventSubscriberTest, ASuspectedWorkerIsDownUntilAFreshSnapshotArrives)
   prometheus::Registry registry;
   BlockIndex index;
   rpc::ChannelCache channels;
-  std::atomic<int> changes{0};
-  BlockEventSubscriber sub(index, channels, {server->address}, registry,
-                           {.on_sync_change = [&changes] { ++changes; }});
+  // Counted under a lock so the test can wait for a notification: they run
+  // after the subscriber has let go of its own lock, so they may come later
+  // than the state they tell of.
+  absl::Mutex changes_mu;
+  int changes = 0;
+  auto count = [&] {
+    absl::MutexLock lock(&changes_mu);
+    return changes;
+  };
+  auto await_count = [&](int n) {
+    absl::MutexLock lock(&changes_mu);
+    auto reached = [&] { return changes >= n; };
+    return changes_mu.AwaitWithTimeout(absl::Condition(&reached), kWait);
+  };
+  BlockEventSubscriber sub(index, channels, {server->address}, registry, {.on_sync_change = [&] {
+                             absl::MutexLock lock(&changes_mu);
+                             ++changes;
+                           }});
   ASSERT_TRUE(sub.AwaitSynced(0, kWait));
   ASSERT_EQ(index.entries_of(0), 1);
   EXPECT_TRUE(sub.down_slots().empty());
   EXPECT_EQ(sub.SyncedKvCapacity(0).tokens, 160);
-  const int before = changes.load();
+  ASSERT_TRUE(await_count(1));  // it became synced
+  const int before = count();
 
   // A call to it stalled: down at once, told at once, its stream restarted
   // for a snapshot that does not come yet.
   sub.Suspect(0);
   EXPECT_EQ(sub.down_slots(), std::vector<int>{0});
-  EXPECT_GT(changes.load(), before);
+  EXPECT_GE(count(), before + 1);  // the stream's end may have told too
   ASSERT_TRUE(sub.AwaitDisconnected(0, kWait));
+  // Its ended stream tells once more, after the slot is seen unsynced.
+  ASSERT_TRUE(await_count(before + 2));
   EXPECT_EQ(sub.SyncedKvCapacity(0).tokens, 0);
   EXPECT_EQ(index.entries_of(0), 0);
   // Already down (and not synced): a second suspicion changes nothing.
-  const int down = changes.load();
   sub.Suspect(0);
   EXPECT_EQ(sub.down_slots(), std::vector<int>{0});
-  EXPECT_EQ(changes.load(), down);
+  EXPECT_EQ(count(), before + 2);
   // Unknown slots are ignored.
   sub.Suspect(42);
 
