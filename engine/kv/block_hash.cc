@@ -24,8 +24,8 @@ namespace {
 // independent of host byte order: six little-endian u64 (parent low, parent
 // high, model fingerprint, block size, salt, token count), then each token
 // id as a little-endian u32. They are written whole into a caller-owned
-// buffer, so PrefixBlockHashes allocates once for a prompt and a 4k-token
-// prompt hashes in a few microseconds; a streaming XXH3 state was rejected
+// buffer (one a thread), so PrefixBlockHashes into a kept vector allocates
+// nothing and a 4k-token prompt hashes in a few microseconds; a streaming XXH3 state was rejected
 // as slower for inputs this small (~100 bytes).
 void StoreLe64(uint8_t* p, uint64_t v) {
   if constexpr (std::endian::native == std::endian::little) {
@@ -70,19 +70,25 @@ BlockHash HashBlock(const BlockHash& parent, std::span<const int32_t> token_ids,
   return HashInto(buffer, parent, token_ids, model_fingerprint, block_size, salt);
 }
 
-std::vector<BlockHash> PrefixBlockHashes(std::span<const int32_t> tokens, int32_t block_size,
-                                         uint64_t fingerprint, uint64_t salt) {
+void PrefixBlockHashes(std::span<const int32_t> tokens, int32_t block_size, uint64_t fingerprint,
+                       uint64_t salt, std::vector<BlockHash>& out) {
   TANDEM_CHECK(block_size > 0, "block size must be positive") << "block_size=" << block_size;
   const size_t full_blocks = tokens.size() / static_cast<size_t>(block_size);
-  std::vector<BlockHash> hashes;
-  hashes.reserve(full_blocks);
-  std::vector<uint8_t> buffer;
+  out.clear();
+  out.reserve(full_blocks);
+  thread_local std::vector<uint8_t> buffer;
   BlockHash parent = kRootParentHash;
   for (size_t i = 0; i < full_blocks; ++i) {
     parent = HashInto(buffer, parent, tokens.subspan(i * block_size, block_size), fingerprint,
                       block_size, salt);
-    hashes.push_back(parent);
+    out.push_back(parent);
   }
+}
+
+std::vector<BlockHash> PrefixBlockHashes(std::span<const int32_t> tokens, int32_t block_size,
+                                         uint64_t fingerprint, uint64_t salt) {
+  std::vector<BlockHash> hashes;
+  PrefixBlockHashes(tokens, block_size, fingerprint, salt, hashes);
   return hashes;
 }
 

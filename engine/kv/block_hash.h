@@ -61,6 +61,10 @@ BlockHash HashBlock(const BlockHash& parent, std::span<const int32_t> token_ids,
 // i = 0). `block_size` must be positive.
 std::vector<BlockHash> PrefixBlockHashes(std::span<const int32_t> tokens, int32_t block_size,
                                          uint64_t fingerprint, uint64_t salt = 0);
+// The same into `out`, whose storage is reused (a router hashes prompt after
+// prompt).
+void PrefixBlockHashes(std::span<const int32_t> tokens, int32_t block_size, uint64_t fingerprint,
+                       uint64_t salt, std::vector<BlockHash>& out);
 
 }  // namespace tandem::engine
 

@@ -161,9 +161,16 @@ class BlockIndex {
   void Predict(int worker, std::span<const engine::BlockHash> chain, absl::Time until);
   // For each of `workers`, how many leading blocks of `chain` it holds (or
   // is predicted to hold at `now`), with tiers, and how many it reported:
-  // one walk of the chain for all of them.
+  // one walk of the chain for all of them. Fills `out` whole (resized to
+  // the workers asked), so a caller may keep one for route after route.
+  void OverlapAll(std::span<const int> workers, std::span<const engine::BlockHash> chain,
+                  Overlaps& out, absl::Time now = absl::Now(), bool with_predictions = true) const;
   Overlaps OverlapAll(std::span<const int> workers, std::span<const engine::BlockHash> chain,
-                      absl::Time now = absl::Now(), bool with_predictions = true) const;
+                      absl::Time now = absl::Now(), bool with_predictions = true) const {
+    Overlaps out;
+    OverlapAll(workers, chain, out, now, with_predictions);
+    return out;
+  }
   std::vector<int32_t> Overlap(std::span<const int> workers,
                                std::span<const engine::BlockHash> chain,
                                absl::Time now = absl::Now(), bool with_predictions = true) const;

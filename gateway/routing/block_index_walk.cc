@@ -18,13 +18,12 @@ int FastestTier(uint8_t bits) {
 
 }  // namespace
 
-Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
-                                std::span<const engine::BlockHash> chain, absl::Time now,
-                                bool with_predictions) const {
+void BlockIndex::OverlapAll(std::span<const int> workers, std::span<const engine::BlockHash> chain,
+                            Overlaps& r, absl::Time now, bool with_predictions) const {
   const size_t n = workers.size();
-  Overlaps r;
+  // Every entry is written below: a router's answers keep their storage.
   r.tiered.resize(n);
-  r.reported.assign(n, 0);
+  r.reported.resize(n);
   // The slots' numbers, kept by the thread until the index numbers or
   // retires a worker or the thread asks for other slots: a router asks for
   // the same thousand slots route after route, and reading their numbers
@@ -247,10 +246,8 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   const int32_t* const ends = run_end.data();
   for (size_t k = 0; k < n; ++k) {
     const uint16_t id = ids[k];
-    if (id == 0) continue;
-    const int32_t blocks = has(running, id) ? whole : ends[id];
-    tiered[k].blocks = blocks;
-    tiered[k].by_tier[0] = blocks;
+    const int32_t blocks = id == 0 ? 0 : has(running, id) ? whole : ends[id];
+    tiered[k] = {.blocks = blocks, .by_tier = {blocks}};
     reported[k] = blocks;
   }
   for (size_t k = 0; (credited || split) && k < n; ++k) {
@@ -267,7 +264,6 @@ Overlaps BlockIndex::OverlapAll(std::span<const int> workers,
   if (credited) {  // after the answers: a worker may be asked for twice
     for (uint16_t id : ids) slower[id] = {};
   }
-  return r;
 }
 
 std::vector<int32_t> BlockIndex::Overlap(std::span<const int> workers,

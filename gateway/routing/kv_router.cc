@@ -39,33 +39,33 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
   } else {
     const int32_t bs = params->block_size;
     d.prompt_blocks = static_cast<int32_t>((tokens + bs - 1) / bs);
+    // Scratch kept by the routing thread: a route over a thousand workers
+    // allocates nothing, and writes into lines its last route left in the
+    // caches rather than into the heap's (6 us of a route's p50 on the
+    // fleet simulator's own thread at 1000 x 10000: docs/benchmarks.md).
+    thread_local std::vector<engine::BlockHash> full;
+    thread_local std::vector<int> slots;
+    thread_local Overlaps overlaps;
+    thread_local std::vector<double> base;
     // Every full block, as the worker will hash them; the engine always
     // computes the last prompt token, so a block holding it is computed
     // whatever is cached.
-    const std::vector<engine::BlockHash> full =
-        engine::PrefixBlockHashes(prompt, bs, params->model_fingerprint, cache_salt);
+    engine::PrefixBlockHashes(prompt, bs, params->model_fingerprint, cache_salt, full);
     const std::span<const engine::BlockHash> chain =
         std::span(full).first(tokens == 0 ? 0 : static_cast<size_t>((tokens - 1) / bs));
     const int n = picker.size();
-    // Scratch kept by the routing thread: a route over a thousand workers
-    // allocates nothing.
-    thread_local std::vector<int> slots;
-    thread_local std::vector<int32_t> overlap;
-    thread_local std::vector<double> base;
     if (std::ssize(slots) != n || (n > 0 && slots[0] != first_slot_)) {  // else as they are
       slots.resize(static_cast<size_t>(n));
       for (int i = 0; i < n; ++i) slots[static_cast<size_t>(i)] = first_slot_ + i;
     }
     // One walk answers both questions: what each worker holds or is
     // predicted to (the cost) and what it has reported (whom to pull from).
-    const Overlaps overlaps = index_.OverlapAll(slots, chain);
+    index_.OverlapAll(slots, chain, overlaps);
     const std::vector<TieredOverlap>& tiered = overlaps.tiered;
-    overlap.resize(tiered.size());
     base.resize(tiered.size());
     int32_t best_overlap = 0;
     for (size_t i = 0; i < tiered.size(); ++i) {
       const TieredOverlap& o = tiered[i];
-      overlap[i] = o.blocks;
       best_overlap = std::max(best_overlap, o.blocks);
       // The slower tiers' terms only where they count (most workers hold
       // their blocks in the pool): the same sum, a thousand times a route.
@@ -76,7 +76,7 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
       base[i] = options_.overlap_weight * (d.prompt_blocks - credit);
     }
     // A worker added since (a DNS change) is known to hold nothing.
-    auto overlap_of = [&](int i) { return i < n ? overlap[static_cast<size_t>(i)] : 0; };
+    auto overlap_of = [&](int i) { return i < n ? tiered[static_cast<size_t>(i)].blocks : 0; };
     const WorkerPicker::Charge charge = [&](int i) -> int64_t {
       if (role_ == RouteRole::kDecode) return tokens;
       return std::max<int64_t>(1, tokens - int64_t{overlap_of(i)} * bs);  // tokens to compute
@@ -136,8 +136,11 @@ RouteDecision KvRouter::Route(WorkerPicker& picker, std::span<const int32_t> pro
       common::LogLine("router") << role_name_ << " " << (d.pick.valid() ? d.pick.address() : "none")
                                 << " reason=" << kReasons[reason]
                                 << " prompt_blocks=" << d.prompt_blocks << " overlap=["
-                                << absl::StrJoin(overlap, ",") << "] cost=["
-                                << absl::StrJoin(costs, ",") << "]"
+                                << absl::StrJoin(tiered, ",",
+                                                 [](std::string* out, const TieredOverlap& o) {
+                                                   absl::StrAppend(out, o.blocks);
+                                                 })
+                                << "] cost=[" << absl::StrJoin(costs, ",") << "]"
                                 << (d.pull_from.empty()
                                         ? ""
                                         : absl::StrCat(" pull ", d.pull_blocks, " blocks from ",

@@ -84,6 +84,23 @@ TEST(BlockHashTest, OnlyFullBlocksAreHashed) {
   }
 }
 
+// A router fills one vector prompt after prompt: each fill is the chain a
+// fresh call returns, whatever the vector held (longer, shorter, other salt).
+TEST(BlockHashTest, AKeptVectorIsFilledAsAFreshOne) {
+  const std::vector<int32_t> tokens = RandomTokens(7 * kBlockSize + 3, 12);
+  std::vector<BlockHash> kept;
+  for (const auto& [n, salt] : {std::pair<size_t, uint64_t>{tokens.size(), 0},
+                                {2 * kBlockSize, 0},
+                                {5 * kBlockSize + 1, 9},
+                                {0, 0},
+                                {tokens.size(), 9}}) {
+    const std::span<const int32_t> prompt = std::span(tokens).first(n);
+    PrefixBlockHashes(prompt, kBlockSize, kFingerprint, salt, kept);
+    EXPECT_EQ(kept, PrefixBlockHashes(prompt, kBlockSize, kFingerprint, salt))
+        << n << " tokens, salt " << salt;
+  }
+}
+
 TEST(BlockHashTest, SamePrefixGivesSameHashes) {
   std::vector<int32_t> a = RandomTokens(6 * kBlockSize, 3);
   std::vector<int32_t> b = a;
