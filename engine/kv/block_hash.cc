@@ -23,10 +23,10 @@ namespace {
 // The canonical bytes (rather than the int32 array in place) keep the hash
 // independent of host byte order: six little-endian u64 (parent low, parent
 // high, model fingerprint, block size, salt, token count), then each token
-// id as a little-endian u32. They are written whole into a caller-owned
-// buffer (one a thread), so PrefixBlockHashes into a kept vector allocates
-// nothing and a 4k-token prompt hashes in a few microseconds; a streaming XXH3 state was rejected
-// as slower for inputs this small (~100 bytes).
+// id as a little-endian u32. They are written whole into a buffer the
+// thread keeps, so PrefixBlockHashes into a kept vector allocates nothing
+// and a 4k-token prompt hashes in a few microseconds; a streaming XXH3 state
+// was rejected as slower for inputs this small (~100 bytes).
 void StoreLe64(uint8_t* p, uint64_t v) {
   if constexpr (std::endian::native == std::endian::little) {
     std::memcpy(p, &v, sizeof(v));
