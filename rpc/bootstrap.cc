@@ -4,7 +4,6 @@
 #include <signal.h>
 
 #include <chrono>
-#include <iostream>
 #include <mutex>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -13,22 +12,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "common/check.h"
 #include "common/host_port.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "rpc/health_port.h"
 
 namespace tandem::rpc {
 namespace {
-
-// "<name>: <text>" on stderr in one write: `tandem up` and its other
-// children share this stderr, and a line written in pieces could be cut
-// by theirs (as the READY line reaches `tandem up`, it prints its own).
-void SayLine(absl::string_view name, absl::string_view text) {
-  std::cerr << absl::StrCat(name, ": ", text, "\n");
-}
 
 // Both switches are process-wide and read by every later ServerBuilder, so
 // they are flipped once; later calls are no-ops.
@@ -137,7 +129,10 @@ int ServeUntilSignal(const std::string& name, const std::string& listen,
                        .credentials = hooks.credentials},
                       services);
   if (!started.ok()) {
-    SayLine(name, started.status().message());
+    // Each line goes out in one write (LogLine): `tandem up` and its other
+    // children share this stderr, and a line written in pieces could be cut
+    // by theirs.
+    common::LogLine(name.c_str()) << started.status().message();
     return 1;
   }
   std::unique_ptr<HealthPort> health_port;
@@ -145,7 +140,7 @@ int ServeUntilSignal(const std::string& name, const std::string& listen,
   if (!hooks.health_listen.empty()) {
     absl::StatusOr<std::unique_ptr<HealthPort>> port = HealthPort::Start(hooks.health_listen);
     if (!port.ok()) {
-      SayLine(name, port.status().message());
+      common::LogLine(name.c_str()) << port.status().message();
       ShutdownServer(*started->server, absl::ZeroDuration());
       return 1;
     }
@@ -157,7 +152,7 @@ int ServeUntilSignal(const std::string& name, const std::string& listen,
   if (hooks.on_started) {
     absl::StatusOr<std::string> extra = hooks.on_started(*started->server, health);
     if (!extra.ok()) {
-      SayLine(name, extra.status().message());
+      common::LogLine(name.c_str()) << extra.status().message();
       ShutdownServer(*started->server, absl::ZeroDuration());
       return 1;
     }
@@ -167,10 +162,10 @@ int ServeUntilSignal(const std::string& name, const std::string& listen,
                       .metrics_address = metrics.address(),
                       .http_address = http_address,
                       .health_address = health_port != nullptr ? health_port->address() : ""});
-  SayLine(name, absl::StrCat("serving on ", started->address, " (metrics ",
-                             metrics.address().empty() ? "off" : metrics.address(), ")"));
+  common::LogLine(name.c_str()) << "serving on " << started->address << " (metrics "
+                                << (metrics.address().empty() ? "off" : metrics.address()) << ")";
   const int sig = WaitForShutdownSignal();
-  SayLine(name, absl::StrCat("signal ", sig, ", shutting down"));
+  common::LogLine(name.c_str()) << "signal " << sig << ", shutting down";
   if (hooks.on_signal) hooks.on_signal();
   // Not ready from now on (probes stop routing here), still alive while
   // the calls in flight drain.
