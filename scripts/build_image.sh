@@ -25,7 +25,10 @@ cd "$(dirname "$0")/.."
 TAG="${1:-tandem:dev}"
 WORK="$(pwd)/build/image"
 REPORT="$(pwd)/build/image-report.txt"
-export STORAGE_DRIVER=vfs BUILDAH_ISOLATION=chroot
+export BUILDAH_ISOLATION=chroot
+# Debian 12's buildah reads no STORAGE_DRIVER from the environment: the
+# driver goes to every call as its global flag.
+buildah() { command buildah --storage-driver vfs "$@"; }
 mkdir -p "$WORK"
 : > "$REPORT"
 say() { echo "$*" | tee -a "$REPORT"; }
@@ -77,8 +80,13 @@ root="$(buildah mount "$ctr")"
 tandem_pid=""
 cleanup() {
   local rc=$?  # the script's, not the stopped server's
-  [ -n "$tandem_pid" ] && kill "$tandem_pid" 2> /dev/null && wait "$tandem_pid" 2> /dev/null
-  for m in proc dev/pts dev sys; do umount "$root/$m" 2> /dev/null || true; done
+  set +e  # every step runs, whatever the one before returned
+  if [ -n "$tandem_pid" ]; then
+    kill "$tandem_pid" 2> /dev/null
+    wait "$tandem_pid" 2> /dev/null
+  fi
+  # -R: /dev is bound with its submounts (pts, shm, mqueue).
+  for m in proc dev sys; do umount -R "$root/$m" 2> /dev/null; done
   buildah umount "$ctr" > /dev/null 2>&1 || true
   buildah rm "$ctr" > /dev/null 2>&1 || true
   exit "$rc"
@@ -88,11 +96,16 @@ mount -t proc proc "$root/proc"
 mount --rbind /dev "$root/dev"
 mount -t sysfs sys "$root/sys"
 user="$(buildah inspect --format '{{.OCIv1.Config.User}}' "$TAG")"
-in_image() { chroot --userspec="$user:$user" "$root" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp XDG_CACHE_HOME=/tmp "$@"; }
+# chroot and env each exec the next, so a command started in the
+# background with it is $!'s process itself, and killing $! stops it.
+in_image() {
+  exec chroot --userspec="$user:$user" "$root" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin \
+    HOME=/tmp XDG_CACHE_HOME=/tmp "$@"
+}
 
 start=$SECONDS
 port=$((20000 + RANDOM % 20000))
-in_image tandem up --port "$port" > "$WORK/up.log" 2>&1 &
+(in_image tandem up --port "$port") > "$WORK/up.log" 2>&1 &
 tandem_pid=$!
 for _ in $(seq 1 600); do
   grep -q '^READY' "$WORK/up.log" && break
@@ -105,8 +118,8 @@ if ! grep -q '^READY' "$WORK/up.log"; then
   exit 1
 fi
 say "smoke: $(grep '^READY' "$WORK/up.log" | head -1) after $((SECONDS - start)) s"
-if ! in_image tandem-load --addr "127.0.0.1:$port" --requests 1 --concurrency 1 \
-       --prompt-tokens 16 --max-tokens 8 > "$WORK/load.log" 2>&1; then
+if ! (in_image tandem-load --addr "127.0.0.1:$port" --requests 1 --concurrency 1 \
+       --prompt-tokens 16 --max-tokens 8) > "$WORK/load.log" 2>&1; then
   tail -20 "$WORK/load.log"
   say "smoke: the request failed (log $WORK/load.log)"
   exit 1
@@ -118,3 +131,15 @@ if [[ "$result" != *'"ok": 1,'* ]]; then
   exit 1
 fi
 say "smoke: one request answered: $result"
+# Stopped as a pod is: SIGTERM, then it must drain its children and exit 0
+# (a shell's `wait` gives 143 for a process the signal killed).
+kill -TERM "$tandem_pid"
+stopped=0
+wait "$tandem_pid" || stopped=$?
+tandem_pid=""
+if [ "$stopped" != 0 ]; then
+  tail -20 "$WORK/up.log"
+  say "smoke: tandem up exited $stopped on SIGTERM, not 0 (log $WORK/up.log)"
+  exit 1
+fi
+say "smoke: tandem up stopped on SIGTERM, exit 0, after $((SECONDS - start)) s in all"
