@@ -13,9 +13,10 @@
 #           registry; the build stage's RUN lines reach Debian's archive)
 # 3. smoke  the image's root file system mounted (buildah mount) and entered
 #           with chroot as the image's user: its `tandem up` starts on the
-#           default synthetic model, and its `tandem-load` sends one request
-#           and must get its tokens back. Containers need kernel features a
-#           sandbox may lack; chroot needs root only.
+#           default synthetic model, its `tandem-load` sends one request
+#           and must get its tokens back, and on SIGTERM `tandem up` must
+#           exit 0. Containers need kernel features a sandbox may lack;
+#           chroot needs root only.
 # Timings, the image's size and the smoke test's answer go to stdout and to
 # build/image-report.txt. Needs root, mmdebstrap and buildah (installed here
 # with apt-get when missing). Storage: buildah's vfs driver (no overlayfs
