@@ -88,8 +88,8 @@ cleanup() {
   fi
   # -R: /dev is bound with its submounts (pts, shm, mqueue).
   for m in proc dev sys; do umount -R "$root/$m" 2> /dev/null; done
-  buildah umount "$ctr" > /dev/null 2>&1 || true
-  buildah rm "$ctr" > /dev/null 2>&1 || true
+  buildah umount "$ctr" > /dev/null 2>&1
+  buildah rm "$ctr" > /dev/null 2>&1
   exit "$rc"
 }
 trap cleanup EXIT
