@@ -304,10 +304,13 @@ class HolderTable {
     }
   }
   // Prefetch for a writer about to change `key`'s slot (no lock needed
-  // either): the slot's line and the next, to be written, and the table's
-  // own state. A new key goes past the keys from its home on, and the
-  // ones after it move along; an erased key's followers move back. At 60-70%
-  // full those runs often reach past the slot's line. Loaded as for a
+  // either): the slot's line and the three after it, to be written, and the
+  // table's own state. A new key goes past the keys from its home on, and
+  // the ones after it move along; an erased key's followers move back. At
+  // 56-70% full those runs often reach past the slot's line, and a
+  // removal's slot, last touched when its block was stored, is cold: four
+  // lines rather than two took an event 2-5% less time on the Intel Xeon
+  // VM, at 2M entries and at 100M (docs/benchmarks.md). Loaded as for a
   // read (prefetcht0), which is what a plain x86-64 build makes of a
   // write hint anyway: asking for ownership at once (PREFETCHW) took the
   // lines routes read on the other core, and was slower for events and
@@ -317,8 +320,11 @@ class HolderTable {
     const size_t capacity = capacity_view_.load(std::memory_order_relaxed);
     if (slots == nullptr) return;
     const size_t home = HomeIn(key.v, capacity);
-    __builtin_prefetch(slots + home);
-    if (home + kSlotsPerLine < capacity) __builtin_prefetch(slots + home + kSlotsPerLine);
+    for (size_t line = 0; line < kLinesForWrite; ++line) {
+      if (home + line * kSlotsPerLine < capacity) {
+        __builtin_prefetch(slots + home + line * kSlotsPerLine);
+      }
+    }
     __builtin_prefetch(&capacity_);  // the writers' state
   }
   // Starts loading what Prefetch reads (no lock needed).
@@ -382,6 +388,7 @@ class HolderTable {
     uint64_t holders;
   };
   static constexpr size_t kSlotsPerLine = 64 / sizeof(Slot);
+  static constexpr size_t kLinesForWrite = 4;  // PrefetchForWrite's, from the home's
   // A holder set past kInline, in one allocation: this header, then a list
   // (`count` holders) or, once the list would be a quarter of their size (a
   // block many workers hold), bitmaps (`words` words of 64 workers, each a
