@@ -88,8 +88,8 @@ namespace tandem::gateway {
 
 struct BlockIndexOptions {
   // (hash, worker) pairs. 48M: about 0.6-1.1 GiB at the 13-23 bytes per
-  // entry measured at fleet size, 1.34 GiB in the worst case (one holder
-  // per block, tables just grown, 56% full; docs/benchmarks.md), so a 2 GiB
+  // entry measured at fleet size, 1.44 GiB in the worst case (one holder
+  // per block, tables just grown, 52% full; docs/benchmarks.md), so a 2 GiB
   // gateway pod keeps headroom for the rest of the process; 1000 workers x
   // 48k blocks.
   int64_t max_entries = int64_t{48} << 20;

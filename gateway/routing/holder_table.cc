@@ -81,8 +81,8 @@ void HolderTable::Grow() {
   growths_.keys_moved += static_cast<int64_t>(size_);
   const size_t old_capacity = capacity_;
   Slot* const old_slots = slots_;
-  // By a quarter: a table just grown is then 56% full (this table's bytes
-  // per entry are the point), and one about to grow 70% (a change's cost
+  // By a quarter: a table just grown is then 52% full (this table's bytes
+  // per entry are the point), and one about to grow 65% (a change's cost
   // rises steeply past that; holder_table.h). The price: over a table's
   // growing each key is moved four times, where growing by half again
   // (50-75% full) moved it twice.
@@ -178,7 +178,7 @@ HolderTable::Spill* HolderTable::NewBitmap(size_t words, uint8_t planes) {
   constexpr size_t kSlack = 64 - SpillArena::kAlign;
   // Lined only where that saves a line however the ordinary one falls, and
   // costs an entry no more than the index's worst case (a slot to each
-  // holder at 56% full, 16 / 0.56 bytes) with as few holders as a bitmap
+  // holder at 52% full, 16 / 0.52 bytes) with as few holders as a bitmap
   // keeps (Reshape: past kInline, and half its words' bits in list bytes).
   const size_t fewest = std::max<size_t>(kInline + 1, (words + 1) / 2);
   const bool saves = lined < sizeof(Spill) + bytes;

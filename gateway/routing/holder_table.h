@@ -9,13 +9,15 @@
 // from the table's own arena (gateway/routing/spill_arena.h), on huge pages
 // once there are a few MiB of them. Robin Hood
 // probing with backward-shift deletion keeps misses short; the table grows
-// by a quarter once 70% full, so it is between 56% and 70% full once it
+// by a quarter once 65% full, so it is between 52% and 65% full once it
 // has grown. What a change costs rises steeply with how full the table is
 // (a new key moves the rest of its run along to the run's first empty
 // slot, about (1 + 1/(1-load)^2)/2 slots on): at 74% full a change took
 // twice what it did at 52%. Growing by half again at 3/4 full (50-75%)
 // left both an event's cost and an entry's bytes to where in that range a
-// table happened to be (docs/benchmarks.md).
+// table happened to be; with 56-70%, a fleet of 100M entries had every
+// shard at 69% and applied a fifth fewer events a second than at 60%
+// (docs/benchmarks.md).
 //
 // Eviction is CLOCK with a count (between LRU and LFU): a lookup or a store
 // counts a use of the key (up to 3), the hand takes one off each key it
@@ -297,8 +299,9 @@ class HolderTable {
     const size_t home = HomeIn(key.v, capacity);
     __builtin_prefetch(slots + home);
     // At 56-70% full, 41-57% of the keys whose home is a line's last slot
-    // sit on the next line (16-27% of all keys off their home's line): a
-    // load the walk would otherwise wait for (docs/benchmarks.md).
+    // sit on the next line (16-27% of all keys off their home's line; a
+    // little fewer at 52-65%): a load the walk would otherwise wait for
+    // (docs/benchmarks.md).
     if ((reinterpret_cast<uintptr_t>(slots + home + 1) & 63) == 0 && home + 1 < capacity) {
       __builtin_prefetch(slots + home + 1);
     }
@@ -307,7 +310,7 @@ class HolderTable {
   // either): the slot's line and the three after it, to be written, and the
   // table's own state. A new key goes past the keys from its home on, and
   // the ones after it move along; an erased key's followers move back. At
-  // 56-70% full those runs often reach past the slot's line, and a
+  // 52-65% full those runs often reach past the slot's line, and a
   // removal's slot, last touched when its block was stored, is cold: four
   // lines rather than two took an event 2-5% less time on the Intel Xeon
   // VM, at 2M entries and at 100M (docs/benchmarks.md). Loaded as for a
@@ -358,9 +361,9 @@ class HolderTable {
 
  private:
   static constexpr int kInline = 3;
-  // The most a table is full before it grows: 7/10.
-  static constexpr size_t kLoadNumerator = 7;
-  static constexpr size_t kLoadDenominator = 10;
+  // The most a table is full before it grows: 13/20.
+  static constexpr size_t kLoadNumerator = 13;
+  static constexpr size_t kLoadDenominator = 20;
   static constexpr uint64_t kSpillBit = uint64_t{1} << 63;
   // The clock's count of uses since the hand last passed, saturating at 3.
   static constexpr uint64_t kOneUse = uint64_t{1} << 61;
